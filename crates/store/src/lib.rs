@@ -1,0 +1,137 @@
+//! Flotilla's storage layer: a revisioned key-value store with etcd's semantics.
+//!
+//! There is one global revision counter. Every successful write (create,
+//! update, delete) takes the next revision; that number is what the API layer
+//! exposes as `metadata.resourceVersion`. The current state is the newest
+//! entry per key; history since the last compaction can be listed and watched.
+//!
+//! [`Store`] is the contract the API server is written against. The embedded
+//! backend, [`SqliteStore`], keeps the durable revision log in SQLite (WAL mode,
+//! one fsync per group of writes) and serves every read and watch from the
+//! in-memory [`WatchCache`], so the hot path never touches the disk.
+#![forbid(unsafe_code)]
+
+mod cache;
+mod sqlite;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+pub use cache::{Watch, WatchCache};
+pub use sqlite::{SqliteOptions, SqliteStore};
+
+/// A store revision; the API layer's resourceVersion.
+pub type Revision = i64;
+
+/// One key at one revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyValue {
+    pub key: Arc<str>,
+    pub value: Bytes,
+    /// Revision at which the key was created (unchanged by updates).
+    pub create_revision: Revision,
+    /// Revision of the last write to the key. For a deletion event, the
+    /// revision of the deletion itself.
+    pub mod_revision: Revision,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    Put,
+    Delete,
+}
+
+/// One change in the revision log.
+#[derive(Clone, Debug)]
+pub struct Event {
+    pub kind: EventKind,
+    /// The new state. For a deletion: the last value, at the deletion's revision.
+    pub kv: KeyValue,
+    /// The state before this event, if the key existed.
+    pub prev: Option<KeyValue>,
+}
+
+impl Event {
+    pub fn revision(&self) -> Revision {
+        self.kv.mod_revision
+    }
+}
+
+/// Options for [`Store::list`].
+#[derive(Clone, Debug, Default)]
+pub struct ListOptions {
+    /// Read the state as of this revision; `None` reads the newest state.
+    pub revision: Option<Revision>,
+    /// Only keys strictly greater than this one (pagination).
+    pub start_after: Option<String>,
+    /// At most this many items; `None` or 0 means all.
+    pub limit: Option<usize>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ListResult {
+    pub items: Vec<KeyValue>,
+    /// The revision the list was read at.
+    pub revision: Revision,
+    /// Whether keys remain after the last item returned.
+    pub more: bool,
+}
+
+/// Preconditions for a delete.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DeletePrecondition {
+    pub mod_revision: Option<Revision>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("key {0:?} already exists")]
+    AlreadyExists(String),
+    #[error("key {0:?} not found")]
+    NotFound(String),
+    #[error("key {key:?} was modified: expected revision {expected}, found {actual}")]
+    Conflict {
+        key: String,
+        expected: Revision,
+        actual: Revision,
+    },
+    #[error("revision {requested} has been compacted; oldest available is {oldest}")]
+    Compacted {
+        requested: Revision,
+        oldest: Revision,
+    },
+    #[error("the store is closed")]
+    Closed,
+    #[error("storage I/O failed: {0}")]
+    Backend(#[from] rusqlite::Error),
+    #[error("storage I/O failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// The storage contract of the API server, shaped after etcd: every write
+/// is a compare-and-swap on one key that yields a new global revision.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Creates `key`; fails with `AlreadyExists` if it is present.
+    async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue>;
+    /// Replaces `key` if its mod revision is still `expected`.
+    async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue>;
+    /// Removes `key`; returns its last value at the deletion's revision.
+    async fn delete(&self, key: &str, precondition: DeletePrecondition) -> Result<KeyValue>;
+    /// The newest value of `key`.
+    fn get(&self, key: &str) -> Option<KeyValue>;
+    /// Keys under `prefix`, consistent at one revision.
+    fn list(&self, prefix: &str, options: &ListOptions) -> Result<ListResult>;
+    /// Events under `prefix` with revisions greater than `after`.
+    fn watch(&self, prefix: &str, after: Revision) -> Result<Watch>;
+    /// The newest revision.
+    fn current_revision(&self) -> Revision;
+    /// History at or below this revision is no longer available.
+    fn compacted_revision(&self) -> Revision;
+    /// Drops history at or below `revision`.
+    async fn compact(&self, revision: Revision) -> Result<()>;
+}

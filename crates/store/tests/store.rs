@@ -1,0 +1,180 @@
+//! Behaviour of the embedded store through the `Store` contract.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use flotilla_store::{
+    DeletePrecondition, EventKind, ListOptions, SqliteOptions, SqliteStore, Store, StoreError,
+};
+
+fn open(dir: &std::path::Path) -> Arc<SqliteStore> {
+    SqliteStore::open(
+        dir,
+        SqliteOptions {
+            compaction_interval: None,
+            ..Default::default()
+        },
+    )
+    .expect("open store")
+}
+
+fn b(s: &str) -> Bytes {
+    Bytes::from(s.to_string())
+}
+
+#[tokio::test]
+async fn revisions_are_global_and_cas_is_enforced() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let a = store.create("/a", b("1")).await.unwrap();
+    let c = store.create("/c", b("1")).await.unwrap();
+    assert_eq!(c.mod_revision, a.mod_revision + 1);
+    assert!(matches!(
+        store.create("/a", b("2")).await,
+        Err(StoreError::AlreadyExists(_))
+    ));
+    let a2 = store.update("/a", b("2"), a.mod_revision).await.unwrap();
+    assert_eq!(a2.create_revision, a.create_revision);
+    assert!(matches!(
+        store.update("/a", b("3"), a.mod_revision).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    assert!(matches!(
+        store
+            .delete(
+                "/a",
+                DeletePrecondition {
+                    mod_revision: Some(a.mod_revision)
+                }
+            )
+            .await,
+        Err(StoreError::Conflict { .. })
+    ));
+    let gone = store.delete("/a", DeletePrecondition::default()).await.unwrap();
+    assert_eq!(gone.value, b("2"));
+    assert!(store.get("/a").is_none());
+    assert!(matches!(
+        store.update("/a", b("3"), gone.mod_revision).await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn list_at_an_older_revision_and_paginate() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    for i in 0..10 {
+        store.create(&format!("/p/{i}"), b("v1")).await.unwrap();
+    }
+    let at = store.current_revision();
+    store.update("/p/3", b("v2"), store.get("/p/3").unwrap().mod_revision).await.unwrap();
+    store.delete("/p/4", DeletePrecondition::default()).await.unwrap();
+    store.create("/p/99", b("new")).await.unwrap();
+    store.create("/q/0", b("other prefix")).await.unwrap();
+
+    let old = store.list("/p/", &ListOptions { revision: Some(at), ..Default::default() }).unwrap();
+    assert_eq!(old.revision, at);
+    assert_eq!(old.items.len(), 10);
+    assert_eq!(old.items.iter().find(|kv| &*kv.key == "/p/3").unwrap().value, b("v1"));
+
+    let now = store.list("/p/", &ListOptions::default()).unwrap();
+    assert_eq!(now.items.len(), 10);
+    assert!(now.items.iter().all(|kv| &*kv.key != "/p/4"));
+
+    // Pages of 3 at a fixed revision see the same snapshot.
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store
+            .list("/p/", &ListOptions { revision: Some(at), start_after: after.clone(), limit: Some(3) })
+            .unwrap();
+        seen.extend(page.items.iter().map(|kv| kv.key.to_string()));
+        if !page.more {
+            break;
+        }
+        after = page.items.last().map(|kv| kv.key.to_string());
+    }
+    assert_eq!(seen.len(), 10);
+}
+
+#[tokio::test]
+async fn watch_from_revision_and_expire_after_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let first = store.create("/w/a", b("1")).await.unwrap();
+    let mut watch = store.watch("/w/", first.mod_revision).unwrap();
+    store.create("/x/ignored", b("1")).await.unwrap();
+    store.update("/w/a", b("2"), first.mod_revision).await.unwrap();
+    store.delete("/w/a", DeletePrecondition::default()).await.unwrap();
+    let mut events = Vec::new();
+    while events.len() < 2 {
+        let batch = tokio::time::timeout(Duration::from_secs(5), watch.next()).await.unwrap().unwrap();
+        events.extend(batch);
+    }
+    assert_eq!(events[0].kind, EventKind::Put);
+    assert_eq!(events[0].prev.as_ref().unwrap().value, b("1"));
+    assert_eq!(events[1].kind, EventKind::Delete);
+    assert_eq!(events[1].kv.value, b("2"));
+
+    let now = store.current_revision();
+    store.compact(now - 1).await.unwrap();
+    assert!(matches!(store.watch("/w/", first.mod_revision), Err(StoreError::Compacted { .. })));
+    assert!(matches!(
+        store.list("/w/", &ListOptions { revision: Some(first.mod_revision), ..Default::default() }),
+        Err(StoreError::Compacted { .. })
+    ));
+    assert!(store.watch("/w/", now - 1).is_ok());
+}
+
+#[tokio::test]
+async fn state_history_and_compaction_survive_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rev_after_create, final_rev) = {
+        let store = open(dir.path());
+        let a = store.create("/k/a", b("1")).await.unwrap();
+        store.create("/k/b", b("1")).await.unwrap();
+        store.update("/k/a", b("2"), a.mod_revision).await.unwrap();
+        store.delete("/k/b", DeletePrecondition::default()).await.unwrap();
+        store.compact(a.mod_revision).await.unwrap();
+        (a.mod_revision, store.current_revision())
+    };
+    // The writer thread lets go of the database when the store is dropped.
+    let store = open(dir.path());
+    assert_eq!(store.current_revision(), final_rev);
+    assert_eq!(store.get("/k/a").unwrap().value, b("2"));
+    assert!(store.get("/k/b").is_none());
+    assert_eq!(store.compacted_revision(), rev_after_create);
+    // Watches resume from before the restart.
+    let mut watch = store.watch("/k/", rev_after_create).unwrap();
+    let events = watch.next().await.unwrap();
+    assert_eq!(events.len(), 3);
+    // New writes continue the revision sequence.
+    let c = store.create("/k/c", b("1")).await.unwrap();
+    assert_eq!(c.mod_revision, final_rev + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_get_distinct_revisions() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut revs = Vec::new();
+            for i in 0..50 {
+                revs.push(store.create(&format!("/c/{t}/{i}"), b("v")).await.unwrap().mod_revision);
+            }
+            revs
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 400);
+    assert_eq!(store.list("/c/", &ListOptions::default()).unwrap().items.len(), 400);
+}
