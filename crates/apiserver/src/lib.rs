@@ -1,1 +1,30 @@
+//! Flotilla's Kubernetes-compatible API server.
+//!
+//! Requests are parsed in [`request`], routed in [`server`] and served by the
+//! verbs in [`handlers`] and [`watch`] over a [`flotilla_store::Store`].
+//! Which resources exist is the [`resources::Registry`]: the built-ins of
+//! [`builtin`] plus whatever CRDs add ([`crd`]).
 #![forbid(unsafe_code)]
+
+pub mod builtin;
+pub mod crd;
+pub mod discovery;
+pub mod error;
+pub mod handlers;
+pub mod jsonpath;
+pub mod meta;
+pub mod namespace;
+pub mod objects;
+pub mod openapi;
+pub mod patch;
+pub mod request;
+pub mod resources;
+pub mod schema;
+pub mod selector;
+pub mod server;
+pub mod strategic;
+pub mod table;
+pub mod version;
+pub mod watch;
+
+pub use server::{ApiServer, Config};

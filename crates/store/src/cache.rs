@@ -162,10 +162,9 @@ impl WatchCache {
         };
         let mut items = Vec::new();
         let mut more = false;
-        for (key, kv) in state.range::<_, str>((
-            std::ops::Bound::Included(start),
-            std::ops::Bound::Unbounded,
-        )) {
+        for (key, kv) in
+            state.range::<_, str>((std::ops::Bound::Included(start), std::ops::Bound::Unbounded))
+        {
             if !key.starts_with(prefix) {
                 break;
             }

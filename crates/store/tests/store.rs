@@ -51,7 +51,10 @@ async fn revisions_are_global_and_cas_is_enforced() {
             .await,
         Err(StoreError::Conflict { .. })
     ));
-    let gone = store.delete("/a", DeletePrecondition::default()).await.unwrap();
+    let gone = store
+        .delete("/a", DeletePrecondition::default())
+        .await
+        .unwrap();
     assert_eq!(gone.value, b("2"));
     assert!(store.get("/a").is_none());
     assert!(matches!(
@@ -68,15 +71,36 @@ async fn list_at_an_older_revision_and_paginate() {
         store.create(&format!("/p/{i}"), b("v1")).await.unwrap();
     }
     let at = store.current_revision();
-    store.update("/p/3", b("v2"), store.get("/p/3").unwrap().mod_revision).await.unwrap();
-    store.delete("/p/4", DeletePrecondition::default()).await.unwrap();
+    store
+        .update("/p/3", b("v2"), store.get("/p/3").unwrap().mod_revision)
+        .await
+        .unwrap();
+    store
+        .delete("/p/4", DeletePrecondition::default())
+        .await
+        .unwrap();
     store.create("/p/99", b("new")).await.unwrap();
     store.create("/q/0", b("other prefix")).await.unwrap();
 
-    let old = store.list("/p/", &ListOptions { revision: Some(at), ..Default::default() }).unwrap();
+    let old = store
+        .list(
+            "/p/",
+            &ListOptions {
+                revision: Some(at),
+                ..Default::default()
+            },
+        )
+        .unwrap();
     assert_eq!(old.revision, at);
     assert_eq!(old.items.len(), 10);
-    assert_eq!(old.items.iter().find(|kv| &*kv.key == "/p/3").unwrap().value, b("v1"));
+    assert_eq!(
+        old.items
+            .iter()
+            .find(|kv| &*kv.key == "/p/3")
+            .unwrap()
+            .value,
+        b("v1")
+    );
 
     let now = store.list("/p/", &ListOptions::default()).unwrap();
     assert_eq!(now.items.len(), 10);
@@ -87,7 +111,14 @@ async fn list_at_an_older_revision_and_paginate() {
     let mut after = None;
     loop {
         let page = store
-            .list("/p/", &ListOptions { revision: Some(at), start_after: after.clone(), limit: Some(3) })
+            .list(
+                "/p/",
+                &ListOptions {
+                    revision: Some(at),
+                    start_after: after.clone(),
+                    limit: Some(3),
+                },
+            )
             .unwrap();
         seen.extend(page.items.iter().map(|kv| kv.key.to_string()));
         if !page.more {
@@ -105,11 +136,20 @@ async fn watch_from_revision_and_expire_after_compaction() {
     let first = store.create("/w/a", b("1")).await.unwrap();
     let mut watch = store.watch("/w/", first.mod_revision).unwrap();
     store.create("/x/ignored", b("1")).await.unwrap();
-    store.update("/w/a", b("2"), first.mod_revision).await.unwrap();
-    store.delete("/w/a", DeletePrecondition::default()).await.unwrap();
+    store
+        .update("/w/a", b("2"), first.mod_revision)
+        .await
+        .unwrap();
+    store
+        .delete("/w/a", DeletePrecondition::default())
+        .await
+        .unwrap();
     let mut events = Vec::new();
     while events.len() < 2 {
-        let batch = tokio::time::timeout(Duration::from_secs(5), watch.next()).await.unwrap().unwrap();
+        let batch = tokio::time::timeout(Duration::from_secs(5), watch.next())
+            .await
+            .unwrap()
+            .unwrap();
         events.extend(batch);
     }
     assert_eq!(events[0].kind, EventKind::Put);
@@ -119,9 +159,18 @@ async fn watch_from_revision_and_expire_after_compaction() {
 
     let now = store.current_revision();
     store.compact(now - 1).await.unwrap();
-    assert!(matches!(store.watch("/w/", first.mod_revision), Err(StoreError::Compacted { .. })));
     assert!(matches!(
-        store.list("/w/", &ListOptions { revision: Some(first.mod_revision), ..Default::default() }),
+        store.watch("/w/", first.mod_revision),
+        Err(StoreError::Compacted { .. })
+    ));
+    assert!(matches!(
+        store.list(
+            "/w/",
+            &ListOptions {
+                revision: Some(first.mod_revision),
+                ..Default::default()
+            }
+        ),
         Err(StoreError::Compacted { .. })
     ));
     assert!(store.watch("/w/", now - 1).is_ok());
@@ -135,7 +184,10 @@ async fn state_history_and_compaction_survive_reopen() {
         let a = store.create("/k/a", b("1")).await.unwrap();
         store.create("/k/b", b("1")).await.unwrap();
         store.update("/k/a", b("2"), a.mod_revision).await.unwrap();
-        store.delete("/k/b", DeletePrecondition::default()).await.unwrap();
+        store
+            .delete("/k/b", DeletePrecondition::default())
+            .await
+            .unwrap();
         store.compact(a.mod_revision).await.unwrap();
         (a.mod_revision, store.current_revision())
     };
@@ -164,7 +216,13 @@ async fn concurrent_writers_get_distinct_revisions() {
         tasks.push(tokio::spawn(async move {
             let mut revs = Vec::new();
             for i in 0..50 {
-                revs.push(store.create(&format!("/c/{t}/{i}"), b("v")).await.unwrap().mod_revision);
+                revs.push(
+                    store
+                        .create(&format!("/c/{t}/{i}"), b("v"))
+                        .await
+                        .unwrap()
+                        .mod_revision,
+                );
             }
             revs
         }));
@@ -176,5 +234,12 @@ async fn concurrent_writers_get_distinct_revisions() {
     all.sort();
     all.dedup();
     assert_eq!(all.len(), 400);
-    assert_eq!(store.list("/c/", &ListOptions::default()).unwrap().items.len(), 400);
+    assert_eq!(
+        store
+            .list("/c/", &ListOptions::default())
+            .unwrap()
+            .items
+            .len(),
+        400
+    );
 }

@@ -1,0 +1,923 @@
+//! The resource verbs: get, list, create, update, patch, delete, deletecollection.
+
+use std::sync::Arc;
+
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use flotilla_store::{DeletePrecondition, ListOptions, Revision, StoreError};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use serde_json::{Value, json};
+
+use crate::error::{ApiError, ApiResult, Cause};
+use crate::meta;
+use crate::objects::{self, FieldValidation, meta_str};
+use crate::patch;
+use crate::request::{self, Output, Query};
+use crate::resources::ResourceInfo;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::server::ApiServer;
+use crate::table;
+
+/// One resource request, parsed.
+pub struct Ctx {
+    pub api: Arc<ApiServer>,
+    pub resource: Arc<ResourceInfo>,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub subresource: Option<String>,
+    pub query: Query,
+    pub headers: HeaderMap,
+}
+
+impl Ctx {
+    fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or("")
+    }
+
+    fn key(&self, name: &str) -> String {
+        self.resource.key(self.namespace.as_deref(), name)
+    }
+
+    fn not_found(&self, name: &str) -> ApiError {
+        ApiError::not_found(&self.resource.group, &self.resource.plural, name)
+    }
+
+    fn dry_run(&self) -> ApiResult<bool> {
+        match self.query.get("dryRun") {
+            None => Ok(false),
+            Some("All") => Ok(true),
+            Some(other) => Err(ApiError::invalid(
+                "",
+                "DryRun",
+                "",
+                vec![Cause {
+                    reason: "FieldValueNotSupported",
+                    field: "dryRun".into(),
+                    message: format!("Unsupported value: \"{other}\": supported values: \"All\""),
+                }],
+            )),
+        }
+    }
+}
+
+/// Renders one object per the negotiated output.
+pub fn respond_object(
+    ctx: &Ctx,
+    status: StatusCode,
+    obj: &Value,
+    warnings: &[String],
+) -> ApiResult<Response> {
+    let output = request::negotiate(&ctx.headers, ctx.query.get("includeObject"))?;
+    let (body, content_type) = match output {
+        Output::Json => (obj.clone(), "application/json"),
+        Output::Yaml => {
+            let yaml = serde_yaml::to_string(obj).map_err(|e| ApiError::internal(e.to_string()))?;
+            return Ok(with_warnings(
+                (status, [(header::CONTENT_TYPE, "application/yaml")], yaml).into_response(),
+                warnings,
+            ));
+        }
+        Output::Table(include) => (
+            table::table(
+                &ctx.resource,
+                std::slice::from_ref(obj),
+                json!({"resourceVersion": meta_str(obj, "resourceVersion")}),
+                include,
+                true,
+            ),
+            "application/json;as=Table;v=v1;g=meta.k8s.io",
+        ),
+        Output::PartialMetadata => (
+            partial_metadata(obj),
+            "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io",
+        ),
+    };
+    let bytes = serde_json::to_vec(&body).map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(with_warnings(
+        (status, [(header::CONTENT_TYPE, content_type)], bytes).into_response(),
+        warnings,
+    ))
+}
+
+pub fn partial_metadata(obj: &Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+           "metadata": obj.get("metadata").cloned().unwrap_or(json!({}))})
+}
+
+fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let escaped = w.replace('\\', "\\\\").replace('"', "\\\"");
+        if let Ok(v) = HeaderValue::from_str(&format!("299 - \"{escaped}\"")) {
+            resp.headers_mut().append(header::WARNING, v);
+        }
+    }
+    resp
+}
+
+/// Fields a fieldSelector may use for `r`, beyond metadata.name/namespace.
+pub fn field_supported(r: &ResourceInfo, field: &str) -> bool {
+    if matches!(field, "metadata.name" | "metadata.namespace") {
+        return true;
+    }
+    match (r.group.as_str(), r.plural.as_str()) {
+        ("", "events") => matches!(
+            field,
+            "involvedObject.kind"
+                | "involvedObject.namespace"
+                | "involvedObject.name"
+                | "involvedObject.uid"
+                | "involvedObject.apiVersion"
+                | "involvedObject.resourceVersion"
+                | "involvedObject.fieldPath"
+                | "reason"
+                | "reportingComponent"
+                | "source"
+                | "type"
+        ),
+        ("", "pods") => matches!(
+            field,
+            "spec.nodeName"
+                | "spec.restartPolicy"
+                | "spec.schedulerName"
+                | "spec.serviceAccountName"
+                | "spec.hostNetwork"
+                | "status.phase"
+                | "status.podIP"
+                | "status.nominatedNodeName"
+        ),
+        ("", "secrets") => field == "type",
+        ("", "namespaces") => field == "status.phase",
+        ("", "nodes") => field == "spec.unschedulable",
+        ("apps", "replicasets") => field == "status.replicas",
+        ("batch", "jobs") => field == "status.successful",
+        _ => false,
+    }
+}
+
+/// Label and field selectors of a list or watch.
+pub struct Filter {
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+impl Filter {
+    pub fn from_query(r: &ResourceInfo, q: &Query) -> ApiResult<Self> {
+        let labels = LabelSelector::parse(q.get("labelSelector").unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+        let supported = |f: &str| field_supported(r, f) || custom_selectable(r, f);
+        let fields = FieldSelector::parse(q.get("fieldSelector").unwrap_or(""), &supported)
+            .map_err(ApiError::bad_request)?;
+        Ok(Filter { labels, fields })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
+
+    pub fn matches(&self, obj: &Value) -> bool {
+        let labels = objects::meta(obj)
+            .and_then(|m| m.get("labels"))
+            .and_then(Value::as_object);
+        self.labels.matches(labels) && self.fields.matches(obj)
+    }
+}
+
+fn custom_selectable(r: &ResourceInfo, field: &str) -> bool {
+    r.selectable_fields.iter().any(|f| f == field)
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ContinueToken {
+    rv: Revision,
+    start: String,
+}
+
+fn encode_continue(rv: Revision, start: &str) -> String {
+    let json = serde_json::to_vec(&ContinueToken {
+        rv,
+        start: start.to_string(),
+    })
+    .unwrap_or_default();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+}
+
+fn decode_continue(token: &str) -> ApiResult<ContinueToken> {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .ok_or_else(|| ApiError::bad_request("continue key is not valid: illegal base64 data"))
+}
+
+fn invalid_list_options(field: &str, message: &str) -> ApiError {
+    ApiError::invalid(
+        "",
+        "ListOptions",
+        "",
+        vec![Cause {
+            reason: "FieldValueForbidden",
+            field: field.into(),
+            message: message.into(),
+        }],
+    )
+}
+
+pub fn parse_rv(v: &str) -> ApiResult<Revision> {
+    v.parse::<Revision>().map_err(|_| {
+        ApiError::bad_request(format!("invalid resource version: {v:?} is not a number"))
+    })
+}
+
+pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
+    let r = &ctx.resource;
+    let q = &ctx.query;
+    if q.get("sendInitialEvents").is_some() {
+        return Err(invalid_list_options(
+            "sendInitialEvents",
+            "Forbidden: sendInitialEvents is forbidden for list",
+        ));
+    }
+    let filter = Filter::from_query(r, q)?;
+    let limit = q.int("limit")?.filter(|l| *l > 0).map(|l| l as usize);
+    let rv = q.get("resourceVersion");
+    let rv_match = q.get("resourceVersionMatch");
+    let store = &ctx.api.store;
+
+    let (mut revision, mut start_after) = match q.get("continue") {
+        Some(token) => {
+            let t = decode_continue(token)?;
+            if t.rv < store.compacted_revision() {
+                return Err(ApiError::expired(
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+                ));
+            }
+            (Some(t.rv), Some(t.start))
+        }
+        None => {
+            let revision = match (rv, rv_match) {
+                (None, Some(_)) => {
+                    return Err(invalid_list_options(
+                        "resourceVersionMatch",
+                        "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+                    ));
+                }
+                (Some("0"), Some("Exact")) => {
+                    return Err(invalid_list_options(
+                        "resourceVersionMatch",
+                        "Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                    ));
+                }
+                (Some(v), Some("Exact")) => Some(parse_rv(v)?),
+                (Some(v), None) if limit.is_some() && v != "0" => Some(parse_rv(v)?),
+                (Some(v), _) => {
+                    // NotOlderThan: the current state always is.
+                    parse_rv(v)?;
+                    None
+                }
+                (None, None) => None,
+            };
+            if let Some(m) = rv_match
+                && !matches!(m, "Exact" | "NotOlderThan")
+            {
+                return Err(invalid_list_options(
+                    "resourceVersionMatch",
+                    &format!(
+                        "Unsupported value: \"{m}\": supported values: \"Exact\", \"NotOlderThan\""
+                    ),
+                ));
+            }
+            (revision, None)
+        }
+    };
+    if let Some(rv) = revision
+        && rv > store.current_revision()
+    {
+        return Err(ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "Timeout",
+            format!(
+                "Too large resource version: {rv}, current: {}",
+                store.current_revision()
+            ),
+        ));
+    }
+
+    let prefix = r.collection_prefix(ctx.namespace.as_deref());
+    let mut items = Vec::new();
+    let mut next_token = None;
+    // Fill the page with matching objects, scanning in chunks at one revision.
+    loop {
+        let want = limit.map(|l| (l - items.len()).max(if filter.is_empty() { 1 } else { 100 }));
+        let page = store.list(
+            &prefix,
+            &ListOptions {
+                revision,
+                start_after: start_after.clone(),
+                limit: want,
+            },
+        )?;
+        revision = Some(page.revision);
+        let last_key = page.items.last().map(|kv| kv.key.to_string());
+        let mut consumed_all = true;
+        for (i, kv) in page.items.iter().enumerate() {
+            let obj = objects::decode(r, kv)?;
+            if filter.matches(&obj) {
+                items.push(obj);
+                if limit.is_some_and(|l| items.len() >= l) {
+                    let more_here = i + 1 < page.items.len();
+                    if more_here || page.more {
+                        next_token = Some(encode_continue(page.revision, &kv.key));
+                    }
+                    consumed_all = false;
+                    break;
+                }
+            }
+        }
+        if !consumed_all || !page.more {
+            break;
+        }
+        start_after = last_key;
+    }
+    let revision = revision.unwrap_or_else(|| store.current_revision());
+    let mut list_meta = json!({"resourceVersion": revision.to_string()});
+    if let Some(t) = &next_token {
+        list_meta["continue"] = json!(t);
+    }
+    respond_list(ctx, items, list_meta)
+}
+
+fn respond_list(ctx: &Ctx, items: Vec<Value>, list_meta: Value) -> ApiResult<Response> {
+    let r = &ctx.resource;
+    let output = request::negotiate(&ctx.headers, ctx.query.get("includeObject"))?;
+    let (body, content_type) = match output {
+        Output::Table(include) => (
+            table::table(r, &items, list_meta, include, true),
+            "application/json;as=Table;v=v1;g=meta.k8s.io",
+        ),
+        Output::PartialMetadata => (
+            json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                   "metadata": list_meta, "items": items.iter().map(partial_metadata).collect::<Vec<_>>()}),
+            "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io",
+        ),
+        Output::Json | Output::Yaml => (
+            json!({"kind": r.list_kind, "apiVersion": r.api_version(), "metadata": list_meta, "items": items}),
+            "application/json",
+        ),
+    };
+    if output == Output::Yaml {
+        let yaml = serde_yaml::to_string(&body).map_err(|e| ApiError::internal(e.to_string()))?;
+        return Ok((
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/yaml")],
+            yaml,
+        )
+            .into_response());
+    }
+    let bytes = serde_json::to_vec(&body).map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, content_type)],
+        bytes,
+    )
+        .into_response())
+}
+
+pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
+    let kv = ctx
+        .api
+        .store
+        .get(&ctx.key(ctx.name()))
+        .ok_or_else(|| ctx.not_found(ctx.name()))?;
+    let obj = objects::decode(&ctx.resource, &kv)?;
+    respond_object(ctx, StatusCode::OK, &obj, &[])
+}
+
+/// A namespaced write needs its namespace to exist and not be terminating.
+async fn check_namespace(ctx: &Ctx, creating: bool) -> ApiResult<()> {
+    let Some(ns) = ctx.namespace.as_deref().filter(|_| ctx.resource.namespaced) else {
+        return Ok(());
+    };
+    let key = format!("/core/namespaces/{ns}");
+    let kv = ctx
+        .api
+        .store
+        .get(&key)
+        .ok_or_else(|| ApiError::not_found("", "namespaces", ns))?;
+    if creating {
+        let obj: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
+        if objects::is_deleting(&obj) {
+            let mut e = ApiError::forbidden(format!(
+                "{} \"{}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                ctx.resource.plural,
+                meta_str(&obj, "name")
+            ));
+            e.details = Some(crate::error::Details {
+                name: ns.to_string(),
+                group: String::new(),
+                kind: "namespaces".into(),
+                causes: vec![Cause {
+                    reason: "NamespaceTerminating",
+                    field: "metadata.namespace".into(),
+                    message: format!("namespace {ns} is being terminated"),
+                }],
+            });
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Checks the body's namespace against the URL and sets it.
+fn bind_namespace(ctx: &Ctx, obj: &mut Value) -> ApiResult<()> {
+    let r = &ctx.resource;
+    let m = objects::meta_mut(obj);
+    let body_ns = m
+        .get("namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if r.namespaced {
+        let url_ns = ctx.namespace.as_deref().unwrap_or("");
+        if url_ns.is_empty() {
+            return Err(ApiError::bad_request(
+                "the namespace of the object must be given in the request path",
+            ));
+        }
+        if !body_ns.is_empty() && body_ns != url_ns {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        m.insert("namespace".into(), json!(url_ns));
+    } else {
+        m.remove("namespace");
+    }
+    Ok(())
+}
+
+fn check_name_matches(ctx: &Ctx, obj: &Value) -> ApiResult<()> {
+    let body = meta_str(obj, "name");
+    let url = ctx.name();
+    if !body.is_empty() && body != url {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body}) does not match the name on the URL ({url})"
+        )));
+    }
+    Ok(())
+}
+
+fn validate(ctx: &Ctx, obj: &mut Value, validation: FieldValidation) -> ApiResult<Vec<String>> {
+    let r = &ctx.resource;
+    let causes = objects::validate_meta(r, obj);
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(
+            &r.group,
+            &r.kind,
+            meta_str(obj, "name"),
+            causes,
+        ));
+    }
+    let warnings = objects::apply_schema(r, obj, validation)?;
+    crate::crd::validate(r, obj)?;
+    Ok(warnings)
+}
+
+pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
+    let r = ctx.resource.clone();
+    if ctx.subresource.is_some() {
+        return Err(ApiError::method_not_allowed(
+            "create is not supported on subresources",
+        ));
+    }
+    let mut obj = request::parse_body(&ctx.headers, body)?;
+    objects::check_type(&r, &mut obj)?;
+    let validation = FieldValidation::parse(ctx.query.get("fieldValidation"))?;
+    bind_namespace(ctx, &mut obj)?;
+    {
+        let m = objects::meta_mut(&mut obj);
+        let name = m.get("name").and_then(Value::as_str).unwrap_or("");
+        let generate = m
+            .get("generateName")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if name.is_empty() && !generate.is_empty() {
+            m.insert("name".into(), json!(meta::generate_name(&generate)));
+        }
+    }
+    let warnings = validate(ctx, &mut obj, validation)?;
+    check_namespace(ctx, true).await?;
+    objects::prepare_create(&r, &mut obj);
+    crate::crd::refresh_status(&r, &mut obj);
+    let name = meta_str(&obj, "name").to_string();
+    if ctx.dry_run()? {
+        return respond_object(ctx, StatusCode::CREATED, &obj, &warnings);
+    }
+    let key = ctx.key(&name);
+    let kv = match ctx.api.store.create(&key, objects::encode(&obj)?).await {
+        Ok(kv) => kv,
+        Err(StoreError::AlreadyExists(_)) => {
+            return Err(ApiError::already_exists(&r.group, &r.plural, &name));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let stored = objects::decode(&r, &kv)?;
+    crate::crd::after_write(&ctx.api, &r, &stored).await;
+    respond_object(ctx, StatusCode::CREATED, &stored, &warnings)
+}
+
+/// An update computed from the current object, with its warnings.
+type Next = (Value, Vec<String>);
+
+/// Reads, transforms and writes one object with compare-and-swap, retrying
+/// on races unless the caller pinned a resourceVersion.
+async fn guaranteed_update<F>(ctx: &Ctx, mut transform: F) -> ApiResult<Response>
+where
+    F: FnMut(&Value) -> ApiResult<Next>,
+{
+    let r = ctx.resource.clone();
+    let name = ctx.name().to_string();
+    let key = ctx.key(&name);
+    let store = &ctx.api.store;
+    for _ in 0..32 {
+        let current = store.get(&key).ok_or_else(|| ctx.not_found(&name))?;
+        let old = objects::decode(&r, &current)?;
+        let (mut obj, warnings) = transform(&old)?;
+        let pinned = meta_str(&obj, "resourceVersion").to_string();
+        if !pinned.is_empty() && pinned != current.mod_revision.to_string() {
+            return Err(ApiError::conflict(&r.group, &r.plural, &name));
+        }
+        if objects::adds_finalizer_while_deleting(&obj, &old) {
+            return Err(ApiError::invalid(
+                &r.group,
+                &r.kind,
+                &name,
+                vec![Cause {
+                    reason: "FieldValueForbidden",
+                    field: "metadata.finalizers".into(),
+                    message:
+                        "Forbidden: no new finalizers can be added if the object is being deleted"
+                            .into(),
+                }],
+            ));
+        }
+        let status_only = ctx.subresource.as_deref() == Some("status");
+        objects::prepare_update(&r, &mut obj, &old, status_only);
+        crate::crd::refresh_status(&r, &mut obj);
+        if ctx.dry_run()? {
+            return respond_object(ctx, StatusCode::OK, &obj, &warnings);
+        }
+        // Removing the last finalizer of an object being deleted completes the deletion.
+        if objects::is_deleting(&obj) && !objects::has_finalizers(&obj) {
+            return match store
+                .delete(
+                    &key,
+                    DeletePrecondition {
+                        mod_revision: Some(current.mod_revision),
+                    },
+                )
+                .await
+            {
+                Ok(kv) => {
+                    let mut gone = obj.clone();
+                    objects::meta_mut(&mut gone)
+                        .insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
+                    crate::crd::after_delete(&ctx.api, &r, &gone).await;
+                    respond_object(ctx, StatusCode::OK, &gone, &warnings)
+                }
+                Err(StoreError::Conflict { .. }) if pinned.is_empty() => continue,
+                Err(StoreError::Conflict { .. }) => {
+                    Err(ApiError::conflict(&r.group, &r.plural, &name))
+                }
+                Err(StoreError::NotFound(_)) => Err(ctx.not_found(&name)),
+                Err(e) => Err(e.into()),
+            };
+        }
+        let unchanged = {
+            let mut a = obj.clone();
+            let mut b = old.clone();
+            objects::meta_mut(&mut a).remove("resourceVersion");
+            objects::meta_mut(&mut b).remove("resourceVersion");
+            a == b
+        };
+        if unchanged {
+            // A no-op write does not create a revision, as upstream.
+            return respond_object(ctx, StatusCode::OK, &old, &warnings);
+        }
+        match store
+            .update(&key, objects::encode(&obj)?, current.mod_revision)
+            .await
+        {
+            Ok(kv) => {
+                let stored = objects::decode(&r, &kv)?;
+                crate::crd::after_write(&ctx.api, &r, &stored).await;
+                return respond_object(ctx, StatusCode::OK, &stored, &warnings);
+            }
+            Err(StoreError::Conflict { .. }) if pinned.is_empty() => continue,
+            Err(StoreError::Conflict { .. }) => {
+                return Err(ApiError::conflict(&r.group, &r.plural, &name));
+            }
+            Err(StoreError::NotFound(_)) => return Err(ctx.not_found(&name)),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::conflict(&r.group, &r.plural, &name))
+}
+
+pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
+    let r = ctx.resource.clone();
+    let mut obj = request::parse_body(&ctx.headers, body)?;
+    objects::check_type(&r, &mut obj)?;
+    check_name_matches(ctx, &obj)?;
+    bind_namespace(ctx, &mut obj)?;
+    objects::meta_mut(&mut obj).insert("name".into(), json!(ctx.name()));
+    let validation = FieldValidation::parse(ctx.query.get("fieldValidation"))?;
+    let warnings = validate(ctx, &mut obj, validation)?;
+    check_namespace(ctx, false).await?;
+    guaranteed_update(ctx, |_old| Ok((obj.clone(), warnings.clone()))).await
+}
+
+pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
+    let r = ctx.resource.clone();
+    let content_type = request::content_type(&ctx.headers).unwrap_or_default();
+    let validation = FieldValidation::parse(ctx.query.get("fieldValidation"))?;
+    enum Kind {
+        Json,
+        Merge,
+        Strategic,
+    }
+    let kind = match content_type.as_str() {
+        "application/json-patch+json" => Kind::Json,
+        "application/merge-patch+json" => Kind::Merge,
+        "application/strategic-merge-patch+json" if !r.custom => Kind::Strategic,
+        other => {
+            let mut accepted = vec![
+                "application/json-patch+json",
+                "application/merge-patch+json",
+            ];
+            if !r.custom {
+                accepted.push("application/strategic-merge-patch+json");
+            }
+            return Err(ApiError::unsupported_media_type(other, &accepted));
+        }
+    };
+    let patch_doc = request::parse_json(body)?;
+    check_namespace(ctx, false).await?;
+    let name = ctx.name().to_string();
+    guaranteed_update(ctx, |old| {
+        let mut obj = old.clone();
+        // The patch, not the stored state, decides whether a resourceVersion precondition applies.
+        objects::meta_mut(&mut obj).remove("resourceVersion");
+        let result = match kind {
+            Kind::Json => patch::apply_json_patch(&mut obj, &patch_doc),
+            Kind::Merge => patch::apply_merge_patch(&mut obj, &patch_doc),
+            Kind::Strategic => crate::strategic::apply(&mut obj, &patch_doc),
+        };
+        if let Err(e) = result {
+            return Err(match kind {
+                Kind::Json => ApiError::invalid(
+                    &r.group,
+                    &r.kind,
+                    &name,
+                    vec![Cause {
+                        reason: "FieldValueInvalid",
+                        field: String::new(),
+                        message: format!(
+                            "the server rejected our request due to an error in our request: {e}"
+                        ),
+                    }],
+                ),
+                _ => ApiError::bad_request(e),
+            });
+        }
+        objects::check_type(&r, &mut obj)?;
+        if meta_str(&obj, "name") != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                meta_str(&obj, "name")
+            )));
+        }
+        bind_namespace(ctx, &mut obj)?;
+        let warnings = validate(ctx, &mut obj, validation)?;
+        Ok((obj, warnings))
+    })
+    .await
+}
+
+#[derive(Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DeleteOptions {
+    propagation_policy: Option<String>,
+    grace_period_seconds: Option<i64>,
+    preconditions: Option<Preconditions>,
+    #[serde(default)]
+    dry_run: Vec<String>,
+}
+
+#[derive(Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Preconditions {
+    uid: Option<String>,
+    resource_version: Option<String>,
+}
+
+fn delete_options(ctx: &Ctx, body: &[u8]) -> ApiResult<DeleteOptions> {
+    let mut opts: DeleteOptions = if body.iter().all(u8::is_ascii_whitespace) {
+        DeleteOptions::default()
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+    };
+    if let Some(p) = ctx.query.get("propagationPolicy") {
+        opts.propagation_policy = Some(p.to_string());
+    }
+    if let Some(g) = ctx.query.int("gracePeriodSeconds")? {
+        opts.grace_period_seconds = Some(g);
+    }
+    if ctx.query.get("dryRun").is_some() {
+        opts.dry_run = vec![ctx.query.get("dryRun").unwrap_or_default().to_string()];
+    }
+    if let Some(p) = &opts.propagation_policy
+        && !matches!(p.as_str(), "Orphan" | "Background" | "Foreground")
+    {
+        return Err(ApiError::invalid(
+            "",
+            "DeleteOptions",
+            "",
+            vec![Cause {
+                reason: "FieldValueNotSupported",
+                field: "propagationPolicy".into(),
+                message: format!(
+                    "Unsupported value: \"{p}\": supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
+                ),
+            }],
+        ));
+    }
+    Ok(opts)
+}
+
+/// Deletes one object; returns what to send back.
+pub(crate) async fn delete_one(
+    ctx: &Ctx,
+    name: &str,
+    opts: &DeleteOptions,
+) -> ApiResult<(Value, bool)> {
+    let r = ctx.resource.clone();
+    let key = ctx.key(name);
+    let store = &ctx.api.store;
+    let dry_run = opts.dry_run.iter().any(|d| d == "All");
+    let _ = opts.grace_period_seconds;
+    for _ in 0..32 {
+        let current = store.get(&key).ok_or_else(|| ctx.not_found(name))?;
+        let mut obj = objects::decode(&r, &current)?;
+        if let Some(p) = &opts.preconditions {
+            if let Some(uid) = &p.uid
+                && uid != meta_str(&obj, "uid")
+            {
+                return Err(ApiError::conflict(&r.group, &r.plural, name));
+            }
+            if let Some(rv) = &p.resource_version
+                && *rv != current.mod_revision.to_string()
+            {
+                return Err(ApiError::conflict(&r.group, &r.plural, name));
+            }
+        }
+        let namespace = r.group.is_empty() && r.plural == "namespaces";
+        if objects::has_finalizers(&obj) || namespace {
+            // Graceful: mark for deletion; finalizers (or the namespace
+            // controller) remove the object later.
+            if objects::is_deleting(&obj) {
+                return Ok((obj, false));
+            }
+            let m = objects::meta_mut(&mut obj);
+            m.insert("deletionTimestamp".into(), json!(meta::now()));
+            m.insert("deletionGracePeriodSeconds".into(), json!(0));
+            if let Some(g) = m.get("generation").and_then(Value::as_i64) {
+                m.insert("generation".into(), json!(g + 1));
+            }
+            if namespace {
+                obj["status"]["phase"] = json!("Terminating");
+            }
+            if dry_run {
+                return Ok((obj, false));
+            }
+            match store
+                .update(&key, objects::encode(&obj)?, current.mod_revision)
+                .await
+            {
+                Ok(kv) => {
+                    let stored = objects::decode(&r, &kv)?;
+                    if namespace {
+                        crate::namespace::spawn_finalizer(ctx.api.clone(), name.to_string());
+                    }
+                    return Ok((stored, false));
+                }
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(StoreError::NotFound(_)) => return Err(ctx.not_found(name)),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if dry_run {
+            return Ok((obj, true));
+        }
+        match store
+            .delete(
+                &key,
+                DeletePrecondition {
+                    mod_revision: Some(current.mod_revision),
+                },
+            )
+            .await
+        {
+            Ok(kv) => {
+                objects::meta_mut(&mut obj)
+                    .insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
+                crate::crd::after_delete(&ctx.api, &r, &obj).await;
+                return Ok((obj, true));
+            }
+            Err(StoreError::Conflict { .. }) => continue,
+            Err(StoreError::NotFound(_)) => return Err(ctx.not_found(name)),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::conflict(&r.group, &r.plural, name))
+}
+
+pub async fn delete(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
+    if ctx.subresource.is_some() {
+        return Err(ApiError::method_not_allowed(
+            "delete is not supported on subresources",
+        ));
+    }
+    let opts = delete_options(ctx, body)?;
+    let name = ctx.name().to_string();
+    let (obj, gone) = delete_one(ctx, &name, &opts).await?;
+    let r = &ctx.resource;
+    if gone && !r.custom {
+        // Built-ins answer an immediate deletion with a Success Status.
+        let status = json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": {"name": name, "group": r.group, "kind": r.plural, "uid": meta_str(&obj, "uid")},
+        });
+        let bytes = serde_json::to_vec(&status).map_err(|e| ApiError::internal(e.to_string()))?;
+        return Ok((
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            bytes,
+        )
+            .into_response());
+    }
+    respond_object(ctx, StatusCode::OK, &obj, &[])
+}
+
+pub async fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
+    let r = ctx.resource.clone();
+    let opts = delete_options(ctx, body)?;
+    let filter = Filter::from_query(&r, &ctx.query)?;
+    let page = ctx.api.store.list(
+        &r.collection_prefix(ctx.namespace.as_deref()),
+        &ListOptions::default(),
+    )?;
+    let mut deleted = Vec::new();
+    for kv in &page.items {
+        let obj = objects::decode(&r, kv)?;
+        if !filter.matches(&obj) {
+            continue;
+        }
+        let ns = meta_str(&obj, "namespace").to_string();
+        let one = Ctx {
+            api: ctx.api.clone(),
+            resource: r.clone(),
+            namespace: (!ns.is_empty()).then_some(ns),
+            name: None,
+            subresource: None,
+            query: ctx.query.clone(),
+            headers: ctx.headers.clone(),
+        };
+        match delete_one(&one, meta_str(&obj, "name"), &opts).await {
+            Ok((o, _)) => deleted.push(o),
+            Err(e) if e.code == StatusCode::NOT_FOUND => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let list_meta = json!({"resourceVersion": ctx.api.store.current_revision().to_string()});
+    respond_list(ctx, deleted, list_meta)
+}
+
+/// Creates a namespace if it does not exist (start-up).
+pub async fn ensure_namespace(api: &Arc<ApiServer>, name: &str) -> ApiResult<()> {
+    let key = format!("/core/namespaces/{name}");
+    if api.store.get(&key).is_some() {
+        return Ok(());
+    }
+    let Some(r) = api.registry.get("", "v1", "namespaces") else {
+        return Err(ApiError::internal("namespaces are not registered"));
+    };
+    let mut obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name,
+                          "labels": {"kubernetes.io/metadata.name": name}}});
+    objects::prepare_create(&r, &mut obj);
+    match api.store.create(&key, objects::encode(&obj)?).await {
+        Ok(_) | Err(StoreError::AlreadyExists(_)) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,97 @@
+//! Namespace deletion: a terminating namespace refuses new content, its
+//! content is deleted (finalizers honoured), then the namespace goes.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla_store::{DeletePrecondition, ListOptions};
+use http::HeaderMap;
+use tracing::{info, warn};
+
+use crate::handlers::{self, Ctx, DeleteOptions};
+use crate::objects;
+use crate::request::Query;
+use crate::server::ApiServer;
+
+/// Removes everything in `namespace`; true once it is empty.
+async fn remove_content(api: &Arc<ApiServer>, namespace: &str) -> bool {
+    let mut empty = true;
+    let mut seen = BTreeSet::new();
+    for r in api.registry.all() {
+        // Versions of one resource share storage; visit it once.
+        if !r.namespaced || !seen.insert(r.prefix()) {
+            continue;
+        }
+        let prefix = r.collection_prefix(Some(namespace));
+        let Ok(list) = api.store.list(&prefix, &ListOptions::default()) else {
+            empty = false;
+            continue;
+        };
+        for kv in list.items {
+            empty = false;
+            let Ok(obj) = objects::decode(&r, &kv) else {
+                continue;
+            };
+            if objects::is_deleting(&obj) {
+                continue;
+            }
+            let ctx = Ctx {
+                api: api.clone(),
+                resource: r.clone(),
+                namespace: Some(namespace.to_string()),
+                name: None,
+                subresource: None,
+                query: Query::default(),
+                headers: HeaderMap::new(),
+            };
+            if let Err(error) = handlers::delete_one(
+                &ctx,
+                objects::meta_str(&obj, "name"),
+                &DeleteOptions::default(),
+            )
+            .await
+            {
+                warn!(error = %error.message, namespace, "could not delete namespace content");
+            }
+        }
+    }
+    empty
+}
+
+/// Finalizes a terminating namespace in the background.
+pub fn spawn_finalizer(api: Arc<ApiServer>, namespace: String) {
+    tokio::spawn(async move {
+        let key = format!("/core/namespaces/{namespace}");
+        loop {
+            if api.store.get(&key).is_none() {
+                return;
+            }
+            if remove_content(&api, &namespace).await {
+                match api.store.delete(&key, DeletePrecondition::default()).await {
+                    Ok(_) => info!(namespace, "namespace deleted"),
+                    Err(error) => warn!(%error, namespace, "could not remove namespace"),
+                }
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+}
+
+/// Resumes finalization of namespaces that were terminating at shutdown.
+pub fn resume_terminating(api: &Arc<ApiServer>) {
+    let Some(r) = api.registry.get("", "v1", "namespaces") else {
+        return;
+    };
+    let Ok(list) = api.store.list(&r.prefix(), &ListOptions::default()) else {
+        return;
+    };
+    for kv in list.items {
+        if let Ok(obj) = objects::decode(&r, &kv)
+            && objects::is_deleting(&obj)
+        {
+            spawn_finalizer(api.clone(), objects::meta_str(&obj, "name").to_string());
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! Objects as stored and as served: encoding, resourceVersion injection, and
+//! the admission steps every write goes through (metadata rules, schema
+//! pruning and validation, generation, server-owned fields).
+
+use bytes::Bytes;
+use flotilla_store::KeyValue;
+use serde_json::{Map, Value, json};
+
+use crate::error::{ApiError, ApiResult, Cause};
+use crate::meta;
+use crate::openapi;
+use crate::resources::{ResourceInfo, Schema};
+use crate::schema::Walker;
+
+/// Decodes a stored object and stamps the revision as its resourceVersion.
+pub fn decode(r: &ResourceInfo, kv: &KeyValue) -> ApiResult<Value> {
+    let mut v: Value = serde_json::from_slice(&kv.value)
+        .map_err(|e| ApiError::internal(format!("stored object {} is corrupt: {e}", kv.key)))?;
+    if let Some(o) = v.as_object_mut() {
+        o.insert("apiVersion".into(), json!(r.api_version()));
+        o.insert("kind".into(), json!(r.kind));
+    }
+    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
+    }
+    Ok(v)
+}
+
+/// Encodes an object for storage; the resourceVersion is the store's revision, not data.
+pub fn encode(obj: &Value) -> ApiResult<Bytes> {
+    let mut obj = obj.clone();
+    if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+    }
+    serde_json::to_vec(&obj)
+        .map(Bytes::from)
+        .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+pub fn meta(obj: &Value) -> Option<&Map<String, Value>> {
+    obj.get("metadata").and_then(Value::as_object)
+}
+
+pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.get("metadata").is_some_and(Value::is_object) {
+        obj["metadata"] = json!({});
+    }
+    match obj.get_mut("metadata") {
+        Some(Value::Object(m)) => m,
+        _ => unreachable!("metadata was just made an object"),
+    }
+}
+
+pub fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
+    meta(obj)
+        .and_then(|m| m.get(field))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// `fieldValidation`: what to do with unknown fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldValidation {
+    Ignore,
+    Warn,
+    Strict,
+}
+
+impl FieldValidation {
+    pub fn parse(v: Option<&str>) -> ApiResult<Self> {
+        match v {
+            None | Some("Warn") => Ok(FieldValidation::Warn),
+            Some("Ignore") => Ok(FieldValidation::Ignore),
+            Some("Strict") => Ok(FieldValidation::Strict),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "fieldValidation must be one of Ignore, Warn, Strict; got {other:?}"
+            ))),
+        }
+    }
+}
+
+/// Checks apiVersion and kind of a body against the URL's resource, filling them in when absent.
+pub fn check_type(r: &ResourceInfo, obj: &mut Value) -> ApiResult<()> {
+    let Some(o) = obj.as_object_mut() else {
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ));
+    };
+    let api_version = r.api_version();
+    match o.get("apiVersion").and_then(Value::as_str) {
+        None | Some("") => {
+            o.insert("apiVersion".into(), json!(api_version));
+        }
+        Some(v) if v == api_version => {}
+        Some(v) => {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({v}) does not match the expected API version ({api_version})"
+            )));
+        }
+    }
+    match o.get("kind").and_then(Value::as_str) {
+        None | Some("") => {
+            o.insert("kind".into(), json!(r.kind));
+        }
+        Some(k) if k == r.kind => {}
+        Some(k) => {
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({k}) does not match the expected kind ({}) for {}",
+                r.kind, r.plural
+            )));
+        }
+    }
+    if o.get("metadata")
+        .is_some_and(|m| !m.is_object() && !m.is_null())
+    {
+        return Err(ApiError::bad_request("metadata must be an object"));
+    }
+    Ok(())
+}
+
+/// Validates the object's name and metadata, returning 422 causes.
+pub fn validate_meta(r: &ResourceInfo, obj: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let name = meta_str(obj, "name");
+    if name.is_empty() {
+        causes.push(Cause {
+            reason: "FieldValueRequired",
+            field: "metadata.name".into(),
+            message: "Required value: name or generateName is required".into(),
+        });
+    } else {
+        let errs = if r.group.is_empty() && r.plural == "namespaces" {
+            meta::validate_dns1123_label(name)
+        } else {
+            meta::validate_dns1123_subdomain(name)
+        };
+        for e in errs {
+            causes.push(Cause {
+                reason: "FieldValueInvalid",
+                field: "metadata.name".into(),
+                message: format!("Invalid value: \"{name}\": {e}"),
+            });
+        }
+    }
+    if let Some(m) = meta(obj) {
+        causes.extend(meta::validate_object_meta(m));
+    }
+    causes
+}
+
+/// Prunes unknown fields per `fieldValidation` and validates against the
+/// schema. Returns the warnings to send back.
+pub fn apply_schema(
+    r: &ResourceInfo,
+    obj: &mut Value,
+    validation: FieldValidation,
+) -> ApiResult<Vec<String>> {
+    let name = meta_str(obj, "name").to_string();
+    let outcome = match &r.schema {
+        Schema::Builtin { component, decode } => {
+            let mut walker = Walker::new(&openapi::resolve_builtin, false);
+            if let Some(schema) = openapi::builtin_components().get(*component) {
+                walker.walk_root(obj, schema);
+            }
+            if let Err(e) = decode(obj) {
+                return Err(ApiError::bad_request(format!(
+                    "{} in body is invalid: {e}",
+                    r.kind
+                )));
+            }
+            walker.outcome
+        }
+        Schema::Structural(schema) => {
+            let resolve =
+                |reference: &str| -> Option<&Value> { openapi::resolve_builtin(reference) };
+            let mut walker = Walker::new(&resolve, true);
+            walker.walk_root(obj, schema);
+            walker.outcome
+        }
+    };
+    if !outcome.causes.is_empty() {
+        return Err(ApiError::invalid(&r.group, &r.kind, &name, outcome.causes));
+    }
+    let unknown: Vec<String> = outcome
+        .unknown
+        .iter()
+        .map(|f| format!("unknown field \"{f}\""))
+        .collect();
+    match validation {
+        FieldValidation::Strict if !unknown.is_empty() => Err(ApiError::bad_request(format!(
+            "strict decoding error: {}",
+            unknown.join(", ")
+        ))),
+        FieldValidation::Warn => Ok(unknown),
+        _ => Ok(vec![]),
+    }
+}
+
+/// Everything but metadata and status: what a generation counts.
+fn spec_part(obj: &Value) -> Value {
+    let mut v = obj.clone();
+    if let Some(o) = v.as_object_mut() {
+        o.remove("metadata");
+        o.remove("status");
+        o.remove("apiVersion");
+        o.remove("kind");
+    }
+    v
+}
+
+/// Server-set fields on create.
+pub fn prepare_create(r: &ResourceInfo, obj: &mut Value) {
+    if r.status_subresource && !(r.group.is_empty() && r.plural == "namespaces") && !r.custom {
+        // Built-ins reset status on create; controllers report it through /status.
+        if let Some(o) = obj.as_object_mut() {
+            o.remove("status");
+        }
+    }
+    if r.custom
+        && r.status_subresource
+        && let Some(o) = obj.as_object_mut()
+    {
+        o.remove("status");
+    }
+    let m = meta_mut(obj);
+    m.insert("uid".into(), json!(meta::new_uid()));
+    m.insert("creationTimestamp".into(), json!(meta::now()));
+    for f in [
+        "resourceVersion",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "selfLink",
+        "generation",
+    ] {
+        m.remove(f);
+    }
+    if m.get("finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(Vec::is_empty)
+    {
+        m.remove("finalizers");
+    }
+    if r.uses_generation {
+        m.insert("generation".into(), json!(1));
+    }
+    if r.group.is_empty() && r.plural == "namespaces" {
+        let name = m.get("name").cloned().unwrap_or(Value::Null);
+        if !m.get("labels").is_some_and(Value::is_object) {
+            m.insert("labels".into(), json!({}));
+        }
+        if let Some(labels) = m.get_mut("labels").and_then(Value::as_object_mut) {
+            labels.insert("kubernetes.io/metadata.name".into(), name);
+        }
+        obj["spec"] = json!({"finalizers": ["kubernetes"]});
+        obj["status"] = json!({"phase": "Active"});
+    }
+}
+
+/// Carries server-owned fields from `old` into an update and bumps the
+/// generation on spec changes. `status_only` is a write through `/status`.
+pub fn prepare_update(r: &ResourceInfo, obj: &mut Value, old: &Value, status_only: bool) {
+    if status_only {
+        let status = obj.get("status").cloned();
+        let mut merged = old.clone();
+        match status {
+            Some(s) => merged["status"] = s,
+            None => {
+                if let Some(o) = merged.as_object_mut() {
+                    o.remove("status");
+                }
+            }
+        }
+        *obj = merged;
+    } else if r.status_subresource {
+        match old.get("status") {
+            Some(s) => obj["status"] = s.clone(),
+            None => {
+                if let Some(o) = obj.as_object_mut() {
+                    o.remove("status");
+                }
+            }
+        }
+    }
+    let old_meta = meta(old).cloned().unwrap_or_default();
+    let m = meta_mut(obj);
+    for f in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+    ] {
+        match old_meta.get(f) {
+            Some(v) => {
+                m.insert(f.into(), v.clone());
+            }
+            None => {
+                m.remove(f);
+            }
+        }
+    }
+    m.remove("selfLink");
+    if m.get("finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(Vec::is_empty)
+    {
+        m.remove("finalizers");
+    }
+    if r.uses_generation && spec_part(obj) != spec_part(old) {
+        let g = old_meta
+            .get("generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        meta_mut(obj).insert("generation".into(), json!(g + 1));
+    }
+}
+
+/// Whether an update adds a finalizer to an object already being deleted.
+pub fn adds_finalizer_while_deleting(obj: &Value, old: &Value) -> bool {
+    if meta(old).and_then(|m| m.get("deletionTimestamp")).is_none() {
+        return false;
+    }
+    let list = |o: &Value| -> Vec<String> {
+        meta(o)
+            .and_then(|m| m.get("finalizers"))
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let before = list(old);
+    list(obj).iter().any(|f| !before.contains(f))
+}
+
+pub fn has_finalizers(obj: &Value) -> bool {
+    meta(obj)
+        .and_then(|m| m.get("finalizers"))
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty())
+}
+
+pub fn is_deleting(obj: &Value) -> bool {
+    meta(obj).and_then(|m| m.get("deletionTimestamp")).is_some()
+}

@@ -1,0 +1,270 @@
+//! The registry of served resources: built-in kinds plus whatever CRDs add.
+//!
+//! Each entry is one (group, version, resource). Versions of a CRD share one
+//! storage location (`/group/plural/...`); only `apiVersion` differs on read.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use serde_json::Value;
+
+use crate::builtin;
+
+/// Where a resource's printer columns come from.
+#[derive(Clone, Debug)]
+pub enum Printer {
+    /// Columns coded to match upstream's `kubectl get`.
+    Builtin,
+    /// A CRD's additionalPrinterColumns.
+    Custom(Vec<PrinterColumn>),
+}
+
+#[derive(Clone, Debug)]
+pub struct PrinterColumn {
+    pub name: String,
+    pub type_: String,
+    pub format: String,
+    pub description: String,
+    pub priority: i64,
+    pub json_path: String,
+}
+
+/// How objects of a resource are checked and pruned on write.
+#[derive(Clone)]
+pub enum Schema {
+    /// A built-in kind: its OpenAPI component and a typed decode check.
+    Builtin {
+        component: &'static str,
+        decode: fn(&Value) -> Result<(), String>,
+    },
+    /// A CRD version's structural `openAPIV3Schema`.
+    Structural(Arc<Value>),
+}
+
+#[derive(Clone)]
+pub struct ResourceInfo {
+    pub group: String,
+    pub version: String,
+    pub plural: String,
+    pub singular: String,
+    pub kind: String,
+    pub list_kind: String,
+    pub namespaced: bool,
+    pub short_names: Vec<String>,
+    pub categories: Vec<String>,
+    pub status_subresource: bool,
+    /// Whether metadata.generation tracks spec changes.
+    pub uses_generation: bool,
+    /// Custom resources: served from a CRD (merge patches only, delete returns the object).
+    pub custom: bool,
+    pub printer: Printer,
+    pub schema: Schema,
+    /// Extra fields a fieldSelector may use (a CRD's selectableFields).
+    pub selectable_fields: Vec<String>,
+}
+
+impl ResourceInfo {
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The storage prefix of every object of this resource.
+    pub fn prefix(&self) -> String {
+        let group = if self.group.is_empty() {
+            "core"
+        } else {
+            &self.group
+        };
+        format!("/{group}/{}/", self.plural)
+    }
+
+    /// Prefix for one namespace, or all objects when `namespace` is `None`.
+    pub fn collection_prefix(&self, namespace: Option<&str>) -> String {
+        match namespace {
+            Some(ns) if self.namespaced => format!("{}{ns}/", self.prefix()),
+            _ => self.prefix(),
+        }
+    }
+
+    pub fn key(&self, namespace: Option<&str>, name: &str) -> String {
+        format!("{}{name}", self.collection_prefix(namespace))
+    }
+
+    pub fn verbs(&self) -> Vec<&'static str> {
+        vec![
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch",
+        ]
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    /// (group, version, plural) → resource.
+    resources: BTreeMap<(String, String, String), Arc<ResourceInfo>>,
+    /// Bumped on every change, so caches of derived documents know to rebuild.
+    generation: u64,
+}
+
+/// The set of served resources; CRDs change it at run time.
+pub struct Registry {
+    inner: RwLock<Inner>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        let mut inner = Inner::default();
+        for r in builtin::resources() {
+            inner.resources.insert(
+                (r.group.clone(), r.version.clone(), r.plural.clone()),
+                Arc::new(r),
+            );
+        }
+        Registry {
+            inner: RwLock::new(inner),
+        }
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.inner.read().generation
+    }
+
+    pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceInfo>> {
+        self.inner
+            .read()
+            .resources
+            .get(&(group.to_string(), version.to_string(), plural.to_string()))
+            .cloned()
+    }
+
+    pub fn all(&self) -> Vec<Arc<ResourceInfo>> {
+        self.inner.read().resources.values().cloned().collect()
+    }
+
+    /// Whether (group, version) is served at all.
+    pub fn has_group_version(&self, group: &str, version: &str) -> bool {
+        self.inner
+            .read()
+            .resources
+            .keys()
+            .any(|(g, v, _)| g == group && v == version)
+    }
+
+    /// Groups in discovery order: built-ins first in upstream order, then
+    /// CRD groups alphabetically; versions sorted by Kubernetes priority.
+    pub fn groups(&self) -> Vec<(String, Vec<String>)> {
+        let inner = self.inner.read();
+        let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+        for (g, v, _) in inner.resources.keys() {
+            match groups.iter_mut().find(|(name, _)| name == g) {
+                Some((_, versions)) => {
+                    if !versions.contains(v) {
+                        versions.push(v.clone());
+                    }
+                }
+                None => groups.push((g.clone(), vec![v.clone()])),
+            }
+        }
+        for (_, versions) in groups.iter_mut() {
+            versions.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+        }
+        groups.sort_by_key(|(g, _)| {
+            let order = builtin::GROUP_ORDER
+                .iter()
+                .position(|b| b == g)
+                .unwrap_or(usize::MAX);
+            (order, g.clone())
+        });
+        groups
+    }
+
+    pub fn resources_in(&self, group: &str, version: &str) -> Vec<Arc<ResourceInfo>> {
+        self.inner
+            .read()
+            .resources
+            .iter()
+            .filter(|((g, v, _), _)| g == group && v == version)
+            .map(|(_, r)| r.clone())
+            .collect()
+    }
+
+    /// Replaces every version served for `(group, plural)` with `versions`.
+    pub fn set_custom(&self, group: &str, plural: &str, versions: Vec<ResourceInfo>) {
+        let mut inner = self.inner.write();
+        inner
+            .resources
+            .retain(|(g, _, p), r| !(g == group && p == plural && r.custom));
+        for r in versions {
+            inner.resources.insert(
+                (r.group.clone(), r.version.clone(), r.plural.clone()),
+                Arc::new(r),
+            );
+        }
+        inner.generation += 1;
+    }
+
+    pub fn remove_custom(&self, group: &str, plural: &str) {
+        self.set_custom(group, plural, Vec::new());
+    }
+
+    /// Whether some served resource already uses this plural, kind or short
+    /// name in `group` (other than the CRD `except`).
+    pub fn name_clash(&self, group: &str, names: &[&str], except_plural: &str) -> Option<String> {
+        let inner = self.inner.read();
+        for r in inner.resources.values() {
+            if r.group != group || r.plural == except_plural {
+                continue;
+            }
+            for n in names {
+                if r.plural == *n || r.singular == *n || r.short_names.iter().any(|s| s == n) {
+                    return Some(n.to_string());
+                }
+            }
+        }
+        None
+    }
+}
+
+/// Kubernetes' version ordering: GA > beta > alpha, higher numbers first,
+/// and anything not of that shape last.
+pub fn version_priority(v: &str) -> (u8, u32, u32) {
+    let Some(rest) = v.strip_prefix('v') else {
+        return (0, 0, 0);
+    };
+    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let Ok(major) = digits.parse::<u32>() else {
+        return (0, 0, 0);
+    };
+    let rest = &rest[digits.len()..];
+    if rest.is_empty() {
+        return (3, major, 0);
+    }
+    let (level, tail) = if let Some(t) = rest.strip_prefix("beta") {
+        (2, t)
+    } else if let Some(t) = rest.strip_prefix("alpha") {
+        (1, t)
+    } else {
+        return (0, 0, 0);
+    };
+    match tail.parse::<u32>() {
+        Ok(minor) => (level, major, minor),
+        Err(_) => (0, 0, 0),
+    }
+}

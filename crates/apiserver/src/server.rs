@@ -1,0 +1,286 @@
+//! The HTTP front: routing of non-resource paths (health, version,
+//! discovery, OpenAPI) and dispatch of resource requests to the handlers.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use flotilla_store::Store;
+use http::{HeaderValue, Method, StatusCode, header};
+use parking_lot::RwLock;
+use serde_json::Value;
+use tracing::{debug, info};
+
+use crate::discovery;
+use crate::error::{ApiError, ApiResult};
+use crate::handlers::{self, Ctx};
+use crate::openapi::OpenApi;
+use crate::request::{self, MAX_BODY_BYTES, Query};
+use crate::resources::Registry;
+use crate::version;
+
+/// Tunables of the API server.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// How often watches with allowWatchBookmarks get a BOOKMARK.
+    pub bookmark_interval: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            bookmark_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Shared state of one API server.
+pub struct ApiServer {
+    pub store: Arc<dyn Store>,
+    pub registry: Registry,
+    pub openapi: OpenApi,
+    pub config: Config,
+    address: RwLock<String>,
+}
+
+impl ApiServer {
+    /// Creates the server over `store`: ensures the system namespaces and
+    /// serves the CRDs already stored.
+    pub async fn new(store: Arc<dyn Store>, config: Config) -> Result<Arc<Self>, ApiError> {
+        let api = Arc::new(ApiServer {
+            store,
+            registry: Registry::new(),
+            openapi: OpenApi::default(),
+            config,
+            address: RwLock::new(String::new()),
+        });
+        crate::crd::restore(&api)?;
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            handlers::ensure_namespace(&api, ns).await?;
+        }
+        crate::namespace::resume_terminating(&api);
+        Ok(api)
+    }
+
+    pub fn router(self: &Arc<Self>) -> axum::Router {
+        axum::Router::new()
+            .fallback(dispatch)
+            .with_state(self.clone())
+    }
+
+    /// Serves on `listener` until `shutdown` resolves.
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let addr: SocketAddr = listener.local_addr()?;
+        *self.address.write() = addr.to_string();
+        info!(%addr, "API server listening");
+        axum::serve(listener, self.router())
+            .with_graceful_shutdown(shutdown)
+            .await
+    }
+}
+
+async fn dispatch(State(api): State<Arc<ApiServer>>, req: Request) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let started = std::time::Instant::now();
+    let response = match route(api, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    };
+    debug!(%method, %path, status = response.status().as_u16(), elapsed_ms = started.elapsed().as_millis() as u64, "request");
+    response
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Response {
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn text(body: &'static str) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body,
+    )
+        .into_response()
+}
+
+async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().trim_end_matches('/').to_string();
+    let query = Query::parse(parts.uri.query());
+    let segments: Vec<String> = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        })
+        .collect();
+    let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let is_get = parts.method == Method::GET || parts.method == Method::HEAD;
+
+    match segs.as_slice() {
+        ["healthz" | "livez" | "readyz", ..] if is_get => return Ok(text("ok")),
+        ["version"] if is_get => return Ok(json_response(StatusCode::OK, &version::info())),
+        ["api"] if is_get => {
+            return Ok(if request::wants_aggregated_discovery(&parts.headers) {
+                aggregated(&discovery::aggregated(&api.registry, true))
+            } else {
+                json_response(
+                    StatusCode::OK,
+                    &discovery::api_versions(&api.address.read()),
+                )
+            });
+        }
+        ["apis"] if is_get => {
+            return Ok(if request::wants_aggregated_discovery(&parts.headers) {
+                aggregated(&discovery::aggregated(&api.registry, false))
+            } else {
+                json_response(StatusCode::OK, &discovery::api_group_list(&api.registry))
+            });
+        }
+        ["api", version] if is_get => {
+            return discovery::resource_list(&api.registry, "", version)
+                .map(|v| json_response(StatusCode::OK, &v))
+                .ok_or_else(ApiError::path_not_found);
+        }
+        ["apis", group] if is_get => {
+            return discovery::group(&api.registry, group)
+                .map(|v| json_response(StatusCode::OK, &v))
+                .ok_or_else(ApiError::path_not_found);
+        }
+        ["apis", group, version] if is_get => {
+            return discovery::resource_list(&api.registry, group, version)
+                .map(|v| json_response(StatusCode::OK, &v))
+                .ok_or_else(ApiError::path_not_found);
+        }
+        ["openapi", "v3"] if is_get => {
+            let index = api.openapi.index(&api.registry);
+            return Ok((
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                (*index).clone(),
+            )
+                .into_response());
+        }
+        ["openapi", "v3", rest @ ..] if is_get => {
+            let doc_path = rest.join("/");
+            let (hash, doc) = api
+                .openapi
+                .document(&api.registry, &doc_path)
+                .ok_or_else(ApiError::path_not_found)?;
+            let cache = if query.get("hash") == Some(hash.as_str()) {
+                "public, immutable, max-age=31536000"
+            } else {
+                "no-cache, private"
+            };
+            let mut resp = (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                (*doc).clone(),
+            )
+                .into_response();
+            resp.headers_mut()
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
+            if let Ok(etag) = HeaderValue::from_str(&format!("\"{hash}\"")) {
+                resp.headers_mut().insert(header::ETAG, etag);
+            }
+            return Ok(resp);
+        }
+        _ => {}
+    }
+
+    let (group, version, rest) = match segs.as_slice() {
+        ["api", version, rest @ ..] => ("", *version, rest),
+        ["apis", group, version, rest @ ..] => (*group, *version, rest),
+        _ => return Err(ApiError::path_not_found()),
+    };
+    if !api.registry.has_group_version(group, version) {
+        return Err(ApiError::path_not_found());
+    }
+    let registry = &api.registry;
+    let rp = request::parse_resource_path(group, version, rest, &|plural| {
+        registry
+            .get(group, version, plural)
+            .is_some_and(|r| r.namespaced)
+    })
+    .ok_or_else(ApiError::path_not_found)?;
+    let resource = api
+        .registry
+        .get(group, version, &rp.plural)
+        .ok_or_else(ApiError::path_not_found)?;
+    if rp.namespace.is_some() && !resource.namespaced {
+        return Err(ApiError::path_not_found());
+    }
+    if let Some(ns) = &rp.namespace
+        && rp.name.is_none()
+        && ns.is_empty()
+    {
+        return Err(ApiError::path_not_found());
+    }
+    match rp.subresource.as_deref() {
+        None => {}
+        Some("status") if resource.status_subresource => {}
+        Some(_) => return Err(ApiError::path_not_found()),
+    }
+
+    let body = if matches!(
+        parts.method,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    ) {
+        let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
+            .await
+            .map_err(|_| ApiError::too_large(MAX_BODY_BYTES))?;
+        bytes.to_vec()
+    } else {
+        drop(body);
+        Vec::new()
+    };
+
+    let ctx = Ctx {
+        api: api.clone(),
+        resource,
+        namespace: rp.namespace,
+        name: rp.name,
+        subresource: rp.subresource,
+        query,
+        headers: parts.headers,
+    };
+    match (&parts.method, ctx.name.is_some()) {
+        (&Method::GET, false) => {
+            if ctx.query.flag("watch") {
+                crate::watch::serve(ctx).await
+            } else {
+                handlers::list(&ctx).await
+            }
+        }
+        (&Method::POST, false) => handlers::create(&ctx, &body).await,
+        (&Method::DELETE, false) => handlers::delete_collection(&ctx, &body).await,
+        (&Method::GET, true) => handlers::get(&ctx).await,
+        (&Method::PUT, true) => handlers::update(&ctx, &body).await,
+        (&Method::PATCH, true) => handlers::patch(&ctx, &body).await,
+        (&Method::DELETE, true) => handlers::delete(&ctx, &body).await,
+        (m, _) => Err(ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource: {m}"
+        ))),
+    }
+}
+
+fn aggregated(value: &Value) -> Response {
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, discovery::AGGREGATED_CONTENT_TYPE)],
+        Body::from(body),
+    )
+        .into_response()
+}

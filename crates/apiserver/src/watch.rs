@@ -1,0 +1,256 @@
+//! Watch: newline-delimited JSON events over a chunked response, with
+//! initial events, bookmarks, selectors and in-stream 410 Expired.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use flotilla_store::{Event, EventKind, ListOptions, Revision, StoreError};
+use http::{StatusCode, header};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tracing::debug;
+
+use crate::error::{ApiError, ApiResult, Cause};
+use crate::handlers::{Ctx, Filter, parse_rv, partial_metadata};
+use crate::objects;
+use crate::request::{self, Output};
+use crate::resources::ResourceInfo;
+use crate::table;
+
+fn invalid(field: &str, message: &str) -> ApiError {
+    ApiError::invalid(
+        "",
+        "ListOptions",
+        "",
+        vec![Cause {
+            reason: "FieldValueForbidden",
+            field: field.into(),
+            message: message.into(),
+        }],
+    )
+}
+
+/// Renders watch events in the negotiated form.
+struct Encoder {
+    output: Output,
+    columns_sent: bool,
+}
+
+impl Encoder {
+    fn object(&mut self, r: &ResourceInfo, obj: &Value) -> Value {
+        match self.output {
+            Output::Table(include) => {
+                let with_columns = !self.columns_sent;
+                self.columns_sent = true;
+                table::table(
+                    r,
+                    std::slice::from_ref(obj),
+                    json!({"resourceVersion": objects::meta_str(obj, "resourceVersion")}),
+                    include,
+                    with_columns,
+                )
+            }
+            Output::PartialMetadata => partial_metadata(obj),
+            Output::Json | Output::Yaml => obj.clone(),
+        }
+    }
+
+    fn line(&mut self, r: &ResourceInfo, kind: &str, obj: &Value) -> Bytes {
+        let object = self.object(r, obj);
+        let mut bytes =
+            serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+        bytes.push(b'\n');
+        Bytes::from(bytes)
+    }
+}
+
+fn bookmark(r: &ResourceInfo, rv: Revision, initial_end: bool) -> Bytes {
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if initial_end {
+        meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    let obj = json!({"kind": r.kind, "apiVersion": r.api_version(), "metadata": meta});
+    let mut bytes =
+        serde_json::to_vec(&json!({"type": "BOOKMARK", "object": obj})).unwrap_or_default();
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}
+
+fn error_line(e: &ApiError) -> Bytes {
+    let mut bytes =
+        serde_json::to_vec(&json!({"type": "ERROR", "object": e.to_status()})).unwrap_or_default();
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}
+
+/// Maps a store event to a watch event under the filter: objects that start
+/// matching are ADDED, objects that stop matching are DELETED.
+fn classify(
+    r: &ResourceInfo,
+    filter: &Filter,
+    event: &Event,
+) -> ApiResult<Option<(&'static str, Value)>> {
+    let obj = objects::decode(r, &event.kv)?;
+    let now = filter.matches(&obj);
+    let before = match &event.prev {
+        Some(prev) if !filter.is_empty() => filter.matches(&objects::decode(r, prev)?),
+        Some(_) => true,
+        None => false,
+    };
+    Ok(match event.kind {
+        EventKind::Delete => before.then_some(("DELETED", obj)),
+        EventKind::Put => match (event.prev.is_some() && before, now) {
+            (true, true) => Some(("MODIFIED", obj)),
+            (false, true) => Some(("ADDED", obj)),
+            (true, false) => Some(("DELETED", obj)),
+            (false, false) => None,
+        },
+    })
+}
+
+pub async fn serve(ctx: Ctx) -> ApiResult<Response> {
+    let r = ctx.resource.clone();
+    let q = &ctx.query;
+    let output = request::negotiate(&ctx.headers, q.get("includeObject"))?;
+    let filter = Filter::from_query(&r, q)?;
+    let send_initial = q.get("sendInitialEvents").map(|v| v == "true" || v == "1");
+    let rv_match = q.get("resourceVersionMatch");
+    let rv = q.get("resourceVersion");
+    match (send_initial, rv_match) {
+        (Some(_), Some("NotOlderThan")) => {}
+        (Some(_), _) => {
+            return Err(invalid(
+                "resourceVersionMatch",
+                "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(invalid(
+                "resourceVersionMatch",
+                "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+            ));
+        }
+        (None, None) => {}
+    }
+    let timeout = q
+        .int("timeoutSeconds")?
+        .filter(|t| *t > 0)
+        .map(|t| Duration::from_secs(t as u64));
+    let bookmarks = q.flag("allowWatchBookmarks");
+    let store = ctx.api.store.clone();
+    let prefix = r.collection_prefix(ctx.namespace.as_deref());
+    let requested: Option<Revision> = match rv {
+        Some(v) => Some(parse_rv(v)?),
+        None => None,
+    };
+
+    let initial = match (send_initial, requested) {
+        (Some(true), _) | (None, None) | (None, Some(0)) => true,
+        _ => false,
+    };
+    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
+    let mut encoder = Encoder {
+        output,
+        columns_sent: false,
+    };
+    let bookmark_interval = ctx.api.config.bookmark_interval;
+
+    // The first lines are computed before responding, so a client that reads
+    // the status line also sees the initial state promptly.
+    let mut first: Vec<Bytes> = Vec::new();
+    let start = if initial {
+        let snapshot = store.list(&prefix, &ListOptions::default())?;
+        for kv in &snapshot.items {
+            let obj = objects::decode(&r, kv)?;
+            if filter.matches(&obj) {
+                first.push(encoder.line(&r, "ADDED", &obj));
+            }
+        }
+        if send_initial == Some(true) {
+            // The end marker is a bookmark, sent even if the client forgot allowWatchBookmarks.
+            first.push(bookmark(&r, snapshot.revision, true));
+        }
+        snapshot.revision
+    } else {
+        requested.unwrap_or(0)
+    };
+
+    let watch = match store.watch(&prefix, start) {
+        Ok(w) => Some(w),
+        Err(StoreError::Compacted { requested, oldest }) => {
+            first.push(error_line(&ApiError::expired(format!(
+                "too old resource version: {requested} ({oldest})"
+            ))));
+            None
+        }
+        Err(e) => return Err(e.into()),
+    };
+
+    tokio::spawn(async move {
+        for line in first {
+            if tx.send(Ok(line)).await.is_err() {
+                return;
+            }
+        }
+        let Some(mut watch) = watch else { return };
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        let mut ticker = tokio::time::interval(bookmark_interval);
+        ticker.tick().await;
+        loop {
+            let sleep_until = deadline.unwrap_or_else(|| {
+                tokio::time::Instant::now() + Duration::from_secs(3600 * 24 * 365)
+            });
+            tokio::select! {
+                _ = tx.closed() => return,
+                _ = tokio::time::sleep_until(sleep_until) => return,
+                _ = ticker.tick(), if bookmarks => {
+                    if tx.send(Ok(bookmark(&r, watch.revision(), false))).await.is_err() {
+                        return;
+                    }
+                }
+                batch = watch.next() => {
+                    let events = match batch {
+                        Ok(events) => events,
+                        Err(StoreError::Compacted { requested, oldest }) => {
+                            let e = ApiError::expired(format!("too old resource version: {requested} ({oldest})"));
+                            let _ = tx.send(Ok(error_line(&e))).await;
+                            return;
+                        }
+                        Err(error) => {
+                            debug!(%error, "watch ended");
+                            return;
+                        }
+                    };
+                    for event in events.iter() {
+                        let line = match classify(&r, &filter, event) {
+                            Ok(Some((kind, obj))) => encoder.line(&r, kind, &obj),
+                            Ok(None) => continue,
+                            Err(e) => error_line(&e),
+                        };
+                        if tx.send(Ok(line)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    });
+
+    let content_type = match output {
+        Output::Table(_) => "application/json;as=Table;v=v1;g=meta.k8s.io",
+        _ => "application/json",
+    };
+    Ok((
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "no-cache, private"),
+        ],
+        Body::from_stream(ReceiverStream::new(rx)),
+    )
+        .into_response())
+}
