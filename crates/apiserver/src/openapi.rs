@@ -161,11 +161,18 @@ fn operation(
         "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": {"$ref": format!("{REF_PREFIX}{component}")}}}}},
     });
     if matches!(action, "put" | "post" | "patch") {
-        let types: &[&str] = if action == "patch" {
+        // kubectl sends strategic merge patches only where the document offers them.
+        let types: &[&str] = if action == "patch" && !r.custom {
             &[
                 "application/json-patch+json",
                 "application/merge-patch+json",
                 "application/strategic-merge-patch+json",
+                "application/apply-patch+yaml",
+            ]
+        } else if action == "patch" {
+            &[
+                "application/json-patch+json",
+                "application/merge-patch+json",
                 "application/apply-patch+yaml",
             ]
         } else {

@@ -1,0 +1,156 @@
+//! Test harness: a real `flotilla apiserver` process on a free port with a
+//! temporary data dir, killed on drop, and clients pointed at it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Server {
+    pub child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub kubeconfig: PathBuf,
+}
+
+impl Server {
+    pub fn start() -> Server {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = Server {
+            child: None,
+            kubeconfig: dir.path().join("kubeconfig"),
+            dir,
+        };
+        s.spawn();
+        s
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// Starts the process (again) on the same data dir and waits for its kubeconfig.
+    pub fn spawn(&mut self) {
+        let _ = std::fs::remove_file(&self.kubeconfig);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("server.log"))
+            .expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+            .args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(self.data_dir())
+            .arg("--write-kubeconfig")
+            .arg(&self.kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn flotilla");
+        self.child = Some(child);
+        wait_for(Duration::from_secs(60), "kubeconfig to appear", || {
+            self.kubeconfig.exists()
+        });
+    }
+
+    /// Sends SIGKILL and reaps the process.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn url(&self) -> String {
+        let text = std::fs::read_to_string(&self.kubeconfig).expect("kubeconfig");
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix("server: "))
+            .expect("server line")
+            .to_string()
+    }
+
+    pub async fn client(&self) -> kube::Client {
+        let config = kube::Config::new(self.url().parse().expect("url"));
+        kube::Client::try_from(config).expect("client")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    /// Runs kubectl against this server with its own discovery cache.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_stdin(args, None)
+    }
+
+    pub fn kubectl_stdin(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let kubectl = which("kubectl")
+            .expect("kubectl not found: install Debian's kubernetes-client (bash .ci/run does it)");
+        let mut cmd = Command::new(kubectl);
+        cmd.env("KUBECONFIG", &self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(self.dir.path().join("kube-cache"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if stdin.is_some() {
+            cmd.stdin(Stdio::piped());
+        }
+        let mut child = cmd.spawn().expect("run kubectl");
+        if let Some(input) = stdin {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(input.as_bytes())
+                .expect("write stdin");
+        }
+        child.wait_with_output().expect("kubectl output")
+    }
+
+    /// kubectl that must succeed; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed:\nstdout: {}\nstderr: {}\nserver log tail: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            tail(&self.log())
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn tail(s: &str) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+pub fn which(bin: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(bin))
+            .find(|p| p.is_file())
+    })
+}
+
+/// Polls `cond` until it holds or the deadline passes.
+pub fn wait_for(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn write(dir: &Path, name: &str, contents: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, contents).expect("write file");
+    p
+}
