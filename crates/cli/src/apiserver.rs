@@ -23,6 +23,10 @@ pub struct Args {
     /// Write a kubeconfig for this server here once it answers [default: <data dir>/kubeconfig]
     #[arg(long)]
     write_kubeconfig: Option<PathBuf>,
+    /// How many recent changes the watch cache keeps for resuming watches;
+    /// older resourceVersions get 410 Expired.
+    #[arg(long, default_value_t = 100_000)]
+    watch_history: usize,
 }
 
 pub fn default_data_dir(component: &str) -> PathBuf {
@@ -84,7 +88,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let kubeconfig_path = args
         .write_kubeconfig
         .unwrap_or_else(|| data_dir.join("kubeconfig"));
-    let store = SqliteStore::open(&data_dir, SqliteOptions::default()).with_context(|| {
+    let store = SqliteStore::open(
+        &data_dir,
+        SqliteOptions {
+            history_capacity: args.watch_history,
+            ..SqliteOptions::default()
+        },
+    )
+    .with_context(|| {
         format!(
             "cannot open the store in {} (is another flotilla using it?)",
             data_dir.display()

@@ -10,15 +10,22 @@ pub struct Server {
     pub child: Option<Child>,
     pub dir: tempfile::TempDir,
     pub kubeconfig: PathBuf,
+    extra: Vec<String>,
 }
 
 impl Server {
     pub fn start() -> Server {
+        Self::start_with(&[])
+    }
+
+    /// Starts with extra `flotilla apiserver` flags.
+    pub fn start_with(extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut s = Server {
             child: None,
             kubeconfig: dir.path().join("kubeconfig"),
             dir,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         s.spawn();
         s
@@ -41,6 +48,7 @@ impl Server {
             .arg(self.data_dir())
             .arg("--write-kubeconfig")
             .arg(&self.kubeconfig)
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
