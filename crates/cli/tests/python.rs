@@ -1,0 +1,23 @@
+//! The official Python client (installed by .ci/run) against flotilla.
+
+mod common;
+
+use std::process::Command;
+
+#[test]
+fn python_client_creates_lists_and_watches() {
+    let s = common::Server::start();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python_client.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(&s.kubeconfig)
+        .output()
+        .expect("python3 runs (install the client with: pip install kubernetes, or run bash .ci/run)");
+    assert!(
+        out.status.success(),
+        "python client failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("python client ok"));
+}
