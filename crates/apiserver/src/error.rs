@@ -20,7 +20,7 @@ pub struct ApiError {
     pub reason: &'static str,
     pub message: String,
     /// `details`: name, group, kind (resource for NotFound/AlreadyExists, Kind for Invalid).
-    pub details: Option<Details>,
+    pub details: Option<Box<Details>>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -44,7 +44,7 @@ impl ApiError {
     }
 
     pub fn with_details(mut self, details: Details) -> Self {
-        self.details = Some(details);
+        self.details = Some(Box::new(details));
         self
     }
 

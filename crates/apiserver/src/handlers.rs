@@ -411,7 +411,7 @@ async fn check_namespace(ctx: &Ctx, creating: bool) -> ApiResult<()> {
                 ctx.resource.plural,
                 meta_str(&obj, "name")
             ));
-            e.details = Some(crate::error::Details {
+            e.details = Some(Box::new(crate::error::Details {
                 name: ns.to_string(),
                 group: String::new(),
                 kind: "namespaces".into(),
@@ -420,7 +420,7 @@ async fn check_namespace(ctx: &Ctx, creating: bool) -> ApiResult<()> {
                     field: "metadata.namespace".into(),
                     message: format!("namespace {ns} is being terminated"),
                 }],
-            });
+            }));
             return Err(e);
         }
     }

@@ -92,7 +92,9 @@ pub fn select(v: &Value, path: &str) -> Vec<Value> {
                             }
                             let matches = match x {
                                 Some(Value::String(s)) => s == rhs,
-                                Some(other) => other.to_string() == *rhs,
+                                Some(other) => {
+                                    serde_json::to_string(other).is_ok_and(|o| o == *rhs)
+                                }
                                 None => false,
                             };
                             if matches {

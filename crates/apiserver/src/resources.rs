@@ -183,7 +183,7 @@ impl Registry {
             }
         }
         for (_, versions) in groups.iter_mut() {
-            versions.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+            versions.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
         }
         groups.sort_by_key(|(g, _)| {
             let order = builtin::GROUP_ORDER

@@ -356,10 +356,6 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn none(_: &str) -> Option<&'static Value> {
-        None
-    }
-
     #[test]
     fn prunes_defaults_and_validates() {
         let schema = json!({"type": "object", "properties": {
@@ -369,6 +365,7 @@ mod tests {
                 "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}});
         let mut obj = json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "a"},
                              "spec": {"size": 0, "extra": 1, "free": {"any": {"thing": 1}}}});
+        let none = |_: &str| -> Option<&Value> { None };
         let mut w = Walker::new(&none, true);
         w.walk_root(&mut obj, &schema);
         assert_eq!(w.outcome.unknown, vec!["spec.extra"]);
@@ -379,6 +376,7 @@ mod tests {
         assert_eq!(w.outcome.causes[0].field, "spec.size");
 
         let mut bad = json!({"spec": {"mode": "other", "size": "x"}});
+        let none = |_: &str| -> Option<&Value> { None };
         let mut w = Walker::new(&none, true);
         w.walk_root(&mut bad, &schema);
         let fields: Vec<_> = w.outcome.causes.iter().map(|c| c.field.as_str()).collect();

@@ -148,10 +148,10 @@ pub async fn serve(ctx: Ctx) -> ApiResult<Response> {
         None => None,
     };
 
-    let initial = match (send_initial, requested) {
-        (Some(true), _) | (None, None) | (None, Some(0)) => true,
-        _ => false,
-    };
+    let initial = matches!(
+        (send_initial, requested),
+        (Some(true), _) | (None, None) | (None, Some(0))
+    );
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
     let mut encoder = Encoder {
         output,

@@ -104,12 +104,24 @@ async fn apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     for ns in ["bench", "fanout"] {
         namespaces
-            .create(&PostParams::default(), &serde_json::from_value(serde_json::json!({"metadata": {"name": ns}}))?)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(serde_json::json!({"metadata": {"name": ns}}))?,
+            )
             .await?;
     }
 
-    println!("flotilla bench apiserver: {} objects, {} writers, {} watchers x {} events", args.objects, args.concurrency, args.watchers, args.events);
-    println!("machine: {} cores, {}", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1), std::env::consts::ARCH);
+    println!(
+        "flotilla bench apiserver: {} objects, {} writers, {} watchers x {} events",
+        args.objects, args.concurrency, args.watchers, args.events
+    );
+    println!(
+        "machine: {} cores, {}",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        std::env::consts::ARCH
+    );
 
     // Create throughput.
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "bench");
@@ -126,7 +138,8 @@ async fn apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
                     return Ok::<_, anyhow::Error>(latencies);
                 }
                 let t = Instant::now();
-                api.create(&PostParams::default(), &configmap(&format!("cm-{i:06}"))?).await?;
+                api.create(&PostParams::default(), &configmap(&format!("cm-{i:06}"))?)
+                    .await?;
                 latencies.push(t.elapsed());
             }
         }));
@@ -153,7 +166,11 @@ async fn apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
         let list = api.list(&ListParams::default()).await?;
         full.push(t.elapsed());
         if list.items.len() != args.objects {
-            bail!("listed {} objects, expected {}", list.items.len(), args.objects);
+            bail!(
+                "listed {} objects, expected {}",
+                list.items.len(),
+                args.objects
+            );
         }
     }
     full.sort();
@@ -177,7 +194,12 @@ async fn apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
     paged.sort();
     let selected = {
         let t = Instant::now();
-        api.list(&ListParams::default().labels("bench=true").fields("metadata.name=cm-000001")).await?;
+        api.list(
+            &ListParams::default()
+                .labels("bench=true")
+                .fields("metadata.name=cm-000001"),
+        )
+        .await?;
         t.elapsed()
     };
     println!(
@@ -190,7 +212,12 @@ async fn apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
 
     // Watch fan-out.
     let fanout: Api<ConfigMap> = Api::namespaced(client.clone(), "fanout");
-    let rv = fanout.list(&ListParams::default()).await?.metadata.resource_version.unwrap_or_default();
+    let rv = fanout
+        .list(&ListParams::default())
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Instant)>();
     let mut watchers = Vec::new();
     for _ in 0..args.watchers {
@@ -200,7 +227,13 @@ async fn apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
             let mut n = 0;
             while let Some(Ok(event)) = stream.next().await {
                 if let WatchEvent::Added(cm) = event {
-                    let i: usize = cm.metadata.name.as_deref().and_then(|n| n.strip_prefix("f-")).and_then(|n| n.parse().ok()).unwrap_or(0);
+                    let i: usize = cm
+                        .metadata
+                        .name
+                        .as_deref()
+                        .and_then(|n| n.strip_prefix("f-"))
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(0);
                     let _ = tx.send((i, Instant::now()));
                     n += 1;
                     if n == events {
@@ -215,7 +248,9 @@ async fn apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     for i in 0..args.events {
         sent.push(Instant::now());
-        fanout.create(&PostParams::default(), &configmap(&format!("f-{i}"))?).await?;
+        fanout
+            .create(&PostParams::default(), &configmap(&format!("f-{i}"))?)
+            .await?;
     }
     let mut delivery = Vec::new();
     while let Some((i, at)) = rx.recv().await {

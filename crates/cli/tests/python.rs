@@ -12,7 +12,9 @@ fn python_client_creates_lists_and_watches() {
         .arg(script)
         .arg(&s.kubeconfig)
         .output()
-        .expect("python3 runs (install the client with: pip install kubernetes, or run bash .ci/run)");
+        .expect(
+            "python3 runs (install the client with: pip install kubernetes, or run bash .ci/run)",
+        );
     assert!(
         out.status.success(),
         "python client failed:\n{}\n{}",
