@@ -209,7 +209,8 @@ fn decode_continue(token: &str) -> ApiResult<ContinueToken> {
         .ok_or_else(|| ApiError::bad_request("continue key is not valid: illegal base64 data"))
 }
 
-fn invalid_list_options(field: &str, message: &str) -> ApiError {
+/// 422 for list or watch options upstream forbids.
+pub(crate) fn invalid_list_options(field: &str, message: &str) -> ApiError {
     ApiError::invalid(
         "",
         "ListOptions",

@@ -14,25 +14,12 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::debug;
 
-use crate::error::{ApiError, ApiResult, Cause};
-use crate::handlers::{Ctx, Filter, parse_rv, partial_metadata};
+use crate::error::{ApiError, ApiResult};
+use crate::handlers::{Ctx, Filter, invalid_list_options, parse_rv, partial_metadata};
 use crate::objects;
 use crate::request::{self, Output};
 use crate::resources::ResourceInfo;
 use crate::table;
-
-fn invalid(field: &str, message: &str) -> ApiError {
-    ApiError::invalid(
-        "",
-        "ListOptions",
-        "",
-        vec![Cause {
-            reason: "FieldValueForbidden",
-            field: field.into(),
-            message: message.into(),
-        }],
-    )
-}
 
 /// Renders watch events in the negotiated form.
 struct Encoder {
@@ -123,13 +110,13 @@ pub async fn serve(ctx: Ctx) -> ApiResult<Response> {
     match (send_initial, rv_match) {
         (Some(_), Some("NotOlderThan")) => {}
         (Some(_), _) => {
-            return Err(invalid(
+            return Err(invalid_list_options(
                 "resourceVersionMatch",
                 "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
             ));
         }
         (None, Some(_)) => {
-            return Err(invalid(
+            return Err(invalid_list_options(
                 "resourceVersionMatch",
                 "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
             ));
