@@ -12,13 +12,10 @@ use crate::meta;
 use crate::objects::{self, meta_str};
 use crate::resources::{Printer, PrinterColumn, ResourceInfo, Schema};
 use crate::server::ApiServer;
+use crate::value::{str_at as s, strings_at};
 
 fn is_crd(r: &ResourceInfo) -> bool {
     r.group == "apiextensions.k8s.io" && r.plural == "customresourcedefinitions"
-}
-
-fn s<'a>(v: &'a Value, pointer: &str) -> &'a str {
-    v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
 }
 
 /// 422 for a CRD the server could not serve.
@@ -224,16 +221,6 @@ fn printer_columns(v: &Value) -> Printer {
 fn resources_of(crd: &Value) -> Vec<ResourceInfo> {
     let group = s(crd, "/spec/group").to_string();
     let kind = s(crd, "/spec/names/kind").to_string();
-    let strs = |p: &str| -> Vec<String> {
-        crd.pointer(p)
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
     let versions = crd
         .pointer("/spec/versions")
         .and_then(Value::as_array)
@@ -256,8 +243,8 @@ fn resources_of(crd: &Value) -> Vec<ResourceInfo> {
                 x => x.into(),
             },
             namespaced: s(crd, "/spec/scope") == "Namespaced",
-            short_names: strs("/spec/names/shortNames"),
-            categories: strs("/spec/names/categories"),
+            short_names: strings_at(crd, "/spec/names/shortNames"),
+            categories: strings_at(crd, "/spec/names/categories"),
             status_subresource: v.pointer("/subresources/status").is_some(),
             uses_generation: true,
             custom: true,

@@ -60,6 +60,27 @@ impl Ctx {
     }
 }
 
+const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
+
+/// Serializes a response body as YAML or JSON (with `content_type`).
+fn render(
+    status: StatusCode,
+    body: &Value,
+    content_type: &'static str,
+    yaml: bool,
+    warnings: &[String],
+) -> ApiResult<Response> {
+    let internal = |e: &dyn std::fmt::Display| ApiError::internal(e.to_string());
+    let response = if yaml {
+        let text = serde_yaml::to_string(body).map_err(|e| internal(&e))?;
+        (status, [(header::CONTENT_TYPE, "application/yaml")], text).into_response()
+    } else {
+        let bytes = serde_json::to_vec(body).map_err(|e| internal(&e))?;
+        (status, [(header::CONTENT_TYPE, content_type)], bytes).into_response()
+    };
+    Ok(with_warnings(response, warnings))
+}
+
 /// Renders one object per the negotiated output.
 pub fn respond_object(
     ctx: &Ctx,
@@ -67,36 +88,28 @@ pub fn respond_object(
     obj: &Value,
     warnings: &[String],
 ) -> ApiResult<Response> {
-    let output = request::negotiate(&ctx.headers, ctx.query.get("includeObject"))?;
-    let (body, content_type) = match output {
-        Output::Json => (obj.clone(), "application/json"),
-        Output::Yaml => {
-            let yaml = serde_yaml::to_string(obj).map_err(|e| ApiError::internal(e.to_string()))?;
-            return Ok(with_warnings(
-                (status, [(header::CONTENT_TYPE, "application/yaml")], yaml).into_response(),
-                warnings,
-            ));
-        }
-        Output::Table(include) => (
-            table::table(
+    match request::negotiate(&ctx.headers, ctx.query.get("includeObject"))? {
+        Output::Json => render(status, obj, "application/json", false, warnings),
+        Output::Yaml => render(status, obj, "application/json", true, warnings),
+        Output::Table(include) => {
+            let list_meta = json!({"resourceVersion": meta_str(obj, "resourceVersion")});
+            let table = table::table(
                 &ctx.resource,
                 std::slice::from_ref(obj),
-                json!({"resourceVersion": meta_str(obj, "resourceVersion")}),
+                list_meta,
                 include,
                 true,
-            ),
-            "application/json;as=Table;v=v1;g=meta.k8s.io",
-        ),
-        Output::PartialMetadata => (
-            partial_metadata(obj),
+            );
+            render(status, &table, TABLE, false, warnings)
+        }
+        Output::PartialMetadata => render(
+            status,
+            &partial_metadata(obj),
             "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io",
+            false,
+            warnings,
         ),
-    };
-    let bytes = serde_json::to_vec(&body).map_err(|e| ApiError::internal(e.to_string()))?;
-    Ok(with_warnings(
-        (status, [(header::CONTENT_TYPE, content_type)], bytes).into_response(),
-        warnings,
-    ))
+    }
 }
 
 pub fn partial_metadata(obj: &Value) -> Value {
@@ -349,38 +362,32 @@ pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
 
 fn respond_list(ctx: &Ctx, items: Vec<Value>, list_meta: Value) -> ApiResult<Response> {
     let r = &ctx.resource;
-    let output = request::negotiate(&ctx.headers, ctx.query.get("includeObject"))?;
-    let (body, content_type) = match output {
-        Output::Table(include) => (
-            table::table(r, &items, list_meta, include, true),
-            "application/json;as=Table;v=v1;g=meta.k8s.io",
+    let ok = StatusCode::OK;
+    match request::negotiate(&ctx.headers, ctx.query.get("includeObject"))? {
+        Output::Table(include) => render(
+            ok,
+            &table::table(r, &items, list_meta, include, true),
+            TABLE,
+            false,
+            &[],
         ),
-        Output::PartialMetadata => (
-            json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
-                   "metadata": list_meta, "items": items.iter().map(partial_metadata).collect::<Vec<_>>()}),
-            "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io",
-        ),
-        Output::Json | Output::Yaml => (
-            json!({"kind": r.list_kind, "apiVersion": r.api_version(), "metadata": list_meta, "items": items}),
-            "application/json",
-        ),
-    };
-    if output == Output::Yaml {
-        let yaml = serde_yaml::to_string(&body).map_err(|e| ApiError::internal(e.to_string()))?;
-        return Ok((
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/yaml")],
-            yaml,
-        )
-            .into_response());
+        Output::PartialMetadata => {
+            let items: Vec<Value> = items.iter().map(partial_metadata).collect();
+            let list = json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                              "metadata": list_meta, "items": items});
+            render(
+                ok,
+                &list,
+                "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io",
+                false,
+                &[],
+            )
+        }
+        output @ (Output::Json | Output::Yaml) => {
+            let list = json!({"kind": r.list_kind, "apiVersion": r.api_version(), "metadata": list_meta, "items": items});
+            render(ok, &list, "application/json", output == Output::Yaml, &[])
+        }
     }
-    let bytes = serde_json::to_vec(&body).map_err(|e| ApiError::internal(e.to_string()))?;
-    Ok((
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, content_type)],
-        bytes,
-    )
-        .into_response())
 }
 
 pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
@@ -530,6 +537,36 @@ pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
 /// An update computed from the current object, with its warnings.
 type Next = (Value, Vec<String>);
 
+/// Maps a failed store write to the client's error, or `None` when the
+/// write lost a race and `retry` allows trying again on fresh state.
+fn retry_or_fail(ctx: &Ctx, name: &str, e: StoreError, retry: bool) -> Option<ApiError> {
+    let r = &ctx.resource;
+    match e {
+        StoreError::Conflict { .. } if retry => None,
+        StoreError::Conflict { .. } => Some(ApiError::conflict(&r.group, &r.plural, name)),
+        StoreError::NotFound(_) => Some(ctx.not_found(name)),
+        e => Some(e.into()),
+    }
+}
+
+/// Removes `key` if it is still at `revision`; returns `obj` stamped with
+/// the deletion's revision, as watchers see it.
+async fn remove(
+    ctx: &Ctx,
+    key: &str,
+    revision: Revision,
+    mut obj: Value,
+) -> Result<Value, StoreError> {
+    let precondition = DeletePrecondition {
+        mod_revision: Some(revision),
+    };
+    let kv = ctx.api.store.delete(key, precondition).await?;
+    objects::meta_mut(&mut obj)
+        .insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
+    crate::crd::after_delete(&ctx.api, &ctx.resource, &obj).await;
+    Ok(obj)
+}
+
 /// Reads, transforms and writes one object with compare-and-swap, retrying
 /// on races unless the caller pinned a resourceVersion.
 async fn guaranteed_update<F>(ctx: &Ctx, mut transform: F) -> ApiResult<Response>
@@ -570,38 +607,15 @@ where
         }
         // Removing the last finalizer of an object being deleted completes the deletion.
         if objects::is_deleting(&obj) && !objects::has_finalizers(&obj) {
-            return match store
-                .delete(
-                    &key,
-                    DeletePrecondition {
-                        mod_revision: Some(current.mod_revision),
-                    },
-                )
-                .await
-            {
-                Ok(kv) => {
-                    let mut gone = obj.clone();
-                    objects::meta_mut(&mut gone)
-                        .insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
-                    crate::crd::after_delete(&ctx.api, &r, &gone).await;
-                    respond_object(ctx, StatusCode::OK, &gone, &warnings)
-                }
-                Err(StoreError::Conflict { .. }) if pinned.is_empty() => continue,
-                Err(StoreError::Conflict { .. }) => {
-                    Err(ApiError::conflict(&r.group, &r.plural, &name))
-                }
-                Err(StoreError::NotFound(_)) => Err(ctx.not_found(&name)),
-                Err(e) => Err(e.into()),
-            };
+            match remove(ctx, &key, current.mod_revision, obj).await {
+                Ok(gone) => return respond_object(ctx, StatusCode::OK, &gone, &warnings),
+                Err(e) => match retry_or_fail(ctx, &name, e, pinned.is_empty()) {
+                    Some(err) => return Err(err),
+                    None => continue,
+                },
+            }
         }
-        let unchanged = {
-            let mut a = obj.clone();
-            let mut b = old.clone();
-            objects::meta_mut(&mut a).remove("resourceVersion");
-            objects::meta_mut(&mut b).remove("resourceVersion");
-            a == b
-        };
-        if unchanged {
+        if objects::equal_except_resource_version(&obj, &old) {
             // A no-op write does not create a revision, as upstream.
             return respond_object(ctx, StatusCode::OK, &old, &warnings);
         }
@@ -614,12 +628,11 @@ where
                 crate::crd::after_write(&ctx.api, &r, &stored).await;
                 return respond_object(ctx, StatusCode::OK, &stored, &warnings);
             }
-            Err(StoreError::Conflict { .. }) if pinned.is_empty() => continue,
-            Err(StoreError::Conflict { .. }) => {
-                return Err(ApiError::conflict(&r.group, &r.plural, &name));
+            Err(e) => {
+                if let Some(err) = retry_or_fail(ctx, &name, e, pinned.is_empty()) {
+                    return Err(err);
+                }
             }
-            Err(StoreError::NotFound(_)) => return Err(ctx.not_found(&name)),
-            Err(e) => return Err(e.into()),
         }
     }
     Err(ApiError::conflict(&r.group, &r.plural, &name))
@@ -709,6 +722,9 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct DeleteOptions {
     propagation_policy: Option<String>,
+    /// Parsed for validation only: no kubelet waits on a grace period here,
+    /// so deletions complete at once (deletionGracePeriodSeconds 0).
+    #[allow(dead_code)]
     grace_period_seconds: Option<i64>,
     preconditions: Option<Preconditions>,
     #[serde(default)]
@@ -767,7 +783,6 @@ pub(crate) async fn delete_one(
     let key = ctx.key(name);
     let store = &ctx.api.store;
     let dry_run = opts.dry_run.iter().any(|d| d == "All");
-    let _ = opts.grace_period_seconds;
     for _ in 0..32 {
         let current = store.get(&key).ok_or_else(|| ctx.not_found(name))?;
         let mut obj = objects::decode(&r, &current)?;
@@ -783,7 +798,7 @@ pub(crate) async fn delete_one(
                 return Err(ApiError::conflict(&r.group, &r.plural, name));
             }
         }
-        let namespace = r.group.is_empty() && r.plural == "namespaces";
+        let namespace = r.is_namespace();
         if objects::has_finalizers(&obj) || namespace {
             // Graceful: mark for deletion; finalizers (or the namespace
             // controller) remove the object later.
@@ -813,32 +828,22 @@ pub(crate) async fn delete_one(
                     }
                     return Ok((stored, false));
                 }
-                Err(StoreError::Conflict { .. }) => continue,
-                Err(StoreError::NotFound(_)) => return Err(ctx.not_found(name)),
-                Err(e) => return Err(e.into()),
+                Err(e) => match retry_or_fail(ctx, name, e, true) {
+                    Some(err) => return Err(err),
+                    None => continue,
+                },
             }
         }
         if dry_run {
             return Ok((obj, true));
         }
-        match store
-            .delete(
-                &key,
-                DeletePrecondition {
-                    mod_revision: Some(current.mod_revision),
-                },
-            )
-            .await
-        {
-            Ok(kv) => {
-                objects::meta_mut(&mut obj)
-                    .insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
-                crate::crd::after_delete(&ctx.api, &r, &obj).await;
-                return Ok((obj, true));
+        match remove(ctx, &key, current.mod_revision, obj).await {
+            Ok(gone) => return Ok((gone, true)),
+            Err(e) => {
+                if let Some(err) = retry_or_fail(ctx, name, e, true) {
+                    return Err(err);
+                }
             }
-            Err(StoreError::Conflict { .. }) => continue,
-            Err(StoreError::NotFound(_)) => return Err(ctx.not_found(name)),
-            Err(e) => return Err(e.into()),
         }
     }
     Err(ApiError::conflict(&r.group, &r.plural, name))

@@ -24,6 +24,7 @@ pub mod selector;
 pub mod server;
 pub mod strategic;
 pub mod table;
+pub mod value;
 pub mod version;
 pub mod watch;
 

@@ -11,6 +11,7 @@ use crate::meta;
 use crate::openapi;
 use crate::resources::{ResourceInfo, Schema};
 use crate::schema::Walker;
+use crate::value::strings_at;
 
 /// Decodes a stored object and stamps the revision as its resourceVersion.
 pub fn decode(r: &ResourceInfo, kv: &KeyValue) -> ApiResult<Value> {
@@ -129,7 +130,7 @@ pub fn validate_meta(r: &ResourceInfo, obj: &Value) -> Vec<Cause> {
             message: "Required value: name or generateName is required".into(),
         });
     } else {
-        let errs = if r.group.is_empty() && r.plural == "namespaces" {
+        let errs = if r.is_namespace() {
             meta::validate_dns1123_label(name)
         } else {
             meta::validate_dns1123_subdomain(name)
@@ -210,14 +211,9 @@ fn spec_part(obj: &Value) -> Value {
 
 /// Server-set fields on create.
 pub fn prepare_create(r: &ResourceInfo, obj: &mut Value) {
-    if r.status_subresource && !(r.group.is_empty() && r.plural == "namespaces") && !r.custom {
-        // Built-ins reset status on create; controllers report it through /status.
-        if let Some(o) = obj.as_object_mut() {
-            o.remove("status");
-        }
-    }
-    if r.custom
-        && r.status_subresource
+    // With a status subresource, status is reported through /status, never set on create.
+    if r.status_subresource
+        && !r.is_namespace()
         && let Some(o) = obj.as_object_mut()
     {
         o.remove("status");
@@ -243,7 +239,7 @@ pub fn prepare_create(r: &ResourceInfo, obj: &mut Value) {
     if r.uses_generation {
         m.insert("generation".into(), json!(1));
     }
-    if r.group.is_empty() && r.plural == "namespaces" {
+    if r.is_namespace() {
         let name = m.get("name").cloned().unwrap_or(Value::Null);
         if !m.get("labels").is_some_and(Value::is_object) {
             m.insert("labels".into(), json!({}));
@@ -315,22 +311,41 @@ pub fn prepare_update(r: &ResourceInfo, obj: &mut Value, old: &Value, status_onl
     }
 }
 
+/// Whether two objects differ only in metadata.resourceVersion (a no-op write).
+pub fn equal_except_resource_version(a: &Value, b: &Value) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    let same_meta = || {
+        let empty = Map::new();
+        let ma = a
+            .get("metadata")
+            .and_then(Value::as_object)
+            .unwrap_or(&empty);
+        let mb = b
+            .get("metadata")
+            .and_then(Value::as_object)
+            .unwrap_or(&empty);
+        let keys = |m: &Map<String, Value>| m.keys().filter(|k| *k != "resourceVersion").count();
+        keys(ma) == keys(mb)
+            && ma
+                .iter()
+                .filter(|(k, _)| *k != "resourceVersion")
+                .all(|(k, v)| mb.get(k) == Some(v))
+    };
+    a.len() == b.len()
+        && a.iter()
+            .filter(|(k, _)| *k != "metadata")
+            .all(|(k, v)| b.get(k) == Some(v))
+        && same_meta()
+}
+
 /// Whether an update adds a finalizer to an object already being deleted.
 pub fn adds_finalizer_while_deleting(obj: &Value, old: &Value) -> bool {
     if meta(old).and_then(|m| m.get("deletionTimestamp")).is_none() {
         return false;
     }
-    let list = |o: &Value| -> Vec<String> {
-        meta(o)
-            .and_then(|m| m.get("finalizers"))
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let list = |o: &Value| strings_at(o, "/metadata/finalizers");
     let before = list(old);
     list(obj).iter().any(|f| !before.contains(f))
 }
@@ -344,4 +359,20 @@ pub fn has_finalizers(obj: &Value) -> bool {
 
 pub fn is_deleting(obj: &Value) -> bool {
     meta(obj).and_then(|m| m.get("deletionTimestamp")).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_op_detection_ignores_only_the_resource_version() {
+        let a = json!({"metadata": {"name": "a", "resourceVersion": "1"}, "data": {"k": "v"}});
+        let b = json!({"metadata": {"name": "a", "resourceVersion": "2"}, "data": {"k": "v"}});
+        assert!(equal_except_resource_version(&a, &b));
+        let c = json!({"metadata": {"name": "a", "labels": {"x": "y"}}, "data": {"k": "v"}});
+        assert!(!equal_except_resource_version(&a, &c));
+        let d = json!({"metadata": {"name": "a"}, "data": {"k": "w"}});
+        assert!(!equal_except_resource_version(&a, &d));
+    }
 }

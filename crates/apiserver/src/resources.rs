@@ -95,6 +95,11 @@ impl ResourceInfo {
         format!("{}{name}", self.collection_prefix(namespace))
     }
 
+    /// Namespaces get special treatment: label names, Terminating phase, content removal.
+    pub fn is_namespace(&self) -> bool {
+        self.group.is_empty() && self.plural == "namespaces"
+    }
+
     pub fn verbs(&self) -> Vec<&'static str> {
         vec![
             "create",

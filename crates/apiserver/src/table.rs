@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use crate::jsonpath;
 use crate::resources::{Printer, ResourceInfo};
+use crate::value::{array_at as arr, i64_at as i, str_at as s};
 
 pub struct Column {
     pub name: &'static str,
@@ -172,21 +173,6 @@ fn builtin_columns(r: &ResourceInfo) -> Vec<Column> {
         }
         _ => vec![NAME, AGE],
     }
-}
-
-fn s<'a>(o: &'a Value, pointer: &str) -> &'a str {
-    o.pointer(pointer).and_then(Value::as_str).unwrap_or("")
-}
-
-fn i(o: &Value, pointer: &str) -> i64 {
-    o.pointer(pointer).and_then(Value::as_i64).unwrap_or(0)
-}
-
-fn arr<'a>(o: &'a Value, pointer: &str) -> &'a [Value] {
-    o.pointer(pointer)
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
 }
 
 fn or_none(v: String) -> String {

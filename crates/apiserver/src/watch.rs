@@ -184,16 +184,20 @@ pub async fn serve(ctx: Ctx) -> ApiResult<Response> {
             }
         }
         let Some(mut watch) = watch else { return };
-        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        // timeoutSeconds ends the stream cleanly; without it the stream lasts.
+        let expiry = async {
+            match timeout {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(expiry);
         let mut ticker = tokio::time::interval(bookmark_interval);
         ticker.tick().await;
         loop {
-            let sleep_until = deadline.unwrap_or_else(|| {
-                tokio::time::Instant::now() + Duration::from_secs(3600 * 24 * 365)
-            });
             tokio::select! {
                 _ = tx.closed() => return,
-                _ = tokio::time::sleep_until(sleep_until) => return,
+                _ = &mut expiry => return,
                 _ = ticker.tick(), if bookmarks => {
                     if tx.send(Ok(bookmark(&r, watch.revision(), false))).await.is_err() {
                         return;

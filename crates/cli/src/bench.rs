@@ -95,12 +95,9 @@ async fn apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let text = std::fs::read_to_string(&kubeconfig)?;
-    let url = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("server: "))
-        .context("no server in kubeconfig")?;
-    let client = kube::Client::try_from(kube::Config::new(url.parse()?))?;
+    let file = kube::config::Kubeconfig::read_from(&kubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(file, &Default::default()).await?;
+    let client = kube::Client::try_from(config)?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
     for ns in ["bench", "fanout"] {
         namespaces

@@ -8,10 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::Server;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{Api, ListParams, PostParams, WatchEvent};
 use std::sync::Mutex;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -50,7 +49,7 @@ async fn acknowledged_writes_survive_kill_9() {
         let _ = w.await;
     }
     let acked = acked.lock().unwrap().clone();
-    let last_rv = acked
+    let earliest_rv = acked
         .iter()
         .map(|(_, rv)| rv.parse::<i64>().unwrap())
         .min()
@@ -73,16 +72,7 @@ async fn acknowledged_writes_survive_kill_9() {
     }
 
     // A watch from a revision before the crash resumes with the later events.
-    let mut stream = api
-        .watch(&WatchParams::default(), &last_rv.to_string())
-        .await
-        .unwrap()
-        .boxed();
-    let event = tokio::time::timeout(Duration::from_secs(10), stream.next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let event = common::first_watch_event(&api, &earliest_rv.to_string()).await;
     assert!(
         matches!(event, WatchEvent::Added(_)),
         "expected a replayed ADDED, got {event:?}"

@@ -255,115 +255,151 @@ async fn raw(
     }
 }
 
+/// One raw request and the Status it must get back.
+struct Case {
+    method: &'static str,
+    path: String,
+    content_type: Option<&'static str>,
+    body: Vec<u8>,
+    code: u16,
+    reason: Option<&'static str>,
+}
+
+impl Case {
+    fn new(
+        method: &'static str,
+        path: &str,
+        content_type: Option<&'static str>,
+        body: impl Into<Vec<u8>>,
+    ) -> Self {
+        Case {
+            method,
+            path: path.to_string(),
+            content_type,
+            body: body.into(),
+            code: 200,
+            reason: None,
+        }
+    }
+
+    fn expect(mut self, code: u16, reason: &'static str) -> Self {
+        self.code = code;
+        self.reason = Some(reason);
+        self
+    }
+
+    /// Sends the request, checks code and reason, returns the body.
+    async fn check(self, client: &Client) -> serde_json::Value {
+        let (code, body) = raw(
+            client,
+            self.method,
+            &self.path,
+            self.content_type,
+            self.body,
+        )
+        .await;
+        assert_eq!(code, self.code, "{} {}: {body}", self.method, self.path);
+        if let Some(reason) = self.reason {
+            assert_eq!(
+                body["reason"].as_str(),
+                Some(reason),
+                "{} {}: {body}",
+                self.method,
+                self.path
+            );
+        }
+        body
+    }
+}
+
 #[tokio::test]
 async fn bad_input_gets_status_errors() {
     let s = Server::start();
     let c = s.client().await;
     let cms = "/api/v1/namespaces/default/configmaps";
+    let named = &format!("{cms}/named");
     let json = Some("application/json");
 
-    let (code, st) = raw(&c, "POST", cms, json, b"{not json".to_vec()).await;
-    assert_eq!((code, st["reason"].as_str()), (400, Some("BadRequest")));
-    let (code, st) = raw(&c, "POST", cms, Some("application/yaml"), b"a: [b".to_vec()).await;
-    assert_eq!((code, st["reason"].as_str()), (400, Some("BadRequest")));
-    let (code, _) = raw(
-        &c,
-        "GET",
-        "/api/v1/namespaces/default/nosuchthings",
-        None,
-        vec![],
-    )
-    .await;
-    assert_eq!(code, 404);
-    let (code, st) = raw(
-        &c,
+    Case::new("POST", cms, json, "{not json")
+        .expect(400, "BadRequest")
+        .check(&c)
+        .await;
+    Case::new("POST", cms, Some("application/yaml"), "a: [b")
+        .expect(400, "BadRequest")
+        .check(&c)
+        .await;
+    Case::new("GET", "/api/v1/namespaces/default/nosuchthings", None, "")
+        .expect(404, "NotFound")
+        .check(&c)
+        .await;
+    Case::new(
         "POST",
         cms,
         json,
-        br#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"x"}}"#.to_vec(),
+        r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"x"}}"#,
     )
+    .expect(400, "BadRequest")
+    .check(&c)
     .await;
-    assert_eq!(
-        (code, st["reason"].as_str()),
-        (400, Some("BadRequest")),
-        "{st}"
-    );
-    let (code, st) = raw(
-        &c,
+    Case::new(
         "POST",
         cms,
         json,
-        br#"{"apiVersion":"apps/v1","kind":"ConfigMap","metadata":{"name":"x"}}"#.to_vec(),
+        r#"{"apiVersion":"apps/v1","kind":"ConfigMap","metadata":{"name":"x"}}"#,
     )
+    .expect(400, "BadRequest")
+    .check(&c)
     .await;
-    assert_eq!(code, 400, "{st}");
-    let (code, st) = raw(
-        &c,
-        "POST",
-        cms,
-        json,
-        br#"{"metadata":{"name":"Not_Valid"}}"#.to_vec(),
-    )
-    .await;
-    assert_eq!(
-        (code, st["reason"].as_str()),
-        (422, Some("Invalid")),
-        "{st}"
-    );
+    let st = Case::new("POST", cms, json, r#"{"metadata":{"name":"Not_Valid"}}"#)
+        .expect(422, "Invalid")
+        .check(&c)
+        .await;
     assert_eq!(st["details"]["causes"][0]["field"], "metadata.name");
-    let (code, st) = raw(
-        &c,
+    let st = Case::new(
         "POST",
         "/api/v1/namespaces/nope/configmaps",
         json,
-        br#"{"metadata":{"name":"x"}}"#.to_vec(),
+        r#"{"metadata":{"name":"x"}}"#,
     )
+    .expect(404, "NotFound")
+    .check(&c)
     .await;
     assert_eq!(
-        (code, st["message"].as_str()),
-        (404, Some("namespaces \"nope\" not found"))
+        st["message"].as_str(),
+        Some("namespaces \"nope\" not found")
     );
-    let (code, _) = raw(
-        &c,
-        "POST",
-        cms,
-        json,
-        br#"{"metadata":{"name":"named"}}"#.to_vec(),
-    )
-    .await;
-    assert_eq!(code, 200);
-    let (code, st) = raw(
-        &c,
-        "PUT",
-        &format!("{cms}/named"),
-        json,
-        br#"{"metadata":{"name":"other"}}"#.to_vec(),
-    )
-    .await;
-    assert_eq!(
-        (code, st["reason"].as_str()),
-        (400, Some("BadRequest")),
-        "{st}"
-    );
-    let (code, st) = raw(
-        &c,
-        "PATCH",
-        &format!("{cms}/named"),
-        Some("application/xml"),
-        b"<x/>".to_vec(),
-    )
-    .await;
-    assert_eq!(
-        (code, st["reason"].as_str()),
-        (415, Some("UnsupportedMediaType")),
-        "{st}"
-    );
+    Case::new("POST", cms, json, r#"{"metadata":{"name":"named"}}"#)
+        .check(&c)
+        .await;
+    Case::new("PUT", named, json, r#"{"metadata":{"name":"other"}}"#)
+        .expect(400, "BadRequest")
+        .check(&c)
+        .await;
+    Case::new("PATCH", named, Some("application/xml"), "<x/>")
+        .expect(415, "UnsupportedMediaType")
+        .check(&c)
+        .await;
     let big = format!(
         r#"{{"metadata":{{"name":"big"}},"data":{{"x":"{}"}}}}"#,
         "a".repeat(3 * 1024 * 1024 + 1)
     );
-    let (code, _) = raw(&c, "POST", cms, json, big.into_bytes()).await;
-    assert_eq!(code, 413);
+    Case::new("POST", cms, json, big)
+        .expect(413, "RequestEntityTooLarge")
+        .check(&c)
+        .await;
+    Case::new("GET", cms, None, "").check(&c).await;
+    // Only protobuf acceptable: 406, as JSON is all this server writes.
+    let accept_protobuf_only = http::Request::get(cms)
+        .header("accept", "application/vnd.kubernetes.protobuf")
+        .body(Vec::new())
+        .unwrap();
+    match c.request_text(accept_protobuf_only).await {
+        Err(kube::Error::Api(st)) => {
+            assert_eq!((st.code, st.reason.as_str()), (406, "NotAcceptable"))
+        }
+        other => panic!("expected 406, got {other:?}"),
+    }
+
     // Nothing half-written: only the one valid object exists.
     let api: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
     let names: Vec<String> = api
@@ -376,15 +412,14 @@ async fn bad_input_gets_status_errors() {
         .collect();
     assert_eq!(names, vec!["named"]);
     // Built-ins accept strategic merge (custom resources answer 415: see the CRD test).
-    let (code, _) = raw(
-        &c,
+    Case::new(
         "PATCH",
-        &format!("{cms}/named"),
+        named,
         Some("application/strategic-merge-patch+json"),
-        br#"{"data":{"k":"v"}}"#.to_vec(),
+        r#"{"data":{"k":"v"}}"#,
     )
+    .check(&c)
     .await;
-    assert_eq!(code, 200);
 }
 
 #[tokio::test]
@@ -402,17 +437,9 @@ async fn watch_from_a_compacted_revision_gets_in_stream_410() {
             .unwrap();
     }
     let rv = first.resource_version().unwrap();
-    let mut stream = api
-        .watch(&kube::api::WatchParams::default(), &rv)
-        .await
-        .unwrap()
-        .boxed();
-    let event = tokio::time::timeout(Duration::from_secs(10), stream.next())
-        .await
-        .unwrap()
-        .unwrap();
+    let event = common::first_watch_event(&api, &rv).await;
     match event {
-        Ok(kube::api::WatchEvent::Error(e)) => assert_eq!(e.code, 410),
+        kube::api::WatchEvent::Error(e) => assert_eq!(e.code, 410),
         other => panic!("expected an in-stream 410, got {other:?}"),
     }
 }

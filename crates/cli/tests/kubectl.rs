@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Server, wait_for, write};
+use common::{Server, assert_has, wait_for, write};
 
 const APP: &str = r#"
 apiVersion: v1
@@ -84,46 +84,47 @@ fn apply_app(s: &Server) {
     let file = write(s.dir.path(), "app.yaml", APP);
     let first = s.kubectl(&["apply", "-f", file.to_str().unwrap()]);
     let out = String::from_utf8_lossy(&first.stdout);
-    for created in [
-        "namespace/shop created",
-        "configmap/settings created",
-        "deployment.apps/web created",
-        "customresourcedefinition.apiextensions.k8s.io/widgets.demo.example.com created",
-    ] {
-        assert!(out.contains(created), "missing {created:?} in {out}");
-    }
-    let second = s.ok(&["apply", "-f", file.to_str().unwrap()]);
-    assert!(
-        second.contains("widget.demo.example.com/w1 created"),
-        "{second}"
+    assert_has(
+        &out,
+        &[
+            "namespace/shop created",
+            "configmap/settings created",
+            "deployment.apps/web created",
+            "customresourcedefinition.apiextensions.k8s.io/widgets.demo.example.com created",
+        ],
     );
-    assert!(second.contains("deployment.apps/web unchanged"), "{second}");
+    let second = s.ok(&["apply", "-f", file.to_str().unwrap()]);
+    assert_has(
+        &second,
+        &[
+            "widget.demo.example.com/w1 created",
+            "deployment.apps/web unchanged",
+        ],
+    );
 }
 
 #[test]
 fn api_resources_lists_builtins_and_crds() {
     let s = Server::start();
     let out = s.ok(&["api-resources"]);
-    for line in [
-        "configmaps",
-        "deployments",
-        "customresourcedefinitions",
-        "endpointslices",
-        "leases",
-        "jobs",
-    ] {
-        assert!(out.contains(line), "{line} missing:\n{out}");
-    }
+    assert_has(
+        &out,
+        &[
+            "configmaps",
+            "deployments",
+            "customresourcedefinitions",
+            "endpointslices",
+            "leases",
+            "jobs",
+        ],
+    );
     assert!(
         out.lines()
             .any(|l| l.starts_with("namespaces") && l.contains("false") && l.contains("ns"))
     );
     apply_app(&s);
     let out = s.ok(&["api-resources", "--api-group=demo.example.com"]);
-    assert!(
-        out.contains("widgets") && out.contains("wd") && out.contains("Widget"),
-        "{out}"
-    );
+    assert_has(&out, &["widgets", "wd", "Widget"]);
 }
 
 #[test]
@@ -133,29 +134,17 @@ fn apply_get_and_edit_a_fleet_of_objects() {
 
     // Table output with upstream columns, wide columns and CRD printer columns.
     let wide = s.ok(&["get", "deploy", "-n", "shop", "-o", "wide"]);
-    assert!(
-        wide.contains("READY") && wide.contains("UP-TO-DATE") && wide.contains("IMAGES"),
-        "{wide}"
-    );
-    assert!(
-        wide.contains("nginx:1.27") && wide.contains("app=web"),
-        "{wide}"
-    );
+    assert_has(&wide, &["READY", "UP-TO-DATE", "IMAGES"]);
+    assert_has(&wide, &["nginx:1.27", "app=web"]);
     let widgets = s.ok(&["get", "wd", "-n", "shop"]);
-    assert!(
-        widgets.contains("COLOR") && widgets.contains("blue"),
-        "{widgets}"
-    );
+    assert_has(&widgets, &["COLOR", "blue"]);
 
     // The CR got its schema default.
     let json: serde_json::Value =
         serde_json::from_str(&s.ok(&["get", "widget", "w1", "-n", "shop", "-o", "json"])).unwrap();
     assert_eq!(json["spec"]["size"], 1);
     let yaml = s.ok(&["get", "cm", "settings", "-n", "shop", "-o", "yaml"]);
-    assert!(
-        yaml.contains("kind: ConfigMap") && yaml.contains("resourceVersion:"),
-        "{yaml}"
-    );
+    assert_has(&yaml, &["kind: ConfigMap", "resourceVersion:"]);
 
     // Selectors and all namespaces.
     assert!(
@@ -167,17 +156,11 @@ fn apply_get_and_edit_a_fleet_of_objects() {
             .contains("settings")
     );
     let all_ns = s.ok(&["get", "deploy", "-A"]);
-    assert!(
-        all_ns.contains("NAMESPACE") && all_ns.contains("shop"),
-        "{all_ns}"
-    );
+    assert_has(&all_ns, &["NAMESPACE", "shop"]);
 
     // get all covers deployments and custom kinds in category "all".
     let all = s.ok(&["get", "all", "-n", "shop"]);
-    assert!(
-        all.contains("deployment.apps/web") && all.contains("widget.demo.example.com/w1"),
-        "{all}"
-    );
+    assert_has(&all, &["deployment.apps/web", "widget.demo.example.com/w1"]);
 
     // label, annotate, patch.
     s.ok(&["label", "cm", "settings", "-n", "shop", "env=prod"]);
@@ -242,12 +225,7 @@ fn apply_get_and_edit_a_fleet_of_objects() {
 
     // describe needs events.
     let described = s.ok(&["describe", "cm", "settings", "-n", "shop"]);
-    assert!(
-        described.contains("Name:")
-            && described.contains("settings")
-            && described.contains("Events:"),
-        "{described}"
-    );
+    assert_has(&described, &["Name:", "settings", "Events:"]);
 
     // delete, including the namespace with everything in it.
     s.ok(&["delete", "wd", "w1", "-n", "shop"]);
@@ -265,7 +243,7 @@ fn apply_get_and_edit_a_fleet_of_objects() {
 fn explain_uses_openapi() {
     let s = Server::start();
     let out = s.ok(&["explain", "deployment.spec.replicas"]);
-    assert!(out.contains("replicas") && out.contains("integer"), "{out}");
+    assert_has(&out, &["replicas", "integer"]);
 }
 
 #[test]

@@ -67,17 +67,9 @@ impl Server {
         }
     }
 
-    pub fn url(&self) -> String {
-        let text = std::fs::read_to_string(&self.kubeconfig).expect("kubeconfig");
-        text.lines()
-            .find_map(|l| l.trim().strip_prefix("server: "))
-            .expect("server line")
-            .to_string()
-    }
-
+    /// A kube-rs client from the kubeconfig the server wrote, loaded as any user's would be.
     pub async fn client(&self) -> kube::Client {
-        let config = kube::Config::new(self.url().parse().expect("url"));
-        kube::Client::try_from(config).expect("client")
+        kube_client(&self.kubeconfig).await
     }
 
     pub fn log(&self) -> String {
@@ -138,6 +130,43 @@ impl Drop for Server {
 fn tail(s: &str) -> String {
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+pub async fn kube_client(kubeconfig: &Path) -> kube::Client {
+    let file = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig parses");
+    let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
+        .await
+        .expect("kubeconfig is usable");
+    kube::Client::try_from(config).expect("client")
+}
+
+/// The first event of a watch on `api` from `resource_version`, within 10 s.
+pub async fn first_watch_event<K>(
+    api: &kube::Api<K>,
+    resource_version: &str,
+) -> kube::api::WatchEvent<K>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + 'static,
+{
+    use futures::StreamExt;
+    let mut stream = api
+        .watch(&kube::api::WatchParams::default(), resource_version)
+        .await
+        .expect("watch starts")
+        .boxed();
+    tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .expect("an event within 10s")
+        .expect("the stream has an event")
+        .expect("the event decodes")
+}
+
+/// Asserts that `output` contains every one of `needles`.
+#[track_caller]
+pub fn assert_has(output: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(output.contains(needle), "missing {needle:?} in:\n{output}");
+    }
 }
 
 pub fn which(bin: &str) -> Option<PathBuf> {
