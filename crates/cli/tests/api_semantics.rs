@@ -1,0 +1,304 @@
+//! API behaviours beyond CRUD, through kube-rs: generateName, dryRun,
+//! generation, deletecollection, event field selectors, finalizers,
+//! terminating namespaces, list/watch option validation, Table and
+//! PartialObjectMetadata responses.
+
+mod common;
+
+use std::time::Duration;
+
+use common::Server;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+fn status_of(e: kube::Error) -> kube::core::Status {
+    match e {
+        kube::Error::Api(s) => *s,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+fn obj<K: serde::de::DeserializeOwned>(v: serde_json::Value) -> K {
+    serde_json::from_value(v).expect("valid object")
+}
+
+async fn get_raw(
+    client: &Client,
+    path: &str,
+    accept: &str,
+) -> Result<serde_json::Value, kube::Error> {
+    let req = http::Request::get(path)
+        .header("accept", accept)
+        .body(Vec::new())
+        .unwrap();
+    client
+        .request_text(req)
+        .await
+        .map(|t| serde_json::from_str(&t).expect("JSON body"))
+}
+
+#[tokio::test]
+async fn generate_name_dry_run_and_generation() {
+    let s = Server::start();
+    let c = s.client().await;
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
+    let generated = cms
+        .create(
+            &PostParams::default(),
+            &obj(json!({"metadata": {"generateName": "gen-"}})),
+        )
+        .await
+        .unwrap();
+    let name = generated.name_any();
+    assert!(name.starts_with("gen-") && name.len() == 9, "{name}");
+
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let would_be = cms
+        .create(&dry, &obj(json!({"metadata": {"name": "dry"}})))
+        .await
+        .unwrap();
+    assert_eq!(would_be.name_any(), "dry");
+    assert!(
+        cms.get_opt("dry").await.unwrap().is_none(),
+        "dryRun wrote nothing"
+    );
+
+    let deploys: Api<Deployment> = Api::namespaced(c.clone(), "default");
+    let d = deploys
+        .create(&PostParams::default(), &obj(json!({"metadata": {"name": "web"}, "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}})))
+        .await
+        .unwrap();
+    assert_eq!(d.metadata.generation, Some(1));
+    let labelled = deploys
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        labelled.metadata.generation,
+        Some(1),
+        "metadata changes do not bump generation"
+    );
+    let scaled = deploys
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 5}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(scaled.metadata.generation, Some(2), "spec changes do");
+    // A no-op write creates no new revision.
+    let again = deploys
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 5}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.resource_version(), scaled.resource_version());
+}
+
+#[tokio::test]
+async fn delete_collection_honours_selectors() {
+    let s = Server::start();
+    let cms: Api<ConfigMap> = Api::namespaced(s.client().await, "default");
+    for (name, batch) in [("a", "x"), ("b", "x"), ("c", "y")] {
+        cms.create(
+            &PostParams::default(),
+            &obj(json!({"metadata": {"name": name, "labels": {"batch": batch}}})),
+        )
+        .await
+        .unwrap();
+    }
+    cms.delete_collection(
+        &DeleteParams::default(),
+        &ListParams::default().labels("batch=x"),
+    )
+    .await
+    .unwrap();
+    let left: Vec<String> = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|c| c.name_any())
+        .collect();
+    assert_eq!(left, vec!["c"]);
+}
+
+#[tokio::test]
+async fn events_are_selected_by_involved_object() {
+    let s = Server::start();
+    let events: Api<Event> = Api::namespaced(s.client().await, "default");
+    for (name, target) in [("e1", "a"), ("e2", "b")] {
+        events
+            .create(&PostParams::default(), &obj(json!({"metadata": {"name": name}, "reason": "Tested", "message": "m",
+                "involvedObject": {"kind": "ConfigMap", "name": target, "namespace": "default", "uid": format!("uid-{target}")}})))
+            .await
+            .unwrap();
+    }
+    let selected = events
+        .list(&ListParams::default().fields("involvedObject.uid=uid-a,involvedObject.kind=ConfigMap,involvedObject.name=a,involvedObject.namespace=default"))
+        .await
+        .unwrap();
+    assert_eq!(
+        selected
+            .items
+            .iter()
+            .map(|e| e.name_any())
+            .collect::<Vec<_>>(),
+        vec!["e1"]
+    );
+    let e = status_of(
+        events
+            .list(&ListParams::default().fields("spec.nothing=1"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (400, "BadRequest"));
+}
+
+#[tokio::test]
+async fn finalizers_hold_deletion_and_namespaces_terminate() {
+    let s = Server::start();
+    let c = s.client().await;
+    let namespaces: Api<Namespace> = Api::all(c.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &obj(json!({"metadata": {"name": "team"}})),
+        )
+        .await
+        .unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "team");
+    cms.create(
+        &PostParams::default(),
+        &obj(json!({"metadata": {"name": "held", "finalizers": ["example.com/hold"]}})),
+    )
+    .await
+    .unwrap();
+
+    cms.delete("held", &DeleteParams::default()).await.unwrap();
+    let held = cms.get("held").await.unwrap();
+    assert!(held.metadata.deletion_timestamp.is_some());
+    let e = status_of(
+        cms.patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"finalizers": ["example.com/hold", "example.com/more"]}}),
+            ),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+
+    namespaces
+        .delete("team", &DeleteParams::default())
+        .await
+        .unwrap();
+    let ns = namespaces.get("team").await.unwrap();
+    assert_eq!(
+        ns.status.and_then(|s| s.phase).as_deref(),
+        Some("Terminating")
+    );
+    let e = status_of(
+        cms.create(
+            &PostParams::default(),
+            &obj(json!({"metadata": {"name": "late"}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
+
+    // Removing the last finalizer completes the object's deletion, then the namespace's.
+    let remove_finalizer = Patch::Json::<()>(
+        serde_json::from_value(json!([
+            {"op": "test", "path": "/metadata/finalizers/0", "value": "example.com/hold"},
+            {"op": "remove", "path": "/metadata/finalizers/0"}]))
+        .unwrap(),
+    );
+    cms.patch("held", &PatchParams::default(), &remove_finalizer)
+        .await
+        .unwrap();
+    assert!(cms.get_opt("held").await.unwrap().is_none());
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while namespaces.get_opt("team").await.unwrap().is_some() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the namespace goes once its content is gone");
+}
+
+#[tokio::test]
+async fn list_and_watch_options_are_validated() {
+    let s = Server::start();
+    let c = s.client().await;
+    let base = "/api/v1/namespaces/default/configmaps";
+    for query in [
+        "watch=true&sendInitialEvents=true", // needs resourceVersionMatch=NotOlderThan
+        "watch=true&resourceVersionMatch=NotOlderThan&resourceVersion=0", // needs sendInitialEvents
+        "sendInitialEvents=true&resourceVersionMatch=NotOlderThan", // forbidden for list
+        "resourceVersionMatch=Exact",        // needs a resourceVersion
+    ] {
+        let e = status_of(
+            get_raw(&c, &format!("{base}?{query}"), "application/json")
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"), "{query}");
+    }
+}
+
+#[tokio::test]
+async fn table_and_metadata_representations() {
+    let s = Server::start();
+    let c = s.client().await;
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
+    cms.create(
+        &PostParams::default(),
+        &obj(json!({"metadata": {"name": "t"}, "data": {"a": "1", "b": "2"}})),
+    )
+    .await
+    .unwrap();
+
+    let table = get_raw(
+        &c,
+        "/api/v1/namespaces/default/configmaps",
+        "application/json;as=Table;v=v1;g=meta.k8s.io",
+    )
+    .await
+    .unwrap();
+    assert_eq!(table["kind"], "Table");
+    let columns: Vec<&str> = table["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(columns, vec!["Name", "Data", "Age"]);
+    assert_eq!(table["rows"][0]["cells"][0], "t");
+    assert_eq!(table["rows"][0]["cells"][1], 2);
+    assert_eq!(table["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+
+    let metadata = cms.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(metadata.items.len(), 1);
+    assert_eq!(metadata.items[0].name_any(), "t");
+}
