@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::status_of;
+
 use std::time::Duration;
 
 use common::Server;
@@ -13,13 +15,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-
-fn status_of(e: kube::Error) -> kube::core::Status {
-    match e {
-        kube::Error::Api(s) => *s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
-}
 
 fn obj<K: serde::de::DeserializeOwned>(v: serde_json::Value) -> K {
     serde_json::from_value(v).expect("valid object")
@@ -129,14 +124,7 @@ async fn delete_collection_honours_selectors() {
     )
     .await
     .unwrap();
-    let left: Vec<String> = cms
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|c| c.name_any())
-        .collect();
+    let left = common::names(&cms).await;
     assert_eq!(left, vec!["c"]);
 }
 

@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::status_of;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,13 +20,6 @@ fn cm(name: &str, data: serde_json::Value) -> ConfigMap {
     serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "labels": {"app": "t"}}, "data": data}))
     .unwrap()
-}
-
-fn status_of(e: kube::Error) -> kube::core::Status {
-    match e {
-        kube::Error::Api(s) => *s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
 }
 
 #[tokio::test]
@@ -402,14 +397,7 @@ async fn bad_input_gets_status_errors() {
 
     // Nothing half-written: only the one valid object exists.
     let api: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
-    let names: Vec<String> = api
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|c| c.name_any())
-        .collect();
+    let names = common::names(&api).await;
     assert_eq!(names, vec!["named"]);
     // Built-ins accept strategic merge (custom resources answer 415: see the CRD test).
     Case::new(

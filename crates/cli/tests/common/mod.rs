@@ -161,6 +161,29 @@ where
         .expect("the event decodes")
 }
 
+/// The Status of an API error; panics on any other error.
+pub fn status_of(e: kube::Error) -> kube::core::Status {
+    match e {
+        kube::Error::Api(s) => *s,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+/// Names of the objects `api` lists now, in list order.
+pub async fn names<K>(api: &kube::Api<K>) -> Vec<String>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    use kube::ResourceExt;
+    api.list(&Default::default())
+        .await
+        .expect("list")
+        .items
+        .iter()
+        .map(|o| o.name_any())
+        .collect()
+}
+
 /// Asserts that `output` contains every one of `needles`.
 #[track_caller]
 pub fn assert_has(output: &str, needles: &[&str]) {
