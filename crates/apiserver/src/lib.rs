@@ -6,6 +6,7 @@
 //! [`builtin`] plus whatever CRDs add ([`crd`]).
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod builtin;
 pub mod crd;
 pub mod discovery;
@@ -24,6 +25,7 @@ pub mod selector;
 pub mod server;
 pub mod strategic;
 pub mod table;
+pub mod tls;
 pub mod value;
 pub mod version;
 pub mod watch;

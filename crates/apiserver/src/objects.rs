@@ -2,6 +2,7 @@
 //! the admission steps every write goes through (metadata rules, schema
 //! pruning and validation, generation, server-owned fields).
 
+use base64::Engine;
 use bytes::Bytes;
 use flotilla_store::KeyValue;
 use serde_json::{Map, Value, json};
@@ -211,6 +212,7 @@ fn spec_part(obj: &Value) -> Value {
 
 /// Server-set fields on create.
 pub fn prepare_create(r: &ResourceInfo, obj: &mut Value) {
+    normalize(r, obj);
     // With a status subresource, status is reported through /status, never set on create.
     if r.status_subresource
         && !r.is_namespace()
@@ -255,6 +257,9 @@ pub fn prepare_create(r: &ResourceInfo, obj: &mut Value) {
 /// Carries server-owned fields from `old` into an update and bumps the
 /// generation on spec changes. `status_only` is a write through `/status`.
 pub fn prepare_update(r: &ResourceInfo, obj: &mut Value, old: &Value, status_only: bool) {
+    if !status_only {
+        normalize(r, obj);
+    }
     if status_only {
         let status = obj.get("status").cloned();
         let mut merged = old.clone();
@@ -308,6 +313,33 @@ pub fn prepare_update(r: &ResourceInfo, obj: &mut Value, old: &Value, status_onl
             .and_then(Value::as_i64)
             .unwrap_or(0);
         meta_mut(obj).insert("generation".into(), json!(g + 1));
+    }
+}
+
+/// Write-only conveniences of built-in kinds, folded into what is stored:
+/// a Secret's `stringData` becomes base64 `data` (and wins over it).
+fn normalize(r: &ResourceInfo, obj: &mut Value) {
+    if !(r.group.is_empty() && r.plural == "secrets") {
+        return;
+    }
+    let Some(o) = obj.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Object(string_data)) = o.remove("stringData") else {
+        return;
+    };
+    let data = o.entry("data").or_insert_with(|| json!({}));
+    if !data.is_object() {
+        *data = json!({});
+    }
+    if let Some(data) = data.as_object_mut() {
+        for (k, v) in string_data {
+            let text = v.as_str().unwrap_or_default();
+            data.insert(
+                k,
+                json!(base64::engine::general_purpose::STANDARD.encode(text)),
+            );
+        }
     }
 }
 

@@ -14,6 +14,7 @@ use parking_lot::RwLock;
 use serde_json::Value;
 use tracing::{debug, info};
 
+use crate::auth::Authenticator;
 use crate::discovery;
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::{self, Ctx};
@@ -23,19 +24,26 @@ use crate::resources::Registry;
 use crate::version;
 
 /// Tunables of the API server.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Config {
     /// How often watches with allowWatchBookmarks get a BOOKMARK.
     pub bookmark_interval: Duration,
+    /// The admin bearer token; `None` serves without authentication
+    /// (embedding in tests of the library only; the binary always sets it).
+    pub admin_token: Option<String>,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             bookmark_interval: Duration::from_secs(60),
+            admin_token: None,
         }
     }
 }
+
+/// How long in-flight requests (watches included) get to finish on shutdown.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Shared state of one API server.
 pub struct ApiServer {
@@ -43,6 +51,7 @@ pub struct ApiServer {
     pub registry: Registry,
     pub openapi: OpenApi,
     pub config: Config,
+    authenticator: Option<Authenticator>,
     address: RwLock<String>,
 }
 
@@ -54,6 +63,7 @@ impl ApiServer {
             store,
             registry: Registry::new(),
             openapi: OpenApi::default(),
+            authenticator: config.admin_token.as_deref().map(Authenticator::new),
             config,
             address: RwLock::new(String::new()),
         });
@@ -71,18 +81,41 @@ impl ApiServer {
             .with_state(self.clone())
     }
 
-    /// Serves on `listener` until `shutdown` resolves.
+    /// Serves on `listener` until `shutdown` resolves: HTTPS when `tls` is
+    /// given, plain HTTP otherwise.
     pub async fn serve(
         self: Arc<Self>,
         listener: tokio::net::TcpListener,
+        tls: Option<Arc<rustls::ServerConfig>>,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let addr: SocketAddr = listener.local_addr()?;
         *self.address.write() = addr.to_string();
-        info!(%addr, "API server listening");
-        axum::serve(listener, self.router())
-            .with_graceful_shutdown(shutdown)
-            .await
+        let listener = listener.into_std()?;
+        let handle = axum_server::Handle::new();
+        let on_shutdown = handle.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            on_shutdown.graceful_shutdown(Some(SHUTDOWN_GRACE));
+        });
+        let app = self.router().into_make_service();
+        match tls {
+            Some(config) => {
+                info!(%addr, "API server listening (https)");
+                let config = axum_server::tls_rustls::RustlsConfig::from_config(config);
+                axum_server::from_tcp_rustls(listener, config)?
+                    .handle(handle)
+                    .serve(app)
+                    .await
+            }
+            None => {
+                info!(%addr, "API server listening (http)");
+                axum_server::from_tcp(listener)?
+                    .handle(handle)
+                    .serve(app)
+                    .await
+            }
+        }
     }
 }
 
@@ -128,8 +161,16 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
     let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
     let is_get = parts.method == Method::GET || parts.method == Method::HEAD;
 
+    if let ["healthz" | "livez" | "readyz", ..] = segs.as_slice()
+        && is_get
+    {
+        // Health answers without credentials, as upstream's anonymous access.
+        return Ok(text("ok"));
+    }
+    if let Some(authenticator) = &api.authenticator {
+        authenticator.authenticate(api.store.as_ref(), &parts.headers)?;
+    }
     match segs.as_slice() {
-        ["healthz" | "livez" | "readyz", ..] if is_get => return Ok(text("ok")),
         ["version"] if is_get => return Ok(json_response(StatusCode::OK, &version::info())),
         ["api"] if is_get => {
             return Ok(if request::wants_aggregated_discovery(&parts.headers) {

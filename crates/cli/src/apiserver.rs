@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use flotilla_apiserver::{ApiServer, Config};
+use flotilla_apiserver::tls::{self, Pki};
+use flotilla_apiserver::{ApiServer, Config, auth};
 use flotilla_store::{SqliteOptions, SqliteStore, Store};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::info;
 
 use crate::kubeconfig;
@@ -27,6 +27,10 @@ pub struct Args {
     /// older resourceVersions get 410 Expired.
     #[arg(long, default_value_t = 100_000)]
     watch_history: usize,
+    /// Extra names or IP addresses the serving certificate covers
+    /// (besides the listen address, localhost and 127.0.0.1).
+    #[arg(long = "tls-san", value_delimiter = ',')]
+    tls_sans: Vec<String>,
 }
 
 pub fn default_data_dir(component: &str) -> PathBuf {
@@ -60,25 +64,32 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// Asks the server at `addr` for /readyz until it answers 200.
-async fn wait_ready(addr: SocketAddr) -> anyhow::Result<()> {
+/// Asks the server for /readyz through `kubeconfig` until it answers:
+/// proves the CA and token it carries work before anyone is told.
+async fn wait_ready(kubeconfig: &str) -> anyhow::Result<()> {
+    let client = kubeconfig::client_from(kube::config::Kubeconfig::from_yaml(kubeconfig)?).await?;
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
-        if let Ok(mut conn) = tokio::net::TcpStream::connect(addr).await {
-            let req = format!("GET /readyz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-            if conn.write_all(req.as_bytes()).await.is_ok() {
-                let mut buf = Vec::new();
-                let _ = conn.read_to_end(&mut buf).await;
-                if buf.starts_with(b"HTTP/1.1 200") {
-                    return Ok(());
-                }
-            }
-        }
+        let req = http::Request::get("/readyz").body(Vec::new())?;
+        let error = match client.request_text(req).await {
+            Ok(_) => return Ok(()),
+            Err(e) => e,
+        };
         if tokio::time::Instant::now() > deadline {
-            bail!("the server at {addr} did not become ready within 30s");
+            bail!("the server did not become ready within 30s: {error}");
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+}
+
+/// The URL clients use for a server listening on `addr`.
+pub fn server_url(addr: SocketAddr) -> String {
+    let ip = if addr.ip().is_unspecified() {
+        std::net::IpAddr::from([127, 0, 0, 1])
+    } else {
+        addr.ip()
+    };
+    format!("https://{}", SocketAddr::new(ip, addr.port()))
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -101,8 +112,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             data_dir.display()
         )
     })?;
+    let admin_token = auth::load_or_create_admin_token(&data_dir.join("admin-token"))?;
     let store: Arc<dyn Store> = store;
-    let api = ApiServer::new(store, Config::default())
+    let config = Config {
+        admin_token: Some(admin_token.clone()),
+        ..Config::default()
+    };
+    let api = ApiServer::new(store, config)
         .await
         .map_err(|e| anyhow::anyhow!("cannot start the API server: {}", e.message))?;
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -114,15 +130,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             )
         })?;
     let addr = listener.local_addr()?;
-    let server = tokio::spawn(api.serve(listener, shutdown_signal()));
-    wait_ready(addr).await?;
-    kubeconfig::write_atomically(
-        &kubeconfig_path,
-        &kubeconfig::render(&format!("http://{addr}"), "flotilla"),
+    let pki = Pki::load_or_create(
+        &data_dir.join("pki"),
+        &tls::serving_names(addr, &args.tls_sans),
     )?;
+    let server = tokio::spawn(api.serve(listener, Some(pki.server_config()?), shutdown_signal()));
+    let url = server_url(addr);
+    let kubeconfig = kubeconfig::render(&url, "flotilla", &pki.ca_pem, &admin_token);
+    wait_ready(&kubeconfig).await?;
+    kubeconfig::write_atomically(&kubeconfig_path, &kubeconfig)?;
     info!(kubeconfig = %kubeconfig_path.display(), data_dir = %data_dir.display(), "ready");
     eprintln!(
-        "flotilla apiserver ready on http://{addr}\n  export KUBECONFIG={}",
+        "flotilla apiserver ready on {url}\n  export KUBECONFIG={}",
         kubeconfig_path.display()
     );
     server.await.context("the server task failed")??;

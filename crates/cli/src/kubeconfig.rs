@@ -4,8 +4,12 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::Context;
+use base64::Engine;
 
-pub fn render(server: &str, name: &str) -> String {
+/// A kubeconfig with one cluster, user and context, all called `name`:
+/// the server's CA and a bearer token.
+pub fn render(server: &str, name: &str, ca_pem: &str, token: &str) -> String {
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     format!(
         "apiVersion: v1
 kind: Config
@@ -13,6 +17,7 @@ clusters:
 - name: {name}
   cluster:
     server: {server}
+    certificate-authority-data: {ca}
 contexts:
 - name: {name}
   context:
@@ -22,13 +27,15 @@ contexts:
 current-context: {name}
 users:
 - name: {name}
-  user: {{}}
+  user:
+    token: {token}
 preferences: {{}}
 "
     )
 }
 
-/// Writes `contents` to `path` via a temporary file and a rename.
+/// Writes `contents` to `path` via a temporary file and a rename; only
+/// the owner may read it, as it carries a credential.
 pub fn write_atomically(path: &Path, contents: &str) -> anyhow::Result<()> {
     let dir = path
         .parent()
@@ -41,11 +48,33 @@ pub fn write_atomically(path: &Path, contents: &str) -> anyhow::Result<()> {
         .unwrap_or("kubeconfig");
     let tmp = dir.join(format!(".{file_name}.tmp-{}", std::process::id()));
     {
-        let mut f = std::fs::File::create(&tmp)
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600);
+        }
+        let mut f = options
+            .open(&tmp)
             .with_context(|| format!("cannot write {}", tmp.display()))?;
         f.write_all(contents.as_bytes())?;
         f.sync_all()?;
     }
     std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
+}
+
+/// A kube-rs client from the kubeconfig at `path`, as any user's would load.
+pub async fn client(path: &Path) -> anyhow::Result<kube::Client> {
+    let file = kube::config::Kubeconfig::read_from(path)
+        .with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
+    client_from(file).await
+}
+
+pub async fn client_from(file: kube::config::Kubeconfig) -> anyhow::Result<kube::Client> {
+    let config =
+        kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+            .await?;
+    Ok(kube::Client::try_from(config)?)
 }

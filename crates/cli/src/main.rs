@@ -4,6 +4,7 @@
 mod apiserver;
 mod bench;
 mod kubeconfig;
+mod token;
 
 use clap::{Parser, Subcommand};
 
@@ -22,6 +23,9 @@ struct Cli {
 enum Command {
     /// Run the Kubernetes-compatible API server on the embedded store.
     Apiserver(apiserver::Args),
+    /// Issue, list and revoke bearer tokens for other identities.
+    #[command(subcommand)]
+    Token(token::Token),
     /// Measure performance.
     #[command(subcommand)]
     Bench(bench::Bench),
@@ -50,6 +54,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Apiserver(args) => apiserver::run(args).await,
             Command::Bench(b) => bench::run(b).await,
+            Command::Token(t) => token::run(t).await,
         }
     });
     match result {

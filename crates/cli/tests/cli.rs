@@ -16,7 +16,7 @@ fn server_address(kubeconfig: &std::path::Path) -> String {
         .server
         .clone()
         .expect("server")
-        .trim_start_matches("http://")
+        .trim_start_matches("https://")
         .to_string()
 }
 

@@ -11,6 +11,7 @@ pub struct Server {
     pub dir: tempfile::TempDir,
     pub kubeconfig: PathBuf,
     extra: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 impl Server {
@@ -20,12 +21,21 @@ impl Server {
 
     /// Starts with extra `flotilla apiserver` flags.
     pub fn start_with(extra: &[&str]) -> Server {
+        Self::start_with_env(extra, &[])
+    }
+
+    /// Starts with extra flags and environment variables.
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut s = Server {
             child: None,
             kubeconfig: dir.path().join("kubeconfig"),
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         s.spawn();
         s
@@ -49,6 +59,7 @@ impl Server {
             .arg("--write-kubeconfig")
             .arg(&self.kubeconfig)
             .args(&self.extra)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -133,11 +144,23 @@ fn tail(s: &str) -> String {
 }
 
 pub async fn kube_client(kubeconfig: &Path) -> kube::Client {
+    kube::Client::try_from(kube_config(kubeconfig).await).expect("client")
+}
+
+/// The kube-rs configuration a kubeconfig file gives, to alter in tests.
+pub async fn kube_config(kubeconfig: &Path) -> kube::Config {
     let file = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig parses");
-    let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
+    kube::Config::from_custom_kubeconfig(file, &Default::default())
         .await
-        .expect("kubeconfig is usable");
-    kube::Client::try_from(config).expect("client")
+        .expect("kubeconfig is usable")
+}
+
+/// Runs `flotilla` with `args`, returning its output.
+pub fn flotilla(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(args)
+        .output()
+        .expect("run flotilla")
 }
 
 /// The first event of a watch on `api` from `resource_version`, within 10 s.

@@ -1,0 +1,167 @@
+//! Authentication by bearer token.
+//!
+//! Two kinds of token are accepted:
+//! - the admin token, created on first start and kept in the data dir
+//!   (user `flotilla-admin`, group `system:masters`);
+//! - bootstrap tokens in upstream's format (`<id>.<secret>`, Secrets of type
+//!   `bootstrap.kubernetes.io/token` named `bootstrap-token-<id>` in
+//!   `kube-system`), which the CLI issues and revokes through the API. They
+//!   authenticate as `system:bootstrap:<id>` with `system:bootstrappers` and
+//!   the Secret's `auth-extra-groups`.
+//!
+//! Token values are never logged; comparisons are constant-time.
+
+use base64::Engine;
+use flotilla_store::Store;
+use http::{HeaderMap, StatusCode, header};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::error::ApiError;
+use crate::value::str_at;
+
+pub const BOOTSTRAP_TOKEN_TYPE: &str = "bootstrap.kubernetes.io/token";
+pub const BOOTSTRAP_TOKEN_PREFIX: &str = "bootstrap-token-";
+
+/// Who made a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct User {
+    pub name: String,
+    pub groups: Vec<String>,
+}
+
+/// Checks bearer tokens against the admin token and bootstrap-token Secrets.
+pub struct Authenticator {
+    admin_token_digest: [u8; 32],
+}
+
+impl Authenticator {
+    pub fn new(admin_token: &str) -> Self {
+        Authenticator {
+            admin_token_digest: digest(admin_token),
+        }
+    }
+
+    /// The caller's identity, or 401 as upstream answers it.
+    pub fn authenticate(&self, store: &dyn Store, headers: &HeaderMap) -> Result<User, ApiError> {
+        let token = headers
+            .get_all(header::AUTHORIZATION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find_map(|v| {
+                let (scheme, token) = v.split_once(' ')?;
+                scheme
+                    .eq_ignore_ascii_case("bearer")
+                    .then(|| token.trim())
+                    .filter(|t| !t.is_empty())
+            })
+            .ok_or_else(unauthorized)?;
+        if bool::from(digest(token).ct_eq(&self.admin_token_digest)) {
+            return Ok(User {
+                name: "flotilla-admin".into(),
+                groups: vec!["system:masters".into(), "system:authenticated".into()],
+            });
+        }
+        bootstrap_user(store, token).ok_or_else(unauthorized)
+    }
+}
+
+fn unauthorized() -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized")
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// Validates `<id>.<secret>` against its Secret in kube-system.
+fn bootstrap_user(store: &dyn Store, token: &str) -> Option<User> {
+    let (id, secret) = token.split_once('.')?;
+    if !is_token_part(id, 6) || !is_token_part(secret, 16) {
+        return None;
+    }
+    let kv = store.get(&format!(
+        "/core/secrets/kube-system/{BOOTSTRAP_TOKEN_PREFIX}{id}"
+    ))?;
+    let obj: Value = serde_json::from_slice(&kv.value).ok()?;
+    if str_at(&obj, "/type") != BOOTSTRAP_TOKEN_TYPE
+        || obj.pointer("/metadata/deletionTimestamp").is_some()
+    {
+        return None;
+    }
+    let data = |k: &str| -> String {
+        obj.pointer(&format!("/data/{k}"))
+            .and_then(Value::as_str)
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+            .and_then(|b| String::from_utf8(b).ok())
+            .unwrap_or_default()
+    };
+    let matches = data("token-id") == id
+        && bool::from(data("token-secret").as_bytes().ct_eq(secret.as_bytes()));
+    if !matches || data("usage-bootstrap-authentication") != "true" {
+        return None;
+    }
+    let expiration = data("expiration");
+    if !expiration.is_empty() {
+        let expires: jiff::Timestamp = expiration.parse().ok()?;
+        if expires <= jiff::Timestamp::now() {
+            return None;
+        }
+    }
+    let mut groups = vec!["system:bootstrappers".to_string()];
+    groups.extend(
+        data("auth-extra-groups")
+            .split(',')
+            .map(str::trim)
+            .filter(|g| !g.is_empty())
+            .map(String::from),
+    );
+    groups.push("system:authenticated".into());
+    Some(User {
+        name: format!("system:bootstrap:{id}"),
+        groups,
+    })
+}
+
+fn is_token_part(s: &str, len: usize) -> bool {
+    s.len() == len
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
+
+/// A fresh random token part of `len` characters from `[a-z0-9]`.
+pub fn random_token_part(len: usize) -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    (0..len)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+/// Reads the admin token kept in `path`, creating it on first start.
+pub fn load_or_create_admin_token(path: &std::path::Path) -> Result<String, crate::tls::TlsError> {
+    match std::fs::read_to_string(path) {
+        Ok(t) if !t.trim().is_empty() => Ok(t.trim().to_string()),
+        _ => {
+            let token = random_token_part(48);
+            crate::tls::write_private(path, &format!("{token}\n"))?;
+            Ok(token)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_parts_are_checked_for_shape() {
+        assert!(is_token_part("abc123", 6));
+        assert!(!is_token_part("ABC123", 6));
+        assert!(!is_token_part("abc12", 6));
+        let part = random_token_part(16);
+        assert!(is_token_part(&part, 16));
+    }
+}

@@ -1,0 +1,195 @@
+//! The server's PKI: a CA kept in the data dir and a serving certificate
+//! issued by it for the names the server answers on.
+//!
+//! The CA outlives restarts (kubeconfigs handed out carry it); the serving
+//! certificate is re-issued on every start so it always covers the current
+//! listen address and `--tls-san` names.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, date_time_ymd,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot access {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot issue a certificate: {0}")]
+    Certificate(#[from] rcgen::Error),
+    #[error("invalid TLS material in {path}: {reason}")]
+    Invalid { path: PathBuf, reason: String },
+    #[error("cannot configure TLS: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+/// The CA and the serving certificate, PEM-encoded.
+pub struct Pki {
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl Pki {
+    /// Loads the CA from `dir` (creating it on first use) and issues a
+    /// serving certificate for `names`.
+    pub fn load_or_create(dir: &Path, names: &[String]) -> Result<Pki, TlsError> {
+        std::fs::create_dir_all(dir).map_err(|source| TlsError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let ca_cert_path = dir.join("ca.crt");
+        let ca_key_path = dir.join("ca.key");
+        if !ca_cert_path.exists() || !ca_key_path.exists() {
+            let key = KeyPair::generate()?;
+            let mut params = CertificateParams::default();
+            params.distinguished_name = name("flotilla-ca");
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            params.key_usages = vec![
+                KeyUsagePurpose::KeyCertSign,
+                KeyUsagePurpose::CrlSign,
+                KeyUsagePurpose::DigitalSignature,
+            ];
+            set_validity(&mut params, 10);
+            let cert = params.self_signed(&key)?;
+            // Key first: a crash between the writes leaves no CA without its key.
+            write_private(&ca_key_path, &key.serialize_pem())?;
+            write_private(&ca_cert_path, &cert.pem())?;
+        }
+        let ca_pem = read(&ca_cert_path)?;
+        let ca_key = KeyPair::from_pem(&read(&ca_key_path)?).map_err(|e| TlsError::Invalid {
+            path: ca_key_path.clone(),
+            reason: e.to_string(),
+        })?;
+        let issuer = Issuer::from_ca_cert_pem(&ca_pem, ca_key).map_err(|e| TlsError::Invalid {
+            path: ca_cert_path.clone(),
+            reason: e.to_string(),
+        })?;
+
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(names.to_vec())?;
+        params.distinguished_name = name("flotilla-apiserver");
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.use_authority_key_identifier_extension = true;
+        set_validity(&mut params, 1);
+        let cert = params.signed_by(&key, &issuer)?;
+        let pki = Pki {
+            ca_pem,
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        };
+        write_private(&dir.join("apiserver.key"), &pki.key_pem)?;
+        write_private(&dir.join("apiserver.crt"), &pki.cert_pem)?;
+        Ok(pki)
+    }
+
+    /// A rustls server configuration offering HTTP/2 and HTTP/1.1, as
+    /// kube-apiserver does (kubectl negotiates h2).
+    pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+        let invalid = |reason: String| TlsError::Invalid {
+            path: PathBuf::from("apiserver.crt"),
+            reason,
+        };
+        let certs = rustls_pemfile::certs(&mut self.cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| invalid(e.to_string()))?;
+        let key = rustls_pemfile::private_key(&mut self.key_pem.as_bytes())
+            .map_err(|e| invalid(e.to_string()))?
+            .ok_or_else(|| invalid("no private key".into()))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)?;
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Arc::new(config))
+    }
+}
+
+/// The names a serving certificate for `listen` must cover: the address
+/// itself (loopback when listening on every interface), localhost, and
+/// the operator's extra names.
+pub fn serving_names(listen: SocketAddr, extra: &[String]) -> Vec<String> {
+    let mut names = vec![
+        "localhost".to_string(),
+        "127.0.0.1".to_string(),
+        "::1".to_string(),
+    ];
+    let ip = listen.ip();
+    if !ip.is_unspecified() {
+        names.push(ip.to_string());
+    }
+    if let Ok(host) = std::env::var("HOSTNAME")
+        && !host.is_empty()
+        && host.parse::<IpAddr>().is_err()
+    {
+        names.push(host.to_lowercase());
+    }
+    names.extend(extra.iter().cloned());
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|n| seen.insert(n.clone()));
+    names
+}
+
+fn name(common_name: &str) -> DistinguishedName {
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, common_name);
+    dn.push(DnType::OrganizationName, "flotilla");
+    dn
+}
+
+/// Valid from yesterday (tolerating clock skew) for `years` years.
+fn set_validity(params: &mut CertificateParams, years: i16) {
+    let today = jiff::Zoned::now().date();
+    let from = today.yesterday().unwrap_or(today);
+    let ymd = |d: jiff::civil::Date, add: i16| {
+        date_time_ymd(
+            i32::from(d.year() + add),
+            d.month() as u8,
+            // Avoids 29 February in a year without it.
+            d.day().min(28) as u8,
+        )
+    };
+    params.not_before = ymd(from, 0);
+    params.not_after = ymd(today, years);
+}
+
+fn read(path: &Path) -> Result<String, TlsError> {
+    std::fs::read_to_string(path).map_err(|source| TlsError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Writes a file readable by its owner only, replacing it atomically.
+pub fn write_private(path: &Path, contents: &str) -> Result<(), TlsError> {
+    let io = |source| TlsError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    {
+        use std::io::Write;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600);
+        }
+        let mut f = options.open(&tmp).map_err(io)?;
+        f.write_all(contents.as_bytes()).map_err(io)?;
+        f.sync_all().map_err(io)?;
+    }
+    std::fs::rename(&tmp, path).map_err(io)
+}
