@@ -30,6 +30,25 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// A request the server makes of itself (garbage collector, namespace
+    /// controller): no headers, no query, on one namespace or cluster-wide.
+    pub(crate) fn internal(
+        api: Arc<ApiServer>,
+        resource: Arc<ResourceInfo>,
+        namespace: Option<String>,
+        name: Option<String>,
+    ) -> Ctx {
+        Ctx {
+            api,
+            resource,
+            namespace: namespace.filter(|ns| !ns.is_empty()),
+            name,
+            subresource: None,
+            query: Query::default(),
+            headers: HeaderMap::new(),
+        }
+    }
+
     fn name(&self) -> &str {
         self.name.as_deref().unwrap_or("")
     }
@@ -567,9 +586,25 @@ async fn remove(
     Ok(obj)
 }
 
+/// The outcome of a write: the object as stored (or as it would be, for a
+/// dry run) and the warnings for the client.
+pub(crate) struct Written {
+    pub obj: Value,
+    pub warnings: Vec<String>,
+}
+
 /// Reads, transforms and writes one object with compare-and-swap, retrying
-/// on races unless the caller pinned a resourceVersion.
-async fn guaranteed_update<F>(ctx: &Ctx, mut transform: F) -> ApiResult<Response>
+/// on races unless the caller pinned a resourceVersion; answers the client.
+async fn guaranteed_update<F>(ctx: &Ctx, transform: F) -> ApiResult<Response>
+where
+    F: FnMut(&Value) -> ApiResult<Next>,
+{
+    let w = update_object(ctx, transform).await?;
+    respond_object(ctx, StatusCode::OK, &w.obj, &w.warnings)
+}
+
+/// The write behind every update, patch and controller change of one object.
+pub(crate) async fn update_object<F>(ctx: &Ctx, mut transform: F) -> ApiResult<Written>
 where
     F: FnMut(&Value) -> ApiResult<Next>,
 {
@@ -599,16 +634,21 @@ where
                 }],
             ));
         }
-        let status_only = ctx.subresource.as_deref() == Some("status");
-        objects::prepare_update(&r, &mut obj, &old, status_only);
+        let scope = objects::WriteScope::of(ctx.subresource.as_deref());
+        objects::prepare_update(&r, &mut obj, &old, scope);
         crate::crd::refresh_status(&r, &mut obj);
         if ctx.dry_run()? {
-            return respond_object(ctx, StatusCode::OK, &obj, &warnings);
+            return Ok(Written { obj, warnings });
         }
         // Removing the last finalizer of an object being deleted completes the deletion.
         if objects::is_deleting(&obj) && !objects::has_finalizers(&obj) {
             match remove(ctx, &key, current.mod_revision, obj).await {
-                Ok(gone) => return respond_object(ctx, StatusCode::OK, &gone, &warnings),
+                Ok(gone) => {
+                    return Ok(Written {
+                        obj: gone,
+                        warnings,
+                    });
+                }
                 Err(e) => match retry_or_fail(ctx, &name, e, pinned.is_empty()) {
                     Some(err) => return Err(err),
                     None => continue,
@@ -617,7 +657,7 @@ where
         }
         if objects::equal_except_resource_version(&obj, &old) {
             // A no-op write does not create a revision, as upstream.
-            return respond_object(ctx, StatusCode::OK, &old, &warnings);
+            return Ok(Written { obj: old, warnings });
         }
         match store
             .update(&key, objects::encode(&obj)?, current.mod_revision)
@@ -626,7 +666,10 @@ where
             Ok(kv) => {
                 let stored = objects::decode(&r, &kv)?;
                 crate::crd::after_write(&ctx.api, &r, &stored).await;
-                return respond_object(ctx, StatusCode::OK, &stored, &warnings);
+                return Ok(Written {
+                    obj: stored,
+                    warnings,
+                });
             }
             Err(e) => {
                 if let Some(err) = retry_or_fail(ctx, &name, e, pinned.is_empty()) {
@@ -731,6 +774,15 @@ pub(crate) struct DeleteOptions {
     dry_run: Vec<String>,
 }
 
+impl DeleteOptions {
+    pub(crate) fn with_policy(policy: &str) -> Self {
+        DeleteOptions {
+            propagation_policy: Some(policy.to_string()),
+            ..DeleteOptions::default()
+        }
+    }
+}
+
 #[derive(Default, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Preconditions {
@@ -798,19 +850,31 @@ pub(crate) async fn delete_one(
                 return Err(ApiError::conflict(&r.group, &r.plural, name));
             }
         }
-        let namespace = r.is_namespace();
-        if objects::has_finalizers(&obj) || namespace {
+        let policy = opts.propagation_policy.as_deref().unwrap_or("Background");
+        // Foreground and Orphan hand the object to the garbage collector
+        // through a finalizer it removes when the dependents are dealt with.
+        let gc_finalizer = match policy {
+            "Foreground" => Some(objects::FOREGROUND_FINALIZER),
+            "Orphan" if !r.is_namespace() => Some(objects::ORPHAN_FINALIZER),
+            _ => None,
+        };
+        if objects::has_finalizers(&obj) || gc_finalizer.is_some() {
             // Graceful: mark for deletion; finalizers (or the namespace
             // controller) remove the object later.
-            if objects::is_deleting(&obj) {
+            let already = objects::is_deleting(&obj);
+            let switched = gc_finalizer.is_some_and(|f| objects::set_gc_finalizer(&mut obj, f));
+            if already && !switched {
                 return Ok((obj, false));
             }
             let m = objects::meta_mut(&mut obj);
-            m.insert("deletionTimestamp".into(), json!(meta::now()));
-            m.insert("deletionGracePeriodSeconds".into(), json!(0));
-            if let Some(g) = m.get("generation").and_then(Value::as_i64) {
-                m.insert("generation".into(), json!(g + 1));
+            if !already {
+                m.insert("deletionTimestamp".into(), json!(meta::now()));
+                m.insert("deletionGracePeriodSeconds".into(), json!(0));
+                if let Some(g) = m.get("generation").and_then(Value::as_i64) {
+                    m.insert("generation".into(), json!(g + 1));
+                }
             }
+            let namespace = r.is_namespace();
             if namespace {
                 obj["status"]["phase"] = json!("Terminating");
             }
@@ -823,7 +887,7 @@ pub(crate) async fn delete_one(
             {
                 Ok(kv) => {
                     let stored = objects::decode(&r, &kv)?;
-                    if namespace {
+                    if namespace && !already {
                         crate::namespace::spawn_finalizer(ctx.api.clone(), name.to_string());
                     }
                     return Ok((stored, false));
@@ -891,15 +955,7 @@ pub async fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             continue;
         }
         let ns = meta_str(&obj, "namespace").to_string();
-        let one = Ctx {
-            api: ctx.api.clone(),
-            resource: r.clone(),
-            namespace: (!ns.is_empty()).then_some(ns),
-            name: None,
-            subresource: None,
-            query: ctx.query.clone(),
-            headers: ctx.headers.clone(),
-        };
+        let one = Ctx::internal(ctx.api.clone(), r.clone(), Some(ns), None);
         match delete_one(&one, meta_str(&obj, "name"), &opts).await {
             Ok((o, _)) => deleted.push(o),
             Err(e) if e.code == StatusCode::NOT_FOUND => {}

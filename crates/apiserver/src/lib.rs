@@ -11,6 +11,7 @@ pub mod builtin;
 pub mod crd;
 pub mod discovery;
 pub mod error;
+pub mod gc;
 pub mod handlers;
 pub mod jsonpath;
 pub mod meta;

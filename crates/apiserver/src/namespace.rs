@@ -5,13 +5,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_store::{DeletePrecondition, ListOptions};
-use http::HeaderMap;
+use flotilla_store::ListOptions;
 use tracing::{info, warn};
 
 use crate::handlers::{self, Ctx, DeleteOptions};
 use crate::objects;
-use crate::request::Query;
 use crate::server::ApiServer;
 
 /// Removes everything in `namespace`; true once it is empty.
@@ -36,15 +34,7 @@ async fn remove_content(api: &Arc<ApiServer>, namespace: &str) -> bool {
             if objects::is_deleting(&obj) {
                 continue;
             }
-            let ctx = Ctx {
-                api: api.clone(),
-                resource: r.clone(),
-                namespace: Some(namespace.to_string()),
-                name: None,
-                subresource: None,
-                query: Query::default(),
-                headers: HeaderMap::new(),
-            };
+            let ctx = Ctx::internal(api.clone(), r.clone(), Some(namespace.to_string()), None);
             if let Err(error) = handlers::delete_one(
                 &ctx,
                 objects::meta_str(&obj, "name"),
@@ -68,9 +58,29 @@ pub fn spawn_finalizer(api: Arc<ApiServer>, namespace: String) {
                 return;
             }
             if remove_content(&api, &namespace).await {
-                match api.store.delete(&key, DeletePrecondition::default()).await {
-                    Ok(_) => info!(namespace, "namespace deleted"),
-                    Err(error) => warn!(%error, namespace, "could not remove namespace"),
+                // Empty: drop the `kubernetes` finalizer through /finalize, as
+                // upstream's namespace controller does; the namespace goes
+                // once no metadata finalizer holds it either.
+                let Some(r) = api.registry.get("", "v1", "namespaces") else {
+                    return;
+                };
+                let mut ctx = Ctx::internal(api.clone(), r, None, Some(namespace.clone()));
+                ctx.subresource = Some("finalize".into());
+                let result = handlers::update_object(&ctx, |old| {
+                    let mut obj = old.clone();
+                    let rest: Vec<String> = crate::value::strings_at(old, "/spec/finalizers")
+                        .into_iter()
+                        .filter(|f| f != "kubernetes")
+                        .collect();
+                    obj["spec"]["finalizers"] = serde_json::json!(rest);
+                    Ok((obj, Vec::new()))
+                })
+                .await;
+                match result {
+                    Ok(_) => info!(namespace, "namespace finalized"),
+                    Err(error) => {
+                        warn!(error = %error.message, namespace, "could not finalize namespace")
+                    }
                 }
                 return;
             }

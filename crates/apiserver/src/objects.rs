@@ -256,29 +256,73 @@ pub fn prepare_create(r: &ResourceInfo, obj: &mut Value) {
 
 /// Carries server-owned fields from `old` into an update and bumps the
 /// generation on spec changes. `status_only` is a write through `/status`.
-pub fn prepare_update(r: &ResourceInfo, obj: &mut Value, old: &Value, status_only: bool) {
-    if !status_only {
-        normalize(r, obj);
+/// Which part of an object a write may change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteScope {
+    /// The main endpoint: everything but `.status` when the kind has a
+    /// status subresource (and but a namespace's `spec.finalizers`).
+    Main,
+    /// `/status`: only `.status`.
+    Status,
+    /// A namespace's `/finalize`: only `spec.finalizers`.
+    Finalize,
+}
+
+impl WriteScope {
+    pub fn of(subresource: Option<&str>) -> WriteScope {
+        match subresource {
+            Some("status") => WriteScope::Status,
+            Some("finalize") => WriteScope::Finalize,
+            _ => WriteScope::Main,
+        }
     }
-    if status_only {
-        let status = obj.get("status").cloned();
-        let mut merged = old.clone();
-        match status {
-            Some(s) => merged["status"] = s,
-            None => {
-                if let Some(o) = merged.as_object_mut() {
-                    o.remove("status");
-                }
+}
+
+/// `new` with `pointer` (a top-level or nested field) taken from `old`.
+fn keep_from(new: &mut Value, old: &Value, parent: &str, field: &str) {
+    let old_value = old.pointer(&format!("{parent}/{field}")).cloned();
+    let target = if parent.is_empty() {
+        Some(&mut *new)
+    } else {
+        new.pointer_mut(parent)
+    };
+    match (target.and_then(Value::as_object_mut), old_value) {
+        (Some(o), Some(v)) => {
+            o.insert(field.into(), v);
+        }
+        (Some(o), None) => {
+            o.remove(field);
+        }
+        (None, Some(v)) => {
+            // The parent is gone from `new`; recreate it to hold the kept field.
+            if let Some(root) = new.as_object_mut() {
+                let name = parent.trim_start_matches('/');
+                root.insert(name.into(), json!({ field: v }));
             }
         }
-        *obj = merged;
-    } else if r.status_subresource {
-        match old.get("status") {
-            Some(s) => obj["status"] = s.clone(),
-            None => {
-                if let Some(o) = obj.as_object_mut() {
-                    o.remove("status");
-                }
+        (None, None) => {}
+    }
+}
+
+pub fn prepare_update(r: &ResourceInfo, obj: &mut Value, old: &Value, scope: WriteScope) {
+    match scope {
+        WriteScope::Status => {
+            let mut merged = old.clone();
+            keep_from(&mut merged, obj, "", "status");
+            *obj = merged;
+        }
+        WriteScope::Finalize => {
+            let mut merged = old.clone();
+            keep_from(&mut merged, obj, "/spec", "finalizers");
+            *obj = merged;
+        }
+        WriteScope::Main => {
+            normalize(r, obj);
+            if r.status_subresource {
+                keep_from(obj, old, "", "status");
+            }
+            if r.is_namespace() {
+                keep_from(obj, old, "/spec", "finalizers");
             }
         }
     }
@@ -382,11 +426,58 @@ pub fn adds_finalizer_while_deleting(obj: &Value, old: &Value) -> bool {
     list(obj).iter().any(|f| !before.contains(f))
 }
 
+/// The garbage collector's finalizers for Foreground and Orphan deletion.
+pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
+pub const ORPHAN_FINALIZER: &str = "orphan";
+
+/// Whether anything still holds the object: metadata finalizers or, for a
+/// namespace, the `spec.finalizers` its controller removes through /finalize.
 pub fn has_finalizers(obj: &Value) -> bool {
-    meta(obj)
-        .and_then(|m| m.get("finalizers"))
-        .and_then(Value::as_array)
-        .is_some_and(|a| !a.is_empty())
+    let non_empty = |v: Option<&Value>| v.and_then(Value::as_array).is_some_and(|a| !a.is_empty());
+    non_empty(meta(obj).and_then(|m| m.get("finalizers")))
+        || (obj.get("kind").and_then(Value::as_str) == Some("Namespace")
+            && non_empty(obj.pointer("/spec/finalizers")))
+}
+
+pub fn finalizers(obj: &Value) -> Vec<String> {
+    crate::value::strings_at(obj, "/metadata/finalizers")
+}
+
+pub fn has_finalizer(obj: &Value, finalizer: &str) -> bool {
+    finalizers(obj).iter().any(|f| f == finalizer)
+}
+
+/// Sets the garbage collector's finalizer for a deletion policy, replacing
+/// the other one (a later DELETE may switch policy); true if it changed.
+pub fn set_gc_finalizer(obj: &mut Value, finalizer: &str) -> bool {
+    let before = finalizers(obj);
+    let mut after: Vec<String> = before
+        .iter()
+        .filter(|f| *f != FOREGROUND_FINALIZER && *f != ORPHAN_FINALIZER)
+        .cloned()
+        .collect();
+    after.push(finalizer.to_string());
+    if after == before {
+        return false;
+    }
+    meta_mut(obj).insert("finalizers".into(), json!(after));
+    true
+}
+
+/// Removes `finalizer`; true if it was there.
+pub fn remove_finalizer(obj: &mut Value, finalizer: &str) -> bool {
+    let before = finalizers(obj);
+    let after: Vec<&String> = before.iter().filter(|f| *f != finalizer).collect();
+    if after.len() == before.len() {
+        return false;
+    }
+    let m = meta_mut(obj);
+    if after.is_empty() {
+        m.remove("finalizers");
+    } else {
+        m.insert("finalizers".into(), json!(after));
+    }
+    true
 }
 
 pub fn is_deleting(obj: &Value) -> bool {

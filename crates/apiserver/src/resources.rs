@@ -159,6 +159,24 @@ impl Registry {
             .cloned()
     }
 
+    /// The resource whose objects live under store key `key`
+    /// (`/<group or core>/<plural>/...`), in its preferred version.
+    pub fn for_key(&self, key: &str) -> Option<Arc<ResourceInfo>> {
+        let mut parts = key.trim_start_matches('/').splitn(3, '/');
+        let group = match parts.next()? {
+            "core" => "",
+            g => g,
+        };
+        let plural = parts.next()?;
+        self.inner
+            .read()
+            .resources
+            .iter()
+            .filter(|((g, _, p), _)| g == group && p == plural)
+            .max_by_key(|((_, v, _), _)| version_priority(v))
+            .map(|(_, r)| r.clone())
+    }
+
     pub fn all(&self) -> Vec<Arc<ResourceInfo>> {
         self.inner.read().resources.values().cloned().collect()
     }

@@ -72,6 +72,7 @@ impl ApiServer {
             handlers::ensure_namespace(&api, ns).await?;
         }
         crate::namespace::resume_terminating(&api);
+        crate::gc::spawn(api.clone());
         Ok(api)
     }
 
@@ -271,6 +272,7 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
     match rp.subresource.as_deref() {
         None => {}
         Some("status") if resource.status_subresource => {}
+        Some("finalize") if resource.is_namespace() && parts.method == Method::PUT => {}
         Some(_) => return Err(ApiError::path_not_found()),
     }
 

@@ -1,0 +1,375 @@
+//! The garbage collector: deletes dependents whose owners are gone, and
+//! carries out Foreground and Orphan deletion, as kube-controller-manager's
+//! does.
+//!
+//! It keeps a graph of ownerReferences (by uid, as upstream) built from one
+//! list of the store and kept current by a watch of every key. After each
+//! batch of changes it examines the objects the batch touched:
+//! - a dependent none of whose owners exist any more (or whose remaining
+//!   owners are all being deleted in the foreground) is deleted; one with
+//!   some owners left loses its references to the missing ones;
+//! - an owner with the `foregroundDeletion` finalizer has its dependents
+//!   deleted and loses the finalizer once no dependent with
+//!   `blockOwnerDeletion: true` remains;
+//! - an owner with the `orphan` finalizer is removed from its dependents'
+//!   ownerReferences, then loses the finalizer.
+//!
+//! Writes go through the same code as API requests, so finalizers,
+//! preconditions and watches behave as for any client.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla_store::{EventKind, KeyValue, ListOptions, StoreError};
+use serde_json::Value;
+use tracing::{debug, warn};
+
+use crate::handlers::{self, Ctx, DeleteOptions};
+use crate::objects::{self, FOREGROUND_FINALIZER, ORPHAN_FINALIZER};
+use crate::server::ApiServer;
+
+#[derive(Clone, Debug)]
+struct OwnerRef {
+    uid: String,
+    block: bool,
+}
+
+/// One object as the collector sees it.
+#[derive(Clone, Debug)]
+struct Node {
+    key: String,
+    owners: Vec<OwnerRef>,
+    deleting: bool,
+    foreground: bool,
+    orphan: bool,
+}
+
+impl Node {
+    fn from_value(key: &str, obj: &Value) -> Node {
+        let owners = crate::value::array_at(obj, "/metadata/ownerReferences")
+            .iter()
+            .filter_map(|r| {
+                Some(OwnerRef {
+                    uid: r.get("uid")?.as_str()?.to_string(),
+                    block: r
+                        .get("blockOwnerDeletion")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false),
+                })
+            })
+            .collect();
+        let deleting = objects::is_deleting(obj);
+        Node {
+            key: key.to_string(),
+            owners,
+            deleting,
+            foreground: deleting && objects::has_finalizer(obj, FOREGROUND_FINALIZER),
+            orphan: deleting && objects::has_finalizer(obj, ORPHAN_FINALIZER),
+        }
+    }
+}
+
+/// The ownership graph at one revision.
+#[derive(Default)]
+struct Graph {
+    nodes: HashMap<String, Node>,
+    /// owner uid → dependent uids (the owner need not exist).
+    dependents: HashMap<String, BTreeSet<String>>,
+    uid_of_key: HashMap<String, String>,
+}
+
+impl Graph {
+    /// Records `key`'s new state; returns uids whose situation changed.
+    fn put(&mut self, key: &str, obj: &Value, dirty: &mut HashSet<String>) {
+        let uid = objects::meta_str(obj, "uid").to_string();
+        if uid.is_empty() {
+            return;
+        }
+        let node = Node::from_value(key, obj);
+        if let Some(old) = self.nodes.get(&uid) {
+            for o in &old.owners {
+                if let Some(set) = self.dependents.get_mut(&o.uid) {
+                    set.remove(&uid);
+                }
+                // An orphaning or foreground owner may have been waiting on this.
+                dirty.insert(o.uid.clone());
+            }
+        }
+        for o in &node.owners {
+            self.dependents
+                .entry(o.uid.clone())
+                .or_default()
+                .insert(uid.clone());
+            // A foreground owner may be waiting on this dependent.
+            dirty.insert(o.uid.clone());
+        }
+        if !node.owners.is_empty() || node.foreground || node.orphan {
+            dirty.insert(uid.clone());
+        }
+        if node.foreground || node.orphan {
+            dirty.extend(self.dependents_of(&uid));
+        }
+        self.uid_of_key.insert(key.to_string(), uid.clone());
+        self.nodes.insert(uid, node);
+    }
+
+    fn remove(&mut self, key: &str, dirty: &mut HashSet<String>) {
+        let Some(uid) = self.uid_of_key.remove(key) else {
+            return;
+        };
+        if let Some(node) = self.nodes.remove(&uid) {
+            for o in &node.owners {
+                if let Some(set) = self.dependents.get_mut(&o.uid) {
+                    set.remove(&uid);
+                    if set.is_empty() {
+                        self.dependents.remove(&o.uid);
+                    }
+                }
+                dirty.insert(o.uid.clone());
+            }
+        }
+        dirty.extend(self.dependents_of(&uid));
+    }
+
+    fn dependents_of(&self, uid: &str) -> Vec<String> {
+        self.dependents
+            .get(uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// What the collector decided to do about one object.
+#[derive(Debug)]
+enum Action {
+    Delete {
+        key: String,
+        policy: &'static str,
+    },
+    DropOwners {
+        key: String,
+        uids: HashSet<String>,
+    },
+    RemoveFinalizer {
+        key: String,
+        finalizer: &'static str,
+    },
+}
+
+fn decide(graph: &Graph, uid: &str, actions: &mut Vec<Action>) {
+    let Some(node) = graph.nodes.get(uid) else {
+        return;
+    };
+    if node.orphan {
+        let dependents = graph.dependents_of(uid);
+        for d in &dependents {
+            if let Some(dep) = graph.nodes.get(d) {
+                actions.push(Action::DropOwners {
+                    key: dep.key.clone(),
+                    uids: HashSet::from([uid.to_string()]),
+                });
+            }
+        }
+        if dependents.is_empty() {
+            actions.push(Action::RemoveFinalizer {
+                key: node.key.clone(),
+                finalizer: ORPHAN_FINALIZER,
+            });
+        }
+        return;
+    }
+    if node.foreground {
+        let dependents = graph.dependents_of(uid);
+        let blocking = dependents.iter().any(|d| {
+            graph
+                .nodes
+                .get(d)
+                .is_some_and(|dep| dep.owners.iter().any(|o| o.uid == uid && o.block))
+        });
+        if !blocking {
+            actions.push(Action::RemoveFinalizer {
+                key: node.key.clone(),
+                finalizer: FOREGROUND_FINALIZER,
+            });
+        }
+        // Dependents are examined on their own (their owner now waits).
+    }
+    if node.owners.is_empty() || node.deleting {
+        return;
+    }
+    let mut gone = HashSet::new();
+    let mut waiting = false;
+    let mut solid = false;
+    for o in &node.owners {
+        match graph.nodes.get(&o.uid) {
+            None => {
+                gone.insert(o.uid.clone());
+            }
+            Some(owner) if owner.foreground => {
+                waiting = true;
+                gone.insert(o.uid.clone());
+            }
+            Some(_) => solid = true,
+        }
+    }
+    if gone.is_empty() {
+        return;
+    }
+    if solid {
+        actions.push(Action::DropOwners {
+            key: node.key.clone(),
+            uids: gone,
+        });
+    } else {
+        // An owner waiting for its dependents makes the chain below wait too.
+        let has_dependents = !graph.dependents_of(uid).is_empty();
+        let policy = if waiting && has_dependents {
+            "Foreground"
+        } else {
+            "Background"
+        };
+        actions.push(Action::Delete {
+            key: node.key.clone(),
+            policy,
+        });
+    }
+}
+
+/// Runs the collector for the life of the server.
+pub fn spawn(api: Arc<ApiServer>) {
+    tokio::spawn(async move {
+        loop {
+            match run(&api).await {
+                Ok(()) => return,
+                // Fell behind the watch window: rebuild from a fresh list.
+                Err(StoreError::Compacted { .. }) => continue,
+                Err(StoreError::Closed) => return,
+                Err(error) => {
+                    warn!(%error, "garbage collector restarting");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    });
+}
+
+async fn run(api: &Arc<ApiServer>) -> Result<(), StoreError> {
+    let mut graph = Graph::default();
+    let mut dirty = HashSet::new();
+    let listed = api.store.list("/", &ListOptions::default())?;
+    for kv in &listed.items {
+        if let Some(obj) = value_of(kv) {
+            graph.put(&kv.key, &obj, &mut dirty);
+        }
+    }
+    let mut watch = api.store.watch("/", listed.revision)?;
+    // Failed actions are retried after a pause.
+    let mut retry: HashSet<String> = HashSet::new();
+    loop {
+        let mut actions = Vec::new();
+        for uid in dirty.drain() {
+            decide(&graph, &uid, &mut actions);
+        }
+        for action in actions {
+            if let Err(e) = perform(api, &action).await {
+                warn!(error = %e.message, ?action, "garbage collection step failed; will retry");
+                if let Some(uid) = graph.uid_of_key.get(action_key(&action)) {
+                    retry.insert(uid.clone());
+                }
+            }
+        }
+        let next = if retry.is_empty() {
+            watch.next().await?
+        } else {
+            match tokio::time::timeout(Duration::from_secs(1), watch.next()).await {
+                Ok(batch) => batch?,
+                Err(_) => {
+                    dirty.extend(retry.drain());
+                    continue;
+                }
+            }
+        };
+        for event in next {
+            match event.kind {
+                EventKind::Put => {
+                    if let Some(obj) = value_of(&event.kv) {
+                        graph.put(&event.kv.key, &obj, &mut dirty);
+                    }
+                }
+                EventKind::Delete => graph.remove(&event.kv.key, &mut dirty),
+            }
+        }
+    }
+}
+
+fn value_of(kv: &KeyValue) -> Option<Value> {
+    serde_json::from_slice(&kv.value).ok()
+}
+
+fn action_key(action: &Action) -> &str {
+    match action {
+        Action::Delete { key, .. }
+        | Action::DropOwners { key, .. }
+        | Action::RemoveFinalizer { key, .. } => key,
+    }
+}
+
+/// The request context for the object at store key `key`.
+fn ctx_for(api: &Arc<ApiServer>, key: &str) -> Option<Ctx> {
+    let resource = api.registry.for_key(key)?;
+    let rest = key.strip_prefix(&resource.prefix())?;
+    let (namespace, name) = if resource.namespaced {
+        let (ns, name) = rest.split_once('/')?;
+        (Some(ns.to_string()), name.to_string())
+    } else {
+        (None, rest.to_string())
+    };
+    Some(Ctx::internal(api.clone(), resource, namespace, Some(name)))
+}
+
+async fn perform(api: &Arc<ApiServer>, action: &Action) -> Result<(), crate::error::ApiError> {
+    let Some(ctx) = ctx_for(api, action_key(action)) else {
+        // A resource no longer served (its CRD went away): nothing to do.
+        return Ok(());
+    };
+    let name = ctx.name.clone().unwrap_or_default();
+    let result = match action {
+        Action::Delete { policy, .. } => {
+            debug!(key = action_key(action), policy, "deleting dependent");
+            let opts = DeleteOptions::with_policy(policy);
+            handlers::delete_one(&ctx, &name, &opts).await.map(|_| ())
+        }
+        Action::DropOwners { uids, .. } => handlers::update_object(&ctx, |old| {
+            let mut obj = old.clone();
+            let kept: Vec<Value> = crate::value::array_at(old, "/metadata/ownerReferences")
+                .iter()
+                .filter(|r| {
+                    !uids.contains(r.get("uid").and_then(Value::as_str).unwrap_or_default())
+                })
+                .cloned()
+                .collect();
+            let m = objects::meta_mut(&mut obj);
+            if kept.is_empty() {
+                m.remove("ownerReferences");
+            } else {
+                m.insert("ownerReferences".into(), Value::Array(kept));
+            }
+            Ok((obj, Vec::new()))
+        })
+        .await
+        .map(|_| ()),
+        Action::RemoveFinalizer { finalizer, .. } => handlers::update_object(&ctx, |old| {
+            let mut obj = old.clone();
+            objects::remove_finalizer(&mut obj, finalizer);
+            Ok((obj, Vec::new()))
+        })
+        .await
+        .map(|_| ()),
+    };
+    match result {
+        // Someone else got there first.
+        Err(e) if e.code == http::StatusCode::NOT_FOUND => Ok(()),
+        other => other,
+    }
+}
