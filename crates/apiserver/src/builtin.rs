@@ -157,6 +157,8 @@ pub fn resources() -> Vec<ResourceInfo> {
                 decode: d.decode,
             },
             selectable_fields: Vec::new(),
+            scale: matches!(d.plural, "deployments" | "replicasets" | "statefulsets")
+                .then(crate::resources::ScalePaths::workload),
         })
         .collect()
 }

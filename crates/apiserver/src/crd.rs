@@ -246,6 +246,21 @@ fn resources_of(crd: &Value) -> Vec<ResourceInfo> {
             short_names: strings_at(crd, "/spec/names/shortNames"),
             categories: strings_at(crd, "/spec/names/categories"),
             status_subresource: v.pointer("/subresources/status").is_some(),
+            scale: v
+                .pointer("/subresources/scale")
+                .map(|sc| crate::resources::ScalePaths {
+                    spec_replicas: crate::scale::json_path_to_pointer(s(sc, "/specReplicasPath")),
+                    status_replicas: crate::scale::json_path_to_pointer(s(
+                        sc,
+                        "/statusReplicasPath",
+                    )),
+                    selector: match s(sc, "/labelSelectorPath") {
+                        "" => crate::resources::ScaleSelector::None,
+                        path => crate::resources::ScaleSelector::Path(
+                            crate::scale::json_path_to_pointer(path),
+                        ),
+                    },
+                }),
             uses_generation: true,
             custom: true,
             printer: printer_columns(v),

@@ -22,6 +22,11 @@ fn aggregated_resource(r: &ResourceInfo) -> Value {
     if r.status_subresource {
         subresources.push(json!({"subresource": "status", "responseKind": kind, "verbs": ["get", "patch", "update"]}));
     }
+    if r.scale.is_some() {
+        subresources.push(json!({"subresource": "scale",
+            "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+            "verbs": ["get", "patch", "update"]}));
+    }
     let mut v = json!({
         "resource": r.plural,
         "singularResource": r.singular,
@@ -129,6 +134,11 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<
         if r.status_subresource {
             list.push(json!({"name": format!("{}/status", r.plural), "singularName": "", "namespaced": r.namespaced,
                              "kind": r.kind, "verbs": ["get", "patch", "update"]}));
+        }
+        if r.scale.is_some() {
+            list.push(json!({"name": format!("{}/scale", r.plural), "singularName": "", "namespaced": r.namespaced,
+                             "group": "autoscaling", "version": "v1", "kind": "Scale",
+                             "verbs": ["get", "patch", "update"]}));
         }
     }
     Some(

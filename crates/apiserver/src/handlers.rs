@@ -14,6 +14,7 @@ use crate::objects::{self, FieldValidation, meta_str};
 use crate::patch;
 use crate::request::{self, Output, Query};
 use crate::resources::ResourceInfo;
+use crate::scale;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::server::ApiServer;
 use crate::table;
@@ -416,7 +417,38 @@ pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
         .get(&ctx.key(ctx.name()))
         .ok_or_else(|| ctx.not_found(ctx.name()))?;
     let obj = objects::decode(&ctx.resource, &kv)?;
+    if ctx.subresource.as_deref() == Some("scale") {
+        return respond_object(ctx, StatusCode::OK, &scale::view(&ctx.resource, &obj)?, &[]);
+    }
     respond_object(ctx, StatusCode::OK, &obj, &[])
+}
+
+/// Answers a write through `/scale` with the Scale of the result.
+async fn respond_scale(ctx: &Ctx, written: Written) -> ApiResult<Response> {
+    let view = scale::view(&ctx.resource, &written.obj)?;
+    respond_object(ctx, StatusCode::OK, &view, &written.warnings)
+}
+
+async fn update_scale(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
+    let scale_body = request::parse_body(&ctx.headers, body)?;
+    let kind = scale_body
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("Scale");
+    if kind != "Scale" {
+        return Err(ApiError::bad_request(format!(
+            "the body of a /scale request must be an autoscaling/v1 Scale, not {kind}"
+        )));
+    }
+    check_name_matches(ctx, &scale_body)?;
+    let r = ctx.resource.clone();
+    let written = update_object(ctx, |old| {
+        let mut obj = old.clone();
+        scale::write_back(&r, &mut obj, &scale_body)?;
+        Ok((obj, Vec::new()))
+    })
+    .await?;
+    respond_scale(ctx, written).await
 }
 
 /// A namespaced write needs its namespace to exist and not be terminating.
@@ -682,6 +714,9 @@ where
 }
 
 pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
+    if ctx.subresource.as_deref() == Some("scale") {
+        return update_scale(ctx, body).await;
+    }
     let r = ctx.resource.clone();
     let mut obj = request::parse_body(&ctx.headers, body)?;
     objects::check_type(&r, &mut obj)?;
@@ -721,32 +756,44 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let patch_doc = request::parse_json(body)?;
     check_namespace(ctx, false).await?;
     let name = ctx.name().to_string();
+    let apply = |target: &mut Value| -> ApiResult<()> {
+        // The patch, not the stored state, decides whether a resourceVersion precondition applies.
+        objects::meta_mut(target).remove("resourceVersion");
+        let result = match kind {
+            Kind::Json => patch::apply_json_patch(target, &patch_doc),
+            Kind::Merge => patch::apply_merge_patch(target, &patch_doc),
+            Kind::Strategic => crate::strategic::apply(target, &patch_doc),
+        };
+        result.map_err(|e| match kind {
+            Kind::Json => ApiError::invalid(
+                &r.group,
+                &r.kind,
+                &name,
+                vec![Cause {
+                    reason: "FieldValueInvalid",
+                    field: String::new(),
+                    message: format!(
+                        "the server rejected our request due to an error in our request: {e}"
+                    ),
+                }],
+            ),
+            _ => ApiError::bad_request(e),
+        })
+    };
+    if ctx.subresource.as_deref() == Some("scale") {
+        let written = update_object(ctx, |old| {
+            let mut view = scale::view(&r, old)?;
+            apply(&mut view)?;
+            let mut obj = old.clone();
+            scale::write_back(&r, &mut obj, &view)?;
+            Ok((obj, Vec::new()))
+        })
+        .await?;
+        return respond_scale(ctx, written).await;
+    }
     guaranteed_update(ctx, |old| {
         let mut obj = old.clone();
-        // The patch, not the stored state, decides whether a resourceVersion precondition applies.
-        objects::meta_mut(&mut obj).remove("resourceVersion");
-        let result = match kind {
-            Kind::Json => patch::apply_json_patch(&mut obj, &patch_doc),
-            Kind::Merge => patch::apply_merge_patch(&mut obj, &patch_doc),
-            Kind::Strategic => crate::strategic::apply(&mut obj, &patch_doc),
-        };
-        if let Err(e) = result {
-            return Err(match kind {
-                Kind::Json => ApiError::invalid(
-                    &r.group,
-                    &r.kind,
-                    &name,
-                    vec![Cause {
-                        reason: "FieldValueInvalid",
-                        field: String::new(),
-                        message: format!(
-                            "the server rejected our request due to an error in our request: {e}"
-                        ),
-                    }],
-                ),
-                _ => ApiError::bad_request(e),
-            });
-        }
+        apply(&mut obj)?;
         objects::check_type(&r, &mut obj)?;
         if meta_str(&obj, "name") != name {
             return Err(ApiError::bad_request(format!(

@@ -21,6 +21,7 @@ pub mod openapi;
 pub mod patch;
 pub mod request;
 pub mod resources;
+pub mod scale;
 pub mod schema;
 pub mod selector;
 pub mod server;

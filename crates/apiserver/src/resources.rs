@@ -62,6 +62,37 @@ pub struct ResourceInfo {
     pub schema: Schema,
     /// Extra fields a fieldSelector may use (a CRD's selectableFields).
     pub selectable_fields: Vec<String>,
+    /// Where the scale subresource reads and writes replicas, if served.
+    pub scale: Option<ScalePaths>,
+}
+
+/// The fields behind a `/scale` subresource, as JSON pointers.
+#[derive(Clone, Debug)]
+pub struct ScalePaths {
+    pub spec_replicas: String,
+    pub status_replicas: String,
+    pub selector: ScaleSelector,
+}
+
+/// Where `Scale.status.selector` comes from.
+#[derive(Clone, Debug)]
+pub enum ScaleSelector {
+    None,
+    /// The workload's `spec.selector` LabelSelector, in string form (built-ins).
+    SpecSelector,
+    /// A string field of the object (a CRD's labelSelectorPath).
+    Path(String),
+}
+
+impl ScalePaths {
+    /// The scale of apps/v1 workloads.
+    pub fn workload() -> Self {
+        ScalePaths {
+            spec_replicas: "/spec/replicas".into(),
+            status_replicas: "/status/replicas".into(),
+            selector: ScaleSelector::SpecSelector,
+        }
+    }
 }
 
 impl ResourceInfo {

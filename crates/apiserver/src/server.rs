@@ -273,6 +273,7 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         None => {}
         Some("status") if resource.status_subresource => {}
         Some("finalize") if resource.is_namespace() && parts.method == Method::PUT => {}
+        Some("scale") if resource.scale.is_some() => {}
         Some(_) => return Err(ApiError::path_not_found()),
     }
 

@@ -1,0 +1,197 @@
+//! The status and scale subresources, for built-ins and CRDs that declare
+//! them, through kube-rs and kubectl.
+
+mod common;
+
+use common::{Server, status_of, wait_for};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v1::Scale;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use serde_json::json;
+use std::time::Duration;
+
+fn deployment(replicas: i32) -> Deployment {
+    serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}},
+        "status": {"replicas": 99}
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn status_is_written_only_through_its_subresource() {
+    let s = Server::start();
+    let api: Api<Deployment> = Api::default_namespaced(s.client().await);
+    let created = api
+        .create(&PostParams::default(), &deployment(2))
+        .await
+        .unwrap();
+    assert!(created.status.is_none(), "status is not set on create");
+
+    // /status changes only .status, whatever else the body says.
+    let patched = api
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"replicas": 7}, "status": {"replicas": 2, "readyReplicas": 1}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.spec.as_ref().unwrap().replicas, Some(2));
+    assert_eq!(patched.status.as_ref().unwrap().ready_replicas, Some(1));
+    assert_eq!(
+        patched.metadata.generation,
+        Some(1),
+        "status writes keep the generation"
+    );
+
+    // The main endpoint ignores .status and bumps the generation for spec changes.
+    let patched = api
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}, "status": {"readyReplicas": 50}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.spec.as_ref().unwrap().replicas, Some(3));
+    assert_eq!(patched.status.as_ref().unwrap().ready_replicas, Some(1));
+    assert_eq!(patched.metadata.generation, Some(2));
+
+    // PUT /status with a stale resourceVersion conflicts.
+    let mut stale = created.clone();
+    stale.status = Some(Default::default());
+    let e = api
+        .replace_status("web", &PostParams::default(), &stale)
+        .await
+        .unwrap_err();
+    assert_eq!(status_of(e).code, 409);
+}
+
+#[tokio::test]
+async fn deployments_scale_through_the_subresource() {
+    let s = Server::start();
+    let api: Api<Deployment> = Api::default_namespaced(s.client().await);
+    api.create(&PostParams::default(), &deployment(2))
+        .await
+        .unwrap();
+    let scale: Scale = api.get_scale("web").await.unwrap();
+    assert_eq!(scale.spec.as_ref().unwrap().replicas, Some(2));
+    assert_eq!(
+        scale.status.as_ref().unwrap().selector.as_deref(),
+        Some("app=web")
+    );
+
+    let scaled = api
+        .patch_scale(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 5}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(scaled.spec.unwrap().replicas, Some(5));
+    let d = api.get("web").await.unwrap();
+    assert_eq!(d.spec.unwrap().replicas, Some(5));
+    assert_eq!(d.metadata.generation, Some(2));
+
+    let e = api
+        .patch_scale(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": -1}})),
+        )
+        .await
+        .unwrap_err();
+    let e = status_of(e);
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    assert!(e.message.contains("spec.replicas"), "{}", e.message);
+    assert_eq!(
+        api.get("web").await.unwrap().spec.unwrap().replicas,
+        Some(5)
+    );
+
+    // kubectl scale, with its resourceVersion precondition.
+    s.ok(&["scale", "deployment", "web", "--replicas=1"]);
+    assert_eq!(
+        api.get("web").await.unwrap().spec.unwrap().replicas,
+        Some(1)
+    );
+    let out = s.kubectl(&[
+        "scale",
+        "deployment",
+        "web",
+        "--replicas=4",
+        "--resource-version=1",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("Expected resource version"), "{stderr}");
+}
+
+#[tokio::test]
+async fn custom_resources_get_the_subresources_their_crd_declares() {
+    let s = Server::start();
+    let client = s.client().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": "pools.demo.example.com"},
+        "spec": {"group": "demo.example.com", "scope": "Namespaced",
+                 "names": {"plural": "pools", "singular": "pool", "kind": "Pool"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                    "subresources": {"status": {}, "scale": {
+                        "specReplicasPath": ".spec.size", "statusReplicasPath": ".status.size",
+                        "labelSelectorPath": ".status.selector"}},
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "properties": {"size": {"type": "integer"}}},
+                        "status": {"type": "object", "properties": {
+                            "size": {"type": "integer"}, "selector": {"type": "string"}}}}}}}]}
+    }))
+    .unwrap();
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    let gvk = GroupVersionKind::gvk("demo.example.com", "v1", "Pool");
+    let ar = ApiResource::from_gvk_with_plural(&gvk, "pools");
+    let pools: Api<DynamicObject> = Api::default_namespaced_with(client.clone(), &ar);
+    let pool: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "demo.example.com/v1", "kind": "Pool",
+        "metadata": {"name": "p"}, "spec": {"size": 2}, "status": {"size": 9}
+    }))
+    .unwrap();
+    wait_for(Duration::from_secs(10), "the CRD to be served", || {
+        s.kubectl(&["get", "pools"]).status.success()
+    });
+    let created = pools.create(&PostParams::default(), &pool).await.unwrap();
+    assert!(created.data.get("status").is_none());
+    pools
+        .patch_status(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"size": 2, "selector": "app=pool"}})),
+        )
+        .await
+        .unwrap();
+
+    let scale: Scale = pools.get_scale("p").await.unwrap();
+    assert_eq!(scale.spec.as_ref().unwrap().replicas, Some(2));
+    let status = scale.status.unwrap();
+    assert_eq!(
+        (status.replicas, status.selector.as_deref()),
+        (2, Some("app=pool"))
+    );
+    s.ok(&["scale", "pool", "p", "--replicas=6"]);
+    let p = pools.get("p").await.unwrap();
+    assert_eq!(p.data["spec"]["size"], json!(6));
+    assert_eq!(p.data["status"]["size"], json!(2));
+
+    // Discovery advertises both subresources.
+    let resources = s.ok(&["get", "--raw", "/apis/demo.example.com/v1"]);
+    common::assert_has(&resources, &["pools/status", "pools/scale"]);
+}
