@@ -28,8 +28,11 @@ pub struct BuiltinType {
     pub schema: fn(&mut SchemaGenerator) -> schemars::Schema,
 }
 
-fn decode<T: DeserializeOwned>(v: &Value) -> Result<(), String> {
-    T::deserialize(v).map(|_| ()).map_err(|e| e.to_string())
+/// Checks that `v` decodes as `T`; on failure, the field's dotted path and why.
+fn decode<T: DeserializeOwned>(v: &Value) -> Result<(), (String, String)> {
+    serde_path_to_error::deserialize::<_, T>(v)
+        .map(|_| ())
+        .map_err(|e| (e.path().to_string(), e.inner().to_string()))
 }
 
 fn schema<T: JsonSchema>(g: &mut SchemaGenerator) -> schemars::Schema {
@@ -48,7 +51,7 @@ struct Def {
     status: bool,
     generation: bool,
     component: &'static str,
-    decode: fn(&Value) -> Result<(), String>,
+    decode: fn(&Value) -> Result<(), (String, String)>,
     schema: fn(&mut SchemaGenerator) -> schemars::Schema,
 }
 

@@ -9,8 +9,9 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 
 use crate::error::{ApiError, ApiResult, Cause};
+use crate::merge_meta::SchemaAt;
 use crate::meta;
-use crate::objects::{self, FieldValidation, meta_str};
+use crate::objects::{self, FieldValidation, TypeErrors, meta_str};
 use crate::patch;
 use crate::request::{self, Output, Query};
 use crate::resources::ResourceInfo;
@@ -525,7 +526,12 @@ fn check_name_matches(ctx: &Ctx, obj: &Value) -> ApiResult<()> {
     Ok(())
 }
 
-fn validate(ctx: &Ctx, obj: &mut Value, validation: FieldValidation) -> ApiResult<Vec<String>> {
+fn validate(
+    ctx: &Ctx,
+    obj: &mut Value,
+    validation: FieldValidation,
+    type_errors: TypeErrors,
+) -> ApiResult<Vec<String>> {
     let r = &ctx.resource;
     let causes = objects::validate_meta(r, obj);
     if !causes.is_empty() {
@@ -536,7 +542,7 @@ fn validate(ctx: &Ctx, obj: &mut Value, validation: FieldValidation) -> ApiResul
             causes,
         ));
     }
-    let warnings = objects::apply_schema(r, obj, validation)?;
+    let warnings = objects::apply_schema(r, obj, validation, type_errors)?;
     crate::crd::validate(r, obj)?;
     Ok(warnings)
 }
@@ -564,7 +570,7 @@ pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             m.insert("name".into(), json!(meta::generate_name(&generate)));
         }
     }
-    let warnings = validate(ctx, &mut obj, validation)?;
+    let warnings = validate(ctx, &mut obj, validation, TypeErrors::BadRequest)?;
     check_namespace(ctx, true).await?;
     objects::prepare_create(&r, &mut obj);
     crate::crd::refresh_status(&r, &mut obj);
@@ -724,7 +730,7 @@ pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     bind_namespace(ctx, &mut obj)?;
     objects::meta_mut(&mut obj).insert("name".into(), json!(ctx.name()));
     let validation = FieldValidation::parse(ctx.query.get("fieldValidation"))?;
-    let warnings = validate(ctx, &mut obj, validation)?;
+    let warnings = validate(ctx, &mut obj, validation, TypeErrors::BadRequest)?;
     check_namespace(ctx, false).await?;
     guaranteed_update(ctx, |_old| Ok((obj.clone(), warnings.clone()))).await
 }
@@ -756,34 +762,47 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let patch_doc = request::parse_json(body)?;
     check_namespace(ctx, false).await?;
     let name = ctx.name().to_string();
-    let apply = |target: &mut Value| -> ApiResult<()> {
+    let apply = |target: &mut Value, scale_view: bool| -> ApiResult<()> {
         // The patch, not the stored state, decides whether a resourceVersion precondition applies.
         objects::meta_mut(target).remove("resourceVersion");
-        let result = match kind {
-            Kind::Json => patch::apply_json_patch(target, &patch_doc),
-            Kind::Merge => patch::apply_merge_patch(target, &patch_doc),
-            Kind::Strategic => crate::strategic::apply(target, &patch_doc),
-        };
-        result.map_err(|e| match kind {
-            Kind::Json => ApiError::invalid(
+        let invalid = |field: String, message: String| {
+            ApiError::invalid(
                 &r.group,
                 &r.kind,
                 &name,
                 vec![Cause {
                     reason: "FieldValueInvalid",
-                    field: String::new(),
-                    message: format!(
-                        "the server rejected our request due to an error in our request: {e}"
-                    ),
+                    field,
+                    message,
                 }],
-            ),
-            _ => ApiError::bad_request(e),
-        })
+            )
+        };
+        match kind {
+            Kind::Json => patch::apply_json_patch(target, &patch_doc).map_err(|e| {
+                invalid(
+                    String::new(),
+                    format!("the server rejected our request due to an error in our request: {e}"),
+                )
+            }),
+            Kind::Merge => {
+                patch::apply_merge_patch(target, &patch_doc).map_err(ApiError::bad_request)
+            }
+            Kind::Strategic => {
+                // The Scale view has no lists: its schema is not needed.
+                let root = if scale_view {
+                    SchemaAt::new(None)
+                } else {
+                    crate::merge_meta::root_of(&r)
+                };
+                crate::strategic::apply(target, &patch_doc, root)
+                    .map_err(|e| invalid(e.field.clone(), e.to_string()))
+            }
+        }
     };
     if ctx.subresource.as_deref() == Some("scale") {
         let written = update_object(ctx, |old| {
             let mut view = scale::view(&r, old)?;
-            apply(&mut view)?;
+            apply(&mut view, true)?;
             let mut obj = old.clone();
             scale::write_back(&r, &mut obj, &view)?;
             Ok((obj, Vec::new()))
@@ -793,7 +812,7 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     }
     guaranteed_update(ctx, |old| {
         let mut obj = old.clone();
-        apply(&mut obj)?;
+        apply(&mut obj, false)?;
         objects::check_type(&r, &mut obj)?;
         if meta_str(&obj, "name") != name {
             return Err(ApiError::bad_request(format!(
@@ -802,7 +821,7 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             )));
         }
         bind_namespace(ctx, &mut obj)?;
-        let warnings = validate(ctx, &mut obj, validation)?;
+        let warnings = validate(ctx, &mut obj, validation, TypeErrors::Invalid)?;
         Ok((obj, warnings))
     })
     .await

@@ -14,6 +14,7 @@ pub mod error;
 pub mod gc;
 pub mod handlers;
 pub mod jsonpath;
+pub mod merge_meta;
 pub mod meta;
 pub mod namespace;
 pub mod objects;

@@ -152,10 +152,19 @@ pub fn validate_meta(r: &ResourceInfo, obj: &Value) -> Vec<Cause> {
 
 /// Prunes unknown fields per `fieldValidation` and validates against the
 /// schema. Returns the warnings to send back.
+/// How a body whose fields have the wrong type is reported: a malformed
+/// request body is 400, a patch that produces one is 422, as upstream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TypeErrors {
+    BadRequest,
+    Invalid,
+}
+
 pub fn apply_schema(
     r: &ResourceInfo,
     obj: &mut Value,
     validation: FieldValidation,
+    type_errors: TypeErrors,
 ) -> ApiResult<Vec<String>> {
     let name = meta_str(obj, "name").to_string();
     let outcome = match &r.schema {
@@ -164,11 +173,23 @@ pub fn apply_schema(
             if let Some(schema) = openapi::builtin_components().get(*component) {
                 walker.walk_root(obj, schema);
             }
-            if let Err(e) = decode(obj) {
-                return Err(ApiError::bad_request(format!(
-                    "{} in body is invalid: {e}",
-                    r.kind
-                )));
+            if let Err((field, e)) = decode(obj) {
+                return Err(match type_errors {
+                    TypeErrors::BadRequest => ApiError::bad_request(format!(
+                        "{} in body is invalid: {field}: {e}",
+                        r.kind
+                    )),
+                    TypeErrors::Invalid => ApiError::invalid(
+                        &r.group,
+                        &r.kind,
+                        &name,
+                        vec![Cause {
+                            reason: "FieldValueTypeInvalid",
+                            field: field.clone(),
+                            message: format!("Invalid value: {e}"),
+                        }],
+                    ),
+                });
             }
             walker.outcome
         }

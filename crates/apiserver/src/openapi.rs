@@ -27,6 +27,7 @@ pub fn builtin_components() -> &'static Map<String, Value> {
         // ObjectMeta is needed by CRD documents even if no kind pulled it in.
         generator.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>();
         let mut defs: Map<String, Value> = generator.take_definitions(true).into_iter().collect();
+        crate::merge_meta::annotate(&mut defs);
         for t in &types {
             if let Some(Value::Object(s)) = defs.get_mut(t.component) {
                 s.insert(

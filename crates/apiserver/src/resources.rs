@@ -36,7 +36,7 @@ pub enum Schema {
     /// A built-in kind: its OpenAPI component and a typed decode check.
     Builtin {
         component: &'static str,
-        decode: fn(&Value) -> Result<(), String>,
+        decode: fn(&Value) -> Result<(), (String, String)>,
     },
     /// A CRD version's structural `openAPIV3Schema`.
     Structural(Arc<Value>),
