@@ -9,9 +9,10 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 
 use crate::error::{ApiError, ApiResult, Cause};
+use crate::managed;
 use crate::merge_meta::SchemaAt;
 use crate::meta;
-use crate::objects::{self, FieldValidation, TypeErrors, meta_str};
+use crate::objects::{self, FieldValidation, TypeErrors, WriteScope, meta_str};
 use crate::patch;
 use crate::request::{self, Output, Query};
 use crate::resources::ResourceInfo;
@@ -53,6 +54,15 @@ impl Ctx {
 
     fn name(&self) -> &str {
         self.name.as_deref().unwrap_or("")
+    }
+
+    /// Who managedFields credit for a non-apply write.
+    fn manager(&self) -> String {
+        let user_agent = self
+            .headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok());
+        managed::manager_of(self.query.get("fieldManager"), user_agent)
     }
 
     fn key(&self, name: &str) -> String {
@@ -571,12 +581,29 @@ pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         }
     }
     let warnings = validate(ctx, &mut obj, validation, TypeErrors::BadRequest)?;
+    let manager = ctx.manager();
+    let written = create_object(ctx, obj, warnings, |obj| {
+        managed::track_update(&r, None, obj, &manager, WriteScope::Main)
+    })
+    .await?;
+    respond_object(ctx, StatusCode::CREATED, &written.obj, &written.warnings)
+}
+
+/// Stores a validated new object; `track` records its managedFields.
+async fn create_object(
+    ctx: &Ctx,
+    mut obj: Value,
+    warnings: Vec<String>,
+    track: impl FnOnce(&mut Value),
+) -> ApiResult<Written> {
+    let r = ctx.resource.clone();
     check_namespace(ctx, true).await?;
     objects::prepare_create(&r, &mut obj);
     crate::crd::refresh_status(&r, &mut obj);
+    track(&mut obj);
     let name = meta_str(&obj, "name").to_string();
     if ctx.dry_run()? {
-        return respond_object(ctx, StatusCode::CREATED, &obj, &warnings);
+        return Ok(Written { obj, warnings });
     }
     let key = ctx.key(&name);
     let kv = match ctx.api.store.create(&key, objects::encode(&obj)?).await {
@@ -588,7 +615,10 @@ pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     };
     let stored = objects::decode(&r, &kv)?;
     crate::crd::after_write(&ctx.api, &r, &stored).await;
-    respond_object(ctx, StatusCode::CREATED, &stored, &warnings)
+    Ok(Written {
+        obj: stored,
+        warnings,
+    })
 }
 
 /// An update computed from the current object, with its warnings.
@@ -672,7 +702,7 @@ where
                 }],
             ));
         }
-        let scope = objects::WriteScope::of(ctx.subresource.as_deref());
+        let scope = WriteScope::of(ctx.subresource.as_deref());
         objects::prepare_update(&r, &mut obj, &old, scope);
         crate::crd::refresh_status(&r, &mut obj);
         if ctx.dry_run()? {
@@ -732,19 +762,33 @@ pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let validation = FieldValidation::parse(ctx.query.get("fieldValidation"))?;
     let warnings = validate(ctx, &mut obj, validation, TypeErrors::BadRequest)?;
     check_namespace(ctx, false).await?;
-    guaranteed_update(ctx, |_old| Ok((obj.clone(), warnings.clone()))).await
+    let manager = ctx.manager();
+    let scope = WriteScope::of(ctx.subresource.as_deref());
+    guaranteed_update(ctx, |old| {
+        let mut next = obj.clone();
+        managed::track_update(&r, Some(old), &mut next, &manager, scope);
+        Ok((next, warnings.clone()))
+    })
+    .await
 }
 
 pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let r = ctx.resource.clone();
     let content_type = request::content_type(&ctx.headers).unwrap_or_default();
     let validation = FieldValidation::parse(ctx.query.get("fieldValidation"))?;
+    #[derive(Clone, Copy)]
     enum Kind {
         Json,
         Merge,
         Strategic,
     }
+    if ctx.query.get("force").is_some() && content_type != "application/apply-patch+yaml" {
+        return Err(ApiError::bad_request(
+            "force is only supported for apply patches (application/apply-patch+yaml)",
+        ));
+    }
     let kind = match content_type.as_str() {
+        "application/apply-patch+yaml" => return apply_patch(ctx, body).await,
         "application/json-patch+json" => Kind::Json,
         "application/merge-patch+json" => Kind::Merge,
         "application/strategic-merge-patch+json" if !r.custom => Kind::Strategic,
@@ -752,6 +796,7 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             let mut accepted = vec![
                 "application/json-patch+json",
                 "application/merge-patch+json",
+                "application/apply-patch+yaml",
             ];
             if !r.custom {
                 accepted.push("application/strategic-merge-patch+json");
@@ -762,9 +807,9 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let patch_doc = request::parse_json(body)?;
     check_namespace(ctx, false).await?;
     let name = ctx.name().to_string();
-    let apply = |target: &mut Value, scale_view: bool| -> ApiResult<()> {
-        // The patch, not the stored state, decides whether a resourceVersion precondition applies.
-        objects::meta_mut(target).remove("resourceVersion");
+    let manager = ctx.manager();
+    let scope = WriteScope::of(ctx.subresource.as_deref());
+    let patch_one = |target: &mut Value, scale_view: bool| -> ApiResult<()> {
         let invalid = |field: String, message: String| {
             ApiError::invalid(
                 &r.group,
@@ -799,6 +844,16 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             }
         }
     };
+    let apply = |target: &mut Value, scale_view: bool| -> ApiResult<()> {
+        let stored_rv = meta_str(target, "resourceVersion").to_string();
+        let result = patch_one(target, scale_view);
+        // The patch, not the stored state, decides whether a resourceVersion
+        // precondition applies: one it left alone is none.
+        if meta_str(target, "resourceVersion") == stored_rv {
+            objects::meta_mut(target).remove("resourceVersion");
+        }
+        result
+    };
     if ctx.subresource.as_deref() == Some("scale") {
         let written = update_object(ctx, |old| {
             let mut view = scale::view(&r, old)?;
@@ -821,6 +876,62 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             )));
         }
         bind_namespace(ctx, &mut obj)?;
+        let warnings = validate(ctx, &mut obj, validation, TypeErrors::Invalid)?;
+        managed::track_update(&r, Some(old), &mut obj, &manager, scope);
+        Ok((obj, warnings))
+    })
+    .await
+}
+
+/// Server-side apply: creates the object if absent, otherwise merges the
+/// configuration in, with ownership tracked per manager.
+async fn apply_patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
+    let r = ctx.resource.clone();
+    let Some(manager) = ctx.query.get("fieldManager").filter(|m| !m.is_empty()) else {
+        return Err(ApiError::invalid(
+            "meta.k8s.io",
+            "PatchOptions",
+            "",
+            vec![Cause {
+                reason: "FieldValueRequired",
+                field: "fieldManager".into(),
+                message: "Required value: is required for apply patch".into(),
+            }],
+        ));
+    };
+    let manager = manager.to_string();
+    let force = ctx.query.flag("force");
+    let validation = FieldValidation::parse(ctx.query.get("fieldValidation"))?;
+    let mut applied: Value = serde_yaml::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+    if !applied.is_object() {
+        return Err(ApiError::bad_request(
+            "an apply patch must be an object with apiVersion, kind and metadata.name",
+        ));
+    }
+    if objects::meta(&applied).is_some_and(|m| m.contains_key("managedFields")) {
+        return Err(ApiError::bad_request("metadata.managedFields must be nil"));
+    }
+    objects::check_type(&r, &mut applied)?;
+    check_name_matches(ctx, &applied)?;
+    bind_namespace(ctx, &mut applied)?;
+    objects::meta_mut(&mut applied).insert("name".into(), json!(ctx.name()));
+    check_namespace(ctx, false).await?;
+    let scope = WriteScope::of(ctx.subresource.as_deref());
+    if ctx.api.store.get(&ctx.key(ctx.name())).is_none() && scope == WriteScope::Main {
+        let mut obj = managed::apply(&r, None, &applied, &manager, force, scope)?;
+        let warnings = validate(ctx, &mut obj, validation, TypeErrors::Invalid)?;
+        // The entry apply computed stays; creation adds no Update entry.
+        match create_object(ctx, obj, warnings, |_| {}).await {
+            Ok(w) => return respond_object(ctx, StatusCode::CREATED, &w.obj, &w.warnings),
+            // Created meanwhile by someone else: apply onto theirs.
+            Err(e) if e.code == StatusCode::CONFLICT => {}
+            Err(e) => return Err(e),
+        }
+    }
+    guaranteed_update(ctx, |old| {
+        let mut obj = managed::apply(&r, Some(old), &applied, &manager, force, scope)?;
+        objects::check_type(&r, &mut obj)?;
         let warnings = validate(ctx, &mut obj, validation, TypeErrors::Invalid)?;
         Ok((obj, warnings))
     })

@@ -295,6 +295,10 @@ pub fn annotate(defs: &mut Map<String, Value>) {
             p.insert("x-kubernetes-patch-strategy".into(), json!(strategy));
         }
     }
+    // FieldsV1 is an opaque tree of path elements.
+    if let Some(Value::Object(c)) = defs.get_mut("io.k8s.apimachinery.pkg.apis.meta.v1.FieldsV1") {
+        c.insert("x-kubernetes-preserve-unknown-fields".into(), json!(true));
+    }
     for comp in ATOMIC_MAPS {
         if let Some(Value::Object(c)) = defs.get_mut(&component(comp)) {
             c.insert("x-kubernetes-map-type".into(), json!("atomic"));

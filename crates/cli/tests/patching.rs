@@ -226,3 +226,213 @@ async fn patches_that_do_not_apply_change_nothing() {
         before.metadata.resource_version
     );
 }
+
+#[tokio::test]
+async fn server_side_apply_tracks_managers_and_conflicts() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let s = Server::start();
+    let api: Api<ConfigMap> = Api::default_namespaced(s.client().await);
+    let apply = |manager: &str, force: bool| {
+        let mut p = PatchParams::apply(manager);
+        p.force = force;
+        p
+    };
+    // Create-if-absent, owned by "alice".
+    let cm = api
+        .patch(
+            "settings",
+            &apply("alice", false),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "settings", "labels": {"team": "a"}},
+                "data": {"a": "1", "b": "2"}})),
+        )
+        .await
+        .unwrap();
+    let fields = cm.metadata.managed_fields.clone().unwrap();
+    assert_eq!(fields.len(), 1);
+    assert_eq!(
+        (fields[0].manager.as_deref(), fields[0].operation.as_deref()),
+        (Some("alice"), Some("Apply"))
+    );
+    let v1 = serde_json::to_value(&fields[0].fields_v1).unwrap();
+    assert_eq!(
+        v1,
+        json!({"f:data": {"f:a": {}, "f:b": {}}, "f:metadata": {"f:labels": {"f:team": {}}}})
+    );
+
+    // "bob" changing alice's field conflicts, and nothing changes.
+    let e = status_of(
+        api.patch(
+            "settings",
+            &apply("bob", false),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "settings"}, "data": {"a": "9", "c": "3"}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"));
+    assert!(
+        e.message.contains("conflict with \"alice\": .data.a"),
+        "{}",
+        e.message
+    );
+    let causes = e.details.unwrap().causes;
+    assert_eq!(causes[0].reason, "FieldManagerConflict");
+    assert_eq!(causes[0].field, ".data.a");
+    assert_eq!(api.get("settings").await.unwrap().data.unwrap()["a"], "1");
+
+    // Same value: shared ownership, no conflict. Forced: bob takes .data.a.
+    api.patch(
+        "settings",
+        &apply("bob", true),
+        &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "settings"}, "data": {"a": "9", "b": "2", "c": "3"}})),
+    )
+    .await
+    .unwrap();
+    let cm = api.get("settings").await.unwrap();
+    assert_eq!(cm.data.as_ref().unwrap()["a"], "9");
+
+    // Alice drops b and a (no longer hers): b stays (bob owns it too), a stays bob's.
+    api.patch(
+        "settings",
+        &apply("alice", false),
+        &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "settings", "labels": {"team": "a"}}, "data": {}})),
+    )
+    .await
+    .unwrap();
+    let data = api.get("settings").await.unwrap().data.unwrap();
+    assert_eq!(data.keys().collect::<Vec<_>>(), ["a", "b", "c"]);
+    // Bob drops c, which only he owned: it goes.
+    api.patch(
+        "settings",
+        &apply("bob", false),
+        &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "settings"}, "data": {"a": "9", "b": "2"}})),
+    )
+    .await
+    .unwrap();
+    let data = api.get("settings").await.unwrap().data.unwrap();
+    assert_eq!(data.keys().collect::<Vec<_>>(), ["a", "b"]);
+
+    // An Update manager (a merge patch) owns what it changed; apply then conflicts with it.
+    api.patch(
+        "settings",
+        &PatchParams {
+            field_manager: Some("editor".into()),
+            ..Default::default()
+        },
+        &Patch::Merge(json!({"data": {"b": "edited"}})),
+    )
+    .await
+    .unwrap();
+    let cm = api.get("settings").await.unwrap();
+    let editor = cm
+        .metadata
+        .managed_fields
+        .unwrap()
+        .into_iter()
+        .find(|e| e.manager.as_deref() == Some("editor"))
+        .unwrap();
+    assert_eq!(editor.operation.as_deref(), Some("Update"));
+    let e = status_of(
+        api.patch(
+            "settings",
+            &apply("bob", false),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "settings"}, "data": {"a": "9", "b": "2"}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert!(
+        e.message.contains("conflict with \"editor\": .data.b"),
+        "{}",
+        e.message
+    );
+
+    // fieldManager is required; managedFields may not be applied.
+    let e = status_of(
+        api.patch(
+            "settings",
+            &PatchParams::default(),
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}}),
+            ),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(e.code, 422);
+}
+
+#[tokio::test]
+async fn kubectl_server_side_apply_and_migration_from_client_side() {
+    let s = Server::start();
+    let file = write(s.dir.path(), "web.yaml", DEPLOYMENT_V1);
+    let path = file.to_str().unwrap();
+    // Client-side first, then server-side: kubectl's second PATCH migrates last-applied.
+    s.ok(&["apply", "-f", path]);
+    let out = s.ok(&["apply", "--server-side", "-f", path]);
+    assert!(out.contains("serverside-applied"), "{out}");
+    let managers = s.ok(&[
+        "get",
+        "deploy",
+        "web",
+        "--show-managed-fields",
+        "-o",
+        "jsonpath={.metadata.managedFields[*].manager}",
+    ]);
+    assert!(managers.contains("kubectl"), "{managers}");
+
+    // Server-side apply of an edit: removed env var and container go.
+    std::fs::write(&file, DEPLOYMENT_V2).unwrap();
+    s.ok(&["apply", "--server-side", "-f", path]);
+    let api: Api<Deployment> = Api::default_namespaced(s.client().await);
+    let pod = api
+        .get("web")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap();
+    assert_eq!(pod.containers.len(), 1);
+    let env: Vec<_> = pod.containers[0]
+        .env
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|e| e.name.as_str())
+        .collect();
+    assert_eq!(env, ["MODE"]);
+
+    // Another manager takes a field; kubectl reports the conflict, then forces.
+    api.patch(
+        "web",
+        &PatchParams::apply("rollout-bot").force(),
+        &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+            "spec": {"template": {"spec": {"containers": [{"name": "web", "image": "nginx:canary"}]}}}})),
+    )
+    .await
+    .unwrap();
+    let out = s.kubectl(&["apply", "--server-side", "-f", path]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("conflict") && stderr.contains("rollout-bot"),
+        "{stderr}"
+    );
+    s.ok(&["apply", "--server-side", "--force-conflicts", "-f", path]);
+    let image = s.ok(&[
+        "get",
+        "deploy",
+        "web",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].image}",
+    ]);
+    assert_eq!(image, "nginx:1.28");
+}

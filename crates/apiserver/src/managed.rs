@@ -1,0 +1,376 @@
+//! managedFields and server-side apply.
+//!
+//! Every write records which manager set which fields: `Update` entries for
+//! create, update and patch (the fields the write changed), `Apply` entries
+//! for apply patches (the fields of the applied configuration). An apply
+//! merges its configuration into the live object by the schema's list and
+//! map types, removes the fields its manager applied before and no longer
+//! does (unless someone else owns them), and refuses to change a field
+//! another manager owns unless forced.
+
+use serde_json::{Value, json};
+
+use crate::error::{ApiError, Cause};
+use crate::fieldset::{self, FieldSet, Path};
+use crate::merge_meta::{ListKind, SchemaAt};
+use crate::objects::{self, WriteScope};
+use crate::resources::ResourceInfo;
+
+#[derive(Clone, Debug, PartialEq)]
+struct Entry {
+    manager: String,
+    operation: String,
+    api_version: String,
+    time: String,
+    subresource: String,
+    fields: FieldSet,
+}
+
+impl Entry {
+    fn same_owner(&self, other: &Entry) -> bool {
+        self.manager == other.manager
+            && self.operation == other.operation
+            && self.subresource == other.subresource
+    }
+}
+
+fn entries(obj: &Value) -> Vec<Entry> {
+    crate::value::array_at(obj, "/metadata/managedFields")
+        .iter()
+        .filter_map(|e| {
+            let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            let manager = s("manager");
+            (!manager.is_empty()).then(|| Entry {
+                manager,
+                operation: s("operation"),
+                api_version: s("apiVersion"),
+                time: s("time"),
+                subresource: s("subresource"),
+                fields: FieldSet::from_fields_v1(e.get("fieldsV1").unwrap_or(&Value::Null)),
+            })
+        })
+        .collect()
+}
+
+/// Writes `new` entries, keeping the old time of any entry whose fields
+/// did not change (so a no-op write stays a no-op).
+fn store_entries(obj: &mut Value, mut new: Vec<Entry>, old: &[Entry]) {
+    new.retain(|e| !e.fields.is_empty());
+    let now = crate::meta::now();
+    let list: Vec<Value> = new
+        .iter()
+        .map(|e| {
+            let time = old
+                .iter()
+                .find(|o| o.same_owner(e) && o.fields == e.fields && o.api_version == e.api_version)
+                .map(|o| o.time.clone())
+                .filter(|t| !t.is_empty())
+                .unwrap_or_else(|| now.clone());
+            let mut v = json!({"manager": e.manager, "operation": e.operation,
+                "apiVersion": e.api_version, "time": time, "fieldsType": "FieldsV1",
+                "fieldsV1": e.fields.to_fields_v1()});
+            if !e.subresource.is_empty() {
+                v["subresource"] = json!(e.subresource);
+            }
+            v
+        })
+        .collect();
+    let m = objects::meta_mut(obj);
+    if list.is_empty() {
+        m.remove("managedFields");
+    } else {
+        m.insert("managedFields".into(), Value::Array(list));
+    }
+}
+
+/// The part of an object whose fields managers own: no type meta, no
+/// server-set metadata, and only the part the write's scope may change.
+fn ownable(obj: &Value, r: &ResourceInfo, scope: WriteScope) -> Value {
+    let mut v = obj.clone();
+    if let Some(o) = v.as_object_mut() {
+        o.remove("apiVersion");
+        o.remove("kind");
+        if let Some(Value::Object(m)) = o.get_mut("metadata") {
+            for f in [
+                "name",
+                "namespace",
+                "generateName",
+                "uid",
+                "resourceVersion",
+                "generation",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "managedFields",
+                "selfLink",
+            ] {
+                m.remove(f);
+            }
+            if m.is_empty() {
+                o.remove("metadata");
+            }
+        }
+        match scope {
+            WriteScope::Status => o.retain(|k, _| k == "status"),
+            _ if r.status_subresource => {
+                o.remove("status");
+            }
+            _ => {}
+        }
+    }
+    v
+}
+
+fn subresource_name(scope: WriteScope) -> &'static str {
+    match scope {
+        WriteScope::Status => "status",
+        _ => "",
+    }
+}
+
+/// The manager of a non-apply write: `fieldManager`, else the user agent's
+/// product name, as upstream.
+pub fn manager_of(field_manager: Option<&str>, user_agent: Option<&str>) -> String {
+    if let Some(m) = field_manager.filter(|m| !m.is_empty()) {
+        return m.to_string();
+    }
+    user_agent
+        .and_then(|ua| ua.split('/').next())
+        .filter(|s| !s.is_empty())
+        .unwrap_or("unknown")
+        .to_string()
+}
+
+/// Records an Update by `manager` that turned `old` (None: a create) into
+/// `new`: the fields it changed become the manager's, and no one else's.
+pub fn track_update(
+    r: &ResourceInfo,
+    old: Option<&Value>,
+    new: &mut Value,
+    manager: &str,
+    scope: WriteScope,
+) {
+    let root = crate::merge_meta::root_of(r);
+    let before = old.map(entries).unwrap_or_default();
+    // Clients may rewrite managedFields (`[{}]` clears them); absent means keep.
+    let mut current = match objects::meta(new).and_then(|m| m.get("managedFields")) {
+        Some(_) => entries(new),
+        None => before.clone(),
+    };
+    let new_own = ownable(new, r, scope);
+    let new_fields = fieldset::fields_of(&new_own, root);
+    let changed: Vec<Path> = match old {
+        None => new_fields.leaves(),
+        Some(old) => {
+            let old_own = ownable(old, r, scope);
+            let removed: Vec<Path> = fieldset::fields_of(&old_own, root)
+                .leaves()
+                .into_iter()
+                .filter(|p| fieldset::get(&new_own, p).is_none())
+                .collect();
+            for e in &mut current {
+                for p in &removed {
+                    e.fields.remove(p);
+                }
+            }
+            new_fields
+                .leaves()
+                .into_iter()
+                .filter(|p| fieldset::get(&old_own, p) != fieldset::get(&new_own, p))
+                .collect()
+        }
+    };
+    if !changed.is_empty() {
+        let mine = Entry {
+            manager: manager.to_string(),
+            operation: "Update".into(),
+            api_version: r.api_version(),
+            time: String::new(),
+            subresource: subresource_name(scope).into(),
+            fields: FieldSet::default(),
+        };
+        for e in &mut current {
+            if !e.same_owner(&mine) {
+                for p in &changed {
+                    e.fields.remove(p);
+                }
+            }
+        }
+        let index = match current.iter().position(|e| e.same_owner(&mine)) {
+            Some(i) => i,
+            None => {
+                current.push(mine);
+                current.len() - 1
+            }
+        };
+        for p in &changed {
+            current[index].fields.insert(p);
+        }
+        current[index].api_version = r.api_version();
+    }
+    store_entries(new, current, &before);
+}
+
+/// Merges an applied configuration into the live value by list and map types.
+fn merge(live: &Value, applied: &Value, at: SchemaAt<'_>) -> Value {
+    match (live, applied) {
+        (Value::Object(l), Value::Object(a)) if !at.atomic_map() => {
+            let mut out = l.clone();
+            for (k, v) in a {
+                if v.is_null() {
+                    out.remove(k);
+                    continue;
+                }
+                let merged = merge(l.get(k).unwrap_or(&Value::Null), v, at.field(k));
+                out.insert(k.clone(), merged);
+            }
+            Value::Object(out)
+        }
+        (Value::Array(l), Value::Array(a)) => match at.list_kind() {
+            ListKind::Atomic => applied.clone(),
+            ListKind::Set => {
+                let mut out = l.clone();
+                for item in a {
+                    if !out.contains(item) {
+                        out.push(item.clone());
+                    }
+                }
+                Value::Array(out)
+            }
+            ListKind::Map(keys) => {
+                let mut out = l.clone();
+                for item in a {
+                    let key = fieldset::item_key(item, &keys);
+                    match out.iter().position(|i| fieldset::item_key(i, &keys) == key) {
+                        Some(i) => out[i] = merge(&out[i], item, at.items()),
+                        None => out.push(item.clone()),
+                    }
+                }
+                Value::Array(out)
+            }
+        },
+        _ => applied.clone(),
+    }
+}
+
+/// Applies `applied` for `manager` onto `live` (None: the object is
+/// created). Returns the new object with its managedFields.
+pub fn apply(
+    r: &ResourceInfo,
+    live: Option<&Value>,
+    applied: &Value,
+    manager: &str,
+    force: bool,
+    scope: WriteScope,
+) -> Result<Value, ApiError> {
+    let root = crate::merge_meta::root_of(r);
+    let empty = json!({});
+    let live_obj = live.unwrap_or(&empty);
+    let before = entries(live_obj);
+    let mut current = before.clone();
+    let applied_own = ownable(applied, r, scope);
+    let live_own = ownable(live_obj, r, scope);
+    let applied_fields = fieldset::fields_of(&applied_own, root);
+    let mine = Entry {
+        manager: manager.to_string(),
+        operation: "Apply".into(),
+        api_version: r.api_version(),
+        time: String::new(),
+        subresource: subresource_name(scope).into(),
+        fields: applied_fields.clone(),
+    };
+
+    // Fields others own whose value this apply would change.
+    let mut conflicts: Vec<(String, Path)> = Vec::new();
+    for e in &current {
+        if e.manager == manager || e.subresource != mine.subresource {
+            continue;
+        }
+        // `.` marks a list item's existence, not a value to compare.
+        for p in applied_fields
+            .leaves()
+            .into_iter()
+            .filter(|p| p.last().map(String::as_str) != Some("."))
+        {
+            if e.fields.contains(&p)
+                && fieldset::get(&applied_own, &p) != fieldset::get(&live_own, &p)
+            {
+                conflicts.push((e.manager.clone(), p));
+            }
+        }
+    }
+    if !conflicts.is_empty() {
+        if !force {
+            return Err(conflict_error(r, live_obj, applied, &conflicts));
+        }
+        for e in &mut current {
+            for (m, p) in &conflicts {
+                if &e.manager == m {
+                    e.fields.remove(p);
+                }
+            }
+        }
+    }
+
+    let previous = current
+        .iter()
+        .find(|e| e.same_owner(&mine))
+        .map(|e| e.fields.clone())
+        .unwrap_or_default();
+    let mut result = merge(live_obj, applied, root);
+    // What this manager applied before and dropped now goes, unless another
+    // manager also owns it.
+    for p in previous.leaves() {
+        let owned_elsewhere = current
+            .iter()
+            .any(|e| !e.same_owner(&mine) && e.fields.contains(&p));
+        if !applied_fields.contains(&p) && !owned_elsewhere {
+            fieldset::remove_path(&mut result, &p);
+        }
+    }
+    current.retain(|e| !e.same_owner(&mine));
+    current.push(mine);
+    store_entries(&mut result, current, &before);
+    Ok(result)
+}
+
+fn conflict_error(
+    r: &ResourceInfo,
+    live: &Value,
+    applied: &Value,
+    conflicts: &[(String, Path)],
+) -> ApiError {
+    let n = conflicts.len();
+    let mut message = format!(
+        "Apply failed with {n} conflict{}: ",
+        if n == 1 { "" } else { "s" }
+    );
+    let lines: Vec<String> = conflicts
+        .iter()
+        .map(|(m, p)| format!("conflict with \"{m}\": {}", fieldset::display(p)))
+        .collect();
+    message.push_str(&lines.join("\n"));
+    let name = {
+        let n = objects::meta_str(live, "name");
+        if n.is_empty() {
+            objects::meta_str(applied, "name")
+        } else {
+            n
+        }
+    };
+    let mut e = ApiError::new(http::StatusCode::CONFLICT, "Conflict", message);
+    e.details = Some(Box::new(crate::error::Details {
+        name: name.to_string(),
+        group: r.group.clone(),
+        kind: r.plural.clone(),
+        causes: conflicts
+            .iter()
+            .map(|(m, p)| Cause {
+                reason: "FieldManagerConflict",
+                field: fieldset::display(p),
+                message: format!("conflict with \"{m}\""),
+            })
+            .collect(),
+    }));
+    e
+}
