@@ -1,7 +1,7 @@
 //! The built-in kinds Flotilla serves, with upstream's scope, short names and
 //! categories, and their OpenAPI schemas taken from k8s-openapi.
 
-use k8s_openapi::api::{apps, batch, coordination, core, discovery};
+use k8s_openapi::api::{apps, batch, coordination, core, discovery, networking};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use schemars::{JsonSchema, SchemaGenerator};
 use serde::de::DeserializeOwned;
@@ -17,6 +17,7 @@ pub const GROUP_ORDER: &[&str] = &[
     "batch",
     "coordination.k8s.io",
     "discovery.k8s.io",
+    "networking.k8s.io",
 ];
 
 /// A built-in kind's Rust type, for schemas and decode checks.
@@ -111,6 +112,12 @@ fn defs() -> Vec<Def> {
         def!(core::v1::PersistentVolumeClaim, "", "v1", "persistentvolumeclaims", "persistentvolumeclaim", "PersistentVolumeClaim",
              namespaced: true, short: &["pvc"], categories: NONE, status: true, generation: false,
              component: "io.k8s.api.core.v1.PersistentVolumeClaim"),
+        def!(core::v1::PersistentVolume, "", "v1", "persistentvolumes", "persistentvolume", "PersistentVolume",
+             namespaced: false, short: &["pv"], categories: NONE, status: true, generation: false,
+             component: "io.k8s.api.core.v1.PersistentVolume"),
+        def!(core::v1::ReplicationController, "", "v1", "replicationcontrollers", "replicationcontroller", "ReplicationController",
+             namespaced: true, short: &["rc"], categories: ALL, status: true, generation: true,
+             component: "io.k8s.api.core.v1.ReplicationController"),
         def!(CustomResourceDefinition, "apiextensions.k8s.io", "v1", "customresourcedefinitions", "customresourcedefinition", "CustomResourceDefinition",
              namespaced: false, short: &["crd", "crds"], categories: &["api-extensions"], status: true, generation: true,
              component: "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition"),
@@ -129,12 +136,18 @@ fn defs() -> Vec<Def> {
         def!(batch::v1::Job, "batch", "v1", "jobs", "job", "Job",
              namespaced: true, short: NONE, categories: ALL, status: true, generation: true,
              component: "io.k8s.api.batch.v1.Job"),
+        def!(batch::v1::CronJob, "batch", "v1", "cronjobs", "cronjob", "CronJob",
+             namespaced: true, short: &["cj"], categories: ALL, status: true, generation: true,
+             component: "io.k8s.api.batch.v1.CronJob"),
         def!(coordination::v1::Lease, "coordination.k8s.io", "v1", "leases", "lease", "Lease",
              namespaced: true, short: NONE, categories: NONE, status: false, generation: false,
              component: "io.k8s.api.coordination.v1.Lease"),
         def!(discovery::v1::EndpointSlice, "discovery.k8s.io", "v1", "endpointslices", "endpointslice", "EndpointSlice",
              namespaced: true, short: NONE, categories: NONE, status: false, generation: false,
              component: "io.k8s.api.discovery.v1.EndpointSlice"),
+        def!(networking::v1::Ingress, "networking.k8s.io", "v1", "ingresses", "ingress", "Ingress",
+             namespaced: true, short: &["ing"], categories: ALL, status: true, generation: true,
+             component: "io.k8s.api.networking.v1.Ingress"),
     ]
 }
 

@@ -274,6 +274,15 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         Some("status") if resource.status_subresource => {}
         Some("finalize") if resource.is_namespace() && parts.method == Method::PUT => {}
         Some("scale") if resource.scale.is_some() => {}
+        Some(sub @ ("log" | "exec" | "attach" | "portforward"))
+            if resource.group.is_empty() && resource.plural == "pods" =>
+        {
+            // No kubelet runs containers behind this API: say so plainly.
+            let name = rp.name.as_deref().unwrap_or_default();
+            return Err(ApiError::bad_request(format!(
+                "pods \"{name}\" has no container runtime behind it: {sub} is not available on this cluster (Flotilla serves the Kubernetes API; look at the pod's status and events instead)"
+            )));
+        }
         Some(_) => return Err(ApiError::path_not_found()),
     }
 

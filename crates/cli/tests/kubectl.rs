@@ -333,3 +333,132 @@ fn bad_input_gets_clear_errors_and_writes_nothing() {
     let out = s.kubectl(&["get", "nosuchthings"]);
     assert!(!out.status.success());
 }
+
+#[tokio::test]
+async fn day_to_day_kubectl_edit_wait_rollout_prune_logs() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::api::{Api, Patch, PatchParams};
+    let s = Server::start();
+    let file = write(
+        s.dir.path(),
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: one, labels: {app: demo}}\ndata: {k: v}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: two, labels: {app: demo}}\n",
+    );
+    s.ok(&["apply", "-f", file.to_str().unwrap()]);
+
+    // edit through $EDITOR: a script that rewrites the value.
+    let editor = write(
+        s.dir.path(),
+        "editor.sh",
+        "#!/bin/sh\nsed -i 's/k: v/k: edited/' \"$1\"\n",
+    );
+    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = Command::new(common::which("kubectl").unwrap())
+        .env("KUBECONFIG", &s.kubeconfig)
+        .env("EDITOR", &editor)
+        .args(["edit", "configmap", "one"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        s.ok(&["get", "cm", "one", "-o", "jsonpath={.data.k}"]),
+        "edited"
+    );
+
+    // apply --prune deletes what the label selects and the file no longer has.
+    let file = write(
+        s.dir.path(),
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: one, labels: {app: demo}}\ndata: {k: edited}\n",
+    );
+    let out = s.ok(&[
+        "apply",
+        "--prune",
+        "-l",
+        "app=demo",
+        "-f",
+        file.to_str().unwrap(),
+    ]);
+    assert_has(&out, &["configmap/two pruned"]);
+    assert!(!s.kubectl(&["get", "cm", "two"]).status.success());
+
+    // wait --for=condition and rollout status, driven by status writes.
+    s.kubectl_stdin(
+        &["apply", "-f", "-"],
+        Some(
+            r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: nginx}]}
+"#,
+        ),
+    );
+    let api: Api<Deployment> = Api::default_namespaced(s.client().await);
+    let kubectl = common::which("kubectl").unwrap();
+    let waiting = Command::new(&kubectl)
+        .env("KUBECONFIG", &s.kubeconfig)
+        .args([
+            "wait",
+            "--for=condition=Available",
+            "deployment/web",
+            "--timeout=20s",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rollout = Command::new(&kubectl)
+        .env("KUBECONFIG", &s.kubeconfig)
+        .args(["rollout", "status", "deployment/web", "--timeout=20s"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    api.patch_status(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"status": {"observedGeneration": 1, "replicas": 1,
+            "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1,
+            "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+                           {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]}})),
+    )
+    .await
+    .unwrap();
+    let out = waiting.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_has(&String::from_utf8_lossy(&out.stdout), &["condition met"]);
+    let out = rollout.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_has(
+        &String::from_utf8_lossy(&out.stdout),
+        &["successfully rolled out"],
+    );
+
+    // wait --for=delete returns once the object is gone.
+    let waiting = Command::new(&kubectl)
+        .env("KUBECONFIG", &s.kubeconfig)
+        .args(["wait", "--for=delete", "configmap/one", "--timeout=20s"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    s.ok(&["delete", "configmap", "one", "--wait=false"]);
+    let out = waiting.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let out = Command::new(&kubectl)
+        .env("KUBECONFIG", &s.kubeconfig)
+        .args(["wait", "--for=delete", "configmap/one", "--timeout=5s"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+
+    // logs: a clear error, not a hang.
+    s.kubectl_stdin(&["apply", "-f", "-"], Some("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, image: busybox}]}\n"));
+    let out = s.kubectl(&["logs", "p"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no container runtime"), "{stderr}");
+}
