@@ -600,6 +600,14 @@ async fn create_object(
     check_namespace(ctx, true).await?;
     objects::prepare_create(&r, &mut obj);
     crate::crd::refresh_status(&r, &mut obj);
+    let _allocating = if r.is_service() {
+        let guard = ctx.api.service_allocation.lock().await;
+        let network = &ctx.api.config.service_network;
+        crate::allocation::assign(network, ctx.api.store.as_ref(), &mut obj, None)?;
+        Some(guard)
+    } else {
+        None
+    };
     track(&mut obj);
     let name = meta_str(&obj, "name").to_string();
     if ctx.dry_run()? {
@@ -680,6 +688,11 @@ where
     let name = ctx.name().to_string();
     let key = ctx.key(&name);
     let store = &ctx.api.store;
+    let _allocating = if r.is_service() {
+        Some(ctx.api.service_allocation.lock().await)
+    } else {
+        None
+    };
     for _ in 0..32 {
         let current = store.get(&key).ok_or_else(|| ctx.not_found(&name))?;
         let old = objects::decode(&r, &current)?;
@@ -705,6 +718,10 @@ where
         let scope = WriteScope::of(ctx.subresource.as_deref());
         objects::prepare_update(&r, &mut obj, &old, scope);
         crate::crd::refresh_status(&r, &mut obj);
+        if r.is_service() {
+            let network = &ctx.api.config.service_network;
+            crate::allocation::assign(network, store.as_ref(), &mut obj, Some(&old))?;
+        }
         if ctx.dry_run()? {
             return Ok(Written { obj, warnings });
         }
@@ -747,6 +764,110 @@ where
         }
     }
     Err(ApiError::conflict(&r.group, &r.plural, &name))
+}
+
+/// `POST pods/NAME/binding`: what the scheduler does to place a pod. Sets
+/// `spec.nodeName` once and records PodScheduled=True; a pod already bound
+/// answers 409, as upstream.
+pub async fn bind(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
+    let binding = request::parse_body(&ctx.headers, body)?;
+    let kind = binding
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("Binding");
+    if kind != "Binding" {
+        return Err(ApiError::bad_request(format!(
+            "the body of a /binding request must be a v1 Binding, not {kind}"
+        )));
+    }
+    check_name_matches(ctx, &binding)?;
+    let node = binding
+        .pointer("/target/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let name = ctx.name().to_string();
+    if node.is_empty() {
+        return Err(ApiError::invalid(
+            "",
+            "Binding",
+            &name,
+            vec![Cause {
+                reason: "FieldValueRequired",
+                field: "target.name".into(),
+                message: "Required value".into(),
+            }],
+        ));
+    }
+    let manager = ctx.manager();
+    let r = ctx.resource.clone();
+    update_object(ctx, |old| {
+        let assigned = old
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !assigned.is_empty() {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is already assigned to node \"{assigned}\""
+                ),
+            ));
+        }
+        let mut pod = old.clone();
+        if objects::is_deleting(&pod) {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "Conflict",
+                format!("Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is being deleted, cannot be assigned to a host"),
+            ));
+        }
+        pod["spec"]["nodeName"] = json!(node);
+        set_pod_condition(&mut pod, "PodScheduled", "True", "", "");
+        managed::track_update(&r, Some(old), &mut pod, &manager, WriteScope::Main);
+        Ok((pod, Vec::new()))
+    })
+    .await?;
+    respond_object(
+        ctx,
+        StatusCode::CREATED,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+        &[],
+    )
+}
+
+/// Sets one of a pod's status conditions, keeping its transition time when
+/// the status does not change.
+fn set_pod_condition(pod: &mut Value, kind: &str, status: &str, reason: &str, message: &str) {
+    if !pod.get("status").is_some_and(Value::is_object) {
+        pod["status"] = json!({});
+    }
+    let conditions = pod["status"]
+        .as_object_mut()
+        .map(|s| s.entry("conditions").or_insert_with(|| json!([])));
+    let Some(list) = conditions.and_then(Value::as_array_mut) else {
+        return;
+    };
+    let now = meta::now();
+    let mut condition =
+        json!({"type": kind, "status": status, "lastProbeTime": null, "lastTransitionTime": now});
+    if !reason.is_empty() {
+        condition["reason"] = json!(reason);
+        condition["message"] = json!(message);
+    }
+    match list
+        .iter_mut()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(kind))
+    {
+        Some(existing) => {
+            if existing.get("status").and_then(Value::as_str) == Some(status) {
+                condition["lastTransitionTime"] = existing["lastTransitionTime"].clone();
+            }
+            *existing = condition;
+        }
+        None => list.push(condition),
+    }
 }
 
 pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {

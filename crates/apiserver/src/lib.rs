@@ -6,9 +6,11 @@
 //! [`builtin`] plus whatever CRDs add ([`crd`]).
 #![forbid(unsafe_code)]
 
+pub mod allocation;
 pub mod auth;
 pub mod builtin;
 pub mod crd;
+pub mod defaults;
 pub mod discovery;
 pub mod error;
 pub mod fieldset;
@@ -35,4 +37,5 @@ pub mod value;
 pub mod version;
 pub mod watch;
 
+pub use axum_server::Handle as ServeHandle;
 pub use server::{ApiServer, Config};

@@ -262,6 +262,8 @@ pub fn prepare_create(r: &ResourceInfo, obj: &mut Value) {
     if r.uses_generation {
         m.insert("generation".into(), json!(1));
     }
+    crate::defaults::job_selector(r, obj);
+    let m = meta_mut(obj);
     if r.is_namespace() {
         let name = m.get("name").cloned().unwrap_or(Value::Null);
         if !m.get("labels").is_some_and(Value::is_object) {
@@ -287,6 +289,8 @@ pub enum WriteScope {
     Status,
     /// A namespace's `/finalize`: only `spec.finalizers`.
     Finalize,
+    /// A pod's `/binding`: the node name and the PodScheduled condition.
+    Binding,
 }
 
 impl WriteScope {
@@ -294,6 +298,7 @@ impl WriteScope {
         match subresource {
             Some("status") => WriteScope::Status,
             Some("finalize") => WriteScope::Finalize,
+            Some("binding") => WriteScope::Binding,
             _ => WriteScope::Main,
         }
     }
@@ -337,6 +342,7 @@ pub fn prepare_update(r: &ResourceInfo, obj: &mut Value, old: &Value, scope: Wri
             keep_from(&mut merged, obj, "/spec", "finalizers");
             *obj = merged;
         }
+        WriteScope::Binding => {}
         WriteScope::Main => {
             normalize(r, obj);
             if r.status_subresource {
@@ -384,6 +390,7 @@ pub fn prepare_update(r: &ResourceInfo, obj: &mut Value, old: &Value, scope: Wri
 /// Write-only conveniences of built-in kinds, folded into what is stored:
 /// a Secret's `stringData` becomes base64 `data` (and wins over it).
 fn normalize(r: &ResourceInfo, obj: &mut Value) {
+    crate::defaults::apply(r, obj);
     if !(r.group.is_empty() && r.plural == "secrets") {
         return;
     }

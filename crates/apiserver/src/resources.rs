@@ -126,6 +126,11 @@ impl ResourceInfo {
         format!("{}{name}", self.collection_prefix(namespace))
     }
 
+    /// Services get addresses assigned on write.
+    pub fn is_service(&self) -> bool {
+        self.group.is_empty() && self.plural == "services"
+    }
+
     /// Namespaces get special treatment: label names, Terminating phase, content removal.
     pub fn is_namespace(&self) -> bool {
         self.group.is_empty() && self.plural == "namespaces"

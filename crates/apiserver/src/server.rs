@@ -31,6 +31,8 @@ pub struct Config {
     /// The admin bearer token; `None` serves without authentication
     /// (embedding in tests of the library only; the binary always sets it).
     pub admin_token: Option<String>,
+    /// Where Service ClusterIPs and NodePorts come from.
+    pub service_network: crate::allocation::ServiceNetwork,
 }
 
 impl Default for Config {
@@ -38,6 +40,7 @@ impl Default for Config {
         Config {
             bookmark_interval: Duration::from_secs(60),
             admin_token: None,
+            service_network: Default::default(),
         }
     }
 }
@@ -53,6 +56,9 @@ pub struct ApiServer {
     pub config: Config,
     authenticator: Option<Authenticator>,
     address: RwLock<String>,
+    /// Serialises Service address assignment (read of the addresses in use,
+    /// then the write that takes one).
+    pub(crate) service_allocation: tokio::sync::Mutex<()>,
 }
 
 impl ApiServer {
@@ -66,6 +72,7 @@ impl ApiServer {
             authenticator: config.admin_token.as_deref().map(Authenticator::new),
             config,
             address: RwLock::new(String::new()),
+            service_allocation: tokio::sync::Mutex::new(()),
         });
         crate::crd::restore(&api)?;
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
@@ -90,15 +97,26 @@ impl ApiServer {
         tls: Option<Arc<rustls::ServerConfig>>,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let addr: SocketAddr = listener.local_addr()?;
-        *self.address.write() = addr.to_string();
-        let listener = listener.into_std()?;
         let handle = axum_server::Handle::new();
         let on_shutdown = handle.clone();
         tokio::spawn(async move {
             shutdown.await;
             on_shutdown.graceful_shutdown(Some(SHUTDOWN_GRACE));
         });
+        self.serve_with_handle(listener, tls, handle).await
+    }
+
+    /// Serves on `listener` until `handle` shuts the server down; callers
+    /// that must drop every connection at once (fault injection) use this.
+    pub async fn serve_with_handle(
+        self: Arc<Self>,
+        listener: tokio::net::TcpListener,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        handle: axum_server::Handle<SocketAddr>,
+    ) -> std::io::Result<()> {
+        let addr: SocketAddr = listener.local_addr()?;
+        *self.address.write() = addr.to_string();
+        let listener = listener.into_std()?;
         let app = self.router().into_make_service();
         match tls {
             Some(config) => {
@@ -274,6 +292,10 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         Some("status") if resource.status_subresource => {}
         Some("finalize") if resource.is_namespace() && parts.method == Method::PUT => {}
         Some("scale") if resource.scale.is_some() => {}
+        Some("binding")
+            if resource.group.is_empty()
+                && resource.plural == "pods"
+                && parts.method == Method::POST => {}
         Some(sub @ ("log" | "exec" | "attach" | "portforward"))
             if resource.group.is_empty() && resource.plural == "pods" =>
         {
@@ -320,6 +342,9 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         (&Method::DELETE, false) => handlers::delete_collection(&ctx, &body).await,
         (&Method::GET, true) => handlers::get(&ctx).await,
         (&Method::PUT, true) => handlers::update(&ctx, &body).await,
+        (&Method::POST, true) if ctx.subresource.as_deref() == Some("binding") => {
+            handlers::bind(&ctx, &body).await
+        }
         (&Method::PATCH, true) => handlers::patch(&ctx, &body).await,
         (&Method::DELETE, true) => handlers::delete(&ctx, &body).await,
         (m, _) => Err(ApiError::method_not_allowed(format!(

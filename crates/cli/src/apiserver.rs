@@ -17,20 +17,11 @@ pub struct Args {
     /// Where the embedded store keeps its data [default: <user data dir>/flotilla/apiserver]
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Address to serve on; port 0 picks a free port.
-    #[arg(long, default_value = "127.0.0.1:6443")]
-    listen: SocketAddr,
     /// Write a kubeconfig for this server here once it answers [default: <data dir>/kubeconfig]
     #[arg(long)]
     write_kubeconfig: Option<PathBuf>,
-    /// How many recent changes the watch cache keeps for resuming watches;
-    /// older resourceVersions get 410 Expired.
-    #[arg(long, default_value_t = 100_000)]
-    watch_history: usize,
-    /// Extra names or IP addresses the serving certificate covers
-    /// (besides the listen address, localhost and 127.0.0.1).
-    #[arg(long = "tls-san", value_delimiter = ',')]
-    tls_sans: Vec<String>,
+    #[command(flatten)]
+    serve: ServeArgs,
 }
 
 pub fn default_data_dir(component: &str) -> PathBuf {
@@ -92,17 +83,43 @@ pub fn server_url(addr: SocketAddr) -> String {
     format!("https://{}", SocketAddr::new(ip, addr.port()))
 }
 
-pub async fn run(args: Args) -> anyhow::Result<()> {
-    let data_dir = args
-        .data_dir
-        .unwrap_or_else(|| default_data_dir("apiserver"));
-    let kubeconfig_path = args
-        .write_kubeconfig
-        .unwrap_or_else(|| data_dir.join("kubeconfig"));
+/// Storage, TLS and listening options every server command shares.
+#[derive(clap::Args, Clone)]
+pub struct ServeArgs {
+    /// Address to serve on; port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:6443")]
+    pub listen: SocketAddr,
+    /// How many recent changes the watch cache keeps for resuming watches;
+    /// older resourceVersions get 410 Expired.
+    #[arg(long, default_value_t = 100_000)]
+    pub watch_history: usize,
+    /// Extra names or IP addresses the serving certificate covers
+    /// (besides the listen address, localhost and 127.0.0.1).
+    #[arg(long = "tls-san", value_delimiter = ',')]
+    pub tls_sans: Vec<String>,
+}
+
+/// An API server on its store, bound but not yet serving.
+pub struct Prepared {
+    pub api: Arc<ApiServer>,
+    pub listener: tokio::net::TcpListener,
+    pub addr: SocketAddr,
+    pub tls: Arc<rustls::ServerConfig>,
+    pub ca_pem: String,
+    pub admin_token: String,
+}
+
+/// Opens the store in `data_dir`, creates the API server and binds
+/// `listen` with a serving certificate for it.
+pub async fn prepare(
+    data_dir: &std::path::Path,
+    serve: &ServeArgs,
+    config: Config,
+) -> anyhow::Result<Prepared> {
     let store = SqliteStore::open(
-        &data_dir,
+        data_dir,
         SqliteOptions {
-            history_capacity: args.watch_history,
+            history_capacity: serve.watch_history,
             ..SqliteOptions::default()
         },
     )
@@ -116,29 +133,67 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let store: Arc<dyn Store> = store;
     let config = Config {
         admin_token: Some(admin_token.clone()),
-        ..Config::default()
+        ..config
     };
     let api = ApiServer::new(store, config)
         .await
         .map_err(|e| anyhow::anyhow!("cannot start the API server: {}", e.message))?;
-    let listener = tokio::net::TcpListener::bind(args.listen)
+    let listener = tokio::net::TcpListener::bind(serve.listen)
         .await
         .with_context(|| {
             format!(
                 "cannot listen on {} (in use? pass --listen 127.0.0.1:0 for a free port)",
-                args.listen
+                serve.listen
             )
         })?;
     let addr = listener.local_addr()?;
     let pki = Pki::load_or_create(
         &data_dir.join("pki"),
-        &tls::serving_names(addr, &args.tls_sans),
+        &tls::serving_names(addr, &serve.tls_sans),
     )?;
-    let server = tokio::spawn(api.serve(listener, Some(pki.server_config()?), shutdown_signal()));
+    Ok(Prepared {
+        api,
+        listener,
+        addr,
+        tls: pki.server_config()?,
+        ca_pem: pki.ca_pem.clone(),
+        admin_token,
+    })
+}
+
+/// Checks the server answers through the kubeconfig it is about to
+/// publish, then writes it; returns the server URL.
+pub async fn publish_kubeconfig(
+    addr: SocketAddr,
+    context: &str,
+    ca_pem: &str,
+    token: &str,
+    path: &std::path::Path,
+) -> anyhow::Result<String> {
     let url = server_url(addr);
-    let kubeconfig = kubeconfig::render(&url, "flotilla", &pki.ca_pem, &admin_token);
+    let kubeconfig = kubeconfig::render(&url, context, ca_pem, token);
     wait_ready(&kubeconfig).await?;
-    kubeconfig::write_atomically(&kubeconfig_path, &kubeconfig)?;
+    kubeconfig::write_atomically(path, &kubeconfig)?;
+    Ok(url)
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let data_dir = args
+        .data_dir
+        .unwrap_or_else(|| default_data_dir("apiserver"));
+    let kubeconfig_path = args
+        .write_kubeconfig
+        .unwrap_or_else(|| data_dir.join("kubeconfig"));
+    let p = prepare(&data_dir, &args.serve, Config::default()).await?;
+    let server = tokio::spawn(p.api.serve(p.listener, Some(p.tls), shutdown_signal()));
+    let url = publish_kubeconfig(
+        p.addr,
+        "flotilla",
+        &p.ca_pem,
+        &p.admin_token,
+        &kubeconfig_path,
+    )
+    .await?;
     info!(kubeconfig = %kubeconfig_path.display(), data_dir = %data_dir.display(), "ready");
     eprintln!(
         "flotilla apiserver ready on {url}\n  export KUBECONFIG={}",

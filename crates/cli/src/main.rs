@@ -4,6 +4,7 @@
 mod apiserver;
 mod bench;
 mod kubeconfig;
+mod member;
 mod token;
 
 use clap::{Parser, Subcommand};
@@ -23,6 +24,9 @@ struct Cli {
 enum Command {
     /// Run the Kubernetes-compatible API server on the embedded store.
     Apiserver(apiserver::Args),
+    /// Run a simulated member cluster: the API server plus nodes and
+    /// workload controllers (`flotilla member fault` injects failures).
+    Member(Box<member::Args>),
     /// Issue, list and revoke bearer tokens for other identities.
     #[command(subcommand)]
     Token(token::Token),
@@ -54,6 +58,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Apiserver(args) => apiserver::run(args).await,
             Command::Bench(b) => bench::run(b).await,
+            Command::Member(m) => member::run(*m).await,
             Command::Token(t) => token::run(t).await,
         }
     });

@@ -1,0 +1,372 @@
+//! Service addresses, assigned as kube-apiserver's service registry does:
+//! a ClusterIP from the service CIDR unless the Service is headless or an
+//! ExternalName, NodePorts from the node-port range for NodePort and
+//! LoadBalancer Services, both kept across updates that leave them out and
+//! immutable once set. Allocations are derived from the stored Services, so
+//! there is no second source of truth to repair after a crash; one lock
+//! serialises the read-then-create of concurrent writers.
+
+use std::collections::HashSet;
+use std::net::Ipv4Addr;
+use std::ops::RangeInclusive;
+
+use flotilla_store::{ListOptions, Store};
+use ipnet::Ipv4Net;
+use serde_json::{Value, json};
+
+use crate::error::{ApiError, ApiResult, Cause};
+use crate::objects::meta_str;
+
+/// Where Service addresses come from.
+#[derive(Clone, Debug)]
+pub struct ServiceNetwork {
+    pub cluster_ip_range: Ipv4Net,
+    pub node_ports: RangeInclusive<u16>,
+}
+
+impl Default for ServiceNetwork {
+    fn default() -> Self {
+        ServiceNetwork {
+            cluster_ip_range: Ipv4Net::new(Ipv4Addr::new(10, 96, 0, 0), 12).unwrap_or_default(),
+            node_ports: 30000..=32767,
+        }
+    }
+}
+
+/// The key prefix of every Service.
+const SERVICES: &str = "/core/services/";
+
+/// Addresses in use by Services other than `except` (namespace/name).
+struct InUse {
+    ips: HashSet<Ipv4Addr>,
+    node_ports: HashSet<(u16, String)>,
+}
+
+fn in_use(store: &dyn Store, except: &str) -> ApiResult<InUse> {
+    let list = store.list(SERVICES, &ListOptions::default())?;
+    let mut used = InUse {
+        ips: HashSet::new(),
+        node_ports: HashSet::new(),
+    };
+    for kv in list.items {
+        if kv.key.strip_prefix(SERVICES) == Some(except) {
+            continue;
+        }
+        let Ok(svc) = serde_json::from_slice::<Value>(&kv.value) else {
+            continue;
+        };
+        for ip in cluster_ips(&svc) {
+            if let Ok(ip) = ip.parse() {
+                used.ips.insert(ip);
+            }
+        }
+        for (port, protocol) in node_ports(&svc) {
+            used.node_ports.insert((port, protocol));
+        }
+    }
+    Ok(used)
+}
+
+fn cluster_ips(svc: &Value) -> Vec<String> {
+    let mut ips: Vec<String> = svc
+        .pointer("/spec/clusterIPs")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default();
+    let single = svc
+        .pointer("/spec/clusterIP")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if ips.is_empty() && !single.is_empty() {
+        ips.push(single.to_string());
+    }
+    ips
+}
+
+fn node_ports(svc: &Value) -> Vec<(u16, String)> {
+    ports(svc)
+        .iter()
+        .filter_map(|p| {
+            let port = p.get("nodePort").and_then(Value::as_u64)?;
+            let protocol = p.get("protocol").and_then(Value::as_str).unwrap_or("TCP");
+            Some((u16::try_from(port).ok()?, protocol.to_string()))
+        })
+        .collect()
+}
+
+fn ports(svc: &Value) -> Vec<Value> {
+    svc.pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn service_type(svc: &Value) -> &str {
+    svc.pointer("/spec/type")
+        .and_then(Value::as_str)
+        .unwrap_or("ClusterIP")
+}
+
+fn invalid(svc: &Value, field: String, message: String) -> ApiError {
+    ApiError::invalid(
+        "",
+        "Service",
+        meta_str(svc, "name"),
+        vec![Cause {
+            reason: "FieldValueInvalid",
+            field,
+            message,
+        }],
+    )
+}
+
+/// Assigns `svc`'s addresses before it is stored; `old` is the stored
+/// version on update.
+pub fn assign(
+    network: &ServiceNetwork,
+    store: &dyn Store,
+    svc: &mut Value,
+    old: Option<&Value>,
+) -> ApiResult<()> {
+    let kind = service_type(svc).to_string();
+    let id = format!("{}/{}", meta_str(svc, "namespace"), meta_str(svc, "name"));
+    let used = in_use(store, &id)?;
+    assign_cluster_ip(network, &used, svc, old, &kind)?;
+    assign_node_ports(network, &used, svc, old, &kind)
+}
+
+fn assign_cluster_ip(
+    network: &ServiceNetwork,
+    used: &InUse,
+    svc: &mut Value,
+    old: Option<&Value>,
+    kind: &str,
+) -> ApiResult<()> {
+    let Some(spec) = svc.get_mut("spec").and_then(Value::as_object_mut) else {
+        return Ok(());
+    };
+    if kind == "ExternalName" {
+        spec.remove("clusterIP");
+        spec.remove("clusterIPs");
+        return Ok(());
+    }
+    let requested = spec
+        .get("clusterIP")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let previous = old
+        .filter(|o| service_type(o) != "ExternalName")
+        .map(cluster_ips)
+        .and_then(|ips| ips.into_iter().next());
+    let ip = match (requested.as_str(), previous) {
+        // Left out on update: keep what was assigned, as upstream does.
+        ("", Some(prev)) => prev,
+        (req, Some(prev)) if req != prev => {
+            return Err(invalid_value(
+                svc,
+                "spec.clusterIPs[0]",
+                req,
+                "field is immutable".into(),
+            ));
+        }
+        (_, Some(prev)) => prev,
+        ("None", None) => "None".into(),
+        ("", None) => next_free_ip(network, used)
+            .ok_or_else(|| {
+                ApiError::internal(format!(
+                    "failed to allocate a serviceIP: range {} is full",
+                    network.cluster_ip_range
+                ))
+            })?
+            .to_string(),
+        (req, None) => {
+            let addr: Ipv4Addr = req.parse().map_err(|_| {
+                invalid_value(
+                    svc,
+                    "spec.clusterIPs[0]",
+                    req,
+                    "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)".into(),
+                )
+            })?;
+            if !network.cluster_ip_range.contains(&addr) {
+                return Err(invalid_value(
+                    svc,
+                    "spec.clusterIPs",
+                    req,
+                    format!(
+                        "failed to allocate IP {req}: the provided IP ({req}) is not in the valid range. The range of valid IPs is {}",
+                        network.cluster_ip_range
+                    ),
+                ));
+            }
+            if used.ips.contains(&addr) {
+                return Err(invalid_value(
+                    svc,
+                    "spec.clusterIPs",
+                    req,
+                    format!("failed to allocate IP {req}: provided IP is already allocated"),
+                ));
+            }
+            req.to_string()
+        }
+    };
+    if let Some(spec) = svc.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.insert("clusterIP".into(), json!(ip));
+        spec.insert("clusterIPs".into(), json!([ip]));
+        spec.entry("ipFamilies").or_insert(json!(["IPv4"]));
+        spec.entry("ipFamilyPolicy").or_insert(json!("SingleStack"));
+    }
+    Ok(())
+}
+
+fn invalid_value(svc: &Value, field: &str, value: &str, why: String) -> ApiError {
+    invalid(
+        svc,
+        field.to_string(),
+        format!("Invalid value: \"{value}\": {why}"),
+    )
+}
+
+/// The lowest free address of the range, past the network address and the
+/// first host (upstream reserves it for the `kubernetes` Service).
+fn next_free_ip(network: &ServiceNetwork, used: &InUse) -> Option<Ipv4Addr> {
+    network
+        .cluster_ip_range
+        .hosts()
+        .skip(1)
+        .find(|ip| !used.ips.contains(ip))
+}
+
+fn assign_node_ports(
+    network: &ServiceNetwork,
+    used: &InUse,
+    svc: &mut Value,
+    old: Option<&Value>,
+    kind: &str,
+) -> ApiResult<()> {
+    let wants = matches!(kind, "NodePort" | "LoadBalancer");
+    let old_ports: Vec<Value> = old.map(ports).unwrap_or_default();
+    let mut taken = used.node_ports.clone();
+    let mut list = ports(svc);
+    for (i, p) in list.iter_mut().enumerate() {
+        let Some(p) = p.as_object_mut() else {
+            continue;
+        };
+        if !wants {
+            p.remove("nodePort");
+            continue;
+        }
+        let protocol = p
+            .get("protocol")
+            .and_then(Value::as_str)
+            .unwrap_or("TCP")
+            .to_string();
+        let requested = p.get("nodePort").and_then(Value::as_u64).unwrap_or(0);
+        let kept = old_ports
+            .iter()
+            .find(|o| o.get("port") == p.get("port") && o.get("protocol") == p.get("protocol"))
+            .and_then(|o| o.get("nodePort").and_then(Value::as_u64))
+            .unwrap_or(0);
+        let port = if requested == 0 && kept != 0 {
+            kept
+        } else if requested == 0 {
+            let free = network
+                .node_ports
+                .clone()
+                .find(|n| !taken.contains(&(*n, protocol.clone())));
+            u64::from(free.ok_or_else(|| {
+                ApiError::internal(format!(
+                    "failed to allocate a nodePort: range {}-{} is full",
+                    network.node_ports.start(),
+                    network.node_ports.end()
+                ))
+            })?)
+        } else {
+            let field = format!("spec.ports[{i}].nodePort");
+            let n = u16::try_from(requested)
+                .ok()
+                .filter(|n| network.node_ports.contains(n));
+            let Some(n) = n else {
+                return Err(invalid(
+                    svc,
+                    field,
+                    format!(
+                        "Invalid value: {requested}: provided port is not in the valid range. The range of valid ports is {}-{}",
+                        network.node_ports.start(),
+                        network.node_ports.end()
+                    ),
+                ));
+            };
+            if requested != kept && taken.contains(&(n, protocol.clone())) {
+                return Err(invalid(
+                    svc,
+                    field,
+                    format!("Invalid value: {requested}: provided port is already allocated"),
+                ));
+            }
+            requested
+        };
+        if let Ok(n) = u16::try_from(port) {
+            taken.insert((n, protocol));
+        }
+        p.insert("nodePort".into(), json!(port));
+    }
+    if let Some(spec) = svc.get_mut("spec").and_then(Value::as_object_mut)
+        && spec.contains_key("ports")
+    {
+        spec.insert("ports".into(), Value::Array(list));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn empty() -> InUse {
+        InUse {
+            ips: HashSet::new(),
+            node_ports: HashSet::new(),
+        }
+    }
+
+    #[test]
+    fn first_ip_skips_the_kubernetes_service_address() {
+        let net = ServiceNetwork::default();
+        assert_eq!(
+            next_free_ip(&net, &empty()),
+            Some(Ipv4Addr::new(10, 96, 0, 2))
+        );
+    }
+
+    #[test]
+    fn cluster_ip_is_kept_and_immutable() {
+        let net = ServiceNetwork::default();
+        let old = json!({"metadata": {"name": "a"}, "spec": {"clusterIP": "10.96.0.7", "clusterIPs": ["10.96.0.7"]}});
+        let mut kept = json!({"metadata": {"name": "a"}, "spec": {}});
+        assign_cluster_ip(&net, &empty(), &mut kept, Some(&old), "ClusterIP").unwrap();
+        assert_eq!(kept["spec"]["clusterIP"], "10.96.0.7");
+        let mut changed = json!({"metadata": {"name": "a"}, "spec": {"clusterIP": "10.96.0.8"}});
+        let err =
+            assign_cluster_ip(&net, &empty(), &mut changed, Some(&old), "ClusterIP").unwrap_err();
+        assert_eq!(err.code.as_u16(), 422);
+    }
+
+    #[test]
+    fn node_ports_avoid_taken_ones() {
+        let net = ServiceNetwork::default();
+        let mut used = empty();
+        used.node_ports.insert((30000, "TCP".into()));
+        let mut svc = json!({"metadata": {"name": "a"}, "spec": {"ports": [{"port": 80, "protocol": "TCP"}]}});
+        assign_node_ports(&net, &used, &mut svc, None, "NodePort").unwrap();
+        assert_eq!(svc["spec"]["ports"][0]["nodePort"], 30001);
+        let mut clash = json!({"metadata": {"name": "b"}, "spec": {"ports": [{"port": 80, "protocol": "TCP", "nodePort": 30000}]}});
+        assert!(assign_node_ports(&net, &used, &mut clash, None, "NodePort").is_err());
+    }
+}

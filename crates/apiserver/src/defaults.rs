@@ -1,0 +1,351 @@
+//! Upstream's defaulting of built-in kinds, applied on create and update:
+//! the values kube-apiserver fills in when a client leaves them out, so
+//! clients (and controllers comparing desired with actual state) see the
+//! same objects here as on any cluster.
+
+use serde_json::{Map, Value, json};
+
+use crate::resources::ResourceInfo;
+
+/// Fills in the defaults of `obj`'s kind. Never overwrites a set field.
+pub fn apply(r: &ResourceInfo, obj: &mut Value) {
+    match (r.group.as_str(), r.plural.as_str()) {
+        ("", "pods") => {
+            if let Some(spec) = obj.get_mut("spec") {
+                pod_spec(spec, true);
+                default_tolerations(spec);
+            }
+        }
+        ("", "services") => service(obj),
+        ("", "replicationcontrollers") => {
+            set(obj, "/spec", "replicas", json!(1));
+            template(obj, "/spec/template/spec", true);
+        }
+        ("apps", "deployments") => {
+            set(obj, "/spec", "replicas", json!(1));
+            set(obj, "/spec", "revisionHistoryLimit", json!(10));
+            set(obj, "/spec", "progressDeadlineSeconds", json!(600));
+            set(obj, "/spec", "strategy", json!({"type": "RollingUpdate"}));
+            if str_at(obj, "/spec/strategy/type") == "RollingUpdate" {
+                set(obj, "/spec/strategy", "rollingUpdate", json!({}));
+                set(
+                    obj,
+                    "/spec/strategy/rollingUpdate",
+                    "maxSurge",
+                    json!("25%"),
+                );
+                set(
+                    obj,
+                    "/spec/strategy/rollingUpdate",
+                    "maxUnavailable",
+                    json!("25%"),
+                );
+            }
+            template(obj, "/spec/template/spec", true);
+        }
+        ("apps", "replicasets") => {
+            set(obj, "/spec", "replicas", json!(1));
+            template(obj, "/spec/template/spec", true);
+        }
+        ("apps", "statefulsets") => {
+            set(obj, "/spec", "replicas", json!(1));
+            set(obj, "/spec", "revisionHistoryLimit", json!(10));
+            set(obj, "/spec", "podManagementPolicy", json!("OrderedReady"));
+            set(
+                obj,
+                "/spec",
+                "updateStrategy",
+                json!({"type": "RollingUpdate"}),
+            );
+            if str_at(obj, "/spec/updateStrategy/type") == "RollingUpdate" {
+                set(obj, "/spec/updateStrategy", "rollingUpdate", json!({}));
+                set(
+                    obj,
+                    "/spec/updateStrategy/rollingUpdate",
+                    "partition",
+                    json!(0),
+                );
+            }
+            set(
+                obj,
+                "/spec",
+                "persistentVolumeClaimRetentionPolicy",
+                json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+            );
+            template(obj, "/spec/template/spec", true);
+        }
+        ("apps", "daemonsets") => {
+            set(obj, "/spec", "revisionHistoryLimit", json!(10));
+            set(
+                obj,
+                "/spec",
+                "updateStrategy",
+                json!({"type": "RollingUpdate"}),
+            );
+            if str_at(obj, "/spec/updateStrategy/type") == "RollingUpdate" {
+                set(obj, "/spec/updateStrategy", "rollingUpdate", json!({}));
+                set(
+                    obj,
+                    "/spec/updateStrategy/rollingUpdate",
+                    "maxUnavailable",
+                    json!(1),
+                );
+                set(
+                    obj,
+                    "/spec/updateStrategy/rollingUpdate",
+                    "maxSurge",
+                    json!(0),
+                );
+            }
+            template(obj, "/spec/template/spec", true);
+        }
+        ("batch", "jobs") => {
+            job_spec(obj, "/spec");
+            template(obj, "/spec/template/spec", false);
+        }
+        ("batch", "cronjobs") => {
+            set(obj, "/spec", "concurrencyPolicy", json!("Allow"));
+            set(obj, "/spec", "suspend", json!(false));
+            set(obj, "/spec", "successfulJobsHistoryLimit", json!(3));
+            set(obj, "/spec", "failedJobsHistoryLimit", json!(1));
+            template(obj, "/spec/jobTemplate/spec/template/spec", false);
+        }
+        _ => {}
+    }
+}
+
+/// What upstream's Job strategy does on create, once the uid is known: a
+/// selector on the controller uid and the matching template labels, unless
+/// the Job sets `manualSelector`.
+pub fn job_selector(r: &ResourceInfo, obj: &mut Value) {
+    if !(r.group == "batch" && r.plural == "jobs") {
+        return;
+    }
+    let uid = obj
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if obj.pointer("/spec/manualSelector") == Some(&json!(true)) {
+        return;
+    }
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    spec.insert(
+        "selector".into(),
+        json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}),
+    );
+    let template = spec.entry("template").or_insert_with(|| json!({}));
+    if !template.get("metadata").is_some_and(Value::is_object) {
+        template["metadata"] = json!({});
+    }
+    let meta = &mut template["metadata"];
+    if !meta.get("labels").is_some_and(Value::is_object) {
+        meta["labels"] = json!({});
+    }
+    if let Some(labels) = meta["labels"].as_object_mut() {
+        for (k, v) in [
+            ("batch.kubernetes.io/controller-uid", &uid),
+            ("batch.kubernetes.io/job-name", &name),
+            ("controller-uid", &uid),
+            ("job-name", &name),
+        ] {
+            labels.insert(k.into(), json!(v));
+        }
+    }
+}
+
+/// Sets `parent[field]` to `value` when the parent is an object without it.
+fn set(obj: &mut Value, parent: &str, field: &str, value: Value) {
+    if let Some(o) = obj.pointer_mut(parent).and_then(Value::as_object_mut)
+        && o.get(field).is_none_or(Value::is_null)
+    {
+        o.insert(field.into(), value);
+    }
+}
+
+fn str_at<'a>(obj: &'a Value, pointer: &str) -> &'a str {
+    obj.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+fn template(obj: &mut Value, pointer: &str, restart_always: bool) {
+    if let Some(spec) = obj.pointer_mut(pointer) {
+        pod_spec(spec, restart_always);
+    }
+}
+
+fn job_spec(obj: &mut Value, spec: &str) {
+    let Some(s) = obj.pointer_mut(spec).and_then(Value::as_object_mut) else {
+        return;
+    };
+    // Upstream: both unset means one pod to completion; parallelism alone
+    // means a work queue (completions stays unset).
+    if s.get("completions").is_none_or(Value::is_null)
+        && s.get("parallelism").is_none_or(Value::is_null)
+    {
+        s.insert("completions".into(), json!(1));
+    }
+    defaults_into(
+        s,
+        [
+            ("parallelism", json!(1)),
+            ("backoffLimit", json!(6)),
+            ("completionMode", json!("NonIndexed")),
+            ("suspend", json!(false)),
+            ("manualSelector", json!(false)),
+            ("podReplacementPolicy", json!("TerminatingOrFailed")),
+        ],
+    );
+}
+
+fn defaults_into<const N: usize>(o: &mut Map<String, Value>, defaults: [(&str, Value); N]) {
+    for (k, v) in defaults {
+        if o.get(k).is_none_or(Value::is_null) {
+            o.insert(k.into(), v);
+        }
+    }
+}
+
+fn pod_spec(spec: &mut Value, restart_always: bool) {
+    let Some(s) = spec.as_object_mut() else {
+        return;
+    };
+    if restart_always {
+        defaults_into(s, [("restartPolicy", json!("Always"))]);
+    }
+    defaults_into(
+        s,
+        [
+            ("dnsPolicy", json!("ClusterFirst")),
+            ("schedulerName", json!("default-scheduler")),
+            ("terminationGracePeriodSeconds", json!(30)),
+            ("securityContext", json!({})),
+        ],
+    );
+    for list in ["containers", "initContainers"] {
+        let Some(containers) = s.get_mut(list).and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for c in containers.iter_mut().filter_map(Value::as_object_mut) {
+            let image = c.get("image").and_then(Value::as_str).unwrap_or("");
+            let pull = if image_tag(image).is_none_or(|t| t == "latest") {
+                "Always"
+            } else {
+                "IfNotPresent"
+            };
+            defaults_into(
+                c,
+                [
+                    ("imagePullPolicy", json!(pull)),
+                    ("terminationMessagePath", json!("/dev/termination-log")),
+                    ("terminationMessagePolicy", json!("File")),
+                    ("resources", json!({})),
+                ],
+            );
+            if let Some(ports) = c.get_mut("ports").and_then(Value::as_array_mut) {
+                for p in ports.iter_mut().filter_map(Value::as_object_mut) {
+                    defaults_into(p, [("protocol", json!("TCP"))]);
+                }
+            }
+        }
+    }
+}
+
+/// The tag of an image reference, if it names one (a digest does not).
+fn image_tag(image: &str) -> Option<&str> {
+    if image.contains('@') {
+        return Some("digest");
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    last.split_once(':').map(|(_, tag)| tag)
+}
+
+/// The DefaultTolerationSeconds admission plugin: pods tolerate a not-ready
+/// or unreachable node for 300 s before the taint manager evicts them.
+fn default_tolerations(spec: &mut Value) {
+    let Some(s) = spec.as_object_mut() else {
+        return;
+    };
+    let tolerations = s.entry("tolerations").or_insert_with(|| json!([]));
+    let Some(list) = tolerations.as_array_mut() else {
+        return;
+    };
+    for key in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ] {
+        let covered = list.iter().any(|t| {
+            let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
+            let tkey = t.get("key").and_then(Value::as_str).unwrap_or("");
+            (effect.is_empty() || effect == "NoExecute") && (tkey.is_empty() || tkey == key)
+        });
+        if !covered {
+            list.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
+        }
+    }
+}
+
+fn service(obj: &mut Value) {
+    let Some(s) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    defaults_into(
+        s,
+        [
+            ("type", json!("ClusterIP")),
+            ("sessionAffinity", json!("None")),
+        ],
+    );
+    let kind = s
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if kind != "ExternalName" {
+        defaults_into(s, [("internalTrafficPolicy", json!("Cluster"))]);
+    }
+    if matches!(kind.as_str(), "NodePort" | "LoadBalancer") {
+        defaults_into(s, [("externalTrafficPolicy", json!("Cluster"))]);
+    }
+    if let Some(ports) = s.get_mut("ports").and_then(Value::as_array_mut) {
+        for p in ports.iter_mut().filter_map(Value::as_object_mut) {
+            defaults_into(p, [("protocol", json!("TCP"))]);
+            if p.get("targetPort").is_none_or(Value::is_null)
+                && let Some(port) = p.get("port").cloned()
+            {
+                p.insert("targetPort".into(), port);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_tags() {
+        assert_eq!(image_tag("nginx"), None);
+        assert_eq!(image_tag("nginx:1.27"), Some("1.27"));
+        assert_eq!(image_tag("registry:5000/app"), None);
+        assert_eq!(image_tag("registry:5000/app:v1"), Some("v1"));
+        assert_eq!(image_tag("app@sha256:abc"), Some("digest"));
+    }
+
+    #[test]
+    fn tolerations_added_once() {
+        let mut spec = json!({"containers": [{"name": "a", "image": "x:1"}]});
+        default_tolerations(&mut spec);
+        default_tolerations(&mut spec);
+        assert_eq!(spec["tolerations"].as_array().map(Vec::len), Some(2));
+        let mut tolerant = json!({"tolerations": [{"operator": "Exists"}]});
+        default_tolerations(&mut tolerant);
+        assert_eq!(tolerant["tolerations"].as_array().map(Vec::len), Some(1));
+    }
+}

@@ -1,0 +1,372 @@
+//! `flotilla member`: a simulated member cluster (the API server plus
+//! nodes and workload controllers), and `flotilla member fault` to inject
+//! failures into a running one.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Subcommand;
+use flotilla_apiserver::Config;
+use flotilla_apiserver::allocation::ServiceNetwork;
+use flotilla_member::{Clients, Faults, SimConfig, Simulator, admin, client, front_door};
+use tracing::info;
+
+use crate::apiserver::{self, ServeArgs};
+
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Option<MemberCommand>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand)]
+enum MemberCommand {
+    /// Inject or clear faults in a running member (for tests of failover).
+    Fault(FaultArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The cluster's name; nodes are called NAME-node-0, NAME-node-1, ...
+    #[arg(long, required = true)]
+    name: Option<String>,
+    /// Where the member keeps its data [default: <user data dir>/flotilla/member-NAME]
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Address to serve the API on; port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Write a kubeconfig here once the member answers and its nodes are
+    /// registered [default: <data dir>/kubeconfig]
+    #[arg(long)]
+    write_kubeconfig: Option<PathBuf>,
+    /// Number of nodes.
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// CPU capacity of each node.
+    #[arg(long, default_value = "4")]
+    node_cpu: String,
+    /// Memory capacity of each node.
+    #[arg(long, default_value = "16Gi")]
+    node_memory: String,
+    /// Pod capacity of each node.
+    #[arg(long, default_value_t = 110)]
+    node_pods: u32,
+    /// topology.kubernetes.io/region of the nodes.
+    #[arg(long, default_value = "region-1")]
+    region: String,
+    /// topology.kubernetes.io/zone; several (comma-separated) spread the nodes round robin.
+    #[arg(long, value_delimiter = ',', default_value = "zone-a")]
+    zone: Vec<String>,
+    /// Cloud provider, in the nodes' providerID.
+    #[arg(long, default_value = "flotilla")]
+    provider: String,
+    /// node.kubernetes.io/instance-type of the nodes.
+    #[arg(long, default_value = "sim.standard-4")]
+    instance_type: String,
+    /// Extra node labels, k=v,...
+    #[arg(long, value_delimiter = ',')]
+    node_labels: Vec<String>,
+    /// How long a pod takes from bound to Running and Ready.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pod_startup: Duration,
+    /// How long pods of Jobs (restartPolicy Never/OnFailure) run before
+    /// succeeding; the pod annotation simulation.flotilla.io/run-duration overrides it.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    job_duration: Duration,
+    /// How often nodes renew their Leases.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    node_heartbeat: Duration,
+    /// Range Service ClusterIPs come from.
+    #[arg(long, default_value = "10.96.0.0/12")]
+    service_cidr: ipnet::Ipv4Net,
+    /// Range pod IPs come from; each node gets a block.
+    #[arg(long, default_value = "10.128.0.0/9")]
+    pod_cidr: ipnet::Ipv4Net,
+    /// Loopback address of the admin (fault injection) endpoint.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    admin_listen: SocketAddr,
+    /// How many recent changes the watch cache keeps for resuming watches.
+    #[arg(long, default_value_t = 100_000)]
+    watch_history: usize,
+    /// Extra names or IP addresses the serving certificate covers.
+    #[arg(long = "tls-san", value_delimiter = ',')]
+    tls_sans: Vec<String>,
+}
+
+#[derive(clap::Args)]
+struct FaultArgs {
+    /// The data directory of the running member.
+    #[arg(long)]
+    data_dir: PathBuf,
+    #[command(subcommand)]
+    fault: Fault,
+}
+
+#[derive(Subcommand)]
+enum Fault {
+    /// Make the member's API unreachable; its state is kept.
+    Unreachable {
+        /// refuse: connections are refused; hang: accepted and never answered.
+        #[arg(long, value_enum, default_value = "refuse")]
+        mode: Mode,
+    },
+    /// Make the member's API reachable again.
+    Reachable,
+    /// Make a node's kubelet report NotReady (taints it; pods become unready and are evicted after their tolerations).
+    NodeNotReady { node: String },
+    /// Clear a node's NotReady fault.
+    NodeReady { node: String },
+    /// Make the pods a selector matches fail readiness.
+    PodsUnready {
+        #[arg(short, long, default_value = "default")]
+        namespace: String,
+        #[arg(short = 'l', long)]
+        selector: String,
+    },
+    /// Clear a pods-unready fault (all of them with --all).
+    PodsReady {
+        #[arg(short, long, default_value = "default")]
+        namespace: String,
+        #[arg(short = 'l', long, required_unless_present = "all")]
+        selector: Option<String>,
+        #[arg(long)]
+        all: bool,
+    },
+    /// Show the faults in force.
+    List,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Mode {
+    Refuse,
+    Hang,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    match args.command {
+        Some(MemberCommand::Fault(f)) => fault(f).await,
+        None => serve(args.run).await,
+    }
+}
+
+fn parse_labels(pairs: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
+    pairs
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+            _ => {
+                bail!("--node-labels {p:?} is not key=value (try --node-labels disk=ssd,gpu=none)")
+            }
+        })
+        .collect()
+}
+
+async fn serve(args: RunArgs) -> anyhow::Result<()> {
+    let name = args.name.unwrap_or_default();
+    let data_dir = args
+        .data_dir
+        .unwrap_or_else(|| apiserver::default_data_dir(&format!("member-{name}")));
+    let kubeconfig_path = args
+        .write_kubeconfig
+        .unwrap_or_else(|| data_dir.join("kubeconfig"));
+    let sim = SimConfig {
+        cluster_name: name.clone(),
+        nodes: args.nodes,
+        node_cpu: args.node_cpu,
+        node_memory: args.node_memory,
+        node_pods: args.node_pods,
+        region: args.region,
+        zones: args.zone,
+        provider: args.provider,
+        instance_type: args.instance_type,
+        node_labels: parse_labels(&args.node_labels)?,
+        pod_startup: args.pod_startup,
+        job_duration: args.job_duration,
+        heartbeat: args.node_heartbeat,
+        pod_cidr: args.pod_cidr,
+        ..SimConfig::default()
+    };
+    sim.validate().map_err(anyhow::Error::msg)?;
+    let serve_args = ServeArgs {
+        listen: args.listen,
+        watch_history: args.watch_history,
+        tls_sans: args.tls_sans,
+    };
+    let config = Config {
+        service_network: ServiceNetwork {
+            cluster_ip_range: args.service_cidr,
+            ..ServiceNetwork::default()
+        },
+        ..Config::default()
+    };
+    let p = apiserver::prepare(&data_dir, &serve_args, config).await?;
+    let faults = Faults::default();
+
+    // The controllers talk to the API in process, so they keep running
+    // while the member plays unreachable.
+    let clients = Clients {
+        controller_manager: client::in_process(&p.api, &p.admin_token, "kube-controller-manager"),
+        scheduler: client::in_process(&p.api, &p.admin_token, "kube-scheduler"),
+        kubelet: client::in_process(&p.api, &p.admin_token, "kubelet"),
+    };
+    let simulator = Simulator::start(clients, sim.clone(), faults.clone())
+        .await
+        .context("cannot start the simulated nodes and controllers")?;
+
+    let admin_listener = tokio::net::TcpListener::bind(args.admin_listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {} for the admin endpoint",
+                args.admin_listen
+            )
+        })?;
+    let admin_addr = admin_listener.local_addr()?;
+    let admin_router = admin::router(faults.clone(), sim, &p.admin_token);
+    tokio::spawn(async move {
+        let _ = axum::serve(admin_listener, admin_router).await;
+    });
+    write_plain(&data_dir.join(ADMIN_ADDRESS), &admin_addr.to_string())?;
+
+    let server = tokio::spawn(front_door::serve(
+        p.api.clone(),
+        p.listener,
+        p.tls,
+        faults,
+        apiserver::shutdown_signal(),
+    ));
+    let url =
+        apiserver::publish_kubeconfig(p.addr, &name, &p.ca_pem, &p.admin_token, &kubeconfig_path)
+            .await?;
+    info!(member = %name, kubeconfig = %kubeconfig_path.display(), admin = %admin_addr, "ready");
+    eprintln!(
+        "flotilla member {name} ready on {url} ({} nodes)\n  export KUBECONFIG={}\n  faults: flotilla member fault --data-dir {} --help",
+        args.nodes,
+        kubeconfig_path.display(),
+        data_dir.display()
+    );
+    server.await.context("the server task failed")??;
+    drop(simulator);
+    info!("shut down cleanly");
+    Ok(())
+}
+
+/// Where a running member says its admin endpoint listens.
+const ADMIN_ADDRESS: &str = "admin-address";
+
+fn write_plain(path: &Path, contents: &str) -> anyhow::Result<()> {
+    std::fs::write(path, contents).with_context(|| format!("cannot write {}", path.display()))
+}
+
+async fn fault(args: FaultArgs) -> anyhow::Result<()> {
+    let read = |file: &str| {
+        std::fs::read_to_string(args.data_dir.join(file))
+            .map(|s| s.trim().to_string())
+            .with_context(|| {
+                format!(
+                    "cannot read {} (is a member running with --data-dir {}?)",
+                    args.data_dir.join(file).display(),
+                    args.data_dir.display()
+                )
+            })
+    };
+    let addr = read(ADMIN_ADDRESS)?;
+    let token = read("admin-token")?;
+    let (method, path, body) = match &args.fault {
+        Fault::Unreachable { mode } => {
+            let mode = match mode {
+                Mode::Refuse => "refuse",
+                Mode::Hang => "hang",
+            };
+            (
+                http::Method::PUT,
+                "/faults/unreachable".to_string(),
+                Some(serde_json::json!({"mode": mode})),
+            )
+        }
+        Fault::Reachable => (http::Method::DELETE, "/faults/unreachable".into(), None),
+        Fault::NodeNotReady { node } => (
+            http::Method::PUT,
+            format!("/faults/nodes/{node}/not-ready"),
+            None,
+        ),
+        Fault::NodeReady { node } => (
+            http::Method::DELETE,
+            format!("/faults/nodes/{node}/not-ready"),
+            None,
+        ),
+        Fault::PodsUnready {
+            namespace,
+            selector,
+        } => (
+            http::Method::PUT,
+            "/faults/unready-pods".into(),
+            Some(serde_json::json!({"namespace": namespace, "selector": selector})),
+        ),
+        Fault::PodsReady {
+            namespace,
+            selector,
+            all,
+        } => (
+            http::Method::DELETE,
+            "/faults/unready-pods".into(),
+            match (all, selector) {
+                (false, Some(s)) => {
+                    Some(serde_json::json!({"namespace": namespace, "selector": s}))
+                }
+                _ => None,
+            },
+        ),
+        Fault::List => (http::Method::GET, "/faults".into(), None),
+    };
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"))
+        .header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+    if body.is_some() {
+        req = req.header(http::header::CONTENT_TYPE, "application/json");
+    }
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let response = admin_request(req.body(body)?).await.with_context(|| {
+        format!("cannot reach the member's admin endpoint at {addr} (is the member running?)")
+    })?;
+    let (status, text) = response;
+    if !status.is_success() {
+        let message = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(String::from))
+            .unwrap_or(text);
+        bail!("{message}");
+    }
+    println!("{text}");
+    Ok(())
+}
+
+/// One request to the admin endpoint (plain HTTP on loopback).
+async fn admin_request(req: http::Request<String>) -> anyhow::Result<(http::StatusCode, String)> {
+    use http_body_util::BodyExt;
+    let authority = req
+        .uri()
+        .authority()
+        .map(|a| a.to_string())
+        .context("admin address has no host:port")?;
+    let stream = tokio::net::TcpStream::connect(&authority).await?;
+    let io = hyper_util::rt::TokioIo::new(stream);
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await?;
+    tokio::spawn(conn);
+    let (mut parts, body) = req.into_parts();
+    parts.headers.insert(http::header::HOST, authority.parse()?);
+    let req = http::Request::from_parts(parts, http_body_util::Full::new(bytes::Bytes::from(body)));
+    let resp = sender.send_request(req).await?;
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await?.to_bytes();
+    Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+}

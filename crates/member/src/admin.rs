@@ -1,0 +1,197 @@
+//! The member's admin endpoint: fault injection for tests of failover, on
+//! its own loopback listener so it keeps answering while the API plays
+//! unreachable. Plain HTTP, bearer admin token. `flotilla member fault`
+//! is its client; the routes are documented in docs/member.md.
+//!
+//! - `GET    /faults`                      the faults in force
+//! - `PUT    /faults/unreachable`          `{"mode": "refuse" | "hang"}`
+//! - `DELETE /faults/unreachable`
+//! - `PUT    /faults/nodes/{node}/not-ready`
+//! - `DELETE /faults/nodes/{node}/not-ready`
+//! - `PUT    /faults/unready-pods`         `{"namespace": "...", "selector": "app=web"}`
+//! - `DELETE /faults/unready-pods`         same body; without one, all
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, put};
+use serde::Deserialize;
+use serde_json::json;
+use subtle::ConstantTimeEq;
+
+use crate::config::SimConfig;
+use crate::faults::{Faults, Unreachable};
+
+#[derive(Clone)]
+struct Admin {
+    faults: Faults,
+    config: Arc<SimConfig>,
+    token: Arc<str>,
+}
+
+pub fn router(faults: Faults, config: SimConfig, token: &str) -> axum::Router {
+    let state = Admin {
+        faults,
+        config: Arc::new(config),
+        token: token.into(),
+    };
+    axum::Router::new()
+        .route("/faults", get(list))
+        .route(
+            "/faults/unreachable",
+            put(set_unreachable).delete(clear_unreachable),
+        )
+        .route(
+            "/faults/nodes/{node}/not-ready",
+            put(node_not_ready).delete(node_ready),
+        )
+        .route("/faults/unready-pods", put(pods_unready).delete(pods_ready))
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .with_state(state)
+}
+
+fn error(code: StatusCode, message: impl Into<String>) -> Response {
+    (code, Json(json!({"error": message.into()}))).into_response()
+}
+
+async fn authenticate(State(admin): State<Admin>, req: Request, next: Next) -> Response {
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if given.as_bytes().ct_eq(admin.token.as_bytes()).into() {
+        next.run(req).await
+    } else {
+        error(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong admin token (see <data dir>/admin-token)",
+        )
+    }
+}
+
+async fn list(State(admin): State<Admin>) -> Response {
+    Json(admin.faults.get()).into_response()
+}
+
+#[derive(Deserialize)]
+struct UnreachableBody {
+    mode: Unreachable,
+}
+
+async fn set_unreachable(
+    State(admin): State<Admin>,
+    body: Result<Json<UnreachableBody>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let Ok(Json(body)) = body else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "body must be {\"mode\": \"refuse\"} or {\"mode\": \"hang\"}",
+        );
+    };
+    Json(admin.faults.update(|f| f.unreachable = Some(body.mode))).into_response()
+}
+
+async fn clear_unreachable(State(admin): State<Admin>) -> Response {
+    Json(admin.faults.update(|f| f.unreachable = None)).into_response()
+}
+
+fn known_node(admin: &Admin, node: &str) -> Result<(), Box<Response>> {
+    if (0..admin.config.nodes).any(|i| admin.config.node_name(i) == node) {
+        Ok(())
+    } else {
+        let names: Vec<String> = (0..admin.config.nodes.min(5))
+            .map(|i| admin.config.node_name(i))
+            .collect();
+        Err(Box::new(error(
+            StatusCode::NOT_FOUND,
+            format!(
+                "node {node:?} is not one of this member's nodes (e.g. {})",
+                names.join(", ")
+            ),
+        )))
+    }
+}
+
+async fn node_not_ready(State(admin): State<Admin>, Path(node): Path<String>) -> Response {
+    if let Err(r) = known_node(&admin, &node) {
+        return *r;
+    }
+    Json(admin.faults.update(|f| {
+        f.not_ready_nodes.insert(node);
+    }))
+    .into_response()
+}
+
+async fn node_ready(State(admin): State<Admin>, Path(node): Path<String>) -> Response {
+    if let Err(r) = known_node(&admin, &node) {
+        return *r;
+    }
+    Json(admin.faults.update(|f| {
+        f.not_ready_nodes.remove(&node);
+    }))
+    .into_response()
+}
+
+#[derive(Deserialize)]
+struct PodsBody {
+    namespace: String,
+    selector: String,
+}
+
+fn pods_body(body: Option<Json<PodsBody>>) -> Result<Option<PodsBody>, Box<Response>> {
+    let Some(Json(b)) = body else {
+        return Ok(None);
+    };
+    if b.namespace.is_empty() {
+        return Err(Box::new(error(
+            StatusCode::BAD_REQUEST,
+            "namespace is required",
+        )));
+    }
+    if let Err(e) = flotilla_apiserver::selector::LabelSelector::parse(&b.selector) {
+        return Err(Box::new(error(
+            StatusCode::BAD_REQUEST,
+            format!("selector {:?}: {e}", b.selector),
+        )));
+    }
+    Ok(Some(b))
+}
+
+async fn pods_unready(State(admin): State<Admin>, body: Option<Json<PodsBody>>) -> Response {
+    match pods_body(body) {
+        Err(r) => *r,
+        Ok(None) => error(
+            StatusCode::BAD_REQUEST,
+            "body must be {\"namespace\": \"...\", \"selector\": \"app=web\"}",
+        ),
+        Ok(Some(b)) => Json(admin.faults.update(|f| {
+            let list = f.unready_pods.entry(b.namespace).or_default();
+            if !list.contains(&b.selector) {
+                list.push(b.selector);
+            }
+        }))
+        .into_response(),
+    }
+}
+
+async fn pods_ready(State(admin): State<Admin>, body: Option<Json<PodsBody>>) -> Response {
+    match pods_body(body) {
+        Err(r) => *r,
+        Ok(None) => Json(admin.faults.update(|f| f.unready_pods.clear())).into_response(),
+        Ok(Some(b)) => Json(admin.faults.update(|f| {
+            if let Some(list) = f.unready_pods.get_mut(&b.namespace) {
+                list.retain(|s| s != &b.selector);
+                if list.is_empty() {
+                    f.unready_pods.remove(&b.namespace);
+                }
+            }
+        }))
+        .into_response(),
+    }
+}

@@ -1,0 +1,14 @@
+//! One controller per concern, as kube-controller-manager, kube-scheduler
+//! and the kubelet divide the work.
+
+pub mod daemonset;
+pub mod deployment;
+pub mod endpoints;
+pub mod job;
+pub mod kubelet;
+pub mod nodes;
+pub mod pods;
+pub mod replicaset;
+pub mod scheduler;
+pub mod statefulset;
+pub mod status;

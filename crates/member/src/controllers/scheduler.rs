@@ -1,0 +1,230 @@
+//! The scheduler: binds each pending pod of `default-scheduler` to the
+//! feasible node with the most room left (least-allocated scoring), through
+//! the `pods/binding` subresource; a pod that fits nowhere gets
+//! PodScheduled=False, reason Unschedulable, with upstream's summary.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
+use parking_lot::Mutex;
+use serde_json::json;
+use tracing::debug;
+
+use crate::informer::Change;
+use crate::placement::{self, Reject};
+use crate::podutil::{self, Requests};
+use crate::quantity;
+use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, is_status, run_controller};
+
+/// How often a pod that fits nowhere is tried again.
+const RETRY_UNSCHEDULABLE: Duration = Duration::from_secs(5);
+
+/// What is placed on each node: kept from pod events, plus bindings this
+/// scheduler made that the cache has not seen yet.
+#[derive(Default)]
+struct Accounting {
+    by_pod: HashMap<String, (String, Requests)>,
+    by_node: HashMap<String, (Requests, i64)>,
+}
+
+impl Accounting {
+    fn set(&mut self, pod: String, placed: Option<(String, Requests)>) {
+        if let Some((node, r)) = self.by_pod.remove(&pod)
+            && let Some(u) = self.by_node.get_mut(&node)
+        {
+            u.0.cpu_millis -= r.cpu_millis;
+            u.0.memory -= r.memory;
+            u.1 -= 1;
+        }
+        if let Some((node, r)) = placed {
+            let u = self.by_node.entry(node.clone()).or_default();
+            u.0.cpu_millis += r.cpu_millis;
+            u.0.memory += r.memory;
+            u.1 += 1;
+            self.by_pod.insert(pod, (node, r));
+        }
+    }
+}
+
+fn key(pod: &Pod) -> String {
+    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
+}
+
+struct Scheduler {
+    cluster: Arc<Cluster>,
+    accounting: Mutex<Accounting>,
+}
+
+pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
+    let scheduler = Arc::new(Scheduler {
+        cluster: cluster.clone(),
+        accounting: Mutex::default(),
+    });
+    let s = scheduler.clone();
+    inf.pods.on_change(move |change| {
+        let pod = change.object();
+        let placed = match change {
+            Change::Applied(p) if podutil::is_active(p) => {
+                p.spec.as_ref().and_then(|s| s.node_name.clone()).map(|n| {
+                    (
+                        n,
+                        podutil::requests(p.spec.as_ref().map_or(&Default::default(), |s| s)),
+                    )
+                })
+            }
+            _ => None,
+        };
+        s.accounting.lock().set(key(pod), placed);
+    });
+    let triggers = inf.pods.own_triggers(needs_scheduling);
+    run_controller(
+        "scheduler",
+        cluster.pods.clone(),
+        vec![boxed(triggers)],
+        cluster,
+        1,
+        move |pod, _| {
+            let s = scheduler.clone();
+            async move { s.schedule(pod).await }
+        },
+    )
+}
+
+fn needs_scheduling(pod: &Pod) -> bool {
+    let Some(spec) = &pod.spec else {
+        return false;
+    };
+    spec.node_name.as_deref().is_none_or(str::is_empty)
+        && spec
+            .scheduler_name
+            .as_deref()
+            .is_none_or(|s| s == "default-scheduler")
+        && podutil::is_active(pod)
+}
+
+fn allocatable(node: &Node) -> (i64, i64, i64) {
+    let a = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+    let get = |k: &str| a.and_then(|m| m.get(k)).map(|q| q.0.as_str());
+    (
+        get("cpu").and_then(quantity::millicores).unwrap_or(0),
+        get("memory").and_then(quantity::units).unwrap_or(0),
+        get("pods").and_then(quantity::units).unwrap_or(0),
+    )
+}
+
+impl Scheduler {
+    async fn schedule(&self, pod: Arc<Pod>) -> Result<Action> {
+        if !needs_scheduling(&pod) {
+            return Ok(Action::await_change());
+        }
+        let Some(spec) = pod.spec.as_ref() else {
+            return Ok(Action::await_change());
+        };
+        let want = podutil::requests(spec);
+        let mut nodes = self.cluster.nodes.state();
+        nodes.sort_by_key(|n| n.name_any());
+        let mut rejects = Vec::new();
+        let mut best: Option<(f64, String)> = None;
+        {
+            let acc = self.accounting.lock();
+            for node in &nodes {
+                if let Err(r) = placement::admits(node, spec) {
+                    rejects.push(r);
+                    continue;
+                }
+                let (cpu, mem, max_pods) = allocatable(node);
+                let (used, count) = acc
+                    .by_node
+                    .get(&node.name_any())
+                    .copied()
+                    .unwrap_or_default();
+                if count + 1 > max_pods {
+                    rejects.push(Reject::TooManyPods);
+                    continue;
+                }
+                if used.cpu_millis + want.cpu_millis > cpu {
+                    rejects.push(Reject::InsufficientCpu);
+                    continue;
+                }
+                if used.memory + want.memory > mem {
+                    rejects.push(Reject::InsufficientMemory);
+                    continue;
+                }
+                // Least allocated, with the pod count as a tiebreaker so
+                // pods without requests spread too.
+                let free = |used: i64, cap: i64| {
+                    if cap > 0 {
+                        (cap - used) as f64 / cap as f64
+                    } else {
+                        0.0
+                    }
+                };
+                let score = free(used.cpu_millis + want.cpu_millis, cpu)
+                    + free(used.memory + want.memory, mem)
+                    + free(count + 1, max_pods);
+                if best.as_ref().is_none_or(|(s, _)| score > *s) {
+                    best = Some((score, node.name_any()));
+                }
+            }
+        }
+        let ns = pod.namespace().unwrap_or_default();
+        let pods: Api<Pod> = Api::namespaced(self.cluster.clients.scheduler.clone(), &ns);
+        let Some((_, node)) = best else {
+            let message = if nodes.is_empty() {
+                "no nodes available to schedule pods".to_string()
+            } else {
+                placement::unschedulable_message(nodes.len(), &rejects)
+            };
+            let current = podutil::condition(&pod, "PodScheduled");
+            if current.is_none_or(|c| c.status != "False" || c.message.as_deref() != Some(&message))
+            {
+                let patch = json!({"status": {"phase": "Pending", "conditions": [{
+                    "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                    "message": message, "lastProbeTime": null,
+                    "lastTransitionTime": podutil::now(),
+                }]}});
+                match pods
+                    .patch_status(
+                        &pod.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if is_status(&e, 404) => return Ok(Action::await_change()),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            return Ok(Action::requeue(RETRY_UNSCHEDULABLE));
+        };
+        let binding = json!({
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": pod.name_any(), "namespace": ns},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        });
+        match pods
+            .create_subresource::<_, serde_json::Value>(
+                "binding",
+                &pod.name_any(),
+                &PostParams::default(),
+                &binding,
+            )
+            .await
+        {
+            Ok(_) => {
+                debug!(pod = %pod.name_any(), %node, "bound");
+                self.accounting.lock().set(key(&pod), Some((node, want)));
+                Ok(Action::await_change())
+            }
+            // Already bound or gone: nothing left to do.
+            Err(e) if is_status(&e, 409) || is_status(&e, 404) => Ok(Action::await_change()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}

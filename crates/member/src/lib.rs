@@ -1,0 +1,19 @@
+//! Flotilla's member-cluster simulator.
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod config;
+pub mod controllers;
+pub mod expectations;
+pub mod faults;
+pub mod informer;
+pub mod placement;
+pub mod podutil;
+pub mod quantity;
+pub mod sim;
+
+pub use config::SimConfig;
+pub use faults::{FaultSet, Faults, Unreachable};
+pub use sim::{Clients, Simulator};
+pub mod admin;
+pub mod front_door;
