@@ -10,6 +10,8 @@ pub struct Server {
     pub child: Option<Child>,
     pub dir: tempfile::TempDir,
     pub kubeconfig: PathBuf,
+    /// The subcommand and its own flags (`apiserver`, `member --name x`).
+    command: Vec<String>,
     extra: Vec<String>,
     env: Vec<(String, String)>,
 }
@@ -26,8 +28,21 @@ impl Server {
 
     /// Starts with extra flags and environment variables.
     pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
+        Self::start_command(&["apiserver"], extra, env)
+    }
+
+    /// A simulated member cluster (`flotilla member --name NAME`) with
+    /// extra flags; pods start fast unless `extra` says otherwise.
+    pub fn member(name: &str, extra: &[&str]) -> Server {
+        let mut args = vec!["--pod-startup", "300ms", "--job-duration", "1s"];
+        args.extend_from_slice(extra);
+        Self::start_command(&["member", "--name", name], &args, &[])
+    }
+
+    fn start_command(command: &[&str], extra: &[&str], env: &[(&str, &str)]) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut s = Server {
+            command: command.iter().map(|s| s.to_string()).collect(),
             child: None,
             kubeconfig: dir.path().join("kubeconfig"),
             dir,
@@ -54,7 +69,8 @@ impl Server {
             .open(self.dir.path().join("server.log"))
             .expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_flotilla"))
-            .args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"])
+            .args(&self.command)
+            .args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(self.data_dir())
             .arg("--write-kubeconfig")
             .arg(&self.kubeconfig)

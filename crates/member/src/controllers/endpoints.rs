@@ -207,21 +207,9 @@ async fn reconcile(svc: Arc<Service>, cluster: Arc<Cluster>, listed: Listed) -> 
         }
     }
     if groups.is_empty() {
-        // No endpoints still means one slice, saying so.
-        let resolved = ports
-            .iter()
-            .map(|sp| {
-                (
-                    sp.name.clone().unwrap_or_default(),
-                    match &sp.target_port {
-                        Some(IntOrString::Int(n)) => *n,
-                        _ => sp.port,
-                    },
-                    sp.protocol.clone().unwrap_or_else(|| "TCP".into()),
-                )
-            })
-            .collect();
-        groups.insert(resolved, Vec::new());
+        // No endpoints still means one slice saying so, without ports (as
+        // upstream's placeholder slice).
+        groups.insert(Vec::new(), Vec::new());
     }
     let mut desired: Vec<Value> = Vec::new();
     for (resolved, endpoints) in &groups {

@@ -1,0 +1,706 @@
+//! The member-cluster simulator seen through kubectl and kube-rs: nodes,
+//! workloads coming up and rolling, scheduling limits, Services and their
+//! EndpointSlices, and injected faults.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Server, assert_has, flotilla, kube_client};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Polls `check` every 200 ms until it returns Some, failing after WAIT.
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn fault(member: &Server, args: &[&str]) -> std::process::Output {
+    let data = member.data_dir();
+    let mut all = vec![
+        "member",
+        "fault",
+        "--data-dir",
+        data.to_str().expect("utf-8 path"),
+    ];
+    all.extend_from_slice(args);
+    flotilla(&all)
+}
+
+fn fault_ok(member: &Server, args: &[&str]) {
+    let out = fault(member, args);
+    assert!(
+        out.status.success(),
+        "flotilla member fault {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+const WEB: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 3
+  progressDeadlineSeconds: 4
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - name: web
+        image: nginx:1.27
+        ports: [{name: http, containerPort: 8080}]
+        resources: {requests: {cpu: 500m, memory: 128Mi}}
+"#;
+
+#[test]
+fn deployment_rolls_out_scales_and_reports_what_does_not_fit() {
+    // Two nodes of 2 CPUs: room for 8 pods of 500m.
+    let member = Server::member("m1", &["--nodes", "2", "--node-cpu", "2"]);
+    member.kubectl_stdin(&["apply", "-f", "-"], Some(WEB));
+    let status = member.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    assert_has(&status, &["successfully rolled out"]);
+    let ready = member.ok(&["get", "deployment", "web", "-o", "jsonpath={.status.readyReplicas}/{.status.availableReplicas}/{.status.updatedReplicas}/{.status.observedGeneration}"]);
+    assert_eq!(ready, "3/3/3/1");
+    let conditions = member.ok(&[
+        "get",
+        "deployment",
+        "web",
+        "-o",
+        "jsonpath={range .status.conditions[*]}{.type}={.status}/{.reason} {end}",
+    ]);
+    assert_has(
+        &conditions,
+        &[
+            "Available=True/MinimumReplicasAvailable",
+            "Progressing=True/NewReplicaSetAvailable",
+        ],
+    );
+    let pods = member.ok(&["get", "pods", "-l", "app=web", "-o", "jsonpath={range .items[*]}{.status.phase} {.status.podIP} {.status.hostIP} {.spec.nodeName}{\"\\n\"}{end}"]);
+    assert_eq!(pods.lines().count(), 3, "{pods}");
+    for line in pods.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        assert_eq!(f[0], "Running", "{line}");
+        assert!(
+            f[1].starts_with("10.") && f[2].starts_with("172.18.") && f[3].starts_with("m1-node-"),
+            "{line}"
+        );
+    }
+
+    // An image change rolls out through a second ReplicaSet.
+    member.ok(&["set", "image", "deployment/web", "web=nginx:1.28"]);
+    assert_has(
+        &member.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]),
+        &["successfully rolled out"],
+    );
+    let rs = member.ok(&["get", "rs", "-l", "app=web", "-o", "jsonpath={range .items[*]}{.spec.replicas}:{.spec.template.spec.containers[0].image}:{.metadata.annotations.deployment\\.kubernetes\\.io/revision} {end}"]);
+    assert_has(&rs, &["3:nginx:1.28:2", "0:nginx:1.27:1"]);
+    let images = member.ok(&[
+        "get",
+        "pods",
+        "-l",
+        "app=web",
+        "-o",
+        "jsonpath={.items[*].spec.containers[0].image}",
+    ]);
+    assert_eq!(images, "nginx:1.28 nginx:1.28 nginx:1.28");
+
+    // Beyond capacity: pods stay Pending as Unschedulable and the
+    // Deployment says it is short, then that it stopped progressing.
+    member.ok(&["scale", "deployment/web", "--replicas=10"]);
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let client = kube_client(&member.kubeconfig).await;
+        let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
+        let status = eventually("ProgressDeadlineExceeded", || async {
+            let d = deployments.get("web").await.ok()?;
+            let s = d.status?;
+            let progressing = s
+                .conditions
+                .as_ref()?
+                .iter()
+                .find(|c| c.type_ == "Progressing")?
+                .clone();
+            (progressing.reason.as_deref() == Some("ProgressDeadlineExceeded")).then_some(s)
+        })
+        .await;
+        assert_eq!(status.available_replicas, Some(8));
+        assert_eq!(status.unavailable_replicas, Some(2));
+        assert_eq!(status.replicas, Some(10));
+        let pods: Api<Pod> = Api::default_namespaced(client);
+        let pending = pods
+            .list(
+                &ListParams::default()
+                    .labels("app=web")
+                    .fields("status.phase=Pending"),
+            )
+            .await
+            .expect("list");
+        assert_eq!(pending.items.len(), 2);
+        for p in pending.items {
+            let c = p.status.and_then(|s| s.conditions).unwrap_or_default();
+            let scheduled = c
+                .iter()
+                .find(|c| c.type_ == "PodScheduled")
+                .expect("PodScheduled");
+            assert_eq!(scheduled.status, "False");
+            assert_eq!(scheduled.reason.as_deref(), Some("Unschedulable"));
+            assert!(
+                scheduled
+                    .message
+                    .as_deref()
+                    .unwrap_or("")
+                    .contains("0/2 nodes are available: 2 Insufficient cpu"),
+                "{scheduled:?}"
+            );
+        }
+    });
+    let out = member.kubectl(&["rollout", "status", "deployment/web", "--timeout=20s"]);
+    assert!(!out.status.success());
+    assert_has(
+        &String::from_utf8_lossy(&out.stderr),
+        &["exceeded its progress deadline"],
+    );
+
+    // Deleting the Deployment takes its ReplicaSets and pods with it.
+    member.ok(&["delete", "deployment", "web"]);
+    common::wait_for(WAIT, "pods of the deleted Deployment to go", || {
+        member
+            .ok(&["get", "pods", "-l", "app=web", "-o", "name"])
+            .trim()
+            .is_empty()
+    });
+}
+
+const WORKLOADS: &str = r#"
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      containers: [{name: agent, image: busybox:1.36}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: batch}
+spec:
+  completions: 3
+  parallelism: 2
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: work, image: busybox:1.36}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  serviceName: db
+  replicas: 3
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      containers: [{name: db, image: postgres:16}]
+"#;
+
+#[test]
+fn daemonset_job_and_statefulset() {
+    let member = Server::member("m2", &["--nodes", "3"]);
+    member.kubectl_stdin(&["apply", "-f", "-"], Some(WORKLOADS));
+    assert_has(
+        &member.ok(&["rollout", "status", "daemonset/agent", "--timeout=60s"]),
+        &["successfully rolled out"],
+    );
+    assert_has(
+        &member.ok(&["rollout", "status", "statefulset/db", "--timeout=60s"]),
+        &["roll out complete"],
+    );
+    member.ok(&[
+        "wait",
+        "--for=condition=complete",
+        "job/batch",
+        "--timeout=60s",
+    ]);
+
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let client = kube_client(&member.kubeconfig).await;
+        let pods: Api<Pod> = Api::default_namespaced(client.clone());
+        // One agent per node.
+        let mut agent_nodes: Vec<String> = pods
+            .list(&ListParams::default().labels("app=agent"))
+            .await
+            .expect("list")
+            .items
+            .iter()
+            .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+            .collect();
+        agent_nodes.sort();
+        assert_eq!(agent_nodes, ["m2-node-0", "m2-node-1", "m2-node-2"]);
+
+        // Ordinal names, stable hostnames, started in order.
+        let mut db = pods
+            .list(&ListParams::default().labels("app=db"))
+            .await
+            .expect("list")
+            .items;
+        db.sort_by_key(|p| p.name_any());
+        let names: Vec<String> = db.iter().map(|p| p.name_any()).collect();
+        assert_eq!(names, ["db-0", "db-1", "db-2"]);
+        for pair in db.windows(2) {
+            let ready_at = pair[0]
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+                .and_then(|c| c.last_transition_time.clone())
+                .expect("ready time");
+            let next_created = pair[1]
+                .metadata
+                .creation_timestamp
+                .clone()
+                .expect("created");
+            assert!(
+                next_created >= ready_at,
+                "{} created before {} was ready",
+                pair[1].name_any(),
+                pair[0].name_any()
+            );
+        }
+        assert_eq!(
+            db[1]
+                .spec
+                .as_ref()
+                .and_then(|s| s.hostname.clone())
+                .as_deref(),
+            Some("db-1")
+        );
+        assert_eq!(
+            db[1]
+                .spec
+                .as_ref()
+                .and_then(|s| s.subdomain.clone())
+                .as_deref(),
+            Some("db")
+        );
+
+        let jobs: Api<Job> = Api::default_namespaced(client);
+        let job = jobs.get("batch").await.expect("job");
+        let status = job.status.expect("status");
+        assert_eq!(status.succeeded, Some(3));
+        assert!(status.completion_time.is_some() && status.start_time.is_some());
+        let complete = status.conditions.unwrap_or_default();
+        assert!(
+            complete
+                .iter()
+                .any(|c| c.type_ == "Complete" && c.status == "True")
+        );
+    });
+    let completions = member.ok(&[
+        "get",
+        "job",
+        "batch",
+        "-o",
+        "jsonpath={.status.succeeded}/{.spec.completions}",
+    ]);
+    assert_eq!(completions, "3/3");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_get_addresses_and_endpoint_slices_follow_readiness() {
+    let member = Server::member("m3", &["--nodes", "2"]);
+    let client = kube_client(&member.kubeconfig).await;
+    let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
+    let mut web: Deployment = serde_yaml_from(WEB);
+    if let Some(s) = web.spec.as_mut() {
+        s.replicas = Some(2);
+    }
+    deployments
+        .create(&PostParams::default(), &web)
+        .await
+        .expect("create deployment");
+    let services: Api<Service> = Api::default_namespaced(client.clone());
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]},
+    }))
+    .expect("service");
+    let created = services
+        .create(&PostParams::default(), &svc)
+        .await
+        .expect("create service");
+    let ip: std::net::Ipv4Addr = created
+        .spec
+        .as_ref()
+        .and_then(|s| s.cluster_ip.clone())
+        .expect("clusterIP")
+        .parse()
+        .expect("an IPv4 address");
+    assert!(
+        ipnet::Ipv4Net::new(ip, 12).expect("net").network()
+            == std::net::Ipv4Addr::new(10, 96, 0, 0),
+        "{ip}"
+    );
+    let node_port: Service = serde_json::from_value(json!({
+        "metadata": {"name": "web-np"},
+        "spec": {"type": "NodePort", "selector": {"app": "web"}, "ports": [{"port": 80}]},
+    }))
+    .expect("service");
+    let np = services
+        .create(&PostParams::default(), &node_port)
+        .await
+        .expect("create NodePort");
+    let port = np
+        .spec
+        .and_then(|s| s.ports)
+        .and_then(|p| p[0].node_port)
+        .expect("nodePort");
+    assert!((30000..=32767).contains(&port), "{port}");
+
+    let slices: Api<EndpointSlice> = Api::default_namespaced(client.clone());
+    let ready_states = |want: Vec<bool>| {
+        let slices = slices.clone();
+        async move {
+            let list = slices
+                .list(&ListParams::default().labels("kubernetes.io/service-name=web"))
+                .await
+                .ok()?;
+            let slice = list.items.first()?.clone();
+            let port = slice.ports.as_ref().and_then(|p| p.first()).and_then(|p| p.port);
+            let got: Vec<bool> = slice
+                .endpoints
+                .iter()
+                .map(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false))
+                .collect();
+            // Ports resolve through the pods; an empty slice has none.
+            (got == want && (want.is_empty() || port == Some(8080))).then_some(slice)
+        }
+    };
+    let slice = eventually("two ready endpoints", || ready_states(vec![true, true])).await;
+    assert_eq!(slice.address_type, "IPv4");
+    assert_eq!(
+        slice
+            .metadata
+            .owner_references
+            .as_ref()
+            .map(|o| o[0].name.clone())
+            .as_deref(),
+        Some("web")
+    );
+
+    fault_ok(&member, &["pods-unready", "-l", "app=web"]);
+    eventually("endpoints to turn unready", || {
+        ready_states(vec![false, false])
+    })
+    .await;
+    fault_ok(&member, &["pods-ready", "-l", "app=web"]);
+    eventually("endpoints to be ready again", || {
+        ready_states(vec![true, true])
+    })
+    .await;
+
+    deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": 0}})),
+        )
+        .await
+        .expect("scale to zero");
+    eventually("an empty slice", || ready_states(vec![])).await;
+
+    // The Service's slices go with it.
+    services
+        .delete("web", &Default::default())
+        .await
+        .expect("delete service");
+    eventually("slices of the deleted Service to go", || {
+        let slices = slices.clone();
+        async move {
+            let list = slices
+                .list(&ListParams::default().labels("kubernetes.io/service-name=web"))
+                .await
+                .ok()?;
+            list.items.is_empty().then_some(())
+        }
+    })
+    .await;
+}
+
+fn serde_yaml_from<T: serde::de::DeserializeOwned>(yaml: &str) -> T {
+    serde_yaml::from_str(yaml).expect("valid manifest")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_register_heartbeat_and_survive_faults_and_restarts() {
+    let mut member = Server::member(
+        "m4",
+        &[
+            "--nodes",
+            "3",
+            "--node-cpu",
+            "8",
+            "--node-memory",
+            "32Gi",
+            "--region",
+            "eu-west-1",
+            "--zone",
+            "eu-west-1a,eu-west-1b",
+            "--node-labels",
+            "disk=ssd",
+            "--node-heartbeat",
+            "1s",
+        ],
+    );
+    let client = kube_client(&member.kubeconfig).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let list = nodes.list(&Default::default()).await.expect("nodes").items;
+    assert_eq!(list.len(), 3);
+    for (i, n) in list.iter().enumerate() {
+        let labels = n.labels();
+        assert_eq!(labels.get("kubernetes.io/hostname"), Some(&n.name_any()));
+        assert_eq!(
+            labels
+                .get("topology.kubernetes.io/region")
+                .map(String::as_str),
+            Some("eu-west-1")
+        );
+        let zone = if i % 2 == 0 {
+            "eu-west-1a"
+        } else {
+            "eu-west-1b"
+        };
+        assert_eq!(
+            labels
+                .get("topology.kubernetes.io/zone")
+                .map(String::as_str),
+            Some(zone)
+        );
+        assert_eq!(labels.get("disk").map(String::as_str), Some("ssd"));
+        assert!(labels.contains_key("node.kubernetes.io/instance-type"));
+        let status = n.status.as_ref().expect("status");
+        let alloc = status.allocatable.as_ref().expect("allocatable");
+        assert_eq!(alloc.get("cpu").map(|q| q.0.as_str()), Some("8"));
+        assert_eq!(alloc.get("memory").map(|q| q.0.as_str()), Some("32Gi"));
+        assert_eq!(alloc.get("pods").map(|q| q.0.as_str()), Some("110"));
+        let ready = status
+            .conditions
+            .as_ref()
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+            .expect("Ready");
+        assert_eq!(ready.status, "True");
+    }
+    // Leases in kube-node-lease are renewed.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let first = eventually("three leases", || {
+        let leases = leases.clone();
+        async move {
+            let l = leases.list(&Default::default()).await.ok()?.items;
+            (l.len() == 3).then(|| l[0].spec.as_ref().and_then(|s| s.renew_time.clone()))
+        }
+    })
+    .await
+    .expect("renewTime");
+    let name = list[0].name_any();
+    eventually("a renewal", || {
+        let leases = leases.clone();
+        let name = name.clone();
+        let first = first.clone();
+        async move {
+            let l = leases.get(&name).await.ok()?;
+            (l.spec?.renew_time? > first).then_some(())
+        }
+    })
+    .await;
+
+    // A pod tolerating a not-ready node for one second is evicted from it
+    // and its ReplicaSet replaces it elsewhere.
+    let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
+    let mut web: Deployment = serde_yaml_from(WEB);
+    if let Some(t) = web.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+        t.tolerations = Some(vec![serde_json::from_value(json!({"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 1})).expect("toleration")]);
+    }
+    deployments
+        .create(&PostParams::default(), &web)
+        .await
+        .expect("create");
+    member.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let victim = pods
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .expect("pods")
+        .items[0]
+        .clone();
+    let node = victim
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("bound");
+    fault_ok(&member, &["node-not-ready", &node]);
+    let tainted = eventually("the node to go NotReady with taints", || {
+        let nodes = nodes.clone();
+        let node = node.clone();
+        async move {
+            let n = nodes.get(&node).await.ok()?;
+            let ready = n
+                .status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .find(|c| c.type_ == "Ready")?
+                .status
+                .clone();
+            let taints = n.spec.as_ref()?.taints.clone().unwrap_or_default();
+            (ready == "False" && taints.len() == 2).then_some(taints)
+        }
+    })
+    .await;
+    assert!(
+        tainted
+            .iter()
+            .all(|t| t.key == "node.kubernetes.io/not-ready")
+    );
+    eventually("the pod to be replaced on another node", || {
+        let pods = pods.clone();
+        let node = node.clone();
+        async move {
+            let l = pods
+                .list(&ListParams::default().labels("app=web"))
+                .await
+                .ok()?
+                .items;
+            let elsewhere = l
+                .iter()
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(&node))
+                .count();
+            (l.len() == 3 && elsewhere == 3).then_some(())
+        }
+    })
+    .await;
+    let unknown = fault(&member, &["node-not-ready", "m4-node-7"]);
+    assert!(!unknown.status.success());
+    assert_has(
+        &String::from_utf8_lossy(&unknown.stderr),
+        &["not one of this member's nodes"],
+    );
+    fault_ok(&member, &["node-ready", &node]);
+
+    // Unreachable, both ways, and back with everything in place.
+    let configmaps: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "keep"}, "data": {"k": "v"}}))
+            .expect("cm");
+    configmaps
+        .create(&PostParams::default(), &cm)
+        .await
+        .expect("create");
+    fault_ok(&member, &["unreachable", "--mode", "refuse"]);
+    let out = member.kubectl(&["get", "configmap", "keep", "--request-timeout=5s"]);
+    assert!(!out.status.success());
+    assert_has(&String::from_utf8_lossy(&out.stderr), &["refused"]);
+    fault_ok(&member, &["unreachable", "--mode", "hang"]);
+    let started = Instant::now();
+    let out = member.kubectl(&["get", "configmap", "keep", "--request-timeout=2s"]);
+    assert!(!out.status.success() && started.elapsed() >= Duration::from_secs(2));
+    fault_ok(&member, &["reachable"]);
+    assert_eq!(
+        member.ok(&["get", "configmap", "keep", "-o", "jsonpath={.data.k}"]),
+        "v"
+    );
+    assert_eq!(
+        member.ok(&[
+            "get",
+            "deployment",
+            "web",
+            "-o",
+            "jsonpath={.status.readyReplicas}"
+        ]),
+        "3"
+    );
+
+    // kill -9 and restart on the same data: the same nodes, the workload
+    // still running, no duplicates.
+    member.kill9();
+    member.spawn();
+    let client = kube_client(&member.kubeconfig).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    assert_eq!(
+        nodes
+            .list(&Default::default())
+            .await
+            .expect("nodes")
+            .items
+            .len(),
+        3
+    );
+    let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
+    eventually("the Deployment to be whole after a restart", || {
+        let deployments = deployments.clone();
+        async move {
+            let s = deployments.get("web").await.ok()?.status?;
+            (s.ready_replicas == Some(3) && s.replicas == Some(3)).then_some(())
+        }
+    })
+    .await;
+    let pods: Api<Pod> = Api::default_namespaced(client);
+    assert_eq!(
+        pods.list(&ListParams::default().labels("app=web"))
+            .await
+            .expect("pods")
+            .items
+            .len(),
+        3
+    );
+}
+
+#[test]
+fn bad_member_flags_are_explained() {
+    let out = flotilla(&["member", "--name", "x", "--node-cpu", "lots"]);
+    assert!(!out.status.success());
+    assert_has(
+        &String::from_utf8_lossy(&out.stderr),
+        &["--node-cpu \"lots\" is not a CPU quantity"],
+    );
+    let out = flotilla(&["member", "--name", "x", "--node-labels", "oops"]);
+    assert!(!out.status.success());
+    assert_has(&String::from_utf8_lossy(&out.stderr), &["is not key=value"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = flotilla(&[
+        "member",
+        "fault",
+        "--data-dir",
+        dir.path().to_str().expect("utf-8"),
+        "list",
+    ]);
+    assert!(!out.status.success());
+    assert_has(
+        &String::from_utf8_lossy(&out.stderr),
+        &["is a member running with --data-dir"],
+    );
+}
