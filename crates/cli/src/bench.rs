@@ -14,6 +14,9 @@ use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 pub enum Bench {
     /// Create throughput, list latency, watch fan-out and peak RSS of `flotilla apiserver`.
     Apiserver(ApiserverArgs),
+    /// Time to run pods, memory and idle CPU of `flotilla member`, one big
+    /// member or many small ones side by side.
+    Member(crate::bench_member::MemberArgs),
 }
 
 #[derive(clap::Args)]
@@ -35,10 +38,11 @@ pub struct ApiserverArgs {
 pub async fn run(b: Bench) -> anyhow::Result<()> {
     match b {
         Bench::Apiserver(args) => apiserver(args).await,
+        Bench::Member(args) => crate::bench_member::run(args).await,
     }
 }
 
-struct ServerProcess(Child);
+pub(crate) struct ServerProcess(pub(crate) Child);
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
@@ -47,7 +51,7 @@ impl Drop for ServerProcess {
     }
 }
 
-fn peak_rss_kib(pid: u32) -> Option<u64> {
+pub(crate) fn peak_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()

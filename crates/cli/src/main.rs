@@ -3,6 +3,7 @@
 
 mod apiserver;
 mod bench;
+mod bench_member;
 mod kubeconfig;
 mod member;
 mod token;

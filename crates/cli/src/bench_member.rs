@@ -1,0 +1,193 @@
+//! `flotilla bench member`: how fast simulated members run pods and what
+//! they cost: time until every pod is Ready, peak and settled RSS, and CPU
+//! while idle, for one big member or many small ones side by side.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, PostParams};
+
+use crate::bench::{ServerProcess, peak_rss_kib};
+
+#[derive(clap::Args)]
+pub struct MemberArgs {
+    /// Members started side by side.
+    #[arg(long, default_value_t = 1)]
+    members: usize,
+    /// Nodes per member.
+    #[arg(long, default_value_t = 1000)]
+    nodes: usize,
+    /// Pods per member (spread over --deployments Deployments).
+    #[arg(long, default_value_t = 10_000)]
+    pods: usize,
+    /// Deployments per member.
+    #[arg(long, default_value_t = 10)]
+    deployments: usize,
+    /// How long to sample idle CPU once everything is Ready.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    idle: Duration,
+}
+
+struct Member {
+    process: ServerProcess,
+    client: kube::Client,
+}
+
+fn rss_kib(pid: u32, field: &str) -> u64 {
+    if field == "VmHWM:" {
+        return peak_rss_kib(pid).unwrap_or(0);
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// CPU seconds (user + system) the process has used.
+fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command name (which may hold spaces) start at ')'.
+    let rest = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of stat: 11 and 12 after ')'.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+async fn start(i: usize, args: &MemberArgs, dir: &Path) -> anyhow::Result<Member> {
+    let data = dir.join(format!("member{i}"));
+    let kubeconfig = data.join("kubeconfig");
+    let child = Command::new(std::env::current_exe()?)
+        .args(["member", "--name", &format!("member{i}"), "--listen", "127.0.0.1:0"])
+        .args(["--nodes", &args.nodes.to_string(), "--pod-startup", "1s"])
+        .arg("--data-dir")
+        .arg(&data)
+        .env("FLOTILLA_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("cannot start flotilla member")?;
+    let process = ServerProcess(child);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !kubeconfig.exists() {
+        if Instant::now() > deadline {
+            bail!("member{i} did not write its kubeconfig within 300s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let file = kube::config::Kubeconfig::read_from(&kubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(file, &Default::default()).await?;
+    Ok(Member {
+        process,
+        client: kube::Client::try_from(config)?,
+    })
+}
+
+fn deployment(name: &str, replicas: usize) -> anyhow::Result<Deployment> {
+    Ok(serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "app", "image": "registry.example/app:1.0",
+                          "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]},
+            },
+        },
+    }))?)
+}
+
+async fn ready_pods(client: &kube::Client) -> usize {
+    let api: Api<Deployment> = Api::default_namespaced(client.clone());
+    api.list(&Default::default())
+        .await
+        .map(|l| {
+            l.items
+                .iter()
+                .filter_map(|d| d.status.as_ref()?.ready_replicas)
+                .map(|n| usize::try_from(n).unwrap_or(0))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+pub async fn run(args: MemberArgs) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    println!(
+        "flotilla bench member: {} member(s) x {} nodes x {} pods in {} Deployments",
+        args.members, args.nodes, args.pods, args.deployments
+    );
+    println!(
+        "machine: {} cores, {}",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        std::env::consts::ARCH
+    );
+    let started = Instant::now();
+    let mut members = Vec::new();
+    for i in 0..args.members {
+        members.push(start(i, &args, dir.path()).await?);
+    }
+    println!("members up with nodes Ready: {:.1} s", started.elapsed().as_secs_f64());
+
+    let applied = Instant::now();
+    let per = args.pods / args.deployments.max(1);
+    for m in &members {
+        let api: Api<Deployment> = Api::default_namespaced(m.client.clone());
+        for d in 0..args.deployments {
+            let replicas = if d + 1 == args.deployments { args.pods - per * d } else { per };
+            api.create(&PostParams::default(), &deployment(&format!("app{d}"), replicas)?)
+                .await?;
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    loop {
+        let mut ready = 0;
+        for m in &members {
+            ready += ready_pods(&m.client).await;
+        }
+        if ready >= args.pods * args.members {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("only {ready} pods Ready after 30 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let took = applied.elapsed();
+    let total = args.pods * args.members;
+    println!(
+        "all {total} pods Ready: {:.1} s after the Deployments were created ({:.0} pods/s, incl. the 1 s startup delay)",
+        took.as_secs_f64(),
+        total as f64 / took.as_secs_f64()
+    );
+
+    let pids: Vec<u32> = members.iter().map(|m| m.process.0.id()).collect();
+    let cpu_before: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
+    tokio::time::sleep(args.idle).await;
+    let cpu_after: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
+    let peak: Vec<u64> = pids.iter().map(|p| rss_kib(*p, "VmHWM:")).collect();
+    let now: Vec<u64> = pids.iter().map(|p| rss_kib(*p, "VmRSS:")).collect();
+    let mib = |k: u64| k as f64 / 1024.0;
+    println!(
+        "RSS per member: peak max {:.0} MiB, settled mean {:.0} MiB; all members settled {:.0} MiB",
+        mib(peak.iter().copied().max().unwrap_or(0)),
+        mib(now.iter().sum::<u64>() / now.len().max(1) as u64),
+        mib(now.iter().sum())
+    );
+    println!(
+        "idle CPU, all members: {:.1}% of one core (over {:?})",
+        (cpu_after - cpu_before) / args.idle.as_secs_f64() * 100.0,
+        args.idle
+    );
+    Ok(())
+}
