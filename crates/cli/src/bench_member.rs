@@ -67,7 +67,13 @@ async fn start(i: usize, args: &MemberArgs, dir: &Path) -> anyhow::Result<Member
     let data = dir.join(format!("member{i}"));
     let kubeconfig = data.join("kubeconfig");
     let child = Command::new(std::env::current_exe()?)
-        .args(["member", "--name", &format!("member{i}"), "--listen", "127.0.0.1:0"])
+        .args([
+            "member",
+            "--name",
+            &format!("member{i}"),
+            "--listen",
+            "127.0.0.1:0",
+        ])
         .args(["--nodes", &args.nodes.to_string(), "--pod-startup", "1s"])
         .arg("--data-dir")
         .arg(&data)
@@ -129,7 +135,9 @@ pub async fn run(args: MemberArgs) -> anyhow::Result<()> {
     );
     println!(
         "machine: {} cores, {}",
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
         std::env::consts::ARCH
     );
     let started = Instant::now();
@@ -137,16 +145,26 @@ pub async fn run(args: MemberArgs) -> anyhow::Result<()> {
     for i in 0..args.members {
         members.push(start(i, &args, dir.path()).await?);
     }
-    println!("members up with nodes Ready: {:.1} s", started.elapsed().as_secs_f64());
+    println!(
+        "members up with nodes Ready: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
 
     let applied = Instant::now();
     let per = args.pods / args.deployments.max(1);
     for m in &members {
         let api: Api<Deployment> = Api::default_namespaced(m.client.clone());
         for d in 0..args.deployments {
-            let replicas = if d + 1 == args.deployments { args.pods - per * d } else { per };
-            api.create(&PostParams::default(), &deployment(&format!("app{d}"), replicas)?)
-                .await?;
+            let replicas = if d + 1 == args.deployments {
+                args.pods - per * d
+            } else {
+                per
+            };
+            api.create(
+                &PostParams::default(),
+                &deployment(&format!("app{d}"), replicas)?,
+            )
+            .await?;
         }
     }
     let deadline = Instant::now() + Duration::from_secs(1800);

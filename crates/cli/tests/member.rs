@@ -390,7 +390,11 @@ async fn services_get_addresses_and_endpoint_slices_follow_readiness() {
                 .await
                 .ok()?;
             let slice = list.items.first()?.clone();
-            let port = slice.ports.as_ref().and_then(|p| p.first()).and_then(|p| p.port);
+            let port = slice
+                .ports
+                .as_ref()
+                .and_then(|p| p.first())
+                .and_then(|p| p.port);
             let got: Vec<bool> = slice
                 .endpoints
                 .iter()

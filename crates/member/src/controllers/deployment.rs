@@ -464,12 +464,14 @@ async fn sync_status(
         .and_then(|s| s.progress_deadline_seconds)
         .unwrap_or(600);
     let previous = old_conditions.iter().find(|c| c.type_ == "Progressing");
-    let timed_out = previous
-        .filter(|c| c.reason.as_deref() != Some("NewReplicaSetAvailable"))
-        .and_then(|c| c.last_update_time.as_ref())
-        .is_some_and(|t| {
-            podutil::since(t) > Duration::from_secs(u64::try_from(deadline).unwrap_or(600))
-        });
+    // Once timed out, a Deployment stays so until it progresses again.
+    let timed_out = previous.is_some_and(|c| {
+        c.reason.as_deref() == Some("ProgressDeadlineExceeded")
+            || (c.reason.as_deref() != Some("NewReplicaSetAvailable")
+                && c.last_update_time.as_ref().is_some_and(|t| {
+                    podutil::since(t) > Duration::from_secs(u64::try_from(deadline).unwrap_or(600))
+                }))
+    });
     let paused = d.spec.as_ref().and_then(|s| s.paused).unwrap_or(false);
     let mut requeue = None;
     let progressing = if paused {
