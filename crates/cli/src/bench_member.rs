@@ -26,6 +26,9 @@ pub struct MemberArgs {
     /// Deployments per member.
     #[arg(long, default_value_t = 10)]
     deployments: usize,
+    /// The members' watch history (see `flotilla member --watch-history`).
+    #[arg(long, default_value_t = 10_000)]
+    watch_history: usize,
     /// How long to sample idle CPU once everything is Ready.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     idle: Duration,
@@ -75,6 +78,7 @@ async fn start(i: usize, args: &MemberArgs, dir: &Path) -> anyhow::Result<Member
             "127.0.0.1:0",
         ])
         .args(["--nodes", &args.nodes.to_string(), "--pod-startup", "1s"])
+        .args(["--watch-history", &args.watch_history.to_string()])
         .arg("--data-dir")
         .arg(&data)
         .env("FLOTILLA_LOG", "warn")

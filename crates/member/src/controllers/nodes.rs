@@ -31,19 +31,25 @@ pub fn start(cluster: Arc<Cluster>, _inf: &mut Informers) -> crate::sim::TaskBox
 
 async fn run(cluster: Arc<Cluster>) {
     let mut faults = cluster.faults.subscribe();
+    // Leases on their own task: renewing a thousand of them takes a while
+    // and must not delay reactions to faults.
+    let heartbeat = cluster.clone();
+    let _leases = AbortOnDrop(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(heartbeat.config.heartbeat);
+        loop {
+            tick.tick().await;
+            renew_leases(&heartbeat).await;
+        }
+    }));
     let mut last_report = tokio::time::Instant::now();
-    let mut leases = tokio::time::interval(cluster.config.heartbeat);
     let mut evictions = tokio::time::interval(Duration::from_secs(1));
     let mut reported: BTreeMap<String, bool> = BTreeMap::new();
     loop {
+        if last_report.elapsed() >= STATUS_REPORT {
+            reported.clear();
+            last_report = tokio::time::Instant::now();
+        }
         tokio::select! {
-            _ = leases.tick() => {
-                renew_leases(&cluster).await;
-                if last_report.elapsed() >= STATUS_REPORT {
-                    reported.clear();
-                    last_report = tokio::time::Instant::now();
-                }
-            }
             changed = faults.changed() => {
                 if changed.is_err() {
                     return;
@@ -64,6 +70,15 @@ async fn run(cluster: Arc<Cluster>) {
                 Err(error) => warn!(%error, node = %name, "node status update failed"),
             }
         }
+    }
+}
+
+/// Stops a spawned task when the loop that owns it ends.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
