@@ -151,9 +151,21 @@ pub const CONTROLLER_REVISION_HASH: &str = "controller-revision-hash";
 /// the alphabet upstream uses so it never spells words.
 pub fn template_hash(template: &PodTemplateSpec, collision: i32) -> String {
     let mut t = template.clone();
-    if let Some(labels) = t.metadata.as_mut().and_then(|m| m.labels.as_mut()) {
-        labels.remove(POD_TEMPLATE_HASH);
-        labels.remove(CONTROLLER_REVISION_HASH);
+    if let Some(m) = t.metadata.as_mut() {
+        if let Some(labels) = m.labels.as_mut() {
+            labels.remove(POD_TEMPLATE_HASH);
+            labels.remove(CONTROLLER_REVISION_HASH);
+        }
+        // Absent and empty are the same template.
+        if m.labels.as_ref().is_some_and(BTreeMap::is_empty) {
+            m.labels = None;
+        }
+    }
+    if t.metadata
+        .as_ref()
+        .is_some_and(|m| *m == ObjectMeta::default())
+    {
+        t.metadata = None;
     }
     let bytes = serde_json::to_vec(&t).unwrap_or_default();
     let mut h = Sha256::new();
