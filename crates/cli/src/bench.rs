@@ -51,6 +51,26 @@ impl Drop for ServerProcess {
     }
 }
 
+/// Waits for a server's kubeconfig to appear, then a client from it.
+pub(crate) async fn client_when_ready(
+    kubeconfig: &std::path::Path,
+    timeout: Duration,
+) -> anyhow::Result<kube::Client> {
+    let deadline = Instant::now() + timeout;
+    while !kubeconfig.exists() {
+        if Instant::now() > deadline {
+            bail!(
+                "the server did not write {} within {timeout:?}",
+                kubeconfig.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let file = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(file, &Default::default()).await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
 pub(crate) fn peak_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
@@ -92,16 +112,7 @@ async fn apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
         .spawn()
         .context("cannot start flotilla apiserver")?;
     let server = ServerProcess(child);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !kubeconfig.exists() {
-        if Instant::now() > deadline {
-            bail!("the server did not write its kubeconfig within 30s");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let file = kube::config::Kubeconfig::read_from(&kubeconfig)?;
-    let config = kube::Config::from_custom_kubeconfig(file, &Default::default()).await?;
-    let client = kube::Client::try_from(config)?;
+    let client = client_when_ready(&kubeconfig, Duration::from_secs(30)).await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
     for ns in ["bench", "fanout"] {
         namespaces

@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, PostParams};
 
-use crate::bench::{ServerProcess, peak_rss_kib};
+use crate::bench::{ServerProcess, client_when_ready, peak_rss_kib};
 
 #[derive(clap::Args)]
 pub struct MemberArgs {
@@ -87,19 +87,8 @@ async fn start(i: usize, args: &MemberArgs, dir: &Path) -> anyhow::Result<Member
         .spawn()
         .context("cannot start flotilla member")?;
     let process = ServerProcess(child);
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while !kubeconfig.exists() {
-        if Instant::now() > deadline {
-            bail!("member{i} did not write its kubeconfig within 300s");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let file = kube::config::Kubeconfig::read_from(&kubeconfig)?;
-    let config = kube::Config::from_custom_kubeconfig(file, &Default::default()).await?;
-    Ok(Member {
-        process,
-        client: kube::Client::try_from(config)?,
-    })
+    let client = client_when_ready(&kubeconfig, Duration::from_secs(300)).await?;
+    Ok(Member { process, client })
 }
 
 fn deployment(name: &str, replicas: usize) -> anyhow::Result<Deployment> {

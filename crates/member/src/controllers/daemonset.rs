@@ -12,7 +12,6 @@ use k8s_openapi::api::core::v1::{
     Affinity, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
     PodSpec, Toleration,
 };
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
@@ -23,7 +22,7 @@ use crate::controllers::status;
 use crate::informer::owner_ref;
 use crate::placement;
 use crate::podutil::{self, CONTROLLER_REVISION_HASH};
-use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, is_status, run_controller};
+use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, run_controller};
 
 pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
     let own = inf.daemonsets.own_triggers(|_| true);
@@ -251,14 +250,7 @@ async fn reconcile(
     );
     if let Some(patch) = status::patch(&ds.status, &status) {
         let api: Api<DaemonSet> = Api::namespaced(cluster.clients.controller_manager.clone(), &ns);
-        match api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if is_status(&e, 404) => {}
-            Err(e) => return Err(e.into()),
-        }
+        status::write(&api, &name, &patch).await?;
     }
     Ok(Action::await_change())
 }

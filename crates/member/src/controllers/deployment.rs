@@ -561,19 +561,10 @@ async fn sync_status(
             }
         }
     }
-    if let Some(patch) = status::patch(&d.status, &status) {
-        match api
-            .patch_status(
-                &d.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if is_status(&e, 404) => return Ok(Action::await_change()),
-            Err(e) => return Err(e.into()),
-        }
+    if let Some(patch) = status::patch(&d.status, &status)
+        && !status::write(&api, &d.name_any(), &patch).await?
+    {
+        return Ok(Action::await_change());
     }
     Ok(match requeue {
         Some(d) => Action::requeue(d),

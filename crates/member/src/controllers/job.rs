@@ -11,15 +11,15 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::controllers::pods::PodControl;
+use crate::controllers::status;
 use crate::informer::owner_ref;
 use crate::podutil;
-use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, is_status, run_controller};
+use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, run_controller};
 
 pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
     let own = inf.jobs.own_triggers(|_| true);
@@ -188,17 +188,8 @@ async fn reconcile(
     });
     if changed {
         let api: Api<Job> = Api::namespaced(cluster.clients.controller_manager.clone(), &ns);
-        match api
-            .patch_status(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(&json!({"status": status})),
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if is_status(&e, 404) => return Ok(Action::await_change()),
-            Err(e) => return Err(e.into()),
+        if !status::write(&api, &name, &json!({"status": status})).await? {
+            return Ok(Action::await_change());
         }
     }
     Ok(match deadline {

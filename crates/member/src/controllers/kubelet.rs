@@ -16,7 +16,6 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
@@ -24,9 +23,10 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio_stream::wrappers::WatchStream;
 
+use crate::controllers::status;
 use crate::informer::Change;
 use crate::podutil;
-use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, is_status, run_controller};
+use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, run_controller};
 
 pub const RUN_DURATION: &str = "simulation.flotilla.io/run-duration";
 pub const EXIT_CODE: &str = "simulation.flotilla.io/exit-code";
@@ -209,17 +209,8 @@ impl Kubelet {
                 self.cluster.clients.kubelet.clone(),
                 &pod.namespace().unwrap_or_default(),
             );
-            match api
-                .patch_status(
-                    &pod.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&json!({"status": next})),
-                )
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if is_status(&e, 404) => return Ok(Action::await_change()),
-                Err(e) => return Err(e.into()),
+            if !status::write(&api, &pod.name_any(), &json!({"status": next})).await? {
+                return Ok(Action::await_change());
             }
         }
         Ok(match wait {

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
@@ -18,7 +17,7 @@ use crate::controllers::pods::PodControl;
 use crate::controllers::status;
 use crate::informer::owner_ref;
 use crate::podutil;
-use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, is_status, run_controller};
+use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, run_controller};
 
 pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
     let own = inf.replicasets.own_triggers(|_| true);
@@ -171,16 +170,6 @@ async fn write_status(cluster: &Cluster, rs: &ReplicaSet, mut status: Value) -> 
         cluster.clients.controller_manager.clone(),
         &rs.namespace().unwrap_or_default(),
     );
-    match api
-        .patch_status(
-            &rs.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(e) if is_status(&e, 404) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    status::write(&api, &rs.name_any(), &patch).await?;
+    Ok(())
 }

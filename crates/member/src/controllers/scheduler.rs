@@ -8,13 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::json;
 use tracing::debug;
 
+use crate::controllers::status;
 use crate::informer::Change;
 use crate::placement::{self, Reject};
 use crate::podutil::{self, Requests};
@@ -188,17 +189,8 @@ impl Scheduler {
                     "message": message, "lastProbeTime": null,
                     "lastTransitionTime": podutil::now(),
                 }]}});
-                match pods
-                    .patch_status(
-                        &pod.name_any(),
-                        &PatchParams::default(),
-                        &Patch::Merge(&patch),
-                    )
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(e) if is_status(&e, 404) => return Ok(Action::await_change()),
-                    Err(e) => return Err(e.into()),
+                if !status::write(&pods, &pod.name_any(), &patch).await? {
+                    return Ok(Action::await_change());
                 }
             }
             return Ok(Action::requeue(RETRY_UNSCHEDULABLE));

@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -18,7 +17,7 @@ use crate::controllers::pods::PodControl;
 use crate::controllers::status;
 use crate::informer::owner_ref;
 use crate::podutil::{self, CONTROLLER_REVISION_HASH};
-use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, is_status, run_controller};
+use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, run_controller};
 
 pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
     let own = inf.statefulsets.own_triggers(|_| true);
@@ -183,14 +182,7 @@ async fn reconcile(
     if let Some(patch) = status::patch(&sts.status, &status) {
         let api: Api<StatefulSet> =
             Api::namespaced(cluster.clients.controller_manager.clone(), &ns);
-        match api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if is_status(&e, 404) => {}
-            Err(e) => return Err(e.into()),
-        }
+        status::write(&api, &name, &patch).await?;
     }
     Ok(Action::await_change())
 }

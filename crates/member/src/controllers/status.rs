@@ -30,6 +30,23 @@ pub fn patch<S: Serialize>(current: &Option<S>, desired: &Value) -> Option<Value
     Some(json!({ "status": patch }))
 }
 
+/// Writes a merge patch through `/status`; an object deleted meanwhile is
+/// not an error. Returns whether the object was still there.
+pub async fn write<K>(api: &kube::Api<K>, name: &str, patch: &Value) -> Result<bool, kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = kube::api::PatchParams::default();
+    match api
+        .patch_status(name, &params, &kube::api::Patch::Merge(patch))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(e) if crate::sim::is_status(&e, 404) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
