@@ -40,6 +40,9 @@ struct IpPool {
 struct Kubelet {
     cluster: Arc<Cluster>,
     ips: Mutex<IpPool>,
+    /// When this process started each pod's containers: startTime has
+    /// whole-second precision, too coarse for sub-second startup delays.
+    started: Mutex<HashMap<String, std::time::Instant>>,
 }
 
 fn key(pod: &Pod) -> String {
@@ -58,6 +61,7 @@ pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
     let kubelet = Arc::new(Kubelet {
         cluster: cluster.clone(),
         ips: Mutex::default(),
+        started: Mutex::default(),
     });
     let k = kubelet.clone();
     inf.pods.on_change(move |change| {
@@ -84,6 +88,7 @@ pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
                 if let Some(m) = pool.by_node.get_mut(node) {
                     m.remove(&key(p));
                 }
+                k.started.lock().remove(&key(p));
             }
         }
     });
@@ -175,15 +180,24 @@ impl Kubelet {
         let phase = podutil::phase(&pod).to_string();
         let (next, wait) = match (&started, phase.as_str()) {
             (None, _) if !node_ready => return Ok(Action::requeue(Duration::from_secs(2))),
-            (None, _) => (self.pending(&pod, &node), Some(startup)),
+            (None, _) => {
+                self.started
+                    .lock()
+                    .insert(key(&pod), std::time::Instant::now());
+                (self.pending(&pod, &node), Some(startup))
+            }
             (Some(t), "Pending") => {
-                let elapsed = podutil::since(t);
+                let elapsed = match self.started.lock().get(&key(&pod)) {
+                    Some(at) => at.elapsed(),
+                    None => podutil::since(t),
+                };
                 if elapsed < startup {
                     return Ok(Action::requeue(startup - elapsed));
                 }
                 if !node_ready {
                     return Ok(Action::requeue(Duration::from_secs(2)));
                 }
+                self.started.lock().remove(&key(&pod));
                 (
                     self.running(&pod, &node, &podutil::now()),
                     self.run_duration(&pod),
