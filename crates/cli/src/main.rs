@@ -10,6 +10,11 @@ mod token;
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc: the default allocator fragments badly across tokio's threads
+/// (members held several times their live data; see docs/benchmarks.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "flotilla",
