@@ -25,22 +25,11 @@ pub fn apply(r: &ResourceInfo, obj: &mut Value) {
             set(obj, "/spec", "replicas", json!(1));
             set(obj, "/spec", "revisionHistoryLimit", json!(10));
             set(obj, "/spec", "progressDeadlineSeconds", json!(600));
-            set(obj, "/spec", "strategy", json!({"type": "RollingUpdate"}));
-            if str_at(obj, "/spec/strategy/type") == "RollingUpdate" {
-                set(obj, "/spec/strategy", "rollingUpdate", json!({}));
-                set(
-                    obj,
-                    "/spec/strategy/rollingUpdate",
-                    "maxSurge",
-                    json!("25%"),
-                );
-                set(
-                    obj,
-                    "/spec/strategy/rollingUpdate",
-                    "maxUnavailable",
-                    json!("25%"),
-                );
-            }
+            rolling_update(
+                obj,
+                "strategy",
+                [("maxSurge", json!("25%")), ("maxUnavailable", json!("25%"))],
+            );
             template(obj, "/spec/template/spec", true);
         }
         ("apps", "replicasets") => {
@@ -51,21 +40,7 @@ pub fn apply(r: &ResourceInfo, obj: &mut Value) {
             set(obj, "/spec", "replicas", json!(1));
             set(obj, "/spec", "revisionHistoryLimit", json!(10));
             set(obj, "/spec", "podManagementPolicy", json!("OrderedReady"));
-            set(
-                obj,
-                "/spec",
-                "updateStrategy",
-                json!({"type": "RollingUpdate"}),
-            );
-            if str_at(obj, "/spec/updateStrategy/type") == "RollingUpdate" {
-                set(obj, "/spec/updateStrategy", "rollingUpdate", json!({}));
-                set(
-                    obj,
-                    "/spec/updateStrategy/rollingUpdate",
-                    "partition",
-                    json!(0),
-                );
-            }
+            rolling_update(obj, "updateStrategy", [("partition", json!(0))]);
             set(
                 obj,
                 "/spec",
@@ -76,27 +51,11 @@ pub fn apply(r: &ResourceInfo, obj: &mut Value) {
         }
         ("apps", "daemonsets") => {
             set(obj, "/spec", "revisionHistoryLimit", json!(10));
-            set(
+            rolling_update(
                 obj,
-                "/spec",
                 "updateStrategy",
-                json!({"type": "RollingUpdate"}),
+                [("maxUnavailable", json!(1)), ("maxSurge", json!(0))],
             );
-            if str_at(obj, "/spec/updateStrategy/type") == "RollingUpdate" {
-                set(obj, "/spec/updateStrategy", "rollingUpdate", json!({}));
-                set(
-                    obj,
-                    "/spec/updateStrategy/rollingUpdate",
-                    "maxUnavailable",
-                    json!(1),
-                );
-                set(
-                    obj,
-                    "/spec/updateStrategy/rollingUpdate",
-                    "maxSurge",
-                    json!(0),
-                );
-            }
             template(obj, "/spec/template/spec", true);
         }
         ("batch", "jobs") => {
@@ -157,6 +116,20 @@ pub fn job_selector(r: &ResourceInfo, obj: &mut Value) {
             ("job-name", &name),
         ] {
             labels.insert(k.into(), json!(v));
+        }
+    }
+}
+
+/// A workload's update strategy (`spec.<field>`): RollingUpdate unless
+/// set, and the rolling parameters when it rolls.
+fn rolling_update<const N: usize>(obj: &mut Value, field: &str, params: [(&str, Value); N]) {
+    set(obj, "/spec", field, json!({"type": "RollingUpdate"}));
+    let strategy = format!("/spec/{field}");
+    if str_at(obj, &format!("{strategy}/type")) == "RollingUpdate" {
+        set(obj, &strategy, "rollingUpdate", json!({}));
+        let rolling = format!("{strategy}/rollingUpdate");
+        for (k, v) in params {
+            set(obj, &rolling, k, v);
         }
     }
 }
@@ -336,6 +309,34 @@ mod tests {
         assert_eq!(image_tag("registry:5000/app"), None);
         assert_eq!(image_tag("registry:5000/app:v1"), Some("v1"));
         assert_eq!(image_tag("app@sha256:abc"), Some("digest"));
+    }
+
+    #[test]
+    fn update_strategies_default_only_when_rolling() {
+        let r = |plural: &str| {
+            crate::builtin::resources()
+                .into_iter()
+                .find(|r| r.group == "apps" && r.plural == plural)
+                .expect("built-in")
+        };
+        let mut d = json!({"spec": {}});
+        apply(&r("deployments"), &mut d);
+        assert_eq!(
+            d["spec"]["strategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}})
+        );
+        let mut recreate = json!({"spec": {"strategy": {"type": "Recreate"}}});
+        apply(&r("deployments"), &mut recreate);
+        assert_eq!(recreate["spec"]["strategy"], json!({"type": "Recreate"}));
+        let mut ds = json!({"spec": {}});
+        apply(&r("daemonsets"), &mut ds);
+        assert_eq!(
+            ds["spec"]["updateStrategy"]["rollingUpdate"],
+            json!({"maxUnavailable": 1, "maxSurge": 0})
+        );
+        let mut sts = json!({"spec": {"updateStrategy": {"type": "OnDelete"}}});
+        apply(&r("statefulsets"), &mut sts);
+        assert_eq!(sts["spec"]["updateStrategy"], json!({"type": "OnDelete"}));
     }
 
     #[test]

@@ -51,6 +51,17 @@ impl Drop for ServerProcess {
     }
 }
 
+/// The line every bench prints about where it ran.
+pub(crate) fn print_machine() {
+    println!(
+        "machine: {} cores, {}",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        std::env::consts::ARCH
+    );
+}
+
 /// Waits for a server's kubeconfig to appear, then a client from it.
 pub(crate) async fn client_when_ready(
     kubeconfig: &std::path::Path,
@@ -127,13 +138,7 @@ async fn apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
         "flotilla bench apiserver: {} objects, {} writers, {} watchers x {} events",
         args.objects, args.concurrency, args.watchers, args.events
     );
-    println!(
-        "machine: {} cores, {}",
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1),
-        std::env::consts::ARCH
-    );
+    print_machine();
 
     // Create throughput.
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "bench");

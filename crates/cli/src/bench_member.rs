@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, PostParams};
 
-use crate::bench::{ServerProcess, client_when_ready, peak_rss_kib};
+use crate::bench::{ServerProcess, client_when_ready, peak_rss_kib, print_machine};
 
 #[derive(clap::Args)]
 pub struct MemberArgs {
@@ -126,13 +126,7 @@ pub async fn run(args: MemberArgs) -> anyhow::Result<()> {
         "flotilla bench member: {} member(s) x {} nodes x {} pods in {} Deployments",
         args.members, args.nodes, args.pods, args.deployments
     );
-    println!(
-        "machine: {} cores, {}",
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1),
-        std::env::consts::ARCH
-    );
+    print_machine();
     let started = Instant::now();
     let mut members = Vec::new();
     for i in 0..args.members {

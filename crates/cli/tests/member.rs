@@ -708,3 +708,91 @@ fn bad_member_flags_are_explained() {
         &["is a member running with --data-dir"],
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recreate_stops_every_old_pod_before_starting_new_ones() {
+    use futures::StreamExt;
+    use std::collections::HashMap;
+
+    let member = Server::member("m5", &["--nodes", "2"]);
+    let client = kube_client(&member.kubeconfig).await;
+    let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
+    let mut web: Deployment = serde_yaml_from(WEB);
+    if let Some(s) = web.spec.as_mut() {
+        s.replicas = Some(2);
+        s.strategy = Some(serde_json::from_value(json!({"type": "Recreate"})).expect("strategy"));
+    }
+    deployments
+        .create(&PostParams::default(), &web)
+        .await
+        .expect("create");
+    member.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+
+    // Follow every pod change from here on: live pods by template hash.
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let list = pods
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .expect("list");
+    let version = list
+        .metadata
+        .resource_version
+        .clone()
+        .expect("resourceVersion");
+    let mut live: HashMap<String, String> = list
+        .items
+        .iter()
+        .map(|p| (p.name_any(), p.labels()["pod-template-hash"].clone()))
+        .collect();
+    let mut events = pods
+        .watch(
+            &kube::api::WatchParams::default().labels("app=web"),
+            &version,
+        )
+        .await
+        .expect("watch")
+        .boxed();
+    member.ok(&["set", "image", "deployment/web", "web=nginx:1.28"]);
+    let mut mixed = false;
+    let mut hashes_seen = std::collections::HashSet::new();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let all_new_ready = deployments
+            .get("web")
+            .await
+            .ok()
+            .and_then(|d| d.status)
+            .is_some_and(|s| {
+                s.updated_replicas == Some(2)
+                    && s.ready_replicas == Some(2)
+                    && s.replicas == Some(2)
+            });
+        if all_new_ready && hashes_seen.len() == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for the Recreate rollout"
+        );
+        let next = tokio::time::timeout(Duration::from_millis(500), events.next()).await;
+        let Ok(Some(Ok(event))) = next else {
+            continue;
+        };
+        match event {
+            kube::api::WatchEvent::Added(p) | kube::api::WatchEvent::Modified(p) => {
+                live.insert(p.name_any(), p.labels()["pod-template-hash"].clone());
+            }
+            kube::api::WatchEvent::Deleted(p) => {
+                live.remove(&p.name_any());
+            }
+            _ => {}
+        }
+        let hashes: std::collections::HashSet<&String> = live.values().collect();
+        hashes_seen.extend(hashes.iter().map(|h| h.to_string()));
+        mixed |= hashes.len() > 1;
+    }
+    assert!(
+        !mixed,
+        "old and new pods were alive at the same time under Recreate"
+    );
+}

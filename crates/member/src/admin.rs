@@ -102,7 +102,7 @@ async fn clear_unreachable(State(admin): State<Admin>) -> Response {
 }
 
 fn known_node(admin: &Admin, node: &str) -> Result<(), Box<Response>> {
-    if (0..admin.config.nodes).any(|i| admin.config.node_name(i) == node) {
+    if admin.config.node_index(node).is_some() {
         Ok(())
     } else {
         let names: Vec<String> = (0..admin.config.nodes.min(5))

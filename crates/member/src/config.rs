@@ -64,6 +64,16 @@ impl SimConfig {
         format!("{}-node-{i}", self.cluster_name)
     }
 
+    /// The index of one of this cluster's nodes, from its name.
+    pub fn node_index(&self, name: &str) -> Option<usize> {
+        let i: usize = name
+            .strip_prefix(self.cluster_name.as_str())?
+            .strip_prefix("-node-")?
+            .parse()
+            .ok()?;
+        (i < self.nodes && self.node_name(i) == name).then_some(i)
+    }
+
     pub fn zone_of(&self, i: usize) -> &str {
         if self.zones.is_empty() {
             ""
@@ -152,6 +162,10 @@ mod tests {
             Some("10.128.2.0/23".into())
         );
         assert!(c.validate().is_ok());
+        assert_eq!(c.node_index("member-node-2"), Some(2));
+        assert_eq!(c.node_index("member-node-3"), None);
+        assert_eq!(c.node_index("member-node-02"), None);
+        assert_eq!(c.node_index("other-node-1"), None);
         let too_many = SimConfig {
             nodes: 100_000,
             ..SimConfig::default()

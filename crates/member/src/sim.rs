@@ -47,6 +47,7 @@ pub struct Cluster {
     pub pods: Store<Pod>,
     pub pods_by_owner: Index<Pod>,
     pub pods_by_node: Index<Pod>,
+    pub pods_by_namespace: Index<Pod>,
     pub nodes: Store<Node>,
     pub services: Store<Service>,
     pub replicasets: Store<ReplicaSet>,
@@ -111,6 +112,7 @@ impl Simulator {
         let pods_by_node = Index::new(&mut inf.pods, |p: &Pod| {
             p.spec.as_ref().and_then(|s| s.node_name.clone())
         });
+        let pods_by_namespace = Index::new(&mut inf.pods, |p: &Pod| p.namespace());
         let replicasets_by_owner =
             Index::new(&mut inf.replicasets, |r: &ReplicaSet| controller_uid(r));
         let cluster = Arc::new(Cluster {
@@ -120,6 +122,7 @@ impl Simulator {
             pods: inf.pods.store(),
             pods_by_owner,
             pods_by_node,
+            pods_by_namespace,
             nodes: inf.nodes.store(),
             services: inf.services.store(),
             replicasets: inf.replicasets.store(),

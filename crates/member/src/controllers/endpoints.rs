@@ -124,10 +124,10 @@ async fn reconcile(svc: Arc<Service>, cluster: Arc<Cluster>, listed: Listed) -> 
         .collect();
 
     let mut pods: Vec<Arc<Pod>> = cluster
-        .pods
-        .state()
+        .pods_by_namespace
+        .get(&ns)
         .into_iter()
-        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()) && selects(&svc, p))
+        .filter(|p| selects(&svc, p))
         .filter(|p| !matches!(podutil::phase(p), "Succeeded" | "Failed"))
         .filter(|p| {
             p.status

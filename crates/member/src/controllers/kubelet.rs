@@ -147,8 +147,7 @@ impl Kubelet {
     }
 
     fn allocate_ip(&self, pod: &Pod, node: &str) -> Option<Ipv4Addr> {
-        let i =
-            (0..self.cluster.config.nodes).find(|i| self.cluster.config.node_name(*i) == node)?;
+        let i = self.cluster.config.node_index(node)?;
         let block = self.cluster.config.node_pod_cidr(i)?;
         let mut pool = self.ips.lock();
         let used = pool.by_node.entry(node.to_string()).or_default();
@@ -169,8 +168,7 @@ impl Kubelet {
         if !podutil::is_active(&pod) {
             return Ok(Action::await_change());
         }
-        let ours = (0..self.cluster.config.nodes).any(|i| self.cluster.config.node_name(i) == node);
-        if !ours {
+        if self.cluster.config.node_index(&node).is_none() {
             return Ok(Action::await_change());
         }
         let node_ready = !self.cluster.faults.node_not_ready(&node);
@@ -234,8 +232,9 @@ impl Kubelet {
     }
 
     fn host_ip(&self, node: &str) -> String {
-        (0..self.cluster.config.nodes)
-            .find(|i| self.cluster.config.node_name(*i) == node)
+        self.cluster
+            .config
+            .node_index(node)
             .and_then(|i| self.cluster.config.node_ip(i))
             .map(|ip| ip.to_string())
             .unwrap_or_default()

@@ -198,9 +198,7 @@ async fn register(cluster: &Cluster) -> Result<(), kube::Error> {
 /// the kubelet and the node lifecycle controller do together.
 async fn report(cluster: &Cluster, name: &str, ready: bool) -> Result<(), kube::Error> {
     let nodes: Api<Node> = Api::all(cluster.clients.kubelet.clone());
-    let i = (0..cluster.config.nodes)
-        .find(|i| cluster.config.node_name(*i) == name)
-        .unwrap_or(0);
+    let i = cluster.config.node_index(name).unwrap_or(0);
     let now = podutil::now();
     let existing = nodes.get_opt(name).await?;
     let transition = |kind: &str, status: &str| {
