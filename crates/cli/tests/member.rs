@@ -335,14 +335,7 @@ async fn services_get_addresses_and_endpoint_slices_follow_readiness() {
     let member = Server::member("m3", &["--nodes", "2"]);
     let client = kube_client(&member.kubeconfig).await;
     let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
-    let mut web: Deployment = serde_yaml_from(WEB);
-    if let Some(s) = web.spec.as_mut() {
-        s.replicas = Some(2);
-    }
-    deployments
-        .create(&PostParams::default(), &web)
-        .await
-        .expect("create deployment");
+    create_web(&client, |s| s.replicas = Some(2)).await;
     let services: Api<Service> = Api::default_namespaced(client.clone());
     let svc: Service = serde_json::from_value(json!({
         "metadata": {"name": "web"},
@@ -455,6 +448,21 @@ async fn services_get_addresses_and_endpoint_slices_follow_readiness() {
     .await;
 }
 
+/// Creates the WEB Deployment through kube-rs, changed by `tweak`.
+async fn create_web(
+    client: &kube::Client,
+    tweak: impl FnOnce(&mut k8s_openapi::api::apps::v1::DeploymentSpec),
+) {
+    let mut web: Deployment = serde_yaml_from(WEB);
+    if let Some(spec) = web.spec.as_mut() {
+        tweak(spec);
+    }
+    Api::<Deployment>::default_namespaced(client.clone())
+        .create(&PostParams::default(), &web)
+        .await
+        .expect("create the web Deployment");
+}
+
 fn serde_yaml_from<T: serde::de::DeserializeOwned>(yaml: &str) -> T {
     serde_yaml::from_str(yaml).expect("valid manifest")
 }
@@ -543,15 +551,12 @@ async fn nodes_register_heartbeat_and_survive_faults_and_restarts() {
 
     // A pod tolerating a not-ready node for one second is evicted from it
     // and its ReplicaSet replaces it elsewhere.
-    let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
-    let mut web: Deployment = serde_yaml_from(WEB);
-    if let Some(t) = web.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
-        t.tolerations = Some(vec![serde_json::from_value(json!({"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 1})).expect("toleration")]);
-    }
-    deployments
-        .create(&PostParams::default(), &web)
-        .await
-        .expect("create");
+    create_web(&client, |s| {
+        if let Some(t) = s.template.spec.as_mut() {
+            t.tolerations = Some(vec![serde_json::from_value(json!({"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 1})).expect("toleration")]);
+        }
+    })
+    .await;
     member.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
     let victim = pods
@@ -717,15 +722,11 @@ async fn recreate_stops_every_old_pod_before_starting_new_ones() {
     let member = Server::member("m5", &["--nodes", "2"]);
     let client = kube_client(&member.kubeconfig).await;
     let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
-    let mut web: Deployment = serde_yaml_from(WEB);
-    if let Some(s) = web.spec.as_mut() {
+    create_web(&client, |s| {
         s.replicas = Some(2);
         s.strategy = Some(serde_json::from_value(json!({"type": "Recreate"})).expect("strategy"));
-    }
-    deployments
-        .create(&PostParams::default(), &web)
-        .await
-        .expect("create");
+    })
+    .await;
     member.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
 
     // Follow every pod change from here on: live pods by template hash.
