@@ -34,8 +34,10 @@ pub fn encode(obj: &Value) -> ApiResult<Bytes> {
     if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
     }
+    // The store keeps this value for the object's lifetime: copy it out of
+    // the serializer's doubling buffer so that capacity is not kept too.
     serde_json::to_vec(&obj)
-        .map(Bytes::from)
+        .map(|v| Bytes::copy_from_slice(&v))
         .map_err(|e| ApiError::internal(e.to_string()))
 }
 

@@ -201,7 +201,10 @@ where
         let writer = inner.clone();
         informer.on_change(move |change| {
             let o = change.object();
-            let r = ObjectRef::from_obj(o);
+            let mut r = ObjectRef::from_obj(o);
+            // Name and namespace identify it; without the resourceVersion
+            // and uid each of the index's two copies is smaller.
+            r.extra = Default::default();
             let mut idx = writer.write();
             if let Some(old) = idx.key_of.remove(&r)
                 && let Some(set) = idx.by_key.get_mut(&old)

@@ -8,6 +8,7 @@ pub mod expectations;
 pub mod faults;
 pub mod informer;
 pub mod placement;
+pub mod pod;
 pub mod podutil;
 pub mod quantity;
 pub mod sim;

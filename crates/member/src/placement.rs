@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, NodeSelectorTerm, PodSpec, Taint};
+use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, NodeSelectorTerm, Taint};
+
+use crate::pod::PodSpec;
 use kube::ResourceExt;
 
 /// Why a node was filtered out, in upstream's words.
@@ -163,7 +165,8 @@ pub fn tolerates(spec: &PodSpec, taint: &Taint) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{Affinity, NodeAffinity, NodeSelector, NodeSpec, Toleration};
+    use crate::pod::Affinity;
+    use k8s_openapi::api::core::v1::{NodeAffinity, NodeSelector, NodeSpec, Toleration};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn node(labels: &[(&str, &str)], taints: Vec<Taint>) -> Node {
@@ -202,7 +205,6 @@ mod tests {
                     }),
                     ..Default::default()
                 }),
-                ..Default::default()
             }),
             ..Default::default()
         }

@@ -4,12 +4,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, PodCondition, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{self as corev1, PodCondition, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
+use crate::pod::{Container, Pod, PodSpec};
 use crate::quantity;
 
 pub fn now() -> Time {
@@ -77,7 +78,7 @@ pub struct Requests {
 }
 
 pub fn requests(spec: &PodSpec) -> Requests {
-    let one = |c: &k8s_openapi::api::core::v1::Container| {
+    let one = |c: &Container| {
         let r = c.resources.as_ref();
         let get = |name: &str| {
             r.and_then(|r| r.requests.as_ref().and_then(|m| m.get(name)))
@@ -122,12 +123,12 @@ pub fn pod_from_template<K: Resource<DynamicType = ()>>(
     owner: &K,
     name: Option<String>,
     extra_labels: &BTreeMap<String, String>,
-) -> Pod {
+) -> corev1::Pod {
     let tm = template.metadata.clone().unwrap_or_default();
     let mut labels = tm.labels.unwrap_or_default();
     labels.extend(extra_labels.clone());
     let generate_name = name.is_none().then(|| format!("{}-", owner.name_any()));
-    Pod {
+    corev1::Pod {
         metadata: ObjectMeta {
             name,
             generate_name,
@@ -240,7 +241,7 @@ pub fn int_or_percent(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{Container, ResourceRequirements};
+    use k8s_openapi::api::core::v1::ResourceRequirements;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 

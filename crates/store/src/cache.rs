@@ -1,19 +1,152 @@
 //! The in-memory watch cache: the current state of every key, plus a bounded
 //! window of recent events. Any backend feeds it committed events in revision
 //! order; every read and watch is served from here.
+//!
+//! Values are held LZ4-compressed (JSON objects shrink to about a third),
+//! since the cache holds every object of the cluster plus its recent
+//! history: that is most of a server's memory. Readers get plain bytes.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use imbl::OrdMap;
 use parking_lot::RwLock;
 use tokio::sync::watch;
+use tracing::error;
 
 use crate::{Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision, StoreError};
 
+/// Values shorter than this are kept as they are.
+const COMPRESS_FROM: usize = 128;
+
+/// A value as the cache holds it.
+#[derive(Clone, Debug)]
+enum Packed {
+    Plain(Bytes),
+    /// LZ4 block with the uncompressed size in front.
+    Lz4(Bytes),
+}
+
+impl Packed {
+    fn pack(value: &Bytes) -> Packed {
+        if value.len() < COMPRESS_FROM {
+            return Packed::Plain(value.clone());
+        }
+        let compressed = lz4_flex::block::compress_prepend_size(value);
+        if compressed.len() >= value.len() {
+            return Packed::Plain(value.clone());
+        }
+        // Copied out: the compressor's buffer has room for the worst case.
+        Packed::Lz4(Bytes::copy_from_slice(&compressed))
+    }
+
+    fn unpack(&self) -> Bytes {
+        match self {
+            Packed::Plain(b) => b.clone(),
+            Packed::Lz4(b) => match lz4_flex::block::decompress_size_prepended(b) {
+                Ok(v) => Bytes::from(v),
+                // Only a bug could get here: the cache compressed it itself.
+                Err(error) => {
+                    error!(%error, "watch cache value does not decompress");
+                    Bytes::new()
+                }
+            },
+        }
+    }
+}
+
+/// A [`KeyValue`] as the cache holds it.
+#[derive(Clone, Debug)]
+struct Entry {
+    key: Arc<str>,
+    value: Packed,
+    create_revision: Revision,
+    mod_revision: Revision,
+}
+
+impl Entry {
+    fn pack(kv: &KeyValue) -> Entry {
+        Entry {
+            key: kv.key.clone(),
+            value: Packed::pack(&kv.value),
+            create_revision: kv.create_revision,
+            mod_revision: kv.mod_revision,
+        }
+    }
+
+    fn unpack(&self) -> KeyValue {
+        KeyValue {
+            key: self.key.clone(),
+            value: self.value.unpack(),
+            create_revision: self.create_revision,
+            mod_revision: self.mod_revision,
+        }
+    }
+}
+
+/// An [`Event`] as the cache holds it. `prev` shares its bytes with the
+/// state entry or event it was.
+#[derive(Debug)]
+struct PackedEvent {
+    kind: EventKind,
+    kv: Entry,
+    prev: Option<Entry>,
+}
+
+impl PackedEvent {
+    fn revision(&self) -> Revision {
+        self.kv.mod_revision
+    }
+
+    fn unpack(&self) -> Event {
+        Event {
+            kind: self.kind,
+            kv: self.kv.unpack(),
+            prev: self.prev.as_ref().map(Entry::unpack),
+        }
+    }
+}
+
+/// Packs events in order, reusing the packed value of an event's
+/// predecessor for its `prev` (no second copy of the same bytes).
+fn pack_events(
+    events: impl IntoIterator<Item = Event>,
+    latest: &mut HashMap<Arc<str>, Entry>,
+) -> Vec<PackedEvent> {
+    events
+        .into_iter()
+        .map(|event| {
+            let prev = event.prev.as_ref().map(|p| match latest.get(&p.key) {
+                Some(e) if e.mod_revision == p.mod_revision => e.clone(),
+                _ => Entry::pack(p),
+            });
+            let kv = match (event.kind, &prev) {
+                // A deletion carries the last value, the one `prev` holds.
+                (EventKind::Delete, Some(p)) => Entry {
+                    key: event.kv.key.clone(),
+                    value: p.value.clone(),
+                    create_revision: event.kv.create_revision,
+                    mod_revision: event.kv.mod_revision,
+                },
+                _ => Entry::pack(&event.kv),
+            };
+            match event.kind {
+                EventKind::Put => latest.insert(kv.key.clone(), kv.clone()),
+                EventKind::Delete => latest.remove(&kv.key),
+            };
+            PackedEvent {
+                kind: event.kind,
+                kv,
+                prev,
+            }
+        })
+        .collect()
+}
+
 struct Inner {
-    state: OrdMap<Arc<str>, KeyValue>,
-    history: VecDeque<Arc<Event>>,
+    state: OrdMap<Arc<str>, Entry>,
+    history: VecDeque<Arc<PackedEvent>>,
     revision: Revision,
     /// History at or below this revision is gone (compaction or window size).
     compacted: Revision,
@@ -36,8 +169,22 @@ impl WatchCache {
         compacted: Revision,
         capacity: usize,
     ) -> Self {
-        let state = state.into_iter().map(|kv| (kv.key.clone(), kv)).collect();
-        let mut history: VecDeque<Arc<Event>> = history.into_iter().map(Arc::new).collect();
+        let mut latest = HashMap::new();
+        let mut history: VecDeque<Arc<PackedEvent>> = pack_events(history, &mut latest)
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        // The state shares its bytes with the newest event of each key.
+        let state = state
+            .into_iter()
+            .map(|kv| {
+                let entry = match latest.get(&kv.key) {
+                    Some(e) if e.mod_revision == kv.mod_revision => e.clone(),
+                    _ => Entry::pack(&kv),
+                };
+                (kv.key, entry)
+            })
+            .collect();
         let mut compacted = compacted;
         while history.len() > capacity {
             if let Some(e) = history.pop_front() {
@@ -70,7 +217,8 @@ impl WatchCache {
     }
 
     pub fn get(&self, key: &str) -> Option<KeyValue> {
-        self.inner.read().state.get(key).cloned()
+        let entry = self.inner.read().state.get(key).cloned();
+        entry.map(|e| e.unpack())
     }
 
     /// Applies committed events (ascending revisions) and wakes watchers.
@@ -81,16 +229,29 @@ impl WatchCache {
         let revision = {
             let mut inner = self.inner.write();
             for event in events {
+                // `prev` is the state's entry: share its bytes.
+                let prev = inner.state.get(&event.kv.key).cloned();
+                let kv = match (event.kind, &prev) {
+                    (EventKind::Delete, Some(p)) => Entry {
+                        mod_revision: event.kv.mod_revision,
+                        ..p.clone()
+                    },
+                    _ => Entry::pack(&event.kv),
+                };
                 match event.kind {
                     EventKind::Put => {
-                        inner.state.insert(event.kv.key.clone(), event.kv.clone());
+                        inner.state.insert(kv.key.clone(), kv.clone());
                     }
                     EventKind::Delete => {
-                        inner.state.remove(&event.kv.key);
+                        inner.state.remove(&kv.key);
                     }
                 }
-                inner.revision = event.revision();
-                inner.history.push_back(Arc::new(event));
+                inner.revision = kv.mod_revision;
+                inner.history.push_back(Arc::new(PackedEvent {
+                    kind: event.kind,
+                    kv,
+                    prev,
+                }));
             }
             while inner.history.len() > self.capacity {
                 if let Some(e) = inner.history.pop_front() {
@@ -175,7 +336,7 @@ impl WatchCache {
                 more = true;
                 break;
             }
-            items.push(kv.clone());
+            items.push(kv.unpack());
         }
         Ok(ListResult {
             items,
@@ -204,7 +365,7 @@ impl WatchCache {
     }
 
     /// Events under `prefix` newer than `after`, or `Compacted`.
-    fn events_after(&self, prefix: &str, after: Revision) -> Result<(Vec<Arc<Event>>, Revision)> {
+    fn events_after(&self, prefix: &str, after: Revision) -> Result<(Vec<Event>, Revision)> {
         let inner = self.inner.read();
         if inner.closed {
             return Err(StoreError::Closed);
@@ -216,13 +377,15 @@ impl WatchCache {
             });
         }
         let start = inner.history.partition_point(|e| e.revision() <= after);
-        let events = inner
+        let events: Vec<Arc<PackedEvent>> = inner
             .history
             .range(start..)
             .filter(|e| e.kv.key.starts_with(prefix))
             .cloned()
             .collect();
-        Ok((events, inner.revision))
+        let revision = inner.revision;
+        drop(inner);
+        Ok((events.iter().map(|e| e.unpack()).collect(), revision))
     }
 }
 
@@ -242,7 +405,7 @@ impl Watch {
     }
 
     /// Waits for and returns the next batch of events (never empty).
-    pub async fn next(&mut self) -> Result<Vec<Arc<Event>>> {
+    pub async fn next(&mut self) -> Result<Vec<Event>> {
         loop {
             self.wakeup.borrow_and_update();
             let (events, seen) = self.cache.events_after(&self.prefix, self.after)?;

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{
-    Affinity, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
-    PodSpec, Toleration,
+    Affinity, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PodSpec,
+    Toleration,
 };
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -21,6 +21,7 @@ use crate::controllers::pods::PodControl;
 use crate::controllers::status;
 use crate::informer::owner_ref;
 use crate::placement;
+use crate::pod::{self, Pod};
 use crate::podutil::{self, CONTROLLER_REVISION_HASH};
 use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, run_controller};
 
@@ -142,9 +143,10 @@ async fn reconcile(
     let mut template_spec = spec.template.spec.clone().unwrap_or_default();
     daemon_tolerations(&mut template_spec);
     let nodes: Vec<Arc<Node>> = cluster.nodes.state();
+    let view = pod::PodSpec::of(&template_spec);
     let eligible: Vec<&Arc<Node>> = nodes
         .iter()
-        .filter(|n| placement::admits(n, &template_spec).is_ok())
+        .filter(|n| placement::admits(n, &view).is_ok())
         .collect();
     let mut by_node: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
     let mut misplaced = Vec::new();

@@ -7,7 +7,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Endpoints, Pod, Service, ServicePort};
+use k8s_openapi::api::core::v1::{Endpoints, Service, ServicePort};
+
+use crate::pod::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};

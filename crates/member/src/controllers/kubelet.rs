@@ -13,8 +13,8 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::pod::{Pod, PodStatus};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -215,8 +215,10 @@ impl Kubelet {
                 }
             }
         };
-        let current = serde_json::to_value(&pod.status).unwrap_or(Value::Null);
-        if !same_status(&current, &next) {
+        // Compare as the view sees them: every status the kubelet writes
+        // differs from the last one in a field the view keeps.
+        let desired: PodStatus = serde_json::from_value(next.clone()).unwrap_or_default();
+        if pod.status.as_ref() != Some(&desired) {
             let api: Api<Pod> = Api::namespaced(
                 self.cluster.clients.kubelet.clone(),
                 &pod.namespace().unwrap_or_default(),
@@ -327,24 +329,23 @@ impl Kubelet {
                        "state": {"terminated": {"exitCode": code, "reason": reason, "startedAt": since, "finishedAt": now}}})
             })
             .collect();
-        let mut status = pod
-            .status
-            .as_ref()
-            .map(|s| serde_json::to_value(s).unwrap_or_default())
-            .unwrap_or(json!({}));
-        status["phase"] = json!(phase);
-        status["conditions"] = conditions(
-            pod,
-            &[
+        // A merge patch: the IPs and startTime stay as they are.
+        let status = pod.status.as_ref();
+        json!({
+            "phase": phase,
+            "hostIP": status.and_then(|s| s.host_ip.clone()),
+            "podIP": status.and_then(|s| s.pod_ip.clone()),
+            "startTime": status.and_then(|s| s.start_time.clone()),
+            "qosClass": qos_class(pod),
+            "conditions": conditions(pod, &[
                 ("PodReadyToStartContainers", "False", ""),
                 ("Initialized", "True", ""),
                 ("Ready", "False", "PodCompleted"),
                 ("ContainersReady", "False", "PodCompleted"),
                 ("PodScheduled", "True", ""),
-            ],
-        );
-        status["containerStatuses"] = json!(containers);
-        status
+            ]),
+            "containerStatuses": containers,
+        })
     }
 }
 
@@ -425,14 +426,4 @@ fn qos_class(pod: &Pod) -> &'static str {
         (true, true) => "Guaranteed",
         (true, false) => "Burstable",
     }
-}
-
-/// Whether a status write would change anything a client sees; transition
-/// times are carried over, so equal values mean no write.
-fn same_status(current: &Value, next: &Value) -> bool {
-    let Some(next) = next.as_object() else {
-        return false;
-    };
-    next.iter()
-        .all(|(k, v)| current.get(k) == Some(v) || (v.is_null() && current.get(k).is_none()))
 }

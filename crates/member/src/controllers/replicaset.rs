@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::pod::Pod;
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};

@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
+
+use crate::pod::Pod;
 use kube::api::PostParams;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1 as corev1;
+
+use crate::pod::Pod;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -187,7 +189,7 @@ async fn reconcile(
     Ok(Action::await_change())
 }
 
-fn new_pod(sts: &StatefulSet, i: i32, revision: &str) -> Pod {
+fn new_pod(sts: &StatefulSet, i: i32, revision: &str) -> corev1::Pod {
     let spec = sts.spec.clone().unwrap_or_default();
     let name = format!("{}-{i}", sts.name_any());
     let labels = BTreeMap::from([
