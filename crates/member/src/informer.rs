@@ -9,7 +9,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
-use std::hash::Hash;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
@@ -167,8 +166,10 @@ impl<K: Watched> Informer<K> {
 
 /// A secondary index over an informer's store: objects by a derived key
 /// (controller owner uid, node name), kept current by the informer.
+/// Objects are held by a shared "namespace/name" id, keys interned: an
+/// index entry costs a few dozen bytes per object.
 pub struct Index<K: Watched> {
-    inner: Arc<RwLock<IndexInner<K>>>,
+    inner: Arc<RwLock<IndexInner>>,
     store: Store<K>,
 }
 
@@ -181,42 +182,56 @@ impl<K: Watched> Clone for Index<K> {
     }
 }
 
-struct IndexInner<K: Watched> {
-    by_key: HashMap<String, HashSet<ObjectRef<K>>>,
-    key_of: HashMap<ObjectRef<K>, String>,
+#[derive(Default)]
+struct IndexInner {
+    by_key: HashMap<Arc<str>, HashSet<Arc<str>>>,
+    key_of: HashMap<Arc<str>, Arc<str>>,
 }
 
-impl<K: Watched> Index<K>
-where
-    ObjectRef<K>: Hash + Eq,
-{
+impl IndexInner {
+    fn remove(&mut self, id: &str) {
+        if let Some(old) = self.key_of.remove(id)
+            && let Some(set) = self.by_key.get_mut(&old)
+        {
+            set.remove(id);
+            if set.is_empty() {
+                self.by_key.remove(&old);
+            }
+        }
+    }
+
+    fn insert(&mut self, id: &str, key: &str) {
+        let id: Arc<str> = match self.key_of.get_key_value(id) {
+            Some((id, _)) => id.clone(),
+            None => Arc::from(id),
+        };
+        self.remove(&id);
+        let key: Arc<str> = match self.by_key.get_key_value(key) {
+            Some((k, _)) => k.clone(),
+            None => Arc::from(key),
+        };
+        self.by_key
+            .entry(key.clone())
+            .or_default()
+            .insert(id.clone());
+        self.key_of.insert(id, key);
+    }
+}
+
+impl<K: Watched> Index<K> {
     pub fn new(
         informer: &mut Informer<K>,
         key: impl Fn(&K) -> Option<String> + Send + Sync + 'static,
     ) -> Self {
-        let inner = Arc::new(RwLock::new(IndexInner {
-            by_key: HashMap::new(),
-            key_of: HashMap::new(),
-        }));
+        let inner = Arc::new(RwLock::new(IndexInner::default()));
         let writer = inner.clone();
         informer.on_change(move |change| {
             let o = change.object();
-            let mut r = ObjectRef::from_obj(o);
-            // Name and namespace identify it; without the resourceVersion
-            // and uid each of the index's two copies is smaller.
-            r.extra = Default::default();
+            let id = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
             let mut idx = writer.write();
-            if let Some(old) = idx.key_of.remove(&r)
-                && let Some(set) = idx.by_key.get_mut(&old)
-            {
-                set.remove(&r);
-                if set.is_empty() {
-                    idx.by_key.remove(&old);
-                }
-            }
-            if let (Change::Applied(_), Some(k)) = (change, key(o)) {
-                idx.by_key.entry(k.clone()).or_default().insert(r.clone());
-                idx.key_of.insert(r, k);
+            match (change, key(o)) {
+                (Change::Applied(_), Some(k)) => idx.insert(&id, &k),
+                _ => idx.remove(&id),
             }
         });
         Index {
@@ -227,14 +242,21 @@ where
 
     /// The objects under `key`, as the store has them now.
     pub fn get(&self, key: &str) -> Vec<Arc<K>> {
-        let refs: Vec<ObjectRef<K>> = self
+        let ids: Vec<Arc<str>> = self
             .inner
             .read()
             .by_key
             .get(key)
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default();
-        refs.iter().filter_map(|r| self.store.get(r)).collect()
+        ids.iter()
+            .filter_map(|id| {
+                let (ns, name) = id.split_once('/')?;
+                let r = ObjectRef::new(name);
+                self.store
+                    .get(&if ns.is_empty() { r } else { r.within(ns) })
+            })
+            .collect()
     }
 }
 

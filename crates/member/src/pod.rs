@@ -11,12 +11,13 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    ContainerPort, ContainerState, NodeAffinity, PodCondition, ResourceRequirements, Toleration,
-};
+use k8s_openapi::api::core::v1::{ContainerPort, ContainerState, NodeAffinity, Toleration};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Resource;
 use serde::Deserialize;
+
+use crate::quantity;
 
 #[derive(Resource, Clone, Debug, Default, Deserialize)]
 #[resource(inherit = "k8s_openapi::api::core::v1::Pod")]
@@ -64,7 +65,51 @@ pub struct Container {
     pub name: String,
     pub image: Option<String>,
     pub ports: Option<Vec<ContainerPort>>,
-    pub resources: Option<ResourceRequirements>,
+    #[serde(default)]
+    pub resources: Resources,
+}
+
+/// A container's CPU (millicores) and memory (bytes) requests and limits,
+/// parsed once when the pod is read rather than kept as quantity maps.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(from = "ResourceMaps")]
+pub struct Resources {
+    pub cpu_request: Option<i64>,
+    pub memory_request: Option<i64>,
+    pub cpu_limit: Option<i64>,
+    pub memory_limit: Option<i64>,
+    /// Whether anything at all is requested or limited (else BestEffort).
+    pub any: bool,
+}
+
+#[derive(Deserialize)]
+struct ResourceMaps {
+    requests: Option<BTreeMap<String, Quantity>>,
+    limits: Option<BTreeMap<String, Quantity>>,
+}
+
+impl From<ResourceMaps> for Resources {
+    fn from(m: ResourceMaps) -> Self {
+        let cpu = |m: &Option<BTreeMap<String, Quantity>>| {
+            m.as_ref()?
+                .get("cpu")
+                .and_then(|q| quantity::millicores(&q.0))
+        };
+        let memory = |m: &Option<BTreeMap<String, Quantity>>| {
+            m.as_ref()?
+                .get("memory")
+                .and_then(|q| quantity::units(&q.0))
+        };
+        let non_empty =
+            |m: &Option<BTreeMap<String, Quantity>>| m.as_ref().is_some_and(|m| !m.is_empty());
+        Resources {
+            cpu_request: cpu(&m.requests),
+            memory_request: memory(&m.requests),
+            cpu_limit: cpu(&m.limits),
+            memory_limit: memory(&m.limits),
+            any: non_empty(&m.requests) || non_empty(&m.limits),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -79,6 +124,18 @@ pub struct PodStatus {
     pub start_time: Option<Time>,
     pub qos_class: Option<String>,
     pub container_statuses: Option<Vec<ContainerStatus>>,
+}
+
+/// Upstream's PodCondition without lastProbeTime, which nothing reads.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    pub last_transition_time: Option<Time>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]

@@ -4,14 +4,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{self as corev1, PodCondition, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{self as corev1, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
-use crate::pod::{Container, Pod, PodSpec};
-use crate::quantity;
+use crate::pod::{Container, Pod, PodCondition, PodSpec};
 
 pub fn now() -> Time {
     Time(Timestamp::now())
@@ -79,15 +78,10 @@ pub struct Requests {
 
 pub fn requests(spec: &PodSpec) -> Requests {
     let one = |c: &Container| {
-        let r = c.resources.as_ref();
-        let get = |name: &str| {
-            r.and_then(|r| r.requests.as_ref().and_then(|m| m.get(name)))
-                .or_else(|| r.and_then(|r| r.limits.as_ref().and_then(|m| m.get(name))))
-                .map(|q| q.0.as_str())
-        };
+        let r = &c.resources;
         Requests {
-            cpu_millis: get("cpu").and_then(quantity::millicores).unwrap_or(0),
-            memory: get("memory").and_then(quantity::units).unwrap_or(0),
+            cpu_millis: r.cpu_request.or(r.cpu_limit).unwrap_or(0),
+            memory: r.memory_request.or(r.memory_limit).unwrap_or(0),
         }
     };
     let mut sum = Requests::default();
@@ -241,33 +235,21 @@ pub fn int_or_percent(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::ResourceRequirements;
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
     #[test]
     fn requests_sum_containers_and_fall_back_to_limits() {
-        let c = |cpu: &str, limit: bool| Container {
-            name: "c".into(),
-            resources: Some(if limit {
-                ResourceRequirements {
-                    limits: Some([("cpu".to_string(), Quantity(cpu.into()))].into()),
-                    ..Default::default()
-                }
-            } else {
-                ResourceRequirements {
-                    requests: Some([("cpu".to_string(), Quantity(cpu.into()))].into()),
-                    ..Default::default()
-                }
-            }),
-            ..Default::default()
-        };
-        let spec = PodSpec {
-            containers: vec![c("250m", false), c("1", true)],
-            init_containers: Some(vec![c("2", false)]),
-            ..Default::default()
-        };
-        assert_eq!(requests(&spec).cpu_millis, 2000);
+        let spec: PodSpec = serde_json::from_value(serde_json::json!({
+            "containers": [
+                {"name": "a", "resources": {"requests": {"cpu": "250m", "memory": "64Mi"}}},
+                {"name": "b", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}},
+            ],
+            "initContainers": [{"name": "i", "resources": {"requests": {"cpu": "2"}}}],
+        }))
+        .unwrap();
+        let r = requests(&spec);
+        assert_eq!(r.cpu_millis, 2000);
+        assert_eq!(r.memory, (64 << 20) + (1 << 30));
     }
 
     #[test]

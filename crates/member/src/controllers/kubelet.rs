@@ -411,19 +411,50 @@ fn qos_class(pod: &Pod) -> &'static str {
     let mut any = false;
     let mut guaranteed = true;
     for c in &spec.containers {
-        let r = c.resources.as_ref();
-        let requests = r.and_then(|r| r.requests.as_ref());
-        let limits = r.and_then(|r| r.limits.as_ref());
-        any |= requests.is_some_and(|m| !m.is_empty()) || limits.is_some_and(|m| !m.is_empty());
-        for res in ["cpu", "memory"] {
-            let limit = limits.and_then(|m| m.get(res));
-            let request = requests.and_then(|m| m.get(res)).or(limit);
-            guaranteed &= limit.is_some() && request == limit;
-        }
+        let r = &c.resources;
+        any |= r.any;
+        // A request left out defaults to the limit.
+        let cpu = r.cpu_limit.is_some() && r.cpu_request.is_none_or(|q| Some(q) == r.cpu_limit);
+        let memory =
+            r.memory_limit.is_some() && r.memory_request.is_none_or(|q| Some(q) == r.memory_limit);
+        guaranteed &= cpu && memory;
     }
     match (any, guaranteed) {
         (false, _) => "BestEffort",
         (true, true) => "Guaranteed",
         (true, false) => "Burstable",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(resources: Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "resources": resources}]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn qos_class_follows_requests_and_limits() {
+        assert_eq!(qos_class(&pod(json!({}))), "BestEffort");
+        let both = json!({"cpu": "1", "memory": "1Gi"});
+        assert_eq!(qos_class(&pod(json!({"limits": both}))), "Guaranteed");
+        // Equal quantities spelled differently are equal.
+        assert_eq!(
+            qos_class(&pod(json!({"limits": both, "requests": {"cpu": "1000m"}}))),
+            "Guaranteed"
+        );
+        assert_eq!(
+            qos_class(&pod(json!({"requests": {"cpu": "100m"}}))),
+            "Burstable"
+        );
+        assert_eq!(
+            qos_class(&pod(json!({"limits": {"cpu": "1"}}))),
+            "Burstable"
+        );
     }
 }
