@@ -29,16 +29,20 @@ use crate::handlers::{self, Ctx, DeleteOptions};
 use crate::objects::{self, FOREGROUND_FINALIZER, ORPHAN_FINALIZER};
 use crate::server::ApiServer;
 
+/// A uid or key; one allocation shared by every map that names it (the
+/// graph holds every object of the server).
+type Id = Arc<str>;
+
 #[derive(Clone, Debug)]
 struct OwnerRef {
-    uid: String,
+    uid: Id,
     block: bool,
 }
 
 /// One object as the collector sees it.
 #[derive(Clone, Debug)]
 struct Node {
-    key: String,
+    key: Id,
     owners: Vec<OwnerRef>,
     deleting: bool,
     foreground: bool,
@@ -46,12 +50,12 @@ struct Node {
 }
 
 impl Node {
-    fn from_value(key: &str, obj: &Value) -> Node {
+    fn from_value(key: Id, obj: &Value, graph: &Graph) -> Node {
         let owners = crate::value::array_at(obj, "/metadata/ownerReferences")
             .iter()
             .filter_map(|r| {
                 Some(OwnerRef {
-                    uid: r.get("uid")?.as_str()?.to_string(),
+                    uid: graph.intern(r.get("uid")?.as_str()?),
                     block: r
                         .get("blockOwnerDeletion")
                         .and_then(Value::as_bool)
@@ -61,7 +65,7 @@ impl Node {
             .collect();
         let deleting = objects::is_deleting(obj);
         Node {
-            key: key.to_string(),
+            key,
             owners,
             deleting,
             foreground: deleting && objects::has_finalizer(obj, FOREGROUND_FINALIZER),
@@ -73,20 +77,36 @@ impl Node {
 /// The ownership graph at one revision.
 #[derive(Default)]
 struct Graph {
-    nodes: HashMap<String, Node>,
+    nodes: HashMap<Id, Node>,
     /// owner uid → dependent uids (the owner need not exist).
-    dependents: HashMap<String, BTreeSet<String>>,
-    uid_of_key: HashMap<String, String>,
+    dependents: HashMap<Id, BTreeSet<Id>>,
+    uid_of_key: HashMap<Id, Id>,
 }
 
 impl Graph {
+    /// The graph's own copy of `uid`, if it has one.
+    fn intern(&self, uid: &str) -> Id {
+        if let Some((id, _)) = self.nodes.get_key_value(uid) {
+            return id.clone();
+        }
+        if let Some((id, _)) = self.dependents.get_key_value(uid) {
+            return id.clone();
+        }
+        Id::from(uid)
+    }
+
     /// Records `key`'s new state; returns uids whose situation changed.
-    fn put(&mut self, key: &str, obj: &Value, dirty: &mut HashSet<String>) {
-        let uid = objects::meta_str(obj, "uid").to_string();
+    fn put(&mut self, key: &str, obj: &Value, dirty: &mut HashSet<Id>) {
+        let uid = objects::meta_str(obj, "uid");
         if uid.is_empty() {
             return;
         }
-        let node = Node::from_value(key, obj);
+        let uid = self.intern(uid);
+        let key: Id = match self.uid_of_key.get_key_value(key) {
+            Some((k, _)) => k.clone(),
+            None => Id::from(key),
+        };
+        let node = Node::from_value(key.clone(), obj, self);
         if let Some(old) = self.nodes.get(&uid) {
             for o in &old.owners {
                 if let Some(set) = self.dependents.get_mut(&o.uid) {
@@ -110,11 +130,11 @@ impl Graph {
         if node.foreground || node.orphan {
             dirty.extend(self.dependents_of(&uid));
         }
-        self.uid_of_key.insert(key.to_string(), uid.clone());
+        self.uid_of_key.insert(key, uid.clone());
         self.nodes.insert(uid, node);
     }
 
-    fn remove(&mut self, key: &str, dirty: &mut HashSet<String>) {
+    fn remove(&mut self, key: &str, dirty: &mut HashSet<Id>) {
         let Some(uid) = self.uid_of_key.remove(key) else {
             return;
         };
@@ -132,7 +152,7 @@ impl Graph {
         dirty.extend(self.dependents_of(&uid));
     }
 
-    fn dependents_of(&self, uid: &str) -> Vec<String> {
+    fn dependents_of(&self, uid: &str) -> Vec<Id> {
         self.dependents
             .get(uid)
             .map(|s| s.iter().cloned().collect())
@@ -143,18 +163,9 @@ impl Graph {
 /// What the collector decided to do about one object.
 #[derive(Debug)]
 enum Action {
-    Delete {
-        key: String,
-        policy: &'static str,
-    },
-    DropOwners {
-        key: String,
-        uids: HashSet<String>,
-    },
-    RemoveFinalizer {
-        key: String,
-        finalizer: &'static str,
-    },
+    Delete { key: Id, policy: &'static str },
+    DropOwners { key: Id, uids: HashSet<Id> },
+    RemoveFinalizer { key: Id, finalizer: &'static str },
 }
 
 fn decide(graph: &Graph, uid: &str, actions: &mut Vec<Action>) {
@@ -167,7 +178,7 @@ fn decide(graph: &Graph, uid: &str, actions: &mut Vec<Action>) {
             if let Some(dep) = graph.nodes.get(d) {
                 actions.push(Action::DropOwners {
                     key: dep.key.clone(),
-                    uids: HashSet::from([uid.to_string()]),
+                    uids: HashSet::from([Id::from(uid)]),
                 });
             }
         }
@@ -185,7 +196,7 @@ fn decide(graph: &Graph, uid: &str, actions: &mut Vec<Action>) {
             graph
                 .nodes
                 .get(d)
-                .is_some_and(|dep| dep.owners.iter().any(|o| o.uid == uid && o.block))
+                .is_some_and(|dep| dep.owners.iter().any(|o| &*o.uid == uid && o.block))
         });
         if !blocking {
             actions.push(Action::RemoveFinalizer {
@@ -265,7 +276,7 @@ async fn run(api: &Arc<ApiServer>) -> Result<(), StoreError> {
     }
     let mut watch = api.store.watch("/", listed.revision)?;
     // Failed actions are retried after a pause.
-    let mut retry: HashSet<String> = HashSet::new();
+    let mut retry: HashSet<Id> = HashSet::new();
     loop {
         let mut actions = Vec::new();
         for uid in dirty.drain() {

@@ -337,6 +337,9 @@ pub fn prepare_update(r: &ResourceInfo, obj: &mut Value, old: &Value, scope: Wri
         WriteScope::Status => {
             let mut merged = old.clone();
             keep_from(&mut merged, obj, "", "status");
+            // The writer's managedFields entry (subresource "status") is
+            // part of the write, as upstream's field manager records it.
+            keep_from(&mut merged, obj, "/metadata", "managedFields");
             *obj = merged;
         }
         WriteScope::Finalize => {

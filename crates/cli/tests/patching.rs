@@ -436,3 +436,37 @@ async fn kubectl_server_side_apply_and_migration_from_client_side() {
     ]);
     assert_eq!(image, "nginx:1.28");
 }
+
+#[tokio::test]
+async fn status_writes_record_their_manager_under_the_status_subresource() {
+    let s = Server::start();
+    let file = write(s.dir.path(), "web.yaml", DEPLOYMENT_V1);
+    s.ok(&["apply", "-f", file.to_str().unwrap()]);
+    s.ok(&[
+        "patch",
+        "deploy",
+        "web",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"observedGeneration":1}}"#,
+        "--field-manager=status-bot",
+    ]);
+    let api: Api<Deployment> = Api::default_namespaced(s.client().await);
+    let web = api.get("web").await.unwrap();
+    let entries = web.metadata.managed_fields.unwrap_or_default();
+    let bot = entries
+        .iter()
+        .find(|e| e.manager.as_deref() == Some("status-bot"))
+        .expect("an entry for the status writer");
+    assert_eq!(bot.subresource.as_deref(), Some("status"));
+    assert_eq!(bot.operation.as_deref(), Some("Update"));
+    let fields = serde_json::to_value(&bot.fields_v1).unwrap();
+    assert_eq!(fields, json!({"f:status": {"f:observedGeneration": {}}}));
+    // The main resource's manager keeps its spec fields, not status.
+    let main = entries
+        .iter()
+        .find(|e| e.manager.as_deref() == Some("kubectl-client-side-apply"))
+        .expect("kubectl's entry");
+    assert!(main.subresource.is_none());
+}
