@@ -17,6 +17,7 @@ pub mod fieldset;
 pub mod gc;
 pub mod handlers;
 pub mod jsonpath;
+pub mod loopback;
 pub mod managed;
 pub mod merge_meta;
 pub mod meta;

@@ -11,7 +11,8 @@ use anyhow::{Context, bail};
 use clap::Subcommand;
 use flotilla_apiserver::Config;
 use flotilla_apiserver::allocation::ServiceNetwork;
-use flotilla_member::{Clients, Faults, SimConfig, Simulator, admin, client, front_door};
+use flotilla_apiserver::loopback;
+use flotilla_member::{Clients, Faults, SimConfig, Simulator, admin, front_door};
 use tracing::info;
 
 use crate::apiserver::{self, ServeArgs};
@@ -215,9 +216,9 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     // The controllers talk to the API in process, so they keep running
     // while the member plays unreachable.
     let clients = Clients {
-        controller_manager: client::in_process(&p.api, &p.admin_token, "kube-controller-manager"),
-        scheduler: client::in_process(&p.api, &p.admin_token, "kube-scheduler"),
-        kubelet: client::in_process(&p.api, &p.admin_token, "kubelet"),
+        controller_manager: loopback::in_process(&p.api, &p.admin_token, "kube-controller-manager"),
+        scheduler: loopback::in_process(&p.api, &p.admin_token, "kube-scheduler"),
+        kubelet: loopback::in_process(&p.api, &p.admin_token, "kubelet"),
     };
     let simulator = Simulator::start(clients, sim.clone(), faults.clone())
         .await

@@ -1,7 +1,6 @@
 //! Flotilla's member-cluster simulator.
 #![forbid(unsafe_code)]
 
-pub mod client;
 pub mod config;
 pub mod controllers;
 pub mod expectations;

@@ -1,12 +1,13 @@
-//! The simulator's own clients: kube-rs clients whose transport is the API
-//! server's router, in process, the way kube-apiserver's loopback client
-//! serves the controllers that run beside it. Requests still go through
-//! authentication and every handler; only TCP and TLS are skipped, so the
-//! controllers keep working while the member plays unreachable.
+//! Loopback clients: kube-rs clients whose transport is the API server's
+//! router, in process, the way kube-apiserver's loopback client serves the
+//! controllers that run beside it (the member simulator's, the control
+//! plane's). Requests still go through authentication and every handler;
+//! only TCP and TLS are skipped, so a member's controllers keep working
+//! while it plays unreachable.
 
 use std::sync::Arc;
 
-use flotilla_apiserver::ApiServer;
+use crate::ApiServer;
 use http::{HeaderValue, header};
 use tower::ServiceBuilder;
 
