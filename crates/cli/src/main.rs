@@ -4,6 +4,7 @@
 mod apiserver;
 mod bench;
 mod bench_member;
+mod controlplane;
 mod kubeconfig;
 mod member;
 mod token;
@@ -32,6 +33,9 @@ struct Cli {
 enum Command {
     /// Run the Kubernetes-compatible API server on the embedded store.
     Apiserver(apiserver::Args),
+    /// Run the control plane (hub): the API server with Karmada's API and
+    /// the federation controllers.
+    Controlplane(controlplane::Args),
     /// Run a simulated member cluster: the API server plus nodes and
     /// workload controllers (`flotilla member fault` injects failures).
     Member(Box<member::Args>),
@@ -66,6 +70,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Apiserver(args) => apiserver::run(args).await,
             Command::Bench(b) => bench::run(b).await,
+            Command::Controlplane(args) => controlplane::run(args).await,
             Command::Member(m) => member::run(*m).await,
             Command::Token(t) => token::run(t).await,
         }

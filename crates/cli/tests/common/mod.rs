@@ -39,6 +39,11 @@ impl Server {
         Self::start_command(&["member", "--name", name], &args, &[])
     }
 
+    /// The control plane (`flotilla controlplane`) with extra flags.
+    pub fn controlplane(extra: &[&str]) -> Server {
+        Self::start_command(&["controlplane"], extra, &[])
+    }
+
     fn start_command(command: &[&str], extra: &[&str], env: &[(&str, &str)]) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut s = Server {

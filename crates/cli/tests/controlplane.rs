@@ -1,0 +1,170 @@
+//! The control plane's Karmada API: the CRDs it installs on start, as a
+//! Karmada user sees them through kubectl and kube-rs.
+
+mod common;
+
+use common::{Server, assert_has, write};
+use kube::api::{Api, DynamicObject};
+use kube::core::{ApiResource, GroupVersionKind};
+
+const KARMADA_YAML: &str = r#"
+apiVersion: policy.karmada.io/v1alpha1
+kind: PropagationPolicy
+metadata:
+  name: nginx-propagation
+spec:
+  resourceSelectors:
+    - apiVersion: apps/v1
+      kind: Deployment
+      name: nginx
+  placement:
+    clusterAffinity:
+      clusterNames: [member1, member2]
+    replicaScheduling:
+      replicaDivisionPreference: Weighted
+      replicaSchedulingType: Divided
+      weightPreference:
+        staticWeightList:
+          - targetCluster: {clusterNames: [member1]}
+            weight: 1
+          - targetCluster: {clusterNames: [member2]}
+            weight: 2
+---
+apiVersion: policy.karmada.io/v1alpha1
+kind: ClusterPropagationPolicy
+metadata:
+  name: crds
+spec:
+  priority: 10
+  conflictResolution: Overwrite
+  resourceSelectors:
+    - apiVersion: apiextensions.k8s.io/v1
+      kind: CustomResourceDefinition
+---
+apiVersion: cluster.karmada.io/v1alpha1
+kind: Cluster
+metadata:
+  name: member1
+spec:
+  syncMode: Push
+  apiEndpoint: https://member1.example:6443
+  region: us-east-1
+  zones: [us-east-1a]
+"#;
+
+#[tokio::test]
+async fn karmada_crds_are_served_with_their_names_and_columns() {
+    let s = Server::controlplane(&[]);
+    let resources = s.ok(&["api-resources", "--api-group=policy.karmada.io"]);
+    assert_has(
+        &resources,
+        &[
+            "propagationpolicies",
+            "pp",
+            "clusterpropagationpolicies",
+            "cpp",
+            "overridepolicies",
+            "op",
+            "clusteroverridepolicies",
+            "cop",
+        ],
+    );
+    let work = s.ok(&["api-resources", "--api-group=work.karmada.io"]);
+    assert_has(
+        &work,
+        &[
+            "resourcebindings",
+            "rb",
+            "clusterresourcebindings",
+            "crb",
+            "works",
+        ],
+    );
+    assert_has(
+        &s.ok(&["api-resources", "--api-group=cluster.karmada.io"]),
+        &["clusters", "Cluster"],
+    );
+
+    // A Karmada user's YAML applies unchanged; Karmada's defaults appear.
+    let file = write(s.dir.path(), "karmada.yaml", KARMADA_YAML);
+    s.ok(&["apply", "-f", file.to_str().unwrap()]);
+    let pp = s.ok(&["get", "pp"]);
+    assert_has(
+        &pp,
+        &[
+            "CONFLICT-RESOLUTION",
+            "PRIORITY",
+            "nginx-propagation",
+            "Abort",
+        ],
+    );
+    let cpp = s.ok(&["get", "cpp", "crds"]);
+    assert_has(&cpp, &["Overwrite", "10"]);
+    let clusters = s.ok(&["get", "clusters", "-o", "wide"]);
+    assert_has(
+        &clusters,
+        &[
+            "VERSION",
+            "MODE",
+            "READY",
+            "REGION",
+            "member1",
+            "Push",
+            "us-east-1",
+        ],
+    );
+    assert_has(
+        &s.ok(&["get", "karmada-io"]),
+        &["nginx-propagation", "crds"],
+    );
+
+    // Read back through kube-rs with the weights and defaults in place.
+    let gvk = GroupVersionKind::gvk("policy.karmada.io", "v1alpha1", "PropagationPolicy");
+    let api: Api<DynamicObject> = Api::default_namespaced_with(
+        s.client().await,
+        &ApiResource::from_gvk_with_plural(&gvk, "propagationpolicies"),
+    );
+    let pp = api.get("nginx-propagation").await.unwrap();
+    let spec = &pp.data["spec"];
+    assert_eq!(spec["priority"], 0);
+    assert_eq!(spec["preemption"], "Never");
+    assert_eq!(
+        spec["placement"]["replicaScheduling"]["weightPreference"]["staticWeightList"][1]["weight"],
+        2
+    );
+}
+
+#[tokio::test]
+async fn invalid_karmada_objects_are_rejected_with_the_field_named() {
+    let s = Server::controlplane(&[]);
+    let bad_pp = r#"{"apiVersion":"policy.karmada.io/v1alpha1","kind":"PropagationPolicy","metadata":{"name":"bad"},"spec":{"resourceSelectors":[]}}"#;
+    let out = s.kubectl_stdin(&["apply", "-f", "-"], Some(bad_pp));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("spec.resourceSelectors"), "{err}");
+    let bad_cluster = r#"{"apiVersion":"cluster.karmada.io/v1alpha1","kind":"Cluster","metadata":{"name":"bad"},"spec":{"syncMode":"Sideways"}}"#;
+    let out = s.kubectl_stdin(&["apply", "-f", "-"], Some(bad_cluster));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("spec.syncMode") && err.contains("Push"),
+        "{err}"
+    );
+    // Nothing was written.
+    assert!(
+        s.ok(&["get", "pp,clusters", "-o", "name"])
+            .trim()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn restarting_keeps_the_crds_and_objects() {
+    let mut s = Server::controlplane(&[]);
+    let file = write(s.dir.path(), "karmada.yaml", KARMADA_YAML);
+    s.ok(&["apply", "-f", file.to_str().unwrap()]);
+    s.kill9();
+    s.spawn();
+    assert_has(&s.ok(&["get", "pp", "-o", "name"]), &["nginx-propagation"]);
+    assert_has(&s.ok(&["get", "crd"]), &["works.work.karmada.io"]);
+}

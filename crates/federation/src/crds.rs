@@ -1,0 +1,368 @@
+//! The Karmada CRDs the control plane installs on start: same groups,
+//! versions, names, short names, categories and printer columns as
+//! Karmada's, so a Karmada user's YAML and `kubectl get` habits carry over.
+//!
+//! The schemas check what every object of a kind must have (Karmada's
+//! required fields and enums at the top levels) and keep the rest of
+//! `spec` and `status` as written; the controllers read them with typed
+//! views.
+
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{Value, json};
+use tracing::info;
+
+const CATEGORY: &str = "karmada-io";
+
+/// One Karmada kind as a CRD describes it.
+struct Kind {
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    short_names: &'static [&'static str],
+    namespaced: bool,
+    /// In the `karmada-io` category (`kubectl get karmada-io`).
+    categorized: bool,
+    columns: Vec<Value>,
+    spec: Value,
+}
+
+fn column(name: &str, type_: &str, path: &str) -> Value {
+    json!({"name": name, "type": type_, "jsonPath": path})
+}
+
+fn wide(name: &str, type_: &str, path: &str) -> Value {
+    json!({"name": name, "type": type_, "jsonPath": path, "priority": 1})
+}
+
+fn age() -> Value {
+    column("AGE", "date", ".metadata.creationTimestamp")
+}
+
+fn condition(name: &str, type_: &str) -> Value {
+    column(
+        name,
+        "string",
+        &format!(".status.conditions[?(@.type==\"{type_}\")].status"),
+    )
+}
+
+/// An object whose unlisted fields are kept as written.
+fn open_object(properties: Value, required: &[&str]) -> Value {
+    let mut o = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true, "properties": properties});
+    if !required.is_empty() {
+        o["required"] = json!(required);
+    }
+    o
+}
+
+fn propagation_spec() -> Value {
+    open_object(
+        json!({
+            "resourceSelectors": {"type": "array", "minItems": 1, "items": open_object(json!({
+                "apiVersion": {"type": "string"},
+                "kind": {"type": "string"},
+                "namespace": {"type": "string"},
+                "name": {"type": "string"},
+            }), &["apiVersion", "kind"])},
+            "priority": {"type": "integer", "format": "int32", "default": 0},
+            "preemption": {"type": "string", "enum": ["Always", "Never"], "default": "Never"},
+            "conflictResolution": {"type": "string", "enum": ["Abort", "Overwrite"], "default": "Abort"},
+            "schedulerName": {"type": "string", "default": "default-scheduler"},
+            "activationPreference": {"type": "string", "enum": ["", "Lazy"]},
+            "placement": open_object(json!({}), &[]),
+        }),
+        &["resourceSelectors"],
+    )
+}
+
+fn override_spec() -> Value {
+    open_object(
+        json!({
+            "resourceSelectors": {"type": "array", "items": open_object(json!({
+                "apiVersion": {"type": "string"},
+                "kind": {"type": "string"},
+            }), &["apiVersion", "kind"])},
+            "overrideRules": {"type": "array", "items": open_object(json!({}), &["overriders"])},
+        }),
+        &[],
+    )
+}
+
+fn binding_spec() -> Value {
+    open_object(
+        json!({"resource": open_object(json!({
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "name": {"type": "string"},
+        }), &["apiVersion", "kind", "name"])}),
+        &["resource"],
+    )
+}
+
+fn kinds() -> Vec<Kind> {
+    let pp_columns = || {
+        vec![
+            column("CONFLICT-RESOLUTION", "string", ".spec.conflictResolution"),
+            column("PRIORITY", "string", ".spec.priority"),
+            age(),
+        ]
+    };
+    let rb_columns = || {
+        vec![
+            condition("SCHEDULED", "Scheduled"),
+            condition("FULLYAPPLIED", "FullyApplied"),
+            age(),
+        ]
+    };
+    vec![
+        Kind {
+            group: "cluster.karmada.io",
+            version: "v1alpha1",
+            kind: "Cluster",
+            plural: "clusters",
+            short_names: &[],
+            namespaced: false,
+            categorized: false,
+            columns: vec![
+                column("VERSION", "string", ".status.kubernetesVersion"),
+                column("MODE", "string", ".spec.syncMode"),
+                condition("READY", "Ready"),
+                age(),
+                wide("ZONES", "string", ".spec.zones"),
+                wide("REGION", "string", ".spec.region"),
+                wide("PROVIDER", "string", ".spec.provider"),
+                wide("API-ENDPOINT", "string", ".spec.apiEndpoint"),
+                wide("PROXY-URL", "string", ".spec.proxyURL"),
+            ],
+            spec: open_object(
+                json!({
+                    "syncMode": {"type": "string", "enum": ["Push", "Pull"]},
+                    "apiEndpoint": {"type": "string"},
+                    "provider": {"type": "string"},
+                    "region": {"type": "string"},
+                    "zone": {"type": "string"},
+                    "zones": {"type": "array", "items": {"type": "string"}},
+                    "taints": {"type": "array", "items": open_object(json!({
+                        "key": {"type": "string"},
+                        "value": {"type": "string"},
+                        "effect": {"type": "string", "enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
+                    }), &["key", "effect"])},
+                }),
+                &["syncMode"],
+            ),
+        },
+        Kind {
+            group: "policy.karmada.io",
+            version: "v1alpha1",
+            kind: "PropagationPolicy",
+            plural: "propagationpolicies",
+            short_names: &["pp"],
+            namespaced: true,
+            categorized: true,
+            columns: pp_columns(),
+            spec: propagation_spec(),
+        },
+        Kind {
+            group: "policy.karmada.io",
+            version: "v1alpha1",
+            kind: "ClusterPropagationPolicy",
+            plural: "clusterpropagationpolicies",
+            short_names: &["cpp"],
+            namespaced: false,
+            categorized: true,
+            columns: pp_columns(),
+            spec: propagation_spec(),
+        },
+        Kind {
+            group: "policy.karmada.io",
+            version: "v1alpha1",
+            kind: "OverridePolicy",
+            plural: "overridepolicies",
+            short_names: &["op"],
+            namespaced: true,
+            categorized: true,
+            columns: vec![age()],
+            spec: override_spec(),
+        },
+        Kind {
+            group: "policy.karmada.io",
+            version: "v1alpha1",
+            kind: "ClusterOverridePolicy",
+            plural: "clusteroverridepolicies",
+            short_names: &["cop"],
+            namespaced: false,
+            categorized: true,
+            columns: vec![age()],
+            spec: override_spec(),
+        },
+        Kind {
+            group: "work.karmada.io",
+            version: "v1alpha2",
+            kind: "ResourceBinding",
+            plural: "resourcebindings",
+            short_names: &["rb"],
+            namespaced: true,
+            categorized: true,
+            columns: rb_columns(),
+            spec: binding_spec(),
+        },
+        Kind {
+            group: "work.karmada.io",
+            version: "v1alpha2",
+            kind: "ClusterResourceBinding",
+            plural: "clusterresourcebindings",
+            short_names: &["crb"],
+            namespaced: false,
+            categorized: true,
+            columns: rb_columns(),
+            spec: binding_spec(),
+        },
+        Kind {
+            group: "work.karmada.io",
+            version: "v1alpha1",
+            kind: "Work",
+            plural: "works",
+            short_names: &["wk"],
+            namespaced: true,
+            categorized: true,
+            columns: vec![
+                column(
+                    "WORKLOAD-KIND",
+                    "string",
+                    ".spec.workload.manifests[*].kind",
+                ),
+                condition("APPLIED", "Applied"),
+                age(),
+            ],
+            spec: open_object(
+                json!({"workload": open_object(json!({
+                    "manifests": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true, "x-kubernetes-embedded-resource": true}},
+                }), &[])}),
+                &[],
+            ),
+        },
+    ]
+}
+
+impl Kind {
+    fn crd(&self) -> Value {
+        let singular = self.kind.to_lowercase();
+        let mut names = json!({
+            "kind": self.kind,
+            "listKind": format!("{}List", self.kind),
+            "plural": self.plural,
+            "singular": singular,
+        });
+        if !self.short_names.is_empty() {
+            names["shortNames"] = json!(self.short_names);
+        }
+        if self.categorized {
+            names["categories"] = json!([CATEGORY]);
+        }
+        json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{}.{}", self.plural, self.group)},
+            "spec": {
+                "group": self.group,
+                "names": names,
+                "scope": if self.namespaced { "Namespaced" } else { "Cluster" },
+                "versions": [{
+                    "name": self.version,
+                    "served": true,
+                    "storage": true,
+                    "additionalPrinterColumns": self.columns,
+                    "subresources": {"status": {}},
+                    "schema": {"openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "apiVersion": {"type": "string"},
+                            "kind": {"type": "string"},
+                            "metadata": {"type": "object"},
+                            "spec": self.spec,
+                            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                        },
+                        "required": ["spec"],
+                    }},
+                }],
+            },
+        })
+    }
+}
+
+/// Every CRD the control plane serves, as manifests.
+pub fn manifests() -> Vec<Value> {
+    kinds().iter().map(Kind::crd).collect()
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    #[error("cannot install CRD {name}: {source}")]
+    Apply {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("CRD {0} was not Established within 30s")]
+    NotEstablished(String),
+    #[error("a built-in CRD manifest does not parse: {0}")]
+    Manifest(#[from] serde_json::Error),
+}
+
+/// Server-side applies every CRD (idempotent across restarts and
+/// upgrades) and waits until each is Established.
+pub async fn install(client: &kube::Client) -> Result<(), InstallError> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let params = PatchParams::apply("flotilla-controlplane").force();
+    for manifest in manifests() {
+        let crd: CustomResourceDefinition = serde_json::from_value(manifest)?;
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.patch(&name, &params, &Patch::Apply(&crd))
+            .await
+            .map_err(|source| InstallError::Apply {
+                name: name.clone(),
+                source,
+            })?;
+        let established = kube::runtime::wait::await_condition(
+            api.clone(),
+            &name,
+            kube::runtime::conditions::is_crd_established(),
+        );
+        match tokio::time::timeout(Duration::from_secs(30), established).await {
+            Ok(Ok(_)) => {}
+            _ => return Err(InstallError::NotEstablished(name)),
+        }
+    }
+    info!(count = kinds().len(), "Karmada CRDs installed");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_manifest_is_a_valid_crd_with_karmadas_names() {
+        let crds: Vec<CustomResourceDefinition> = manifests()
+            .into_iter()
+            .map(|m| serde_json::from_value(m).unwrap())
+            .collect();
+        let names: Vec<&str> = crds
+            .iter()
+            .map(|c| c.metadata.name.as_deref().unwrap())
+            .collect();
+        assert!(names.contains(&"propagationpolicies.policy.karmada.io"));
+        assert!(names.contains(&"resourcebindings.work.karmada.io"));
+        let short: Vec<String> = crds
+            .iter()
+            .flat_map(|c| c.spec.names.short_names.clone().unwrap_or_default())
+            .collect();
+        for s in ["pp", "cpp", "op", "cop", "rb", "crb"] {
+            assert!(short.iter().any(|x| x == s), "short name {s}");
+        }
+    }
+}
