@@ -185,18 +185,38 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .write_kubeconfig
         .unwrap_or_else(|| data_dir.join("kubeconfig"));
     let p = prepare(&data_dir, &args.serve, Config::default()).await?;
-    let server = tokio::spawn(p.api.serve(p.listener, Some(p.tls), shutdown_signal()));
-    let url = publish_kubeconfig(
-        p.addr,
-        "flotilla",
+    let server = tokio::spawn(
+        p.api
+            .clone()
+            .serve(p.listener, Some(p.tls), shutdown_signal()),
+    );
+    announce_and_serve(
+        "apiserver",
+        server,
         &p.ca_pem,
         &p.admin_token,
+        p.addr,
+        &data_dir,
         &kubeconfig_path,
     )
-    .await?;
+    .await
+}
+
+/// Publishes the kubeconfig of a server that is now serving, tells the
+/// user, and runs until it shuts down.
+pub async fn announce_and_serve(
+    what: &str,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    ca_pem: &str,
+    token: &str,
+    addr: SocketAddr,
+    data_dir: &std::path::Path,
+    kubeconfig_path: &std::path::Path,
+) -> anyhow::Result<()> {
+    let url = publish_kubeconfig(addr, "flotilla", ca_pem, token, kubeconfig_path).await?;
     info!(kubeconfig = %kubeconfig_path.display(), data_dir = %data_dir.display(), "ready");
     eprintln!(
-        "flotilla apiserver ready on {url}\n  export KUBECONFIG={}",
+        "flotilla {what} ready on {url}\n  export KUBECONFIG={}",
         kubeconfig_path.display()
     );
     server.await.context("the server task failed")??;

@@ -7,9 +7,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use flotilla_apiserver::{Config, loopback};
-use tracing::info;
 
-use crate::apiserver::{ServeArgs, default_data_dir, prepare, publish_kubeconfig, shutdown_signal};
+use crate::apiserver::{ServeArgs, announce_and_serve, default_data_dir, prepare, shutdown_signal};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -37,20 +36,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     flotilla_federation::crds::install(&client)
         .await
         .context("cannot install the control plane's CRDs")?;
-    let url = publish_kubeconfig(
-        p.addr,
-        "flotilla",
+    announce_and_serve(
+        "controlplane",
+        server,
         &p.ca_pem,
         &p.admin_token,
+        p.addr,
+        &data_dir,
         &kubeconfig_path,
     )
-    .await?;
-    info!(kubeconfig = %kubeconfig_path.display(), data_dir = %data_dir.display(), "control plane ready");
-    eprintln!(
-        "flotilla controlplane ready on {url}\n  export KUBECONFIG={}",
-        kubeconfig_path.display()
-    );
-    server.await.context("the server task failed")??;
-    info!("shut down cleanly");
-    Ok(())
+    .await
 }
