@@ -12,16 +12,32 @@ use tracing::info;
 
 use crate::kubeconfig;
 
+/// The flags of a server command (`apiserver`, `controlplane`).
 #[derive(clap::Args)]
 pub struct Args {
-    /// Where the embedded store keeps its data [default: <user data dir>/flotilla/apiserver]
+    /// Where the embedded store keeps its data [default: <user data dir>/flotilla/<command>]
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Write a kubeconfig for this server here once it answers [default: <data dir>/kubeconfig]
+    /// Write a kubeconfig for this server here once it is ready [default: <data dir>/kubeconfig]
     #[arg(long)]
     write_kubeconfig: Option<PathBuf>,
     #[command(flatten)]
-    serve: ServeArgs,
+    pub serve: ServeArgs,
+}
+
+impl Args {
+    /// The data dir and kubeconfig path, defaulted for `command`.
+    pub fn paths(&self, command: &str) -> (PathBuf, PathBuf) {
+        let data_dir = self
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| default_data_dir(command));
+        let kubeconfig = self
+            .write_kubeconfig
+            .clone()
+            .unwrap_or_else(|| data_dir.join("kubeconfig"));
+        (data_dir, kubeconfig)
+    }
 }
 
 pub fn default_data_dir(component: &str) -> PathBuf {
@@ -178,12 +194,7 @@ pub async fn publish_kubeconfig(
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let data_dir = args
-        .data_dir
-        .unwrap_or_else(|| default_data_dir("apiserver"));
-    let kubeconfig_path = args
-        .write_kubeconfig
-        .unwrap_or_else(|| data_dir.join("kubeconfig"));
+    let (data_dir, kubeconfig_path) = args.paths("apiserver");
     let p = prepare(&data_dir, &args.serve, Config::default()).await?;
     let server = tokio::spawn(
         p.api

@@ -27,7 +27,7 @@ pub struct MemberArgs {
     #[arg(long, default_value_t = 10)]
     deployments: usize,
     /// The members' watch history (see `flotilla member --watch-history`).
-    #[arg(long, default_value_t = 5_000)]
+    #[arg(long, default_value_t = crate::member::WATCH_HISTORY)]
     watch_history: usize,
     /// How long to sample idle CPU once everything is Ready.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]

@@ -35,7 +35,7 @@ enum Command {
     Apiserver(apiserver::Args),
     /// Run the control plane (hub): the API server with Karmada's API and
     /// the federation controllers.
-    Controlplane(controlplane::Args),
+    Controlplane(apiserver::Args),
     /// Run a simulated member cluster: the API server plus nodes and
     /// workload controllers (`flotilla member fault` injects failures).
     Member(Box<member::Args>),

@@ -17,6 +17,9 @@ use tracing::info;
 
 use crate::apiserver::{self, ServeArgs};
 
+/// A member's default watch window (`--watch-history`).
+pub const WATCH_HISTORY: usize = 5_000;
+
 #[derive(clap::Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct Args {
@@ -96,7 +99,7 @@ struct RunArgs {
     /// How many recent changes the watch cache keeps for resuming watches.
     /// A watcher further behind gets 410 Expired and relists, as upstream;
     /// a 1,000-node member's Lease renewals alone fill 5,000 in 50 s.
-    #[arg(long, default_value_t = 5_000)]
+    #[arg(long, default_value_t = WATCH_HISTORY)]
     watch_history: usize,
     /// Extra names or IP addresses the serving certificate covers.
     #[arg(long = "tls-san", value_delimiter = ',')]

@@ -20,14 +20,49 @@ const CATEGORY: &str = "karmada-io";
 struct Kind {
     group: &'static str,
     version: &'static str,
-    kind: &'static str,
-    plural: &'static str,
-    short_names: &'static [&'static str],
+    kind: String,
+    plural: String,
+    short_names: Vec<String>,
     namespaced: bool,
     /// In the `karmada-io` category (`kubectl get karmada-io`).
     categorized: bool,
     columns: Vec<Value>,
     spec: Value,
+}
+
+/// A namespaced kind of the `karmada-io` category and its cluster-scoped
+/// twin, named as Karmada names them (PropagationPolicy `pp` and
+/// ClusterPropagationPolicy `cpp`), with the same schema and columns.
+fn twins(
+    group: &'static str,
+    version: &'static str,
+    (kind, plural, short): (&str, &str, &str),
+    columns: Vec<Value>,
+    spec: Value,
+) -> [Kind; 2] {
+    let namespaced = Kind {
+        group,
+        version,
+        kind: kind.into(),
+        plural: plural.into(),
+        short_names: vec![short.into()],
+        namespaced: true,
+        categorized: true,
+        columns: columns.clone(),
+        spec: spec.clone(),
+    };
+    let cluster = Kind {
+        group,
+        version,
+        kind: format!("Cluster{kind}"),
+        plural: format!("cluster{plural}"),
+        short_names: vec![format!("c{short}")],
+        namespaced: false,
+        categorized: true,
+        columns,
+        spec,
+    };
+    [namespaced, cluster]
 }
 
 fn column(name: &str, type_: &str, path: &str) -> Value {
@@ -104,155 +139,106 @@ fn binding_spec() -> Value {
 }
 
 fn kinds() -> Vec<Kind> {
-    let pp_columns = || {
-        vec![
-            column("CONFLICT-RESOLUTION", "string", ".spec.conflictResolution"),
-            column("PRIORITY", "string", ".spec.priority"),
+    let policy_columns = vec![
+        column("CONFLICT-RESOLUTION", "string", ".spec.conflictResolution"),
+        column("PRIORITY", "string", ".spec.priority"),
+        age(),
+    ];
+    let binding_columns = vec![
+        condition("SCHEDULED", "Scheduled"),
+        condition("FULLYAPPLIED", "FullyApplied"),
+        age(),
+    ];
+    let cluster = Kind {
+        group: "cluster.karmada.io",
+        version: "v1alpha1",
+        kind: "Cluster".into(),
+        plural: "clusters".into(),
+        short_names: Vec::new(),
+        namespaced: false,
+        categorized: false,
+        columns: vec![
+            column("VERSION", "string", ".status.kubernetesVersion"),
+            column("MODE", "string", ".spec.syncMode"),
+            condition("READY", "Ready"),
             age(),
-        ]
+            wide("ZONES", "string", ".spec.zones"),
+            wide("REGION", "string", ".spec.region"),
+            wide("PROVIDER", "string", ".spec.provider"),
+            wide("API-ENDPOINT", "string", ".spec.apiEndpoint"),
+            wide("PROXY-URL", "string", ".spec.proxyURL"),
+        ],
+        spec: open_object(
+            json!({
+                "syncMode": {"type": "string", "enum": ["Push", "Pull"]},
+                "apiEndpoint": {"type": "string"},
+                "provider": {"type": "string"},
+                "region": {"type": "string"},
+                "zone": {"type": "string"},
+                "zones": {"type": "array", "items": {"type": "string"}},
+                "taints": {"type": "array", "items": open_object(json!({
+                    "key": {"type": "string"},
+                    "value": {"type": "string"},
+                    "effect": {"type": "string", "enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
+                }), &["key", "effect"])},
+            }),
+            &["syncMode"],
+        ),
     };
-    let rb_columns = || {
-        vec![
-            condition("SCHEDULED", "Scheduled"),
-            condition("FULLYAPPLIED", "FullyApplied"),
+    let work = Kind {
+        group: "work.karmada.io",
+        version: "v1alpha1",
+        kind: "Work".into(),
+        plural: "works".into(),
+        short_names: vec!["wk".into()],
+        namespaced: true,
+        categorized: true,
+        columns: vec![
+            column(
+                "WORKLOAD-KIND",
+                "string",
+                ".spec.workload.manifests[*].kind",
+            ),
+            condition("APPLIED", "Applied"),
             age(),
-        ]
+        ],
+        spec: open_object(
+            json!({"workload": open_object(json!({
+                "manifests": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true, "x-kubernetes-embedded-resource": true}},
+            }), &[])}),
+            &[],
+        ),
     };
-    vec![
-        Kind {
-            group: "cluster.karmada.io",
-            version: "v1alpha1",
-            kind: "Cluster",
-            plural: "clusters",
-            short_names: &[],
-            namespaced: false,
-            categorized: false,
-            columns: vec![
-                column("VERSION", "string", ".status.kubernetesVersion"),
-                column("MODE", "string", ".spec.syncMode"),
-                condition("READY", "Ready"),
-                age(),
-                wide("ZONES", "string", ".spec.zones"),
-                wide("REGION", "string", ".spec.region"),
-                wide("PROVIDER", "string", ".spec.provider"),
-                wide("API-ENDPOINT", "string", ".spec.apiEndpoint"),
-                wide("PROXY-URL", "string", ".spec.proxyURL"),
-            ],
-            spec: open_object(
-                json!({
-                    "syncMode": {"type": "string", "enum": ["Push", "Pull"]},
-                    "apiEndpoint": {"type": "string"},
-                    "provider": {"type": "string"},
-                    "region": {"type": "string"},
-                    "zone": {"type": "string"},
-                    "zones": {"type": "array", "items": {"type": "string"}},
-                    "taints": {"type": "array", "items": open_object(json!({
-                        "key": {"type": "string"},
-                        "value": {"type": "string"},
-                        "effect": {"type": "string", "enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
-                    }), &["key", "effect"])},
-                }),
-                &["syncMode"],
-            ),
-        },
-        Kind {
-            group: "policy.karmada.io",
-            version: "v1alpha1",
-            kind: "PropagationPolicy",
-            plural: "propagationpolicies",
-            short_names: &["pp"],
-            namespaced: true,
-            categorized: true,
-            columns: pp_columns(),
-            spec: propagation_spec(),
-        },
-        Kind {
-            group: "policy.karmada.io",
-            version: "v1alpha1",
-            kind: "ClusterPropagationPolicy",
-            plural: "clusterpropagationpolicies",
-            short_names: &["cpp"],
-            namespaced: false,
-            categorized: true,
-            columns: pp_columns(),
-            spec: propagation_spec(),
-        },
-        Kind {
-            group: "policy.karmada.io",
-            version: "v1alpha1",
-            kind: "OverridePolicy",
-            plural: "overridepolicies",
-            short_names: &["op"],
-            namespaced: true,
-            categorized: true,
-            columns: vec![age()],
-            spec: override_spec(),
-        },
-        Kind {
-            group: "policy.karmada.io",
-            version: "v1alpha1",
-            kind: "ClusterOverridePolicy",
-            plural: "clusteroverridepolicies",
-            short_names: &["cop"],
-            namespaced: false,
-            categorized: true,
-            columns: vec![age()],
-            spec: override_spec(),
-        },
-        Kind {
-            group: "work.karmada.io",
-            version: "v1alpha2",
-            kind: "ResourceBinding",
-            plural: "resourcebindings",
-            short_names: &["rb"],
-            namespaced: true,
-            categorized: true,
-            columns: rb_columns(),
-            spec: binding_spec(),
-        },
-        Kind {
-            group: "work.karmada.io",
-            version: "v1alpha2",
-            kind: "ClusterResourceBinding",
-            plural: "clusterresourcebindings",
-            short_names: &["crb"],
-            namespaced: false,
-            categorized: true,
-            columns: rb_columns(),
-            spec: binding_spec(),
-        },
-        Kind {
-            group: "work.karmada.io",
-            version: "v1alpha1",
-            kind: "Work",
-            plural: "works",
-            short_names: &["wk"],
-            namespaced: true,
-            categorized: true,
-            columns: vec![
-                column(
-                    "WORKLOAD-KIND",
-                    "string",
-                    ".spec.workload.manifests[*].kind",
-                ),
-                condition("APPLIED", "Applied"),
-                age(),
-            ],
-            spec: open_object(
-                json!({"workload": open_object(json!({
-                    "manifests": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true, "x-kubernetes-embedded-resource": true}},
-                }), &[])}),
-                &[],
-            ),
-        },
-    ]
+    let mut kinds = vec![cluster, work];
+    kinds.extend(twins(
+        "policy.karmada.io",
+        "v1alpha1",
+        ("PropagationPolicy", "propagationpolicies", "pp"),
+        policy_columns,
+        propagation_spec(),
+    ));
+    kinds.extend(twins(
+        "policy.karmada.io",
+        "v1alpha1",
+        ("OverridePolicy", "overridepolicies", "op"),
+        vec![age()],
+        override_spec(),
+    ));
+    kinds.extend(twins(
+        "work.karmada.io",
+        "v1alpha2",
+        ("ResourceBinding", "resourcebindings", "rb"),
+        binding_columns,
+        binding_spec(),
+    ));
+    kinds
 }
 
 impl Kind {
     fn crd(&self) -> Value {
         let singular = self.kind.to_lowercase();
         let mut names = json!({
-            "kind": self.kind,
+            "kind": &self.kind,
             "listKind": format!("{}List", self.kind),
             "plural": self.plural,
             "singular": singular,

@@ -45,20 +45,20 @@ impl Packed {
         if value.len() < COMPRESS_FROM || value.len() > u32::MAX as usize {
             return Packed::Plain(value.clone());
         }
-        let compressed = COMPRESSOR.with(|c| {
+        let frame = COMPRESSOR.with(|c| {
             let mut c = c.borrow_mut();
-            let c = c.as_mut()?;
-            let bound = zstd::zstd_safe::compress_bound(value.len());
-            let mut out = Vec::with_capacity(4 + bound);
-            out.extend_from_slice(&(value.len() as u32).to_le_bytes());
-            let mut frame = Vec::with_capacity(bound);
-            c.compress_to_buffer(value, &mut frame).ok()?;
-            out.extend_from_slice(&frame);
-            Some(out)
+            let mut frame = Vec::with_capacity(zstd::zstd_safe::compress_bound(value.len()));
+            c.as_mut()?.compress_to_buffer(value, &mut frame).ok()?;
+            Some(frame)
         });
-        match compressed {
-            // Copied out: the buffers have room for the worst case.
-            Some(c) if c.len() < value.len() => Packed::Zstd(Bytes::copy_from_slice(&c)),
+        match frame {
+            Some(frame) if frame.len() + 4 < value.len() => {
+                // Exactly sized: the cache keeps it for the value's lifetime.
+                let mut packed = Vec::with_capacity(4 + frame.len());
+                packed.extend_from_slice(&(value.len() as u32).to_le_bytes());
+                packed.extend_from_slice(&frame);
+                Packed::Zstd(Bytes::from(packed))
+            }
             _ => Packed::Plain(value.clone()),
         }
     }
@@ -125,6 +125,29 @@ struct PackedEvent {
 }
 
 impl PackedEvent {
+    /// The event with its new value `packed` (puts) and `prev`, the entry
+    /// it replaces. A deletion's value is the last one: `prev`'s bytes,
+    /// shared rather than packed again.
+    fn new(event: &Event, packed: Option<Entry>, prev: Option<Entry>) -> PackedEvent {
+        let kv = match (packed, &prev) {
+            (Some(kv), _) => kv,
+            (None, Some(p)) => Entry {
+                mod_revision: event.kv.mod_revision,
+                ..p.clone()
+            },
+            (None, None) => Entry::pack(&event.kv),
+        };
+        PackedEvent {
+            kind: event.kind,
+            kv,
+            prev,
+        }
+    }
+
+    fn packed_value(event: &Event) -> Option<Entry> {
+        (event.kind == EventKind::Put).then(|| Entry::pack(&event.kv))
+    }
+
     fn revision(&self) -> Revision {
         self.kv.mod_revision
     }
@@ -151,25 +174,12 @@ fn pack_events(
                 Some(e) if e.mod_revision == p.mod_revision => e.clone(),
                 _ => Entry::pack(p),
             });
-            let kv = match (event.kind, &prev) {
-                // A deletion carries the last value, the one `prev` holds.
-                (EventKind::Delete, Some(p)) => Entry {
-                    key: event.kv.key.clone(),
-                    value: p.value.clone(),
-                    create_revision: event.kv.create_revision,
-                    mod_revision: event.kv.mod_revision,
-                },
-                _ => Entry::pack(&event.kv),
+            let packed = PackedEvent::new(&event, PackedEvent::packed_value(&event), prev);
+            match packed.kind {
+                EventKind::Put => latest.insert(packed.kv.key.clone(), packed.kv.clone()),
+                EventKind::Delete => latest.remove(&packed.kv.key),
             };
-            match event.kind {
-                EventKind::Put => latest.insert(kv.key.clone(), kv.clone()),
-                EventKind::Delete => latest.remove(&kv.key),
-            };
-            PackedEvent {
-                kind: event.kind,
-                kv,
-                prev,
-            }
+            packed
         })
         .collect()
 }
@@ -260,7 +270,7 @@ impl WatchCache {
         let packed: Vec<(Event, Option<Entry>)> = events
             .into_iter()
             .map(|e| {
-                let kv = (e.kind == EventKind::Put).then(|| Entry::pack(&e.kv));
+                let kv = PackedEvent::packed_value(&e);
                 (e, kv)
             })
             .collect();
@@ -269,29 +279,17 @@ impl WatchCache {
             for (event, packed) in packed {
                 // `prev` is the state's entry: share its bytes.
                 let prev = inner.state.get(&event.kv.key).cloned();
-                let kv = match (packed, &prev) {
-                    (Some(kv), _) => kv,
-                    // A deletion carries the last value, the one `prev` holds.
-                    (None, Some(p)) => Entry {
-                        mod_revision: event.kv.mod_revision,
-                        ..p.clone()
-                    },
-                    (None, None) => Entry::pack(&event.kv),
-                };
-                match event.kind {
+                let e = PackedEvent::new(&event, packed, prev);
+                match e.kind {
                     EventKind::Put => {
-                        inner.state.insert(kv.key.clone(), kv.clone());
+                        inner.state.insert(e.kv.key.clone(), e.kv.clone());
                     }
                     EventKind::Delete => {
-                        inner.state.remove(&kv.key);
+                        inner.state.remove(&e.kv.key);
                     }
                 }
-                inner.revision = kv.mod_revision;
-                inner.history.push_back(Arc::new(PackedEvent {
-                    kind: event.kind,
-                    kv,
-                    prev,
-                }));
+                inner.revision = e.kv.mod_revision;
+                inner.history.push_back(Arc::new(e));
             }
             while inner.history.len() > self.capacity {
                 if let Some(e) = inner.history.pop_front() {
