@@ -25,6 +25,7 @@ pub mod namespace;
 pub mod objects;
 pub mod openapi;
 pub mod patch;
+pub mod quantity;
 pub mod request;
 pub mod resources;
 pub mod scale;

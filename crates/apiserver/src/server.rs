@@ -33,7 +33,13 @@ pub struct Config {
     pub admin_token: Option<String>,
     /// Where Service ClusterIPs and NodePorts come from.
     pub service_network: crate::allocation::ServiceNetwork,
+    /// What `/metrics` serves (Prometheus text), when something embeds
+    /// metrics of its own (the control plane's controllers).
+    pub metrics: Option<MetricsSource>,
 }
+
+/// Renders the Prometheus text exposition on each scrape.
+pub type MetricsSource = Arc<dyn Fn() -> String + Send + Sync>;
 
 impl Default for Config {
     fn default() -> Self {
@@ -41,6 +47,7 @@ impl Default for Config {
             bookmark_interval: Duration::from_secs(60),
             admin_token: None,
             service_network: Default::default(),
+            metrics: None,
         }
     }
 }
@@ -191,6 +198,18 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
     }
     match segs.as_slice() {
         ["version"] if is_get => return Ok(json_response(StatusCode::OK, &version::info())),
+        ["metrics"] if is_get && api.config.metrics.is_some() => {
+            let body = api.config.metrics.as_ref().map(|m| m()).unwrap_or_default();
+            return Ok((
+                StatusCode::OK,
+                [(
+                    header::CONTENT_TYPE,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )],
+                body,
+            )
+                .into_response());
+        }
         ["api"] if is_get => {
             return Ok(if request::wants_aggregated_discovery(&parts.headers) {
                 aggregated(&discovery::aggregated(&api.registry, true))

@@ -1,22 +1,60 @@
 //! `flotilla controlplane`: the hub. The API server on the embedded store
-//! plus the federation control plane, which talks to it through a loopback
+//! plus the federation controllers, which talk to it through a loopback
 //! kube-rs client like any other client. The hub runs no workload
 //! controllers: a Deployment here is a template.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use anyhow::Context;
 use flotilla_apiserver::{Config, loopback};
+use flotilla_federation::context::Options;
+use flotilla_federation::metrics::Metrics;
 
-use crate::apiserver::{Args, announce_and_serve, prepare, shutdown_signal};
+use crate::apiserver::{Args as ServerArgs, announce_and_serve, prepare, shutdown_signal};
 
-pub async fn run(args: Args) -> anyhow::Result<()> {
-    let (data_dir, kubeconfig_path) = args.paths("controlplane");
-    let p = prepare(&data_dir, &args.serve, Config::default()).await?;
+#[derive(clap::Args)]
+pub struct ControlplaneArgs {
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// How often each Push member is probed.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub cluster_status_update_frequency: Duration,
+    /// How long a member must fail its probes before it turns NotReady.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub cluster_failure_threshold: Duration,
+    /// How long a NotReady member must pass its probes before it turns Ready.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub cluster_success_threshold: Duration,
+    /// How many Works are applied to members at once.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrent_work_syncs: u16,
+}
+
+pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
+    let (data_dir, kubeconfig_path) = args.server.paths("controlplane");
+    let metrics = Metrics::default();
+    let scrape = metrics.clone();
+    let config = Config {
+        metrics: Some(Arc::new(move || scrape.encode())),
+        ..Config::default()
+    };
+    let p = prepare(&data_dir, &args.server.serve, config).await?;
     let client = loopback::in_process(&p.api, &p.admin_token, "flotilla-controlplane");
     let server = tokio::spawn(p.api.serve(p.listener, Some(p.tls), shutdown_signal()));
     // Ready means the Karmada API is served: install before publishing.
     flotilla_federation::crds::install(&client)
         .await
         .context("cannot install the control plane's CRDs")?;
+    let options = Options {
+        cluster_status_interval: args.cluster_status_update_frequency,
+        cluster_failure_threshold: args.cluster_failure_threshold,
+        cluster_success_threshold: args.cluster_success_threshold,
+        work_concurrency: args.concurrent_work_syncs,
+    };
+    tokio::spawn(flotilla_federation::controlplane::run(
+        client, options, metrics,
+    ));
     announce_and_serve(
         "controlplane",
         server,

@@ -5,6 +5,7 @@ mod apiserver;
 mod bench;
 mod bench_member;
 mod controlplane;
+mod join;
 mod kubeconfig;
 mod member;
 mod token;
@@ -35,7 +36,11 @@ enum Command {
     Apiserver(apiserver::Args),
     /// Run the control plane (hub): the API server with Karmada's API and
     /// the federation controllers.
-    Controlplane(apiserver::Args),
+    Controlplane(Box<controlplane::ControlplaneArgs>),
+    /// Register a member cluster with the control plane (Push mode).
+    Join(join::JoinArgs),
+    /// Remove a member cluster and what Flotilla put there.
+    Unjoin(join::UnjoinArgs),
     /// Run a simulated member cluster: the API server plus nodes and
     /// workload controllers (`flotilla member fault` injects failures).
     Member(Box<member::Args>),
@@ -70,7 +75,9 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Apiserver(args) => apiserver::run(args).await,
             Command::Bench(b) => bench::run(b).await,
-            Command::Controlplane(args) => controlplane::run(args).await,
+            Command::Controlplane(args) => controlplane::run(*args).await,
+            Command::Join(args) => join::join(args).await,
+            Command::Unjoin(args) => join::unjoin(args).await,
             Command::Member(m) => member::run(*m).await,
             Command::Token(t) => token::run(t).await,
         }
@@ -81,5 +88,15 @@ fn main() -> std::process::ExitCode {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        super::Cli::command().debug_assert();
     }
 }

@@ -5,4 +5,23 @@
 //! kube-rs, as any client would.
 #![forbid(unsafe_code)]
 
+pub mod api;
+pub mod binding;
+pub mod cluster;
+pub mod conditions;
+pub mod context;
+pub mod controlplane;
 pub mod crds;
+pub mod detector;
+pub mod error;
+pub mod execution;
+pub mod fanout;
+pub mod interpreter;
+pub mod join;
+pub mod kinds;
+pub mod members;
+pub mod metrics;
+pub mod names;
+pub mod scheduler;
+pub mod selector;
+pub mod status;

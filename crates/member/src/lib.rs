@@ -9,7 +9,7 @@ pub mod informer;
 pub mod placement;
 pub mod pod;
 pub mod podutil;
-pub mod quantity;
+pub use flotilla_apiserver::quantity;
 pub mod sim;
 
 pub use config::SimConfig;

@@ -1,0 +1,486 @@
+//! Typed views of Karmada's API: the contract between the controllers.
+//!
+//! Field names and meanings follow Karmada's Go types. Fields no
+//! controller reads yet are kept as raw JSON (`extra`) so that copying a
+//! policy's placement into a binding loses nothing a user wrote.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, Taint, Toleration};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::CustomResource;
+use kube::core::{ApiResource, GroupVersionKind, NotUsed, Object};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub const CLUSTER_GROUP: &str = "cluster.karmada.io";
+pub const POLICY_GROUP: &str = "policy.karmada.io";
+pub const WORK_GROUP: &str = "work.karmada.io";
+
+/// Where Push clusters' credentials live (as `karmadactl join` does).
+pub const CLUSTER_NAMESPACE: &str = "karmada-cluster";
+/// The prefix of each cluster's execution namespace, which holds its Works.
+pub const EXECUTION_PREFIX: &str = "karmada-es-";
+
+pub mod labels {
+    pub const PP_ID: &str = "propagationpolicy.karmada.io/permanent-id";
+    pub const CPP_ID: &str = "clusterpropagationpolicy.karmada.io/permanent-id";
+    pub const RB_ID: &str = "resourcebinding.karmada.io/permanent-id";
+    pub const CRB_ID: &str = "clusterresourcebinding.karmada.io/permanent-id";
+    pub const WORK_ID: &str = "work.karmada.io/permanent-id";
+    /// On every object Flotilla creates in a member.
+    pub const MANAGED: &str = "karmada.io/managed";
+}
+
+pub mod annotations {
+    pub const PP_NAME: &str = "propagationpolicy.karmada.io/name";
+    pub const PP_NAMESPACE: &str = "propagationpolicy.karmada.io/namespace";
+    pub const CPP_NAME: &str = "clusterpropagationpolicy.karmada.io/name";
+    pub const APPLIED_PLACEMENT: &str = "policy.karmada.io/applied-placement";
+    pub const RB_NAME: &str = "resourcebinding.karmada.io/name";
+    pub const RB_NAMESPACE: &str = "resourcebinding.karmada.io/namespace";
+    pub const CRB_NAME: &str = "clusterresourcebinding.karmada.io/name";
+    pub const WORK_NAME: &str = "work.karmada.io/name";
+    pub const WORK_NAMESPACE: &str = "work.karmada.io/namespace";
+    pub const CONFLICT_RESOLUTION: &str = "work.karmada.io/conflict-resolution";
+    pub const TEMPLATE_GENERATION: &str = "resourcetemplate.karmada.io/generation";
+    /// Flotilla's own: a digest of the template's propagated content, so a
+    /// status-only write to the template does not re-render its Works.
+    pub const TEMPLATE_DIGEST: &str = "flotilla.io/template-digest";
+}
+
+pub mod finalizers {
+    pub const CLUSTER: &str = "karmada.io/cluster-controller";
+    pub const BINDING: &str = "karmada.io/binding-controller";
+    pub const EXECUTION: &str = "karmada.io/execution-controller";
+}
+
+// ---------------------------------------------------------------- Cluster
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "cluster.karmada.io",
+    version = "v1alpha1",
+    kind = "Cluster",
+    status = "ClusterStatus",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub sync_mode: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_endpoint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretRef>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure_skip_tls_verification: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zones: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<Taint>,
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+impl ClusterSpec {
+    /// `zones`, or the deprecated `zone` when `zones` is empty.
+    pub fn all_zones(&self) -> Vec<&str> {
+        if self.zones.is_empty() {
+            self.zone.iter().map(String::as_str).collect()
+        } else {
+            self.zones.iter().map(String::as_str).collect()
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct SecretRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub api_enablements: Vec<ApiEnablement>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_summary: Option<NodeSummary>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_summary: Option<ResourceSummary>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiEnablement {
+    pub group_version: String,
+    #[serde(default)]
+    pub resources: Vec<ApiEnablementResource>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct ApiEnablementResource {
+    pub name: String,
+    pub kind: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSummary {
+    pub total_num: i32,
+    pub ready_num: i32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct ResourceSummary {
+    #[serde(default)]
+    pub allocatable: BTreeMap<String, Quantity>,
+    #[serde(default)]
+    pub allocating: BTreeMap<String, Quantity>,
+    #[serde(default)]
+    pub allocated: BTreeMap<String, Quantity>,
+}
+
+impl Cluster {
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.status
+            .as_ref()?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.condition("Ready").is_some_and(|c| c.status == "True")
+    }
+
+    pub fn execution_namespace(name: &str) -> String {
+        format!("{EXECUTION_PREFIX}{name}")
+    }
+}
+
+// ------------------------------------------------------------- Policies
+
+/// PropagationPolicy and ClusterPropagationPolicy share one spec.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicySpec {
+    #[serde(default)]
+    pub resource_selectors: Vec<ResourceSelector>,
+    #[serde(default)]
+    pub priority: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conflict_resolution: Option<String>,
+    #[serde(default)]
+    pub placement: Placement,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub propagate_deps: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspension: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preserve_resources_on_deletion: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_name: Option<String>,
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+pub type Policy = Object<PolicySpec, NotUsed>;
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceSelector {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelector>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_affinity: Option<ClusterAffinity>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_affinities: Vec<ClusterAffinityTerm>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_tolerations: Vec<Toleration>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spread_constraints: Vec<SpreadConstraint>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica_scheduling: Option<ReplicaScheduling>,
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterAffinity {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field_selector: Option<FieldSelector>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_names: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FieldSelector {
+    #[serde(default)]
+    pub match_expressions: Vec<NodeSelectorRequirement>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterAffinityTerm {
+    pub affinity_name: String,
+    #[serde(flatten)]
+    pub affinity: ClusterAffinity,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SpreadConstraint {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread_by_field: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread_by_label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_groups: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_groups: Option<i32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaScheduling {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica_scheduling_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica_division_preference: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight_preference: Option<WeightPreference>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WeightPreference {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub static_weight_list: Vec<StaticWeight>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dynamic_weight: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StaticWeight {
+    pub target_cluster: ClusterAffinity,
+    pub weight: i64,
+}
+
+// ------------------------------------------------------------- Bindings
+
+/// ResourceBinding and ClusterResourceBinding share one spec.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingSpec {
+    pub resource: ObjectReference,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica_requirements: Option<ReplicaRequirements>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<TargetCluster>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conflict_resolution: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub propagate_deps: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspension: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preserve_resources_on_deletion: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_name: Option<String>,
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectReference {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resource_version: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaRequirements {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resource_request: BTreeMap<String, Quantity>,
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct TargetCluster {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_observing_affinity_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_scheduled_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub aggregated_status: Vec<AggregatedStatusItem>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AggregatedStatusItem {
+    pub cluster_name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Value>,
+    #[serde(default)]
+    pub applied: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
+}
+
+pub type Binding = Object<BindingSpec, BindingStatus>;
+
+/// Which of the twin kinds an object is: namespaced (PropagationPolicy,
+/// ResourceBinding) or cluster-scoped (ClusterPropagationPolicy,
+/// ClusterResourceBinding).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scope {
+    Namespaced,
+    Cluster,
+}
+
+pub fn policy_resource(scope: Scope) -> ApiResource {
+    let kind = match scope {
+        Scope::Namespaced => "PropagationPolicy",
+        Scope::Cluster => "ClusterPropagationPolicy",
+    };
+    ApiResource::from_gvk(&GroupVersionKind::gvk(POLICY_GROUP, "v1alpha1", kind))
+}
+
+pub fn binding_resource(scope: Scope) -> ApiResource {
+    let kind = match scope {
+        Scope::Namespaced => "ResourceBinding",
+        Scope::Cluster => "ClusterResourceBinding",
+    };
+    ApiResource::from_gvk(&GroupVersionKind::gvk(WORK_GROUP, "v1alpha2", kind))
+}
+
+// ----------------------------------------------------------------- Work
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "work.karmada.io",
+    version = "v1alpha1",
+    kind = "Work",
+    namespaced,
+    status = "WorkStatus",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkSpec {
+    pub workload: Workload,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend_dispatching: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preserve_resources_on_deletion: Option<bool>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct Workload {
+    #[serde(default)]
+    pub manifests: Vec<Value>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub manifest_statuses: Vec<ManifestStatus>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct ManifestStatus {
+    pub identifier: ResourceIdentifier,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct ResourceIdentifier {
+    pub ordinal: i32,
+    #[serde(default)]
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    #[serde(default)]
+    pub resource: String,
+    #[serde(default)]
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Work {
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.status
+            .as_ref()?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+    }
+}

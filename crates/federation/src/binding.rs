@@ -1,0 +1,253 @@
+//! The binding controller: one Work per target cluster, in the cluster's
+//! execution namespace, holding the template as delivered there (its share
+//! of replicas included). Works of clusters no longer targeted go, and
+//! with them the members' copies.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+use tracing::{debug, info};
+
+use crate::api::{
+    Binding, Cluster, Scope, Work, WorkSpec, Workload, annotations, binding_resource, finalizers,
+    labels,
+};
+use crate::context::{Ctx, retry};
+use crate::error::{Error, is_not_found};
+use crate::{interpreter, names};
+
+pub async fn run(
+    ctx: Ctx,
+    scope: Scope,
+    bindings: Store<Binding>,
+    changes: impl futures::Stream<Item = Result<Binding, kube::runtime::watcher::Error>>
+    + Send
+    + 'static,
+) {
+    Controller::for_stream_with(changes, bindings, binding_resource(scope))
+        .run(reconcile, retry, ctx)
+        .for_each(|_| async {})
+        .await;
+}
+
+/// The label that ties Works to their binding, and its value.
+pub fn binding_id(binding: &Binding) -> (&'static str, String) {
+    let key = if binding.metadata.namespace.is_some() {
+        labels::RB_ID
+    } else {
+        labels::CRB_ID
+    };
+    (key, binding.labels().get(key).cloned().unwrap_or_default())
+}
+
+pub fn binding_api(ctx: &Ctx, binding: &Binding) -> Api<Binding> {
+    match &binding.metadata.namespace {
+        Some(ns) => Api::namespaced_with(ctx.hub.clone(), ns, &binding_resource(Scope::Namespaced)),
+        None => Api::all_with(ctx.hub.clone(), &binding_resource(Scope::Cluster)),
+    }
+}
+
+/// The Work a binding has for `cluster`, where it lives.
+pub fn work_ref(binding: &Binding, cluster: &str) -> ObjectRef<Work> {
+    let r = &binding.spec.resource;
+    ObjectRef::new(&names::work_name(&r.kind, &r.namespace, &r.name))
+        .within(&Cluster::execution_namespace(cluster))
+}
+
+/// The template a binding refers to, as the hub serves it now.
+pub async fn template(ctx: &Ctx, binding: &Binding) -> Result<Option<DynamicObject>, Error> {
+    let r = &binding.spec.resource;
+    let (ar, namespaced) = ctx.hub_kinds.resolve(&r.api_version, &r.kind).await?;
+    let api: Api<DynamicObject> = if namespaced {
+        Api::namespaced_with(ctx.hub.clone(), &r.namespace, &ar)
+    } else {
+        Api::all_with(ctx.hub.clone(), &ar)
+    };
+    Ok(api.get_opt(&r.name).await?)
+}
+
+async fn reconcile(binding: Arc<Binding>, ctx: Ctx) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = sync(&binding, &ctx).await;
+    ctx.metrics
+        .observe_binding_sync(result.is_ok(), started.elapsed());
+    result
+}
+
+async fn sync(binding: &Binding, ctx: &Ctx) -> Result<Action, Error> {
+    let (id_key, id) = binding_id(binding);
+    let ours: Vec<Arc<Work>> = ctx
+        .works
+        .state()
+        .into_iter()
+        .filter(|w| !id.is_empty() && w.labels().get(id_key) == Some(&id))
+        .collect();
+    let name = binding.name_any();
+    if binding.metadata.deletion_timestamp.is_some() {
+        for w in &ours {
+            delete_work(ctx, w).await?;
+        }
+        if !ours.is_empty() {
+            // Their finalizers clean the members first.
+            return Ok(Action::requeue(Duration::from_millis(500)));
+        }
+        if binding
+            .finalizers()
+            .iter()
+            .any(|f| f == finalizers::BINDING)
+        {
+            let rest: Vec<&String> = binding
+                .finalizers()
+                .iter()
+                .filter(|f| *f != finalizers::BINDING)
+                .collect();
+            let patch = json!({"metadata": {"finalizers": rest, "resourceVersion": binding.resource_version()}});
+            binding_api(ctx, binding)
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+        return Ok(Action::await_change());
+    }
+    let targets: BTreeSet<String> = binding
+        .spec
+        .clusters
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    for w in &ours {
+        let cluster = w
+            .namespace()
+            .and_then(|ns| {
+                ns.strip_prefix(crate::api::EXECUTION_PREFIX)
+                    .map(str::to_string)
+            })
+            .unwrap_or_default();
+        if !targets.contains(&cluster) {
+            info!(binding = %name, %cluster, "no longer targeted; removing its Work");
+            delete_work(ctx, w).await?;
+        }
+    }
+    if targets.is_empty() {
+        return Ok(Action::await_change());
+    }
+    let Some(template) = template(ctx, binding).await? else {
+        // The template is gone; the garbage collector takes the binding.
+        return Ok(Action::await_change());
+    };
+    let template = serde_json::to_value(&template)?;
+    let mut base = interpreter::manifest(&template);
+    if let Some(g) = template
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64)
+        && let Some(meta) = base.get_mut("metadata").and_then(Value::as_object_mut)
+    {
+        let a = meta.entry("annotations").or_insert_with(|| json!({}));
+        if let Some(a) = a.as_object_mut() {
+            a.insert(
+                annotations::TEMPLATE_GENERATION.into(),
+                json!(g.to_string()),
+            );
+        }
+    }
+    let spec = &binding.spec;
+    let suspension = spec.suspension.clone().unwrap_or_default();
+    let suspended_everywhere = suspension.get("dispatching").and_then(Value::as_bool) == Some(true);
+    let suspended_on: Vec<&str> = suspension
+        .pointer("/dispatchingOnClusters/clusterNames")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    for target in &spec.clusters {
+        let mut manifest = base.clone();
+        if let (Some(n), Some(total)) = (target.replicas, spec.replicas) {
+            interpreter::revise_replicas(&mut manifest, &spec.resource.kind, n, total);
+        }
+        let suspend = suspended_everywhere || suspended_on.contains(&target.name.as_str());
+        let desired = WorkSpec {
+            workload: Workload {
+                manifests: vec![manifest],
+            },
+            suspend_dispatching: suspend.then_some(true),
+            preserve_resources_on_deletion: spec.preserve_resources_on_deletion,
+        };
+        write_work(ctx, binding, &target.name, desired, (id_key, &id)).await?;
+    }
+    Ok(Action::await_change())
+}
+
+async fn write_work(
+    ctx: &Ctx,
+    binding: &Binding,
+    cluster: &str,
+    spec: WorkSpec,
+    (id_key, id): (&str, &str),
+) -> Result<(), Error> {
+    let key = work_ref(binding, cluster);
+    let namespace = key.namespace.clone().unwrap_or_default();
+    let api: Api<Work> = Api::namespaced(ctx.hub.clone(), &namespace);
+    let existing = ctx.works.get(&key);
+    let mut work = match &existing {
+        Some(w) => (**w).clone(),
+        None => Work::new(&key.name, spec.clone()),
+    };
+    work.metadata.namespace = Some(namespace.clone());
+    work.spec = spec;
+    let l = work.metadata.labels.get_or_insert_default();
+    l.insert(id_key.into(), id.into());
+    if !l.contains_key(labels::WORK_ID) {
+        l.insert(labels::WORK_ID.into(), uuid::Uuid::new_v4().to_string());
+    }
+    let a = work.metadata.annotations.get_or_insert_default();
+    match &binding.metadata.namespace {
+        Some(ns) => {
+            a.insert(annotations::RB_NAME.into(), binding.name_any());
+            a.insert(annotations::RB_NAMESPACE.into(), ns.clone());
+        }
+        None => {
+            a.insert(annotations::CRB_NAME.into(), binding.name_any());
+        }
+    }
+    let conflict = match binding.spec.conflict_resolution.as_deref() {
+        Some(c) if c.eq_ignore_ascii_case("overwrite") => "overwrite",
+        _ => "abort",
+    };
+    a.insert(annotations::CONFLICT_RESOLUTION.into(), conflict.into());
+    match existing {
+        None => {
+            api.create(&PostParams::default(), &work).await?;
+            debug!(work = %key.name, %cluster, "work created");
+        }
+        Some(old) => {
+            if old.spec != work.spec
+                || old.metadata.labels != work.metadata.labels
+                || old.metadata.annotations != work.metadata.annotations
+            {
+                api.replace(&key.name, &PostParams::default(), &work)
+                    .await?;
+                debug!(work = %key.name, %cluster, "work updated");
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn delete_work(ctx: &Ctx, work: &Work) -> Result<(), Error> {
+    if work.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let api: Api<Work> = Api::namespaced(ctx.hub.clone(), &work.namespace().unwrap_or_default());
+    match api.delete(&work.name_any(), &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}

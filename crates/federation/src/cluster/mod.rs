@@ -1,0 +1,282 @@
+//! The cluster controller: each joined member's execution namespace,
+//! health (probed on an interval, damped by success and failure
+//! thresholds as Karmada's `--cluster-success-threshold` and
+//! `--cluster-failure-threshold`), status (version, APIs, nodes,
+//! resources), the not-ready taint, and what leaving removes.
+
+pub mod health;
+pub mod probe;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Secret, Taint};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::Store;
+use kube::{Api, ResourceExt};
+use parking_lot::Mutex;
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::api::{CLUSTER_NAMESPACE, Cluster, ClusterStatus, Work, finalizers};
+use crate::conditions;
+use crate::context::{Ctx, retry};
+use crate::error::{Error, is_not_found};
+use health::Damper;
+
+pub const NOT_READY_TAINT: &str = "cluster.karmada.io/not-ready";
+pub const UNREACHABLE_TAINT: &str = "cluster.karmada.io/unreachable";
+
+struct ClusterCtx {
+    shared: Ctx,
+    dampers: Mutex<HashMap<String, Damper>>,
+    namespaces: Mutex<HashSet<String>>,
+}
+
+pub async fn run(
+    ctx: Ctx,
+    clusters: Store<Cluster>,
+    changes: impl futures::Stream<Item = Result<Cluster, kube::runtime::watcher::Error>>
+    + Send
+    + 'static,
+) {
+    let cctx = Arc::new(ClusterCtx {
+        shared: ctx,
+        dampers: Mutex::default(),
+        namespaces: Mutex::default(),
+    });
+    Controller::for_stream(changes, clusters)
+        .run(
+            reconcile,
+            |c, e, x: Arc<ClusterCtx>| retry(c, e, x.shared.clone()),
+            cctx,
+        )
+        .for_each(|_| async {})
+        .await;
+}
+
+async fn reconcile(cluster: Arc<Cluster>, cctx: Arc<ClusterCtx>) -> Result<Action, Error> {
+    let ctx = &cctx.shared;
+    let name = cluster.name_any();
+    let api: Api<Cluster> = Api::all(ctx.hub.clone());
+    if cluster.metadata.deletion_timestamp.is_some() {
+        return finalize(&cctx, &cluster).await;
+    }
+    if !cluster
+        .finalizers()
+        .iter()
+        .any(|f| f == finalizers::CLUSTER)
+    {
+        let mut all = cluster.finalizers().to_vec();
+        all.push(finalizers::CLUSTER.into());
+        let patch =
+            json!({"metadata": {"finalizers": all, "resourceVersion": cluster.resource_version()}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        return Ok(Action::await_change());
+    }
+    ensure_execution_namespace(&cctx, &name).await?;
+    if cluster.spec.sync_mode != "Push" {
+        return Ok(Action::await_change());
+    }
+    let interval = ctx.options.cluster_status_interval;
+    // Our own status writes come back as events: do not probe again
+    // before the interval is (nearly) up.
+    let since = cctx
+        .dampers
+        .lock()
+        .get(&name)
+        .and_then(Damper::last_probe)
+        .map(|t| t.elapsed());
+    if let Some(since) = since
+        && since < interval / 2
+    {
+        return Ok(Action::requeue(interval - since));
+    }
+    let (health, observation) = match ctx.members.get(&cluster).await {
+        Ok(member) => match probe::health(&member.client).await {
+            Ok(()) => (Ok(()), probe::observe(&member.client).await),
+            Err(u) => (Err(u), Default::default()),
+        },
+        Err(e) => (
+            Err(probe::Unhealthy {
+                reason: "ClusterNotReachable",
+                message: e.to_string(),
+            }),
+            Default::default(),
+        ),
+    };
+    let old = cluster.status.clone().unwrap_or_default();
+    let recorded = cluster.condition("Ready").map(|c| c.status == "True");
+    let ready = cctx.dampers.lock().entry(name.clone()).or_default().decide(
+        recorded,
+        health.is_ok(),
+        Instant::now(),
+        ctx.options.cluster_success_threshold,
+        ctx.options.cluster_failure_threshold,
+    );
+    let mut status = ClusterStatus {
+        kubernetes_version: observation
+            .kubernetes_version
+            .or(old.kubernetes_version.clone()),
+        api_enablements: observation
+            .api_enablements
+            .unwrap_or(old.api_enablements.clone()),
+        conditions: old.conditions.clone(),
+        node_summary: observation.node_summary.or(old.node_summary.clone()),
+        resource_summary: observation
+            .resource_summary
+            .or(old.resource_summary.clone()),
+    };
+    match (&health, ready) {
+        (_, true) => {
+            conditions::set(
+                &mut status.conditions,
+                "Ready",
+                true,
+                "ClusterReady",
+                "cluster is healthy and ready to accept workloads",
+            );
+        }
+        (Err(u), false) => {
+            conditions::set(&mut status.conditions, "Ready", false, u.reason, &u.message);
+        }
+        // Healthy again, but not yet for the success threshold.
+        (Ok(()), false) => {}
+    }
+    if status != old {
+        if recorded != Some(ready) {
+            info!(cluster = %name, ready, "cluster readiness changed");
+        }
+        let patch = json!({"status": status});
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    set_taints(&api, &cluster, ready).await?;
+    Ok(Action::requeue(interval))
+}
+
+/// Ready False adds the NoSchedule taint `cluster.karmada.io/not-ready`;
+/// Ready True removes it (and the unreachable one).
+async fn set_taints(api: &Api<Cluster>, cluster: &Cluster, ready: bool) -> Result<(), Error> {
+    let mut taints = cluster.spec.taints.clone();
+    let had = taints.len();
+    let present = taints
+        .iter()
+        .any(|t| t.key == NOT_READY_TAINT && t.effect == "NoSchedule");
+    if ready {
+        taints.retain(|t| t.key != NOT_READY_TAINT && t.key != UNREACHABLE_TAINT);
+        if taints.len() == had {
+            return Ok(());
+        }
+    } else if present {
+        return Ok(());
+    } else {
+        taints.push(Taint {
+            key: NOT_READY_TAINT.into(),
+            effect: "NoSchedule".into(),
+            time_added: Some(conditions::now()),
+            value: None,
+        });
+    }
+    let patch = json!({"metadata": {"resourceVersion": cluster.resource_version()}, "spec": {"taints": taints}});
+    api.patch(
+        &cluster.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn ensure_execution_namespace(cctx: &ClusterCtx, cluster: &str) -> Result<(), Error> {
+    let ns = Cluster::execution_namespace(cluster);
+    if cctx.namespaces.lock().contains(&ns) {
+        return Ok(());
+    }
+    let api: Api<Namespace> = Api::all(cctx.shared.hub.clone());
+    if api.get_opt(&ns).await?.is_none() {
+        let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
+        match api.create(&PostParams::default(), &namespace).await {
+            Ok(_) => info!(namespace = %ns, "execution namespace created"),
+            Err(e) if crate::error::is_conflict(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    cctx.namespaces.lock().insert(ns);
+    Ok(())
+}
+
+/// Leaving: the cluster's Works go first (their finalizers remove the
+/// members' copies), then its execution namespace and the credentials
+/// `flotilla join` stored.
+async fn finalize(cctx: &ClusterCtx, cluster: &Cluster) -> Result<Action, Error> {
+    let ctx = &cctx.shared;
+    let name = cluster.name_any();
+    if !cluster
+        .finalizers()
+        .iter()
+        .any(|f| f == finalizers::CLUSTER)
+    {
+        return Ok(Action::await_change());
+    }
+    let ns = Cluster::execution_namespace(&name);
+    let works: Vec<Arc<Work>> = ctx
+        .works
+        .state()
+        .into_iter()
+        .filter(|w| w.metadata.namespace.as_deref() == Some(ns.as_str()))
+        .collect();
+    if !works.is_empty() {
+        let api: Api<Work> = Api::namespaced(ctx.hub.clone(), &ns);
+        for w in works
+            .iter()
+            .filter(|w| w.metadata.deletion_timestamp.is_none())
+        {
+            match api.delete(&w.name_any(), &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
+    match Api::<Namespace>::all(ctx.hub.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if is_not_found(&e) => {}
+        Err(e) => return Err(e.into()),
+    }
+    cctx.namespaces.lock().remove(&ns);
+    if let Some(secret) = &cluster.spec.secret_ref
+        && secret.namespace == CLUSTER_NAMESPACE
+    {
+        match Api::<Secret>::namespaced(ctx.hub.clone(), &secret.namespace)
+            .delete(&secret.name, &DeleteParams::default())
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => warn!(error = %e, cluster = %name, "cannot delete the cluster's credentials"),
+        }
+    }
+    let rest: Vec<&String> = cluster
+        .finalizers()
+        .iter()
+        .filter(|f| *f != finalizers::CLUSTER)
+        .collect();
+    let patch =
+        json!({"metadata": {"finalizers": rest, "resourceVersion": cluster.resource_version()}});
+    Api::<Cluster>::all(ctx.hub.clone())
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    ctx.members.forget(&name);
+    cctx.dampers.lock().remove(&name);
+    info!(cluster = %name, "cluster removed");
+    Ok(Action::await_change())
+}

@@ -1,0 +1,70 @@
+//! What every federation controller shares: the hub client, caches of
+//! Clusters and Works, member clients, and the options they run with.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
+use tracing::{debug, warn};
+
+use crate::api::{Cluster, Work};
+use crate::error::Error;
+use crate::kinds::Kinds;
+use crate::members::Members;
+use crate::metrics::Metrics;
+
+/// Tunables; the defaults are Karmada's.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// How often a Push member is probed (`--cluster-status-update-frequency`).
+    pub cluster_status_interval: Duration,
+    /// How long a failure must last before Ready turns False.
+    pub cluster_failure_threshold: Duration,
+    /// How long success must last before Ready turns True again.
+    pub cluster_success_threshold: Duration,
+    /// Concurrent Work applies (`--concurrent-work-syncs`).
+    pub work_concurrency: u16,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            cluster_status_interval: Duration::from_secs(10),
+            cluster_failure_threshold: Duration::from_secs(30),
+            cluster_success_threshold: Duration::from_secs(30),
+            work_concurrency: 5,
+        }
+    }
+}
+
+pub struct Shared {
+    pub hub: Client,
+    pub hub_kinds: Kinds,
+    pub clusters: Store<Cluster>,
+    pub works: Store<Work>,
+    pub members: Members,
+    pub options: Options,
+    pub metrics: Metrics,
+}
+
+pub type Ctx = Arc<Shared>;
+
+impl Shared {
+    pub fn cluster(&self, name: &str) -> Option<Arc<Cluster>> {
+        self.clusters
+            .get(&kube::runtime::reflector::ObjectRef::new(name))
+    }
+}
+
+/// The error policy every controller uses: log, then retry.
+pub fn retry<K>(_: Arc<K>, error: &Error, _: Ctx) -> Action {
+    if error.is_conflict() {
+        // Someone wrote first: read again and redo, nothing is wrong.
+        debug!(%error, "write conflict; retrying");
+    } else {
+        warn!(%error, "reconcile failed; retrying");
+    }
+    Action::requeue(error.retry_after())
+}

@@ -1,0 +1,132 @@
+//! Wires the federation controllers together over shared caches of the
+//! hub's Clusters, bindings and Works: one watch per kind, fanned out to
+//! every controller that needs it.
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::broadcast;
+use tokio::task::JoinSet;
+use tracing::info;
+
+use crate::api::{Binding, Cluster, Scope, Work, binding_resource};
+use crate::context::{Options, Shared};
+use crate::fanout::Fanout;
+use crate::kinds::Kinds;
+use crate::members::Members;
+use crate::metrics::Metrics;
+use crate::{binding, cluster, detector, execution, scheduler, status};
+
+/// What of a cluster placement depends on: a change here reschedules.
+fn placement_fingerprint(c: &Cluster) -> u64 {
+    let mut h = DefaultHasher::new();
+    c.labels().hash(&mut h);
+    serde_json::to_string(&c.spec)
+        .unwrap_or_default()
+        .hash(&mut h);
+    c.metadata.deletion_timestamp.is_some().hash(&mut h);
+    let apis = c
+        .status
+        .as_ref()
+        .map(|s| serde_json::to_string(&s.api_enablements).unwrap_or_default());
+    apis.hash(&mut h);
+    h.finish()
+}
+
+/// Turns cluster changes into "reschedule everything" signals, only when
+/// something placement depends on changed (not on every status probe).
+async fn placement_changes(
+    clusters: impl Stream<Item = Arc<Cluster>> + Send + 'static,
+    tx: broadcast::Sender<()>,
+) {
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    let mut clusters = std::pin::pin!(clusters);
+    while let Some(c) = clusters.next().await {
+        let f = placement_fingerprint(&c);
+        if seen.insert(c.name_any(), f) != Some(f) {
+            let _ = tx.send(());
+        }
+    }
+}
+
+fn signal(rx: broadcast::Receiver<()>) -> impl Stream<Item = ()> + Send + 'static {
+    tokio_stream::wrappers::BroadcastStream::new(rx).map(|_| ())
+}
+
+/// Runs every federation controller against the hub until one stops
+/// (which only happens when the process is shutting down).
+pub async fn run(hub: Client, options: Options, metrics: Metrics) {
+    let (clusters, drive_clusters) = Fanout::new(Api::<Cluster>::all(hub.clone()), ());
+    let (works, drive_works) = Fanout::new(Api::<Work>::all(hub.clone()), ());
+    let bindings = [Scope::Namespaced, Scope::Cluster].map(|scope| {
+        let ar = binding_resource(scope);
+        (
+            scope,
+            Fanout::new(Api::<Binding>::all_with(hub.clone(), &ar), ar),
+        )
+    });
+    let ctx = Arc::new(Shared {
+        hub_kinds: Kinds::new(hub.clone()),
+        members: Members::new(hub.clone()),
+        hub,
+        clusters: clusters.store.clone(),
+        works: works.store.clone(),
+        options,
+        metrics,
+    });
+    let (placement_tx, _) = broadcast::channel(16);
+    let mut tasks = JoinSet::new();
+    tasks.spawn(placement_changes(
+        clusters.subscribe_shared(),
+        placement_tx.clone(),
+    ));
+    tasks.spawn(cluster::run(
+        ctx.clone(),
+        clusters.store.clone(),
+        clusters.subscribe(),
+    ));
+    tasks.spawn(detector::run(
+        ctx.clone(),
+        [bindings[0].1.0.store.clone(), bindings[1].1.0.store.clone()],
+    ));
+    let mut drives = vec![];
+    for (scope, (fanout, drive)) in bindings {
+        let store = fanout.store.clone();
+        tasks.spawn(scheduler::run(
+            ctx.clone(),
+            scope,
+            store.clone(),
+            fanout.subscribe(),
+            signal(placement_tx.subscribe()),
+        ));
+        tasks.spawn(binding::run(
+            ctx.clone(),
+            scope,
+            store.clone(),
+            fanout.subscribe(),
+        ));
+        tasks.spawn(status::run(
+            ctx.clone(),
+            scope,
+            store,
+            fanout.subscribe(),
+            works.subscribe(),
+        ));
+        drives.push(drive);
+    }
+    tasks.spawn(execution::run(
+        ctx.clone(),
+        works.store.clone(),
+        works.subscribe(),
+    ));
+    tasks.spawn(drive_clusters);
+    tasks.spawn(drive_works);
+    for d in drives {
+        tasks.spawn(d);
+    }
+    info!("federation controllers started");
+    tasks.join_next().await;
+}

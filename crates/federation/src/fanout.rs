@@ -1,0 +1,75 @@
+//! One watch per kind, shared by every controller that needs it: a cache
+//! (reflector store) and a lossless fan-out of changes to subscribers.
+//!
+//! kube-rs's shared reflectors (`ReflectHandle`) need a defaultable
+//! dynamic type and can stall on an object deleted before a subscriber
+//! reads it; each subscriber here gets its own unbounded queue of the
+//! changed objects instead.
+
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource};
+use parking_lot::Mutex;
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+type Subscribers<K> = Arc<Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>>;
+
+pub struct Fanout<K: Resource + 'static>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    pub store: Store<K>,
+    subscribers: Subscribers<K>,
+}
+
+impl<K> Fanout<K>
+where
+    K: Resource + Clone + std::fmt::Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    /// The fan-out and the future that drives its watch (to be spawned
+    /// once every subscriber has subscribed).
+    pub fn new(
+        api: Api<K>,
+        dyntype: K::DynamicType,
+    ) -> (
+        Fanout<K>,
+        impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let writer = reflector::store::Writer::new(dyntype);
+        let store = writer.as_reader();
+        let subscribers: Subscribers<K> = Arc::default();
+        let subs = subscribers.clone();
+        let drive = async move {
+            let events = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+                .default_backoff()
+                .touched_objects();
+            let mut events = std::pin::pin!(events);
+            while let Some(event) = events.next().await {
+                let Ok(obj) = event else { continue };
+                let obj = Arc::new(obj);
+                subs.lock().retain(|s| s.send(obj.clone()).is_ok());
+            }
+        };
+        (Fanout { store, subscribers }, drive)
+    }
+
+    /// Every later change (deletions included), as controllers take them.
+    pub fn subscribe(&self) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.subscribers.lock().push(tx);
+        UnboundedReceiverStream::new(rx).map(|obj: Arc<K>| Ok((*obj).clone()))
+    }
+
+    /// As [`subscribe`](Self::subscribe), without copying the objects.
+    pub fn subscribe_shared(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.subscribers.lock().push(tx);
+        UnboundedReceiverStream::new(rx)
+    }
+}

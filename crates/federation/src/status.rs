@@ -1,0 +1,207 @@
+//! The binding-status controller: folds each target cluster's Work status
+//! into the binding's aggregatedStatus and FullyApplied condition, then
+//! the members' statuses into the template's own status, so that
+//! `kubectl get deploy` on the hub shows the fleet.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::api::{Patch, PatchParams};
+use kube::core::DynamicObject;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+use tracing::debug;
+
+use crate::api::{AggregatedStatusItem, Binding, Scope, Work, annotations, binding_resource};
+use crate::binding::{binding_api, template, work_ref};
+use crate::conditions;
+use crate::context::{Ctx, retry};
+use crate::error::{Error, is_not_found};
+use crate::interpreter;
+
+pub async fn run(
+    ctx: Ctx,
+    scope: Scope,
+    bindings: Store<Binding>,
+    binding_changes: impl futures::Stream<Item = Result<Binding, kube::runtime::watcher::Error>>
+    + Send
+    + 'static,
+    work_changes: impl futures::Stream<Item = Result<Work, kube::runtime::watcher::Error>>
+    + Send
+    + 'static,
+) {
+    let ar = binding_resource(scope);
+    let mapper_ar = ar.clone();
+    Controller::for_stream_with(binding_changes, bindings, ar)
+        .watches_stream_with(
+            work_changes,
+            move |w: Work| owner(&w, scope, &mapper_ar),
+            (),
+        )
+        .run(reconcile, retry, ctx)
+        .for_each(|_| async {})
+        .await;
+}
+
+/// The binding a Work belongs to, from the annotations the binding
+/// controller writes.
+fn owner(work: &Work, scope: Scope, ar: &kube::core::ApiResource) -> Option<ObjectRef<Binding>> {
+    let a = work.annotations();
+    match scope {
+        Scope::Namespaced => {
+            let name = a.get(annotations::RB_NAME)?;
+            let ns = a.get(annotations::RB_NAMESPACE)?;
+            Some(ObjectRef::new_with(name, ar.clone()).within(ns))
+        }
+        Scope::Cluster => {
+            let name = a.get(annotations::CRB_NAME)?;
+            Some(ObjectRef::new_with(name, ar.clone()))
+        }
+    }
+}
+
+fn item(cluster: &str, work: Option<&Work>) -> AggregatedStatusItem {
+    let applied = work.and_then(|w| w.condition("Applied"));
+    let manifest = work
+        .and_then(|w| w.status.as_ref())
+        .and_then(|s| s.manifest_statuses.first());
+    AggregatedStatusItem {
+        cluster_name: cluster.into(),
+        status: manifest.and_then(|m| m.status.clone()),
+        applied: applied.is_some_and(|c| c.status == "True"),
+        applied_message: applied
+            .filter(|c| c.status != "True")
+            .map(|c| c.message.clone())
+            .or_else(|| {
+                work.is_none()
+                    .then(|| "Work is not created yet".to_string())
+            }),
+        health: Some(
+            manifest
+                .and_then(|m| m.health.clone())
+                .unwrap_or_else(|| "Unknown".into()),
+        ),
+    }
+}
+
+async fn reconcile(binding: Arc<Binding>, ctx: Ctx) -> Result<Action, Error> {
+    if binding.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let items: Vec<AggregatedStatusItem> = binding
+        .spec
+        .clusters
+        .iter()
+        .map(|t| {
+            item(
+                &t.name,
+                ctx.works.get(&work_ref(&binding, &t.name)).as_deref(),
+            )
+        })
+        .collect();
+    let mut status = binding.status.clone().unwrap_or_default();
+    let failed: Vec<String> = items
+        .iter()
+        .filter(|i| !i.applied)
+        .map(|i| {
+            format!(
+                "{}: {}",
+                i.cluster_name,
+                i.applied_message.as_deref().unwrap_or("not applied")
+            )
+        })
+        .collect();
+    let fully = !items.is_empty() && failed.is_empty();
+    let (reason, message) = if fully {
+        (
+            "FullyAppliedSuccess",
+            "All works have been successfully applied".to_string(),
+        )
+    } else if items.is_empty() {
+        (
+            "FullyAppliedFailed",
+            "The binding is not scheduled to any cluster".to_string(),
+        )
+    } else {
+        ("FullyAppliedFailed", failed.join("; "))
+    };
+    let mut changed = conditions::set(
+        &mut status.conditions,
+        "FullyApplied",
+        fully,
+        reason,
+        &message,
+    );
+    if status.aggregated_status != items {
+        status.aggregated_status = items.clone();
+        changed = true;
+    }
+    if changed {
+        let patch = json!({
+            "metadata": {"resourceVersion": binding.resource_version()},
+            "status": {"aggregatedStatus": status.aggregated_status, "conditions": status.conditions},
+        });
+        binding_api(&ctx, &binding)
+            .patch_status(
+                &binding.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+    }
+    reflect_into_template(&ctx, &binding, &items).await?;
+    Ok(Action::await_change())
+}
+
+async fn reflect_into_template(
+    ctx: &Ctx,
+    binding: &Binding,
+    items: &[AggregatedStatusItem],
+) -> Result<(), Error> {
+    let r = &binding.spec.resource;
+    if !matches!(
+        r.kind.as_str(),
+        "Deployment" | "StatefulSet" | "DaemonSet" | "Job" | "Service"
+    ) {
+        return Ok(());
+    }
+    let Some(template) = template(ctx, binding).await? else {
+        return Ok(());
+    };
+    if template.metadata.uid.as_deref() != Some(r.uid.as_str()) {
+        return Ok(());
+    }
+    let value = serde_json::to_value(&template)?;
+    let Some(aggregated) = interpreter::aggregate_status(&r.kind, &value, items) else {
+        return Ok(());
+    };
+    let current = value.get("status").cloned().unwrap_or(Value::Null);
+    let differs = aggregated
+        .as_object()
+        .into_iter()
+        .flatten()
+        .any(|(k, v)| current.get(k) != Some(v));
+    if !differs {
+        return Ok(());
+    }
+    let (ar, namespaced) = ctx.hub_kinds.resolve(&r.api_version, &r.kind).await?;
+    let api: Api<DynamicObject> = if namespaced {
+        Api::namespaced_with(ctx.hub.clone(), &r.namespace, &ar)
+    } else {
+        Api::all_with(ctx.hub.clone(), &ar)
+    };
+    let patch = json!({"status": aggregated});
+    match api
+        .patch_status(&r.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {
+            debug!(kind = %r.kind, name = %r.name, "template status updated");
+            Ok(())
+        }
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
