@@ -234,3 +234,481 @@ impl Drop for Fleet {
         }
     }
 }
+
+fn configmap_policy(name: &str, placement: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {name}
+data: {{greeting: hello}}
+---
+apiVersion: policy.karmada.io/v1alpha1
+kind: PropagationPolicy
+metadata:
+  name: {name}
+spec:
+  resourceSelectors:
+    - apiVersion: v1
+      kind: ConfigMap
+      name: {name}
+  placement:
+{placement}
+"#
+    )
+}
+
+fn holders(fleet: &Fleet, args: &[&str]) -> Vec<String> {
+    fleet
+        .members
+        .iter()
+        .filter(|(_, m)| exists(m, args))
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
+fn wait_holders(fleet: &Fleet, args: &[&str], want: &[&str]) {
+    wait_for(WAIT, &format!("{args:?} exactly in {want:?}"), || {
+        holders(fleet, args) == want
+    });
+}
+
+#[test]
+fn placement_follows_labels_exclusions_regions_and_fields() {
+    let fleet = Fleet::new(&[
+        ("member1", "us-east"),
+        ("member2", "eu-west"),
+        ("member3", "eu-west"),
+    ]);
+    // Duplicated to the clusters a labelSelector picks.
+    fleet.apply(&configmap_policy(
+        "by-label",
+        "    clusterAffinity:\n      labelSelector:\n        matchLabels: {region: eu-west}",
+    ));
+    wait_holders(&fleet, &["get", "cm", "by-label"], &["member2", "member3"]);
+    // exclude.
+    fleet.apply(&configmap_policy(
+        "excluded",
+        "    clusterAffinity:\n      exclude: [member2]",
+    ));
+    wait_holders(&fleet, &["get", "cm", "excluded"], &["member1", "member3"]);
+    // A region fieldSelector.
+    fleet.apply(&configmap_policy(
+        "by-field",
+        "    clusterAffinity:\n      fieldSelector:\n        matchExpressions:\n          - {key: region, operator: In, values: [us-east]}",
+    ));
+    wait_holders(&fleet, &["get", "cm", "by-field"], &["member1"]);
+    // Spread over two regions: one cluster in each.
+    fleet.apply(&configmap_policy(
+        "spread",
+        "    spreadConstraints:\n      - {spreadByField: region, maxGroups: 2, minGroups: 2}",
+    ));
+    wait_for(WAIT, "spread over both regions", || {
+        let h = holders(&fleet, &["get", "cm", "spread"]);
+        h.len() == 2 && h.contains(&"member1".to_string())
+    });
+    // The copies are the template's, and only where the policy says.
+    assert_eq!(
+        jsonpath(
+            fleet.member("member2"),
+            &["get", "cm", "by-label"],
+            "{.data.greeting}"
+        ),
+        "hello"
+    );
+    // An update of the template reaches every copy.
+    fleet.hub.ok(&[
+        "patch",
+        "cm",
+        "by-label",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"greeting":"hi"}}"#,
+    ]);
+    wait_for(WAIT, "updated copies", || {
+        ["member2", "member3"].iter().all(|m| {
+            jsonpath(
+                fleet.member(m),
+                &["get", "cm", "by-label"],
+                "{.data.greeting}",
+            ) == "hi"
+        })
+    });
+    // Changing the policy moves the object.
+    fleet.hub.ok(&[
+        "patch",
+        "pp",
+        "excluded",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"placement":{"clusterAffinity":{"exclude":["member1","member3"]}}}}"#,
+    ]);
+    wait_holders(&fleet, &["get", "cm", "excluded"], &["member2"]);
+    let no_fit = configmap_policy(
+        "nowhere",
+        "    clusterAffinity:\n      clusterNames: [member9]",
+    );
+    fleet.apply(&no_fit);
+    wait_for(WAIT, "NoClusterFit reported", || {
+        fleet.jsonpath_hub(
+            &["get", "rb", "nowhere-configmap"],
+            "{.status.conditions[?(@.type==\"Scheduled\")].reason}",
+        ) == "NoClusterFit"
+    });
+}
+
+const WIDGET_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec:
+              type: object
+              x-kubernetes-preserve-unknown-fields: true
+---
+apiVersion: policy.karmada.io/v1alpha1
+kind: ClusterPropagationPolicy
+metadata:
+  name: crds-and-widgets
+spec:
+  resourceSelectors:
+    - apiVersion: apiextensions.k8s.io/v1
+      kind: CustomResourceDefinition
+      name: widgets.example.com
+    - apiVersion: example.com/v1
+      kind: Widget
+  placement:
+    clusterAffinity:
+      clusterNames: [member1, member2]
+"#;
+
+#[test]
+fn a_custom_resource_propagates_with_its_crd_and_goes_with_its_template() {
+    let fleet = Fleet::new(&[("member1", "us-east"), ("member2", "eu-west")]);
+    fleet.apply(WIDGET_CRD);
+    wait_holders(
+        &fleet,
+        &["get", "crd", "widgets.example.com"],
+        &["member1", "member2"],
+    );
+    // The hub picks up the new kind and its objects, in a namespace the
+    // members do not have yet.
+    fleet.apply("apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n");
+    fleet.apply(
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: gear, namespace: shop}\nspec: {teeth: 12}\n",
+    );
+    wait_holders(
+        &fleet,
+        &["get", "widget", "gear", "-n", "shop"],
+        &["member1", "member2"],
+    );
+    assert_eq!(
+        jsonpath(
+            fleet.member("member2"),
+            &["get", "widget", "gear", "-n", "shop"],
+            "{.spec.teeth}"
+        ),
+        "12"
+    );
+    // Namespaces follow what is placed in them, nothing more.
+    fleet.apply("apiVersion: v1\nkind: Namespace\nmetadata: {name: empty}\n");
+    fleet.apply(&configmap_policy(
+        "plain",
+        "    clusterAffinity:\n      clusterNames: [member1]",
+    ));
+    wait_holders(&fleet, &["get", "cm", "plain"], &["member1"]);
+    assert!(!exists(
+        fleet.member("member1"),
+        &["get", "namespace", "empty"]
+    ));
+    fleet.hub.ok(&["delete", "widget", "gear", "-n", "shop"]);
+    wait_holders(&fleet, &["get", "widget", "gear", "-n", "shop"], &[]);
+    fleet.hub.ok(&["delete", "cm", "plain"]);
+    wait_holders(&fleet, &["get", "cm", "plain"], &[]);
+}
+
+#[test]
+fn an_existing_member_object_is_reported_then_taken_over_with_overwrite() {
+    let fleet = Fleet::new(&[("member1", "us-east")]);
+    let m = fleet.member("member1");
+    let out = m.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {owner: member}\n",
+        ),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    fleet.apply(&configmap_policy(
+        "settings",
+        "    clusterAffinity:\n      clusterNames: [member1]",
+    ));
+    wait_for(WAIT, "the conflict on the binding", || {
+        fleet.jsonpath_hub(
+            &["get", "rb", "settings-configmap"],
+            "{.status.conditions[?(@.type==\"FullyApplied\")].status}",
+        ) == "False"
+    });
+    let message = fleet.jsonpath_hub(
+        &["get", "rb", "settings-configmap"],
+        "{.status.aggregatedStatus[0].appliedMessage}",
+    );
+    assert_has(
+        &message,
+        &["already exists", "not managed by Flotilla", "Overwrite"],
+    );
+    assert_eq!(
+        jsonpath(m, &["get", "cm", "settings"], "{.data.owner}"),
+        "member"
+    );
+    let work = fleet.hub.ok(&["get", "work", "-n", "karmada-es-member1"]);
+    assert_has(&work, &["ConfigMap", "False"]);
+    // The policy says Overwrite: the member's copy becomes the template's.
+    fleet.hub.ok(&[
+        "patch",
+        "pp",
+        "settings",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"conflictResolution":"Overwrite"}}"#,
+    ]);
+    wait_for(WAIT, "taken over", || {
+        jsonpath(m, &["get", "cm", "settings"], "{.data.greeting}") == "hello"
+            && jsonpath(
+                m,
+                &["get", "cm", "settings"],
+                "{.metadata.labels.karmada\\.io/managed}",
+            ) == "true"
+    });
+    wait_for(WAIT, "FullyApplied", || {
+        fleet.jsonpath_hub(
+            &["get", "rb", "settings-configmap"],
+            "{.status.conditions[?(@.type==\"FullyApplied\")].status}",
+        ) == "True"
+    });
+    // Drift in what Flotilla applies is reverted.
+    m.ok(&[
+        "patch",
+        "cm",
+        "settings",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"greeting":"drifted"}}"#,
+    ]);
+    wait_for(WAIT, "drift reverted", || {
+        jsonpath(m, &["get", "cm", "settings"], "{.data.greeting}") == "hello"
+    });
+}
+
+#[test]
+fn unjoining_moves_the_share_to_the_rest_and_removes_the_copies() {
+    let fleet = Fleet::new(&[("member1", "us-east"), ("member2", "eu-west")]);
+    let dynamic = NGINX
+        .replace("clusterNames: [member1, member2]", "{}")
+        .replace(
+            "      weightPreference:\n        staticWeightList:\n          - targetCluster: {clusterNames: [member1]}\n            weight: 1\n          - targetCluster: {clusterNames: [member2]}\n            weight: 2\n",
+            "      weightPreference:\n        dynamicWeight: AvailableReplicas\n",
+        )
+        .replace("clusterAffinity:\n      {}", "clusterAffinity: {}");
+    fleet.apply(&dynamic);
+    wait_for(WAIT, "divided over both", || {
+        let a: i32 = replicas_in(&fleet, "member1").parse().unwrap_or(0);
+        let b: i32 = replicas_in(&fleet, "member2").parse().unwrap_or(0);
+        a > 0 && b > 0 && a + b == 3
+    });
+    let out = flotilla(&[
+        "unjoin",
+        "member2",
+        "--kubeconfig",
+        fleet.hub.kubeconfig.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "unjoin: {}", stderr(&out));
+    wait_for(WAIT, "all 3 replicas in member1", || {
+        replicas_in(&fleet, "member1") == "3"
+    });
+    assert!(!exists(
+        fleet.member("member2"),
+        &["get", "deploy", "nginx"]
+    ));
+    assert!(!exists(&fleet.hub, &["get", "cluster", "member2"]));
+    assert!(!exists(
+        &fleet.hub,
+        &["get", "namespace", "karmada-es-member2"]
+    ));
+    assert!(!exists(
+        &fleet.hub,
+        &["get", "secret", "member2", "-n", "karmada-cluster"]
+    ));
+    wait_for(WAIT, "3 ready on the hub", || {
+        fleet.jsonpath_hub(&["get", "deploy", "nginx"], "{.status.readyReplicas}") == "3"
+    });
+}
+
+#[test]
+fn joins_that_cannot_work_fail_clearly_and_leave_nothing() {
+    let fleet = Fleet::new(&[("member1", "us-east")]);
+    let hub = fleet.hub.kubeconfig.to_str().unwrap().to_string();
+    let member = fleet
+        .member("member1")
+        .kubeconfig
+        .to_str()
+        .unwrap()
+        .to_string();
+    let join = |args: &[&str]| {
+        let mut all = vec!["join"];
+        all.extend_from_slice(args);
+        flotilla(&all)
+    };
+    // A duplicate name.
+    let out = join(&[
+        "member1",
+        "--kubeconfig",
+        &hub,
+        "--cluster-kubeconfig",
+        &member,
+    ]);
+    assert!(!out.status.success());
+    assert_has(&stderr(&out), &["already joined"]);
+    // A bad kubeconfig.
+    let bad = common::write(
+        fleet.hub.dir.path(),
+        "bad-kubeconfig",
+        "this: [is not a kubeconfig",
+    );
+    let out = join(&[
+        "broken",
+        "--kubeconfig",
+        &hub,
+        "--cluster-kubeconfig",
+        bad.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert_has(&stderr(&out), &["cannot read the cluster kubeconfig"]);
+    // An unreachable cluster: the member's credentials, a closed port.
+    let text = std::fs::read_to_string(&member).unwrap();
+    let port = text
+        .split("https://127.0.0.1:")
+        .nth(1)
+        .unwrap()
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = closed.local_addr().unwrap().port().to_string();
+    drop(closed);
+    let unreachable = common::write(
+        fleet.hub.dir.path(),
+        "gone-kubeconfig",
+        &text.replace(port, &closed_port),
+    );
+    let out = join(&[
+        "gone",
+        "--kubeconfig",
+        &hub,
+        "--cluster-kubeconfig",
+        unreachable.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert_has(&stderr(&out), &["cannot reach cluster gone"]);
+    // Nothing was left behind.
+    let clusters = fleet.hub.ok(&["get", "clusters", "-o", "name"]);
+    assert_eq!(clusters.trim(), "cluster.cluster.karmada.io/member1");
+    let secrets = fleet
+        .hub
+        .ok(&["get", "secrets", "-n", "karmada-cluster", "-o", "name"]);
+    assert_eq!(secrets.trim(), "secret/member1");
+    // Unjoining what never joined.
+    let out = flotilla(&["unjoin", "nobody", "--kubeconfig", &hub]);
+    assert!(!out.status.success());
+    assert_has(&stderr(&out), &["has not joined"]);
+}
+
+#[test]
+fn cluster_status_reports_the_member_and_an_unreachable_member_is_tainted() {
+    let fleet = Fleet::new(&[("member1", "us-east")]);
+    wait_for(WAIT, "status collected", || {
+        fleet.jsonpath_hub(
+            &["get", "cluster", "member1"],
+            "{.status.nodeSummary.readyNum}",
+        ) == "2"
+    });
+    let version = fleet.jsonpath_hub(
+        &["get", "cluster", "member1"],
+        "{.status.kubernetesVersion}",
+    );
+    assert!(version.starts_with("v1."), "{version}");
+    let cpu = fleet.jsonpath_hub(
+        &["get", "cluster", "member1"],
+        "{.status.resourceSummary.allocatable.cpu}",
+    );
+    assert_eq!(cpu, "8");
+    let apis = fleet.jsonpath_hub(
+        &["get", "cluster", "member1"],
+        "{.status.apiEnablements[*].groupVersion}",
+    );
+    assert_has(&apis, &["apps/v1", "batch/v1"]);
+    let wide = fleet.hub.ok(&["get", "cluster", "member1", "-o", "wide"]);
+    assert_has(&wide, &["us-east", "https://127.0.0.1:"]);
+    // Unreachable: NotReady after the failure threshold, with the taint.
+    let data = fleet.member("member1").data_dir();
+    let out = flotilla(&[
+        "member",
+        "fault",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "unreachable",
+        "--mode",
+        "refuse",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_for(WAIT, "NotReady with the taint", || {
+        fleet.jsonpath_hub(
+            &["get", "cluster", "member1"],
+            "{.status.conditions[?(@.type==\"Ready\")].reason}",
+        ) == "ClusterNotReachable"
+            && fleet.jsonpath_hub(&["get", "cluster", "member1"], "{.spec.taints[*].key}")
+                == "cluster.karmada.io/not-ready"
+    });
+    let out = flotilla(&[
+        "member",
+        "fault",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "reachable",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    fleet.wait_ready("member1");
+    wait_for(WAIT, "taint removed", || {
+        fleet
+            .jsonpath_hub(&["get", "cluster", "member1"], "{.spec.taints[*].key}")
+            .is_empty()
+    });
+    // The control plane's metrics, named as Karmada's, count the pipeline.
+    fleet.apply(&configmap_policy(
+        "counted",
+        "    clusterAffinity:\n      clusterNames: [member1]",
+    ));
+    wait_holders(&fleet, &["get", "cm", "counted"], &["member1"]);
+    let metrics = fleet.hub.ok(&["get", "--raw", "/metrics"]);
+    assert_has(
+        &metrics,
+        &[
+            "resource_match_policy_duration_seconds_count",
+            "karmada_scheduler_e2e_scheduling_duration_seconds_count{result=\"success\"}",
+            "binding_sync_work_duration_seconds_bucket",
+            "work_sync_workload_duration_seconds_count{result=\"success\"}",
+        ],
+    );
+}

@@ -220,7 +220,7 @@ async fn reconcile(work: Arc<Work>, exec: Arc<Execution>) -> Result<Action, Erro
     Ok(if ok {
         Action::requeue(RESYNC)
     } else {
-        Action::requeue(Duration::from_secs(10))
+        Action::requeue(Duration::from_secs(2))
     })
 }
 
