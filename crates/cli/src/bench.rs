@@ -17,6 +17,10 @@ pub enum Bench {
     /// Time to run pods, memory and idle CPU of `flotilla member`, one big
     /// member or many small ones side by side.
     Member(crate::bench_member::MemberArgs),
+    /// Distribution latency, scheduling throughput, memory and restart
+    /// convergence of `flotilla controlplane` with simulated members,
+    /// against writing the same objects to the members directly.
+    Propagation(crate::bench_propagation::PropagationArgs),
 }
 
 #[derive(clap::Args)]
@@ -39,6 +43,7 @@ pub async fn run(b: Bench) -> anyhow::Result<()> {
     match b {
         Bench::Apiserver(args) => apiserver(args).await,
         Bench::Member(args) => crate::bench_member::run(args).await,
+        Bench::Propagation(args) => crate::bench_propagation::run(args).await,
     }
 }
 

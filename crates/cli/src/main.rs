@@ -4,6 +4,7 @@
 mod apiserver;
 mod bench;
 mod bench_member;
+mod bench_propagation;
 mod controlplane;
 mod join;
 mod kubeconfig;

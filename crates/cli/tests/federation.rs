@@ -712,3 +712,36 @@ fn cluster_status_reports_the_member_and_an_unreachable_member_is_tainted() {
         ],
     );
 }
+
+#[test]
+fn the_propagation_benchmark_runs_and_reports_json() {
+    let out = flotilla(&[
+        "bench",
+        "propagation",
+        "--templates",
+        "20",
+        "--members",
+        "2",
+        "--json",
+    ]);
+    assert!(out.status.success(), "bench: {}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().last().unwrap_or_default();
+    let result: serde_json::Value = serde_json::from_str(line).expect("one JSON object");
+    assert_eq!(result["copies"], 40);
+    assert!(
+        result["latency_ms"]["p99"]
+            .as_f64()
+            .is_some_and(|p| p > 0.0)
+    );
+    assert!(
+        result["flotilla_over_direct"]
+            .as_f64()
+            .is_some_and(|r| r > 0.0)
+    );
+    assert!(
+        result["controlplane_peak_rss_mib"]
+            .as_f64()
+            .is_some_and(|r| r > 0.0)
+    );
+}

@@ -3,7 +3,7 @@
 //! of replicas included). Works of clusters no longer targeted go, and
 //! with them the members' copies.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,6 +12,7 @@ use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tracing::{debug, info};
 
@@ -32,7 +33,11 @@ pub async fn run(
     + 'static,
 ) {
     Controller::for_stream_with(changes, bindings, binding_resource(scope))
-        .run(reconcile, retry, ctx)
+        .run(
+            reconcile,
+            |b, e, s: Arc<(Ctx, Synced)>| retry(b, e, s.0.clone()),
+            Arc::new((ctx, Synced::default())),
+        )
         .for_each(|_| async {})
         .await;
 }
@@ -73,25 +78,38 @@ pub async fn template(ctx: &Ctx, binding: &Binding) -> Result<Option<DynamicObje
     Ok(api.get_opt(&r.name).await?)
 }
 
-async fn reconcile(binding: Arc<Binding>, ctx: Ctx) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = sync(&binding, &ctx).await;
-    ctx.metrics
-        .observe_binding_sync(result.is_ok(), started.elapsed());
-    result
+/// The generation each binding's Works were last written from.
+type Synced = Mutex<HashMap<String, Option<i64>>>;
+
+async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Synced)>) -> Result<Action, Error> {
+    let (ctx, synced) = (&state.0, &state.1);
+    sync(&binding, ctx, synced).await
 }
 
-async fn sync(binding: &Binding, ctx: &Ctx) -> Result<Action, Error> {
-    let (id_key, id) = binding_id(binding);
-    let ours: Vec<Arc<Work>> = ctx
-        .works
+/// The Works this binding has now, found by name in every joined
+/// cluster's execution namespace (Work names are deterministic), so a
+/// sync costs the number of clusters, not the number of Works.
+fn works_of(ctx: &Ctx, binding: &Binding, (id_key, id): (&str, &str)) -> Vec<(String, Arc<Work>)> {
+    ctx.clusters
         .state()
-        .into_iter()
-        .filter(|w| !id.is_empty() && w.labels().get(id_key) == Some(&id))
-        .collect();
+        .iter()
+        .filter_map(|c| {
+            let name = c.name_any();
+            let w = ctx.works.get(&work_ref(binding, &name))?;
+            (!id.is_empty() && w.labels().get(id_key).map(String::as_str) == Some(id))
+                .then_some((name, w))
+        })
+        .collect()
+}
+
+async fn sync(binding: &Binding, ctx: &Ctx, synced: &Synced) -> Result<Action, Error> {
+    let (id_key, id) = binding_id(binding);
+    let ours = works_of(ctx, binding, (id_key, &id));
     let name = binding.name_any();
+    let uid = binding.metadata.uid.clone().unwrap_or_default();
     if binding.metadata.deletion_timestamp.is_some() {
-        for w in &ours {
+        synced.lock().remove(&uid);
+        for (_, w) in &ours {
             delete_work(ctx, w).await?;
         }
         if !ours.is_empty() {
@@ -121,25 +139,40 @@ async fn sync(binding: &Binding, ctx: &Ctx) -> Result<Action, Error> {
         .iter()
         .map(|t| t.name.clone())
         .collect();
-    for w in &ours {
-        let cluster = w
-            .namespace()
-            .and_then(|ns| {
-                ns.strip_prefix(crate::api::EXECUTION_PREFIX)
-                    .map(str::to_string)
-            })
-            .unwrap_or_default();
-        if !targets.contains(&cluster) {
+    let complete = ours.len() == targets.len() && ours.iter().all(|(c, _)| targets.contains(c));
+    if complete && synced.lock().get(&uid) == Some(&binding.metadata.generation) {
+        // The Works were written from this very spec.
+        return Ok(Action::await_change());
+    }
+    let started = Instant::now();
+    let result = write_works(ctx, binding, &ours, &targets, (id_key, &id)).await;
+    ctx.metrics
+        .observe_binding_sync(result.is_ok(), started.elapsed());
+    result?;
+    synced.lock().insert(uid, binding.metadata.generation);
+    Ok(Action::await_change())
+}
+
+async fn write_works(
+    ctx: &Ctx,
+    binding: &Binding,
+    ours: &[(String, Arc<Work>)],
+    targets: &BTreeSet<String>,
+    (id_key, id): (&str, &str),
+) -> Result<(), Error> {
+    let name = binding.name_any();
+    for (cluster, w) in ours {
+        if !targets.contains(cluster) {
             info!(binding = %name, %cluster, "no longer targeted; removing its Work");
             delete_work(ctx, w).await?;
         }
     }
     if targets.is_empty() {
-        return Ok(Action::await_change());
+        return Ok(());
     }
     let Some(template) = template(ctx, binding).await? else {
         // The template is gone; the garbage collector takes the binding.
-        return Ok(Action::await_change());
+        return Ok(());
     };
     let template = serde_json::to_value(&template)?;
     let mut base = interpreter::manifest(&template);
@@ -179,9 +212,9 @@ async fn sync(binding: &Binding, ctx: &Ctx) -> Result<Action, Error> {
             suspend_dispatching: suspend.then_some(true),
             preserve_resources_on_deletion: spec.preserve_resources_on_deletion,
         };
-        write_work(ctx, binding, &target.name, desired, (id_key, &id)).await?;
+        write_work(ctx, binding, &target.name, desired, (id_key, id)).await?;
     }
-    Ok(Action::await_change())
+    Ok(())
 }
 
 async fn write_work(
@@ -201,6 +234,12 @@ async fn write_work(
     };
     work.metadata.namespace = Some(namespace.clone());
     work.spec = spec;
+    // The execution controller's finalizer from the start: one write less,
+    // and no window in which a Work could go without cleaning its member.
+    let f = work.metadata.finalizers.get_or_insert_default();
+    if !f.iter().any(|f| f == finalizers::EXECUTION) {
+        f.push(finalizers::EXECUTION.into());
+    }
     let l = work.metadata.labels.get_or_insert_default();
     l.insert(id_key.into(), id.into());
     if !l.contains_key(labels::WORK_ID) {
@@ -228,6 +267,7 @@ async fn write_work(
         }
         Some(old) => {
             if old.spec != work.spec
+                || old.metadata.finalizers != work.metadata.finalizers
                 || old.metadata.labels != work.metadata.labels
                 || old.metadata.annotations != work.metadata.annotations
             {

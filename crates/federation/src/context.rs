@@ -2,6 +2,7 @@
 //! Clusters and Works, member clients, and the options they run with.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use kube::Client;
@@ -47,6 +48,10 @@ pub struct Shared {
     pub members: Members,
     pub options: Options,
     pub metrics: Metrics,
+    /// Bumped whenever a cluster changes in a way placement depends on;
+    /// a binding scheduled at the current epoch and generation needs no
+    /// new decision.
+    pub placement_epoch: AtomicU64,
 }
 
 pub type Ctx = Arc<Shared>;

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use futures::{Stream, StreamExt};
 use kube::{Api, Client, ResourceExt};
@@ -13,7 +14,7 @@ use tokio::task::JoinSet;
 use tracing::info;
 
 use crate::api::{Binding, Cluster, Scope, Work, binding_resource};
-use crate::context::{Options, Shared};
+use crate::context::{Ctx, Options, Shared};
 use crate::fanout::Fanout;
 use crate::kinds::Kinds;
 use crate::members::Members;
@@ -39,6 +40,7 @@ fn placement_fingerprint(c: &Cluster) -> u64 {
 /// Turns cluster changes into "reschedule everything" signals, only when
 /// something placement depends on changed (not on every status probe).
 async fn placement_changes(
+    ctx: Ctx,
     clusters: impl Stream<Item = Arc<Cluster>> + Send + 'static,
     tx: broadcast::Sender<()>,
 ) {
@@ -47,6 +49,8 @@ async fn placement_changes(
     while let Some(c) = clusters.next().await {
         let f = placement_fingerprint(&c);
         if seen.insert(c.name_any(), f) != Some(f) {
+            ctx.placement_epoch.fetch_add(1, Ordering::SeqCst);
+            tracing::debug!(cluster = %c.name_any(), "placement-relevant cluster change");
             let _ = tx.send(());
         }
     }
@@ -76,10 +80,12 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
         works: works.store.clone(),
         options,
         metrics,
+        placement_epoch: Default::default(),
     });
     let (placement_tx, _) = broadcast::channel(16);
     let mut tasks = JoinSet::new();
     tasks.spawn(placement_changes(
+        ctx.clone(),
         clusters.subscribe_shared(),
         placement_tx.clone(),
     ));

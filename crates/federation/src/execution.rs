@@ -36,6 +36,9 @@ use crate::interpreter;
 use crate::kinds::gvk_of;
 use crate::members::Member;
 
+/// A member object: cluster, kind, namespace, name.
+type MemberObject = (String, String, String, String);
+
 /// The field manager of every apply to a member.
 pub const FIELD_MANAGER: &str = "flotilla";
 
@@ -49,6 +52,9 @@ struct Execution {
     watches: Mutex<HashMap<(String, GroupVersionKind), JoinHandle<()>>>,
     /// Namespaces known to exist in each member.
     namespaces: Mutex<HashSet<(String, String)>>,
+    /// The resourceVersion each apply left on a member object, so the
+    /// watch does not bring back the echo of Flotilla's own write.
+    applied: Mutex<HashMap<MemberObject, String>>,
     member_events: mpsc::Sender<ObjectRef<Work>>,
 }
 
@@ -62,6 +68,7 @@ pub async fn run(
         shared: ctx.clone(),
         watches: Mutex::default(),
         namespaces: Mutex::default(),
+        applied: Mutex::default(),
         member_events: tx,
     });
     let concurrency = ctx.options.work_concurrency;
@@ -338,6 +345,15 @@ async fn apply(
         info!(%cluster, %kind, %namespace, %name, "created in member");
     }
     ensure_watch(exec, member, cluster, &ar);
+    if let Some(rv) = live.metadata.resource_version.clone() {
+        let key = (
+            cluster.to_string(),
+            kind.clone(),
+            namespace.clone(),
+            name.clone(),
+        );
+        exec.applied.lock().insert(key, rv);
+    }
     let live = serde_json::to_value(&live).map_err(|e| e.to_string())?;
     Ok((identifier, live))
 }
@@ -439,6 +455,20 @@ fn ensure_watch(exec: &Arc<Execution>, member: &Member, cluster: &str, ar: &ApiR
         while let Some(event) = events.next().await {
             match event {
                 Ok(obj) => {
+                    let key = (
+                        cluster.clone(),
+                        obj.types
+                            .as_ref()
+                            .map(|t| t.kind.clone())
+                            .unwrap_or_default(),
+                        obj.namespace().unwrap_or_default(),
+                        obj.name_any(),
+                    );
+                    let echo =
+                        exec2.applied.lock().get(&key) == obj.metadata.resource_version.as_ref();
+                    if echo && obj.metadata.deletion_timestamp.is_none() {
+                        continue;
+                    }
                     let a = obj.annotations();
                     if let (Some(name), Some(ns)) = (
                         a.get(annotations::WORK_NAME),

@@ -281,8 +281,10 @@ async fn reconcile(obj: Arc<DynamicObject>, tctx: Arc<TypeCtx>) -> Result<Action
         }
         return Ok(Action::await_change());
     };
-    claim(&api, &obj, &policy, scope).await?;
-    ensure_binding(&tctx, &obj, &policy, scope).await
+    // The binding is built from the template as claimed, so the claim's
+    // own write does not count as a change of the template.
+    let claimed = claim(&api, &obj, &policy, scope).await?;
+    ensure_binding(&tctx, claimed.as_ref().unwrap_or(&obj), &policy, scope).await
 }
 
 /// The policy that claimed this template, if any: (scope, permanent id).
@@ -332,7 +334,7 @@ async fn claim(
     obj: &DynamicObject,
     policy: &Policy,
     scope: Scope,
-) -> Result<(), Error> {
+) -> Result<Option<DynamicObject>, Error> {
     let id = permanent_id(policy, scope);
     let placement = serde_json::to_string(&policy.spec.placement)?;
     let policy_name = policy.name_any();
@@ -363,17 +365,18 @@ async fn claim(
     if up_to_date(&labels_patch, current_labels)
         && up_to_date(&annotations_patch, current_annotations)
     {
-        return Ok(());
+        return Ok(None);
     }
     let patch = json!({"metadata": {"labels": labels_patch, "annotations": annotations_patch}});
-    api.patch(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
+    let claimed = api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
     debug!(template = %obj.name_any(), policy = %policy_name, "claimed");
-    Ok(())
+    Ok(Some(claimed))
 }
 
 /// A digest of what a template delivers, so that writes to its status do

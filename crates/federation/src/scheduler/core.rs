@@ -375,6 +375,25 @@ fn decide(
             assign::webster(total, &weights, ascending)
         }
     };
+    if total == 0 {
+        // Scaled to zero: the clusters keep the workload at 0 replicas
+        // rather than losing it.
+        let keep: Vec<&Candidate> = if kept.is_empty() {
+            selected.iter().collect()
+        } else {
+            selected
+                .iter()
+                .filter(|c| kept.contains_key(&c.name))
+                .collect()
+        };
+        return Ok(keep
+            .into_iter()
+            .map(|c| TargetCluster {
+                name: c.name.clone(),
+                replicas: Some(0),
+            })
+            .collect());
+    }
     Ok(assignment
         .into_iter()
         .filter(|(_, r)| *r > 0)

@@ -5,14 +5,17 @@
 pub mod assign;
 pub mod core;
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use futures::{Stream, StreamExt};
-use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::Store;
+use kube::{Api, ResourceExt};
+use parking_lot::Mutex;
 use serde_json::json;
 use tracing::{debug, info};
 
@@ -23,6 +26,9 @@ use crate::error::Error;
 
 pub const SCHEDULER_NAME: &str = "default-scheduler";
 
+/// What each binding was last scheduled at: (generation, placement epoch).
+type Decided = Mutex<HashMap<String, (Option<i64>, u64)>>;
+
 pub async fn run(
     ctx: Ctx,
     scope: Scope,
@@ -32,15 +38,29 @@ pub async fn run(
 ) {
     Controller::for_stream_with(changes, bindings, binding_resource(scope))
         .reconcile_all_on(clusters_changed)
-        .run(reconcile, retry, ctx)
+        .run(
+            |b, c: Arc<(Ctx, Decided)>| reconcile(b, c),
+            |b, e, c: Arc<(Ctx, Decided)>| retry(b, e, c.0.clone()),
+            Arc::new((ctx, Decided::default())),
+        )
         .for_each(|_| async {})
         .await;
 }
 
-async fn reconcile(binding: Arc<Binding>, ctx: Ctx) -> Result<Action, Error> {
+async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Decided)>) -> Result<Action, Error> {
+    let (ctx, decided) = (&state.0, &state.1);
     if binding.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
+    let uid = binding.metadata.uid.clone().unwrap_or_default();
+    let epoch = ctx.placement_epoch.load(Ordering::SeqCst);
+    // The cache may not show our last writes yet: what this scheduler
+    // decided and wrote is the reference.
+    if decided.lock().get(&uid) == Some(&(binding.metadata.generation, epoch)) {
+        // Nothing placement depends on changed since the last decision.
+        return Ok(Action::await_change());
+    }
+    debug!(binding = %binding.name_any(), generation = ?binding.metadata.generation, epoch, last = ?decided.lock().get(&uid), "scheduling");
     let spec = &binding.spec;
     if spec
         .scheduler_name
@@ -60,7 +80,6 @@ async fn reconcile(binding: Arc<Binding>, ctx: Ctx) -> Result<Action, Error> {
     }
     let started = Instant::now();
     let clusters: Vec<_> = ctx.clusters.state().iter().map(|c| (**c).clone()).collect();
-    let uid = binding.metadata.uid.clone().unwrap_or_default();
     let status = binding.status.clone().unwrap_or_default();
     let decision = core::schedule(
         spec,
@@ -92,13 +111,15 @@ async fn reconcile(binding: Arc<Binding>, ctx: Ctx) -> Result<Action, Error> {
                 .get(annotations::APPLIED_PLACEMENT)
                 .cloned();
             if d.clusters != spec.clusters || recorded.as_deref() != Some(placement.as_str()) {
-                current.spec.clusters = d.clusters.clone();
-                current
-                    .metadata
-                    .annotations
-                    .get_or_insert_default()
-                    .insert(annotations::APPLIED_PLACEMENT.into(), placement);
-                current = api.replace(&name, &PostParams::default(), &current).await?;
+                // spec.clusters is the scheduler's alone: a patch without a
+                // resourceVersion cannot lose anyone else's write.
+                let patch = json!({
+                    "metadata": {"annotations": {annotations::APPLIED_PLACEMENT: placement}},
+                    "spec": {"clusters": d.clusters},
+                });
+                current = api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
                 changed = true;
                 info!(binding = %name, clusters = ?d.clusters, "scheduled");
             }
@@ -135,6 +156,7 @@ async fn reconcile(binding: Arc<Binding>, ctx: Ctx) -> Result<Action, Error> {
     }
     ctx.metrics
         .observe_scheduling(decision.is_ok(), started.elapsed());
+    decided.lock().insert(uid, (generation, epoch));
     Ok(Action::await_change())
 }
 

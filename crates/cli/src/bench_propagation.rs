@@ -1,0 +1,507 @@
+//! `flotilla bench propagation`: how fast and at what cost the control
+//! plane distributes templates. Starts a control plane and M simulated
+//! members, applies N templates under one policy, and measures the time
+//! from each template's creation to its copies existing in the members,
+//! scheduling throughput, the control plane's memory, the time to
+//! converge after a kill -9, and, as the baseline nothing in between can
+//! beat, the same N x M objects written straight to the members.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::{WatchStreamExt, watcher};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+
+use crate::bench::{ServerProcess, client_when_ready, peak_rss_kib, print_machine};
+
+#[derive(clap::Args)]
+pub struct PropagationArgs {
+    /// Templates applied.
+    #[arg(long, default_value_t = 1000)]
+    templates: usize,
+    /// Member clusters.
+    #[arg(long, default_value_t = 2)]
+    members: usize,
+    /// What the templates are: ConfigMaps, Deployments, or half of each.
+    #[arg(long, value_enum, default_value_t = Kind::Configmap)]
+    kind: Kind,
+    /// Replicas of each Deployment.
+    #[arg(long, default_value_t = 0)]
+    replicas: i32,
+    /// How the policy places them.
+    #[arg(long, value_enum, default_value_t = Division::Duplicated)]
+    division: Division,
+    /// Concurrent creates, for the templates and the direct baseline alike.
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Then kill -9 the control plane and time its cold convergence.
+    #[arg(long)]
+    restart: bool,
+    /// Print the results as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Configmap,
+    Deployment,
+    Mixed,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
+enum Division {
+    Duplicated,
+    Divided,
+}
+
+const NAMESPACE: &str = "bench";
+
+fn spawn(args: &[&str], data: &Path) -> anyhow::Result<ServerProcess> {
+    let child = Command::new(std::env::current_exe()?)
+        .args(args)
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data)
+        .env("FLOTILLA_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("cannot start flotilla")?;
+    Ok(ServerProcess(child))
+}
+
+fn template(kind: &str, i: usize, replicas: i32) -> Value {
+    let name = format!("t{i:06}");
+    if kind == "ConfigMap" {
+        return json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "data": {"index": i.to_string(), "payload": "x".repeat(256)}});
+    }
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app": name}},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "app", "image": "registry.example/app:1.0",
+                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}}})
+}
+
+fn resource(kind: &str) -> ApiResource {
+    if kind == "ConfigMap" {
+        ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap"))
+    } else {
+        ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment"))
+    }
+}
+
+fn kind_of(args: &PropagationArgs, i: usize) -> &'static str {
+    match args.kind {
+        Kind::Configmap => "ConfigMap",
+        Kind::Deployment => "Deployment",
+        Kind::Mixed if i.is_multiple_of(2) => "Deployment",
+        Kind::Mixed => "ConfigMap",
+    }
+}
+
+async fn create_all(
+    client: &kube::Client,
+    objects: Vec<Value>,
+    concurrency: usize,
+    created: Option<&Mutex<HashMap<String, Instant>>>,
+) -> anyhow::Result<()> {
+    let results: Vec<anyhow::Result<()>> = futures::stream::iter(objects)
+        .map(|obj| async move {
+            let kind = obj["kind"].as_str().unwrap_or_default().to_string();
+            let name = obj["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let ns = obj["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or(NAMESPACE)
+                .to_string();
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), &ns, &resource(&kind));
+            let obj: DynamicObject = serde_json::from_value(obj)?;
+            let at = Instant::now();
+            api.create(&PostParams::default(), &obj)
+                .await
+                .with_context(|| format!("create {kind} {name}"))?;
+            if let Some(created) = created {
+                created.lock().insert(format!("{kind}/{name}"), at);
+            }
+            Ok(())
+        })
+        .buffer_unordered(concurrency)
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+async fn ensure_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let ns = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+    match api.create(&PostParams::default(), &ns).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Records when each object of `kind` first appears in a member.
+fn observe(
+    member: kube::Client,
+    kind: &'static str,
+    seen: Arc<Mutex<HashMap<String, Vec<Instant>>>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let api: Api<DynamicObject> = Api::namespaced_with(member, NAMESPACE, &resource(kind));
+        let mut events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        let mut mine = std::collections::HashSet::new();
+        while let Some(Ok(obj)) = events.next().await {
+            let key = format!("{kind}/{}", obj.metadata.name.unwrap_or_default());
+            if mine.insert(key.clone()) {
+                seen.lock().entry(key).or_default().push(Instant::now());
+            }
+        }
+    })
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+async fn metric_sum(hub: &kube::Client, name: &str) -> f64 {
+    let Ok(req) = http::Request::get("/metrics").body(Vec::new()) else {
+        return 0.0;
+    };
+    let Ok(text) = hub.request_text(req).await else {
+        return 0.0;
+    };
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn start_members(
+    args: &PropagationArgs,
+    dir: &Path,
+) -> anyhow::Result<Vec<(ServerProcess, PathBuf, kube::Client)>> {
+    let mut members = Vec::new();
+    for i in 1..=args.members {
+        let data = dir.join(format!("member{i}"));
+        let name = format!("member{i}");
+        let p = spawn(
+            &[
+                "member",
+                "--name",
+                &name,
+                "--nodes",
+                "3",
+                "--pod-startup",
+                "1s",
+            ],
+            &data,
+        )?;
+        members.push((p, data.join("kubeconfig")));
+    }
+    let mut out = Vec::new();
+    for (p, kubeconfig) in members {
+        let client = client_when_ready(&kubeconfig, Duration::from_secs(120)).await?;
+        out.push((p, kubeconfig, client));
+    }
+    Ok(out)
+}
+
+pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
+    if args.templates == 0 || args.members == 0 {
+        bail!("--templates and --members must be at least 1");
+    }
+    let dir = tempfile::tempdir()?;
+    let hub_data = dir.path().join("hub");
+    if !args.json {
+        println!(
+            "flotilla bench propagation: {} {:?} templates x {} members, {:?}, concurrency {}",
+            args.templates, args.kind, args.members, args.division, args.concurrency
+        );
+        print_machine();
+    }
+    let mut hub_process = spawn(&["controlplane"], &hub_data)?;
+    let hub = client_when_ready(&hub_data.join("kubeconfig"), Duration::from_secs(60)).await?;
+    let members = start_members(&args, dir.path()).await?;
+    for (i, (_, kubeconfig, _)) in members.iter().enumerate() {
+        let credentials = flotilla_federation::join::credentials_from_kubeconfig(kubeconfig, None)?;
+        let request = flotilla_federation::join::JoinRequest {
+            name: format!("member{}", i + 1),
+            credentials,
+            ..Default::default()
+        };
+        flotilla_federation::join::join(&hub, &request).await?;
+    }
+    // Every member Ready before the clock starts.
+    let clusters: Api<flotilla_federation::api::Cluster> = Api::all(hub.clone());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let list = clusters.list(&Default::default()).await?;
+        if list.items.iter().filter(|c| c.is_ready()).count() == args.members {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("members did not become Ready within 2 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    ensure_namespace(&hub, NAMESPACE).await?;
+    let placement = match args.division {
+        Division::Duplicated => json!({}),
+        Division::Divided => json!({"replicaScheduling": {"replicaSchedulingType": "Divided",
+            "replicaDivisionPreference": "Weighted"}}),
+    };
+    let policy: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "policy.karmada.io/v1alpha1", "kind": "PropagationPolicy",
+        "metadata": {"name": "bench", "namespace": NAMESPACE},
+        "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap"},
+                                       {"apiVersion": "apps/v1", "kind": "Deployment"}],
+                 "placement": placement}}))?;
+    let pp_ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "policy.karmada.io",
+        "v1alpha1",
+        "PropagationPolicy",
+    ));
+    Api::<DynamicObject>::namespaced_with(hub.clone(), NAMESPACE, &pp_ar)
+        .create(&PostParams::default(), &policy)
+        .await?;
+
+    // Expected copies per template.
+    let copies = |kind: &str| -> usize {
+        match (args.division, kind) {
+            (Division::Divided, "Deployment") if args.replicas > 0 => {
+                args.members.min(args.replicas as usize)
+            }
+            _ => args.members,
+        }
+    };
+    let seen: Arc<Mutex<HashMap<String, Vec<Instant>>>> = Arc::default();
+    let mut observers = Vec::new();
+    for (_, _, client) in &members {
+        for kind in ["ConfigMap", "Deployment"] {
+            observers.push(observe(client.clone(), kind, seen.clone()));
+        }
+    }
+    let created: Mutex<HashMap<String, Instant>> = Mutex::default();
+    let objects: Vec<Value> = (0..args.templates)
+        .map(|i| template(kind_of(&args, i), i, args.replicas))
+        .collect();
+    let expected: HashMap<String, usize> = objects
+        .iter()
+        .map(|o| {
+            let k = o["kind"].as_str().unwrap_or_default();
+            (
+                format!("{k}/{}", o["metadata"]["name"].as_str().unwrap_or_default()),
+                copies(k),
+            )
+        })
+        .collect();
+    let started = Instant::now();
+    create_all(&hub, objects, args.concurrency, Some(&created)).await?;
+    let created_in = started.elapsed();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let done = {
+            let seen = seen.lock();
+            expected
+                .iter()
+                .all(|(k, n)| seen.get(k).is_some_and(|v| v.len() >= *n))
+        };
+        if done {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("not every copy arrived within 10 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let distributed_in = started.elapsed();
+    let mut latencies: Vec<f64> = {
+        let seen = seen.lock();
+        let created = created.lock();
+        expected
+            .keys()
+            .filter_map(|k| {
+                let last = seen.get(k)?.iter().max()?;
+                Some(
+                    last.saturating_duration_since(*created.get(k)?)
+                        .as_secs_f64()
+                        * 1000.0,
+                )
+            })
+            .collect()
+    };
+    latencies.sort_by(f64::total_cmp);
+    let scheduled = metric_sum(
+        &hub,
+        "karmada_scheduler_e2e_scheduling_duration_seconds_count",
+    )
+    .await;
+    let scheduling_busy = metric_sum(
+        &hub,
+        "karmada_scheduler_e2e_scheduling_duration_seconds_sum",
+    )
+    .await;
+    let mut stages = serde_json::Map::new();
+    for stage in [
+        "resource_match_policy_duration_seconds",
+        "karmada_scheduler_e2e_scheduling_duration_seconds",
+        "binding_sync_work_duration_seconds",
+        "work_sync_workload_duration_seconds",
+    ] {
+        let count = metric_sum(&hub, &format!("{stage}_count")).await;
+        let sum = metric_sum(&hub, &format!("{stage}_sum")).await;
+        let mean_ms = if count > 0.0 {
+            sum / count * 1000.0
+        } else {
+            0.0
+        };
+        stages.insert(stage.into(), json!({"count": count, "mean_ms": mean_ms}));
+    }
+    let peak_kib = peak_rss_kib(hub_process.0.id()).unwrap_or(0);
+    let total_copies: usize = expected.values().sum();
+    for o in &observers {
+        o.abort();
+    }
+
+    // The baseline: the same objects straight to the members.
+    for (_, _, client) in &members {
+        ensure_namespace(client, "direct").await?;
+    }
+    let direct_started = Instant::now();
+    let mut direct_objects = Vec::new();
+    for (m, (_, _, client)) in members.iter().enumerate() {
+        for (i, obj) in
+            (0..args.templates).map(|i| (i, template(kind_of(&args, i), i, args.replicas)))
+        {
+            let mut obj = obj;
+            obj["metadata"]["namespace"] = json!("direct");
+            if m < copies(kind_of(&args, i)) {
+                direct_objects.push((client.clone(), obj));
+            }
+        }
+    }
+    let results: Vec<anyhow::Result<()>> = futures::stream::iter(direct_objects)
+        .map(|(client, obj)| async move { create_all(&client, vec![obj], 1, None).await })
+        .buffer_unordered(args.concurrency)
+        .collect()
+        .await;
+    results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+    let direct_in = direct_started.elapsed();
+
+    let mut restart = None;
+    if args.restart {
+        let works = total_copies as f64;
+        let bindings = args.templates as f64;
+        drop(hub_process);
+        let _ = std::fs::remove_file(hub_data.join("kubeconfig"));
+        let restarted = Instant::now();
+        hub_process = spawn(&["controlplane"], &hub_data)?;
+        let hub = client_when_ready(&hub_data.join("kubeconfig"), Duration::from_secs(60)).await?;
+        let deadline = Instant::now() + Duration::from_secs(600);
+        loop {
+            let synced = metric_sum(&hub, "work_sync_workload_duration_seconds_count").await;
+            let bound = metric_sum(&hub, "binding_sync_work_duration_seconds_count").await;
+            if synced >= works && bound >= bindings {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("the control plane did not converge within 10 minutes of its restart");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        restart = Some((
+            restarted.elapsed(),
+            peak_rss_kib(hub_process.0.id()).unwrap_or(0),
+        ));
+    }
+
+    let p = |q: f64| percentile(&latencies, q);
+    let ratio = distributed_in.as_secs_f64() / direct_in.as_secs_f64().max(1e-9);
+    let result = json!({
+        "templates": args.templates, "members": args.members, "kind": format!("{:?}", args.kind),
+        "division": format!("{:?}", args.division), "replicas": args.replicas,
+        "concurrency": args.concurrency, "copies": total_copies,
+        "create_seconds": created_in.as_secs_f64(),
+        "distribution_seconds": distributed_in.as_secs_f64(),
+        "latency_ms": {"p50": p(0.5), "p90": p(0.9), "p99": p(0.99), "max": p(1.0)},
+        "templates_per_second": args.templates as f64 / distributed_in.as_secs_f64(),
+        "scheduled_bindings": scheduled,
+        "bindings_per_second_of_scheduler_time": if scheduling_busy > 0.0 { scheduled / scheduling_busy } else { 0.0 },
+        "controlplane_peak_rss_mib": peak_kib as f64 / 1024.0,
+        "stages": stages,
+        "direct_seconds": direct_in.as_secs_f64(),
+        "flotilla_over_direct": ratio,
+        "restart_converge_seconds": restart.map(|(d, _)| d.as_secs_f64()),
+        "restart_peak_rss_mib": restart.map(|(_, k)| k as f64 / 1024.0),
+    });
+    if args.json {
+        println!("{result}");
+        return Ok(());
+    }
+    println!(
+        "templates created in {:.2} s; every copy ({total_copies}) in its member after {:.2} s ({:.0} templates/s)",
+        created_in.as_secs_f64(),
+        distributed_in.as_secs_f64(),
+        args.templates as f64 / distributed_in.as_secs_f64()
+    );
+    println!(
+        "distribution latency (create -> present in every member it is placed in): p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        p(0.5),
+        p(0.9),
+        p(0.99),
+        p(1.0)
+    );
+    println!(
+        "scheduler: {scheduled} decisions, {:.0} bindings/s of scheduler time",
+        result["bindings_per_second_of_scheduler_time"]
+            .as_f64()
+            .unwrap_or(0.0)
+    );
+    println!(
+        "control plane peak RSS: {:.1} MiB",
+        peak_kib as f64 / 1024.0
+    );
+    for (stage, v) in &result["stages"].as_object().cloned().unwrap_or_default() {
+        println!(
+            "  {stage}: {} runs, mean {:.2} ms",
+            v["count"],
+            v["mean_ms"].as_f64().unwrap_or(0.0)
+        );
+    }
+    println!(
+        "direct to the members, one client, concurrency {}: {:.2} s; Flotilla/direct = {ratio:.2}",
+        args.concurrency,
+        direct_in.as_secs_f64()
+    );
+    if let Some((d, k)) = restart {
+        println!(
+            "after kill -9: every binding and Work re-synced {:.2} s after the restart (peak RSS {:.1} MiB)",
+            d.as_secs_f64(),
+            k as f64 / 1024.0
+        );
+    }
+    drop(members);
+    drop(hub_process);
+    Ok(())
+}
