@@ -42,6 +42,10 @@ pub struct PropagationArgs {
     /// Concurrent creates, for the templates and the direct baseline alike.
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
+    /// Templates created per second; 0 creates them as fast as the
+    /// concurrency allows. A low rate measures latency at idle load.
+    #[arg(long, default_value_t = 0.0)]
+    rate: f64,
     /// Then kill -9 the control plane and time its cold convergence.
     #[arg(long)]
     restart: bool,
@@ -114,9 +118,18 @@ async fn create_all(
     client: &kube::Client,
     objects: Vec<Value>,
     concurrency: usize,
+    rate: f64,
     created: Option<&Mutex<HashMap<String, Instant>>>,
 ) -> anyhow::Result<()> {
-    let results: Vec<anyhow::Result<()>> = futures::stream::iter(objects)
+    let start = tokio::time::Instant::now();
+    let paced =
+        futures::stream::iter(objects.into_iter().enumerate()).then(move |(i, obj)| async move {
+            if rate > 0.0 {
+                tokio::time::sleep_until(start + Duration::from_secs_f64(i as f64 / rate)).await;
+            }
+            obj
+        });
+    let results: Vec<anyhow::Result<()>> = paced
         .map(|obj| async move {
             let kind = obj["kind"].as_str().unwrap_or_default().to_string();
             let name = obj["metadata"]["name"]
@@ -317,7 +330,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         })
         .collect();
     let started = Instant::now();
-    create_all(&hub, objects, args.concurrency, Some(&created)).await?;
+    create_all(&hub, objects, args.concurrency, args.rate, Some(&created)).await?;
     let created_in = started.elapsed();
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
@@ -402,7 +415,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         }
     }
     let results: Vec<anyhow::Result<()>> = futures::stream::iter(direct_objects)
-        .map(|(client, obj)| async move { create_all(&client, vec![obj], 1, None).await })
+        .map(|(client, obj)| async move { create_all(&client, vec![obj], 1, 0.0, None).await })
         .buffer_unordered(args.concurrency)
         .collect()
         .await;
@@ -441,7 +454,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
     let result = json!({
         "templates": args.templates, "members": args.members, "kind": format!("{:?}", args.kind),
         "division": format!("{:?}", args.division), "replicas": args.replicas,
-        "concurrency": args.concurrency, "copies": total_copies,
+        "concurrency": args.concurrency, "rate": args.rate, "copies": total_copies,
         "create_seconds": created_in.as_secs_f64(),
         "distribution_seconds": distributed_in.as_secs_f64(),
         "latency_ms": {"p50": p(0.5), "p90": p(0.9), "p99": p(0.99), "max": p(1.0)},

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
@@ -22,6 +22,7 @@ use crate::api::{
 };
 use crate::context::{Ctx, retry};
 use crate::error::{Error, is_not_found};
+use crate::finalizer;
 use crate::{interpreter, names};
 
 pub async fn run(
@@ -105,7 +106,6 @@ fn works_of(ctx: &Ctx, binding: &Binding, (id_key, id): (&str, &str)) -> Vec<(St
 async fn sync(binding: &Binding, ctx: &Ctx, synced: &Synced) -> Result<Action, Error> {
     let (id_key, id) = binding_id(binding);
     let ours = works_of(ctx, binding, (id_key, &id));
-    let name = binding.name_any();
     let uid = binding.metadata.uid.clone().unwrap_or_default();
     if binding.metadata.deletion_timestamp.is_some() {
         synced.lock().remove(&uid);
@@ -116,21 +116,7 @@ async fn sync(binding: &Binding, ctx: &Ctx, synced: &Synced) -> Result<Action, E
             // Their finalizers clean the members first.
             return Ok(Action::requeue(Duration::from_millis(500)));
         }
-        if binding
-            .finalizers()
-            .iter()
-            .any(|f| f == finalizers::BINDING)
-        {
-            let rest: Vec<&String> = binding
-                .finalizers()
-                .iter()
-                .filter(|f| *f != finalizers::BINDING)
-                .collect();
-            let patch = json!({"metadata": {"finalizers": rest, "resourceVersion": binding.resource_version()}});
-            binding_api(ctx, binding)
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
-        }
+        finalizer::remove(&binding_api(ctx, binding), binding, finalizers::BINDING).await?;
         return Ok(Action::await_change());
     }
     let targets: BTreeSet<String> = binding

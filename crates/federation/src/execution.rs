@@ -32,6 +32,7 @@ use crate::api::{
 use crate::conditions;
 use crate::context::{Ctx, retry};
 use crate::error::{Error, is_not_found};
+use crate::finalizer;
 use crate::interpreter;
 use crate::kinds::gvk_of;
 use crate::members::Member;
@@ -114,32 +115,10 @@ async fn reconcile(work: Arc<Work>, exec: Arc<Execution>) -> Result<Action, Erro
             }
             _ => {}
         }
-        let rest: Vec<&String> = work
-            .finalizers()
-            .iter()
-            .filter(|f| *f != finalizers::EXECUTION)
-            .collect();
-        let patch =
-            json!({"metadata": {"finalizers": rest, "resourceVersion": work.resource_version()}});
-        api.patch(
-            &work.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?;
+        finalizer::remove(&api, &*work, finalizers::EXECUTION).await?;
         return Ok(Action::await_change());
     }
-    if !work.finalizers().iter().any(|f| f == finalizers::EXECUTION) {
-        let mut all: Vec<String> = work.finalizers().to_vec();
-        all.push(finalizers::EXECUTION.into());
-        let patch =
-            json!({"metadata": {"finalizers": all, "resourceVersion": work.resource_version()}});
-        api.patch(
-            &work.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?;
+    if finalizer::add(&api, &*work, finalizers::EXECUTION).await? {
         // The update comes back as an event and applies then.
         return Ok(Action::await_change());
     }

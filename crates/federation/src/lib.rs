@@ -16,6 +16,7 @@ pub mod detector;
 pub mod error;
 pub mod execution;
 pub mod fanout;
+pub mod finalizer;
 pub mod interpreter;
 pub mod join;
 pub mod kinds;

@@ -25,6 +25,7 @@ use crate::api::{CLUSTER_NAMESPACE, Cluster, ClusterStatus, Work, finalizers};
 use crate::conditions;
 use crate::context::{Ctx, retry};
 use crate::error::{Error, is_not_found};
+use crate::finalizer;
 use health::Damper;
 
 pub const NOT_READY_TAINT: &str = "cluster.karmada.io/not-ready";
@@ -65,17 +66,7 @@ async fn reconcile(cluster: Arc<Cluster>, cctx: Arc<ClusterCtx>) -> Result<Actio
     if cluster.metadata.deletion_timestamp.is_some() {
         return finalize(&cctx, &cluster).await;
     }
-    if !cluster
-        .finalizers()
-        .iter()
-        .any(|f| f == finalizers::CLUSTER)
-    {
-        let mut all = cluster.finalizers().to_vec();
-        all.push(finalizers::CLUSTER.into());
-        let patch =
-            json!({"metadata": {"finalizers": all, "resourceVersion": cluster.resource_version()}});
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
+    if finalizer::add(&api, &*cluster, finalizers::CLUSTER).await? {
         return Ok(Action::await_change());
     }
     ensure_execution_namespace(&cctx, &name).await?;
@@ -265,16 +256,12 @@ async fn finalize(cctx: &ClusterCtx, cluster: &Cluster) -> Result<Action, Error>
             Err(e) => warn!(error = %e, cluster = %name, "cannot delete the cluster's credentials"),
         }
     }
-    let rest: Vec<&String> = cluster
-        .finalizers()
-        .iter()
-        .filter(|f| *f != finalizers::CLUSTER)
-        .collect();
-    let patch =
-        json!({"metadata": {"finalizers": rest, "resourceVersion": cluster.resource_version()}});
-    Api::<Cluster>::all(ctx.hub.clone())
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
+    finalizer::remove(
+        &Api::<Cluster>::all(ctx.hub.clone()),
+        cluster,
+        finalizers::CLUSTER,
+    )
+    .await?;
     ctx.members.forget(&name);
     cctx.dampers.lock().remove(&name);
     info!(cluster = %name, "cluster removed");

@@ -1,0 +1,53 @@
+//! Adding and removing a controller's finalizer, guarded by the object's
+//! resourceVersion so that a concurrent change to the list is never lost.
+
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+async fn write<K>(api: &Api<K>, obj: &K, finalizers: Vec<String>) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let patch =
+        json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version()}});
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Adds `finalizer`; whether it had to.
+pub async fn add<K>(api: &Api<K>, obj: &K, finalizer: &str) -> Result<bool, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    if obj.finalizers().iter().any(|f| f == finalizer) {
+        return Ok(false);
+    }
+    let mut all = obj.finalizers().to_vec();
+    all.push(finalizer.into());
+    write(api, obj, all).await?;
+    Ok(true)
+}
+
+/// Removes `finalizer` if it is there.
+pub async fn remove<K>(api: &Api<K>, obj: &K, finalizer: &str) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    if !obj.finalizers().iter().any(|f| f == finalizer) {
+        return Ok(());
+    }
+    let rest = obj
+        .finalizers()
+        .iter()
+        .filter(|f| *f != finalizer)
+        .cloned()
+        .collect();
+    write(api, obj, rest).await
+}
