@@ -307,8 +307,13 @@ async fn apply(
         a[annotations::WORK_NAME] = json!(work.name_any());
         a[annotations::WORK_NAMESPACE] = json!(work.namespace());
     }
+    // Only a member whose replicas differ from ours can have an autoscaler
+    // that moved them: look for one then, not on every apply.
+    let replicas_differ = existing
+        .as_ref()
+        .is_some_and(|e| e.data.pointer("/spec/replicas") != applied.pointer("/spec/replicas"));
     if matches!(kind.as_str(), "Deployment" | "StatefulSet" | "ReplicaSet")
-        && existing.is_some()
+        && replicas_differ
         && scaled_by_hpa(member, &namespace, &kind, &name).await
         && let Some(spec) = applied.get_mut("spec").and_then(Value::as_object_mut)
     {

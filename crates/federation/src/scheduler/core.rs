@@ -3,6 +3,7 @@
 //! scheduler, step by step.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
@@ -66,7 +67,7 @@ fn filter<'a>(
     spec: &BindingSpec,
     placement: &Placement,
     affinity: &ClusterAffinity,
-    clusters: &'a [Cluster],
+    clusters: &'a [Arc<Cluster>],
     previous: &BTreeSet<String>,
 ) -> Result<Vec<&'a Cluster>, Failure> {
     let mut rejected: BTreeMap<String, usize> = BTreeMap::new();
@@ -102,7 +103,7 @@ fn filter<'a>(
         };
         match why {
             Some(w) => *rejected.entry(w).or_default() += 1,
-            None => fit.push(c),
+            None => fit.push(&**c),
         }
     }
     if fit.is_empty() {
@@ -226,7 +227,7 @@ fn select<'a>(
 pub fn schedule(
     spec: &BindingSpec,
     uid: &str,
-    clusters: &[Cluster],
+    clusters: &[Arc<Cluster>],
     observing: Option<&str>,
 ) -> Result<Decision, Failure> {
     let placement = spec.placement.clone().unwrap_or_default();
@@ -290,7 +291,7 @@ fn decide(
     uid: &str,
     placement: &Placement,
     affinity: &ClusterAffinity,
-    clusters: &[Cluster],
+    clusters: &[Arc<Cluster>],
     previous_names: &BTreeSet<String>,
     previous: &BTreeMap<String, i32>,
 ) -> Result<Vec<TargetCluster>, Failure> {
@@ -412,7 +413,7 @@ mod tests {
         ReplicaScheduling, SpreadConstraint, StaticWeight, WeightPreference,
     };
 
-    fn cluster(name: &str, region: &str) -> Cluster {
+    fn cluster(name: &str, region: &str) -> Arc<Cluster> {
         let mut c = Cluster::new(
             name,
             ClusterSpec {
@@ -431,7 +432,7 @@ mod tests {
             }],
             ..Default::default()
         });
-        c
+        Arc::new(c)
     }
 
     fn binding(replicas: i32, placement: Placement) -> BindingSpec {
@@ -501,13 +502,13 @@ mod tests {
 
     #[test]
     fn duplicated_by_default_and_untolerated_taints_filter() {
-        let mut tainted = cluster("member2", "eu");
+        let mut tainted = (*cluster("member2", "eu")).clone();
         tainted.spec.taints.push(Taint {
             key: "cluster.karmada.io/not-ready".into(),
             effect: "NoSchedule".into(),
             ..Default::default()
         });
-        let clusters = [cluster("member1", "us"), tainted];
+        let clusters = [cluster("member1", "us"), Arc::new(tainted)];
         let d = schedule(&binding(2, Placement::default()), "u", &clusters, None).unwrap();
         assert_eq!(result(&d), [("member1".into(), Some(2))]);
         // Already there: a taint does not evict by itself.

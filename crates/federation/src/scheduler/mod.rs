@@ -79,7 +79,7 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Decided)>) -> Result<
         return Ok(Action::await_change());
     }
     let started = Instant::now();
-    let clusters: Vec<_> = ctx.clusters.state().iter().map(|c| (**c).clone()).collect();
+    let clusters = ctx.clusters.state();
     let status = binding.status.clone().unwrap_or_default();
     let decision = core::schedule(
         spec,
