@@ -13,6 +13,7 @@ use kube::CustomResource;
 use kube::core::{ApiResource, GroupVersionKind, NotUsed, Object};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 pub const CLUSTER_GROUP: &str = "cluster.karmada.io";
 pub const POLICY_GROUP: &str = "policy.karmada.io";
@@ -437,10 +438,39 @@ pub struct WorkSpec {
     pub preserve_resources_on_deletion: Option<bool>,
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+/// The manifests as the JSON text they arrived in: a Work cache of
+/// 100,000 Works holds them as text, several times smaller than parsed
+/// trees; they are parsed where they are applied.
+#[derive(Serialize, Deserialize, Clone, Debug, Default)]
 pub struct Workload {
     #[serde(default)]
-    pub manifests: Vec<Value>,
+    pub manifests: Vec<Box<RawValue>>,
+}
+
+impl Workload {
+    pub fn new(manifests: &[Value]) -> Result<Workload, serde_json::Error> {
+        Ok(Workload {
+            manifests: manifests
+                .iter()
+                .map(serde_json::value::to_raw_value)
+                .collect::<Result<_, _>>()?,
+        })
+    }
+
+    /// The manifests, parsed; one that does not parse is skipped.
+    pub fn parsed(&self) -> Vec<Value> {
+        self.manifests
+            .iter()
+            .filter_map(|m| serde_json::from_str(m.get()).ok())
+            .collect()
+    }
+}
+
+/// Equal when the manifests say the same, however their text is laid out.
+impl PartialEq for Workload {
+    fn eq(&self, other: &Workload) -> bool {
+        self.manifests.len() == other.manifests.len() && self.parsed() == other.parsed()
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

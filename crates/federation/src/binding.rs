@@ -192,9 +192,7 @@ async fn write_works(
         }
         let suspend = suspended_everywhere || suspended_on.contains(&target.name.as_str());
         let desired = WorkSpec {
-            workload: Workload {
-                manifests: vec![manifest],
-            },
+            workload: Workload::new(&[manifest])?,
             suspend_dispatching: suspend.then_some(true),
             preserve_resources_on_deletion: spec.preserve_resources_on_deletion,
         };

@@ -106,7 +106,7 @@ async fn reconcile(work: Arc<Work>, exec: Arc<Execution>) -> Result<Action, Erro
         match &cluster {
             Some(c) if c.is_ready() && !preserve => {
                 let member = ctx.members.get(c).await?;
-                for m in &work.spec.workload.manifests {
+                for m in &work.spec.workload.parsed() {
                     delete_from_member(&member, &cluster_name, &work, m).await?;
                 }
             }
@@ -166,7 +166,7 @@ async fn reconcile(work: Arc<Work>, exec: Arc<Execution>) -> Result<Action, Erro
         == Some("overwrite");
     let mut manifest_statuses = Vec::new();
     let mut failures = Vec::new();
-    for (i, m) in work.spec.workload.manifests.iter().enumerate() {
+    for (i, m) in work.spec.workload.parsed().iter().enumerate() {
         match apply(&exec, &member, &cluster_name, &work, m, conflict_overwrite).await {
             Ok((identifier, live)) => {
                 let kind = identifier.kind.clone();
