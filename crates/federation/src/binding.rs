@@ -23,6 +23,7 @@ use crate::api::{
 use crate::context::{Ctx, retry};
 use crate::error::{Error, is_not_found};
 use crate::finalizer;
+use crate::kinds::scoped_api;
 use crate::{interpreter, names};
 
 pub async fn run(
@@ -54,10 +55,13 @@ pub fn binding_id(binding: &Binding) -> (&'static str, String) {
 }
 
 pub fn binding_api(ctx: &Ctx, binding: &Binding) -> Api<Binding> {
-    match &binding.metadata.namespace {
-        Some(ns) => Api::namespaced_with(ctx.hub.clone(), ns, &binding_resource(Scope::Namespaced)),
-        None => Api::all_with(ctx.hub.clone(), &binding_resource(Scope::Cluster)),
-    }
+    let ns = binding.metadata.namespace.as_deref();
+    let scope = if ns.is_some() {
+        Scope::Namespaced
+    } else {
+        Scope::Cluster
+    };
+    scoped_api(ctx.hub.clone(), ns, &binding_resource(scope))
 }
 
 /// The Work a binding has for `cluster`, where it lives.
@@ -67,16 +71,18 @@ pub fn work_ref(binding: &Binding, cluster: &str) -> ObjectRef<Work> {
         .within(&Cluster::execution_namespace(cluster))
 }
 
-/// The template a binding refers to, as the hub serves it now.
-pub async fn template(ctx: &Ctx, binding: &Binding) -> Result<Option<DynamicObject>, Error> {
+/// The API of the template a binding refers to.
+pub async fn template_api(ctx: &Ctx, binding: &Binding) -> Result<Api<DynamicObject>, Error> {
     let r = &binding.spec.resource;
     let (ar, namespaced) = ctx.hub_kinds.resolve(&r.api_version, &r.kind).await?;
-    let api: Api<DynamicObject> = if namespaced {
-        Api::namespaced_with(ctx.hub.clone(), &r.namespace, &ar)
-    } else {
-        Api::all_with(ctx.hub.clone(), &ar)
-    };
-    Ok(api.get_opt(&r.name).await?)
+    let ns = namespaced.then_some(r.namespace.as_str());
+    Ok(scoped_api(ctx.hub.clone(), ns, &ar))
+}
+
+/// The template a binding refers to, as the hub serves it now.
+pub async fn template(ctx: &Ctx, binding: &Binding) -> Result<Option<DynamicObject>, Error> {
+    let api = template_api(ctx, binding).await?;
+    Ok(api.get_opt(&binding.spec.resource.name).await?)
 }
 
 /// The generation each binding's Works were last written from.

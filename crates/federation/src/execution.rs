@@ -34,7 +34,7 @@ use crate::context::{Ctx, retry};
 use crate::error::{Error, is_not_found};
 use crate::finalizer;
 use crate::interpreter;
-use crate::kinds::gvk_of;
+use crate::kinds::{gvk_of, scoped_api};
 use crate::members::Member;
 
 /// A member object: cluster, kind, namespace, name.
@@ -108,6 +108,11 @@ async fn reconcile(work: Arc<Work>, exec: Arc<Execution>) -> Result<Action, Erro
                 let member = ctx.members.get(c).await?;
                 for m in &work.spec.workload.parsed() {
                     delete_from_member(&member, &cluster_name, &work, m).await?;
+                    // Nothing of this object is ours to recognise any more.
+                    let (_, kind, namespace, name) = identify(m);
+                    exec.applied
+                        .lock()
+                        .remove(&(cluster_name.clone(), kind, namespace, name));
                 }
             }
             Some(_) if !preserve => {
@@ -278,12 +283,14 @@ async fn apply(
         },
         name: name.clone(),
     };
-    let api: Api<DynamicObject> = if namespaced {
+    if namespaced {
         ensure_namespace(exec, member, cluster, &namespace).await?;
-        Api::namespaced_with(member.client.clone(), &namespace, &ar)
-    } else {
-        Api::all_with(member.client.clone(), &ar)
-    };
+    }
+    let api: Api<DynamicObject> = scoped_api(
+        member.client.clone(),
+        namespaced.then_some(namespace.as_str()),
+        &ar,
+    );
     let existing = api.get_opt(&name).await.map_err(|e| e.to_string())?;
     if let Some(obj) = &existing
         && obj.labels().get(labels::MANAGED).map(String::as_str) != Some("true")
@@ -397,11 +404,11 @@ async fn delete_from_member(
         Err(e) if is_not_found(&e) => return Ok(()),
         Err(e) => return Err(Error::member(cluster)(e)),
     };
-    let api: Api<DynamicObject> = if namespaced {
-        Api::namespaced_with(member.client.clone(), &namespace, &ar)
-    } else {
-        Api::all_with(member.client.clone(), &ar)
-    };
+    let api: Api<DynamicObject> = scoped_api(
+        member.client.clone(),
+        namespaced.then_some(namespace.as_str()),
+        &ar,
+    );
     let Some(obj) = api.get_opt(&name).await.map_err(Error::member(cluster))? else {
         return Ok(());
     };

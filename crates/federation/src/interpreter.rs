@@ -492,6 +492,70 @@ mod tests {
     }
 
     #[test]
+    fn jobs_daemonsets_and_load_balancers_aggregate() {
+        let item = |status: Value| AggregatedStatusItem {
+            cluster_name: "m".into(),
+            status: Some(status),
+            applied: true,
+            ..Default::default()
+        };
+        let complete = json!({"succeeded": 2, "startTime": "2026-01-01T00:00:00Z",
+            "completionTime": "2026-01-01T00:01:00Z",
+            "conditions": [{"type": "Complete", "status": "True"}]});
+        let running = json!({"active": 1, "startTime": "2025-12-31T00:00:00Z"});
+        let job = json!({"kind": "Job", "metadata": {"generation": 1}});
+        let s = aggregate_status(
+            "Job",
+            &job,
+            &[item(complete.clone()), item(running.clone())],
+        )
+        .unwrap();
+        assert_eq!(
+            (s["active"].clone(), s["succeeded"].clone()),
+            (json!(1), json!(2))
+        );
+        assert_eq!(s["startTime"], "2025-12-31T00:00:00Z");
+        assert!(s.get("conditions").is_none(), "one cluster still runs: {s}");
+        let done =
+            aggregate_status("Job", &job, &[item(complete.clone()), item(complete)]).unwrap();
+        assert_eq!(done["conditions"][0]["type"], "Complete");
+        assert_eq!(done["succeeded"], 4);
+        let ds = aggregate_status(
+            "DaemonSet",
+            &json!({"metadata": {"generation": 1}}),
+            &[
+                item(json!({"desiredNumberScheduled": 3, "numberReady": 3})),
+                item(json!({"desiredNumberScheduled": 2, "numberReady": 1})),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                ds["desiredNumberScheduled"].clone(),
+                ds["numberReady"].clone()
+            ),
+            (json!(5), json!(4))
+        );
+        let lb = json!({"spec": {"type": "LoadBalancer"}});
+        let svc = aggregate_status(
+            "Service",
+            &lb,
+            &[
+                item(json!({"loadBalancer": {"ingress": [{"ip": "10.0.0.1"}]}})),
+                item(json!({"loadBalancer": {"ingress": [{"ip": "10.0.0.2"}]}})),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            svc["loadBalancer"]["ingress"].as_array().map(Vec::len),
+            Some(2)
+        );
+        assert!(
+            aggregate_status("Service", &json!({"spec": {"type": "ClusterIP"}}), &[]).is_none()
+        );
+    }
+
+    #[test]
     fn health_follows_rollout_and_conditions() {
         let mut d = deployment(2);
         d["status"] =

@@ -46,6 +46,18 @@ impl Kinds {
     }
 }
 
+/// The API for objects of `ar` in `namespace`, or cluster-wide for
+/// cluster-scoped objects (`None`).
+pub fn scoped_api<K>(client: Client, namespace: Option<&str>, ar: &ApiResource) -> kube::Api<K>
+where
+    K: kube::Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>,
+{
+    match namespace {
+        Some(ns) => kube::Api::namespaced_with(client, ns, ar),
+        None => kube::Api::all_with(client, ar),
+    }
+}
+
 pub fn gvk_of(api_version: &str, kind: &str) -> GroupVersionKind {
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     GroupVersionKind::gvk(group, version, kind)

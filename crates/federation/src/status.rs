@@ -6,16 +6,15 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
+use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
-use kube::core::DynamicObject;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use tracing::debug;
 
 use crate::api::{AggregatedStatusItem, Binding, Scope, Work, annotations, binding_resource};
-use crate::binding::{binding_api, template, work_ref};
+use crate::binding::{binding_api, template, template_api, work_ref};
 use crate::conditions;
 use crate::context::{Ctx, retry};
 use crate::error::{Error, is_not_found};
@@ -186,12 +185,7 @@ async fn reflect_into_template(
     if !differs {
         return Ok(());
     }
-    let (ar, namespaced) = ctx.hub_kinds.resolve(&r.api_version, &r.kind).await?;
-    let api: Api<DynamicObject> = if namespaced {
-        Api::namespaced_with(ctx.hub.clone(), &r.namespace, &ar)
-    } else {
-        Api::all_with(ctx.hub.clone(), &ar)
-    };
+    let api = template_api(ctx, binding).await?;
     let patch = json!({"status": aggregated});
     match api
         .patch_status(&r.name, &PatchParams::default(), &Patch::Merge(&patch))

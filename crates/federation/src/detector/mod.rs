@@ -32,6 +32,7 @@ use crate::api::{
 use crate::context::{Ctx, retry};
 use crate::error::{Error, is_not_found};
 use crate::interpreter;
+use crate::kinds::scoped_api;
 use crate::names;
 use matching::Template;
 
@@ -195,10 +196,8 @@ fn watch_policies(ctx: &Ctx, scope: Scope, changed: broadcast::Sender<()>) -> St
                 continue;
             }
             let uid = policy.metadata.uid.clone().unwrap_or_default();
-            let api: Api<Policy> = match &policy.metadata.namespace {
-                Some(ns) => Api::namespaced_with(hub.clone(), ns, &ar),
-                None => Api::all_with(hub.clone(), &ar),
-            };
+            let api: Api<Policy> =
+                scoped_api(hub.clone(), policy.metadata.namespace.as_deref(), &ar);
             let patch = json!({"metadata": {"labels": {key: uid}}});
             if let Err(error) = api
                 .patch(
@@ -262,10 +261,7 @@ async fn reconcile(obj: Arc<DynamicObject>, tctx: Arc<TypeCtx>) -> Result<Action
     };
     let chosen = choose(&tctx.policies, &obj, &t);
     tctx.shared.metrics.observe_match(started.elapsed());
-    let api: Api<DynamicObject> = match namespace {
-        Some(ns) => Api::namespaced_with(tctx.shared.hub.clone(), ns, &tctx.ar),
-        None => Api::all_with(tctx.shared.hub.clone(), &tctx.ar),
-    };
+    let api: Api<DynamicObject> = scoped_api(tctx.shared.hub.clone(), namespace, &tctx.ar);
     let Some((policy, scope)) = chosen else {
         // No policy (any more): drop the claim. The binding and the
         // members' copies stay: deleting a policy orphans, never deletes.
@@ -403,10 +399,7 @@ async fn ensure_binding(
     };
     let bar = binding_resource(binding_scope);
     let name = names::binding_name(&ar.kind, &obj.name_any());
-    let api: Api<Binding> = match &namespace {
-        Some(ns) => Api::namespaced_with(hub.clone(), ns, &bar),
-        None => Api::all_with(hub.clone(), &bar),
-    };
+    let api: Api<Binding> = scoped_api(hub.clone(), namespace.as_deref(), &bar);
     let store = &tctx.bindings[match binding_scope {
         Scope::Namespaced => 0,
         Scope::Cluster => 1,

@@ -49,10 +49,11 @@ pub async fn run(
 
 async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Decided)>) -> Result<Action, Error> {
     let (ctx, decided) = (&state.0, &state.1);
+    let uid = binding.metadata.uid.clone().unwrap_or_default();
     if binding.metadata.deletion_timestamp.is_some() {
+        decided.lock().remove(&uid);
         return Ok(Action::await_change());
     }
-    let uid = binding.metadata.uid.clone().unwrap_or_default();
     let epoch = ctx.placement_epoch.load(Ordering::SeqCst);
     // The cache may not show our last writes yet: what this scheduler
     // decided and wrote is the reference.
@@ -87,15 +88,7 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Decided)>) -> Result<
         &clusters,
         status.scheduler_observing_affinity_name.as_deref(),
     );
-    let ar = binding_resource(if binding.metadata.namespace.is_some() {
-        Scope::Namespaced
-    } else {
-        Scope::Cluster
-    });
-    let api: Api<Binding> = match &binding.metadata.namespace {
-        Some(ns) => Api::namespaced_with(ctx.hub.clone(), ns, &ar),
-        None => Api::all_with(ctx.hub.clone(), &ar),
-    };
+    let api = crate::binding::binding_api(ctx, &binding);
     let name = binding.metadata.name.clone().unwrap_or_default();
     let placement = serde_json::to_string(&spec.placement.clone().unwrap_or_default())?;
     let mut current = (*binding).clone();
