@@ -13,7 +13,13 @@ use flotilla_federation::metrics::Metrics;
 
 use crate::apiserver::{Args as ServerArgs, announce_and_serve, prepare, shutdown_signal};
 
+/// The hub's default watch window (`--watch-history`): its controllers
+/// keep up with it in-process, and a start-up reloads it, so a window the
+/// size of a member's busiest minute is enough.
+pub const WATCH_HISTORY: &str = "10000";
+
 #[derive(clap::Args)]
+#[command(mut_arg("watch_history", |a| a.default_value(WATCH_HISTORY)))]
 pub struct ControlplaneArgs {
     #[command(flatten)]
     pub server: ServerArgs,

@@ -49,6 +49,10 @@ pub mod annotations {
     /// Flotilla's own: a digest of the template's propagated content, so a
     /// status-only write to the template does not re-render its Works.
     pub const TEMPLATE_DIGEST: &str = "flotilla.io/template-digest";
+    /// Flotilla's own, on member objects: a digest of the Work manifest
+    /// they were applied from, so a later check can tell whether the
+    /// member still holds exactly that manifest without applying it again.
+    pub const MANIFEST_DIGEST: &str = "flotilla.io/manifest-digest";
 }
 
 pub mod finalizers {

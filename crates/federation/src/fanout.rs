@@ -17,6 +17,18 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
+/// A watch of every object of `api` with managedFields dropped: no
+/// controller reads them, and in a cache of 100,000 Works they would be
+/// most of its memory (as controller-runtime's TransformStripManagedFields).
+pub fn lean_watch<K>(api: Api<K>) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send
+where
+    K: Resource + Clone + std::fmt::Debug + DeserializeOwned + Send + 'static,
+{
+    watcher(api, watcher::Config::default()).modify(|obj| {
+        obj.meta_mut().managed_fields = None;
+    })
+}
+
 type Subscribers<K> = Arc<Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>>;
 
 pub struct Fanout<K: Resource + 'static>
@@ -46,7 +58,7 @@ where
         let subscribers: Subscribers<K> = Arc::default();
         let subs = subscribers.clone();
         let drive = async move {
-            let events = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+            let events = reflector::reflector(writer, lean_watch(api))
                 .default_backoff()
                 .touched_objects();
             let mut events = std::pin::pin!(events);

@@ -31,6 +31,7 @@ use crate::api::{
 };
 use crate::context::{Ctx, retry};
 use crate::error::{Error, is_not_found};
+use crate::fanout::lean_watch;
 use crate::interpreter;
 use crate::kinds::scoped_api;
 use crate::names;
@@ -183,7 +184,7 @@ fn watch_policies(ctx: &Ctx, scope: Scope, changed: broadcast::Sender<()>) -> St
     let writer = reflector::store::Writer::new(ar.clone());
     let reader = writer.as_reader();
     let hub = ctx.hub.clone();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+    let stream = reflector::reflector(writer, lean_watch(api))
         .default_backoff()
         .touched_objects();
     tokio::spawn(async move {
@@ -233,7 +234,12 @@ fn permanent_id(policy: &Policy, scope: Scope) -> String {
 async fn watch_templates(tctx: Arc<TypeCtx>, policies_changed: broadcast::Receiver<()>) {
     let api = Api::<DynamicObject>::all_with(tctx.shared.hub.clone(), &tctx.ar);
     let trigger = tokio_stream::wrappers::BroadcastStream::new(policies_changed).map(|_| ());
-    Controller::new_with(api, watcher::Config::default(), tctx.ar.clone())
+    let writer = reflector::store::Writer::new(tctx.ar.clone());
+    let store = writer.as_reader();
+    let changes = reflector::reflector(writer, lean_watch(api))
+        .default_backoff()
+        .touched_objects();
+    Controller::for_stream_with(changes, store, tctx.ar.clone())
         .reconcile_all_on(trigger)
         .run(
             reconcile,

@@ -1,0 +1,222 @@
+//! The execution controller (Push mode): applies each Work's manifests to
+//! its member with server-side apply, so fields the member owns (a
+//! Service's clusterIP, replicas under an HPA) stay the member's, and
+//! drift in the fields Flotilla applies is reverted. Objects Flotilla did
+//! not create are left alone unless the policy says Overwrite. Member
+//! objects are watched, so their status flows back into the Work and a
+//! deleted or edited copy is re-applied at once.
+
+mod apply;
+mod observed;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::Store;
+use kube::{Api, ResourceExt};
+use parking_lot::Mutex;
+use serde_json::json;
+use tokio::sync::mpsc;
+use tracing::warn;
+
+use crate::api::{
+    EXECUTION_PREFIX, ManifestStatus, ResourceIdentifier, Work, WorkStatus, annotations, finalizers,
+};
+use crate::conditions;
+use crate::context::{Ctx, retry};
+use crate::error::{Error, is_not_found};
+use crate::finalizer;
+use observed::MemberWatches;
+
+pub use apply::FIELD_MANAGER;
+
+/// How often every Work is checked again even without events: a safety
+/// net for changes a member's watch could not report.
+const RESYNC: Duration = Duration::from_secs(300);
+
+struct Execution {
+    shared: Ctx,
+    watches: Arc<MemberWatches>,
+    /// Namespaces known to exist in each member.
+    namespaces: Mutex<HashSet<(String, String)>>,
+}
+
+pub async fn run(
+    ctx: Ctx,
+    works: Store<Work>,
+    changes: impl futures::Stream<Item = Result<Work, kube::runtime::watcher::Error>> + Send + 'static,
+) {
+    let (tx, rx) = mpsc::channel(1024);
+    let exec = Arc::new(Execution {
+        shared: ctx.clone(),
+        watches: MemberWatches::new(ctx.clone(), works.clone(), tx),
+        namespaces: Mutex::default(),
+    });
+    let concurrency = ctx.options.work_concurrency;
+    Controller::for_stream(changes, works)
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+        .reconcile_on(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .run(
+            reconcile,
+            |w, e, x: Arc<Execution>| retry(w, e, x.shared.clone()),
+            exec,
+        )
+        .for_each(|_| async {})
+        .await;
+}
+
+fn cluster_of(work: &Work) -> Option<String> {
+    work.namespace()?
+        .strip_prefix(EXECUTION_PREFIX)
+        .map(str::to_string)
+}
+
+async fn reconcile(work: Arc<Work>, exec: Arc<Execution>) -> Result<Action, Error> {
+    let Some(cluster_name) = cluster_of(&work) else {
+        return Ok(Action::await_change());
+    };
+    let ctx = &exec.shared;
+    let api: Api<Work> = Api::namespaced(ctx.hub.clone(), &work.namespace().unwrap_or_default());
+    let cluster = ctx.cluster(&cluster_name);
+    if work.metadata.deletion_timestamp.is_some() {
+        if !work.finalizers().iter().any(|f| f == finalizers::EXECUTION) {
+            return Ok(Action::await_change());
+        }
+        let preserve = work.spec.preserve_resources_on_deletion == Some(true);
+        match &cluster {
+            Some(c) if c.is_ready() && !preserve => {
+                let member = ctx.members.get(c).await?;
+                for m in &work.spec.workload.parsed() {
+                    apply::delete_from_member(&exec, &member, &cluster_name, &work, m).await?;
+                }
+            }
+            Some(_) if !preserve => {
+                warn!(cluster = %cluster_name, work = %work.name_any(), "member not ready; its copy is left in place");
+            }
+            _ => {}
+        }
+        finalizer::remove(&api, &*work, finalizers::EXECUTION).await?;
+        return Ok(Action::await_change());
+    }
+    if finalizer::add(&api, &*work, finalizers::EXECUTION).await? {
+        // The update comes back as an event and applies then.
+        return Ok(Action::await_change());
+    }
+    let Some(cluster) = cluster else {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    };
+    let mut status = work.status.clone().unwrap_or_default();
+    if work.spec.suspend_dispatching == Some(true) {
+        conditions::set(
+            &mut status.conditions,
+            "Dispatching",
+            false,
+            "SuspendDispatching",
+            "Dispatching is suspended by the policy",
+        );
+        write_status(&api, &work, status).await?;
+        return Ok(Action::await_change());
+    }
+    conditions::set(
+        &mut status.conditions,
+        "Dispatching",
+        true,
+        "Dispatching",
+        "Work is being dispatched to the member",
+    );
+    let started = Instant::now();
+    let member = match ctx.members.get(&cluster).await {
+        Ok(m) => m,
+        Err(e) => {
+            conditions::set(
+                &mut status.conditions,
+                "Applied",
+                false,
+                "AppliedFailed",
+                &e.to_string(),
+            );
+            write_status(&api, &work, status).await?;
+            return Err(e.into());
+        }
+    };
+    let conflict_overwrite = work
+        .annotations()
+        .get(annotations::CONFLICT_RESOLUTION)
+        .map(String::as_str)
+        == Some("overwrite");
+    let mut manifest_statuses = Vec::new();
+    let mut failures = Vec::new();
+    for (i, raw) in work.spec.workload.manifests.iter().enumerate() {
+        match apply::sync(
+            &exec,
+            &member,
+            &cluster_name,
+            &work,
+            raw.get(),
+            conflict_overwrite,
+        )
+        .await
+        {
+            Ok(outcome) => {
+                manifest_statuses.push(ManifestStatus {
+                    identifier: ResourceIdentifier {
+                        ordinal: i as i32,
+                        ..outcome.identifier
+                    },
+                    status: outcome.status,
+                    health: Some(outcome.health.into()),
+                });
+            }
+            Err(message) => failures.push(message),
+        }
+    }
+    let ok = failures.is_empty();
+    ctx.metrics.observe_work_sync(ok, started.elapsed());
+    if ok {
+        conditions::set(
+            &mut status.conditions,
+            "Applied",
+            true,
+            "AppliedSuccessful",
+            "Manifest has been successfully applied",
+        );
+    } else {
+        conditions::set(
+            &mut status.conditions,
+            "Applied",
+            false,
+            "AppliedFailed",
+            &failures.join("; "),
+        );
+    }
+    status.manifest_statuses = manifest_statuses;
+    write_status(&api, &work, status).await?;
+    Ok(if ok {
+        Action::requeue(RESYNC)
+    } else {
+        Action::requeue(Duration::from_secs(2))
+    })
+}
+
+async fn write_status(api: &Api<Work>, work: &Work, status: WorkStatus) -> Result<(), Error> {
+    if work.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let patch = json!({"status": status});
+    match api
+        .patch_status(
+            &work.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}

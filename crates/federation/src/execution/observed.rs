@@ -1,0 +1,423 @@
+//! What Flotilla last saw of each managed object in each member, from one
+//! watch per member and kind (label-selected on `karmada.io/managed`).
+//!
+//! A Work whose member objects the watch shows holding every field
+//! Flotilla would apply is synced without a round trip to the member. That
+//! is what makes a restart cheap: the control plane lists each member's
+//! managed objects once and checks every Work against them, instead of
+//! reading and re-applying every object. The watch also brings status
+//! changes back, and re-queues a Work whose object drifted or vanished.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::DynamicObject;
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
+use parking_lot::Mutex;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tracing::debug;
+
+use crate::api::{Work, annotations, labels};
+use crate::context::Ctx;
+use crate::interpreter;
+use crate::kinds::gvk_of;
+use crate::members::Member;
+
+/// How long a Work waits for a just-started member watch to list what
+/// the member holds before it falls back to reading the object itself.
+const SYNC_WAIT: Duration = Duration::from_secs(10);
+
+/// A member object: cluster, group and kind, namespace, name.
+pub type MemberObject = (String, String, String, String);
+
+pub fn member_object(
+    cluster: &str,
+    api_version: &str,
+    kind: &str,
+    ns: &str,
+    name: &str,
+) -> MemberObject {
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    (
+        cluster.to_string(),
+        format!("{group}/{kind}"),
+        ns.to_string(),
+        name.to_string(),
+    )
+}
+
+/// What the watch last saw of one object.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observed {
+    resource_version: Option<String>,
+    /// The digest of the manifest whose every field the object holds.
+    in_sync_with: Option<String>,
+    pub status: Option<Value>,
+    pub health: &'static str,
+    /// The Work the object was applied from.
+    work: ObjectRef<Work>,
+}
+
+/// The digest a manifest is applied under (its text as the Work holds it).
+pub fn manifest_digest(raw: &str) -> String {
+    let d = Sha256::digest(raw.as_bytes());
+    d.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `live` holds every field of `applied` with the same value
+/// (lists element by element, same length): applying `applied` again would
+/// change nothing. Fields the server or the member's controllers added
+/// (defaults, status, clusterIP) do not matter.
+pub fn contains(live: &Value, applied: &Value) -> bool {
+    match (applied, live) {
+        (Value::Object(a), Value::Object(l)) => a
+            .iter()
+            .all(|(k, v)| l.get(k).is_some_and(|lv| contains(lv, v))),
+        (Value::Array(a), Value::Array(l)) => {
+            a.len() == l.len() && a.iter().zip(l).all(|(v, lv)| contains(lv, v))
+        }
+        (Value::Number(a), Value::Number(l)) => a == l || a.as_f64() == l.as_f64(),
+        _ => applied == live,
+    }
+}
+
+/// A manifest as Flotilla applies it to a member: marked managed, pointing
+/// back to its Work, and carrying the digest it was applied under.
+pub fn prepare(manifest: &Value, work: &Work, digest: &str) -> Value {
+    let mut applied = manifest.clone();
+    if let Some(meta) = applied.get_mut("metadata").and_then(Value::as_object_mut) {
+        let l = meta
+            .entry("labels")
+            .or_insert_with(|| Value::Object(Default::default()));
+        l[labels::MANAGED] = "true".into();
+        let a = meta
+            .entry("annotations")
+            .or_insert_with(|| Value::Object(Default::default()));
+        a[annotations::WORK_NAME] = work.name_any().into();
+        a[annotations::WORK_NAMESPACE] = work.namespace().unwrap_or_default().into();
+        a[annotations::MANIFEST_DIGEST] = digest.into();
+    }
+    applied
+}
+
+struct MemberWatch {
+    task: JoinHandle<()>,
+    started: Instant,
+    synced: watch::Receiver<bool>,
+}
+
+pub struct MemberWatches {
+    ctx: Ctx,
+    works: Store<Work>,
+    /// Works to reconcile again: drifted, deleted or changed status.
+    requeue: mpsc::Sender<ObjectRef<Work>>,
+    watches: Mutex<HashMap<(String, GroupVersionKind), MemberWatch>>,
+    observed: Mutex<HashMap<MemberObject, Observed>>,
+}
+
+impl MemberWatches {
+    pub fn new(
+        ctx: Ctx,
+        works: Store<Work>,
+        requeue: mpsc::Sender<ObjectRef<Work>>,
+    ) -> Arc<MemberWatches> {
+        Arc::new(MemberWatches {
+            ctx,
+            works,
+            requeue,
+            watches: Mutex::default(),
+            observed: Mutex::default(),
+        })
+    }
+
+    /// Starts the watch of `ar` in `cluster` if it is not running, and
+    /// waits (a bounded time after its start) for its first list: whether
+    /// the observed state of that kind in that member can be trusted.
+    pub async fn synced(
+        self: &Arc<Self>,
+        member: &Member,
+        cluster: &str,
+        ar: &ApiResource,
+    ) -> bool {
+        let mut synced = self.ensure(member, cluster, ar);
+        let wait = {
+            let key = (cluster.to_string(), gvk_of(&ar.api_version, &ar.kind));
+            let watches = self.watches.lock();
+            watches.get(&key).map_or(Duration::ZERO, |w| {
+                SYNC_WAIT.saturating_sub(w.started.elapsed())
+            })
+        };
+        if *synced.borrow() {
+            return true;
+        }
+        matches!(
+            tokio::time::timeout(wait, synced.wait_for(|s| *s)).await,
+            Ok(Ok(_))
+        )
+    }
+
+    /// The observation of `key` if the object holds every field of the
+    /// manifest with `digest`.
+    pub fn in_sync(&self, key: &MemberObject, digest: &str) -> Option<Observed> {
+        self.observed
+            .lock()
+            .get(key)
+            .filter(|o| o.in_sync_with.as_deref() == Some(digest))
+            .cloned()
+    }
+
+    /// Records what an apply left in the member, so the watch's echo of
+    /// it is recognised and the next sync of the Work needs no round trip.
+    pub fn record(
+        &self,
+        key: MemberObject,
+        kind: &str,
+        live: &Value,
+        applied: &Value,
+        digest: &str,
+        work: &Work,
+    ) {
+        let observed = Observed {
+            resource_version: live
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            in_sync_with: contains(live, applied).then(|| digest.to_string()),
+            status: interpreter::reflect_status(live),
+            health: interpreter::health(kind, live),
+            work: ObjectRef::from_obj(work),
+        };
+        self.observed.lock().insert(key, observed);
+    }
+
+    pub fn forget(&self, key: &MemberObject) {
+        self.observed.lock().remove(key);
+    }
+
+    fn ensure(
+        self: &Arc<Self>,
+        member: &Member,
+        cluster: &str,
+        ar: &ApiResource,
+    ) -> watch::Receiver<bool> {
+        let key = (cluster.to_string(), gvk_of(&ar.api_version, &ar.kind));
+        let mut watches = self.watches.lock();
+        if let Some(w) = watches.get(&key)
+            && !w.task.is_finished()
+        {
+            return w.synced.clone();
+        }
+        let (tx, rx) = watch::channel(false);
+        let api = Api::<DynamicObject>::all_with(member.client.clone(), ar);
+        let task = tokio::spawn(
+            self.clone()
+                .run_watch(api, cluster.to_string(), ar.clone(), tx),
+        );
+        watches.insert(
+            key,
+            MemberWatch {
+                task,
+                started: Instant::now(),
+                synced: rx.clone(),
+            },
+        );
+        rx
+    }
+
+    async fn run_watch(
+        self: Arc<Self>,
+        api: Api<DynamicObject>,
+        cluster: String,
+        ar: ApiResource,
+        synced: watch::Sender<bool>,
+    ) {
+        let config = watcher::Config::default().labels(&format!("{}=true", labels::MANAGED));
+        let mut events = watcher(api, config).default_backoff().boxed();
+        // The objects of a (re)list so far: what it does not return is gone.
+        let mut listed: Option<HashSet<MemberObject>> = None;
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(watcher::Event::Init) => listed = Some(HashSet::new()),
+                Ok(watcher::Event::InitApply(obj)) => {
+                    let key = self.key_of(&cluster, &ar, &obj);
+                    if let Some(l) = listed.as_mut() {
+                        l.insert(key.clone());
+                    }
+                    self.observe(key, &obj).await;
+                }
+                Ok(watcher::Event::InitDone) => {
+                    if let Some(listed) = listed.take() {
+                        self.forget_unlisted(&cluster, &ar, &listed).await;
+                    }
+                    let _ = synced.send(true);
+                }
+                Ok(watcher::Event::Apply(obj)) => {
+                    let key = self.key_of(&cluster, &ar, &obj);
+                    self.observe(key, &obj).await;
+                }
+                Ok(watcher::Event::Delete(obj)) => {
+                    let key = self.key_of(&cluster, &ar, &obj);
+                    self.forget(&key);
+                    if let Some(work) = work_of(&obj) {
+                        let _ = self.requeue.send(work).await;
+                    }
+                }
+                Err(error) => {
+                    if self.ctx.cluster(&cluster).is_none() {
+                        break;
+                    }
+                    debug!(%error, %cluster, "member watch interrupted");
+                }
+            }
+        }
+        let kind = format!("{}/{}", ar.group, ar.kind);
+        self.observed
+            .lock()
+            .retain(|k, _| k.0 != cluster || k.1 != kind);
+    }
+
+    fn key_of(&self, cluster: &str, ar: &ApiResource, obj: &DynamicObject) -> MemberObject {
+        member_object(
+            cluster,
+            &ar.api_version,
+            &ar.kind,
+            &obj.namespace().unwrap_or_default(),
+            &obj.name_any(),
+        )
+    }
+
+    /// Takes in one event's object; re-queues its Work when the object no
+    /// longer holds what the Work says, or its status or health changed.
+    async fn observe(&self, key: MemberObject, obj: &DynamicObject) {
+        let Some(work_ref) = work_of(obj) else {
+            return;
+        };
+        let Ok(live) = serde_json::to_value(obj) else {
+            return;
+        };
+        let work = self.works.get(&work_ref);
+        let in_sync_with = work.as_deref().and_then(|w| {
+            let (raw, manifest) = w.spec.workload.manifests.iter().find_map(|raw| {
+                let m: Value = serde_json::from_str(raw.get()).ok()?;
+                let same =
+                    |p: &str, v: &str| m.pointer(p).and_then(Value::as_str).unwrap_or("") == v;
+                (same("/kind", &obj.types.as_ref()?.kind)
+                    && same("/metadata/name", &key.3)
+                    && (key.2.is_empty() || same("/metadata/namespace", &key.2)))
+                .then_some((raw, m))
+            })?;
+            let digest = manifest_digest(raw.get());
+            contains(&live, &prepare(&manifest, w, &digest)).then_some(digest)
+        });
+        let kind = obj.types.as_ref().map_or("", |t| t.kind.as_str());
+        let observed = Observed {
+            resource_version: obj.metadata.resource_version.clone(),
+            in_sync_with,
+            status: interpreter::reflect_status(&live),
+            health: interpreter::health(kind, &live),
+            work: work_ref.clone(),
+        };
+        let requeue = {
+            let mut all = self.observed.lock();
+            let previous = all.insert(key, observed.clone());
+            let unchanged = previous.as_ref().is_some_and(|p| {
+                p.resource_version == observed.resource_version
+                    || (p.status == observed.status && p.health == observed.health)
+            });
+            observed.in_sync_with.is_none() || (previous.is_some() && !unchanged)
+        };
+        if requeue || obj.metadata.deletion_timestamp.is_some() {
+            let _ = self.requeue.send(work_ref).await;
+        }
+    }
+
+    async fn forget_unlisted(
+        &self,
+        cluster: &str,
+        ar: &ApiResource,
+        listed: &HashSet<MemberObject>,
+    ) {
+        let kind = format!("{}/{}", ar.group, ar.kind);
+        let gone: Vec<ObjectRef<Work>> = {
+            let mut all = self.observed.lock();
+            let keys: Vec<MemberObject> = all
+                .keys()
+                .filter(|k| k.0 == cluster && k.1 == kind && !listed.contains(*k))
+                .cloned()
+                .collect();
+            keys.iter()
+                .filter_map(|k| all.remove(k))
+                .map(|o| o.work)
+                .collect()
+        };
+        for work in gone {
+            let _ = self.requeue.send(work).await;
+        }
+    }
+}
+
+fn work_of(obj: &DynamicObject) -> Option<ObjectRef<Work>> {
+    let a = obj.annotations();
+    Some(ObjectRef::new(a.get(annotations::WORK_NAME)?).within(a.get(annotations::WORK_NAMESPACE)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn defaults_and_status_added_by_the_member_still_contain_the_manifest() {
+        let applied = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "labels": {"app": "web"}},
+            "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
+        let live = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "labels": {"app": "web"}, "resourceVersion": "9", "uid": "u"},
+            "spec": {"replicas": 2, "progressDeadlineSeconds": 600,
+                "template": {"spec": {"containers": [{"name": "c", "image": "nginx", "imagePullPolicy": "Always"}]}}},
+            "status": {"readyReplicas": 2}});
+        assert!(contains(&live, &applied));
+    }
+
+    #[test]
+    fn a_changed_value_a_missing_field_or_an_extra_list_element_is_drift() {
+        let applied = json!({"spec": {"replicas": 2, "ports": [{"port": 80}]}, "data": {"a": "1"}});
+        let changed = json!({"spec": {"replicas": 3, "ports": [{"port": 80}]}, "data": {"a": "1"}});
+        let missing = json!({"spec": {"replicas": 2, "ports": [{"port": 80}]}, "data": {}});
+        let extra = json!({"spec": {"replicas": 2, "ports": [{"port": 80}, {"port": 81}]}, "data": {"a": "1"}});
+        for live in [changed, missing, extra] {
+            assert!(!contains(&live, &applied), "{live}");
+        }
+        assert!(contains(&json!({"n": 2.0}), &json!({"n": 2})));
+    }
+
+    #[test]
+    fn the_digest_annotation_tells_manifests_apart_that_the_live_object_both_contains() {
+        // v2 dropped a label; a member still at v1 holds every field of v2,
+        // but not v2's digest.
+        let work: Work = serde_json::from_value(json!({
+            "apiVersion": "work.karmada.io/v1alpha1", "kind": "Work",
+            "metadata": {"name": "w", "namespace": "karmada-es-m1"},
+            "spec": {"workload": {"manifests": []}}}))
+        .unwrap();
+        let v1 = json!({"kind": "ConfigMap", "metadata": {"name": "c", "labels": {"x": "1"}}});
+        let v2 = json!({"kind": "ConfigMap", "metadata": {"name": "c"}});
+        let live = prepare(&v1, &work, &manifest_digest(&v1.to_string()));
+        assert!(contains(
+            &live,
+            &prepare(&v1, &work, &manifest_digest(&v1.to_string()))
+        ));
+        assert!(!contains(
+            &live,
+            &prepare(&v2, &work, &manifest_digest(&v2.to_string()))
+        ));
+    }
+}
