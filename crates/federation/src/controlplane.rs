@@ -7,7 +7,9 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
+use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::broadcast;
 use tokio::task::JoinSet;
@@ -56,6 +58,18 @@ async fn placement_changes(
     }
 }
 
+/// Resolves once `store` holds its watch's first list.
+fn listed<K>(store: Store<K>) -> BoxFuture<'static, ()>
+where
+    K: kube::Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    Box::pin(async move {
+        // An error means the watch is gone, with the process.
+        let _ = store.wait_until_ready().await;
+    })
+}
+
 fn signal(rx: broadcast::Receiver<()>) -> impl Stream<Item = ()> + Send + 'static {
     tokio_stream::wrappers::BroadcastStream::new(rx).map(|_| ())
 }
@@ -83,55 +97,64 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
         placement_epoch: Default::default(),
     });
     let (placement_tx, _) = broadcast::channel(16);
+    // Every controller subscribes before any watch runs, so none misses
+    // the initial lists; the futures start once the caches are filled.
+    let mut controllers: Vec<BoxFuture<'static, ()>> = vec![
+        Box::pin(placement_changes(
+            ctx.clone(),
+            clusters.subscribe_shared(),
+            placement_tx.clone(),
+        )),
+        Box::pin(cluster::run(
+            ctx.clone(),
+            clusters.store.clone(),
+            clusters.subscribe(),
+        )),
+        Box::pin(detector::run(
+            ctx.clone(),
+            [bindings[0].1.0.store.clone(), bindings[1].1.0.store.clone()],
+        )),
+        Box::pin(execution::run(
+            ctx.clone(),
+            works.store.clone(),
+            works.subscribe(),
+        )),
+    ];
+    let mut caches = vec![listed(clusters.store.clone()), listed(works.store.clone())];
     let mut tasks = JoinSet::new();
-    tasks.spawn(placement_changes(
-        ctx.clone(),
-        clusters.subscribe_shared(),
-        placement_tx.clone(),
-    ));
-    tasks.spawn(cluster::run(
-        ctx.clone(),
-        clusters.store.clone(),
-        clusters.subscribe(),
-    ));
-    tasks.spawn(detector::run(
-        ctx.clone(),
-        [bindings[0].1.0.store.clone(), bindings[1].1.0.store.clone()],
-    ));
-    let mut drives = vec![];
     for (scope, (fanout, drive)) in bindings {
         let store = fanout.store.clone();
-        tasks.spawn(scheduler::run(
+        controllers.push(Box::pin(scheduler::run(
             ctx.clone(),
             scope,
             store.clone(),
             fanout.subscribe(),
             signal(placement_tx.subscribe()),
-        ));
-        tasks.spawn(binding::run(
+        )));
+        controllers.push(Box::pin(binding::run(
             ctx.clone(),
             scope,
             store.clone(),
             fanout.subscribe(),
-        ));
-        tasks.spawn(status::run(
+        )));
+        controllers.push(Box::pin(status::run(
             ctx.clone(),
             scope,
-            store,
+            store.clone(),
             fanout.subscribe(),
             works.subscribe(),
-        ));
-        drives.push(drive);
+        )));
+        caches.push(listed(store));
+        tasks.spawn(drive);
     }
-    tasks.spawn(execution::run(
-        ctx.clone(),
-        works.store.clone(),
-        works.subscribe(),
-    ));
     tasks.spawn(drive_clusters);
     tasks.spawn(drive_works);
-    for d in drives {
-        tasks.spawn(d);
+    // A controller deciding on a half-filled cache after a restart would
+    // write churn: a binding whose Works are not listed yet would report
+    // them missing, a Work would be created twice.
+    futures::future::join_all(caches).await;
+    for c in controllers {
+        tasks.spawn(c);
     }
     info!("federation controllers started");
     tasks.join_next().await;

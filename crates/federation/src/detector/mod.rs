@@ -99,6 +99,11 @@ pub async fn run(ctx: Ctx, bindings: [Store<Binding>; 2]) {
         propagation: watch_policies(&ctx, Scope::Namespaced, changed.clone()),
         cluster: watch_policies(&ctx, Scope::Cluster, changed.clone()),
     });
+    // A template judged before the policies are listed would lose its
+    // claim (after a restart, every template would be released and claimed
+    // again). An error means the watch is gone, with the process.
+    let _ = policies.propagation.wait_until_ready().await;
+    let _ = policies.cluster.wait_until_ready().await;
     // CRDs coming and going trigger a rediscovery.
     let (rediscover_tx, mut rediscover) = tokio::sync::mpsc::channel::<()>(1);
     let crds = Api::<CustomResourceDefinition>::all(ctx.hub.clone());
