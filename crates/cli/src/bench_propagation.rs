@@ -74,7 +74,7 @@ fn spawn(args: &[&str], data: &Path) -> anyhow::Result<ServerProcess> {
         .args(args)
         .args(["--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data)
-        .env("FLOTILLA_LOG", "warn")
+        .env("FLOTILLA_LOG", std::env::var("BENCH_CHILD_LOG").unwrap_or("warn".into()))
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -397,31 +397,8 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         o.abort();
     }
 
-    // The baseline: the same objects straight to the members.
-    for (_, _, client) in &members {
-        ensure_namespace(client, "direct").await?;
-    }
-    let direct_started = Instant::now();
-    let mut direct_objects = Vec::new();
-    for (m, (_, _, client)) in members.iter().enumerate() {
-        for (i, obj) in
-            (0..args.templates).map(|i| (i, template(kind_of(&args, i), i, args.replicas)))
-        {
-            let mut obj = obj;
-            obj["metadata"]["namespace"] = json!("direct");
-            if m < copies(kind_of(&args, i)) {
-                direct_objects.push((client.clone(), obj));
-            }
-        }
-    }
-    let results: Vec<anyhow::Result<()>> = futures::stream::iter(direct_objects)
-        .map(|(client, obj)| async move { create_all(&client, vec![obj], 1, 0.0, None).await })
-        .buffer_unordered(args.concurrency)
-        .collect()
-        .await;
-    results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
-    let direct_in = direct_started.elapsed();
-
+    // The restart first: the members are idle then, not still running
+    // the baseline's objects.
     let mut restart = None;
     if args.restart {
         let works = total_copies as f64;
@@ -450,6 +427,32 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
             serving,
         ));
     }
+
+
+    // The baseline: the same objects straight to the members.
+    for (_, _, client) in &members {
+        ensure_namespace(client, "direct").await?;
+    }
+    let direct_started = Instant::now();
+    let mut direct_objects = Vec::new();
+    for (m, (_, _, client)) in members.iter().enumerate() {
+        for (i, obj) in
+            (0..args.templates).map(|i| (i, template(kind_of(&args, i), i, args.replicas)))
+        {
+            let mut obj = obj;
+            obj["metadata"]["namespace"] = json!("direct");
+            if m < copies(kind_of(&args, i)) {
+                direct_objects.push((client.clone(), obj));
+            }
+        }
+    }
+    let results: Vec<anyhow::Result<()>> = futures::stream::iter(direct_objects)
+        .map(|(client, obj)| async move { create_all(&client, vec![obj], 1, 0.0, None).await })
+        .buffer_unordered(args.concurrency)
+        .collect()
+        .await;
+    results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+    let direct_in = direct_started.elapsed();
 
     let p = |q: f64| percentile(&latencies, q);
     let ratio = distributed_in.as_secs_f64() / direct_in.as_secs_f64().max(1e-9);
