@@ -49,6 +49,11 @@ pub struct PropagationArgs {
     /// Then kill -9 the control plane and time its cold convergence.
     #[arg(long)]
     restart: bool,
+    /// Measure the scheduler alone: create N ResourceBindings directly
+    /// (of templates that do not exist, so no Work follows) and time until
+    /// every one is scheduled.
+    #[arg(long)]
+    scheduler_only: bool,
     /// Print the results as one JSON object.
     #[arg(long)]
     json: bool,
@@ -74,7 +79,10 @@ fn spawn(args: &[&str], data: &Path) -> anyhow::Result<ServerProcess> {
         .args(args)
         .args(["--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data)
-        .env("FLOTILLA_LOG", std::env::var("BENCH_CHILD_LOG").unwrap_or("warn".into()))
+        .env(
+            "FLOTILLA_LOG",
+            std::env::var("BENCH_CHILD_LOG").unwrap_or("warn".into()),
+        )
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -284,6 +292,11 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         Division::Divided => json!({"replicaScheduling": {"replicaSchedulingType": "Divided",
             "replicaDivisionPreference": "Weighted"}}),
     };
+    if args.scheduler_only {
+        let result = scheduler_only(&args, &hub, placement).await;
+        drop(members);
+        return result;
+    }
     let policy: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "policy.karmada.io/v1alpha1", "kind": "PropagationPolicy",
         "metadata": {"name": "bench", "namespace": NAMESPACE},
@@ -428,7 +441,6 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         ));
     }
 
-
     // The baseline: the same objects straight to the members.
     for (_, _, client) in &members {
         ensure_namespace(client, "direct").await?;
@@ -523,5 +535,135 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
     }
     drop(members);
     drop(hub_process);
+    Ok(())
+}
+
+/// `--scheduler-only`: the scheduler's throughput, apart from how fast
+/// bindings arrive. N bindings are created for a cluster label no member
+/// has yet (each is found unschedulable); then member1 gets the label, and the clock runs from that change until the scheduler has
+/// written every binding's placement and Scheduled condition.
+async fn scheduler_only(
+    args: &PropagationArgs,
+    hub: &kube::Client,
+    mut placement: Value,
+) -> anyhow::Result<()> {
+    const GATE: &str = "bench.flotilla.io/schedule";
+    placement["clusterAffinity"] = json!({"labelSelector": {"matchLabels": {GATE: "now"}}});
+    let rb = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "work.karmada.io",
+        "v1alpha2",
+        "ResourceBinding",
+    ));
+    let api: Api<DynamicObject> = Api::namespaced_with(hub.clone(), NAMESPACE, &rb);
+    // When each binding was first seen unschedulable, then scheduled.
+    let held: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let scheduled: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let observer = {
+        let (held, scheduled) = (held.clone(), scheduled.clone());
+        let mut events = watcher(api.clone(), watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        tokio::spawn(async move {
+            while let Some(Ok(b)) = events.next().await {
+                let condition = b.data["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c["type"] == "Scheduled")
+                    .map(|c| c["status"] == "True");
+                let placed = b.data["spec"]["clusters"]
+                    .as_array()
+                    .is_some_and(|c| !c.is_empty());
+                let name = b.metadata.name.unwrap_or_default();
+                match condition {
+                    Some(true) if placed => {
+                        scheduled.lock().entry(name).or_insert_with(Instant::now);
+                    }
+                    Some(false) => {
+                        held.lock().entry(name).or_insert_with(Instant::now);
+                    }
+                    _ => {}
+                }
+            }
+        })
+    };
+    let replicas = if args.division == Division::Divided {
+        args.replicas.max(1)
+    } else {
+        args.replicas
+    };
+    let bindings: Vec<DynamicObject> = (0..args.templates)
+        .map(|i| {
+            serde_json::from_value(json!({
+                "apiVersion": "work.karmada.io/v1alpha2", "kind": "ResourceBinding",
+                "metadata": {"name": format!("b{i:06}"), "namespace": NAMESPACE},
+                "spec": {
+                    "resource": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": NAMESPACE,
+                                 "name": format!("absent{i:06}"), "uid": format!("bench-{i}")},
+                    "replicas": replicas,
+                    "placement": placement,
+                }
+            }))
+        })
+        .collect::<Result<_, _>>()?;
+    let results: Vec<Result<DynamicObject, kube::Error>> = futures::stream::iter(bindings)
+        .map(|b| {
+            let api = api.clone();
+            async move { api.create(&PostParams::default(), &b).await }
+        })
+        .buffer_unordered(args.concurrency)
+        .collect()
+        .await;
+    for r in results {
+        r.context("create a ResourceBinding")?;
+    }
+    let wait_for = |seen: &Arc<Mutex<HashMap<String, Instant>>>, what: &str| {
+        let seen = seen.clone();
+        let what = what.to_string();
+        let n = args.templates;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(600);
+            while seen.lock().len() < n {
+                if Instant::now() > deadline {
+                    bail!("not every binding was {what} within 10 minutes");
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Ok(())
+        }
+    };
+    wait_for(&held, "found unschedulable").await?;
+    let clusters: Api<flotilla_federation::api::Cluster> = Api::all(hub.clone());
+    let label = json!({"metadata": {"labels": {GATE: "now"}}});
+    // One cluster, one change: every binding is decided once.
+    let started = Instant::now();
+    clusters
+        .patch(
+            "member1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&label),
+        )
+        .await?;
+    wait_for(&scheduled, "scheduled").await?;
+    observer.abort();
+    let last = scheduled.lock().values().max().copied().unwrap_or(started);
+    let all_in = last.saturating_duration_since(started);
+    let per_second = args.templates as f64 / all_in.as_secs_f64().max(1e-9);
+    let result = json!({
+        "bindings": args.templates, "members": args.members,
+        "division": format!("{:?}", args.division),
+        "scheduled_seconds": all_in.as_secs_f64(),
+        "bindings_per_second": per_second,
+    });
+    if args.json {
+        println!("{result}");
+    } else {
+        println!(
+            "{} bindings placed {:.2} s after their clusters became eligible: {per_second:.0} bindings/s",
+            args.templates,
+            all_in.as_secs_f64()
+        );
+    }
     Ok(())
 }

@@ -537,6 +537,21 @@ fn a_restarted_control_plane_leaves_members_in_sync_untouched_and_repairs_what_c
             .all(|n| jsonpath(m, &["get", "cm", n], "{.data.greeting}") == "hello")
     });
     let kept_version = jsonpath(m, &["get", "cm", "kept"], "{.metadata.resourceVersion}");
+    // The hub's own objects for it, once their statuses have settled.
+    fn hub_versions(fleet: &Fleet) -> [String; 2] {
+        let rv = "{.metadata.resourceVersion}";
+        [
+            fleet.jsonpath_hub(&["get", "cm", "kept"], rv),
+            fleet.jsonpath_hub(&["get", "rb", "kept-configmap"], rv),
+        ]
+    }
+    wait_for(WAIT, "the binding reports its Work applied", || {
+        fleet.jsonpath_hub(
+            &["get", "rb", "kept-configmap"],
+            "{.status.conditions[?(@.type=='FullyApplied')].status}",
+        ) == "True"
+    });
+    let hub_before = hub_versions(&fleet);
 
     // While the control plane is down, someone edits one copy and deletes another.
     fleet.hub.kill9();
@@ -560,11 +575,14 @@ fn a_restarted_control_plane_leaves_members_in_sync_untouched_and_repairs_what_c
     wait_for(WAIT, "every Work synced since the restart", || {
         work_syncs(&fleet) >= 3
     });
-    // The copy that was still as applied was checked, not written again.
+    // The copy that was still as applied was checked, not written again,
+    // and neither its template (claim) nor its binding (status) was
+    // rewritten: controllers decide only on fully listed caches.
     assert_eq!(
         jsonpath(m, &["get", "cm", "kept"], "{.metadata.resourceVersion}"),
         kept_version
     );
+    assert_eq!(hub_versions(&fleet), hub_before);
 }
 
 #[test]
@@ -796,6 +814,25 @@ fn the_propagation_benchmark_runs_and_reports_json() {
     );
     assert!(
         result["controlplane_peak_rss_mib"]
+            .as_f64()
+            .is_some_and(|r| r > 0.0)
+    );
+
+    let out = flotilla(&[
+        "bench",
+        "propagation",
+        "--scheduler-only",
+        "--templates",
+        "20",
+        "--json",
+    ]);
+    assert!(out.status.success(), "bench: {}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().last().unwrap_or_default();
+    let result: serde_json::Value = serde_json::from_str(line).expect("one JSON object");
+    assert_eq!(result["bindings"], 20);
+    assert!(
+        result["bindings_per_second"]
             .as_f64()
             .is_some_and(|r| r > 0.0)
     );
