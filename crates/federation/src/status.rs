@@ -20,6 +20,13 @@ use crate::context::{Ctx, retry};
 use crate::error::{Error, is_not_found};
 use crate::interpreter;
 
+/// How long a binding's changes must settle before its status is
+/// written. Scheduling writes a binding twice and its Works report in
+/// quick succession; one status write for the lot, instead of one per
+/// change (each racing the scheduler's own status write), is what lets
+/// the scheduler place bindings at full speed in a burst.
+const DEBOUNCE: std::time::Duration = std::time::Duration::from_millis(100);
+
 pub async fn run(
     ctx: Ctx,
     scope: Scope,
@@ -34,6 +41,7 @@ pub async fn run(
     let ar = binding_resource(scope);
     let mapper_ar = ar.clone();
     Controller::for_stream_with(binding_changes, bindings, ar)
+        .with_config(kube::runtime::controller::Config::default().debounce(DEBOUNCE))
         .watches_stream_with(
             work_changes,
             move |w: Work| owner(&w, scope, &mapper_ar),
