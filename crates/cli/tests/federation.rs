@@ -786,21 +786,18 @@ fn cluster_status_reports_the_member_and_an_unreachable_member_is_tainted() {
     );
 }
 
-#[test]
-fn the_propagation_benchmark_runs_and_reports_json() {
-    let out = flotilla(&[
-        "bench",
-        "propagation",
-        "--templates",
-        "20",
-        "--members",
-        "2",
-        "--json",
-    ]);
+/// Runs `flotilla bench propagation` with `args` and `--json`; its result.
+fn bench_json(args: &[&str]) -> serde_json::Value {
+    let out = flotilla(&[&["bench", "propagation"], args, &["--json"]].concat());
     assert!(out.status.success(), "bench: {}", stderr(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout.lines().last().unwrap_or_default();
-    let result: serde_json::Value = serde_json::from_str(line).expect("one JSON object");
+    serde_json::from_str(line).expect("one JSON object")
+}
+
+#[test]
+fn the_propagation_benchmark_runs_and_reports_json() {
+    let result = bench_json(&["--templates", "20", "--members", "2"]);
     assert_eq!(result["copies"], 40);
     assert!(
         result["latency_ms"]["p99"]
@@ -818,18 +815,7 @@ fn the_propagation_benchmark_runs_and_reports_json() {
             .is_some_and(|r| r > 0.0)
     );
 
-    let out = flotilla(&[
-        "bench",
-        "propagation",
-        "--scheduler-only",
-        "--templates",
-        "20",
-        "--json",
-    ]);
-    assert!(out.status.success(), "bench: {}", stderr(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout.lines().last().unwrap_or_default();
-    let result: serde_json::Value = serde_json::from_str(line).expect("one JSON object");
+    let result = bench_json(&["--scheduler-only", "--templates", "20"]);
     assert_eq!(result["bindings"], 20);
     assert!(
         result["bindings_per_second"]
