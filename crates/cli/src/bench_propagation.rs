@@ -49,9 +49,10 @@ pub struct PropagationArgs {
     /// Then kill -9 the control plane and time its cold convergence.
     #[arg(long)]
     restart: bool,
-    /// Measure the scheduler alone: create N ResourceBindings directly
-    /// (of templates that do not exist, so no Work follows) and time until
-    /// every one is scheduled.
+    /// Measure the scheduler alone: N ResourceBindings created directly
+    /// (of templates that do not exist, so no Work follows), held
+    /// unschedulable, then timed from the moment a cluster becomes
+    /// eligible until every one is scheduled.
     #[arg(long)]
     scheduler_only: bool,
     /// Print the results as one JSON object.
@@ -81,7 +82,7 @@ fn spawn(args: &[&str], data: &Path) -> anyhow::Result<ServerProcess> {
         .arg(data)
         .env(
             "FLOTILLA_LOG",
-            std::env::var("BENCH_CHILD_LOG").unwrap_or("warn".into()),
+            std::env::var("FLOTILLA_BENCH_CHILD_LOG").unwrap_or("warn".into()),
         )
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -540,8 +541,9 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
 
 /// `--scheduler-only`: the scheduler's throughput, apart from how fast
 /// bindings arrive. N bindings are created for a cluster label no member
-/// has yet (each is found unschedulable); then member1 gets the label, and the clock runs from that change until the scheduler has
-/// written every binding's placement and Scheduled condition.
+/// has yet (each is found unschedulable); then member1 gets the label,
+/// and the clock runs from that change until the scheduler has written
+/// every binding's placement and Scheduled condition.
 async fn scheduler_only(
     args: &PropagationArgs,
     hub: &kube::Client,
