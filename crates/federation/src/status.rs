@@ -27,6 +27,11 @@ use crate::interpreter;
 /// the scheduler place bindings at full speed in a burst.
 const DEBOUNCE: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// Bindings whose status is written at once (Karmada's controllers run 5
+/// workers each). In a burst, placement goes first: the scheduler runs
+/// without a limit, and status reporting catches up behind it.
+const STATUS_SYNCS: u16 = 5;
+
 pub async fn run(
     ctx: Ctx,
     scope: Scope,
@@ -41,7 +46,11 @@ pub async fn run(
     let ar = binding_resource(scope);
     let mapper_ar = ar.clone();
     Controller::for_stream_with(binding_changes, bindings, ar)
-        .with_config(kube::runtime::controller::Config::default().debounce(DEBOUNCE))
+        .with_config(
+            kube::runtime::controller::Config::default()
+                .debounce(DEBOUNCE)
+                .concurrency(STATUS_SYNCS),
+        )
         .watches_stream_with(
             work_changes,
             move |w: Work| owner(&w, scope, &mapper_ar),
