@@ -106,12 +106,15 @@ fn template(kind: &str, i: usize, replicas: i32) -> Value {
                     "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}}})
 }
 
+/// The kinds the bench writes: its templates, and the bindings of
+/// `--scheduler-only`.
 fn resource(kind: &str) -> ApiResource {
-    if kind == "ConfigMap" {
-        ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap"))
-    } else {
-        ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment"))
-    }
+    let (group, version) = match kind {
+        "ConfigMap" => ("", "v1"),
+        "ResourceBinding" => ("work.karmada.io", "v1alpha2"),
+        _ => ("apps", "v1"),
+    };
+    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
 }
 
 fn kind_of(args: &PropagationArgs, i: usize) -> &'static str {
@@ -551,12 +554,8 @@ async fn scheduler_only(
 ) -> anyhow::Result<()> {
     const GATE: &str = "bench.flotilla.io/schedule";
     placement["clusterAffinity"] = json!({"labelSelector": {"matchLabels": {GATE: "now"}}});
-    let rb = ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "work.karmada.io",
-        "v1alpha2",
-        "ResourceBinding",
-    ));
-    let api: Api<DynamicObject> = Api::namespaced_with(hub.clone(), NAMESPACE, &rb);
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(hub.clone(), NAMESPACE, &resource("ResourceBinding"));
     // When each binding was first seen unschedulable, then scheduled.
     let held: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let scheduled: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
@@ -595,9 +594,9 @@ async fn scheduler_only(
     } else {
         args.replicas
     };
-    let bindings: Vec<DynamicObject> = (0..args.templates)
+    let bindings: Vec<Value> = (0..args.templates)
         .map(|i| {
-            serde_json::from_value(json!({
+            json!({
                 "apiVersion": "work.karmada.io/v1alpha2", "kind": "ResourceBinding",
                 "metadata": {"name": format!("b{i:06}"), "namespace": NAMESPACE},
                 "spec": {
@@ -606,36 +605,11 @@ async fn scheduler_only(
                     "replicas": replicas,
                     "placement": placement,
                 }
-            }))
+            })
         })
-        .collect::<Result<_, _>>()?;
-    let results: Vec<Result<DynamicObject, kube::Error>> = futures::stream::iter(bindings)
-        .map(|b| {
-            let api = api.clone();
-            async move { api.create(&PostParams::default(), &b).await }
-        })
-        .buffer_unordered(args.concurrency)
-        .collect()
-        .await;
-    for r in results {
-        r.context("create a ResourceBinding")?;
-    }
-    let wait_for = |seen: &Arc<Mutex<HashMap<String, Instant>>>, what: &str| {
-        let seen = seen.clone();
-        let what = what.to_string();
-        let n = args.templates;
-        async move {
-            let deadline = Instant::now() + Duration::from_secs(600);
-            while seen.lock().len() < n {
-                if Instant::now() > deadline {
-                    bail!("not every binding was {what} within 10 minutes");
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            Ok(())
-        }
-    };
-    wait_for(&held, "found unschedulable").await?;
+        .collect();
+    create_all(hub, bindings, args.concurrency, 0.0, None).await?;
+    all_seen(&held, args.templates, "found unschedulable").await?;
     let clusters: Api<flotilla_federation::api::Cluster> = Api::all(hub.clone());
     let label = json!({"metadata": {"labels": {GATE: "now"}}});
     // One cluster, one change: every binding is decided once.
@@ -647,7 +621,7 @@ async fn scheduler_only(
             &kube::api::Patch::Merge(&label),
         )
         .await?;
-    wait_for(&scheduled, "scheduled").await?;
+    all_seen(&scheduled, args.templates, "scheduled").await?;
     observer.abort();
     let last = scheduled.lock().values().max().copied().unwrap_or(started);
     let all_in = last.saturating_duration_since(started);
@@ -666,6 +640,22 @@ async fn scheduler_only(
             args.templates,
             all_in.as_secs_f64()
         );
+    }
+    Ok(())
+}
+
+/// Waits (10 minutes at most) until `seen` holds `n` bindings.
+async fn all_seen(
+    seen: &Mutex<HashMap<String, Instant>>,
+    n: usize,
+    what: &str,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while seen.lock().len() < n {
+        if Instant::now() > deadline {
+            bail!("not every binding was {what} within 10 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     Ok(())
 }

@@ -151,7 +151,8 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
     tasks.spawn(drive_works);
     // A controller deciding on a half-filled cache after a restart would
     // write churn: a binding whose Works are not listed yet would report
-    // them missing, a Work would be created twice.
+    // them missing, and the binding controller would create them again
+    // only to be told they exist.
     futures::future::join_all(caches).await;
     for c in controllers {
         tasks.spawn(c);
