@@ -8,6 +8,8 @@ use std::time::Duration;
 use kube::Client;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
+
+use crate::packed::PackedStore;
 use tracing::{debug, warn};
 
 use crate::api::{Cluster, Work};
@@ -44,7 +46,9 @@ pub struct Shared {
     pub hub: Client,
     pub hub_kinds: Kinds,
     pub clusters: Store<Cluster>,
-    pub works: Store<Work>,
+    /// Every Work of the fleet, packed: at scale, they are most of the
+    /// controllers' memory.
+    pub works: PackedStore<Work>,
     pub members: Members,
     pub options: Options,
     pub metrics: Metrics,
@@ -65,11 +69,16 @@ impl Shared {
 
 /// The error policy every controller uses: log, then retry.
 pub fn retry<K>(_: Arc<K>, error: &Error, _: Ctx) -> Action {
+    report(error);
+    Action::requeue(error.retry_after())
+}
+
+/// Logs a failed reconcile that will be retried.
+pub fn report(error: &Error) {
     if error.is_conflict() {
         // Someone wrote first: read again and redo, nothing is wrong.
         debug!(%error, "write conflict; retrying");
     } else {
         warn!(%error, "reconcile failed; retrying");
     }
-    Action::requeue(error.retry_after())
 }

@@ -17,7 +17,7 @@ use tracing::info;
 
 use crate::api::{Binding, Cluster, Scope, Work, binding_resource};
 use crate::context::{Ctx, Options, Shared};
-use crate::fanout::Fanout;
+use crate::fanout::{Fanout, PackedFanout};
 use crate::kinds::Kinds;
 use crate::members::Members;
 use crate::metrics::Metrics;
@@ -78,7 +78,7 @@ fn signal(rx: broadcast::Receiver<()>) -> impl Stream<Item = ()> + Send + 'stati
 /// (which only happens when the process is shutting down).
 pub async fn run(hub: Client, options: Options, metrics: Metrics) {
     let (clusters, drive_clusters) = Fanout::new(Api::<Cluster>::all(hub.clone()), ());
-    let (works, drive_works) = Fanout::new(Api::<Work>::all(hub.clone()), ());
+    let (works, drive_works) = PackedFanout::new(Api::<Work>::all(hub.clone()));
     let bindings = [Scope::Namespaced, Scope::Cluster].map(|scope| {
         let ar = binding_resource(scope);
         (
@@ -102,13 +102,13 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
     let mut controllers: Vec<BoxFuture<'static, ()>> = vec![
         Box::pin(placement_changes(
             ctx.clone(),
-            clusters.subscribe_shared(),
+            clusters.changes.subscribe_shared(),
             placement_tx.clone(),
         )),
         Box::pin(cluster::run(
             ctx.clone(),
             clusters.store.clone(),
-            clusters.subscribe(),
+            clusters.changes.subscribe(),
         )),
         Box::pin(detector::run(
             ctx.clone(),
@@ -116,11 +116,14 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
         )),
         Box::pin(execution::run(
             ctx.clone(),
-            works.store.clone(),
-            works.subscribe(),
+            works.changes.subscribe_shared(),
         )),
     ];
-    let mut caches = vec![listed(clusters.store.clone()), listed(works.store.clone())];
+    let works_listed = works.store.clone();
+    let mut caches = vec![
+        listed(clusters.store.clone()),
+        Box::pin(async move { works_listed.wait_until_listed().await }),
+    ];
     let mut tasks = JoinSet::new();
     for (scope, (fanout, drive)) in bindings {
         let store = fanout.store.clone();
@@ -128,21 +131,21 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
             ctx.clone(),
             scope,
             store.clone(),
-            fanout.subscribe(),
+            fanout.changes.subscribe(),
             signal(placement_tx.subscribe()),
         )));
         controllers.push(Box::pin(binding::run(
             ctx.clone(),
             scope,
             store.clone(),
-            fanout.subscribe(),
+            fanout.changes.subscribe(),
         )));
         controllers.push(Box::pin(status::run(
             ctx.clone(),
             scope,
             store.clone(),
-            fanout.subscribe(),
-            works.subscribe(),
+            fanout.changes.subscribe(),
+            works.changes.subscribe(),
         )));
         caches.push(listed(store));
         tasks.spawn(drive);

@@ -13,9 +13,12 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
 use parking_lot::Mutex;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use crate::packed::{PackedStore, PackedWriter};
 
 /// A watch of every object of `api` with managedFields dropped: no
 /// controller reads them, and in a cache of 100,000 Works they would be
@@ -29,14 +32,47 @@ where
     })
 }
 
-type Subscribers<K> = Arc<Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>>;
+/// Who hears of each changed object: every subscriber gets its own
+/// unbounded queue.
+pub struct Subscribers<K>(Arc<Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>>);
 
+impl<K> Clone for Subscribers<K> {
+    fn clone(&self) -> Self {
+        Subscribers(self.0.clone())
+    }
+}
+
+impl<K: Clone + Send + Sync + 'static> Subscribers<K> {
+    fn new() -> Self {
+        Subscribers(Arc::default())
+    }
+
+    fn send(&self, obj: K) {
+        let obj = Arc::new(obj);
+        self.0.lock().retain(|s| s.send(obj.clone()).is_ok());
+    }
+
+    /// Every later change (deletions included), as controllers take them.
+    pub fn subscribe(&self) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
+        self.subscribe_shared()
+            .map(|obj: Arc<K>| Ok((*obj).clone()))
+    }
+
+    /// As [`subscribe`](Self::subscribe), without copying the objects.
+    pub fn subscribe_shared(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.0.lock().push(tx);
+        UnboundedReceiverStream::new(rx)
+    }
+}
+
+/// A reflector store of the kind, and its changes.
 pub struct Fanout<K: Resource + 'static>
 where
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
     pub store: Store<K>,
-    subscribers: Subscribers<K>,
+    pub changes: Subscribers<K>,
 }
 
 impl<K> Fanout<K>
@@ -55,8 +91,8 @@ where
     ) {
         let writer = reflector::store::Writer::new(dyntype);
         let store = writer.as_reader();
-        let subscribers: Subscribers<K> = Arc::default();
-        let subs = subscribers.clone();
+        let changes = Subscribers::new();
+        let subs = changes.clone();
         let drive = async move {
             let events = reflector::reflector(writer, lean_watch(api))
                 .default_backoff()
@@ -64,24 +100,48 @@ where
             let mut events = std::pin::pin!(events);
             while let Some(event) = events.next().await {
                 let Ok(obj) = event else { continue };
-                let obj = Arc::new(obj);
-                subs.lock().retain(|s| s.send(obj.clone()).is_ok());
+                subs.send(obj);
             }
         };
-        (Fanout { store, subscribers }, drive)
+        (Fanout { store, changes }, drive)
     }
+}
 
-    /// Every later change (deletions included), as controllers take them.
-    pub fn subscribe(&self) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
-        let (tx, rx) = mpsc::unbounded_channel();
-        self.subscribers.lock().push(tx);
-        UnboundedReceiverStream::new(rx).map(|obj: Arc<K>| Ok((*obj).clone()))
-    }
+/// A [`PackedStore`] of the kind, and its changes: for kinds with so many
+/// objects that a reflector store of them would be most of the memory.
+pub struct PackedFanout<K> {
+    pub store: PackedStore<K>,
+    pub changes: Subscribers<K>,
+}
 
-    /// As [`subscribe`](Self::subscribe), without copying the objects.
-    pub fn subscribe_shared(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
-        let (tx, rx) = mpsc::unbounded_channel();
-        self.subscribers.lock().push(tx);
-        UnboundedReceiverStream::new(rx)
+impl<K> PackedFanout<K>
+where
+    K: Resource + Clone + std::fmt::Debug + Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    /// As [`Fanout::new`]. Subscribers hear of a change once the store
+    /// holds it.
+    pub fn new(
+        api: Api<K>,
+    ) -> (
+        PackedFanout<K>,
+        impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let (mut writer, store) = PackedWriter::new();
+        let changes = Subscribers::new();
+        let subs = changes.clone();
+        let drive = async move {
+            let mut events = std::pin::pin!(lean_watch(api).default_backoff());
+            while let Some(event) = events.next().await {
+                let Ok(event) = event else { continue };
+                writer.apply(&event);
+                match event {
+                    watcher::Event::Apply(obj)
+                    | watcher::Event::InitApply(obj)
+                    | watcher::Event::Delete(obj) => subs.send(obj),
+                    watcher::Event::Init | watcher::Event::InitDone => {}
+                }
+            }
+        };
+        (PackedFanout { store, changes }, drive)
     }
 }

@@ -23,6 +23,8 @@ pub mod kinds;
 pub mod members;
 pub mod metrics;
 pub mod names;
+pub mod packed;
+pub mod queue;
 pub mod scheduler;
 pub mod selector;
 pub mod status;

@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 mod cache;
+pub mod packed;
 mod sqlite;
 
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 pub use cache::{Watch, WatchCache};
+pub use packed::Packed;
 pub use sqlite::{SqliteOptions, SqliteStore};
 
 /// A store revision; the API layer's resourceVersion.

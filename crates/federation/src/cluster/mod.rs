@@ -215,12 +215,7 @@ async fn finalize(cctx: &ClusterCtx, cluster: &Cluster) -> Result<Action, Error>
         return Ok(Action::await_change());
     }
     let ns = Cluster::execution_namespace(&name);
-    let works: Vec<Arc<Work>> = ctx
-        .works
-        .state()
-        .into_iter()
-        .filter(|w| w.metadata.namespace.as_deref() == Some(ns.as_str()))
-        .collect();
+    let works: Vec<Arc<Work>> = ctx.works.in_namespace(&ns);
     if !works.is_empty() {
         let api: Api<Work> = Api::namespaced(ctx.hub.clone(), &ns);
         for w in works

@@ -15,58 +15,95 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::json;
-use tokio::sync::mpsc;
 use tracing::warn;
 
 use crate::api::{
     EXECUTION_PREFIX, ManifestStatus, ResourceIdentifier, Work, WorkStatus, annotations, finalizers,
 };
 use crate::conditions;
-use crate::context::{Ctx, retry};
+use crate::context::{Ctx, report};
 use crate::error::{Error, is_not_found};
 use crate::finalizer;
+use crate::queue::WorkQueue;
 use observed::MemberWatches;
 
 pub use apply::FIELD_MANAGER;
 
 /// How often every Work is checked again even without events: a safety
-/// net for changes a member's watch could not report.
+/// net for changes a member's watch could not report. One sweep for all,
+/// rather than a timer per Work held in the queue.
 const RESYNC: Duration = Duration::from_secs(300);
 
 struct Execution {
     shared: Ctx,
+    queue: Arc<WorkQueue<ObjectRef<Work>>>,
     watches: Arc<MemberWatches>,
     /// Namespaces known to exist in each member.
     namespaces: Mutex<HashSet<(String, String)>>,
 }
 
-pub async fn run(
-    ctx: Ctx,
-    works: Store<Work>,
-    changes: impl futures::Stream<Item = Result<Work, kube::runtime::watcher::Error>> + Send + 'static,
-) {
-    let (tx, rx) = mpsc::channel(1024);
+/// What becomes of a Work after a sync: wait for a change, or look again
+/// after a while.
+type Next = Option<Duration>;
+
+pub async fn run(ctx: Ctx, changes: impl futures::Stream<Item = Arc<Work>> + Send + 'static) {
+    let queue = WorkQueue::new();
     let exec = Arc::new(Execution {
         shared: ctx.clone(),
-        watches: MemberWatches::new(ctx.clone(), works.clone(), tx),
+        queue: queue.clone(),
+        watches: MemberWatches::new(ctx.clone(), queue.clone()),
         namespaces: Mutex::default(),
     });
-    let concurrency = ctx.options.work_concurrency;
-    Controller::for_stream(changes, works)
-        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
-        .reconcile_on(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .run(
-            reconcile,
-            |w, e, x: Arc<Execution>| retry(w, e, x.shared.clone()),
-            exec,
-        )
-        .for_each(|_| async {})
-        .await;
+    let feed = {
+        let queue = queue.clone();
+        async move {
+            let mut changes = std::pin::pin!(changes);
+            while let Some(work) = changes.next().await {
+                let key = ObjectRef::new(&work.name_any());
+                queue.add(match work.namespace() {
+                    Some(ns) => key.within(&ns),
+                    None => key,
+                });
+            }
+        }
+    };
+    let sweep = {
+        let (queue, works) = (queue.clone(), ctx.works.clone());
+        async move {
+            let mut every = tokio::time::interval(RESYNC);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                for work in works.refs() {
+                    queue.add(work);
+                }
+            }
+        }
+    };
+    let workers = queue.run(ctx.options.work_concurrency.into(), move |key| {
+        let exec = exec.clone();
+        async move { process(&exec, key).await }
+    });
+    tokio::join!(feed, sweep, workers);
+}
+
+async fn process(exec: &Arc<Execution>, key: ObjectRef<Work>) {
+    // Gone from the cache: deleted, and its finalizer already handled.
+    let Some(work) = exec.shared.works.get(&key) else {
+        return;
+    };
+    match reconcile(work, exec.clone()).await {
+        Ok(None) => {}
+        Ok(Some(after)) => exec.queue.add_after(key, after),
+        Err(error) => {
+            report(&error);
+            exec.queue.add_after(key, error.retry_after());
+        }
+    }
 }
 
 fn cluster_of(work: &Work) -> Option<String> {
@@ -75,16 +112,16 @@ fn cluster_of(work: &Work) -> Option<String> {
         .map(str::to_string)
 }
 
-async fn reconcile(work: Arc<Work>, exec: Arc<Execution>) -> Result<Action, Error> {
+async fn reconcile(work: Arc<Work>, exec: Arc<Execution>) -> Result<Next, Error> {
     let Some(cluster_name) = cluster_of(&work) else {
-        return Ok(Action::await_change());
+        return Ok(None);
     };
     let ctx = &exec.shared;
     let api: Api<Work> = Api::namespaced(ctx.hub.clone(), &work.namespace().unwrap_or_default());
     let cluster = ctx.cluster(&cluster_name);
     if work.metadata.deletion_timestamp.is_some() {
         if !work.finalizers().iter().any(|f| f == finalizers::EXECUTION) {
-            return Ok(Action::await_change());
+            return Ok(None);
         }
         let preserve = work.spec.preserve_resources_on_deletion == Some(true);
         match &cluster {
@@ -100,14 +137,14 @@ async fn reconcile(work: Arc<Work>, exec: Arc<Execution>) -> Result<Action, Erro
             _ => {}
         }
         finalizer::remove(&api, &*work, finalizers::EXECUTION).await?;
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     if finalizer::add(&api, &*work, finalizers::EXECUTION).await? {
         // The update comes back as an event and applies then.
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     let Some(cluster) = cluster else {
-        return Ok(Action::requeue(Duration::from_secs(5)));
+        return Ok(Some(Duration::from_secs(5)));
     };
     let mut status = work.status.clone().unwrap_or_default();
     if work.spec.suspend_dispatching == Some(true) {
@@ -119,7 +156,7 @@ async fn reconcile(work: Arc<Work>, exec: Arc<Execution>) -> Result<Action, Erro
             "Dispatching is suspended by the policy",
         );
         write_status(&api, &work, status).await?;
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     conditions::set(
         &mut status.conditions,
@@ -195,11 +232,8 @@ async fn reconcile(work: Arc<Work>, exec: Arc<Execution>) -> Result<Action, Erro
     }
     status.manifest_statuses = manifest_statuses;
     write_status(&api, &work, status).await?;
-    Ok(if ok {
-        Action::requeue(RESYNC)
-    } else {
-        Action::requeue(Duration::from_secs(2))
-    })
+    // A synced Work is looked at again by the periodic sweep.
+    Ok((!ok).then_some(Duration::from_secs(2)))
 }
 
 async fn write_status(api: &Api<Work>, work: &Work, status: WorkStatus) -> Result<(), Error> {

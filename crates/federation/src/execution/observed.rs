@@ -15,13 +15,13 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use kube::api::DynamicObject;
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::debug;
 
@@ -30,6 +30,7 @@ use crate::context::Ctx;
 use crate::interpreter;
 use crate::kinds::gvk_of;
 use crate::members::Member;
+use crate::queue::WorkQueue;
 
 /// How long a Work waits for a just-started member watch to list what
 /// the member holds before it falls back to reading the object itself.
@@ -116,22 +117,16 @@ struct MemberWatch {
 
 pub struct MemberWatches {
     ctx: Ctx,
-    works: Store<Work>,
     /// Works to reconcile again: drifted, deleted or changed status.
-    requeue: mpsc::Sender<ObjectRef<Work>>,
+    requeue: Arc<WorkQueue<ObjectRef<Work>>>,
     watches: Mutex<HashMap<(String, GroupVersionKind), MemberWatch>>,
     observed: Mutex<HashMap<MemberObject, Observed>>,
 }
 
 impl MemberWatches {
-    pub fn new(
-        ctx: Ctx,
-        works: Store<Work>,
-        requeue: mpsc::Sender<ObjectRef<Work>>,
-    ) -> Arc<MemberWatches> {
+    pub fn new(ctx: Ctx, requeue: Arc<WorkQueue<ObjectRef<Work>>>) -> Arc<MemberWatches> {
         Arc::new(MemberWatches {
             ctx,
-            works,
             requeue,
             watches: Mutex::default(),
             observed: Mutex::default(),
@@ -267,7 +262,7 @@ impl MemberWatches {
                     let key = self.key_of(&cluster, &ar, &obj);
                     self.forget(&key);
                     if let Some(work) = work_of(&obj) {
-                        let _ = self.requeue.send(work).await;
+                        self.requeue.add(work);
                     }
                 }
                 Err(error) => {
@@ -303,7 +298,7 @@ impl MemberWatches {
         let Ok(live) = serde_json::to_value(obj) else {
             return;
         };
-        let work = self.works.get(&work_ref);
+        let work = self.ctx.works.get(&work_ref);
         let in_sync_with = work.as_deref().and_then(|w| {
             let (raw, manifest) = w.spec.workload.manifests.iter().find_map(|raw| {
                 let m: Value = serde_json::from_str(raw.get()).ok()?;
@@ -335,7 +330,7 @@ impl MemberWatches {
             observed.in_sync_with.is_none() || (previous.is_some() && !unchanged)
         };
         if requeue || obj.metadata.deletion_timestamp.is_some() {
-            let _ = self.requeue.send(work_ref).await;
+            self.requeue.add(work_ref);
         }
     }
 
@@ -359,7 +354,7 @@ impl MemberWatches {
                 .collect()
         };
         for work in gone {
-            let _ = self.requeue.send(work).await;
+            self.requeue.add(work);
         }
     }
 }

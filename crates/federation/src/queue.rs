@@ -1,0 +1,241 @@
+//! A keyed work queue with client-go's guarantees: a key waits at most
+//! once however often it is added, no key is processed by two workers at
+//! once, and a key added while it is processed runs again afterwards.
+//!
+//! kube-rs's `Controller` gives the same, but looks every key up in a
+//! reflector store of full objects. The execution controller's Works are
+//! held packed ([`crate::packed`]), so it queues references instead.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+struct State<T> {
+    queue: VecDeque<T>,
+    /// Keys to process: in `queue`, or being processed and to run again.
+    dirty: HashSet<T>,
+    processing: HashSet<T>,
+    /// The time each delayed key is due, the earliest asked for.
+    delayed: HashMap<T, Instant>,
+}
+
+pub struct WorkQueue<T> {
+    state: Mutex<State<T>>,
+    ready: Notify,
+}
+
+impl<T> WorkQueue<T>
+where
+    T: Hash + Eq + Clone + Send + Sync + 'static,
+{
+    pub fn new() -> Arc<WorkQueue<T>> {
+        Arc::new(WorkQueue {
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                dirty: HashSet::new(),
+                processing: HashSet::new(),
+                delayed: HashMap::new(),
+            }),
+            ready: Notify::new(),
+        })
+    }
+
+    pub fn add(&self, key: T) {
+        {
+            let mut s = self.state.lock();
+            if !s.dirty.insert(key.clone()) || s.processing.contains(&key) {
+                return;
+            }
+            s.queue.push_back(key);
+        }
+        self.ready.notify_one();
+    }
+
+    /// Adds `key` after `delay`, unless it is already due sooner.
+    pub fn add_after(self: &Arc<Self>, key: T, delay: Duration) {
+        let at = Instant::now() + delay;
+        {
+            let mut s = self.state.lock();
+            if s.delayed.get(&key).is_some_and(|due| *due <= at) {
+                return;
+            }
+            s.delayed.insert(key.clone(), at);
+        }
+        let queue = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(at).await;
+            let due = {
+                let mut s = queue.state.lock();
+                // A sooner request took this one's place and has run.
+                let due = s.delayed.get(&key) == Some(&at);
+                if due {
+                    s.delayed.remove(&key);
+                }
+                due
+            };
+            if due {
+                queue.add(key);
+            }
+        });
+    }
+
+    /// Keys waiting (not those being processed).
+    pub fn len(&self) -> usize {
+        self.state.lock().queue.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    async fn next(&self) -> T {
+        loop {
+            let ready = self.ready.notified();
+            {
+                let mut s = self.state.lock();
+                if let Some(key) = s.queue.pop_front() {
+                    s.dirty.remove(&key);
+                    s.processing.insert(key.clone());
+                    if !s.queue.is_empty() {
+                        // Another idle worker may take the rest.
+                        self.ready.notify_one();
+                    }
+                    return key;
+                }
+            }
+            ready.await;
+        }
+    }
+
+    fn done(&self, key: &T) {
+        let again = {
+            let mut s = self.state.lock();
+            s.processing.remove(key);
+            let again = s.dirty.contains(key);
+            if again {
+                s.queue.push_back(key.clone());
+            }
+            again
+        };
+        if again {
+            self.ready.notify_one();
+        }
+    }
+
+    /// Processes keys with `workers` concurrent calls of `process`, for
+    /// ever.
+    pub async fn run<F, Fut>(self: Arc<Self>, workers: usize, process: F)
+    where
+        F: Fn(T) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let mut tasks = JoinSet::new();
+        for _ in 0..workers.max(1) {
+            let queue = self.clone();
+            let process = process.clone();
+            tasks.spawn(async move {
+                loop {
+                    let key = queue.next().await;
+                    process(key.clone()).await;
+                    queue.done(&key);
+                }
+            });
+        }
+        tasks.join_next().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Waits, with a deadline, until `f` holds.
+    async fn until(what: &str, f: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_key_added_many_times_waits_once_and_never_runs_twice_at_once() {
+        let queue = WorkQueue::<u32>::new();
+        let runs: Arc<Mutex<Vec<u32>>> = Arc::default();
+        // Runs of key 1 in progress, and how often a second one started.
+        let running = Arc::new(AtomicUsize::new(0));
+        let overlap = Arc::new(AtomicUsize::new(0));
+        let release = Arc::new(Notify::new());
+        for _ in 0..5 {
+            queue.add(1);
+        }
+        queue.add(2);
+        assert_eq!(queue.len(), 2);
+        let (r, n, o, rel) = (
+            runs.clone(),
+            running.clone(),
+            overlap.clone(),
+            release.clone(),
+        );
+        tokio::spawn(queue.clone().run(4, move |key| {
+            let (r, n, o, rel) = (r.clone(), n.clone(), o.clone(), rel.clone());
+            async move {
+                if key == 1 && n.fetch_add(1, Ordering::SeqCst) > 0 {
+                    o.fetch_add(1, Ordering::SeqCst);
+                }
+                r.lock().push(key);
+                if key == 1 {
+                    rel.notified().await;
+                    n.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+        }));
+        until("both keys to start", || runs.lock().len() == 2).await;
+        // Added while being processed: runs once more, after.
+        queue.add(1);
+        queue.add(1);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(runs.lock().iter().filter(|k| **k == 1).count(), 1);
+        release.notify_one();
+        until("key 1 to run again", || {
+            runs.lock().iter().filter(|k| **k == 1).count() == 2
+        })
+        .await;
+        release.notify_one();
+        until("the queue to drain", || running.load(Ordering::SeqCst) == 0).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(runs.lock().iter().filter(|k| **k == 1).count(), 2);
+        assert_eq!(runs.lock().iter().filter(|k| **k == 2).count(), 1);
+        assert_eq!(overlap.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_delayed_key_runs_once_at_the_earliest_time_asked() {
+        let queue = WorkQueue::<u32>::new();
+        let runs: Arc<Mutex<Vec<(u32, Instant)>>> = Arc::default();
+        let r = runs.clone();
+        tokio::spawn(queue.clone().run(2, move |key| {
+            let r = r.clone();
+            async move { r.lock().push((key, Instant::now())) }
+        }));
+        let start = Instant::now();
+        queue.add_after(7, Duration::from_secs(30));
+        queue.add_after(7, Duration::from_millis(100));
+        queue.add_after(7, Duration::from_secs(60));
+        until("the delayed key to run", || !runs.lock().is_empty()).await;
+        let (key, at) = runs.lock()[0];
+        assert_eq!(key, 7);
+        assert!(at - start >= Duration::from_millis(100));
+        assert!(at - start < Duration::from_secs(30));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(runs.lock().len(), 1);
+    }
+}
