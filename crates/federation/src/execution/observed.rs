@@ -36,8 +36,16 @@ use crate::queue::WorkQueue;
 /// the member holds before it falls back to reading the object itself.
 const SYNC_WAIT: Duration = Duration::from_secs(10);
 
-/// A member object: cluster, group and kind, namespace, name.
-pub type MemberObject = (String, String, String, String);
+/// A member watch: cluster, then group and kind.
+type WatchKey = (String, String);
+
+/// A member object: the watch that sees it (cluster, then group and
+/// kind) and, within it, `namespace/name`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct MemberObject {
+    watch: WatchKey,
+    object: Box<str>,
+}
 
 pub fn member_object(
     cluster: &str,
@@ -47,24 +55,36 @@ pub fn member_object(
     name: &str,
 ) -> MemberObject {
     let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-    (
-        cluster.to_string(),
-        format!("{group}/{kind}"),
-        ns.to_string(),
-        name.to_string(),
-    )
+    MemberObject {
+        watch: (cluster.to_string(), format!("{group}/{kind}")),
+        object: format!("{ns}/{name}").into(),
+    }
 }
 
-/// What the watch last saw of one object.
+/// What the watch last saw of one object. There is one per object
+/// Flotilla placed (100,000 for 10,000 templates on 10 members), so it
+/// keeps text rather than parsed trees.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Observed {
-    resource_version: Option<String>,
+struct Observed {
+    resource_version: Option<Box<str>>,
     /// The digest of the manifest whose every field the object holds.
-    in_sync_with: Option<String>,
+    in_sync_with: Option<Box<str>>,
+    /// The status Flotilla reflects, as JSON text.
+    status: Option<Box<str>>,
+    health: &'static str,
+    /// The Work the object was applied from, in the cluster's execution
+    /// namespace.
+    work: Box<str>,
+}
+
+/// What an in-sync object reports back to its Work.
+pub struct Seen {
     pub status: Option<Value>,
     pub health: &'static str,
-    /// The Work the object was applied from.
-    work: ObjectRef<Work>,
+}
+
+fn status_text(live: &Value) -> Option<Box<str>> {
+    interpreter::reflect_status(live).map(|s| s.to_string().into())
 }
 
 /// The digest a manifest is applied under (its text as the Work holds it).
@@ -120,7 +140,8 @@ pub struct MemberWatches {
     /// Works to reconcile again: drifted, deleted or changed status.
     requeue: Arc<WorkQueue<ObjectRef<Work>>>,
     watches: Mutex<HashMap<(String, GroupVersionKind), MemberWatch>>,
-    observed: Mutex<HashMap<MemberObject, Observed>>,
+    /// Per watch, per `namespace/name`.
+    observed: Mutex<HashMap<WatchKey, HashMap<Box<str>, Observed>>>,
 }
 
 impl MemberWatches {
@@ -159,14 +180,18 @@ impl MemberWatches {
         )
     }
 
-    /// The observation of `key` if the object holds every field of the
-    /// manifest with `digest`.
-    pub fn in_sync(&self, key: &MemberObject, digest: &str) -> Option<Observed> {
-        self.observed
-            .lock()
-            .get(key)
-            .filter(|o| o.in_sync_with.as_deref() == Some(digest))
-            .cloned()
+    /// What `key` reports if the object holds every field of the manifest
+    /// with `digest`.
+    pub fn in_sync(&self, key: &MemberObject, digest: &str) -> Option<Seen> {
+        let all = self.observed.lock();
+        let o = all.get(&key.watch)?.get(&key.object)?;
+        (o.in_sync_with.as_deref() == Some(digest)).then(|| Seen {
+            status: o
+                .status
+                .as_deref()
+                .and_then(|s| serde_json::from_str(s).ok()),
+            health: o.health,
+        })
     }
 
     /// Records what an apply left in the member, so the watch's echo of
@@ -184,17 +209,27 @@ impl MemberWatches {
             resource_version: live
                 .pointer("/metadata/resourceVersion")
                 .and_then(Value::as_str)
-                .map(str::to_string),
-            in_sync_with: contains(live, applied).then(|| digest.to_string()),
-            status: interpreter::reflect_status(live),
+                .map(Into::into),
+            in_sync_with: contains(live, applied).then(|| digest.into()),
+            status: status_text(live),
             health: interpreter::health(kind, live),
-            work: ObjectRef::from_obj(work),
+            work: work.name_any().into(),
         };
-        self.observed.lock().insert(key, observed);
+        self.insert(key, observed);
+    }
+
+    fn insert(&self, key: MemberObject, observed: Observed) -> Option<Observed> {
+        self.observed
+            .lock()
+            .entry(key.watch)
+            .or_default()
+            .insert(key.object, observed)
     }
 
     pub fn forget(&self, key: &MemberObject) {
-        self.observed.lock().remove(key);
+        if let Some(objects) = self.observed.lock().get_mut(&key.watch) {
+            objects.remove(&key.object);
+        }
     }
 
     fn ensure(
@@ -237,14 +272,14 @@ impl MemberWatches {
         let config = watcher::Config::default().labels(&format!("{}=true", labels::MANAGED));
         let mut events = watcher(api, config).default_backoff().boxed();
         // The objects of a (re)list so far: what it does not return is gone.
-        let mut listed: Option<HashSet<MemberObject>> = None;
+        let mut listed: Option<HashSet<Box<str>>> = None;
         while let Some(event) = events.next().await {
             match event {
                 Ok(watcher::Event::Init) => listed = Some(HashSet::new()),
                 Ok(watcher::Event::InitApply(obj)) => {
                     let key = self.key_of(&cluster, &ar, &obj);
                     if let Some(l) = listed.as_mut() {
-                        l.insert(key.clone());
+                        l.insert(key.object.clone());
                     }
                     self.observe(key, &obj).await;
                 }
@@ -274,9 +309,7 @@ impl MemberWatches {
             }
         }
         let kind = format!("{}/{}", ar.group, ar.kind);
-        self.observed
-            .lock()
-            .retain(|k, _| k.0 != cluster || k.1 != kind);
+        self.observed.lock().remove(&(cluster, kind));
     }
 
     fn key_of(&self, cluster: &str, ar: &ApiResource, obj: &DynamicObject) -> MemberObject {
@@ -299,14 +332,16 @@ impl MemberWatches {
             return;
         };
         let work = self.ctx.works.get(&work_ref);
+        let name = obj.name_any();
+        let namespace = obj.namespace().unwrap_or_default();
         let in_sync_with = work.as_deref().and_then(|w| {
             let (raw, manifest) = w.spec.workload.manifests.iter().find_map(|raw| {
                 let m: Value = serde_json::from_str(raw.get()).ok()?;
                 let same =
                     |p: &str, v: &str| m.pointer(p).and_then(Value::as_str).unwrap_or("") == v;
                 (same("/kind", &obj.types.as_ref()?.kind)
-                    && same("/metadata/name", &key.3)
-                    && (key.2.is_empty() || same("/metadata/namespace", &key.2)))
+                    && same("/metadata/name", &name)
+                    && (namespace.is_empty() || same("/metadata/namespace", &namespace)))
                 .then_some((raw, m))
             })?;
             let digest = manifest_digest(raw.get());
@@ -314,15 +349,14 @@ impl MemberWatches {
         });
         let kind = obj.types.as_ref().map_or("", |t| t.kind.as_str());
         let observed = Observed {
-            resource_version: obj.metadata.resource_version.clone(),
-            in_sync_with,
-            status: interpreter::reflect_status(&live),
+            resource_version: obj.metadata.resource_version.as_deref().map(Into::into),
+            in_sync_with: in_sync_with.map(Into::into),
+            status: status_text(&live),
             health: interpreter::health(kind, &live),
-            work: work_ref.clone(),
+            work: work_ref.name.as_str().into(),
         };
         let requeue = {
-            let mut all = self.observed.lock();
-            let previous = all.insert(key, observed.clone());
+            let previous = self.insert(key, observed.clone());
             let unchanged = previous.as_ref().is_some_and(|p| {
                 p.resource_version == observed.resource_version
                     || (p.status == observed.status && p.health == observed.health)
@@ -334,27 +368,23 @@ impl MemberWatches {
         }
     }
 
-    async fn forget_unlisted(
-        &self,
-        cluster: &str,
-        ar: &ApiResource,
-        listed: &HashSet<MemberObject>,
-    ) {
-        let kind = format!("{}/{}", ar.group, ar.kind);
-        let gone: Vec<ObjectRef<Work>> = {
+    async fn forget_unlisted(&self, cluster: &str, ar: &ApiResource, listed: &HashSet<Box<str>>) {
+        let watch = (cluster.to_string(), format!("{}/{}", ar.group, ar.kind));
+        let gone: Vec<Observed> = {
             let mut all = self.observed.lock();
-            let keys: Vec<MemberObject> = all
+            let Some(objects) = all.get_mut(&watch) else {
+                return;
+            };
+            let keys: Vec<Box<str>> = objects
                 .keys()
-                .filter(|k| k.0 == cluster && k.1 == kind && !listed.contains(*k))
+                .filter(|k| !listed.contains(*k))
                 .cloned()
                 .collect();
-            keys.iter()
-                .filter_map(|k| all.remove(k))
-                .map(|o| o.work)
-                .collect()
+            keys.iter().filter_map(|k| objects.remove(k)).collect()
         };
-        for work in gone {
-            self.requeue.add(work);
+        let ns = crate::api::Cluster::execution_namespace(cluster);
+        for o in gone {
+            self.requeue.add(ObjectRef::new(&o.work).within(&ns));
         }
     }
 }
