@@ -13,7 +13,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flotilla_store::Packed;
+use flotilla_store::packed::{Dictionaries, Packed};
 use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -123,6 +123,8 @@ pub struct PackedWriter<K> {
     /// The objects of a relist so far; they replace the cache at its end.
     relist: Option<Objects>,
     listed: watch::Sender<bool>,
+    /// One family: the objects are all of one kind.
+    dictionaries: Dictionaries,
     _kind: PhantomData<fn() -> K>,
 }
 
@@ -138,6 +140,7 @@ where
                 objects: objects.clone(),
                 relist: None,
                 listed,
+                dictionaries: Dictionaries::default(),
                 _kind: PhantomData,
             },
             PackedStore {
@@ -152,7 +155,9 @@ where
         match event {
             watcher::Event::Init => self.relist = Some(Objects::new()),
             watcher::Event::InitApply(obj) => {
-                if let (Some(relist), Some((k, v))) = (self.relist.as_mut(), entry(obj)) {
+                if let Some((k, v)) = self.entry(obj)
+                    && let Some(relist) = self.relist.as_mut()
+                {
                     relist.insert(k, v);
                 }
             }
@@ -163,7 +168,7 @@ where
                 self.listed.send_replace(true);
             }
             watcher::Event::Apply(obj) => {
-                if let Some((k, v)) = entry(obj) {
+                if let Some((k, v)) = self.entry(obj) {
                     self.objects.write().insert(k, v);
                 }
             }
@@ -177,16 +182,20 @@ where
             }
         }
     }
-}
 
-fn entry<K: Resource + Serialize>(obj: &K) -> Option<(Box<str>, Packed)> {
-    let meta = obj.meta();
-    let k = key(meta.namespace.as_deref(), meta.name.as_deref()?);
-    match serde_json::to_vec(obj) {
-        Ok(json) => Some((k.into(), Packed::pack(&Bytes::from(json)))),
-        Err(error) => {
-            error!(%error, object = %k, "object does not encode; not cached");
-            None
+    fn entry(&self, obj: &K) -> Option<(Box<str>, Packed)> {
+        let meta = obj.meta();
+        let k = key(meta.namespace.as_deref(), meta.name.as_deref()?);
+        match serde_json::to_vec(obj) {
+            Ok(json) => {
+                let json = Bytes::from(json);
+                let dictionary = self.dictionaries.pick("", &json);
+                Some((k.into(), Packed::pack_with(&json, dictionary)))
+            }
+            Err(error) => {
+                error!(%error, object = %k, "object does not encode; not cached");
+                None
+            }
         }
     }
 }

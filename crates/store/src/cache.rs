@@ -13,7 +13,7 @@ use imbl::OrdMap;
 use parking_lot::RwLock;
 use tokio::sync::watch;
 
-use crate::packed::Packed;
+use crate::packed::{Dictionaries, Packed};
 use crate::{Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision, StoreError};
 
 /// A [`KeyValue`] as the cache holds it.
@@ -25,11 +25,21 @@ struct Entry {
     mod_revision: Revision,
 }
 
+/// The family a key's value is compressed with: its first two segments,
+/// the API server's `/group/resource/`.
+fn family(key: &str) -> &str {
+    match key.match_indices('/').nth(2) {
+        Some((i, _)) => &key[..=i],
+        None => key,
+    }
+}
+
 impl Entry {
-    fn pack(kv: &KeyValue) -> Entry {
+    fn pack(kv: &KeyValue, dictionaries: &Dictionaries) -> Entry {
+        let dictionary = dictionaries.pick(family(&kv.key), &kv.value);
         Entry {
             key: kv.key.clone(),
-            value: Packed::pack(&kv.value),
+            value: Packed::pack_with(&kv.value, dictionary),
             create_revision: kv.create_revision,
             mod_revision: kv.mod_revision,
         }
@@ -58,14 +68,19 @@ impl PackedEvent {
     /// The event with its new value `packed` (puts) and `prev`, the entry
     /// it replaces. A deletion's value is the last one: `prev`'s bytes,
     /// shared rather than packed again.
-    fn new(event: &Event, packed: Option<Entry>, prev: Option<Entry>) -> PackedEvent {
+    fn new(
+        event: &Event,
+        packed: Option<Entry>,
+        prev: Option<Entry>,
+        dictionaries: &Dictionaries,
+    ) -> PackedEvent {
         let kv = match (packed, &prev) {
             (Some(kv), _) => kv,
             (None, Some(p)) => Entry {
                 mod_revision: event.kv.mod_revision,
                 ..p.clone()
             },
-            (None, None) => Entry::pack(&event.kv),
+            (None, None) => Entry::pack(&event.kv, dictionaries),
         };
         PackedEvent {
             kind: event.kind,
@@ -74,8 +89,8 @@ impl PackedEvent {
         }
     }
 
-    fn packed_value(event: &Event) -> Option<Entry> {
-        (event.kind == EventKind::Put).then(|| Entry::pack(&event.kv))
+    fn packed_value(event: &Event, dictionaries: &Dictionaries) -> Option<Entry> {
+        (event.kind == EventKind::Put).then(|| Entry::pack(&event.kv, dictionaries))
     }
 
     fn revision(&self) -> Revision {
@@ -96,15 +111,21 @@ impl PackedEvent {
 fn pack_events(
     events: impl IntoIterator<Item = Event>,
     latest: &mut HashMap<Arc<str>, Entry>,
+    dictionaries: &Dictionaries,
 ) -> Vec<PackedEvent> {
     events
         .into_iter()
         .map(|event| {
             let prev = event.prev.as_ref().map(|p| match latest.get(&p.key) {
                 Some(e) if e.mod_revision == p.mod_revision => e.clone(),
-                _ => Entry::pack(p),
+                _ => Entry::pack(p, dictionaries),
             });
-            let packed = PackedEvent::new(&event, PackedEvent::packed_value(&event), prev);
+            let packed = PackedEvent::new(
+                &event,
+                PackedEvent::packed_value(&event, dictionaries),
+                prev,
+                dictionaries,
+            );
             match packed.kind {
                 EventKind::Put => latest.insert(packed.kv.key.clone(), packed.kv.clone()),
                 EventKind::Delete => latest.remove(&packed.kv.key),
@@ -125,6 +146,7 @@ struct Inner {
 
 pub struct WatchCache {
     inner: RwLock<Inner>,
+    dictionaries: Dictionaries,
     capacity: usize,
     notify: watch::Sender<Revision>,
 }
@@ -140,17 +162,19 @@ impl WatchCache {
         capacity: usize,
     ) -> Self {
         let mut latest = HashMap::new();
-        let mut history: VecDeque<Arc<PackedEvent>> = pack_events(history, &mut latest)
-            .into_iter()
-            .map(Arc::new)
-            .collect();
+        let dictionaries = Dictionaries::default();
+        let mut history: VecDeque<Arc<PackedEvent>> =
+            pack_events(history, &mut latest, &dictionaries)
+                .into_iter()
+                .map(Arc::new)
+                .collect();
         // The state shares its bytes with the newest event of each key.
         let state = state
             .into_iter()
             .map(|kv| {
                 let entry = match latest.get(&kv.key) {
                     Some(e) if e.mod_revision == kv.mod_revision => e.clone(),
-                    _ => Entry::pack(&kv),
+                    _ => Entry::pack(&kv, &dictionaries),
                 };
                 (kv.key, entry)
             })
@@ -173,6 +197,7 @@ impl WatchCache {
                 compacted,
                 closed: false,
             }),
+            dictionaries,
             capacity: capacity.max(1),
             notify,
         }
@@ -200,7 +225,7 @@ impl WatchCache {
         let packed: Vec<(Event, Option<Entry>)> = events
             .into_iter()
             .map(|e| {
-                let kv = PackedEvent::packed_value(&e);
+                let kv = PackedEvent::packed_value(&e, &self.dictionaries);
                 (e, kv)
             })
             .collect();
@@ -209,7 +234,7 @@ impl WatchCache {
             for (event, packed) in packed {
                 // `prev` is the state's entry: share its bytes.
                 let prev = inner.state.get(&event.kv.key).cloned();
-                let e = PackedEvent::new(&event, packed, prev);
+                let e = PackedEvent::new(&event, packed, prev, &self.dictionaries);
                 match e.kind {
                     EventKind::Put => {
                         inner.state.insert(e.kv.key.clone(), e.kv.clone());

@@ -1,43 +1,146 @@
 //! Values held compressed in memory: zstd at its fastest level, with one
 //! compression context per thread. Used wherever a process keeps many
 //! JSON objects for a long time (the watch cache, controllers' caches).
+//!
+//! Objects of one kind are alike: same keys, same labels, same managed
+//! fields. Alone, a 1.8 KiB Work compresses to about 660 bytes; against a
+//! few other Works as a dictionary, to about 140. [`Dictionaries`] makes
+//! one per family of values (a resource type) once the family is large
+//! enough to repay it.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
+use parking_lot::Mutex;
 use tracing::error;
+use zstd::zstd_safe::{CDict, DCtx, DDict};
 
 /// Values shorter than this are kept as they are.
 const COMPRESS_FROM: usize = 128;
 /// zstd's fastest level: most of the gain, a few microseconds per object.
 const LEVEL: i32 = 1;
+/// Values of a family seen before it gets a dictionary: small families
+/// are not worth one (a dictionary costs tens of KiB).
+const DICTIONARY_AFTER: u32 = 64;
+/// The most recent values of a family its dictionary is made of.
+const SAMPLES: usize = 4;
+/// Larger values are not taken as samples.
+const SAMPLE_MAX: usize = 16 * 1024;
 
 thread_local! {
     /// One context of each kind per thread, reused across values: creating
     /// one costs more than compressing a small object.
     static COMPRESSOR: RefCell<Option<zstd::bulk::Compressor<'static>>> =
         RefCell::new(zstd::bulk::Compressor::new(LEVEL).ok());
-    static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
-        RefCell::new(zstd::bulk::Decompressor::new().ok());
+    static DECOMPRESSOR: RefCell<Option<DCtx<'static>>> = RefCell::new(DCtx::try_create());
 }
 
-/// A value as the cache holds it.
+/// A raw-content dictionary: earlier values of the same family.
+pub struct Dictionary {
+    compress: CDict<'static>,
+    decompress: DDict<'static>,
+}
+
+impl std::fmt::Debug for Dictionary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Dictionary")
+    }
+}
+
+impl Dictionary {
+    fn new(content: &[u8]) -> Option<Arc<Dictionary>> {
+        Some(Arc::new(Dictionary {
+            compress: CDict::try_create(content, LEVEL)?,
+            decompress: DDict::try_create(content)?,
+        }))
+    }
+}
+
+enum Family {
+    Counting { seen: u32, samples: Vec<Bytes> },
+    Ready(Arc<Dictionary>),
+}
+
+/// A dictionary per family of values, made from the family's own values
+/// once it has [`DICTIONARY_AFTER`] of them. Values packed before keep
+/// their plain compression.
+#[derive(Default)]
+pub struct Dictionaries {
+    families: Mutex<HashMap<Box<str>, Family>>,
+}
+
+impl Dictionaries {
+    /// The dictionary to pack `value` of `family` with, if the family has
+    /// one (now).
+    pub fn pick(&self, family: &str, value: &Bytes) -> Option<Arc<Dictionary>> {
+        if value.len() < COMPRESS_FROM {
+            return None;
+        }
+        let mut families = self.families.lock();
+        let entry = families
+            .entry(family.into())
+            .or_insert_with(|| Family::Counting {
+                seen: 0,
+                samples: Vec::new(),
+            });
+        match entry {
+            Family::Ready(d) => Some(d.clone()),
+            Family::Counting { seen, samples } => {
+                *seen += 1;
+                if value.len() <= SAMPLE_MAX {
+                    if samples.len() == SAMPLES {
+                        samples.remove(0);
+                    }
+                    samples.push(value.clone());
+                }
+                if *seen < DICTIONARY_AFTER {
+                    return None;
+                }
+                let content: Vec<u8> = samples.concat();
+                let d = Dictionary::new(&content)?;
+                *entry = Family::Ready(d.clone());
+                Some(d)
+            }
+        }
+    }
+}
+
+/// A value as a cache holds it.
 #[derive(Clone, Debug)]
 pub enum Packed {
     Plain(Bytes),
     /// The uncompressed length (4 bytes, little-endian), then a zstd frame.
     Zstd(Bytes),
+    /// As `Zstd`, compressed against the dictionary.
+    Dict(Arc<Dictionary>, Bytes),
 }
 
 impl Packed {
     pub fn pack(value: &Bytes) -> Packed {
+        Packed::pack_with(value, None)
+    }
+
+    /// Packs `value`, against `dictionary` if given.
+    pub fn pack_with(value: &Bytes, dictionary: Option<Arc<Dictionary>>) -> Packed {
         if value.len() < COMPRESS_FROM || value.len() > u32::MAX as usize {
             return Packed::Plain(value.clone());
         }
         let frame = COMPRESSOR.with(|c| {
             let mut c = c.borrow_mut();
+            let c = c.as_mut()?;
             let mut frame = Vec::with_capacity(zstd::zstd_safe::compress_bound(value.len()));
-            c.as_mut()?.compress_to_buffer(value, &mut frame).ok()?;
+            match &dictionary {
+                Some(d) => {
+                    c.context_mut()
+                        .compress_using_cdict(&mut frame, value, &d.compress)
+                        .ok()?;
+                }
+                None => {
+                    c.compress_to_buffer(value, &mut frame).ok()?;
+                }
+            }
             Some(frame)
         });
         match frame {
@@ -46,40 +149,55 @@ impl Packed {
                 let mut packed = Vec::with_capacity(4 + frame.len());
                 packed.extend_from_slice(&(value.len() as u32).to_le_bytes());
                 packed.extend_from_slice(&frame);
-                Packed::Zstd(Bytes::from(packed))
+                let packed = Bytes::from(packed);
+                match dictionary {
+                    Some(d) => Packed::Dict(d, packed),
+                    None => Packed::Zstd(packed),
+                }
             }
             _ => Packed::Plain(value.clone()),
         }
     }
 
     pub fn unpack(&self) -> Bytes {
-        match self {
-            Packed::Plain(b) => b.clone(),
-            Packed::Zstd(b) => {
-                let (len, frame) = b.split_at(4.min(b.len()));
-                let len = len.try_into().map(u32::from_le_bytes).unwrap_or(0) as usize;
-                let decompressed = DECOMPRESSOR.with(|d| match d.borrow_mut().as_mut() {
-                    Some(d) => d.decompress(frame, len),
-                    None => zstd::bulk::decompress(frame, len),
-                });
-                match decompressed {
-                    Ok(v) => Bytes::from(v),
-                    // Only a bug could get here: `pack` made it.
-                    Err(error) => {
-                        error!(%error, "packed value does not decompress");
-                        Bytes::new()
-                    }
+        let (b, dictionary) = match self {
+            Packed::Plain(b) => return b.clone(),
+            Packed::Zstd(b) => (b, None),
+            Packed::Dict(d, b) => (b, Some(&d.decompress)),
+        };
+        let (len, frame) = b.split_at(4.min(b.len()));
+        let len = len.try_into().map(u32::from_le_bytes).unwrap_or(0) as usize;
+        let decompressed = DECOMPRESSOR.with(|d| {
+            let mut d = d.borrow_mut();
+            let mut fresh;
+            let d = match d.as_mut() {
+                Some(d) => d,
+                None => {
+                    fresh = DCtx::try_create()?;
+                    &mut fresh
                 }
+            };
+            let mut out = Vec::with_capacity(len);
+            let done = match dictionary {
+                Some(dict) => d.decompress_using_ddict(&mut out, frame, dict),
+                None => d.decompress(&mut out, frame),
+            };
+            done.ok().map(|_| out)
+        });
+        match decompressed {
+            Some(v) => Bytes::from(v),
+            // Only a bug could get here: `pack` made it.
+            None => {
+                error!("packed value does not decompress");
+                Bytes::new()
             }
         }
     }
-}
 
-impl Packed {
     /// The bytes held (compressed or not).
     pub fn held_len(&self) -> usize {
         match self {
-            Packed::Plain(b) | Packed::Zstd(b) => b.len(),
+            Packed::Plain(b) | Packed::Zstd(b) | Packed::Dict(_, b) => b.len(),
         }
     }
 }
@@ -103,5 +221,39 @@ mod tests {
         let small = Bytes::from_static(b"{\"kind\":\"Lease\"}");
         assert!(matches!(Packed::pack(&small), Packed::Plain(_)));
         assert_eq!(Packed::pack(&small).unpack(), small);
+    }
+
+    fn work(i: usize) -> Bytes {
+        Bytes::from(format!(
+            r#"{{"apiVersion":"work.karmada.io/v1alpha1","kind":"Work","metadata":{{"name":"t{i:06}-85775","namespace":"karmada-es-member{}","uid":"{:08x}-52de-4ae0-a5f6-5ed8ef50eddf","labels":{{"work.karmada.io/permanent-id":"{:08x}"}}}},"spec":{{"workload":{{"manifests":[{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"t{i:06}","namespace":"bench"}},"data":{{"index":"{i}"}}}}]}}}}}}"#,
+            i % 10,
+            i * 7919,
+            i * 104729
+        ))
+    }
+
+    #[test]
+    fn a_large_family_gets_a_dictionary_that_packs_its_values_much_smaller() {
+        let dictionaries = Dictionaries::default();
+        let mut plain = 0;
+        let mut with_dictionary = 0;
+        for i in 0..200 {
+            let value = work(i);
+            let d = dictionaries.pick("/work.karmada.io/works/", &value);
+            assert_eq!(d.is_some(), i + 1 >= DICTIONARY_AFTER as usize, "value {i}");
+            let packed = Packed::pack_with(&value, d);
+            assert_eq!(packed.unpack(), value, "value {i} round-trips");
+            if i >= 100 {
+                plain += Packed::pack(&value).held_len();
+                with_dictionary += packed.held_len();
+                assert!(matches!(packed, Packed::Dict(..)));
+            }
+        }
+        assert!(
+            with_dictionary * 2 < plain,
+            "with a dictionary {with_dictionary} bytes, without {plain}"
+        );
+        // Another family counts on its own.
+        assert!(dictionaries.pick("/v1/configmaps/", &work(0)).is_none());
     }
 }

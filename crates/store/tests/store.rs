@@ -305,3 +305,60 @@ async fn large_values_read_back_exactly_from_every_path() {
     assert_eq!(listed.items.len(), 1);
     assert_eq!(listed.items[0].value, big("a2"));
 }
+
+/// The cache compresses a large family of values (one resource type)
+/// against a dictionary made of its own values: every one of them, those
+/// packed before the dictionary existed and those after, reads back
+/// exactly, before and after a restart.
+#[tokio::test]
+async fn a_large_family_of_values_reads_back_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = |i: usize| format!("/work.karmada.io/works/ns/w{i:04}");
+    let from = {
+        let store = open(dir.path());
+        let from = store.current_revision();
+        for i in 0..150 {
+            store.create(&key(i), big(&format!("w{i}"))).await.unwrap();
+        }
+        for i in (0..150).step_by(3) {
+            let kv = store.get(&key(i)).unwrap();
+            store
+                .update(&key(i), big(&format!("w{i}-v2")), kv.mod_revision)
+                .await
+                .unwrap();
+        }
+        from
+    };
+    let expected = |i: usize| {
+        if i % 3 == 0 {
+            big(&format!("w{i}-v2"))
+        } else {
+            big(&format!("w{i}"))
+        }
+    };
+    // Twice: the second reopen reads what the first one's cache rebuilt.
+    for _ in 0..2 {
+        let store = open(dir.path());
+        let listed = store
+            .list("/work.karmada.io/works/", &ListOptions::default())
+            .unwrap();
+        assert_eq!(listed.items.len(), 150);
+        for (i, kv) in listed.items.iter().enumerate() {
+            assert_eq!(kv.value, expected(i), "{}", kv.key);
+        }
+        let mut watch = store.watch("/work.karmada.io/works/", from).unwrap();
+        let mut events = Vec::new();
+        while events.len() < 200 {
+            events.extend(watch.next().await.unwrap());
+        }
+        for (i, e) in events[..150].iter().enumerate() {
+            assert_eq!(e.kv.value, big(&format!("w{i}")));
+        }
+        for (n, e) in events[150..].iter().enumerate() {
+            let i = n * 3;
+            assert_eq!(e.kv.value, big(&format!("w{i}-v2")));
+            assert_eq!(e.prev.as_ref().unwrap().value, big(&format!("w{i}")));
+        }
+        drop(store);
+    }
+}
