@@ -330,7 +330,7 @@ async fn a_large_family_of_values_reads_back_exactly() {
         from
     };
     let expected = |i: usize| {
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             big(&format!("w{i}-v2"))
         } else {
             big(&format!("w{i}"))
