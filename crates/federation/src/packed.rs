@@ -23,9 +23,9 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tracing::error;
 
-/// `namespace/name` (cluster-scoped objects: `/name`), so that a
-/// namespace's objects are one range.
-fn key(namespace: Option<&str>, name: &str) -> String {
+/// An object's key in the store: `namespace/name` (cluster-scoped
+/// objects: `/name`), so that a namespace's objects are one range.
+pub fn key(namespace: Option<&str>, name: &str) -> String {
     format!("{}/{name}", namespace.unwrap_or(""))
 }
 
@@ -53,8 +53,12 @@ where
     K: Resource + DeserializeOwned,
 {
     pub fn get(&self, r: &ObjectRef<K>) -> Option<Arc<K>> {
-        let key = key(r.namespace.as_deref(), &r.name);
-        let packed = self.objects.read().get(key.as_str())?.clone();
+        self.get_key(&key(r.namespace.as_deref(), &r.name))
+    }
+
+    /// The object under [`key`].
+    pub fn get_key(&self, key: &str) -> Option<Arc<K>> {
+        let packed = self.objects.read().get(key)?.clone();
         decode(&packed)
     }
 
@@ -74,20 +78,9 @@ where
         packed.iter().filter_map(decode).collect()
     }
 
-    /// The references of every object, for a periodic sweep.
-    pub fn refs(&self) -> Vec<ObjectRef<K>>
-    where
-        K::DynamicType: Default,
-    {
-        self.objects
-            .read()
-            .keys()
-            .filter_map(|k| {
-                let (ns, name) = k.split_once('/')?;
-                let r = ObjectRef::new(name);
-                Some(if ns.is_empty() { r } else { r.within(ns) })
-            })
-            .collect()
+    /// The key of every object, for a periodic sweep.
+    pub fn keys(&self) -> Vec<String> {
+        self.objects.read().keys().map(|k| k.to_string()).collect()
     }
 
     pub fn len(&self) -> usize {
@@ -244,6 +237,6 @@ mod tests {
         assert!(store.get(&r("a", "three")).is_some());
         w.apply(&watcher::Event::InitDone);
         assert!(store.get(&r("a", "three")).is_none());
-        assert_eq!(store.refs(), vec![r("b", "two")]);
+        assert_eq!(store.keys(), ["b/two"]);
     }
 }

@@ -12,10 +12,17 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::{Stream, StreamExt};
+use kube::Resource;
 use parking_lot::Mutex;
+use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+
+use crate::context::report;
+use crate::error::Error;
+use crate::packed::{self, PackedStore};
 
 struct State<T> {
     queue: VecDeque<T>,
@@ -150,6 +157,60 @@ where
         }
         tasks.join_next().await;
     }
+}
+
+/// What becomes of an object after a reconcile: wait for its next change
+/// (`None`), or look again after a while.
+pub type Next = Option<Duration>;
+
+/// Queues the key of every changed object.
+pub async fn feed<K: Resource>(
+    queue: Arc<WorkQueue<String>>,
+    changes: impl Stream<Item = Arc<K>> + Send,
+) {
+    let mut changes = std::pin::pin!(changes);
+    while let Some(obj) = changes.next().await {
+        let meta = obj.meta();
+        queue.add(packed::key(
+            meta.namespace.as_deref(),
+            meta.name.as_deref().unwrap_or(""),
+        ));
+    }
+}
+
+/// Runs `reconcile` on each queued key's current object with `workers`
+/// at once, as kube-runtime's `Controller` does over a reflector store: a
+/// key whose object is gone is dropped, `Some(after)` looks again after
+/// that long, and an error is logged and retried after its backoff.
+pub async fn reconcile_packed<K, F, Fut>(
+    queue: Arc<WorkQueue<String>>,
+    store: PackedStore<K>,
+    workers: usize,
+    reconcile: F,
+) where
+    K: Resource + DeserializeOwned + Send + Sync + 'static,
+    F: Fn(Arc<K>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<Next, Error>> + Send + 'static,
+{
+    let again = queue.clone();
+    queue
+        .run(workers, move |key: String| {
+            let (queue, store, reconcile) = (again.clone(), store.clone(), reconcile.clone());
+            async move {
+                let Some(obj) = store.get_key(&key) else {
+                    return;
+                };
+                match reconcile(obj).await {
+                    Ok(None) => {}
+                    Ok(Some(after)) => queue.add_after(key, after),
+                    Err(error) => {
+                        report(&error);
+                        queue.add_after(key, error.retry_after());
+                    }
+                }
+            }
+        })
+        .await;
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::{Discovery, verbs};
-use kube::runtime::controller::{Action, Controller};
+
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
@@ -29,12 +29,13 @@ use crate::api::{
     Binding, BindingSpec, EXECUTION_PREFIX, ObjectReference, Policy, Scope, annotations,
     binding_resource, finalizers, labels, policy_resource,
 };
-use crate::context::{Ctx, retry};
+use crate::context::Ctx;
 use crate::error::{Error, is_not_found};
-use crate::fanout::lean_watch;
+use crate::fanout::{PackedFanout, lean_watch};
 use crate::interpreter;
 use crate::kinds::scoped_api;
 use crate::names;
+use crate::queue::{self, Next, WorkQueue};
 use matching::Template;
 
 /// How often the hub's types are rediscovered (Karmada: 30 s); a CRD
@@ -236,29 +237,43 @@ fn permanent_id(policy: &Policy, scope: Scope) -> String {
         .unwrap_or_default()
 }
 
+/// Templates of one type are judged at most this many at once (kube-runtime's
+/// `Controller` has no bound; each judgement is a few writes to the hub).
+const TEMPLATE_SYNCS: usize = 32;
+
+/// Templates are held packed: every object of every propagatable type
+/// is one (10,000 ConfigMaps cost 60 MB as parsed objects).
 async fn watch_templates(tctx: Arc<TypeCtx>, policies_changed: broadcast::Receiver<()>) {
     let api = Api::<DynamicObject>::all_with(tctx.shared.hub.clone(), &tctx.ar);
-    let trigger = tokio_stream::wrappers::BroadcastStream::new(policies_changed).map(|_| ());
-    let writer = reflector::store::Writer::new(tctx.ar.clone());
-    let store = writer.as_reader();
-    let changes = reflector::reflector(writer, lean_watch(api))
-        .default_backoff()
-        .touched_objects();
-    Controller::for_stream_with(changes, store, tctx.ar.clone())
-        .reconcile_all_on(trigger)
-        .run(
-            reconcile,
-            |o, e, c: Arc<TypeCtx>| retry(o, e, c.shared.clone()),
-            tctx,
-        )
-        .for_each(|_| async {})
-        .await;
+    let (templates, drive) = PackedFanout::new(api);
+    let queue = WorkQueue::new();
+    let every_template_on_policy_change = {
+        let (queue, store) = (queue.clone(), templates.store.clone());
+        async move {
+            let mut changed = std::pin::pin!(tokio_stream::wrappers::BroadcastStream::new(
+                policies_changed
+            ));
+            while changed.next().await.is_some() {
+                for key in store.keys() {
+                    queue.add(key);
+                }
+            }
+        }
+    };
+    tokio::join!(
+        drive,
+        queue::feed(queue.clone(), templates.changes.subscribe_shared()),
+        every_template_on_policy_change,
+        queue::reconcile_packed(queue, templates.store.clone(), TEMPLATE_SYNCS, move |obj| {
+            reconcile(obj, tctx.clone())
+        }),
+    );
 }
 
-async fn reconcile(obj: Arc<DynamicObject>, tctx: Arc<TypeCtx>) -> Result<Action, Error> {
+async fn reconcile(obj: Arc<DynamicObject>, tctx: Arc<TypeCtx>) -> Result<Next, Error> {
     let namespace = obj.metadata.namespace.as_deref();
     if namespace.is_some_and(skipped_namespace) || obj.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     let started = Instant::now();
     let no_labels = BTreeMap::new();
@@ -286,7 +301,7 @@ async fn reconcile(obj: Arc<DynamicObject>, tctx: Arc<TypeCtx>) -> Result<Action
                 .await?;
             info!(template = %name, kind = %tctx.ar.kind, "policy gone; claim removed");
         }
-        return Ok(Action::await_change());
+        return Ok(None);
     };
     // The binding is built from the template as claimed, so the claim's
     // own write does not count as a change of the template.
@@ -399,7 +414,7 @@ async fn ensure_binding(
     obj: &DynamicObject,
     policy: &Policy,
     scope: Scope,
-) -> Result<Action, Error> {
+) -> Result<Next, Error> {
     let hub = &tctx.shared.hub;
     let ar = &tctx.ar;
     let namespace = obj.metadata.namespace.clone();
@@ -425,7 +440,7 @@ async fn ensure_binding(
         .is_some_and(|b| b.metadata.deletion_timestamp.is_some())
     {
         // The previous template's binding is still being torn down.
-        return Ok(Action::requeue(Duration::from_secs(1)));
+        return Ok(Some(Duration::from_secs(1)));
     }
     let template = serde_json::to_value(obj)?;
     let manifest = interpreter::manifest(&template);
@@ -528,7 +543,7 @@ async fn ensure_binding(
         None => match api.create(&PostParams::default(), &desired).await {
             Ok(_) => info!(binding = %name, kind = %ar.kind, "binding created"),
             Err(e) if crate::error::is_conflict(&e) => {
-                return Ok(Action::requeue(Duration::from_millis(200)));
+                return Ok(Some(Duration::from_millis(200)));
             }
             Err(e) => return Err(e.into()),
         },
@@ -542,12 +557,12 @@ async fn ensure_binding(
                 match api.replace(&name, &PostParams::default(), &desired).await {
                     Ok(_) => debug!(binding = %name, "binding updated"),
                     Err(e) if is_not_found(&e) => {
-                        return Ok(Action::requeue(Duration::from_millis(200)));
+                        return Ok(Some(Duration::from_millis(200)));
                     }
                     Err(e) => return Err(e.into()),
                 }
             }
         }
     }
-    Ok(Action::await_change())
+    Ok(None)
 }

@@ -13,9 +13,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::json;
@@ -25,10 +23,10 @@ use crate::api::{
     EXECUTION_PREFIX, ManifestStatus, ResourceIdentifier, Work, WorkStatus, annotations, finalizers,
 };
 use crate::conditions;
-use crate::context::{Ctx, report};
+use crate::context::Ctx;
 use crate::error::{Error, is_not_found};
 use crate::finalizer;
-use crate::queue::WorkQueue;
+use crate::queue::{self, Next, WorkQueue};
 use observed::MemberWatches;
 
 pub use apply::FIELD_MANAGER;
@@ -40,37 +38,18 @@ const RESYNC: Duration = Duration::from_secs(300);
 
 struct Execution {
     shared: Ctx,
-    queue: Arc<WorkQueue<ObjectRef<Work>>>,
     watches: Arc<MemberWatches>,
     /// Namespaces known to exist in each member.
     namespaces: Mutex<HashSet<(String, String)>>,
 }
 
-/// What becomes of a Work after a sync: wait for a change, or look again
-/// after a while.
-type Next = Option<Duration>;
-
 pub async fn run(ctx: Ctx, changes: impl futures::Stream<Item = Arc<Work>> + Send + 'static) {
     let queue = WorkQueue::new();
     let exec = Arc::new(Execution {
         shared: ctx.clone(),
-        queue: queue.clone(),
         watches: MemberWatches::new(ctx.clone(), queue.clone()),
         namespaces: Mutex::default(),
     });
-    let feed = {
-        let queue = queue.clone();
-        async move {
-            let mut changes = std::pin::pin!(changes);
-            while let Some(work) = changes.next().await {
-                let key = ObjectRef::new(&work.name_any());
-                queue.add(match work.namespace() {
-                    Some(ns) => key.within(&ns),
-                    None => key,
-                });
-            }
-        }
-    };
     let sweep = {
         let (queue, works) = (queue.clone(), ctx.works.clone());
         async move {
@@ -78,32 +57,22 @@ pub async fn run(ctx: Ctx, changes: impl futures::Stream<Item = Arc<Work>> + Sen
             every.tick().await;
             loop {
                 every.tick().await;
-                for work in works.refs() {
+                for work in works.keys() {
                     queue.add(work);
                 }
             }
         }
     };
-    let workers = queue.run(ctx.options.work_concurrency.into(), move |key| {
-        let exec = exec.clone();
-        async move { process(&exec, key).await }
-    });
-    tokio::join!(feed, sweep, workers);
-}
-
-async fn process(exec: &Arc<Execution>, key: ObjectRef<Work>) {
-    // Gone from the cache: deleted, and its finalizer already handled.
-    let Some(work) = exec.shared.works.get(&key) else {
-        return;
-    };
-    match reconcile(work, exec.clone()).await {
-        Ok(None) => {}
-        Ok(Some(after)) => exec.queue.add_after(key, after),
-        Err(error) => {
-            report(&error);
-            exec.queue.add_after(key, error.retry_after());
-        }
-    }
+    tokio::join!(
+        queue::feed(queue.clone(), changes),
+        sweep,
+        queue::reconcile_packed(
+            queue,
+            ctx.works.clone(),
+            ctx.options.work_concurrency.into(),
+            move |work| reconcile(work, exec.clone()),
+        )
+    );
 }
 
 fn cluster_of(work: &Work) -> Option<String> {

@@ -30,6 +30,7 @@ use crate::context::Ctx;
 use crate::interpreter;
 use crate::kinds::gvk_of;
 use crate::members::Member;
+use crate::packed;
 use crate::queue::WorkQueue;
 
 /// How long a Work waits for a just-started member watch to list what
@@ -138,14 +139,14 @@ struct MemberWatch {
 pub struct MemberWatches {
     ctx: Ctx,
     /// Works to reconcile again: drifted, deleted or changed status.
-    requeue: Arc<WorkQueue<ObjectRef<Work>>>,
+    requeue: Arc<WorkQueue<String>>,
     watches: Mutex<HashMap<(String, GroupVersionKind), MemberWatch>>,
     /// Per watch, per `namespace/name`.
     observed: Mutex<HashMap<WatchKey, HashMap<Box<str>, Observed>>>,
 }
 
 impl MemberWatches {
-    pub fn new(ctx: Ctx, requeue: Arc<WorkQueue<ObjectRef<Work>>>) -> Arc<MemberWatches> {
+    pub fn new(ctx: Ctx, requeue: Arc<WorkQueue<String>>) -> Arc<MemberWatches> {
         Arc::new(MemberWatches {
             ctx,
             requeue,
@@ -297,7 +298,8 @@ impl MemberWatches {
                     let key = self.key_of(&cluster, &ar, &obj);
                     self.forget(&key);
                     if let Some(work) = work_of(&obj) {
-                        self.requeue.add(work);
+                        self.requeue
+                            .add(packed::key(work.namespace.as_deref(), &work.name));
                     }
                 }
                 Err(error) => {
@@ -364,7 +366,8 @@ impl MemberWatches {
             observed.in_sync_with.is_none() || (previous.is_some() && !unchanged)
         };
         if requeue || obj.metadata.deletion_timestamp.is_some() {
-            self.requeue.add(work_ref);
+            self.requeue
+                .add(packed::key(work_ref.namespace.as_deref(), &work_ref.name));
         }
     }
 
@@ -384,7 +387,7 @@ impl MemberWatches {
         };
         let ns = crate::api::Cluster::execution_namespace(cluster);
         for o in gone {
-            self.requeue.add(ObjectRef::new(&o.work).within(&ns));
+            self.requeue.add(packed::key(Some(&ns), &o.work));
         }
     }
 }
