@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use futures::StreamExt;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::{WatchStreamExt, watcher};
 use parking_lot::Mutex;
@@ -222,6 +222,50 @@ async fn metric_sum(hub: &kube::Client, name: &str) -> f64 {
         .sum()
 }
 
+/// The store revision of the server behind `client` (a list's
+/// resourceVersion).
+async fn revision(client: &kube::Client) -> u64 {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    match api.list_metadata(&ListParams::default().limit(1)).await {
+        Ok(list) => list
+            .metadata
+            .resource_version
+            .and_then(|rv| rv.parse().ok())
+            .unwrap_or(0),
+        Err(_) => 0,
+    }
+}
+
+/// Waits until the fleet is idle: fewer than [`IDLE_WRITES`] writes a
+/// second across the hub and every member (leases and probes go on) for
+/// two seconds running, so that a restart starts from a converged fleet
+/// rather than one whose members are still creating what they were sent.
+async fn wait_idle(clients: &[&kube::Client]) -> anyhow::Result<Duration> {
+    const IDLE_WRITES: u64 = 20;
+    const WINDOW: Duration = Duration::from_secs(2);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(600);
+    let mut last = Vec::new();
+    for c in clients {
+        last.push(revision(c).await);
+    }
+    loop {
+        tokio::time::sleep(WINDOW).await;
+        let mut writes = 0;
+        for (c, before) in clients.iter().zip(last.iter_mut()) {
+            let now = revision(c).await;
+            writes += now.saturating_sub(*before);
+            *before = now;
+        }
+        if writes < IDLE_WRITES * WINDOW.as_secs() {
+            return Ok(started.elapsed());
+        }
+        if Instant::now() > deadline {
+            bail!("the fleet did not become idle within 10 minutes");
+        }
+    }
+}
+
 async fn start_members(
     args: &PropagationArgs,
     dir: &Path,
@@ -414,12 +458,23 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         o.abort();
     }
 
-    // The restart first: the members are idle then, not still running
-    // the baseline's objects.
+    // The restart first, once the fleet is idle: not while the members
+    // still run the baseline's objects, nor while they still create what
+    // Flotilla sent them (ReplicaSets of the Deployments; their statuses
+    // flowing back). Either would be measured as the restart's cost.
     let mut restart = None;
     if args.restart {
         let works = total_copies as f64;
         let bindings = args.templates as f64;
+        let mut fleet = vec![&hub];
+        fleet.extend(members.iter().map(|(_, _, c)| c));
+        let settled = wait_idle(&fleet).await?;
+        if !args.json {
+            println!(
+                "fleet idle {:.1} s after the last copy arrived; now kill -9",
+                settled.as_secs_f64()
+            );
+        }
         drop(hub_process);
         let _ = std::fs::remove_file(hub_data.join("kubeconfig"));
         let restarted = Instant::now();
