@@ -65,6 +65,13 @@ where
         self.ready.notify_one();
     }
 
+    /// Adds every key (a sweep, or a change that concerns them all).
+    pub fn add_all(&self, keys: impl IntoIterator<Item = T>) {
+        for key in keys {
+            self.add(key);
+        }
+    }
+
     /// Adds `key` after `delay`, unless it is already due sooner.
     pub fn add_after(self: &Arc<Self>, key: T, delay: Duration) {
         let at = Instant::now() + delay;

@@ -254,9 +254,7 @@ async fn watch_templates(tctx: Arc<TypeCtx>, policies_changed: broadcast::Receiv
                 policies_changed
             ));
             while changed.next().await.is_some() {
-                for key in store.keys() {
-                    queue.add(key);
-                }
+                queue.add_all(store.keys());
             }
         }
     };

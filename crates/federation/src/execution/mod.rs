@@ -57,9 +57,7 @@ pub async fn run(ctx: Ctx, changes: impl futures::Stream<Item = Arc<Work>> + Sen
             every.tick().await;
             loop {
                 every.tick().await;
-                for work in works.keys() {
-                    queue.add(work);
-                }
+                queue.add_all(works.keys());
             }
         }
     };
