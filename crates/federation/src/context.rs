@@ -8,8 +8,6 @@ use std::time::Duration;
 use kube::Client;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
-
-use crate::packed::PackedStore;
 use tracing::{debug, warn};
 
 use crate::api::{Cluster, Work};
@@ -17,6 +15,7 @@ use crate::error::Error;
 use crate::kinds::Kinds;
 use crate::members::Members;
 use crate::metrics::Metrics;
+use crate::packed::PackedStore;
 
 /// Tunables; the defaults are Karmada's.
 #[derive(Clone, Debug)]

@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use kube::api::DynamicObject;
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
@@ -73,8 +72,7 @@ struct Observed {
     /// The status Flotilla reflects, as JSON text.
     status: Option<Box<str>>,
     health: &'static str,
-    /// The Work the object was applied from, in the cluster's execution
-    /// namespace.
+    /// The Work the object was applied from: its key in the Work cache.
     work: Box<str>,
 }
 
@@ -214,7 +212,7 @@ impl MemberWatches {
             in_sync_with: contains(live, applied).then(|| digest.into()),
             status: status_text(live),
             health: interpreter::health(kind, live),
-            work: work.name_any().into(),
+            work: packed::key(work.namespace().as_deref(), &work.name_any()).into(),
         };
         self.insert(key, observed);
     }
@@ -282,24 +280,23 @@ impl MemberWatches {
                     if let Some(l) = listed.as_mut() {
                         l.insert(key.object.clone());
                     }
-                    self.observe(key, &obj).await;
+                    self.observe(key, &obj);
                 }
                 Ok(watcher::Event::InitDone) => {
                     if let Some(listed) = listed.take() {
-                        self.forget_unlisted(&cluster, &ar, &listed).await;
+                        self.forget_unlisted(&cluster, &ar, &listed);
                     }
                     let _ = synced.send(true);
                 }
                 Ok(watcher::Event::Apply(obj)) => {
                     let key = self.key_of(&cluster, &ar, &obj);
-                    self.observe(key, &obj).await;
+                    self.observe(key, &obj);
                 }
                 Ok(watcher::Event::Delete(obj)) => {
                     let key = self.key_of(&cluster, &ar, &obj);
                     self.forget(&key);
                     if let Some(work) = work_of(&obj) {
-                        self.requeue
-                            .add(packed::key(work.namespace.as_deref(), &work.name));
+                        self.requeue.add(work);
                     }
                 }
                 Err(error) => {
@@ -326,14 +323,14 @@ impl MemberWatches {
 
     /// Takes in one event's object; re-queues its Work when the object no
     /// longer holds what the Work says, or its status or health changed.
-    async fn observe(&self, key: MemberObject, obj: &DynamicObject) {
-        let Some(work_ref) = work_of(obj) else {
+    fn observe(&self, key: MemberObject, obj: &DynamicObject) {
+        let Some(work_key) = work_of(obj) else {
             return;
         };
         let Ok(live) = serde_json::to_value(obj) else {
             return;
         };
-        let work = self.ctx.works.get(&work_ref);
+        let work = self.ctx.works.get_key(&work_key);
         let name = obj.name_any();
         let namespace = obj.namespace().unwrap_or_default();
         let in_sync_with = work.as_deref().and_then(|w| {
@@ -355,7 +352,7 @@ impl MemberWatches {
             in_sync_with: in_sync_with.map(Into::into),
             status: status_text(&live),
             health: interpreter::health(kind, &live),
-            work: work_ref.name.as_str().into(),
+            work: work_key.as_str().into(),
         };
         let requeue = {
             let previous = self.insert(key, observed.clone());
@@ -366,12 +363,11 @@ impl MemberWatches {
             observed.in_sync_with.is_none() || (previous.is_some() && !unchanged)
         };
         if requeue || obj.metadata.deletion_timestamp.is_some() {
-            self.requeue
-                .add(packed::key(work_ref.namespace.as_deref(), &work_ref.name));
+            self.requeue.add(work_key);
         }
     }
 
-    async fn forget_unlisted(&self, cluster: &str, ar: &ApiResource, listed: &HashSet<Box<str>>) {
+    fn forget_unlisted(&self, cluster: &str, ar: &ApiResource, listed: &HashSet<Box<str>>) {
         let watch = (cluster.to_string(), format!("{}/{}", ar.group, ar.kind));
         let gone: Vec<Observed> = {
             let mut all = self.observed.lock();
@@ -385,16 +381,18 @@ impl MemberWatches {
                 .collect();
             keys.iter().filter_map(|k| objects.remove(k)).collect()
         };
-        let ns = crate::api::Cluster::execution_namespace(cluster);
-        for o in gone {
-            self.requeue.add(packed::key(Some(&ns), &o.work));
-        }
+        self.requeue
+            .add_all(gone.into_iter().map(|o| o.work.into()));
     }
 }
 
-fn work_of(obj: &DynamicObject) -> Option<ObjectRef<Work>> {
+/// The Work cache's key of the Work a member object was applied from.
+fn work_of(obj: &DynamicObject) -> Option<String> {
     let a = obj.annotations();
-    Some(ObjectRef::new(a.get(annotations::WORK_NAME)?).within(a.get(annotations::WORK_NAMESPACE)?))
+    Some(packed::key(
+        Some(a.get(annotations::WORK_NAMESPACE)?),
+        a.get(annotations::WORK_NAME)?,
+    ))
 }
 
 #[cfg(test)]
