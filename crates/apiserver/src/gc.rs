@@ -74,12 +74,50 @@ impl Node {
     }
 }
 
+/// Every live uid. Most objects neither own nor are owned: of them the
+/// collector needs to know only that they exist, in 16 bytes rather than a
+/// node (the graph spans every object of the server).
+#[derive(Default)]
+struct Uids {
+    uuids: HashSet<u128>,
+    /// Uids that are not UUIDs (this server assigns only UUIDs, but a
+    /// restored store may hold others).
+    other: HashSet<Id>,
+}
+
+impl Uids {
+    fn insert(&mut self, uid: &str) {
+        match uuid::Uuid::try_parse(uid) {
+            Ok(u) => self.uuids.insert(u.as_u128()),
+            Err(_) => self.other.insert(Id::from(uid)),
+        };
+    }
+
+    fn remove(&mut self, uid: &str) {
+        match uuid::Uuid::try_parse(uid) {
+            Ok(u) => self.uuids.remove(&u.as_u128()),
+            Err(_) => self.other.remove(uid),
+        };
+    }
+
+    fn contains(&self, uid: &str) -> bool {
+        match uuid::Uuid::try_parse(uid) {
+            Ok(u) => self.uuids.contains(&u.as_u128()),
+            Err(_) => self.other.contains(uid),
+        }
+    }
+}
+
 /// The ownership graph at one revision.
 #[derive(Default)]
 struct Graph {
+    live: Uids,
+    /// The objects the collector may act on: those with owners, and those
+    /// being deleted in the foreground or orphaning.
     nodes: HashMap<Id, Node>,
     /// owner uid → dependent uids (the owner need not exist).
     dependents: HashMap<Id, BTreeSet<Id>>,
+    /// The uid of each object in `nodes`.
     uid_of_key: HashMap<Id, Id>,
 }
 
@@ -95,27 +133,21 @@ impl Graph {
         Id::from(uid)
     }
 
-    /// Records `key`'s new state; returns uids whose situation changed.
+    /// Records `key`'s new state, and in `dirty` the uids whose situation
+    /// changed.
     fn put(&mut self, key: &str, obj: &Value, dirty: &mut HashSet<Id>) {
         let uid = objects::meta_str(obj, "uid");
         if uid.is_empty() {
             return;
         }
+        self.live.insert(uid);
         let uid = self.intern(uid);
         let key: Id = match self.uid_of_key.get_key_value(key) {
             Some((k, _)) => k.clone(),
             None => Id::from(key),
         };
         let node = Node::from_value(key.clone(), obj, self);
-        if let Some(old) = self.nodes.get(&uid) {
-            for o in &old.owners {
-                if let Some(set) = self.dependents.get_mut(&o.uid) {
-                    set.remove(&uid);
-                }
-                // An orphaning or foreground owner may have been waiting on this.
-                dirty.insert(o.uid.clone());
-            }
-        }
+        self.unlink(&uid, dirty);
         for o in &node.owners {
             self.dependents
                 .entry(o.uid.clone())
@@ -124,32 +156,56 @@ impl Graph {
             // A foreground owner may be waiting on this dependent.
             dirty.insert(o.uid.clone());
         }
-        if !node.owners.is_empty() || node.foreground || node.orphan {
-            dirty.insert(uid.clone());
-        }
         if node.foreground || node.orphan {
             dirty.extend(self.dependents_of(&uid));
         }
+        if node.owners.is_empty() && !node.foreground && !node.orphan {
+            self.uid_of_key.remove(&key);
+            return;
+        }
+        dirty.insert(uid.clone());
         self.uid_of_key.insert(key, uid.clone());
         self.nodes.insert(uid, node);
     }
 
-    fn remove(&mut self, key: &str, dirty: &mut HashSet<Id>) {
-        let Some(uid) = self.uid_of_key.remove(key) else {
+    /// Forgets `uid`'s node and its edges to its owners, who may have
+    /// been waiting on it.
+    fn unlink(&mut self, uid: &str, dirty: &mut HashSet<Id>) {
+        let Some(node) = self.nodes.remove(uid) else {
             return;
         };
-        if let Some(node) = self.nodes.remove(&uid) {
-            for o in &node.owners {
-                if let Some(set) = self.dependents.get_mut(&o.uid) {
-                    set.remove(&uid);
-                    if set.is_empty() {
-                        self.dependents.remove(&o.uid);
-                    }
+        for o in &node.owners {
+            if let Some(set) = self.dependents.get_mut(&o.uid) {
+                set.remove(uid);
+                if set.is_empty() {
+                    self.dependents.remove(&o.uid);
                 }
-                dirty.insert(o.uid.clone());
             }
+            dirty.insert(o.uid.clone());
         }
+    }
+
+    /// Records that `key`, whose last state was `obj`, is gone.
+    fn remove(&mut self, key: &str, obj: Option<&Value>, dirty: &mut HashSet<Id>) {
+        let uid = match self.uid_of_key.remove(key) {
+            Some(uid) => uid,
+            None => match obj.map(|o| objects::meta_str(o, "uid")) {
+                Some(uid) if !uid.is_empty() => Id::from(uid),
+                _ => return,
+            },
+        };
+        self.live.remove(&uid);
+        self.unlink(&uid, dirty);
         dirty.extend(self.dependents_of(&uid));
+    }
+
+    /// Whether the owner `uid` exists, and whether it waits for its
+    /// dependents (foreground deletion).
+    fn owner(&self, uid: &str) -> Option<bool> {
+        if let Some(node) = self.nodes.get(uid) {
+            return Some(node.foreground);
+        }
+        self.live.contains(uid).then_some(false)
     }
 
     fn dependents_of(&self, uid: &str) -> Vec<Id> {
@@ -213,15 +269,15 @@ fn decide(graph: &Graph, uid: &str, actions: &mut Vec<Action>) {
     let mut waiting = false;
     let mut solid = false;
     for o in &node.owners {
-        match graph.nodes.get(&o.uid) {
+        match graph.owner(&o.uid) {
             None => {
                 gone.insert(o.uid.clone());
             }
-            Some(owner) if owner.foreground => {
+            Some(true) => {
                 waiting = true;
                 gone.insert(o.uid.clone());
             }
-            Some(_) => solid = true,
+            Some(false) => solid = true,
         }
     }
     if gone.is_empty() {
@@ -308,7 +364,10 @@ async fn run(api: &Arc<ApiServer>) -> Result<(), StoreError> {
                         graph.put(&event.kv.key, &obj, &mut dirty);
                     }
                 }
-                EventKind::Delete => graph.remove(&event.kv.key, &mut dirty),
+                EventKind::Delete => {
+                    let last = value_of(&event.kv);
+                    graph.remove(&event.kv.key, last.as_ref(), &mut dirty)
+                }
             }
         }
     }
