@@ -7,10 +7,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use kube::api::{DeleteParams, DynamicObject, PostParams};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -20,28 +18,30 @@ use crate::api::{
     Binding, Cluster, Scope, Work, WorkSpec, Workload, annotations, binding_resource, finalizers,
     labels,
 };
-use crate::context::{Ctx, retry};
+use crate::context::Ctx;
 use crate::error::{Error, is_not_found};
 use crate::finalizer;
 use crate::kinds::scoped_api;
+use crate::packed::PackedStore;
+use crate::queue::{self, Next, WorkQueue};
 use crate::{interpreter, names};
+
+/// Bindings whose Works are written at once.
+const BINDING_SYNCS: usize = 32;
 
 pub async fn run(
     ctx: Ctx,
-    scope: Scope,
-    bindings: Store<Binding>,
-    changes: impl futures::Stream<Item = Result<Binding, kube::runtime::watcher::Error>>
-    + Send
-    + 'static,
+    bindings: PackedStore<Binding>,
+    changes: impl futures::Stream<Item = Arc<Binding>> + Send + 'static,
 ) {
-    Controller::for_stream_with(changes, bindings, binding_resource(scope))
-        .run(
-            reconcile,
-            |b, e, s: Arc<(Ctx, Synced)>| retry(b, e, s.0.clone()),
-            Arc::new((ctx, Synced::default())),
-        )
-        .for_each(|_| async {})
-        .await;
+    let queue = WorkQueue::new();
+    let state = Arc::new((ctx, Synced::default()));
+    tokio::join!(
+        queue::feed(queue.clone(), changes),
+        queue::reconcile_packed(queue, bindings, BINDING_SYNCS, move |b| {
+            reconcile(b, state.clone())
+        }),
+    );
 }
 
 /// The label that ties Works to their binding, and its value.
@@ -88,7 +88,7 @@ pub async fn template(ctx: &Ctx, binding: &Binding) -> Result<Option<DynamicObje
 /// The generation each binding's Works were last written from.
 type Synced = Mutex<HashMap<String, Option<i64>>>;
 
-async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Synced)>) -> Result<Action, Error> {
+async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Synced)>) -> Result<Next, Error> {
     let (ctx, synced) = (&state.0, &state.1);
     sync(&binding, ctx, synced).await
 }
@@ -109,7 +109,7 @@ fn works_of(ctx: &Ctx, binding: &Binding, (id_key, id): (&str, &str)) -> Vec<(St
         .collect()
 }
 
-async fn sync(binding: &Binding, ctx: &Ctx, synced: &Synced) -> Result<Action, Error> {
+async fn sync(binding: &Binding, ctx: &Ctx, synced: &Synced) -> Result<Next, Error> {
     let (id_key, id) = binding_id(binding);
     let ours = works_of(ctx, binding, (id_key, &id));
     let uid = binding.metadata.uid.clone().unwrap_or_default();
@@ -120,10 +120,10 @@ async fn sync(binding: &Binding, ctx: &Ctx, synced: &Synced) -> Result<Action, E
         }
         if !ours.is_empty() {
             // Their finalizers clean the members first.
-            return Ok(Action::requeue(Duration::from_millis(500)));
+            return Ok(Some(Duration::from_millis(500)));
         }
         finalizer::remove(&binding_api(ctx, binding), binding, finalizers::BINDING).await?;
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     let targets: BTreeSet<String> = binding
         .spec
@@ -134,7 +134,7 @@ async fn sync(binding: &Binding, ctx: &Ctx, synced: &Synced) -> Result<Action, E
     let complete = ours.len() == targets.len() && ours.iter().all(|(c, _)| targets.contains(c));
     if complete && synced.lock().get(&uid) == Some(&binding.metadata.generation) {
         // The Works were written from this very spec.
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     let started = Instant::now();
     let result = write_works(ctx, binding, &ours, &targets, (id_key, &id)).await;
@@ -142,7 +142,7 @@ async fn sync(binding: &Binding, ctx: &Ctx, synced: &Synced) -> Result<Action, E
         .observe_binding_sync(result.is_ok(), started.elapsed());
     result?;
     synced.lock().insert(uid, binding.metadata.generation);
-    Ok(Action::await_change())
+    Ok(None)
 }
 
 async fn write_works(

@@ -21,6 +21,7 @@ use crate::fanout::{Fanout, PackedFanout};
 use crate::kinds::Kinds;
 use crate::members::Members;
 use crate::metrics::Metrics;
+use crate::packed::PackedStore;
 use crate::{binding, cluster, detector, execution, scheduler, status};
 
 /// What of a cluster placement depends on: a change here reschedules.
@@ -70,6 +71,15 @@ where
     })
 }
 
+/// Resolves once `store` holds its watch's first list.
+fn packed_listed<K>(store: &PackedStore<K>) -> BoxFuture<'static, ()>
+where
+    K: kube::Resource + serde::de::DeserializeOwned + 'static,
+{
+    let store = store.clone();
+    Box::pin(async move { store.wait_until_listed().await })
+}
+
 fn signal(rx: broadcast::Receiver<()>) -> impl Stream<Item = ()> + Send + 'static {
     tokio_stream::wrappers::BroadcastStream::new(rx).map(|_| ())
 }
@@ -83,7 +93,7 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
         let ar = binding_resource(scope);
         (
             scope,
-            Fanout::new(Api::<Binding>::all_with(hub.clone(), &ar), ar),
+            PackedFanout::new(Api::<Binding>::all_with(hub.clone(), &ar)),
         )
     });
     let ctx = Arc::new(Shared {
@@ -119,35 +129,29 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
             works.changes.subscribe_shared(),
         )),
     ];
-    let works_listed = works.store.clone();
-    let mut caches = vec![
-        listed(clusters.store.clone()),
-        Box::pin(async move { works_listed.wait_until_listed().await }),
-    ];
+    let mut caches = vec![listed(clusters.store.clone()), packed_listed(&works.store)];
     let mut tasks = JoinSet::new();
     for (scope, (fanout, drive)) in bindings {
         let store = fanout.store.clone();
         controllers.push(Box::pin(scheduler::run(
             ctx.clone(),
-            scope,
             store.clone(),
-            fanout.changes.subscribe(),
+            fanout.changes.subscribe_shared(),
             signal(placement_tx.subscribe()),
         )));
         controllers.push(Box::pin(binding::run(
             ctx.clone(),
-            scope,
             store.clone(),
-            fanout.changes.subscribe(),
+            fanout.changes.subscribe_shared(),
         )));
         controllers.push(Box::pin(status::run(
             ctx.clone(),
             scope,
             store.clone(),
-            fanout.changes.subscribe(),
-            works.changes.subscribe(),
+            fanout.changes.subscribe_shared(),
+            works.changes.subscribe_shared(),
         )));
-        caches.push(listed(store));
+        caches.push(packed_listed(&store));
         tasks.spawn(drive);
     }
     tasks.spawn(drive_clusters);

@@ -3,8 +3,9 @@
 //! once, and a key added while it is processed runs again afterwards.
 //!
 //! kube-rs's `Controller` gives the same, but looks every key up in a
-//! reflector store of full objects. The execution controller's Works are
-//! held packed ([`crate::packed`]), so it queues references instead.
+//! reflector store of full objects. Templates, bindings and Works are
+//! held packed ([`crate::packed`]), so their controllers queue keys here
+//! instead.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;

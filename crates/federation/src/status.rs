@@ -5,75 +5,77 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 use tracing::debug;
 
-use crate::api::{AggregatedStatusItem, Binding, Scope, Work, annotations, binding_resource};
+use crate::api::{AggregatedStatusItem, Binding, Scope, Work, annotations};
 use crate::binding::{binding_api, template, template_api, work_ref};
 use crate::conditions;
-use crate::context::{Ctx, retry};
+use crate::context::Ctx;
 use crate::error::{Error, is_not_found};
 use crate::interpreter;
+use crate::packed::{self, PackedStore};
+use crate::queue::{self, Next, WorkQueue};
 
-/// How long a binding's changes must settle before its status is
-/// written. Scheduling writes a binding twice and its Works report in
-/// quick succession; one status write for the lot, instead of one per
-/// change (each racing the scheduler's own status write), is what lets
-/// the scheduler place bindings at full speed in a burst.
+/// How long a binding's changes gather before its status is written.
+/// Scheduling writes a binding twice and its Works report in quick
+/// succession; one status write for the lot, instead of one per change
+/// (each racing the scheduler's own status write), is what lets the
+/// scheduler place bindings at full speed in a burst.
 const DEBOUNCE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Bindings whose status is written at once (Karmada's controllers run 5
 /// workers each). In a burst, placement goes first: the scheduler runs
-/// without a limit, and status reporting catches up behind it.
-const STATUS_SYNCS: u16 = 5;
+/// with more, and status reporting catches up behind it.
+const STATUS_SYNCS: usize = 5;
 
 pub async fn run(
     ctx: Ctx,
     scope: Scope,
-    bindings: Store<Binding>,
-    binding_changes: impl futures::Stream<Item = Result<Binding, kube::runtime::watcher::Error>>
-    + Send
-    + 'static,
-    work_changes: impl futures::Stream<Item = Result<Work, kube::runtime::watcher::Error>>
-    + Send
-    + 'static,
+    bindings: PackedStore<Binding>,
+    binding_changes: impl Stream<Item = Arc<Binding>> + Send + 'static,
+    work_changes: impl Stream<Item = Arc<Work>> + Send + 'static,
 ) {
-    let ar = binding_resource(scope);
-    let mapper_ar = ar.clone();
-    Controller::for_stream_with(binding_changes, bindings, ar)
-        .with_config(
-            kube::runtime::controller::Config::default()
-                .debounce(DEBOUNCE)
-                .concurrency(STATUS_SYNCS),
-        )
-        .watches_stream_with(
-            work_changes,
-            move |w: Work| owner(&w, scope, &mapper_ar),
-            (),
-        )
-        .run(reconcile, retry, ctx)
-        .for_each(|_| async {})
-        .await;
+    let queue = WorkQueue::new();
+    let keys = futures::stream::select(
+        binding_changes.map(|b| Some(packed::key(b.metadata.namespace.as_deref(), &b.name_any()))),
+        work_changes.map(move |w| owner(&w, scope)),
+    );
+    let gather = {
+        let queue = queue.clone();
+        async move {
+            let mut keys = std::pin::pin!(keys);
+            while let Some(key) = keys.next().await {
+                if let Some(key) = key {
+                    queue.add_after(key, DEBOUNCE);
+                }
+            }
+        }
+    };
+    tokio::join!(
+        gather,
+        queue::reconcile_packed(queue, bindings, STATUS_SYNCS, move |b| {
+            reconcile(b, ctx.clone())
+        }),
+    );
 }
 
-/// The binding a Work belongs to, from the annotations the binding
-/// controller writes.
-fn owner(work: &Work, scope: Scope, ar: &kube::core::ApiResource) -> Option<ObjectRef<Binding>> {
+/// The key of the binding a Work belongs to, from the annotations the
+/// binding controller writes, if it is of `scope`.
+fn owner(work: &Work, scope: Scope) -> Option<String> {
     let a = work.annotations();
     match scope {
         Scope::Namespaced => {
             let name = a.get(annotations::RB_NAME)?;
             let ns = a.get(annotations::RB_NAMESPACE)?;
-            Some(ObjectRef::new_with(name, ar.clone()).within(ns))
+            Some(packed::key(Some(ns), name))
         }
         Scope::Cluster => {
             let name = a.get(annotations::CRB_NAME)?;
-            Some(ObjectRef::new_with(name, ar.clone()))
+            Some(packed::key(None, name))
         }
     }
 }
@@ -102,9 +104,9 @@ fn item(cluster: &str, work: Option<&Work>) -> AggregatedStatusItem {
     }
 }
 
-async fn reconcile(binding: Arc<Binding>, ctx: Ctx) -> Result<Action, Error> {
+async fn reconcile(binding: Arc<Binding>, ctx: Ctx) -> Result<Next, Error> {
     if binding.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     let items: Vec<AggregatedStatusItem> = binding
         .spec
@@ -168,7 +170,7 @@ async fn reconcile(binding: Arc<Binding>, ctx: Ctx) -> Result<Action, Error> {
             .await?;
     }
     reflect_into_template(&ctx, &binding, &items).await?;
-    Ok(Action::await_change())
+    Ok(None)
 }
 
 async fn reflect_into_template(

@@ -34,6 +34,7 @@ use crate::fanout::{PackedFanout, lean_watch};
 use crate::interpreter;
 use crate::kinds::scoped_api;
 use crate::names;
+use crate::packed::PackedStore;
 use crate::queue::{self, Next, WorkQueue};
 use matching::Template;
 
@@ -89,11 +90,11 @@ struct TypeCtx {
     shared: Ctx,
     ar: ApiResource,
     policies: Arc<Policies>,
-    bindings: [Store<Binding>; 2],
+    bindings: [PackedStore<Binding>; 2],
 }
 
 /// Runs the detector until the process ends.
-pub async fn run(ctx: Ctx, bindings: [Store<Binding>; 2]) {
+pub async fn run(ctx: Ctx, bindings: [PackedStore<Binding>; 2]) {
     let (changed, _) = broadcast::channel::<()>(64);
     let policies = Arc::new(Policies {
         propagation: watch_policies(&ctx, Scope::Namespaced, changed.clone()),

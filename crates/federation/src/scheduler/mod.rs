@@ -12,54 +12,66 @@ use std::time::Instant;
 
 use futures::{Stream, StreamExt};
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::Store;
 use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::json;
 use tracing::{debug, info};
 
-use crate::api::{Binding, BindingStatus, Scope, annotations, binding_resource};
+use crate::api::{Binding, BindingStatus, annotations};
 use crate::conditions;
-use crate::context::{Ctx, retry};
+use crate::context::Ctx;
 use crate::error::Error;
+use crate::packed::PackedStore;
+use crate::queue::{self, Next, WorkQueue};
 
 pub const SCHEDULER_NAME: &str = "default-scheduler";
+
+/// Bindings scheduled at once. Each decision is two writes to the hub;
+/// enough of them in flight keeps both cores busy in a burst.
+const SCHEDULE_SYNCS: usize = 32;
 
 /// What each binding was last scheduled at: (generation, placement epoch).
 type Decided = Mutex<HashMap<String, (Option<i64>, u64)>>;
 
 pub async fn run(
     ctx: Ctx,
-    scope: Scope,
-    bindings: Store<Binding>,
-    changes: impl Stream<Item = Result<Binding, kube::runtime::watcher::Error>> + Send + 'static,
+    bindings: PackedStore<Binding>,
+    changes: impl Stream<Item = Arc<Binding>> + Send + 'static,
     clusters_changed: impl Stream<Item = ()> + Send + 'static,
 ) {
-    Controller::for_stream_with(changes, bindings, binding_resource(scope))
-        .reconcile_all_on(clusters_changed)
-        .run(
-            |b, c: Arc<(Ctx, Decided)>| reconcile(b, c),
-            |b, e, c: Arc<(Ctx, Decided)>| retry(b, e, c.0.clone()),
-            Arc::new((ctx, Decided::default())),
-        )
-        .for_each(|_| async {})
-        .await;
+    let queue = WorkQueue::new();
+    let reschedule = {
+        let (queue, bindings) = (queue.clone(), bindings.clone());
+        async move {
+            let mut changed = std::pin::pin!(clusters_changed);
+            while changed.next().await.is_some() {
+                queue.add_all(bindings.keys());
+            }
+        }
+    };
+    let state = Arc::new((ctx, Decided::default()));
+    tokio::join!(
+        queue::feed(queue.clone(), changes),
+        reschedule,
+        queue::reconcile_packed(queue, bindings, SCHEDULE_SYNCS, move |b| {
+            reconcile(b, state.clone())
+        }),
+    );
 }
 
-async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Decided)>) -> Result<Action, Error> {
+async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Decided)>) -> Result<Next, Error> {
     let (ctx, decided) = (&state.0, &state.1);
     let uid = binding.metadata.uid.clone().unwrap_or_default();
     if binding.metadata.deletion_timestamp.is_some() {
         decided.lock().remove(&uid);
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     let epoch = ctx.placement_epoch.load(Ordering::SeqCst);
     // The cache may not show our last writes yet: what this scheduler
     // decided and wrote is the reference.
     if decided.lock().get(&uid) == Some(&(binding.metadata.generation, epoch)) {
         // Nothing placement depends on changed since the last decision.
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     debug!(binding = %binding.name_any(), generation = ?binding.metadata.generation, epoch, last = ?decided.lock().get(&uid), "scheduling");
     let spec = &binding.spec;
@@ -68,7 +80,7 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Decided)>) -> Result<
         .as_deref()
         .is_some_and(|n| n != SCHEDULER_NAME)
     {
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     if spec
         .suspension
@@ -77,7 +89,7 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Decided)>) -> Result<
         .and_then(|s| s.as_bool())
         == Some(true)
     {
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     let started = Instant::now();
     let clusters = ctx.clusters.state();
@@ -150,7 +162,7 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Decided)>) -> Result<
     ctx.metrics
         .observe_scheduling(decision.is_ok(), started.elapsed());
     decided.lock().insert(uid, (generation, epoch));
-    Ok(Action::await_change())
+    Ok(None)
 }
 
 /// Writes a binding's scheduling status, guarded by its resourceVersion so
