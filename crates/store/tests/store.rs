@@ -362,3 +362,37 @@ async fn a_large_family_of_values_reads_back_exactly() {
         drop(store);
     }
 }
+
+#[tokio::test]
+async fn a_watch_far_behind_gets_every_event_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let start = store.current_revision();
+    let mut watch = store.watch("/far/", start).unwrap();
+    // More than one batch of a watch, interleaved with other prefixes.
+    for i in 0..1_200 {
+        store.create(&format!("/far/{i:04}"), b("v")).await.unwrap();
+        if i % 3 == 0 {
+            store
+                .create(&format!("/near/{i:04}"), b("v"))
+                .await
+                .unwrap();
+        }
+    }
+    let mut keys = Vec::new();
+    let mut revisions = Vec::new();
+    while keys.len() < 1_200 {
+        let batch = tokio::time::timeout(Duration::from_secs(5), watch.next())
+            .await
+            .expect("events within 5 s")
+            .unwrap();
+        for e in batch {
+            keys.push(e.kv.key.to_string());
+            revisions.push(e.kv.mod_revision);
+        }
+    }
+    let expected: Vec<String> = (0..1_200).map(|i| format!("/far/{i:04}")).collect();
+    assert_eq!(keys, expected);
+    assert!(revisions.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(watch.revision(), *revisions.last().unwrap());
+}
