@@ -369,7 +369,8 @@ async fn a_watch_far_behind_gets_every_event_in_order() {
     let store = open(dir.path());
     let start = store.current_revision();
     let mut watch = store.watch("/far/", start).unwrap();
-    // More than one batch of a watch, interleaved with other prefixes.
+    // A burst the watch reads only once it is over, interleaved with
+    // writes under another prefix.
     for i in 0..1_200 {
         store.create(&format!("/far/{i:04}"), b("v")).await.unwrap();
         if i % 3 == 0 {
