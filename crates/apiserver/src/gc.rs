@@ -185,12 +185,15 @@ impl Graph {
         }
     }
 
-    /// Records that `key`, whose last state was `obj`, is gone.
-    fn remove(&mut self, key: &str, obj: Option<&Value>, dirty: &mut HashSet<Id>) {
+    /// Records that `key` is gone; `last` gives its last state, read only
+    /// for an object without a node.
+    fn remove(&mut self, key: &str, last: impl FnOnce() -> Option<Value>, dirty: &mut HashSet<Id>) {
         let uid = match self.uid_of_key.remove(key) {
             Some(uid) => uid,
-            None => match obj.map(|o| objects::meta_str(o, "uid")) {
-                Some(uid) if !uid.is_empty() => Id::from(uid),
+            None => match last() {
+                Some(obj) if !objects::meta_str(&obj, "uid").is_empty() => {
+                    Id::from(objects::meta_str(&obj, "uid"))
+                }
                 _ => return,
             },
         };
@@ -365,8 +368,7 @@ async fn run(api: &Arc<ApiServer>) -> Result<(), StoreError> {
                     }
                 }
                 EventKind::Delete => {
-                    let last = value_of(&event.kv);
-                    graph.remove(&event.kv.key, last.as_ref(), &mut dirty)
+                    graph.remove(&event.kv.key, || value_of(&event.kv), &mut dirty)
                 }
             }
         }

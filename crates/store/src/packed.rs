@@ -21,16 +21,13 @@ use zstd::zstd_safe::{CDict, DCtx, DDict};
 const COMPRESS_FROM: usize = 128;
 /// zstd's fastest level: most of the gain, a few microseconds per object.
 const LEVEL: i32 = 1;
-/// Values of a family seen before it gets a dictionary: small families
-/// are not worth one (a dictionary costs tens of KiB).
-const DICTIONARY_AFTER: u32 = 64;
-/// The dictionary is made again from newer values when the family has
-/// this many times as many values, twice. A family's first values are
+/// The value counts of a family at which its dictionary is made: first
+/// once the family is large enough to repay one (a dictionary costs tens
+/// of KiB), then again from newer values. A family's first values are
 /// often younger versions than its later ones (a Work before it has a
 /// status): against a dictionary of those, a Work with a status packs to
 /// 430 bytes; against one of later Works, to 150.
-const DICTIONARY_RENEWAL: u32 = 16;
-const DICTIONARY_RENEWALS: u32 = 2;
+const DICTIONARY_AT: [u32; 3] = [64, 1_024, 16_384];
 /// The most recent values of a family its dictionary is made of.
 const SAMPLES: usize = 4;
 /// Larger values are not taken as samples.
@@ -65,32 +62,17 @@ impl Dictionary {
     }
 }
 
+#[derive(Default)]
 struct Family {
     seen: u32,
-    /// The most recent values, until the last renewal.
+    /// The most recent values, until the dictionary is made the last time.
     samples: Vec<Bytes>,
     dictionary: Option<Arc<Dictionary>>,
 }
 
-impl Family {
-    /// The value count at which the dictionary is made (again).
-    fn is_renewal(seen: u32) -> bool {
-        (0..=DICTIONARY_RENEWALS).any(|i| {
-            DICTIONARY_RENEWAL
-                .checked_pow(i)
-                .and_then(|f| f.checked_mul(DICTIONARY_AFTER))
-                == Some(seen)
-        })
-    }
-
-    fn last_renewal() -> u32 {
-        DICTIONARY_AFTER.saturating_mul(DICTIONARY_RENEWAL.saturating_pow(DICTIONARY_RENEWALS))
-    }
-}
-
 /// A dictionary per family of values, made from the family's own recent
-/// values once it has [`DICTIONARY_AFTER`] of them, and made again as it
-/// grows. Values packed before keep the dictionary they were packed with.
+/// values at each of [`DICTIONARY_AT`]. Values packed before keep the
+/// dictionary they were packed with.
 #[derive(Default)]
 pub struct Dictionaries {
     families: Mutex<HashMap<Box<str>, Family>>,
@@ -103,13 +85,14 @@ impl Dictionaries {
         if value.len() < COMPRESS_FROM {
             return None;
         }
+        let last = DICTIONARY_AT[DICTIONARY_AT.len() - 1];
         let mut families = self.families.lock();
-        let f = families.entry(family.into()).or_insert_with(|| Family {
-            seen: 0,
-            samples: Vec::new(),
-            dictionary: None,
-        });
-        if f.seen >= Family::last_renewal() {
+        // Looked up before inserting: no key allocated on every value.
+        if !families.contains_key(family) {
+            families.insert(family.into(), Family::default());
+        }
+        let f = families.get_mut(family)?;
+        if f.seen >= last {
             return f.dictionary.clone();
         }
         f.seen += 1;
@@ -119,12 +102,12 @@ impl Dictionaries {
             }
             f.samples.push(value.clone());
         }
-        if Family::is_renewal(f.seen) {
+        if DICTIONARY_AT.contains(&f.seen) {
             let content: Vec<u8> = f.samples.concat();
             if let Some(d) = Dictionary::new(&content) {
                 f.dictionary = Some(d);
             }
-            if f.seen >= Family::last_renewal() {
+            if f.seen == last {
                 f.samples = Vec::new();
             }
         }
@@ -265,7 +248,7 @@ mod tests {
         for i in 0..200 {
             let value = work(i);
             let d = dictionaries.pick("/work.karmada.io/works/", &value);
-            assert_eq!(d.is_some(), i + 1 >= DICTIONARY_AFTER as usize, "value {i}");
+            assert_eq!(d.is_some(), i + 1 >= DICTIONARY_AT[0] as usize, "value {i}");
             let packed = Packed::pack_with(&value, d);
             assert_eq!(packed.unpack(), value, "value {i} round-trips");
             if i >= 100 {
@@ -298,7 +281,7 @@ mod tests {
         let family = "/work.karmada.io/works/";
         // The first values are young (no status yet); every later one has one.
         let mut first = Vec::new();
-        for i in 0..DICTIONARY_AFTER as usize {
+        for i in 0..DICTIONARY_AT[0] as usize {
             let value = work(i);
             let d = dictionaries.pick(family, &value);
             first.push((value.clone(), Packed::pack_with(&value, d)));
