@@ -37,7 +37,7 @@ pub async fn run(
     let queue = WorkQueue::new();
     let state = Arc::new((ctx, Synced::default()));
     tokio::join!(
-        queue::feed(queue.clone(), changes),
+        queue::feed(queue.clone(), bindings.clone(), changes),
         queue::reconcile_packed(queue, bindings, BINDING_SYNCS, move |b| {
             reconcile(b, state.clone())
         }),

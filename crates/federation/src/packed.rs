@@ -29,7 +29,11 @@ pub fn key(namespace: Option<&str>, name: &str) -> String {
     format!("{}/{name}", namespace.unwrap_or(""))
 }
 
-type Objects = BTreeMap<Box<str>, Packed>;
+/// A key as the store holds it; work queues hold the same allocation
+/// (see [`PackedStore::shared_key`]), not a copy per queued key.
+pub type Key = Arc<str>;
+
+type Objects = BTreeMap<Key, Packed>;
 
 /// The read side, cheap to clone.
 pub struct PackedStore<K> {
@@ -79,8 +83,17 @@ where
     }
 
     /// The key of every object, for a periodic sweep.
-    pub fn keys(&self) -> Vec<String> {
-        self.objects.read().keys().map(|k| k.to_string()).collect()
+    pub fn keys(&self) -> Vec<Key> {
+        self.objects.read().keys().cloned().collect()
+    }
+
+    /// `key` as the store holds it, shared; a new one when the store has
+    /// no such object.
+    pub fn shared_key(&self, key: &str) -> Key {
+        match self.objects.read().get_key_value(key) {
+            Some((k, _)) => k.clone(),
+            None => Key::from(key),
+        }
     }
 
     /// Resolves once the watch's first list is in.
@@ -168,7 +181,7 @@ where
         }
     }
 
-    fn entry(&self, obj: &K) -> Option<(Box<str>, Packed)> {
+    fn entry(&self, obj: &K) -> Option<(Key, Packed)> {
         let meta = obj.meta();
         let k = key(meta.namespace.as_deref(), meta.name.as_deref()?);
         match serde_json::to_vec(obj) {
@@ -229,6 +242,6 @@ mod tests {
         assert!(store.get(&r("a", "three")).is_some());
         w.apply(&watcher::Event::InitDone);
         assert!(store.get(&r("a", "three")).is_none());
-        assert_eq!(store.keys(), ["b/two"]);
+        assert_eq!(store.keys(), [Key::from("b/two")]);
     }
 }

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::context::report;
 use crate::error::Error;
-use crate::packed::{self, PackedStore};
+use crate::packed::{self, Key, PackedStore};
 
 struct State<T> {
     queue: VecDeque<T>,
@@ -171,18 +171,19 @@ where
 /// (`None`), or look again after a while.
 pub type Next = Option<Duration>;
 
-/// Queues the key of every changed object.
-pub async fn feed<K: Resource>(
-    queue: Arc<WorkQueue<String>>,
+/// Queues the key of every changed object of `store`.
+pub async fn feed<K: Resource + DeserializeOwned>(
+    queue: Arc<WorkQueue<Key>>,
+    store: PackedStore<K>,
     changes: impl Stream<Item = Arc<K>> + Send,
 ) {
     let mut changes = std::pin::pin!(changes);
     while let Some(obj) = changes.next().await {
         let meta = obj.meta();
-        queue.add(packed::key(
+        queue.add(store.shared_key(&packed::key(
             meta.namespace.as_deref(),
             meta.name.as_deref().unwrap_or(""),
-        ));
+        )));
     }
 }
 
@@ -191,7 +192,7 @@ pub async fn feed<K: Resource>(
 /// key whose object is gone is dropped, `Some(after)` looks again after
 /// that long, and an error is logged and retried after its backoff.
 pub async fn reconcile_packed<K, F, Fut>(
-    queue: Arc<WorkQueue<String>>,
+    queue: Arc<WorkQueue<Key>>,
     store: PackedStore<K>,
     workers: usize,
     reconcile: F,
@@ -202,7 +203,7 @@ pub async fn reconcile_packed<K, F, Fut>(
 {
     let again = queue.clone();
     queue
-        .run(workers, move |key: String| {
+        .run(workers, move |key: Key| {
             let (queue, store, reconcile) = (again.clone(), store.clone(), reconcile.clone());
             async move {
                 let Some(obj) = store.get_key(&key) else {

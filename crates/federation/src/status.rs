@@ -45,12 +45,12 @@ pub async fn run(
         work_changes.map(move |w| owner(&w, scope)),
     );
     let gather = {
-        let queue = queue.clone();
+        let (queue, bindings) = (queue.clone(), bindings.clone());
         async move {
             let mut keys = std::pin::pin!(keys);
             while let Some(key) = keys.next().await {
                 if let Some(key) = key {
-                    queue.add_after(key, DEBOUNCE);
+                    queue.add_after(bindings.shared_key(&key), DEBOUNCE);
                 }
             }
         }

@@ -115,14 +115,16 @@ impl Dictionaries {
     }
 }
 
-/// A value as a cache holds it.
+/// A value as a cache holds it: one exactly sized allocation, shared by
+/// clones (a `Bytes` would be twice the size inline, and allocate a
+/// header of its own on its first clone).
 #[derive(Clone, Debug)]
 pub enum Packed {
-    Plain(Bytes),
+    Plain(Arc<[u8]>),
     /// The uncompressed length (4 bytes, little-endian), then a zstd frame.
-    Zstd(Bytes),
+    Zstd(Arc<[u8]>),
     /// As `Zstd`, compressed against the dictionary.
-    Dict(Arc<Dictionary>, Bytes),
+    Dict(Arc<Dictionary>, Arc<[u8]>),
 }
 
 impl Packed {
@@ -133,7 +135,7 @@ impl Packed {
     /// Packs `value`, against `dictionary` if given.
     pub fn pack_with(value: &Bytes, dictionary: Option<Arc<Dictionary>>) -> Packed {
         if value.len() < COMPRESS_FROM || value.len() > u32::MAX as usize {
-            return Packed::Plain(value.clone());
+            return Packed::Plain(Arc::from(&value[..]));
         }
         let frame = COMPRESSOR.with(|c| {
             let mut c = c.borrow_mut();
@@ -154,22 +156,24 @@ impl Packed {
         match frame {
             Some(frame) if frame.len() + 4 < value.len() => {
                 // Exactly sized: the cache keeps it for the value's lifetime.
-                let mut packed = Vec::with_capacity(4 + frame.len());
-                packed.extend_from_slice(&(value.len() as u32).to_le_bytes());
-                packed.extend_from_slice(&frame);
-                let packed = Bytes::from(packed);
+                let packed: Arc<[u8]> = (value.len() as u32)
+                    .to_le_bytes()
+                    .iter()
+                    .chain(&frame)
+                    .copied()
+                    .collect();
                 match dictionary {
                     Some(d) => Packed::Dict(d, packed),
                     None => Packed::Zstd(packed),
                 }
             }
-            _ => Packed::Plain(value.clone()),
+            _ => Packed::Plain(Arc::from(&value[..])),
         }
     }
 
     pub fn unpack(&self) -> Bytes {
         let (b, dictionary) = match self {
-            Packed::Plain(b) => return b.clone(),
+            Packed::Plain(b) => return Bytes::copy_from_slice(b),
             Packed::Zstd(b) => (b, None),
             Packed::Dict(d, b) => (b, Some(&d.decompress)),
         };

@@ -62,7 +62,7 @@ pub async fn run(ctx: Ctx, changes: impl futures::Stream<Item = Arc<Work>> + Sen
         }
     };
     tokio::join!(
-        queue::feed(queue.clone(), changes),
+        queue::feed(queue.clone(), ctx.works.clone(), changes),
         sweep,
         queue::reconcile_packed(
             queue,

@@ -29,7 +29,7 @@ use crate::context::Ctx;
 use crate::interpreter;
 use crate::kinds::gvk_of;
 use crate::members::Member;
-use crate::packed;
+use crate::packed::{self, Key};
 use crate::queue::WorkQueue;
 
 /// How long a Work waits for a just-started member watch to list what
@@ -72,8 +72,9 @@ struct Observed {
     /// The status Flotilla reflects, as JSON text.
     status: Option<Box<str>>,
     health: &'static str,
-    /// The Work the object was applied from: its key in the Work cache.
-    work: Box<str>,
+    /// The Work the object was applied from: its key in the Work cache,
+    /// shared with it.
+    work: Key,
 }
 
 /// What an in-sync object reports back to its Work.
@@ -137,14 +138,14 @@ struct MemberWatch {
 pub struct MemberWatches {
     ctx: Ctx,
     /// Works to reconcile again: drifted, deleted or changed status.
-    requeue: Arc<WorkQueue<String>>,
+    requeue: Arc<WorkQueue<Key>>,
     watches: Mutex<HashMap<(String, GroupVersionKind), MemberWatch>>,
     /// Per watch, per `namespace/name`.
     observed: Mutex<HashMap<WatchKey, HashMap<Box<str>, Observed>>>,
 }
 
 impl MemberWatches {
-    pub fn new(ctx: Ctx, requeue: Arc<WorkQueue<String>>) -> Arc<MemberWatches> {
+    pub fn new(ctx: Ctx, requeue: Arc<WorkQueue<Key>>) -> Arc<MemberWatches> {
         Arc::new(MemberWatches {
             ctx,
             requeue,
@@ -212,7 +213,10 @@ impl MemberWatches {
             in_sync_with: contains(live, applied).then(|| digest.into()),
             status: status_text(live),
             health: interpreter::health(kind, live),
-            work: packed::key(work.namespace().as_deref(), &work.name_any()).into(),
+            work: self
+                .ctx
+                .works
+                .shared_key(&packed::key(work.namespace().as_deref(), &work.name_any())),
         };
         self.insert(key, observed);
     }
@@ -296,7 +300,7 @@ impl MemberWatches {
                     let key = self.key_of(&cluster, &ar, &obj);
                     self.forget(&key);
                     if let Some(work) = work_of(&obj) {
-                        self.requeue.add(work);
+                        self.requeue.add(self.ctx.works.shared_key(&work));
                     }
                 }
                 Err(error) => {
@@ -352,7 +356,7 @@ impl MemberWatches {
             in_sync_with: in_sync_with.map(Into::into),
             status: status_text(&live),
             health: interpreter::health(kind, &live),
-            work: work_key.as_str().into(),
+            work: self.ctx.works.shared_key(&work_key),
         };
         let requeue = {
             let previous = self.insert(key, observed.clone());
@@ -363,7 +367,7 @@ impl MemberWatches {
             observed.in_sync_with.is_none() || (previous.is_some() && !unchanged)
         };
         if requeue || obj.metadata.deletion_timestamp.is_some() {
-            self.requeue.add(work_key);
+            self.requeue.add(observed.work.clone());
         }
     }
 
@@ -381,8 +385,7 @@ impl MemberWatches {
                 .collect();
             keys.iter().filter_map(|k| objects.remove(k)).collect()
         };
-        self.requeue
-            .add_all(gone.into_iter().map(|o| o.work.into()));
+        self.requeue.add_all(gone.into_iter().map(|o| o.work));
     }
 }
 

@@ -51,7 +51,7 @@ pub async fn run(
     };
     let state = Arc::new((ctx, Decided::default()));
     tokio::join!(
-        queue::feed(queue.clone(), changes),
+        queue::feed(queue.clone(), bindings.clone(), changes),
         reschedule,
         queue::reconcile_packed(queue, bindings, SCHEDULE_SYNCS, move |b| {
             reconcile(b, state.clone())
