@@ -357,8 +357,7 @@ impl WatchCache {
         })
     }
 
-    /// Events under `prefix` newer than `after` (at most [`WATCH_BATCH`]),
-    /// or `Compacted`.
+    /// Events under `prefix` newer than `after`, or `Compacted`.
     fn events_after(&self, prefix: &str, after: Revision) -> Result<(Vec<Event>, Revision)> {
         let inner = self.inner.read();
         if inner.closed {
@@ -375,7 +374,6 @@ impl WatchCache {
             .history
             .range(start..)
             .filter(|e| e.kv.key.starts_with(prefix))
-            .take(WATCH_BATCH)
             .cloned()
             .collect();
         let revision = inner.revision;
@@ -383,12 +381,6 @@ impl WatchCache {
         Ok((events.iter().map(|e| e.unpack()).collect(), revision))
     }
 }
-
-/// The most events a watch unpacks at once. A watcher far behind (a burst
-/// of writes, a slow client) catches up in several batches, holding one
-/// batch at a time, instead of unpacking the whole window (10,000 Works:
-/// about 20 MiB) at once.
-const WATCH_BATCH: usize = 256;
 
 /// A stream of events under a prefix, resumable from any revision the cache
 /// still holds. A watcher that falls behind the window gets `Compacted`.
