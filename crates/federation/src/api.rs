@@ -53,6 +53,9 @@ pub mod annotations {
     /// they were applied from, so a later check can tell whether the
     /// member still holds exactly that manifest without applying it again.
     pub const MANIFEST_DIGEST: &str = "flotilla.io/manifest-digest";
+    /// On Works: the OverridePolicies applied, and the ClusterOverridePolicies.
+    pub const APPLIED_OVERRIDES: &str = "policy.karmada.io/applied-overrides";
+    pub const APPLIED_CLUSTER_OVERRIDES: &str = "policy.karmada.io/applied-cluster-overrides";
 }
 
 pub mod finalizers {
@@ -206,6 +209,133 @@ pub struct PolicySpec {
 }
 
 pub type Policy = Object<PolicySpec, NotUsed>;
+
+// -------------------------------------------------------------- Overrides
+
+/// OverridePolicy and ClusterOverridePolicy share one spec.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct OverrideSpec {
+    /// Empty: every resource.
+    #[serde(default)]
+    pub resource_selectors: Vec<ResourceSelector>,
+    #[serde(default)]
+    pub override_rules: Vec<OverrideRule>,
+    /// Deprecated in Karmada, still honoured when `overrideRules` is empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_cluster: Option<ClusterAffinity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overriders: Option<Overriders>,
+}
+
+pub type OverridePolicy = Object<OverrideSpec, NotUsed>;
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct OverrideRule {
+    /// None: every cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_cluster: Option<ClusterAffinity>,
+    #[serde(default)]
+    pub overriders: Overriders,
+}
+
+/// Applied in this order within a rule, as Karmada does.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Overriders {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_overrider: Vec<ImageOverrider>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command_overrider: Vec<CommandArgsOverrider>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args_overrider: Vec<CommandArgsOverrider>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels_overrider: Vec<MapOverrider>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub annotations_overrider: Vec<MapOverrider>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub field_overrider: Vec<FieldOverrider>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plaintext: Vec<PlaintextOverrider>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum OverrideOperator {
+    Add,
+    Remove,
+    Replace,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageComponent {
+    Registry,
+    Repository,
+    Tag,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageOverrider {
+    /// Where the image is; None: every container of a known workload kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicate: Option<ImagePredicate>,
+    pub component: ImageComponent,
+    pub operator: OverrideOperator,
+    #[serde(default)]
+    pub value: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ImagePredicate {
+    pub path: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandArgsOverrider {
+    pub container_name: String,
+    pub operator: OverrideOperator,
+    #[serde(default)]
+    pub value: Vec<String>,
+}
+
+/// labelsOverrider and annotationsOverrider.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct MapOverrider {
+    pub operator: OverrideOperator,
+    #[serde(default)]
+    pub value: BTreeMap<String, String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FieldOverrider {
+    /// A JSON pointer to a string field holding JSON or YAML.
+    pub field_path: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub json: Vec<SubPathOperation>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub yaml: Vec<SubPathOperation>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SubPathOperation {
+    pub sub_path: String,
+    pub operator: OverrideOperator,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct PlaintextOverrider {
+    pub path: String,
+    pub operator: OverrideOperator,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+}
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -410,6 +540,14 @@ pub fn policy_resource(scope: Scope) -> ApiResource {
     let kind = match scope {
         Scope::Namespaced => "PropagationPolicy",
         Scope::Cluster => "ClusterPropagationPolicy",
+    };
+    ApiResource::from_gvk(&GroupVersionKind::gvk(POLICY_GROUP, "v1alpha1", kind))
+}
+
+pub fn override_resource(scope: Scope) -> ApiResource {
+    let kind = match scope {
+        Scope::Namespaced => "OverridePolicy",
+        Scope::Cluster => "ClusterOverridePolicy",
     };
     ApiResource::from_gvk(&GroupVersionKind::gvk(POLICY_GROUP, "v1alpha1", kind))
 }

@@ -23,6 +23,7 @@ pub mod kinds;
 pub mod members;
 pub mod metrics;
 pub mod names;
+pub mod overrides;
 pub mod packed;
 pub mod queue;
 pub mod scheduler;

@@ -45,9 +45,12 @@ fn selector_matches(s: &ResourceSelector, t: &Template) -> Option<Specificity> {
 
 /// How specifically `policy` selects `template`, if it does at all.
 pub fn policy_matches(policy: &Policy, t: &Template) -> Option<Specificity> {
-    policy
-        .spec
-        .resource_selectors
+    selectors_match(&policy.spec.resource_selectors, t)
+}
+
+/// The most specific of `selectors` that selects `t`, if any does.
+pub fn selectors_match(selectors: &[ResourceSelector], t: &Template) -> Option<Specificity> {
+    selectors
         .iter()
         .filter_map(|s| selector_matches(s, t))
         .max()
