@@ -227,6 +227,167 @@ fn a_deployment_divided_one_to_two_reports_its_fleet_status_on_the_hub() {
     });
 }
 
+const WEB: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels: {app: web}
+spec:
+  replicas: 3
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+        - name: web
+          image: nginx:1.27
+---
+apiVersion: policy.karmada.io/v1alpha1
+kind: PropagationPolicy
+metadata:
+  name: web
+spec:
+  resourceSelectors:
+    - {apiVersion: apps/v1, kind: Deployment, name: web}
+  placement:
+    clusterAffinity:
+      clusterNames: [member1, member2]
+"#;
+
+fn eu_override(replicas: u32) -> String {
+    format!(
+        r#"
+apiVersion: policy.karmada.io/v1alpha1
+kind: OverridePolicy
+metadata:
+  name: eu-west
+spec:
+  resourceSelectors:
+    - {{apiVersion: apps/v1, kind: Deployment, name: web}}
+  overrideRules:
+    - targetCluster:
+        fieldSelector:
+          matchExpressions:
+            - {{key: region, operator: In, values: [eu-west]}}
+      overriders:
+        imageOverrider:
+          - {{component: Registry, operator: replace, value: mirror.eu.example.com}}
+        plaintext:
+          - {{path: /spec/replicas, operator: replace, value: {replicas}}}
+"#
+    )
+}
+
+fn web_in(fleet: &Fleet, member: &str, path: &str) -> String {
+    jsonpath(fleet.member(member), &["get", "deploy", "web"], path)
+}
+
+#[test]
+fn overrides_shape_each_clusters_copy_and_one_that_cannot_apply_says_so() {
+    let fleet = Fleet::new(&[("member1", "us-east"), ("member2", "eu-west")]);
+    fleet.apply(&eu_override(5));
+    fleet.apply(WEB);
+    let image = "{.spec.template.spec.containers[0].image}";
+    wait_for(
+        WAIT,
+        "us-east as the template, eu-west as overridden",
+        || {
+            web_in(&fleet, "member1", "{.spec.replicas}") == "3"
+                && web_in(&fleet, "member2", "{.spec.replicas}") == "5"
+                && web_in(&fleet, "member2", image) == "mirror.eu.example.com/nginx:1.27"
+        },
+    );
+    assert_eq!(web_in(&fleet, "member1", image), "nginx:1.27");
+    wait_for(WAIT, "the hub to sum 3 and 5 ready replicas", || {
+        fleet.jsonpath_hub(&["get", "deploy", "web"], "{.status.readyReplicas}") == "8"
+    });
+    // The Work says which overrides it holds, as Karmada's does.
+    let annotations = fleet.hub.ok(&[
+        "get",
+        "works",
+        "-n",
+        "karmada-es-member2",
+        "-o",
+        "jsonpath={.items[0].metadata.annotations.policy\\.karmada\\.io/applied-overrides}",
+    ]);
+    assert_has(
+        &annotations,
+        &["\"policyName\":\"eu-west\"", "mirror.eu.example.com"],
+    );
+
+    // Changing the policy re-renders only what it changes.
+    fleet.apply(&eu_override(4));
+    wait_for(WAIT, "eu-west at 4 replicas", || {
+        web_in(&fleet, "member2", "{.spec.replicas}") == "4"
+    });
+
+    // A rule that cannot apply in us-east: the binding and the Work say
+    // so, and member1 keeps what it had.
+    fleet.apply(
+        r#"
+apiVersion: policy.karmada.io/v1alpha1
+kind: ClusterOverridePolicy
+metadata:
+  name: surge
+spec:
+  resourceSelectors:
+    - {apiVersion: apps/v1, kind: Deployment}
+  overrideRules:
+    - targetCluster: {clusterNames: [member1]}
+      overriders:
+        plaintext:
+          - {path: /spec/template/spec/containers/1/image, operator: replace, value: busybox}
+"#,
+    );
+    let condition = "{.status.conditions[?(@.type==\"OverridesApplied\")]}";
+    wait_for(WAIT, "the binding to report the failed override", || {
+        let c = fleet.jsonpath_hub(&["get", "rb", "web-deployment"], condition);
+        c.contains("\"status\":\"False\"")
+            && c.contains("OverrideFailed")
+            && c.contains("member1: ClusterOverridePolicy/surge: overrideRules[0].plaintext[0]")
+    });
+    let work_condition = fleet.hub.ok(&[
+        "get",
+        "works",
+        "-n",
+        "karmada-es-member1",
+        "-o",
+        "jsonpath={.items[0].status.conditions[?(@.type==\"OverridesApplied\")].reason}",
+    ]);
+    assert_eq!(work_condition.trim(), "OverrideFailed");
+    assert_eq!(web_in(&fleet, "member1", "{.spec.replicas}"), "3");
+    assert_eq!(web_in(&fleet, "member2", "{.spec.replicas}"), "4");
+
+    // Fixed (here: removed), the condition turns True again.
+    fleet.hub.ok(&["delete", "clusteroverridepolicy", "surge"]);
+    wait_for(WAIT, "the binding's overrides to apply again", || {
+        fleet
+            .jsonpath_hub(&["get", "rb", "web-deployment"], condition)
+            .contains("\"status\":\"True\"")
+    });
+
+    // An operator Karmada does not have is refused when written.
+    let out = fleet.hub.kubectl_stdin(
+        &["apply", "-f", "-"],
+        Some(
+            r#"
+apiVersion: policy.karmada.io/v1alpha1
+kind: OverridePolicy
+metadata: {name: typo}
+spec:
+  overrideRules:
+    - overriders:
+        commandOverrider: [{containerName: web, operator: replace, value: [sh]}]
+"#,
+        ),
+    );
+    assert!(!out.status.success());
+    assert_has(&stderr(&out), &["Unsupported value", "replace"]);
+}
+
 impl Drop for Fleet {
     fn drop(&mut self) {
         if std::env::var_os("FLOTILLA_TEST_LOGS").is_some() {

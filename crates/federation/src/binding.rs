@@ -5,23 +5,29 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use kube::api::{DeleteParams, DynamicObject, PostParams};
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::api::{
     Binding, Cluster, Scope, Work, WorkSpec, Workload, annotations, binding_resource, finalizers,
     labels,
 };
+use crate::conditions;
 use crate::context::Ctx;
+use crate::detector::matching::Template;
 use crate::error::{Error, is_not_found};
 use crate::finalizer;
 use crate::kinds::scoped_api;
+use crate::overrides::{self, Applied, OverrideError};
 use crate::packed::PackedStore;
 use crate::queue::{self, Next, WorkQueue};
 use crate::{interpreter, names};
@@ -33,10 +39,21 @@ pub async fn run(
     ctx: Ctx,
     bindings: PackedStore<Binding>,
     changes: impl futures::Stream<Item = Arc<Binding>> + Send + 'static,
+    overrides_changed: impl futures::Stream<Item = ()> + Send + 'static,
 ) {
     let queue = WorkQueue::new();
     let state = Arc::new((ctx, Synced::default()));
+    let render_all = {
+        let (queue, bindings) = (queue.clone(), bindings.clone());
+        async move {
+            let mut signals = std::pin::pin!(overrides_changed);
+            while signals.next().await.is_some() {
+                queue.add_all(bindings.keys());
+            }
+        }
+    };
     tokio::join!(
+        render_all,
         queue::feed(queue.clone(), bindings.clone(), changes),
         queue::reconcile_packed(queue, bindings, BINDING_SYNCS, move |b| {
             reconcile(b, state.clone())
@@ -85,8 +102,9 @@ pub async fn template(ctx: &Ctx, binding: &Binding) -> Result<Option<DynamicObje
     Ok(api.get_opt(&binding.spec.resource.name).await?)
 }
 
-/// The generation each binding's Works were last written from.
-type Synced = Mutex<HashMap<String, Option<i64>>>;
+/// The generation and override epoch each binding's Works were last
+/// written at.
+type Synced = Mutex<HashMap<String, (Option<i64>, u64)>>;
 
 async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Synced)>) -> Result<Next, Error> {
     let (ctx, synced) = (&state.0, &state.1);
@@ -132,8 +150,9 @@ async fn sync(binding: &Binding, ctx: &Ctx, synced: &Synced) -> Result<Next, Err
         .map(|t| t.name.clone())
         .collect();
     let complete = ours.len() == targets.len() && ours.iter().all(|(c, _)| targets.contains(c));
-    if complete && synced.lock().get(&uid) == Some(&binding.metadata.generation) {
-        // The Works were written from this very spec.
+    let epoch = ctx.overrides_epoch.load(Ordering::SeqCst);
+    if complete && synced.lock().get(&uid) == Some(&(binding.metadata.generation, epoch)) {
+        // The Works were written from this very spec and these overrides.
         return Ok(None);
     }
     let started = Instant::now();
@@ -141,7 +160,9 @@ async fn sync(binding: &Binding, ctx: &Ctx, synced: &Synced) -> Result<Next, Err
     ctx.metrics
         .observe_binding_sync(result.is_ok(), started.elapsed());
     result?;
-    synced.lock().insert(uid, binding.metadata.generation);
+    synced
+        .lock()
+        .insert(uid, (binding.metadata.generation, epoch));
     Ok(None)
 }
 
@@ -191,29 +212,158 @@ async fn write_works(
         .flatten()
         .filter_map(Value::as_str)
         .collect();
+    let labels = template
+        .pointer("/metadata/labels")
+        .and_then(|l| serde_json::from_value(l.clone()).ok())
+        .unwrap_or_default();
+    let r = &spec.resource;
+    let t = Template {
+        api_version: &r.api_version,
+        kind: &r.kind,
+        namespace: (!r.namespace.is_empty()).then_some(r.namespace.as_str()),
+        name: &r.name,
+        labels: &labels,
+    };
+    let [policies, cluster_policies] = ctx.override_policies.each_ref().map(|s| s.state());
+    let mut failed = Vec::new();
     for target in &spec.clusters {
         let mut manifest = base.clone();
         if let (Some(n), Some(total)) = (target.replicas, spec.replicas) {
             interpreter::revise_replicas(&mut manifest, &spec.resource.kind, n, total);
         }
+        let applied = match ctx.cluster(&target.name) {
+            Some(cluster) => overrides::apply(
+                &mut manifest,
+                &t,
+                &cluster,
+                cluster_policies.iter().map(|p| &**p),
+                policies.iter().map(|p| &**p),
+            ),
+            // Unjoined meanwhile: the scheduler takes it out of the binding.
+            None => Ok(Applied::default()),
+        };
+        let applied = match applied {
+            Ok(applied) => applied,
+            Err(error) => {
+                // The last good manifest stays delivered; nothing half
+                // overridden reaches the member.
+                warn!(binding = %name, cluster = %target.name, %error, "override cannot apply");
+                let work = ctx.works.get(&work_ref(binding, &target.name));
+                mark_work(ctx, work.as_deref(), Some(&error)).await?;
+                failed.push(format!("{}: {error}", target.name));
+                continue;
+            }
+        };
         let suspend = suspended_everywhere || suspended_on.contains(&target.name.as_str());
         let desired = WorkSpec {
             workload: Workload::new(&[manifest])?,
             suspend_dispatching: suspend.then_some(true),
             preserve_resources_on_deletion: spec.preserve_resources_on_deletion,
         };
-        write_work(ctx, binding, &target.name, desired, (id_key, id)).await?;
+        let work = write_work(ctx, binding, &target.name, desired, (id_key, id), &applied).await?;
+        mark_work(ctx, Some(&work), None).await?;
     }
+    mark_binding(ctx, binding, &failed).await
+}
+
+/// The condition an override failure is reported under, on the Work of
+/// the cluster it concerns and on the binding (Flotilla's own: Karmada
+/// only records an Event). It is written once something failed, and
+/// turns True again when the overrides apply.
+const OVERRIDES_APPLIED: &str = "OverridesApplied";
+
+/// Sets the Work's OverridesApplied condition: False with `error`; True
+/// if it was False before. A Work not written yet has nothing to mark.
+async fn mark_work(
+    ctx: &Ctx,
+    work: Option<&Work>,
+    error: Option<&OverrideError>,
+) -> Result<(), Error> {
+    let Some(work) = work else {
+        return Ok(());
+    };
+    let mut conditions = work
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    if !set_overrides_condition(&mut conditions, error.map(ToString::to_string)) {
+        return Ok(());
+    }
+    let patch = json!({
+        "metadata": {"resourceVersion": work.resource_version()},
+        "status": {"conditions": conditions},
+    });
+    let api: Api<Work> = Api::namespaced(ctx.hub.clone(), &work.namespace().unwrap_or_default());
+    match api
+        .patch_status(
+            &work.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// As [`mark_work`], on the binding, with every failed cluster named.
+async fn mark_binding(ctx: &Ctx, binding: &Binding, failed: &[String]) -> Result<(), Error> {
+    let mut conditions = binding
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let error = (!failed.is_empty()).then(|| failed.join("; "));
+    if !set_overrides_condition(&mut conditions, error) {
+        return Ok(());
+    }
+    let patch = json!({
+        "metadata": {"resourceVersion": binding.resource_version()},
+        "status": {"conditions": conditions},
+    });
+    binding_api(ctx, binding)
+        .patch_status(
+            &binding.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
     Ok(())
 }
 
+/// Whether the OverridesApplied condition changed.
+fn set_overrides_condition(conditions: &mut Vec<Condition>, error: Option<String>) -> bool {
+    match error {
+        Some(message) => conditions::set(
+            conditions,
+            OVERRIDES_APPLIED,
+            false,
+            "OverrideFailed",
+            &message,
+        ),
+        None if conditions.iter().any(|c| c.type_ == OVERRIDES_APPLIED) => conditions::set(
+            conditions,
+            OVERRIDES_APPLIED,
+            true,
+            "OverridesApplied",
+            "Every override policy applied",
+        ),
+        None => false,
+    }
+}
+
+/// Creates or updates the Work; returns it as the hub now holds it.
 async fn write_work(
     ctx: &Ctx,
     binding: &Binding,
     cluster: &str,
     spec: WorkSpec,
     (id_key, id): (&str, &str),
-) -> Result<(), Error> {
+    applied: &Applied,
+) -> Result<Arc<Work>, Error> {
     let key = work_ref(binding, cluster);
     let namespace = key.namespace.clone().unwrap_or_default();
     let api: Api<Work> = Api::namespaced(ctx.hub.clone(), &namespace);
@@ -250,10 +400,24 @@ async fn write_work(
         _ => "abort",
     };
     a.insert(annotations::CONFLICT_RESOLUTION.into(), conflict.into());
+    for (annotation, entries) in [
+        (annotations::APPLIED_OVERRIDES, &applied.policies),
+        (
+            annotations::APPLIED_CLUSTER_OVERRIDES,
+            &applied.cluster_policies,
+        ),
+    ] {
+        if entries.is_empty() {
+            a.remove(annotation);
+        } else {
+            a.insert(annotation.into(), Value::from(entries.clone()).to_string());
+        }
+    }
     match existing {
         None => {
-            api.create(&PostParams::default(), &work).await?;
+            let created = api.create(&PostParams::default(), &work).await?;
             debug!(work = %key.name, %cluster, "work created");
+            Ok(Arc::new(created))
         }
         Some(old) => {
             if old.spec != work.spec
@@ -261,13 +425,15 @@ async fn write_work(
                 || old.metadata.labels != work.metadata.labels
                 || old.metadata.annotations != work.metadata.annotations
             {
-                api.replace(&key.name, &PostParams::default(), &work)
+                let replaced = api
+                    .replace(&key.name, &PostParams::default(), &work)
                     .await?;
                 debug!(work = %key.name, %cluster, "work updated");
+                return Ok(Arc::new(replaced));
             }
+            Ok(old)
         }
     }
-    Ok(())
 }
 
 async fn delete_work(ctx: &Ctx, work: &Work) -> Result<(), Error> {

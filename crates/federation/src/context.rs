@@ -10,7 +10,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use tracing::{debug, warn};
 
-use crate::api::{Cluster, Work};
+use crate::api::{Cluster, OverridePolicy, Work};
 use crate::error::Error;
 use crate::kinds::Kinds;
 use crate::members::Members;
@@ -51,6 +51,11 @@ pub struct Shared {
     pub members: Members,
     pub options: Options,
     pub metrics: Metrics,
+    /// OverridePolicies, then ClusterOverridePolicies.
+    pub override_policies: [Store<OverridePolicy>; 2],
+    /// Bumped whenever an override policy changes: a binding's Works
+    /// written at an older epoch are rendered again.
+    pub overrides_epoch: AtomicU64,
     /// Bumped whenever a cluster changes in a way placement depends on;
     /// a binding scheduled at the current epoch and generation needs no
     /// new decision.

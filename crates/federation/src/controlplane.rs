@@ -15,7 +15,9 @@ use tokio::sync::broadcast;
 use tokio::task::JoinSet;
 use tracing::info;
 
-use crate::api::{Binding, Cluster, Scope, Work, binding_resource};
+use crate::api::{
+    Binding, Cluster, OverridePolicy, Scope, Work, binding_resource, override_resource,
+};
 use crate::context::{Ctx, Options, Shared};
 use crate::fanout::{Fanout, PackedFanout};
 use crate::kinds::Kinds;
@@ -59,6 +61,41 @@ async fn placement_changes(
     }
 }
 
+/// Turns override policy changes into "render every binding's Works
+/// again" signals. The policies of the first list are not changes: every
+/// binding is rendered once after a start anyway.
+async fn override_changes(
+    ctx: Ctx,
+    store: Store<OverridePolicy>,
+    policies: impl Stream<Item = Arc<OverridePolicy>> + Send + 'static,
+    tx: broadcast::Sender<()>,
+) {
+    type Id = (Option<String>, String);
+    let id = |p: &OverridePolicy| -> Id { (p.namespace(), p.name_any()) };
+    let mut seen: HashMap<Id, Option<String>> = store
+        .state()
+        .iter()
+        .map(|p| (id(p), p.resource_version()))
+        .collect();
+    let mut policies = std::pin::pin!(policies);
+    while let Some(p) = policies.next().await {
+        let key = id(&p);
+        // A deleted policy comes with its last state: gone from the store.
+        let present = store.state().iter().any(|s| id(s) == key);
+        if present {
+            if seen.get(&key) == Some(&p.resource_version()) {
+                continue;
+            }
+            seen.insert(key, p.resource_version());
+        } else {
+            seen.remove(&key);
+        }
+        ctx.overrides_epoch.fetch_add(1, Ordering::SeqCst);
+        tracing::debug!(policy = %p.name_any(), "override policy changed");
+        let _ = tx.send(());
+    }
+}
+
 /// Resolves once `store` holds its watch's first list.
 fn listed<K>(store: Store<K>) -> BoxFuture<'static, ()>
 where
@@ -96,6 +133,10 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
             PackedFanout::new(Api::<Binding>::all_with(hub.clone(), &ar)),
         )
     });
+    let overrides = [Scope::Namespaced, Scope::Cluster].map(|scope| {
+        let ar = override_resource(scope);
+        Fanout::new(Api::<OverridePolicy>::all_with(hub.clone(), &ar), ar)
+    });
     let ctx = Arc::new(Shared {
         hub_kinds: Kinds::new(hub.clone()),
         members: Members::new(hub.clone()),
@@ -104,9 +145,12 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
         works: works.store.clone(),
         options,
         metrics,
+        override_policies: [overrides[0].0.store.clone(), overrides[1].0.store.clone()],
+        overrides_epoch: Default::default(),
         placement_epoch: Default::default(),
     });
     let (placement_tx, _) = broadcast::channel(16);
+    let (overrides_tx, _) = broadcast::channel(16);
     // Every controller subscribes before any watch runs, so none misses
     // the initial lists; the futures start once the caches are filled.
     let mut controllers: Vec<BoxFuture<'static, ()>> = vec![
@@ -131,6 +175,16 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
     ];
     let mut caches = vec![listed(clusters.store.clone()), packed_listed(&works.store)];
     let mut tasks = JoinSet::new();
+    for (fanout, drive) in overrides {
+        controllers.push(Box::pin(override_changes(
+            ctx.clone(),
+            fanout.store.clone(),
+            fanout.changes.subscribe_shared(),
+            overrides_tx.clone(),
+        )));
+        caches.push(listed(fanout.store.clone()));
+        tasks.spawn(drive);
+    }
     for (scope, (fanout, drive)) in bindings {
         let store = fanout.store.clone();
         controllers.push(Box::pin(scheduler::run(
@@ -143,6 +197,7 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
             ctx.clone(),
             store.clone(),
             fanout.changes.subscribe_shared(),
+            signal(overrides_tx.subscribe()),
         )));
         controllers.push(Box::pin(status::run(
             ctx.clone(),

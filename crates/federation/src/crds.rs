@@ -115,13 +115,57 @@ fn propagation_spec() -> Value {
 }
 
 fn override_spec() -> Value {
+    let operator = |ops: &[&str]| json!({"type": "string", "enum": ops});
+    let all = ["add", "remove", "replace"];
+    let list = |item: Value| json!({"type": "array", "items": item});
+    let map_overrider = list(open_object(
+        json!({"operator": operator(&all), "value": {"type": "object", "additionalProperties": {"type": "string"}}}),
+        &["operator"],
+    ));
+    let command_args = list(open_object(
+        json!({
+            "containerName": {"type": "string"},
+            "operator": operator(&["add", "remove"]),
+            "value": {"type": "array", "items": {"type": "string"}},
+        }),
+        &["containerName", "operator"],
+    ));
+    let sub_path = list(open_object(
+        json!({"subPath": {"type": "string"}, "operator": operator(&all)}),
+        &["subPath", "operator"],
+    ));
+    let overriders = open_object(
+        json!({
+            "imageOverrider": list(open_object(json!({
+                "predicate": open_object(json!({"path": {"type": "string"}}), &["path"]),
+                "component": {"type": "string", "enum": ["Registry", "Repository", "Tag"]},
+                "operator": operator(&all),
+                "value": {"type": "string"},
+            }), &["component", "operator"])),
+            "commandOverrider": command_args.clone(),
+            "argsOverrider": command_args,
+            "labelsOverrider": map_overrider.clone(),
+            "annotationsOverrider": map_overrider,
+            "fieldOverrider": list(open_object(json!({
+                "fieldPath": {"type": "string"},
+                "json": sub_path.clone(),
+                "yaml": sub_path,
+            }), &["fieldPath"])),
+            "plaintext": list(open_object(
+                json!({"path": {"type": "string"}, "operator": operator(&all)}),
+                &["path", "operator"],
+            )),
+        }),
+        &[],
+    );
     open_object(
         json!({
             "resourceSelectors": {"type": "array", "items": open_object(json!({
                 "apiVersion": {"type": "string"},
                 "kind": {"type": "string"},
             }), &["apiVersion", "kind"])},
-            "overrideRules": {"type": "array", "items": open_object(json!({}), &["overriders"])},
+            "overrideRules": list(open_object(json!({"overriders": overriders.clone()}), &["overriders"])),
+            "overriders": overriders,
         }),
         &[],
     )
