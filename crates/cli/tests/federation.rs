@@ -19,6 +19,11 @@ struct Fleet {
 
 impl Fleet {
     fn new(members: &[(&str, &str)]) -> Fleet {
+        Fleet::with_member_args(members, &[])
+    }
+
+    /// As `new`, with extra flags for every member.
+    fn with_member_args(members: &[(&str, &str)], member_args: &[&str]) -> Fleet {
         let hub = Server::controlplane(&[
             "--cluster-status-update-frequency",
             "500ms",
@@ -32,7 +37,9 @@ impl Fleet {
             members: Vec::new(),
         };
         for (name, region) in members {
-            let m = Server::member(name, &["--nodes", "2"]);
+            let mut args = vec!["--nodes", "2"];
+            args.extend_from_slice(member_args);
+            let m = Server::member(name, &args);
             fleet.members.push((name.to_string(), m));
             fleet.join(name, region);
         }
@@ -386,6 +393,153 @@ spec:
     );
     assert!(!out.status.success());
     assert_has(&stderr(&out), &["Unsupported value", "replace"]);
+}
+
+const FAILING_OVER: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: api
+  labels: {app: api}
+spec:
+  replicas: 4
+  selector:
+    matchLabels: {app: api}
+  template:
+    metadata:
+      labels: {app: api}
+    spec:
+      containers:
+        - name: api
+          image: nginx:1.27
+---
+apiVersion: policy.karmada.io/v1alpha1
+kind: PropagationPolicy
+metadata:
+  name: api
+spec:
+  resourceSelectors:
+    - {apiVersion: apps/v1, kind: Deployment, name: api}
+  failover:
+    cluster: {purgeMode: Gracefully}
+  placement:
+    clusterAffinity:
+      clusterNames: [member1, member2]
+    clusterTolerations:
+      - {key: cluster.karmada.io/not-ready, operator: Exists, effect: NoExecute, tolerationSeconds: 2}
+    replicaScheduling:
+      replicaSchedulingType: Divided
+      replicaDivisionPreference: Weighted
+      weightPreference: {dynamicWeight: AvailableReplicas}
+"#;
+
+fn member_fault(fleet: &Fleet, member: &str, args: &[&str]) {
+    let data = fleet.member(member).data_dir();
+    let mut all = vec!["member", "fault", "--data-dir", data.to_str().unwrap()];
+    all.extend(args);
+    let out = flotilla(&all);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn a_lost_member_fails_over_gracefully_and_a_rebalancer_restores_the_division() {
+    // Pods that take a while to start: the new placement is not healthy
+    // at once, so the eviction lasts long enough to be seen.
+    let fleet = Fleet::with_member_args(
+        &[("member1", "us-east"), ("member2", "eu-west")],
+        &["--pod-startup", "3s"],
+    );
+    fleet.apply(FAILING_OVER);
+    let api_in = |m: &str| {
+        jsonpath(
+            fleet.member(m),
+            &["get", "deploy", "api"],
+            "{.spec.replicas}",
+        )
+    };
+    wait_for(WAIT, "2 and 2 replicas", || {
+        api_in("member1") == "2" && api_in("member2") == "2"
+    });
+    let member2_work = || {
+        !fleet
+            .hub
+            .ok(&["get", "works", "-n", "karmada-es-member2", "-o", "name"])
+            .trim()
+            .is_empty()
+    };
+    let task = |field: &str| {
+        fleet.jsonpath_hub(
+            &["get", "rb", "api-deployment"],
+            &format!("{{.spec.gracefulEvictionTasks[?(@.fromCluster==\"member2\")].{field}}}"),
+        )
+    };
+
+    member_fault(&fleet, "member2", &["unreachable", "--mode", "refuse"]);
+    // Evicted after the failure threshold and the toleration; the old
+    // Work stays while the eviction lasts.
+    wait_for(WAIT, "member2 to be evicted", || {
+        task("reason") == "TaintUntolerated"
+    });
+    assert_has(
+        &task("message"),
+        &["cluster.karmada.io/not-ready:NoExecute"],
+    );
+    assert_eq!(task("purgeMode"), "Gracefully");
+    wait_for(WAIT, "member2's share on member1", || {
+        api_in("member1") == "4"
+    });
+    // member1's new pods are still starting: member2's copy stays.
+    if task("reason") == "TaintUntolerated" {
+        assert!(
+            member2_work(),
+            "member2's Work went while its eviction lasted"
+        );
+    }
+    let clusters = fleet.jsonpath_hub(&["get", "rb", "api-deployment"], "{.spec.clusters[*].name}");
+    assert_eq!(clusters, "member1");
+    // Once member1 runs all four, the task and member2's Work go.
+    wait_for(WAIT, "the eviction to finish", || {
+        task("reason").is_empty() && !member2_work()
+    });
+    wait_for(WAIT, "4 ready on the hub", || {
+        fleet.jsonpath_hub(&["get", "deploy", "api"], "{.status.readyReplicas}") == "4"
+    });
+
+    // Back, member2 gets nothing by itself (no churn)...
+    member_fault(&fleet, "member2", &["reachable"]);
+    fleet.wait_ready("member2");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        fleet.jsonpath_hub(&["get", "rb", "api-deployment"], "{.spec.clusters[*].name}"),
+        "member1"
+    );
+    // ...until a WorkloadRebalancer asks for a fresh division.
+    fleet.apply(
+        r#"
+apiVersion: apps.karmada.io/v1alpha1
+kind: WorkloadRebalancer
+metadata: {name: after-recovery}
+spec:
+  workloads:
+    - {apiVersion: apps/v1, kind: Deployment, namespace: default, name: api}
+    - {apiVersion: apps/v1, kind: Deployment, namespace: default, name: missing}
+"#,
+    );
+    wait_for(WAIT, "2 and 2 replicas again", || {
+        api_in("member1") == "2" && api_in("member2") == "2"
+    });
+    let results = fleet.jsonpath_hub(
+        &["get", "workloadrebalancer", "after-recovery"],
+        "{.status.observedWorkloads[*].result}",
+    );
+    assert_eq!(results, "Successful Failed");
+    assert_has(
+        &fleet.jsonpath_hub(
+            &["get", "workloadrebalancer", "after-recovery"],
+            "{.status.observedWorkloads[1].reason}",
+        ),
+        &["ReferencedBindingNotFound"],
+    );
 }
 
 impl Drop for Fleet {

@@ -462,8 +462,127 @@ pub struct BindingSpec {
     pub preserve_resources_on_deletion: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduler_name: Option<String>,
+    /// Clusters being left, whose Works stay until the task goes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub graceful_eviction_tasks: Vec<GracefulEvictionTask>,
+    /// Set by a WorkloadRebalancer: a later time than the last scheduling
+    /// asks for a fresh division.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reschedule_triggered_at: Option<String>,
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GracefulEvictionTask {
+    pub from_cluster: String,
+    /// Directly, Gracefully (the default) or Never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purge_mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    pub producer: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_period_seconds: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suppress_deletion: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creation_timestamp: Option<String>,
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+/// A policy's (and binding's) `failover`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverBehavior {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterFailover>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub application: Option<ApplicationFailover>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterFailover {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purge_mode: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationFailover {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_conditions: Option<DecisionConditions>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purge_mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_period_seconds: Option<i32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionConditions {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toleration_seconds: Option<i32>,
+}
+
+impl BindingSpec {
+    /// The binding's failover settings, if it opted in.
+    pub fn failover(&self) -> Option<FailoverBehavior> {
+        serde_json::from_value(self.failover.clone()?).ok()
+    }
+
+    /// Whether `cluster` is being evicted.
+    pub fn evicting(&self, cluster: &str) -> Option<&GracefulEvictionTask> {
+        self.graceful_eviction_tasks
+            .iter()
+            .find(|t| t.from_cluster == cluster)
+    }
+}
+
+// ------------------------------------------------------ WorkloadRebalancer
+
+/// `apps.karmada.io/v1alpha1` WorkloadRebalancer: asks for a fresh
+/// division of the named workloads.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "apps.karmada.io",
+    version = "v1alpha1",
+    kind = "WorkloadRebalancer",
+    status = "WorkloadRebalancerStatus",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadRebalancerSpec {
+    pub workloads: Vec<ObjectReference>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds_after_finished: Option<i32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadRebalancerStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub observed_workloads: Vec<ObservedWorkload>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_time: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedWorkload {
+    pub workload: ObjectReference,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash)]

@@ -175,10 +175,22 @@ async fn write_works(
 ) -> Result<(), Error> {
     let name = binding.name_any();
     for (cluster, w) in ours {
-        if !targets.contains(cluster) {
-            info!(binding = %name, %cluster, "no longer targeted; removing its Work");
-            delete_work(ctx, w).await?;
+        if targets.contains(cluster) {
+            continue;
         }
+        // A cluster being evicted keeps its Work until the eviction task
+        // goes (the new placement is healthy, or the grace period ended),
+        // unless the policy purges directly.
+        let kept = binding
+            .spec
+            .evicting(cluster)
+            .is_some_and(|t| t.purge_mode.as_deref() != Some("Directly"));
+        if kept {
+            debug!(binding = %name, %cluster, "being evicted; its Work stays for now");
+            continue;
+        }
+        info!(binding = %name, %cluster, "no longer targeted; removing its Work");
+        delete_work(ctx, w).await?;
     }
     if targets.is_empty() {
         return Ok(());

@@ -24,7 +24,7 @@ use crate::kinds::Kinds;
 use crate::members::Members;
 use crate::metrics::Metrics;
 use crate::packed::PackedStore;
-use crate::{binding, cluster, detector, execution, scheduler, status};
+use crate::{binding, cluster, detector, execution, failover, rebalancer, scheduler, status};
 
 /// What of a cluster placement depends on: a change here reschedules.
 fn placement_fingerprint(c: &Cluster) -> u64 {
@@ -56,6 +56,33 @@ async fn placement_changes(
         if seen.insert(c.name_any(), f) != Some(f) {
             ctx.placement_epoch.fetch_add(1, Ordering::SeqCst);
             tracing::debug!(cluster = %c.name_any(), "placement-relevant cluster change");
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// What of a cluster failover depends on: readiness and NoExecute taints.
+fn readiness_fingerprint(c: &Cluster) -> u64 {
+    let mut h = DefaultHasher::new();
+    c.condition("Ready").map(|r| r.status.clone()).hash(&mut h);
+    for t in c.spec.taints.iter().filter(|t| t.effect == "NoExecute") {
+        t.key.hash(&mut h);
+        t.value.hash(&mut h);
+    }
+    h.finish()
+}
+
+/// Turns readiness changes into "look at every binding for failover"
+/// signals.
+async fn readiness_changes(
+    clusters: impl Stream<Item = Arc<Cluster>> + Send + 'static,
+    tx: broadcast::Sender<()>,
+) {
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    let mut clusters = std::pin::pin!(clusters);
+    while let Some(c) = clusters.next().await {
+        let f = readiness_fingerprint(&c);
+        if seen.insert(c.name_any(), f) != Some(f) {
             let _ = tx.send(());
         }
     }
@@ -151,6 +178,7 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
     });
     let (placement_tx, _) = broadcast::channel(16);
     let (overrides_tx, _) = broadcast::channel(16);
+    let (readiness_tx, _) = broadcast::channel(16);
     // Every controller subscribes before any watch runs, so none misses
     // the initial lists; the futures start once the caches are filled.
     let mut controllers: Vec<BoxFuture<'static, ()>> = vec![
@@ -159,6 +187,11 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
             clusters.changes.subscribe_shared(),
             placement_tx.clone(),
         )),
+        Box::pin(readiness_changes(
+            clusters.changes.subscribe_shared(),
+            readiness_tx.clone(),
+        )),
+        Box::pin(rebalancer::run(ctx.clone())),
         Box::pin(cluster::run(
             ctx.clone(),
             clusters.store.clone(),
@@ -198,6 +231,12 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
             store.clone(),
             fanout.changes.subscribe_shared(),
             signal(overrides_tx.subscribe()),
+        )));
+        controllers.push(Box::pin(failover::run(
+            ctx.clone(),
+            store.clone(),
+            fanout.changes.subscribe_shared(),
+            signal(readiness_tx.subscribe()),
         )));
         controllers.push(Box::pin(status::run(
             ctx.clone(),

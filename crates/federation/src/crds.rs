@@ -253,7 +253,29 @@ fn kinds() -> Vec<Kind> {
             &[],
         ),
     };
-    let mut kinds = vec![cluster, work];
+    let rebalancer = Kind {
+        group: "apps.karmada.io",
+        version: "v1alpha1",
+        kind: "WorkloadRebalancer".into(),
+        plural: "workloadrebalancers".into(),
+        short_names: Vec::new(),
+        namespaced: false,
+        categorized: true,
+        columns: vec![age()],
+        spec: open_object(
+            json!({
+                "workloads": {"type": "array", "minItems": 1, "items": open_object(json!({
+                    "apiVersion": {"type": "string"},
+                    "kind": {"type": "string"},
+                    "namespace": {"type": "string"},
+                    "name": {"type": "string"},
+                }), &["apiVersion", "kind", "name"])},
+                "ttlSecondsAfterFinished": {"type": "integer", "format": "int32"},
+            }),
+            &["workloads"],
+        ),
+    };
+    let mut kinds = vec![cluster, work, rebalancer];
     kinds.extend(twins(
         "policy.karmada.io",
         "v1alpha1",

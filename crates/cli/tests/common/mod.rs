@@ -34,7 +34,10 @@ impl Server {
     /// A simulated member cluster (`flotilla member --name NAME`) with
     /// extra flags; pods start fast unless `extra` says otherwise.
     pub fn member(name: &str, extra: &[&str]) -> Server {
-        let mut args = vec!["--pod-startup", "300ms", "--job-duration", "1s"];
+        let mut args = vec!["--job-duration", "1s"];
+        if !extra.contains(&"--pod-startup") {
+            args.extend(["--pod-startup", "300ms"]);
+        }
         args.extend_from_slice(extra);
         Self::start_command(&["member", "--name", name], &args, &[])
     }

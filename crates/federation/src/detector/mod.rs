@@ -484,6 +484,14 @@ async fn ensure_binding(
         suspension: policy.spec.suspension.clone(),
         preserve_resources_on_deletion: policy.spec.preserve_resources_on_deletion,
         scheduler_name: policy.spec.scheduler_name.clone(),
+        // Other controllers' fields: kept as they are.
+        graceful_eviction_tasks: existing
+            .as_ref()
+            .map(|b| b.spec.graceful_eviction_tasks.clone())
+            .unwrap_or_default(),
+        reschedule_triggered_at: existing
+            .as_ref()
+            .and_then(|b| b.spec.reschedule_triggered_at.clone()),
         extra: existing
             .as_ref()
             .map(|b| b.spec.extra.clone())

@@ -27,8 +27,10 @@ pub struct Decision {
     pub affinity_name: Option<String>,
 }
 
-fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
-    tolerations.iter().any(|t| {
+/// The first of `tolerations` that tolerates `taint`, as Kubernetes
+/// matches them.
+pub fn toleration_for<'t>(tolerations: &'t [Toleration], taint: &Taint) -> Option<&'t Toleration> {
+    tolerations.iter().find(|t| {
         let effect_ok = t
             .effect
             .as_deref()
@@ -43,6 +45,10 @@ fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
         };
         effect_ok && key_ok && value_ok
     })
+}
+
+fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
+    toleration_for(tolerations, taint).is_some()
 }
 
 fn has_api(cluster: &Cluster, api_version: &str, kind: &str) -> bool {
@@ -77,6 +83,10 @@ fn filter<'a>(
         let targeted = previous.contains(&name);
         let why = if c.metadata.deletion_timestamp.is_some() {
             Some("cluster(s) were being deleted".to_string())
+        } else if spec.evicting(&name).is_some() {
+            // Karmada's ClusterEviction filter: a cluster being left is
+            // not chosen again while its eviction task lasts.
+            Some("cluster(s) were in the process of eviction".to_string())
         } else if !cluster_matches(affinity, c) {
             Some("cluster(s) did not match the placement cluster affinity constraint".to_string())
         } else if let Some(t) = c.spec.taints.iter().find(|t| {
@@ -223,17 +233,23 @@ fn select<'a>(
 
 /// Schedules a binding against the joined clusters. `observing` is the
 /// clusterAffinities term currently in use: terms before it are not
-/// retried (Karmada does not move back by itself).
+/// retried (Karmada does not move back by itself). `fresh` (a
+/// WorkloadRebalancer asked) divides from scratch, from the first term,
+/// as if nothing were placed yet.
 pub fn schedule(
     spec: &BindingSpec,
     uid: &str,
     clusters: &[Arc<Cluster>],
     observing: Option<&str>,
+    fresh: bool,
 ) -> Result<Decision, Failure> {
     let placement = spec.placement.clone().unwrap_or_default();
+    let observing = observing.filter(|_| !fresh);
+    // Clusters being evicted hold no replicas the division keeps.
     let previous: BTreeMap<String, i32> = spec
         .clusters
         .iter()
+        .filter(|t| !fresh && spec.evicting(&t.name).is_none())
         .map(|t| (t.name.clone(), t.replicas.unwrap_or(0)))
         .collect();
     let previous_names: BTreeSet<String> = previous.keys().cloned().collect();
@@ -493,7 +509,7 @@ mod tests {
             replica_scheduling: weighted(&[("member1", 1), ("member2", 2)]),
             ..Default::default()
         };
-        let d = schedule(&binding(3, p), "uid", &clusters, None).unwrap();
+        let d = schedule(&binding(3, p), "uid", &clusters, None, false).unwrap();
         assert_eq!(
             result(&d),
             [("member1".into(), Some(1)), ("member2".into(), Some(2))]
@@ -509,7 +525,14 @@ mod tests {
             ..Default::default()
         });
         let clusters = [cluster("member1", "us"), Arc::new(tainted)];
-        let d = schedule(&binding(2, Placement::default()), "u", &clusters, None).unwrap();
+        let d = schedule(
+            &binding(2, Placement::default()),
+            "u",
+            &clusters,
+            None,
+            false,
+        )
+        .unwrap();
         assert_eq!(result(&d), [("member1".into(), Some(2))]);
         // Already there: a taint does not evict by itself.
         let mut b = binding(2, Placement::default());
@@ -517,7 +540,7 @@ mod tests {
             name: "member2".into(),
             replicas: Some(2),
         }];
-        let d = schedule(&b, "u", &clusters, None).unwrap();
+        let d = schedule(&b, "u", &clusters, None, false).unwrap();
         assert_eq!(d.clusters.len(), 2);
     }
 
@@ -537,11 +560,11 @@ mod tests {
             }],
             ..Default::default()
         };
-        let d = schedule(&binding(1, p.clone()), "u", &clusters, None).unwrap();
+        let d = schedule(&binding(1, p.clone()), "u", &clusters, None, false).unwrap();
         let picked: Vec<String> = d.clusters.iter().map(|t| t.name.clone()).collect();
         assert_eq!(picked.len(), 2);
         assert!(picked.contains(&"b1".to_string()));
-        let err = schedule(&binding(1, p), "u", &clusters[..2], None).unwrap_err();
+        let err = schedule(&binding(1, p), "u", &clusters[..2], None, false).unwrap_err();
         assert_eq!(err.reason, "NoClusterFit");
     }
 
@@ -552,7 +575,7 @@ mod tests {
             cluster_affinity: Some(names(&["nope"])),
             ..Default::default()
         };
-        let err = schedule(&binding(1, p), "u", &clusters, None).unwrap_err();
+        let err = schedule(&binding(1, p), "u", &clusters, None, false).unwrap_err();
         assert_eq!(err.reason, "NoClusterFit");
         assert!(
             err.message.contains("1 cluster(s) did not match"),

@@ -94,11 +94,16 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Decided)>) -> Result<
     let started = Instant::now();
     let clusters = ctx.clusters.state();
     let status = binding.status.clone().unwrap_or_default();
+    let fresh = rebalance_requested(
+        spec.reschedule_triggered_at.as_deref(),
+        status.last_scheduled_time.as_deref(),
+    );
     let decision = core::schedule(
         spec,
         &uid,
         &clusters,
         status.scheduler_observing_affinity_name.as_deref(),
+        fresh,
     );
     let api = crate::binding::binding_api(ctx, &binding);
     let name = binding.metadata.name.clone().unwrap_or_default();
@@ -106,6 +111,9 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Decided)>) -> Result<
     let mut current = (*binding).clone();
     let mut status = status;
     let mut changed = false;
+    if fresh {
+        info!(binding = %name, "fresh division asked by a WorkloadRebalancer");
+    }
     let result = match &decision {
         Ok(d) => {
             let recorded = current
@@ -153,7 +161,7 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Decided)>) -> Result<
     };
     let generation = current.metadata.generation;
     if result || changed || status.scheduler_observed_generation != generation {
-        if changed {
+        if changed || fresh {
             status.last_scheduled_time = Some(conditions::now().0.to_string());
         }
         status.scheduler_observed_generation = generation;
@@ -163,6 +171,17 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Decided)>) -> Result<
         .observe_scheduling(decision.is_ok(), started.elapsed());
     decided.lock().insert(uid, (generation, epoch));
     Ok(None)
+}
+
+/// Whether a WorkloadRebalancer asked for a fresh division after the last
+/// scheduling (`rescheduleTriggeredAt` later than `lastScheduledTime`).
+fn rebalance_requested(triggered: Option<&str>, last: Option<&str>) -> bool {
+    let time = |t: &str| t.parse::<k8s_openapi::jiff::Timestamp>().ok();
+    match (triggered.and_then(time), last.and_then(time)) {
+        (Some(t), Some(l)) => t > l,
+        (Some(_), None) => true,
+        _ => false,
+    }
 }
 
 /// Writes a binding's scheduling status, guarded by its resourceVersion so

@@ -1,0 +1,218 @@
+//! Failover: bindings that opted in (the policy's `failover`) leave a
+//! cluster that stops being Ready, or carries a NoExecute taint they do
+//! not tolerate, once their toleration runs out (Karmada's taint
+//! manager), and a cluster where their workload stays Unhealthy
+//! (application failover). Leaving is an eviction task on the binding:
+//! the scheduler divides the cluster's replicas among the others, and the
+//! binding controller keeps the cluster's Work until the task goes, which
+//! this controller decides too (Karmada's graceful eviction controller):
+//! once the new placement is healthy, or the grace period ends.
+//!
+//! Flapping does not churn: readiness changes only after the cluster
+//! controller's thresholds (30 s each way by default), and eviction waits
+//! a further toleration (300 s by default) of continuous NotReady.
+
+pub mod decide;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Patch, PatchParams};
+use parking_lot::Mutex;
+use serde_json::json;
+use tracing::info;
+
+use crate::api::{Binding, GracefulEvictionTask};
+use crate::binding::binding_api;
+use crate::context::Ctx;
+use crate::error::Error;
+use crate::packed::PackedStore;
+use crate::queue::{self, Next, WorkQueue};
+use decide::Verdict;
+
+/// Bindings looked at once: most have no failover and cost a lookup.
+const FAILOVER_SYNCS: usize = 4;
+/// Application failover's default `decisionConditions.tolerationSeconds`.
+const APPLICATION_TOLERATION: Duration = Duration::from_secs(300);
+
+/// Since when each (binding uid, cluster) has been reported Unhealthy.
+type Unhealthy = Mutex<HashMap<(String, String), Timestamp>>;
+
+pub async fn run(
+    ctx: Ctx,
+    bindings: PackedStore<Binding>,
+    changes: impl Stream<Item = Arc<Binding>> + Send + 'static,
+    readiness_changed: impl Stream<Item = ()> + Send + 'static,
+) {
+    let queue = WorkQueue::new();
+    let recheck = {
+        let (queue, bindings) = (queue.clone(), bindings.clone());
+        async move {
+            let mut changed = std::pin::pin!(readiness_changed);
+            while changed.next().await.is_some() {
+                queue.add_all(bindings.keys());
+            }
+        }
+    };
+    let state = Arc::new((ctx, Unhealthy::default()));
+    tokio::join!(
+        recheck,
+        queue::feed(queue.clone(), bindings.clone(), changes),
+        queue::reconcile_packed(queue, bindings, FAILOVER_SYNCS, move |b| {
+            reconcile(b, state.clone())
+        }),
+    );
+}
+
+fn earliest(next: &mut Option<Timestamp>, at: Timestamp) {
+    if next.is_none_or(|n| at < n) {
+        *next = Some(at);
+    }
+}
+
+async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Unhealthy)>) -> Result<Next, Error> {
+    let (ctx, unhealthy) = (&state.0, &state.1);
+    let spec = &binding.spec;
+    if binding.metadata.deletion_timestamp.is_some() {
+        return Ok(None);
+    }
+    let failover = spec.failover();
+    if failover.is_none() && spec.graceful_eviction_tasks.is_empty() {
+        return Ok(None);
+    }
+    let uid = binding.metadata.uid.clone().unwrap_or_default();
+    let now = Timestamp::now();
+    let mut tasks = spec.graceful_eviction_tasks.clone();
+    let mut next: Option<Timestamp> = None;
+    let evict = |tasks: &mut Vec<GracefulEvictionTask>, task: GracefulEvictionTask| {
+        info!(binding = %binding.name_any(), cluster = %task.from_cluster, reason = %task.reason, "evicting");
+        tasks.push(task);
+    };
+    let placement = spec.placement.clone().unwrap_or_default();
+    if let Some(cluster_failover) = failover.as_ref().and_then(|f| f.cluster.as_ref()) {
+        for target in &spec.clusters {
+            if spec.evicting(&target.name).is_some() {
+                continue;
+            }
+            let Some(cluster) = ctx.cluster(&target.name) else {
+                continue;
+            };
+            if let Verdict::EvictAt(at, why) =
+                decide::cluster_verdict(&cluster, &placement.cluster_tolerations, now)
+            {
+                if at > now {
+                    earliest(&mut next, at);
+                    continue;
+                }
+                evict(
+                    &mut tasks,
+                    GracefulEvictionTask {
+                        from_cluster: target.name.clone(),
+                        purge_mode: Some(
+                            cluster_failover
+                                .purge_mode
+                                .clone()
+                                .unwrap_or_else(|| "Gracefully".into()),
+                        ),
+                        replicas: target.replicas,
+                        reason: "TaintUntolerated".into(),
+                        message: Some(why),
+                        producer: "TaintManager".into(),
+                        creation_timestamp: Some(now.to_string()),
+                        ..Default::default()
+                    },
+                );
+            }
+        }
+    }
+    if let Some(app) = failover.as_ref().and_then(|f| f.application.as_ref()) {
+        let toleration = app
+            .decision_conditions
+            .as_ref()
+            .and_then(|d| d.toleration_seconds)
+            .map_or(APPLICATION_TOLERATION, |s| {
+                Duration::from_secs(s.max(0) as u64)
+            });
+        let status = binding.status.clone().unwrap_or_default();
+        let mut since = unhealthy.lock();
+        for item in &status.aggregated_status {
+            let key = (uid.clone(), item.cluster_name.clone());
+            let placed = spec.clusters.iter().any(|c| c.name == item.cluster_name);
+            if !placed || item.health.as_deref() != Some("Unhealthy") {
+                since.remove(&key);
+                continue;
+            }
+            if spec.evicting(&item.cluster_name).is_some() {
+                continue;
+            }
+            let first = *since.entry(key).or_insert(now);
+            let at = first
+                .checked_add(
+                    k8s_openapi::jiff::SignedDuration::try_from(toleration).unwrap_or_default(),
+                )
+                .unwrap_or(Timestamp::MAX);
+            if at > now {
+                earliest(&mut next, at);
+                continue;
+            }
+            evict(
+                &mut tasks,
+                GracefulEvictionTask {
+                    from_cluster: item.cluster_name.clone(),
+                    purge_mode: Some(
+                        app.purge_mode
+                            .clone()
+                            .unwrap_or_else(|| "Gracefully".into()),
+                    ),
+                    replicas: spec
+                        .clusters
+                        .iter()
+                        .find(|c| c.name == item.cluster_name)
+                        .and_then(|c| c.replicas),
+                    reason: "ApplicationFailure".into(),
+                    message: Some(format!(
+                        "the workload has been Unhealthy for over {}s",
+                        toleration.as_secs()
+                    )),
+                    producer: "ApplicationFailover".into(),
+                    grace_period_seconds: app.grace_period_seconds,
+                    creation_timestamp: Some(now.to_string()),
+                    ..Default::default()
+                },
+            );
+        }
+    }
+    let grace = ctx.options.graceful_eviction_timeout;
+    tasks.retain(|t| match decide::task_ends(t, &binding, grace, now) {
+        Some(at) if at <= now => {
+            info!(binding = %binding.name_any(), cluster = %t.from_cluster, "eviction done; the old Work goes");
+            false
+        }
+        Some(at) => {
+            earliest(&mut next, at);
+            true
+        }
+        None => true,
+    });
+    if tasks != spec.graceful_eviction_tasks {
+        let patch = json!({
+            "metadata": {"resourceVersion": binding.resource_version()},
+            "spec": {"gracefulEvictionTasks": tasks},
+        });
+        binding_api(ctx, &binding)
+            .patch(
+                &binding.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+    }
+    Ok(next.map(|at| {
+        let wait = now.duration_until(at);
+        Duration::try_from(wait).unwrap_or_default() + Duration::from_millis(100)
+    }))
+}
