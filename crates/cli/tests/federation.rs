@@ -395,19 +395,24 @@ spec:
     assert_has(&stderr(&out), &["Unsupported value", "replace"]);
 }
 
-const FAILING_OVER: &str = r#"
+/// A Deployment of 4 divided by capacity over member1 and member2, whose
+/// policy fails over from a cluster NotReady for 2 s; `extra` is more of
+/// the policy's `failover`.
+fn failing_over(name: &str, extra: &str) -> String {
+    format!(
+        r#"
 apiVersion: apps/v1
 kind: Deployment
 metadata:
-  name: api
-  labels: {app: api}
+  name: {name}
+  labels: {{app: {name}}}
 spec:
   replicas: 4
   selector:
-    matchLabels: {app: api}
+    matchLabels: {{app: {name}}}
   template:
     metadata:
-      labels: {app: api}
+      labels: {{app: {name}}}
     spec:
       containers:
         - name: api
@@ -416,22 +421,24 @@ spec:
 apiVersion: policy.karmada.io/v1alpha1
 kind: PropagationPolicy
 metadata:
-  name: api
+  name: {name}
 spec:
   resourceSelectors:
-    - {apiVersion: apps/v1, kind: Deployment, name: api}
+    - {{apiVersion: apps/v1, kind: Deployment, name: {name}}}
   failover:
-    cluster: {purgeMode: Gracefully}
+    cluster: {{purgeMode: Gracefully}}{extra}
   placement:
     clusterAffinity:
       clusterNames: [member1, member2]
     clusterTolerations:
-      - {key: cluster.karmada.io/not-ready, operator: Exists, effect: NoExecute, tolerationSeconds: 2}
+      - {{key: cluster.karmada.io/not-ready, operator: Exists, effect: NoExecute, tolerationSeconds: 2}}
     replicaScheduling:
       replicaSchedulingType: Divided
       replicaDivisionPreference: Weighted
-      weightPreference: {dynamicWeight: AvailableReplicas}
-"#;
+      weightPreference: {{dynamicWeight: AvailableReplicas}}
+"#
+    )
+}
 
 fn member_fault(fleet: &Fleet, member: &str, args: &[&str]) {
     let data = fleet.member(member).data_dir();
@@ -449,23 +456,27 @@ fn a_lost_member_fails_over_gracefully_and_a_rebalancer_restores_the_division() 
         &[("member1", "us-east"), ("member2", "eu-west")],
         &["--pod-startup", "3s"],
     );
-    fleet.apply(FAILING_OVER);
-    let api_in = |m: &str| {
-        jsonpath(
-            fleet.member(m),
-            &["get", "deploy", "api"],
-            "{.spec.replicas}",
-        )
-    };
+    fleet.apply(&failing_over("api", ""));
+    // The same, opted into returning once member2 is back for 2 s.
+    fleet.apply(&failing_over(
+        "back",
+        "\n    returnWhenRecovered: {afterSeconds: 2}",
+    ));
+    let replicas =
+        |d: &str, m: &str| jsonpath(fleet.member(m), &["get", "deploy", d], "{.spec.replicas}");
+    let api_in = |m: &str| replicas("api", m);
     wait_for(WAIT, "2 and 2 replicas", || {
-        api_in("member1") == "2" && api_in("member2") == "2"
+        api_in("member1") == "2"
+            && api_in("member2") == "2"
+            && replicas("back", "member1") == "2"
+            && replicas("back", "member2") == "2"
     });
     let member2_work = || {
-        !fleet
+        fleet
             .hub
             .ok(&["get", "works", "-n", "karmada-es-member2", "-o", "name"])
-            .trim()
-            .is_empty()
+            .lines()
+            .any(|w| w.contains("/api-"))
     };
     let task = |field: &str| {
         fleet.jsonpath_hub(
@@ -505,10 +516,14 @@ fn a_lost_member_fails_over_gracefully_and_a_rebalancer_restores_the_division() 
         fleet.jsonpath_hub(&["get", "deploy", "api"], "{.status.readyReplicas}") == "4"
     });
 
-    // Back, member2 gets nothing by itself (no churn)...
+    // Back, member2 gets nothing by itself (no churn, as Karmada), except
+    // for the binding that opted into returning, once member2 has been
+    // Ready for 2 s...
     member_fault(&fleet, "member2", &["reachable"]);
     fleet.wait_ready("member2");
-    std::thread::sleep(Duration::from_millis(500));
+    wait_for(WAIT, "the opted-in Deployment back to 2 and 2", || {
+        replicas("back", "member1") == "2" && replicas("back", "member2") == "2"
+    });
     assert_eq!(
         fleet.jsonpath_hub(&["get", "rb", "api-deployment"], "{.spec.clusters[*].name}"),
         "member1"

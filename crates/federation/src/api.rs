@@ -504,6 +504,21 @@ pub struct FailoverBehavior {
     pub cluster: Option<ClusterFailover>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub application: Option<ApplicationFailover>,
+    /// Flotilla's own: once the clusters a fresh division would use again
+    /// (the ones failed over from, or the first clusterAffinities term)
+    /// have been Ready this long, divide afresh, as a WorkloadRebalancer
+    /// would. Karmada never moves back by itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub return_when_recovered: Option<ReturnWhenRecovered>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReturnWhenRecovered {
+    /// How long every cluster of the fresh division must have been Ready
+    /// (default 300).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_seconds: Option<i32>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

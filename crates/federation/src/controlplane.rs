@@ -61,13 +61,16 @@ async fn placement_changes(
     }
 }
 
-/// What of a cluster failover depends on: readiness and NoExecute taints.
+/// What of a cluster failover depends on: readiness, and taints (NoExecute
+/// ones evict; a NoSchedule one still on a recovered cluster keeps a
+/// return from choosing it).
 fn readiness_fingerprint(c: &Cluster) -> u64 {
     let mut h = DefaultHasher::new();
     c.condition("Ready").map(|r| r.status.clone()).hash(&mut h);
-    for t in c.spec.taints.iter().filter(|t| t.effect == "NoExecute") {
+    for t in &c.spec.taints {
         t.key.hash(&mut h);
         t.value.hash(&mut h);
+        t.effect.hash(&mut h);
     }
     h.finish()
 }

@@ -19,19 +19,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use parking_lot::Mutex;
 use serde_json::json;
 use tracing::info;
 
-use crate::api::{Binding, GracefulEvictionTask};
+use crate::api::{Binding, GracefulEvictionTask, ReturnWhenRecovered};
 use crate::binding::binding_api;
 use crate::context::Ctx;
 use crate::error::Error;
 use crate::packed::PackedStore;
 use crate::queue::{self, Next, WorkQueue};
+use crate::scheduler::core;
 use decide::Verdict;
 
 /// Bindings looked at once: most have no failover and cost a lookup.
@@ -72,6 +73,58 @@ fn earliest(next: &mut Option<Timestamp>, at: Timestamp) {
     if next.is_none_or(|n| at < n) {
         *next = Some(at);
     }
+}
+
+/// When a binding that opted into returning should be divided afresh:
+/// when a fresh division would use a cluster it is not on (or an earlier
+/// clusterAffinities term), once every cluster of that division has been
+/// Ready for the policy's time; at most once per that time.
+fn return_due(
+    ctx: &Ctx,
+    binding: &Binding,
+    back: &ReturnWhenRecovered,
+) -> Option<Timestamp> {
+    let spec = &binding.spec;
+    let wait = SignedDuration::from_secs(i64::from(back.after_seconds.unwrap_or(300).max(0)));
+    let uid = binding.metadata.uid.clone().unwrap_or_default();
+    let clusters = ctx.clusters.state();
+    let fresh = match core::schedule(spec, &uid, &clusters, None, true) {
+        Ok(f) => f,
+        Err(f) => {
+            tracing::debug!(binding = %binding.name_any(), reason = f.reason, message = %f.message, "no fresh division to return to");
+            return None;
+        }
+    };
+    let status = binding.status.clone().unwrap_or_default();
+    let gained = fresh
+        .clusters
+        .iter()
+        .any(|f| !spec.clusters.iter().any(|c| c.name == f.name));
+    let earlier_term = fresh.affinity_name.is_some()
+        && fresh.affinity_name != status.scheduler_observing_affinity_name;
+    if !gained && !earlier_term {
+        tracing::debug!(binding = %binding.name_any(), fresh = ?fresh.clusters, "already where a fresh division would put it");
+        return None;
+    }
+    let mut ready_since = Timestamp::UNIX_EPOCH;
+    for f in &fresh.clusters {
+        let ready = ctx.cluster(&f.name)?.condition("Ready")?.clone();
+        if ready.status != "True" {
+            return None;
+        }
+        ready_since = ready_since.max(ready.last_transition_time.0);
+    }
+    // Not again before the last request has had its time.
+    let last = spec
+        .reschedule_triggered_at
+        .as_deref()
+        .and_then(|t| t.parse::<Timestamp>().ok())
+        .unwrap_or(Timestamp::UNIX_EPOCH);
+    let at = ready_since
+        .max(last)
+        .checked_add(wait)
+        .unwrap_or(Timestamp::MAX);
+    Some(at)
 }
 
 async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Unhealthy)>) -> Result<Next, Error> {
@@ -198,11 +251,29 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Unhealthy)>) -> Resul
         }
         None => true,
     });
-    if tasks != spec.graceful_eviction_tasks {
-        let patch = json!({
+    let mut reschedule = None;
+    if let Some(back) = failover
+        .as_ref()
+        .and_then(|f| f.return_when_recovered.as_ref())
+        && tasks.is_empty()
+    {
+        match return_due(ctx, &binding, back) {
+            Some(at) if at <= now => {
+                info!(binding = %binding.name_any(), "the preferred clusters are back; dividing afresh");
+                reschedule = Some(now.to_string());
+            }
+            Some(at) => earliest(&mut next, at),
+            None => {}
+        }
+    }
+    if tasks != spec.graceful_eviction_tasks || reschedule.is_some() {
+        let mut patch = json!({
             "metadata": {"resourceVersion": binding.resource_version()},
             "spec": {"gracefulEvictionTasks": tasks},
         });
+        if let Some(at) = reschedule {
+            patch["spec"]["rescheduleTriggeredAt"] = json!(at);
+        }
         binding_api(ctx, &binding)
             .patch(
                 &binding.name_any(),
