@@ -557,6 +557,66 @@ spec:
     );
 }
 
+#[test]
+fn an_application_unhealthy_in_one_member_moves_to_the_other() {
+    let fleet = Fleet::new(&[("member1", "us-east"), ("member2", "eu-west")]);
+    fleet.apply(&failing_over(
+        "shop",
+        "\n    application: {decisionConditions: {tolerationSeconds: 2}, purgeMode: Directly}",
+    ));
+    let replicas = |m: &str| {
+        jsonpath(
+            fleet.member(m),
+            &["get", "deploy", "shop"],
+            "{.spec.replicas}",
+        )
+    };
+    wait_for(WAIT, "2 and 2 replicas, ready", || {
+        replicas("member1") == "2"
+            && replicas("member2") == "2"
+            && fleet.jsonpath_hub(&["get", "deploy", "shop"], "{.status.readyReplicas}") == "4"
+    });
+    // member2 stays reachable and Ready; only the workload fails there.
+    member_fault(
+        &fleet,
+        "member2",
+        &["pods-unready", "-n", "default", "-l", "app=shop"],
+    );
+    wait_for(WAIT, "member2 evicted for the application", || {
+        fleet.jsonpath_hub(
+            &["get", "rb", "shop-deployment"],
+            "{.spec.gracefulEvictionTasks[0].reason}",
+        ) == "ApplicationFailure"
+            || replicas("member1") == "4"
+    });
+    wait_for(WAIT, "all four on member1", || replicas("member1") == "4");
+    // purgeMode Directly: member2's copy goes at once, not after member1
+    // is healthy.
+    wait_for(WAIT, "member2's copy removed", || {
+        !exists(fleet.member("member2"), &["get", "deploy", "shop"])
+    });
+    wait_for(
+        WAIT,
+        "the eviction to end once member1 runs all four",
+        || {
+            fleet
+                .jsonpath_hub(
+                    &["get", "rb", "shop-deployment"],
+                    "{.spec.gracefulEvictionTasks}",
+                )
+                .is_empty()
+                && fleet.jsonpath_hub(&["get", "deploy", "shop"], "{.status.readyReplicas}") == "4"
+        },
+    );
+    assert_eq!(
+        fleet.jsonpath_hub(
+            &["get", "cluster", "member2"],
+            "{.status.conditions[?(@.type==\"Ready\")].status}"
+        ),
+        "True"
+    );
+}
+
 impl Drop for Fleet {
     fn drop(&mut self) {
         if std::env::var_os("FLOTILLA_TEST_LOGS").is_some() {

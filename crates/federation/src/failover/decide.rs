@@ -94,6 +94,7 @@ pub fn cluster_verdict(cluster: &Cluster, tolerations: &[Toleration], now: Times
 ///
 /// - `suppressDeletion: true` keeps it, and purgeMode Never, until the
 ///   user removes it or sets `suppressDeletion: false`, which lets it go;
+/// - so does a binding placed nowhere else: its last copy stays;
 /// - otherwise it goes once the binding is scheduled without the cluster
 ///   and every cluster it is now on reports Healthy,
 /// - or when its grace period (the task's own, else `default_grace`) ends.
@@ -108,10 +109,11 @@ pub fn task_ends(
         Some(false) => return Some(now),
         None => {}
     }
-    if task.purge_mode.as_deref() == Some("Never") {
+    let spec = &binding.spec;
+    if task.purge_mode.as_deref() == Some("Never") || spec.clusters.is_empty() {
+        // Never, or nowhere else to run: the old copy is the last one.
         return None;
     }
-    let spec = &binding.spec;
     let status = binding.status.clone().unwrap_or_default();
     let scheduled = status.scheduler_observed_generation == binding.metadata.generation
         && !spec.clusters.is_empty()
@@ -333,6 +335,9 @@ mod tests {
             ..t.clone()
         };
         assert_eq!(task_ends(&suppressed, &moved, grace, now), None);
+        // Nowhere else to run: the last copy stays, grace period or not.
+        let late = at("2026-11-23T11:00:00Z");
+        assert_eq!(task_ends(&t, &binding(&[], &[], 2), grace, late), None);
         // Healthy with its old, smaller share: not yet.
         let mut growing = binding(&["member1"], &["member1"], 2);
         growing.spec.clusters[0].replicas = Some(4);

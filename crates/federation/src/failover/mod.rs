@@ -79,11 +79,7 @@ fn earliest(next: &mut Option<Timestamp>, at: Timestamp) {
 /// when a fresh division would use a cluster it is not on (or an earlier
 /// clusterAffinities term), once every cluster of that division has been
 /// Ready for the policy's time; at most once per that time.
-fn return_due(
-    ctx: &Ctx,
-    binding: &Binding,
-    back: &ReturnWhenRecovered,
-) -> Option<Timestamp> {
+fn return_due(ctx: &Ctx, binding: &Binding, back: &ReturnWhenRecovered) -> Option<Timestamp> {
     let spec = &binding.spec;
     let wait = SignedDuration::from_secs(i64::from(back.after_seconds.unwrap_or(300).max(0)));
     let uid = binding.metadata.uid.clone().unwrap_or_default();
@@ -182,7 +178,12 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Unhealthy)>) -> Resul
             }
         }
     }
-    if let Some(app) = failover.as_ref().and_then(|f| f.application.as_ref()) {
+    // Not while the binding is moving already (its new clusters report
+    // Unhealthy while they start), nor from its only cluster.
+    let settled = tasks.is_empty() && spec.clusters.len() > 1;
+    if let Some(app) = failover.as_ref().and_then(|f| f.application.as_ref())
+        && settled
+    {
         let toleration = app
             .decision_conditions
             .as_ref()
@@ -267,6 +268,12 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Unhealthy)>) -> Resul
         }
     }
     if tasks != spec.graceful_eviction_tasks || reschedule.is_some() {
+        // None left: the field goes, as Karmada leaves it.
+        let tasks = if tasks.is_empty() {
+            serde_json::Value::Null
+        } else {
+            json!(tasks)
+        };
         let mut patch = json!({
             "metadata": {"resourceVersion": binding.resource_version()},
             "spec": {"gracefulEvictionTasks": tasks},
