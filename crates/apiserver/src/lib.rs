@@ -8,6 +8,7 @@
 
 pub mod allocation;
 pub mod auth;
+pub mod authz;
 pub mod builtin;
 pub mod crd;
 pub mod defaults;

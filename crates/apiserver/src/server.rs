@@ -36,6 +36,9 @@ pub struct Config {
     /// What `/metrics` serves (Prometheus text), when something embeds
     /// metrics of its own (the control plane's controllers).
     pub metrics: Option<MetricsSource>,
+    /// Who may do what, besides being authenticated; `None` allows every
+    /// authenticated user everything.
+    pub authorizer: Option<Arc<dyn crate::authz::Authorizer>>,
 }
 
 /// Renders the Prometheus text exposition on each scrape.
@@ -48,6 +51,7 @@ impl Default for Config {
             admin_token: None,
             service_network: Default::default(),
             metrics: None,
+            authorizer: None,
         }
     }
 }
@@ -193,9 +197,12 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         // Health answers without credentials, as upstream's anonymous access.
         return Ok(text("ok"));
     }
-    if let Some(authenticator) = &api.authenticator {
-        authenticator.authenticate(api.store.as_ref(), &parts.headers)?;
-    }
+    let user = match &api.authenticator {
+        Some(authenticator) => {
+            Some(authenticator.authenticate(api.store.as_ref(), &parts.headers)?)
+        }
+        None => None,
+    };
     match segs.as_slice() {
         ["version"] if is_get => return Ok(json_response(StatusCode::OK, &version::info())),
         ["metrics"] if is_get && api.config.metrics.is_some() => {
@@ -340,6 +347,31 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         Vec::new()
     };
 
+    if let (Some(authorizer), Some(user)) = (&api.config.authorizer, &user) {
+        let verb = match (&parts.method, rp.name.is_some()) {
+            (&Method::GET | &Method::HEAD, false) if query.flag("watch") => "watch",
+            (&Method::GET | &Method::HEAD, false) => "list",
+            (&Method::GET | &Method::HEAD, true) => "get",
+            (&Method::POST, _) => "create",
+            (&Method::PUT, _) => "update",
+            (&Method::PATCH, _) => "patch",
+            (&Method::DELETE, true) => "delete",
+            (&Method::DELETE, false) => "deletecollection",
+            _ => "",
+        };
+        authorizer.authorize(
+            user,
+            &crate::authz::Attributes {
+                verb,
+                group: &resource.group,
+                resource: &resource.plural,
+                subresource: rp.subresource.as_deref(),
+                namespace: rp.namespace.as_deref(),
+                path_name: rp.name.as_deref(),
+                body: &body,
+            },
+        )?;
+    }
     let ctx = Ctx {
         api: api.clone(),
         resource,

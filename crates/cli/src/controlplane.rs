@@ -47,6 +47,8 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
     let scrape = metrics.clone();
     let config = Config {
         metrics: Some(Arc::new(move || scrape.encode())),
+        // Pull-mode agents' tokens reach their own cluster only.
+        authorizer: Some(Arc::new(flotilla_federation::agents::AgentAuthorizer)),
         ..Config::default()
     };
     let p = prepare(&data_dir, &args.server.serve, config).await?;

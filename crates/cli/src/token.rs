@@ -46,6 +46,10 @@ pub struct CreateArgs {
     /// Groups the token's identity belongs to, besides system:bootstrappers.
     #[arg(long, value_delimiter = ',')]
     groups: Vec<String>,
+    /// A token for the pull-mode agent of this cluster: it can reach that
+    /// cluster's Cluster object, Works and Lease, and nothing else.
+    #[arg(long)]
+    cluster: Option<String>,
     /// Lifetime, e.g. 24h or 30m; without it the token lasts until revoked.
     #[arg(long)]
     ttl: Option<jiff::SignedDuration>,
@@ -67,7 +71,15 @@ async fn secrets(common: &Common) -> anyhow::Result<Api<Secret>> {
     Ok(Api::namespaced(client, "kube-system"))
 }
 
-async fn create(args: CreateArgs) -> anyhow::Result<()> {
+async fn create(mut args: CreateArgs) -> anyhow::Result<()> {
+    if let Some(cluster) = &args.cluster {
+        flotilla_federation::join::valid_name(cluster).context("--cluster")?;
+        args.groups
+            .push(flotilla_federation::agents::agent_group(cluster));
+        if args.description.is_empty() {
+            args.description = format!("pull-mode agent of cluster {cluster}");
+        }
+    }
     for g in &args.groups {
         if !g.starts_with("system:bootstrappers:") && g.starts_with("system:") {
             bail!(

@@ -617,6 +617,74 @@ fn an_application_unhealthy_in_one_member_moves_to_the_other() {
     );
 }
 
+#[test]
+fn an_agent_token_reaches_its_own_cluster_and_nothing_else() {
+    let fleet = Fleet::new(&[("member1", "us-east")]);
+    let hub = fleet.hub.kubeconfig.to_str().unwrap();
+    let out = flotilla(&[
+        "token",
+        "create",
+        "--kubeconfig",
+        hub,
+        "--cluster",
+        "member3",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let as_agent = |args: &[&str]| {
+        let mut all = vec!["--token", token.as_str()];
+        all.extend_from_slice(args);
+        fleet.hub.kubectl(&all)
+    };
+    let own = as_agent(&["get", "works", "-n", "karmada-es-member3"]);
+    assert!(own.status.success(), "{}", stderr(&own));
+    let other = as_agent(&["get", "works", "-n", "karmada-es-member1"]);
+    assert!(!other.status.success());
+    assert_has(
+        &stderr(&other),
+        &[
+            "works.work.karmada.io is forbidden: User \"system:bootstrap:",
+            "cannot list resource \"works\" in API group \"work.karmada.io\" in the namespace \"karmada-es-member1\"",
+        ],
+    );
+    for args in [
+        &["get", "cluster", "member1"][..],
+        &["get", "secrets", "-n", "karmada-cluster"],
+        &["get", "works", "-A"],
+        &["get", "deploy", "-A"],
+    ] {
+        let out = as_agent(args);
+        assert!(!out.status.success(), "{args:?} was allowed");
+        assert_has(&stderr(&out), &["forbidden"]);
+    }
+    // It registers its own cluster, and no other.
+    let register = |name: &str| {
+        let yaml = format!(
+            "apiVersion: cluster.karmada.io/v1alpha1\nkind: Cluster\nmetadata: {{name: {name}}}\nspec: {{syncMode: Pull}}\n"
+        );
+        let args = ["--token", token.as_str(), "create", "-f", "-"];
+        fleet.hub.kubectl_stdin(&args, Some(&yaml))
+    };
+    let own = register("member3");
+    assert!(own.status.success(), "{}", stderr(&own));
+    let impostor = register("member4");
+    assert!(!impostor.status.success());
+    assert_has(&stderr(&impostor), &["forbidden"]);
+    // The admin still reaches everything.
+    fleet.hub.ok(&["get", "works", "-A"]);
+
+    let bad = flotilla(&[
+        "token",
+        "create",
+        "--kubeconfig",
+        hub,
+        "--cluster",
+        "Member_3",
+    ]);
+    assert!(!bad.status.success());
+    assert_has(&stderr(&bad), &["--cluster", "lowercase"]);
+}
+
 impl Drop for Fleet {
     fn drop(&mut self) {
         if std::env::var_os("FLOTILLA_TEST_LOGS").is_some() {

@@ -158,7 +158,8 @@ pub fn credentials_from_kubeconfig(
     Ok(creds)
 }
 
-fn valid_name(name: &str) -> Result<(), JoinError> {
+/// Karmada's rule for cluster names (a DNS label of at most 48).
+pub fn valid_name(name: &str) -> Result<(), JoinError> {
     let ok = !name.is_empty()
         && name.len() <= 48
         && name
