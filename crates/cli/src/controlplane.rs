@@ -35,6 +35,10 @@ pub struct ControlplaneArgs {
     /// How many Works are applied to members at once.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrent_work_syncs: u16,
+    /// How long a Pull cluster's agent may go without renewing its Lease
+    /// before the cluster turns Ready=Unknown.
+    #[arg(long, default_value = "40s", value_parser = humantime::parse_duration)]
+    pub cluster_monitor_grace_period: Duration,
     /// How long a cluster being evicted (failover) keeps its copy when the
     /// new placement does not become healthy.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
@@ -64,6 +68,7 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
         cluster_success_threshold: args.cluster_success_threshold,
         work_concurrency: args.concurrent_work_syncs,
         graceful_eviction_timeout: args.graceful_eviction_timeout,
+        cluster_monitor_grace_period: args.cluster_monitor_grace_period,
     };
     tokio::spawn(flotilla_federation::controlplane::run(
         client, options, metrics,

@@ -25,6 +25,8 @@ impl Fleet {
     /// As `new`, with extra flags for every member.
     fn with_member_args(members: &[(&str, &str)], member_args: &[&str]) -> Fleet {
         let hub = Server::controlplane(&[
+            "--cluster-monitor-grace-period",
+            "2s",
             "--cluster-status-update-frequency",
             "500ms",
             "--cluster-failure-threshold",
@@ -672,6 +674,63 @@ fn an_agent_token_reaches_its_own_cluster_and_nothing_else() {
     assert_has(&stderr(&impostor), &["forbidden"]);
     // The admin still reaches everything.
     fleet.hub.ok(&["get", "works", "-A"]);
+
+    // Its Lease says it is alive; unrenewed past the grace period (2 s
+    // here), the hub marks the cluster Unknown and unreachable.
+    let now = || format!("{:.6}", jiff::Timestamp::now());
+    let lease = format!(
+        "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {{name: member3, namespace: karmada-cluster}}\nspec: {{holderIdentity: member3, leaseDurationSeconds: 40, renewTime: \"{}\"}}\n",
+        now()
+    );
+    let out = fleet.hub.kubectl_stdin(
+        &["--token", token.as_str(), "create", "-f", "-"],
+        Some(&lease),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report_ready = || {
+        let status = format!(
+            r#"{{"status":{{"conditions":[{{"type":"Ready","status":"True","reason":"ClusterReady","message":"reported by the agent","lastTransitionTime":"{}"}}]}}}}"#,
+            jiff::Timestamp::now().round(jiff::Unit::Second).unwrap()
+        );
+        let out = as_agent(&[
+            "patch",
+            "cluster",
+            "member3",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status,
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    };
+    report_ready();
+    let ready = || {
+        fleet.jsonpath_hub(
+            &["get", "cluster", "member3"],
+            "{.status.conditions[?(@.type==\"Ready\")].reason}",
+        )
+    };
+    let taints = || fleet.jsonpath_hub(&["get", "cluster", "member3"], "{.spec.taints[*].key}");
+    wait_for(WAIT, "the lapsed lease to make member3 Unknown", || {
+        ready() == "ClusterStatusUnknown" && taints() == "cluster.karmada.io/unreachable"
+    });
+    // The agent comes back: renews and reports Ready; the taint goes.
+    let renew = format!(r#"{{"spec":{{"renewTime":"{}"}}}}"#, now());
+    let out = as_agent(&[
+        "patch",
+        "lease",
+        "member3",
+        "-n",
+        "karmada-cluster",
+        "--type=merge",
+        "-p",
+        &renew,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    report_ready();
+    wait_for(WAIT, "member3 Ready without the taint", || {
+        ready() == "ClusterReady" && taints().is_empty()
+    });
 
     let bad = flotilla(&[
         "token",

@@ -28,6 +28,9 @@ pub struct Options {
     pub cluster_success_threshold: Duration,
     /// Concurrent Work applies (`--concurrent-work-syncs`).
     pub work_concurrency: u16,
+    /// How long a Pull cluster's Lease may go unrenewed before it turns
+    /// Ready=Unknown (`--cluster-monitor-grace-period`).
+    pub cluster_monitor_grace_period: Duration,
     /// How long a cluster being evicted keeps its Work when the new
     /// placement does not become healthy (`--graceful-eviction-timeout`).
     pub graceful_eviction_timeout: Duration,
@@ -40,6 +43,7 @@ impl Default for Options {
             cluster_failure_threshold: Duration::from_secs(30),
             cluster_success_threshold: Duration::from_secs(30),
             work_concurrency: 5,
+            cluster_monitor_grace_period: Duration::from_secs(40),
             graceful_eviction_timeout: Duration::from_secs(600),
         }
     }

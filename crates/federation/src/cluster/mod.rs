@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Secret, Taint};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::Store;
@@ -70,6 +72,9 @@ async fn reconcile(cluster: Arc<Cluster>, cctx: Arc<ClusterCtx>) -> Result<Actio
         return Ok(Action::await_change());
     }
     ensure_execution_namespace(&cctx, &name).await?;
+    if cluster.spec.sync_mode == "Pull" {
+        return monitor_lease(ctx, &api, &cluster).await;
+    }
     if cluster.spec.sync_mode != "Push" {
         return Ok(Action::await_change());
     }
@@ -146,32 +151,90 @@ async fn reconcile(cluster: Arc<Cluster>, cctx: Arc<ClusterCtx>) -> Result<Actio
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
     }
-    set_taints(&api, &cluster, ready).await?;
+    set_taints(&api, &cluster, (!ready).then_some(NOT_READY_TAINT)).await?;
     Ok(Action::requeue(interval))
 }
 
-/// Ready False adds the NoSchedule taint `cluster.karmada.io/not-ready`;
-/// Ready True removes it (and the unreachable one).
-async fn set_taints(api: &Api<Cluster>, cluster: &Cluster, ready: bool) -> Result<(), Error> {
+/// A Pull cluster reports its own status through its agent; the hub only
+/// watches the agent's Lease in `karmada-cluster`. Unrenewed for the
+/// grace period (counted from the cluster's creation before the first
+/// renewal), the cluster turns Ready=Unknown with the unreachable taint,
+/// as Karmada's cluster controller does.
+async fn monitor_lease(ctx: &Ctx, api: &Api<Cluster>, cluster: &Cluster) -> Result<Action, Error> {
+    let name = cluster.name_any();
+    let grace = ctx.options.cluster_monitor_grace_period;
+    let leases: Api<Lease> = Api::namespaced(ctx.hub.clone(), CLUSTER_NAMESPACE);
+    let renewed = leases
+        .get_opt(&name)
+        .await?
+        .and_then(|l| l.spec?.renew_time)
+        .map(|t| t.0)
+        .or(cluster.metadata.creation_timestamp.as_ref().map(|t| t.0))
+        .unwrap_or_else(Timestamp::now);
+    let deadline = renewed
+        .checked_add(SignedDuration::try_from(grace).unwrap_or(SignedDuration::MAX))
+        .unwrap_or(Timestamp::MAX);
+    let now = Timestamp::now();
+    let ready = cluster.condition("Ready").map(|c| c.status.as_str());
+    if deadline <= now && ready != Some("Unknown") {
+        let mut status = cluster.status.clone().unwrap_or_default();
+        conditions::set_status(
+            &mut status.conditions,
+            "Ready",
+            "Unknown",
+            "ClusterStatusUnknown",
+            &format!(
+                "the cluster's agent has not renewed its lease for over {}s",
+                grace.as_secs()
+            ),
+        );
+        info!(cluster = %name, "pull cluster's lease lapsed; readiness unknown");
+        let patch = json!({"status": {"conditions": status.conditions}});
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
+    let taint = match ready {
+        Some("True") => None,
+        Some("Unknown") => Some(UNREACHABLE_TAINT),
+        _ => Some(NOT_READY_TAINT),
+    };
+    set_taints(api, cluster, taint).await?;
+    // Looked at again when the lease would lapse, or sooner.
+    let wait = Duration::try_from(now.duration_until(deadline)).unwrap_or_default();
+    Ok(Action::requeue(wait.clamp(
+        Duration::from_millis(200),
+        grace.max(Duration::from_secs(1)),
+    )))
+}
+
+/// The NoSchedule readiness taint a cluster should carry: `not-ready`
+/// (Ready False), `unreachable` (Unknown) or none (True); the other one
+/// goes.
+async fn set_taints(
+    api: &Api<Cluster>,
+    cluster: &Cluster,
+    want: Option<&str>,
+) -> Result<(), Error> {
     let mut taints = cluster.spec.taints.clone();
-    let had = taints.len();
-    let present = taints
-        .iter()
-        .any(|t| t.key == NOT_READY_TAINT && t.effect == "NoSchedule");
-    if ready {
-        taints.retain(|t| t.key != NOT_READY_TAINT && t.key != UNREACHABLE_TAINT);
-        if taints.len() == had {
-            return Ok(());
-        }
-    } else if present {
-        return Ok(());
-    } else {
+    let had = taints.clone();
+    taints.retain(|t| {
+        !((t.key == NOT_READY_TAINT || t.key == UNREACHABLE_TAINT) && Some(t.key.as_str()) != want)
+    });
+    if let Some(key) = want
+        && !taints
+            .iter()
+            .any(|t| t.key == key && t.effect == "NoSchedule")
+    {
         taints.push(Taint {
-            key: NOT_READY_TAINT.into(),
+            key: key.into(),
             effect: "NoSchedule".into(),
             time_added: Some(conditions::now()),
             value: None,
         });
+    }
+    if taints == had {
+        return Ok(());
     }
     let patch = json!({"metadata": {"resourceVersion": cluster.resource_version()}, "spec": {"taints": taints}});
     api.patch(

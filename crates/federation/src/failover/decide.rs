@@ -9,8 +9,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use crate::api::{AggregatedStatusItem, Binding, Cluster, GracefulEvictionTask};
 use crate::scheduler::core::toleration_for;
 
-pub const NOT_READY: &str = "cluster.karmada.io/not-ready";
-pub const UNREACHABLE: &str = "cluster.karmada.io/unreachable";
+pub use crate::cluster::{NOT_READY_TAINT as NOT_READY, UNREACHABLE_TAINT as UNREACHABLE};
 /// How long a binding tolerates a cluster that is not Ready when its
 /// placement says nothing (Karmada's webhook default,
 /// `--default-not-ready-toleration-seconds`).
