@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
@@ -43,17 +42,9 @@ pub async fn run(
 ) {
     let queue = WorkQueue::new();
     let state = Arc::new((ctx, Synced::default()));
-    let render_all = {
-        let (queue, bindings) = (queue.clone(), bindings.clone());
-        async move {
-            let mut signals = std::pin::pin!(overrides_changed);
-            while signals.next().await.is_some() {
-                queue.add_all(bindings.keys());
-            }
-        }
-    };
     tokio::join!(
-        render_all,
+        // A changed override policy: every binding's Works rendered again.
+        queue::feed_all_on(queue.clone(), bindings.clone(), overrides_changed),
         queue::feed(queue.clone(), bindings.clone(), changes),
         queue::reconcile_packed(queue, bindings, BINDING_SYNCS, move |b| {
             reconcile(b, state.clone())
@@ -307,18 +298,7 @@ async fn mark_work(
         "status": {"conditions": conditions},
     });
     let api: Api<Work> = Api::namespaced(ctx.hub.clone(), &work.namespace().unwrap_or_default());
-    match api
-        .patch_status(
-            &work.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(e) if is_not_found(&e) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    crate::execution::patch_status(&api, work, patch).await
 }
 
 /// As [`mark_work`], on the binding, with every failed cluster named.

@@ -42,20 +42,20 @@ fn placement_fingerprint(c: &Cluster) -> u64 {
     h.finish()
 }
 
-/// Turns cluster changes into "reschedule everything" signals, only when
-/// something placement depends on changed (not on every status probe).
-async fn placement_changes(
-    ctx: Ctx,
+/// Signals `tx` whenever what `fingerprint` takes of a cluster changes
+/// (a join included), after `also`; not on every status probe.
+async fn cluster_changes(
     clusters: impl Stream<Item = Arc<Cluster>> + Send + 'static,
+    fingerprint: fn(&Cluster) -> u64,
+    also: impl Fn(&Cluster) + Send,
     tx: broadcast::Sender<()>,
 ) {
     let mut seen: HashMap<String, u64> = HashMap::new();
     let mut clusters = std::pin::pin!(clusters);
     while let Some(c) = clusters.next().await {
-        let f = placement_fingerprint(&c);
+        let f = fingerprint(&c);
         if seen.insert(c.name_any(), f) != Some(f) {
-            ctx.placement_epoch.fetch_add(1, Ordering::SeqCst);
-            tracing::debug!(cluster = %c.name_any(), "placement-relevant cluster change");
+            also(&c);
             let _ = tx.send(());
         }
     }
@@ -73,22 +73,6 @@ fn readiness_fingerprint(c: &Cluster) -> u64 {
         t.effect.hash(&mut h);
     }
     h.finish()
-}
-
-/// Turns readiness changes into "look at every binding for failover"
-/// signals.
-async fn readiness_changes(
-    clusters: impl Stream<Item = Arc<Cluster>> + Send + 'static,
-    tx: broadcast::Sender<()>,
-) {
-    let mut seen: HashMap<String, u64> = HashMap::new();
-    let mut clusters = std::pin::pin!(clusters);
-    while let Some(c) = clusters.next().await {
-        let f = readiness_fingerprint(&c);
-        if seen.insert(c.name_any(), f) != Some(f) {
-            let _ = tx.send(());
-        }
-    }
 }
 
 /// Turns override policy changes into "render every binding's Works
@@ -185,13 +169,24 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
     // Every controller subscribes before any watch runs, so none misses
     // the initial lists; the futures start once the caches are filled.
     let mut controllers: Vec<BoxFuture<'static, ()>> = vec![
-        Box::pin(placement_changes(
-            ctx.clone(),
+        // Placement: reschedule everything, at a new epoch.
+        Box::pin(cluster_changes(
             clusters.changes.subscribe_shared(),
+            placement_fingerprint,
+            {
+                let ctx = ctx.clone();
+                move |c: &Cluster| {
+                    ctx.placement_epoch.fetch_add(1, Ordering::SeqCst);
+                    tracing::debug!(cluster = %c.name_any(), "placement-relevant cluster change");
+                }
+            },
             placement_tx.clone(),
         )),
-        Box::pin(readiness_changes(
+        // Readiness: look at every binding for failover.
+        Box::pin(cluster_changes(
             clusters.changes.subscribe_shared(),
+            readiness_fingerprint,
+            |_: &Cluster| {},
             readiness_tx.clone(),
         )),
         Box::pin(rebalancer::run(ctx.clone())),

@@ -187,6 +187,19 @@ pub async fn feed<K: Resource + DeserializeOwned>(
     }
 }
 
+/// Queues every object of `store` on each signal (a change that concerns
+/// them all: a cluster's readiness, an override policy).
+pub async fn feed_all_on<K: Resource + DeserializeOwned>(
+    queue: Arc<WorkQueue<Key>>,
+    store: PackedStore<K>,
+    signals: impl Stream<Item = ()> + Send,
+) {
+    let mut signals = std::pin::pin!(signals);
+    while signals.next().await.is_some() {
+        queue.add_all(store.keys());
+    }
+}
+
 /// Runs `reconcile` on each queued key's current object with `workers`
 /// at once, as kube-runtime's `Controller` does over a reflector store: a
 /// key whose object is gone is dropped, `Some(after)` looks again after

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
-use serde_json::json;
+use serde_json::{Value, json};
 use tracing::warn;
 
 use crate::api::{
@@ -207,7 +207,11 @@ async fn write_status(api: &Api<Work>, work: &Work, status: WorkStatus) -> Resul
     if work.status.as_ref() == Some(&status) {
         return Ok(());
     }
-    let patch = json!({"status": status});
+    patch_status(api, work, json!({"status": status})).await
+}
+
+/// Merge-patches a Work's status; a Work gone meanwhile is no error.
+pub async fn patch_status(api: &Api<Work>, work: &Work, patch: Value) -> Result<(), Error> {
     match api
         .patch_status(
             &work.name_any(),

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 use tracing::info;
 
-use crate::api::{Binding, GracefulEvictionTask, ReturnWhenRecovered};
+use crate::api::{Binding, BindingSpec, GracefulEvictionTask, ReturnWhenRecovered};
 use crate::binding::binding_api;
 use crate::context::Ctx;
 use crate::error::Error;
@@ -50,18 +50,9 @@ pub async fn run(
     readiness_changed: impl Stream<Item = ()> + Send + 'static,
 ) {
     let queue = WorkQueue::new();
-    let recheck = {
-        let (queue, bindings) = (queue.clone(), bindings.clone());
-        async move {
-            let mut changed = std::pin::pin!(readiness_changed);
-            while changed.next().await.is_some() {
-                queue.add_all(bindings.keys());
-            }
-        }
-    };
     let state = Arc::new((ctx, Unhealthy::default()));
     tokio::join!(
-        recheck,
+        queue::feed_all_on(queue.clone(), bindings.clone(), readiness_changed),
         queue::feed(queue.clone(), bindings.clone(), changes),
         queue::reconcile_packed(queue, bindings, FAILOVER_SYNCS, move |b| {
             reconcile(b, state.clone())
@@ -72,6 +63,38 @@ pub async fn run(
 fn earliest(next: &mut Option<Timestamp>, at: Timestamp) {
     if next.is_none_or(|n| at < n) {
         *next = Some(at);
+    }
+}
+
+/// Why and how a binding leaves a cluster.
+struct Eviction<'a> {
+    from: &'a str,
+    purge_mode: Option<&'a str>,
+    reason: &'a str,
+    producer: &'a str,
+    message: String,
+    grace_period_seconds: Option<i32>,
+}
+
+impl Eviction<'_> {
+    /// The task, carrying the replicas the cluster had (Gracefully unless
+    /// the policy says otherwise).
+    fn task(self, spec: &BindingSpec, now: Timestamp) -> GracefulEvictionTask {
+        GracefulEvictionTask {
+            from_cluster: self.from.to_string(),
+            purge_mode: Some(self.purge_mode.unwrap_or("Gracefully").to_string()),
+            replicas: spec
+                .clusters
+                .iter()
+                .find(|c| c.name == self.from)
+                .and_then(|c| c.replicas),
+            reason: self.reason.into(),
+            message: Some(self.message),
+            producer: self.producer.into(),
+            grace_period_seconds: self.grace_period_seconds,
+            creation_timestamp: Some(now.to_string()),
+            ..Default::default()
+        }
     }
 }
 
@@ -159,21 +182,15 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Unhealthy)>) -> Resul
                 }
                 evict(
                     &mut tasks,
-                    GracefulEvictionTask {
-                        from_cluster: target.name.clone(),
-                        purge_mode: Some(
-                            cluster_failover
-                                .purge_mode
-                                .clone()
-                                .unwrap_or_else(|| "Gracefully".into()),
-                        ),
-                        replicas: target.replicas,
-                        reason: "TaintUntolerated".into(),
-                        message: Some(why),
-                        producer: "TaintManager".into(),
-                        creation_timestamp: Some(now.to_string()),
-                        ..Default::default()
-                    },
+                    Eviction {
+                        from: &target.name,
+                        purge_mode: cluster_failover.purge_mode.as_deref(),
+                        reason: "TaintUntolerated",
+                        producer: "TaintManager",
+                        message: why,
+                        grace_period_seconds: None,
+                    }
+                    .task(spec, now),
                 );
             }
         }
@@ -215,28 +232,18 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Unhealthy)>) -> Resul
             }
             evict(
                 &mut tasks,
-                GracefulEvictionTask {
-                    from_cluster: item.cluster_name.clone(),
-                    purge_mode: Some(
-                        app.purge_mode
-                            .clone()
-                            .unwrap_or_else(|| "Gracefully".into()),
-                    ),
-                    replicas: spec
-                        .clusters
-                        .iter()
-                        .find(|c| c.name == item.cluster_name)
-                        .and_then(|c| c.replicas),
-                    reason: "ApplicationFailure".into(),
-                    message: Some(format!(
+                Eviction {
+                    from: &item.cluster_name,
+                    purge_mode: app.purge_mode.as_deref(),
+                    reason: "ApplicationFailure",
+                    producer: "ApplicationFailover",
+                    message: format!(
                         "the workload has been Unhealthy for over {}s",
                         toleration.as_secs()
-                    )),
-                    producer: "ApplicationFailover".into(),
+                    ),
                     grace_period_seconds: app.grace_period_seconds,
-                    creation_timestamp: Some(now.to_string()),
-                    ..Default::default()
-                },
+                }
+                .task(spec, now),
             );
         }
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
@@ -40,19 +40,10 @@ pub async fn run(
     clusters_changed: impl Stream<Item = ()> + Send + 'static,
 ) {
     let queue = WorkQueue::new();
-    let reschedule = {
-        let (queue, bindings) = (queue.clone(), bindings.clone());
-        async move {
-            let mut changed = std::pin::pin!(clusters_changed);
-            while changed.next().await.is_some() {
-                queue.add_all(bindings.keys());
-            }
-        }
-    };
     let state = Arc::new((ctx, Decided::default()));
     tokio::join!(
         queue::feed(queue.clone(), bindings.clone(), changes),
-        reschedule,
+        queue::feed_all_on(queue.clone(), bindings.clone(), clusters_changed),
         queue::reconcile_packed(queue, bindings, SCHEDULE_SYNCS, move |b| {
             reconcile(b, state.clone())
         }),
