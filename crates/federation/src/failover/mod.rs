@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
@@ -53,7 +53,17 @@ pub async fn run(
     let state = Arc::new((ctx, Unhealthy::default()));
     tokio::join!(
         queue::feed_all_on(queue.clone(), bindings.clone(), readiness_changed),
-        queue::feed(queue.clone(), bindings.clone(), changes),
+        // Only bindings that opted in, or are being evicted, concern us:
+        // the rest are not even queued (nor decoded again).
+        queue::feed(
+            queue.clone(),
+            bindings.clone(),
+            changes.filter(|b| {
+                std::future::ready(
+                    b.spec.failover.is_some() || !b.spec.graceful_eviction_tasks.is_empty(),
+                )
+            }),
+        ),
         queue::reconcile_packed(queue, bindings, FAILOVER_SYNCS, move |b| {
             reconcile(b, state.clone())
         }),
