@@ -689,7 +689,7 @@ fn an_agent_token_reaches_its_own_cluster_and_nothing_else() {
     assert!(out.status.success(), "{}", stderr(&out));
     let report_ready = || {
         let status = format!(
-            r#"{{"status":{{"conditions":[{{"type":"Ready","status":"True","reason":"ClusterReady","message":"reported by the agent","lastTransitionTime":"{}"}}]}}}}"#,
+            r#"{{"status":{{"apiEnablements":[{{"groupVersion":"v1","resources":[{{"name":"configmaps","kind":"ConfigMap"}}]}}],"conditions":[{{"type":"Ready","status":"True","reason":"ClusterReady","message":"reported by the agent","lastTransitionTime":"{}"}}]}}}}"#,
             jiff::Timestamp::now().round(jiff::Unit::Second).unwrap()
         );
         let out = as_agent(&[
@@ -731,6 +731,26 @@ fn an_agent_token_reaches_its_own_cluster_and_nothing_else() {
     wait_for(WAIT, "member3 Ready without the taint", || {
         ready() == "ClusterReady" && taints().is_empty()
     });
+    // Its Works wait for it: the hub places them, and does not try to
+    // reach a cluster it cannot (no Applied condition from the hub).
+    fleet.apply(&configmap_policy(
+        "for-member3",
+        "    clusterAffinity:\n      clusterNames: [member3]",
+    ));
+    wait_for(WAIT, "member3's Work, readable by its agent", || {
+        let out = as_agent(&["get", "works", "-n", "karmada-es-member3", "-o", "name"]);
+        String::from_utf8_lossy(&out.stdout).contains("for-member3")
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let applied = fleet.hub.ok(&[
+        "get",
+        "works",
+        "-n",
+        "karmada-es-member3",
+        "-o",
+        "jsonpath={.items[*].status.conditions[?(@.type==\"Applied\")].status}",
+    ]);
+    assert_eq!(applied.trim(), "", "the hub applied a Pull cluster's Work");
 
     let bad = flotilla(&[
         "token",

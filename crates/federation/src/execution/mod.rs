@@ -86,6 +86,11 @@ async fn reconcile(work: Arc<Work>, exec: Arc<Execution>) -> Result<Next, Error>
     let ctx = &exec.shared;
     let api: Api<Work> = Api::namespaced(ctx.hub.clone(), &work.namespace().unwrap_or_default());
     let cluster = ctx.cluster(&cluster_name);
+    if cluster.as_ref().is_some_and(|c| c.spec.sync_mode == "Pull") {
+        // A Pull cluster's agent applies its Works, finalizers included:
+        // the hub cannot reach it.
+        return Ok(None);
+    }
     if work.metadata.deletion_timestamp.is_some() {
         if !work.finalizers().iter().any(|f| f == finalizers::EXECUTION) {
             return Ok(None);
