@@ -369,6 +369,18 @@ spec:
     assert_eq!(work_condition.trim(), "OverrideFailed");
     assert_eq!(web_in(&fleet, "member1", "{.spec.replicas}"), "3");
     assert_eq!(web_in(&fleet, "member2", "{.spec.replicas}"), "4");
+    // And an Event on the template says it, as Karmada's.
+    let events = || {
+        fleet.hub.ok(&[
+            "get",
+            "events",
+            "-o",
+            "jsonpath={range .items[?(@.involvedObject.name==\"web\")]}{.type} {.reason}: {.message}{\"\\n\"}{end}",
+        ])
+    };
+    wait_for(WAIT, "the Event of the failure", || {
+        events().contains("Warning ApplyOverridePolicyFailed: member1: ClusterOverridePolicy/surge")
+    });
 
     // Fixed (here: removed), the condition turns True again.
     fleet.hub.ok(&["delete", "clusteroverridepolicy", "surge"]);
@@ -376,6 +388,9 @@ spec:
         fleet
             .jsonpath_hub(&["get", "rb", "web-deployment"], condition)
             .contains("\"status\":\"True\"")
+    });
+    wait_for(WAIT, "the Event of success", || {
+        events().contains("Normal ApplyOverridePolicySucceed")
     });
 
     // An operator Karmada does not have is refused when written.

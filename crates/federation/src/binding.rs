@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::{Event, EventSource};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
@@ -17,8 +19,8 @@ use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use crate::api::{
-    Binding, Cluster, Scope, Work, WorkSpec, Workload, annotations, binding_resource, finalizers,
-    labels,
+    Binding, Cluster, ObjectReference, Scope, Work, WorkSpec, Workload, annotations,
+    binding_resource, finalizers, labels,
 };
 use crate::conditions;
 use crate::context::Ctx;
@@ -323,7 +325,69 @@ async fn mark_binding(ctx: &Ctx, binding: &Binding, failed: &[String]) -> Result
             &Patch::Merge(&patch),
         )
         .await?;
+    let (type_, reason, message) = match failed.is_empty() {
+        false => ("Warning", "ApplyOverridePolicyFailed", failed.join("; ")),
+        true => (
+            "Normal",
+            "ApplyOverridePolicySucceed",
+            "Every override policy applied".to_string(),
+        ),
+    };
+    record_event(ctx, &binding.spec.resource, type_, reason, &message).await;
     Ok(())
+}
+
+/// Records a core/v1 Event on the template, as Karmada's binding
+/// controller does for overrides (here only when the outcome changes, not
+/// on every sync). Best effort: an Event that cannot be written is logged.
+async fn record_event(
+    ctx: &Ctx,
+    template: &ObjectReference,
+    type_: &str,
+    reason: &str,
+    message: &str,
+) {
+    // Events of cluster-scoped objects live in `default`, as upstream's.
+    let namespace = if template.namespace.is_empty() {
+        "default"
+    } else {
+        template.namespace.as_str()
+    };
+    let now = conditions::now();
+    let event = Event {
+        metadata: ObjectMeta {
+            name: Some(format!(
+                "{}.{}",
+                template.name,
+                uuid::Uuid::new_v4().simple()
+            )),
+            namespace: Some(namespace.into()),
+            ..Default::default()
+        },
+        involved_object: k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(template.api_version.clone()),
+            kind: Some(template.kind.clone()),
+            name: Some(template.name.clone()),
+            namespace: (!template.namespace.is_empty()).then(|| template.namespace.clone()),
+            uid: (!template.uid.is_empty()).then(|| template.uid.clone()),
+            ..Default::default()
+        },
+        type_: Some(type_.into()),
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        source: Some(EventSource {
+            component: Some("binding-controller".into()),
+            host: None,
+        }),
+        count: Some(1),
+        first_timestamp: Some(now.clone()),
+        last_timestamp: Some(now),
+        ..Default::default()
+    };
+    let api: Api<Event> = Api::namespaced(ctx.hub.clone(), namespace);
+    if let Err(error) = api.create(&PostParams::default(), &event).await {
+        warn!(%error, reason, "cannot record an event on the template");
+    }
 }
 
 /// Whether the OverridesApplied condition changed.
