@@ -53,7 +53,7 @@ pub async fn hub_client(path: &Path) -> anyhow::Result<kube::Client> {
     Ok(kube::Client::try_from(config)?)
 }
 
-fn parse_labels(labels: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
+pub fn parse_labels(labels: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
     labels
         .iter()
         .filter(|l| !l.is_empty())

@@ -1,6 +1,7 @@
 //! `flotilla`: the single binary.
 #![forbid(unsafe_code)]
 
+mod agent;
 mod apiserver;
 mod bench;
 mod bench_member;
@@ -45,6 +46,8 @@ enum Command {
     /// Run a simulated member cluster: the API server plus nodes and
     /// workload controllers (`flotilla member fault` injects failures).
     Member(Box<member::Args>),
+    /// Run the pull-mode agent of a member the hub cannot reach.
+    Agent(Box<agent::AgentArgs>),
     /// Issue, list and revoke bearer tokens for other identities.
     #[command(subcommand)]
     Token(token::Token),
@@ -74,6 +77,7 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
+            Command::Agent(args) => agent::run(*args).await,
             Command::Apiserver(args) => apiserver::run(args).await,
             Command::Bench(b) => bench::run(b).await,
             Command::Controlplane(args) => controlplane::run(*args).await,

@@ -88,6 +88,15 @@ async fn create(mut args: CreateArgs) -> anyhow::Result<()> {
         }
     }
     let api = secrets(&args.common).await?;
+    if args.cluster.is_some() {
+        // Where the agent's Lease will live; the agent cannot create it.
+        let client = kubeconfig::client(&args.common.kubeconfig).await?;
+        flotilla_federation::join::ensure_cluster_namespace(&client)
+            .await
+            .context(
+                "cannot create the karmada-cluster namespace (is this an admin kubeconfig?)",
+            )?;
+    }
     let id = auth::random_token_part(6);
     let secret = auth::random_token_part(16);
     let mut data = vec![

@@ -7,7 +7,7 @@ mod common;
 use std::process::Output;
 use std::time::Duration;
 
-use common::{Server, assert_has, flotilla, wait_for};
+use common::{Running, Server, assert_has, flotilla, wait_for};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -777,6 +777,80 @@ fn an_agent_token_reaches_its_own_cluster_and_nothing_else() {
     ]);
     assert!(!bad.status.success());
     assert_has(&stderr(&bad), &["--cluster", "lowercase"]);
+}
+
+#[test]
+fn a_pull_agent_registers_its_cluster_reports_it_and_its_absence_shows() {
+    let fleet = Fleet::new(&[]);
+    let member = Server::member("member3", &["--nodes", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let agent_kubeconfig = dir.path().join("agent.kubeconfig");
+    let out = flotilla(&[
+        "token",
+        "create",
+        "--kubeconfig",
+        fleet.hub.kubeconfig.to_str().unwrap(),
+        "--cluster",
+        "member3",
+        "--write-kubeconfig",
+        agent_kubeconfig.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let agent_args = [
+        "agent",
+        "--cluster-name",
+        "member3",
+        "--kubeconfig",
+        agent_kubeconfig.to_str().unwrap(),
+        "--cluster-kubeconfig",
+        member.kubeconfig.to_str().unwrap(),
+        "--region",
+        "ap-south",
+        "--cluster-status-update-frequency",
+        "500ms",
+        "--cluster-lease-duration",
+        "2s",
+    ];
+    let agent = Running::start(&agent_args);
+    fleet.wait_ready("member3");
+    let cluster = |path: &str| fleet.jsonpath_hub(&["get", "cluster", "member3"], path);
+    assert_eq!(cluster("{.spec.syncMode}"), "Pull");
+    assert_eq!(cluster("{.spec.region}"), "ap-south");
+    wait_for(WAIT, "the member's nodes reported", || {
+        cluster("{.status.nodeSummary.readyNum}") == "2"
+    });
+    assert!(cluster("{.status.kubernetesVersion}").starts_with("v1."));
+    let clusters = fleet.hub.ok(&["get", "clusters"]);
+    assert_has(&clusters, &["member3", "Pull", "True"]);
+
+    // The agent stops: its lease lapses and the hub says it does not know.
+    drop(agent);
+    wait_for(WAIT, "member3 Unknown", || {
+        cluster("{.status.conditions[?(@.type==\"Ready\")].status}") == "Unknown"
+            && cluster("{.spec.taints[*].key}") == "cluster.karmada.io/unreachable"
+    });
+    // Back, it reports Ready again and the taint goes.
+    let _agent = Running::start(&agent_args);
+    wait_for(WAIT, "member3 Ready again", || {
+        cluster("{.status.conditions[?(@.type==\"Ready\")].status}") == "True"
+            && cluster("{.spec.taints[*].key}").is_empty()
+    });
+
+    // Its token cannot register a cluster under another name.
+    let other = flotilla(&[
+        "agent",
+        "--cluster-name",
+        "member4",
+        "--kubeconfig",
+        agent_kubeconfig.to_str().unwrap(),
+        "--cluster-kubeconfig",
+        member.kubeconfig.to_str().unwrap(),
+    ]);
+    assert!(!other.status.success());
+    assert_has(
+        &stderr(&other),
+        &["cannot register cluster member4", "forbidden"],
+    );
 }
 
 impl Drop for Fleet {

@@ -177,6 +177,23 @@ pub fn valid_name(name: &str) -> Result<(), JoinError> {
     }
 }
 
+/// Creates `karmada-cluster`, where members' credentials and pull-mode
+/// agents' Leases live, if it is not there yet.
+pub async fn ensure_cluster_namespace(hub: &Client) -> Result<(), JoinError> {
+    let namespaces: Api<Namespace> = Api::all(hub.clone());
+    if namespaces.get_opt(CLUSTER_NAMESPACE).await?.is_none() {
+        let ns: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": CLUSTER_NAMESPACE}}))
+                .map_err(|e| JoinError::Hub(kube::Error::SerdeError(e)))?;
+        match namespaces.create(&PostParams::default(), &ns).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
 /// Registers a member in Push mode: its credentials in a Secret in
 /// `karmada-cluster`, and a Cluster that references it.
 pub async fn join(hub: &Client, req: &JoinRequest) -> Result<Cluster, JoinError> {
@@ -200,17 +217,7 @@ pub async fn join(hub: &Client, req: &JoinRequest) -> Result<Cluster, JoinError>
         Ok(Err(e)) => return Err(unreachable(e.to_string())),
         Err(_) => return Err(unreachable("no answer within 10s".into())),
     }
-    let namespaces: Api<Namespace> = Api::all(hub.clone());
-    if namespaces.get_opt(CLUSTER_NAMESPACE).await?.is_none() {
-        let ns: Namespace =
-            serde_json::from_value(json!({"metadata": {"name": CLUSTER_NAMESPACE}}))
-                .map_err(|e| JoinError::Hub(kube::Error::SerdeError(e)))?;
-        match namespaces.create(&PostParams::default(), &ns).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
+    ensure_cluster_namespace(hub).await?;
     let secrets: Api<Secret> = Api::namespaced(hub.clone(), CLUSTER_NAMESPACE);
     let secret = Secret {
         metadata: kube::api::ObjectMeta {

@@ -5,6 +5,7 @@
 //! kube-rs, as any client would.
 #![forbid(unsafe_code)]
 
+pub mod agent;
 pub mod agents;
 pub mod api;
 pub mod binding;

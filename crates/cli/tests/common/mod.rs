@@ -180,6 +180,28 @@ pub async fn kube_config(kubeconfig: &Path) -> kube::Config {
 }
 
 /// Runs `flotilla` with `args`, returning its output.
+/// A long-running `flotilla` command (an agent), killed when dropped.
+pub struct Running(std::process::Child);
+
+impl Running {
+    pub fn start(args: &[&str]) -> Running {
+        let child = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start flotilla");
+        Running(child)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 pub fn flotilla(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_flotilla"))
         .args(args)

@@ -114,6 +114,29 @@ async fn reconcile(cluster: Arc<Cluster>, cctx: Arc<ClusterCtx>) -> Result<Actio
         ctx.options.cluster_success_threshold,
         ctx.options.cluster_failure_threshold,
     );
+    let status = next_status(&old, &health, observation, ready);
+    if status != old {
+        if recorded != Some(ready) {
+            info!(cluster = %name, ready, "cluster readiness changed");
+        }
+        let patch = json!({"status": status});
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    set_taints(&api, &cluster, (!ready).then_some(NOT_READY_TAINT)).await?;
+    Ok(Action::requeue(interval))
+}
+
+/// A cluster's status after a probe: what the probe saw (what it could
+/// not see kept from before) and the Ready condition as the damper
+/// decided. The hub's probes of Push clusters and a Pull cluster's agent
+/// write the same.
+pub fn next_status(
+    old: &ClusterStatus,
+    health: &Result<(), probe::Unhealthy>,
+    observation: probe::Observation,
+    ready: bool,
+) -> ClusterStatus {
     let mut status = ClusterStatus {
         kubernetes_version: observation
             .kubernetes_version
@@ -127,7 +150,7 @@ async fn reconcile(cluster: Arc<Cluster>, cctx: Arc<ClusterCtx>) -> Result<Actio
             .resource_summary
             .or(old.resource_summary.clone()),
     };
-    match (&health, ready) {
+    match (health, ready) {
         (_, true) => {
             conditions::set(
                 &mut status.conditions,
@@ -143,16 +166,7 @@ async fn reconcile(cluster: Arc<Cluster>, cctx: Arc<ClusterCtx>) -> Result<Actio
         // Healthy again, but not yet for the success threshold.
         (Ok(()), false) => {}
     }
-    if status != old {
-        if recorded != Some(ready) {
-            info!(cluster = %name, ready, "cluster readiness changed");
-        }
-        let patch = json!({"status": status});
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
-    }
-    set_taints(&api, &cluster, (!ready).then_some(NOT_READY_TAINT)).await?;
-    Ok(Action::requeue(interval))
+    status
 }
 
 /// A Pull cluster reports its own status through its agent; the hub only
