@@ -18,12 +18,11 @@ use crate::apiserver::{Args as ServerArgs, announce_and_serve, prepare, shutdown
 /// size of a member's busiest minute is enough.
 pub const WATCH_HISTORY: &str = "10000";
 
+/// How a member's health is probed and damped (Karmada's flags): by the
+/// control plane for Push members, by the agent for a Pull one.
 #[derive(clap::Args)]
-#[command(mut_arg("watch_history", |a| a.default_value(WATCH_HISTORY)))]
-pub struct ControlplaneArgs {
-    #[command(flatten)]
-    pub server: ServerArgs,
-    /// How often each Push member is probed.
+pub struct ProbeArgs {
+    /// How often the member is probed.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub cluster_status_update_frequency: Duration,
     /// How long a member must fail its probes before it turns NotReady.
@@ -32,6 +31,15 @@ pub struct ControlplaneArgs {
     /// How long a NotReady member must pass its probes before it turns Ready.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub cluster_success_threshold: Duration,
+}
+
+#[derive(clap::Args)]
+#[command(mut_arg("watch_history", |a| a.default_value(WATCH_HISTORY)))]
+pub struct ControlplaneArgs {
+    #[command(flatten)]
+    pub server: ServerArgs,
+    #[command(flatten)]
+    pub probes: ProbeArgs,
     /// How many Works are applied to members at once.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrent_work_syncs: u16,
@@ -63,9 +71,9 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
         .await
         .context("cannot install the control plane's CRDs")?;
     let options = Options {
-        cluster_status_interval: args.cluster_status_update_frequency,
-        cluster_failure_threshold: args.cluster_failure_threshold,
-        cluster_success_threshold: args.cluster_success_threshold,
+        cluster_status_interval: args.probes.cluster_status_update_frequency,
+        cluster_failure_threshold: args.probes.cluster_failure_threshold,
+        cluster_success_threshold: args.probes.cluster_success_threshold,
         work_concurrency: args.concurrent_work_syncs,
         graceful_eviction_timeout: args.graceful_eviction_timeout,
         cluster_monitor_grace_period: args.cluster_monitor_grace_period,

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use flotilla_federation::join::{self, JoinRequest};
+use flotilla_federation::members::Credentials;
 
 #[derive(clap::Args)]
 pub struct JoinArgs {
@@ -14,22 +15,44 @@ pub struct JoinArgs {
     /// The hub's kubeconfig.
     #[arg(long)]
     pub kubeconfig: PathBuf,
-    /// The member's kubeconfig; its credentials are stored on the hub.
+    #[command(flatten)]
+    pub member: MemberArgs,
+}
+
+/// The member and what its Cluster says of it (`join` and `agent`).
+#[derive(clap::Args)]
+pub struct MemberArgs {
+    /// The member's kubeconfig (join: its credentials are stored on the
+    /// hub; agent: they never leave this machine).
     #[arg(long)]
     pub cluster_kubeconfig: PathBuf,
     /// The context of the member's kubeconfig to use [default: its current context]
     #[arg(long)]
     pub cluster_context: Option<String>,
+    /// The member's region (for placement by field).
     #[arg(long)]
     pub region: Option<String>,
     /// The member's zone (repeat or separate with commas for several).
     #[arg(long, value_delimiter = ',')]
     pub zone: Vec<String>,
+    /// The member's provider (for placement by field).
     #[arg(long)]
     pub provider: Option<String>,
     /// Labels for the Cluster, as k=v,k2=v2.
     #[arg(long, value_delimiter = ',')]
     pub labels: Vec<String>,
+}
+
+impl MemberArgs {
+    /// The member's credentials, and the Cluster's labels.
+    pub fn read(&self) -> anyhow::Result<(Credentials, BTreeMap<String, String>)> {
+        let labels = parse_labels(&self.labels)?;
+        let credentials = join::credentials_from_kubeconfig(
+            &self.cluster_kubeconfig,
+            self.cluster_context.as_deref(),
+        )?;
+        Ok((credentials, labels))
+    }
 }
 
 #[derive(clap::Args)]
@@ -53,7 +76,7 @@ pub async fn hub_client(path: &Path) -> anyhow::Result<kube::Client> {
     Ok(kube::Client::try_from(config)?)
 }
 
-pub fn parse_labels(labels: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
+fn parse_labels(labels: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
     labels
         .iter()
         .filter(|l| !l.is_empty())
@@ -65,18 +88,14 @@ pub fn parse_labels(labels: &[String]) -> anyhow::Result<BTreeMap<String, String
 }
 
 pub async fn join(args: JoinArgs) -> anyhow::Result<()> {
-    let labels = parse_labels(&args.labels)?;
-    let credentials = join::credentials_from_kubeconfig(
-        &args.cluster_kubeconfig,
-        args.cluster_context.as_deref(),
-    )?;
+    let (credentials, labels) = args.member.read()?;
     let hub = hub_client(&args.kubeconfig).await?;
     let request = JoinRequest {
         name: args.name.clone(),
         credentials,
-        provider: args.provider,
-        region: args.region,
-        zones: args.zone,
+        provider: args.member.provider,
+        region: args.member.region,
+        zones: args.member.zone,
         labels,
     };
     join::join(&hub, &request).await?;
