@@ -505,8 +505,20 @@ fn a_lost_member_fails_over_gracefully_and_a_rebalancer_restores_the_division() 
     member_fault(&fleet, "member2", &["unreachable", "--mode", "refuse"]);
     // Evicted after the failure threshold and the toleration; the old
     // Work stays while the eviction lasts.
-    wait_for(WAIT, "member2 to be evicted", || {
-        task("reason") == "TaintUntolerated"
+    // Whether member2's Work exists, read between two sightings of its
+    // eviction task (so the task lasted the whole read); None if not.
+    let work_while_evicting = || {
+        let evicting = || task("reason") == "TaintUntolerated";
+        if !evicting() {
+            return None;
+        }
+        let work = member2_work();
+        evicting().then_some(work)
+    };
+    wait_for(WAIT, "member2 to be evicted, its Work kept", || {
+        work_while_evicting()
+            .map(|kept| assert!(kept, "member2's Work went while its eviction lasted"))
+            .is_some()
     });
     assert_has(
         &task("message"),
@@ -516,13 +528,12 @@ fn a_lost_member_fails_over_gracefully_and_a_rebalancer_restores_the_division() 
     wait_for(WAIT, "member2's share on member1", || {
         api_in("member1") == "4"
     });
-    // member1's new pods are still starting: member2's copy stays.
-    if task("reason") == "TaintUntolerated" {
-        assert!(
-            member2_work(),
-            "member2's Work went while its eviction lasted"
-        );
-    }
+    // member1's new pods are still starting (3 s): member2's copy stays.
+    wait_for(WAIT, "member2's Work still kept", || {
+        work_while_evicting()
+            .map(|kept| assert!(kept, "member2's Work went while its eviction lasted"))
+            .is_some()
+    });
     let clusters = fleet.jsonpath_hub(&["get", "rb", "api-deployment"], "{.spec.clusters[*].name}");
     assert_eq!(clusters, "member1");
     // Once member1 runs all four, the task and member2's Work go.

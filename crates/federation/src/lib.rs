@@ -33,3 +33,4 @@ pub mod rebalancer;
 pub mod scheduler;
 pub mod selector;
 pub mod status;
+pub mod time;

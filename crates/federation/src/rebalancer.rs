@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
@@ -22,7 +22,7 @@ use crate::api::{
 use crate::context::{Ctx, retry};
 use crate::error::{Error, is_not_found};
 use crate::kinds::scoped_api;
-use crate::names;
+use crate::{names, time};
 
 pub async fn run(ctx: Ctx) {
     let api: Api<WorkloadRebalancer> = Api::all(ctx.hub.clone());
@@ -45,11 +45,9 @@ async fn reconcile(wr: Arc<WorkloadRebalancer>, ctx: Ctx) -> Result<Action, Erro
         let Some(ttl) = wr.spec.ttl_seconds_after_finished else {
             return Ok(Action::await_change());
         };
-        let expires = finished
-            .checked_add(SignedDuration::from_secs(i64::from(ttl.max(0))))
-            .unwrap_or(Timestamp::MAX);
+        let expires = time::after(finished, time::seconds(ttl));
         if expires > now {
-            let wait = Duration::try_from(now.duration_until(expires)).unwrap_or_default();
+            let wait = time::until(now, expires);
             return Ok(Action::requeue(wait + Duration::from_millis(100)));
         }
         match api.delete(&wr.name_any(), &DeleteParams::default()).await {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Secret, Taint};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::Store;
@@ -27,7 +27,7 @@ use crate::api::{CLUSTER_NAMESPACE, Cluster, ClusterStatus, Work, finalizers};
 use crate::conditions;
 use crate::context::{Ctx, retry};
 use crate::error::{Error, is_not_found};
-use crate::finalizer;
+use crate::{finalizer, time};
 use health::Damper;
 
 pub const NOT_READY_TAINT: &str = "cluster.karmada.io/not-ready";
@@ -185,9 +185,7 @@ async fn monitor_lease(ctx: &Ctx, api: &Api<Cluster>, cluster: &Cluster) -> Resu
         .map(|t| t.0)
         .or(cluster.metadata.creation_timestamp.as_ref().map(|t| t.0))
         .unwrap_or_else(Timestamp::now);
-    let deadline = renewed
-        .checked_add(SignedDuration::try_from(grace).unwrap_or(SignedDuration::MAX))
-        .unwrap_or(Timestamp::MAX);
+    let deadline = time::after(renewed, grace);
     let now = Timestamp::now();
     let ready = cluster.condition("Ready").map(|c| c.status.as_str());
     if deadline <= now && ready != Some("Unknown") {
@@ -215,7 +213,7 @@ async fn monitor_lease(ctx: &Ctx, api: &Api<Cluster>, cluster: &Cluster) -> Resu
     };
     set_taints(api, cluster, taint).await?;
     // Looked at again when the lease would lapse, or sooner.
-    let wait = Duration::try_from(now.duration_until(deadline)).unwrap_or_default();
+    let wait = time::until(now, deadline);
     Ok(Action::requeue(wait.clamp(
         Duration::from_millis(200),
         grace.max(Duration::from_secs(1)),

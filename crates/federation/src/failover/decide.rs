@@ -4,10 +4,11 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 
 use crate::api::{AggregatedStatusItem, Binding, Cluster, GracefulEvictionTask};
 use crate::scheduler::core::toleration_for;
+use crate::time;
 
 pub use crate::cluster::{NOT_READY_TAINT as NOT_READY, UNREACHABLE_TAINT as UNREACHABLE};
 /// How long a binding tolerates a cluster that is not Ready when its
@@ -69,15 +70,13 @@ pub fn cluster_verdict(cluster: &Cluster, tolerations: &[Toleration], now: Times
         let since = since.unwrap_or(now);
         let wait = match toleration_for(tolerations, &taint) {
             Some(t) => match t.toleration_seconds {
-                Some(s) => Duration::from_secs(s.max(0) as u64),
+                Some(s) => Duration::from_secs(u64::try_from(s).unwrap_or(0)),
                 None => continue,
             },
             None if readiness => DEFAULT_TOLERATION,
             None => Duration::ZERO,
         };
-        let at = since
-            .checked_add(SignedDuration::try_from(wait).unwrap_or(SignedDuration::MAX))
-            .unwrap_or(Timestamp::MAX);
+        let at = time::after(since, wait);
         if due.as_ref().is_none_or(|(d, _)| at < *d) {
             due = Some((at, format!("untolerated taint {}:NoExecute", taint.key)));
         }
@@ -128,17 +127,13 @@ pub fn task_ends(
     }
     let grace = task
         .grace_period_seconds
-        .map_or(default_grace, |s| Duration::from_secs(s.max(0) as u64));
+        .map_or(default_grace, time::seconds);
     let created = task
         .creation_timestamp
         .as_deref()
         .and_then(parse)
         .unwrap_or(now);
-    Some(
-        created
-            .checked_add(SignedDuration::try_from(grace).unwrap_or(SignedDuration::MAX))
-            .unwrap_or(Timestamp::MAX),
-    )
+    Some(time::after(created, grace))
 }
 
 /// Whether a cluster reports its workload Healthy with its whole share

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use parking_lot::Mutex;
@@ -33,6 +33,7 @@ use crate::error::Error;
 use crate::packed::PackedStore;
 use crate::queue::{self, Next, WorkQueue};
 use crate::scheduler::core;
+use crate::time;
 use decide::Verdict;
 
 /// Bindings looked at once: most have no failover and cost a lookup.
@@ -114,7 +115,7 @@ impl Eviction<'_> {
 /// Ready for the policy's time; at most once per that time.
 fn return_due(ctx: &Ctx, binding: &Binding, back: &ReturnWhenRecovered) -> Option<Timestamp> {
     let spec = &binding.spec;
-    let wait = SignedDuration::from_secs(i64::from(back.after_seconds.unwrap_or(300).max(0)));
+    let wait = time::seconds(back.after_seconds.unwrap_or(300));
     let uid = binding.metadata.uid.clone().unwrap_or_default();
     let clusters = ctx.clusters.state();
     let fresh = match core::schedule(spec, &uid, &clusters, None, true) {
@@ -149,24 +150,21 @@ fn return_due(ctx: &Ctx, binding: &Binding, back: &ReturnWhenRecovered) -> Optio
         .as_deref()
         .and_then(|t| t.parse::<Timestamp>().ok())
         .unwrap_or(Timestamp::UNIX_EPOCH);
-    let at = ready_since
-        .max(last)
-        .checked_add(wait)
-        .unwrap_or(Timestamp::MAX);
-    Some(at)
+    Some(time::after(ready_since.max(last), wait))
 }
 
 async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Unhealthy)>) -> Result<Next, Error> {
     let (ctx, unhealthy) = (&state.0, &state.1);
     let spec = &binding.spec;
+    let uid = binding.metadata.uid.clone().unwrap_or_default();
     if binding.metadata.deletion_timestamp.is_some() {
+        unhealthy.lock().retain(|(u, _), _| *u != uid);
         return Ok(None);
     }
     let failover = spec.failover();
     if failover.is_none() && spec.graceful_eviction_tasks.is_empty() {
         return Ok(None);
     }
-    let uid = binding.metadata.uid.clone().unwrap_or_default();
     let now = Timestamp::now();
     let mut tasks = spec.graceful_eviction_tasks.clone();
     let mut next: Option<Timestamp> = None;
@@ -215,9 +213,7 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Unhealthy)>) -> Resul
             .decision_conditions
             .as_ref()
             .and_then(|d| d.toleration_seconds)
-            .map_or(APPLICATION_TOLERATION, |s| {
-                Duration::from_secs(s.max(0) as u64)
-            });
+            .map_or(APPLICATION_TOLERATION, time::seconds);
         let status = binding.status.clone().unwrap_or_default();
         let mut since = unhealthy.lock();
         for item in &status.aggregated_status {
@@ -231,11 +227,7 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Unhealthy)>) -> Resul
                 continue;
             }
             let first = *since.entry(key).or_insert(now);
-            let at = first
-                .checked_add(
-                    k8s_openapi::jiff::SignedDuration::try_from(toleration).unwrap_or_default(),
-                )
-                .unwrap_or(Timestamp::MAX);
+            let at = time::after(first, toleration);
             if at > now {
                 earliest(&mut next, at);
                 continue;
@@ -306,8 +298,5 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Unhealthy)>) -> Resul
             )
             .await?;
     }
-    Ok(next.map(|at| {
-        let wait = now.duration_until(at);
-        Duration::try_from(wait).unwrap_or_default() + Duration::from_millis(100)
-    }))
+    Ok(next.map(|at| time::until(now, at) + Duration::from_millis(100)))
 }
