@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use crate::auth::User;
 use crate::error::ApiError;
+use crate::selector::FieldSelector;
 
 /// What a resource request asks, as upstream's authorizers see it.
 pub struct Attributes<'a> {
@@ -17,17 +18,27 @@ pub struct Attributes<'a> {
     pub resource: &'a str,
     pub subresource: Option<&'a str>,
     pub namespace: Option<&'a str>,
-    /// From the path; for a create, from the body (see [`Attributes::name`]).
+    /// From the path; for a create, from the body; for a list or watch,
+    /// from the field selector (see [`Attributes::name`]).
     pub path_name: Option<&'a str>,
+    /// A list's or watch's `fieldSelector`.
+    pub field_selector: Option<&'a str>,
     pub body: &'a [u8],
 }
 
 impl Attributes<'_> {
-    /// The object's name: from the path, or for a create the body's
-    /// `metadata.name` (read only when an authorizer asks).
+    /// The object's name: from the path; for a create, the body's
+    /// `metadata.name` (read only when an authorizer asks); for a list or
+    /// watch, the name its field selector narrows it to, as upstream
+    /// authorizers see selectors (KEP-4601), so that a client confined to
+    /// one object can still watch it.
     pub fn name(&self) -> Option<String> {
         if let Some(n) = self.path_name {
             return Some(n.to_string());
+        }
+        if matches!(self.verb, "list" | "watch") {
+            let selector = FieldSelector::parse(self.field_selector?, &|_| true).ok()?;
+            return selector.equal_to("metadata.name").map(str::to_string);
         }
         #[derive(Deserialize)]
         struct Meta {

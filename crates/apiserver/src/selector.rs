@@ -209,6 +209,14 @@ impl FieldSelector {
         self.0.is_empty()
     }
 
+    /// The value `field` must equal, when a term requires one.
+    pub fn equal_to(&self, field: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(f, eq, _)| *eq && f == field)
+            .map(|(_, _, v)| v.as_str())
+    }
+
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|(field, eq, value)| {
             let actual = field_value(obj, field);

@@ -368,6 +368,7 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
                 subresource: rp.subresource.as_deref(),
                 namespace: rp.namespace.as_deref(),
                 path_name: rp.name.as_deref(),
+                field_selector: query.get("fieldSelector"),
                 body: &body,
             },
         )?;

@@ -8,7 +8,7 @@ use anyhow::Context;
 use flotilla_federation::agent::{self, AgentOptions};
 
 use crate::apiserver::shutdown_signal;
-use crate::controlplane::ProbeArgs;
+use crate::controlplane::{ExecutionArgs, ProbeArgs};
 use crate::join::{MemberArgs, hub_client};
 
 #[derive(clap::Args)]
@@ -24,6 +24,8 @@ pub struct AgentArgs {
     pub member: MemberArgs,
     #[command(flatten)]
     pub probes: ProbeArgs,
+    #[command(flatten)]
+    pub execution: ExecutionArgs,
     /// The Lease's duration; it is renewed every quarter of it.
     #[arg(long, default_value = "40s", value_parser = humantime::parse_duration)]
     pub cluster_lease_duration: Duration,
@@ -47,6 +49,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         success_threshold: args.probes.cluster_success_threshold,
         failure_threshold: args.probes.cluster_failure_threshold,
         lease_duration: args.cluster_lease_duration,
+        work_concurrency: args.execution.concurrent_work_syncs,
     };
     agent::register(&hub, &options)
         .await
@@ -57,7 +60,8 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     );
     tokio::select! {
         _ = agent::renew_lease(hub.clone(), options.clone()) => {}
-        _ = agent::report_status(hub, member, options) => {}
+        _ = agent::report_status(hub.clone(), member.clone(), options.clone()) => {}
+        _ = agent::apply_works(hub, member, options) => {}
         _ = shutdown_signal() => {}
     }
     Ok(())

@@ -33,6 +33,15 @@ pub struct ProbeArgs {
     pub cluster_success_threshold: Duration,
 }
 
+/// How Works are applied to members: by the control plane for Push
+/// members, by the agent for a Pull one.
+#[derive(clap::Args)]
+pub struct ExecutionArgs {
+    /// How many Works are applied to members at once.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrent_work_syncs: u16,
+}
+
 #[derive(clap::Args)]
 #[command(mut_arg("watch_history", |a| a.default_value(WATCH_HISTORY)))]
 pub struct ControlplaneArgs {
@@ -40,9 +49,8 @@ pub struct ControlplaneArgs {
     pub server: ServerArgs,
     #[command(flatten)]
     pub probes: ProbeArgs,
-    /// How many Works are applied to members at once.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
-    pub concurrent_work_syncs: u16,
+    #[command(flatten)]
+    pub execution: ExecutionArgs,
     /// How long a Pull cluster's agent may go without renewing its Lease
     /// before the cluster turns Ready=Unknown.
     #[arg(long, default_value = "40s", value_parser = humantime::parse_duration)]
@@ -74,9 +82,10 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
         cluster_status_interval: args.probes.cluster_status_update_frequency,
         cluster_failure_threshold: args.probes.cluster_failure_threshold,
         cluster_success_threshold: args.probes.cluster_success_threshold,
-        work_concurrency: args.concurrent_work_syncs,
+        work_concurrency: args.execution.concurrent_work_syncs,
         graceful_eviction_timeout: args.graceful_eviction_timeout,
         cluster_monitor_grace_period: args.cluster_monitor_grace_period,
+        ..Options::default()
     };
     tokio::spawn(flotilla_federation::controlplane::run(
         client, options, metrics,

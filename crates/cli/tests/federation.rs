@@ -536,9 +536,20 @@ fn a_lost_member_fails_over_gracefully_and_a_rebalancer_restores_the_division() 
     });
     let clusters = fleet.jsonpath_hub(&["get", "rb", "api-deployment"], "{.spec.clusters[*].name}");
     assert_eq!(clusters, "member1");
-    // Once member1 runs all four, the task and member2's Work go.
+    // Once member1 runs all four, the task goes and member2's Work is
+    // deleted: it waits, terminating, to remove the copy once member2 is
+    // back, so that nothing runs there unaccounted for.
+    let member2_work_deleting = || {
+        fleet
+            .jsonpath_hub(
+                &["get", "works", "-n", "karmada-es-member2"],
+                "{range .items[*]}{.metadata.name} {.metadata.deletionTimestamp}{\"\\n\"}{end}",
+            )
+            .lines()
+            .any(|w| w.starts_with("api-") && w.split(' ').nth(1).is_some_and(|t| !t.is_empty()))
+    };
     wait_for(WAIT, "the eviction to finish", || {
-        task("reason").is_empty() && !member2_work()
+        task("reason").is_empty() && member2_work_deleting()
     });
     wait_for(WAIT, "4 ready on the hub", || {
         fleet.jsonpath_hub(&["get", "deploy", "api"], "{.status.readyReplicas}") == "4"
@@ -549,6 +560,9 @@ fn a_lost_member_fails_over_gracefully_and_a_rebalancer_restores_the_division() 
     // Ready for 2 s...
     member_fault(&fleet, "member2", &["reachable"]);
     fleet.wait_ready("member2");
+    wait_for(WAIT, "member2's old copy removed, its Work gone", || {
+        !exists(fleet.member("member2"), &["get", "deploy", "api"]) && !member2_work()
+    });
     wait_for(WAIT, "the opted-in Deployment back to 2 and 2", || {
         replicas("back", "member1") == "2" && replicas("back", "member2") == "2"
     });
@@ -791,9 +805,14 @@ fn an_agent_token_reaches_its_own_cluster_and_nothing_else() {
 }
 
 #[test]
-fn a_pull_agent_registers_its_cluster_reports_it_and_its_absence_shows() {
-    let fleet = Fleet::new(&[]);
-    let member = Server::member("member3", &["--nodes", "2"]);
+fn a_pull_member_converges_through_its_agent_like_a_push_one() {
+    // member1 is joined (Push); member2 is reached only by its agent.
+    let mut fleet = Fleet::new(&[("member1", "us-east")]);
+    fleet.members.push((
+        "member2".into(),
+        Server::member("member2", &["--nodes", "2"]),
+    ));
+    let member_kubeconfig = fleet.member("member2").kubeconfig.clone();
     let dir = tempfile::tempdir().unwrap();
     let agent_kubeconfig = dir.path().join("agent.kubeconfig");
     let out = flotilla(&[
@@ -802,7 +821,7 @@ fn a_pull_agent_registers_its_cluster_reports_it_and_its_absence_shows() {
         "--kubeconfig",
         fleet.hub.kubeconfig.to_str().unwrap(),
         "--cluster",
-        "member3",
+        "member2",
         "--write-kubeconfig",
         agent_kubeconfig.to_str().unwrap(),
     ]);
@@ -810,41 +829,96 @@ fn a_pull_agent_registers_its_cluster_reports_it_and_its_absence_shows() {
     let agent_args = [
         "agent",
         "--cluster-name",
-        "member3",
+        "member2",
         "--kubeconfig",
         agent_kubeconfig.to_str().unwrap(),
         "--cluster-kubeconfig",
-        member.kubeconfig.to_str().unwrap(),
+        member_kubeconfig.to_str().unwrap(),
         "--region",
-        "ap-south",
+        "eu-west",
         "--cluster-status-update-frequency",
         "500ms",
         "--cluster-lease-duration",
         "2s",
     ];
     let agent = Running::start(&agent_args);
-    fleet.wait_ready("member3");
-    let cluster = |path: &str| fleet.jsonpath_hub(&["get", "cluster", "member3"], path);
+    fleet.wait_ready("member2");
+    let cluster = |path: &str| fleet.jsonpath_hub(&["get", "cluster", "member2"], path);
     assert_eq!(cluster("{.spec.syncMode}"), "Pull");
-    assert_eq!(cluster("{.spec.region}"), "ap-south");
+    assert_eq!(cluster("{.spec.region}"), "eu-west");
     wait_for(WAIT, "the member's nodes reported", || {
         cluster("{.status.nodeSummary.readyNum}") == "2"
     });
     assert!(cluster("{.status.kubernetesVersion}").starts_with("v1."));
     let clusters = fleet.hub.ok(&["get", "clusters"]);
-    assert_has(&clusters, &["member3", "Pull", "True"]);
+    assert_has(&clusters, &["member2", "Pull", "True"]);
+
+    // Divided 1:2 between the two: the agent applies member2's share and
+    // reports it back, and the hub sums both as for two Push members.
+    fleet.apply(NGINX);
+    wait_for(WAIT, "1 and 2 replicas in member1 and member2", || {
+        replicas_in(&fleet, "member1") == "1" && replicas_in(&fleet, "member2") == "2"
+    });
+    wait_for(WAIT, "3/3 ready on the hub", || {
+        fleet.jsonpath_hub(&["get", "deploy", "nginx"], "{.status.readyReplicas}") == "3"
+    });
+    let rb = fleet.hub.ok(&["get", "rb", "nginx-deployment"]);
+    assert_has(&rb, &["SCHEDULED", "FULLYAPPLIED", "True"]);
+    let labels = jsonpath(
+        fleet.member("member2"),
+        &["get", "deploy", "nginx"],
+        "{.metadata.labels}",
+    );
+    assert_has(&labels, &["\"karmada.io/managed\":\"true\""]);
+    fleet
+        .hub
+        .ok(&["scale", "deploy", "nginx", "--replicas", "6"]);
+    wait_for(WAIT, "2 and 4 replicas after scaling", || {
+        replicas_in(&fleet, "member1") == "2" && replicas_in(&fleet, "member2") == "4"
+    });
+    // Drift in member2 is reverted by the agent, as the hub does for Push.
+    fleet
+        .member("member2")
+        .ok(&["scale", "deploy", "nginx", "--replicas", "1"]);
+    wait_for(WAIT, "member2's copy restored", || {
+        replicas_in(&fleet, "member2") == "4"
+    });
 
     // The agent stops: its lease lapses and the hub says it does not know.
     drop(agent);
-    wait_for(WAIT, "member3 Unknown", || {
+    wait_for(WAIT, "member2 Unknown", || {
         cluster("{.status.conditions[?(@.type==\"Ready\")].status}") == "Unknown"
             && cluster("{.spec.taints[*].key}") == "cluster.karmada.io/unreachable"
     });
-    // Back, it reports Ready again and the taint goes.
+    // Deleted meanwhile, the template leaves member2's Work waiting for
+    // the agent: nobody else may say its copy is gone.
+    fleet.hub.ok(&["delete", "deploy", "nginx"]);
+    wait_for(WAIT, "member1's copy deleted", || {
+        !exists(fleet.member("member1"), &["get", "deploy", "nginx"])
+    });
+    let terminating = || {
+        fleet.jsonpath_hub(
+            &["get", "works", "-n", "karmada-es-member2"],
+            "{.items[*].metadata.deletionTimestamp}",
+        )
+    };
+    wait_for(WAIT, "member2's Work terminating", || {
+        !terminating().is_empty()
+    });
+    assert!(exists(fleet.member("member2"), &["get", "deploy", "nginx"]));
+    // Back, it reports Ready again, the taint goes, and it removes the
+    // copy and releases the Work.
     let _agent = Running::start(&agent_args);
-    wait_for(WAIT, "member3 Ready again", || {
+    wait_for(WAIT, "member2 Ready again", || {
         cluster("{.status.conditions[?(@.type==\"Ready\")].status}") == "True"
             && cluster("{.spec.taints[*].key}").is_empty()
+    });
+    wait_for(WAIT, "member2's copy deleted and its Work gone", || {
+        !exists(fleet.member("member2"), &["get", "deploy", "nginx"])
+            && fleet
+                .hub
+                .ok(&["get", "works", "-n", "karmada-es-member2", "-o", "name"])
+                .is_empty()
     });
 
     // Its token cannot register a cluster under another name.
@@ -855,7 +929,7 @@ fn a_pull_agent_registers_its_cluster_reports_it_and_its_absence_shows() {
         "--kubeconfig",
         agent_kubeconfig.to_str().unwrap(),
         "--cluster-kubeconfig",
-        member.kubeconfig.to_str().unwrap(),
+        member_kubeconfig.to_str().unwrap(),
     ]);
     assert!(!other.status.success());
     assert_has(

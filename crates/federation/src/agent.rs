@@ -3,21 +3,34 @@
 //! [`crate::agents`]) it registers the Cluster with syncMode Pull, renews
 //! its Lease in `karmada-cluster` so the hub knows it is alive, and
 //! reports the member's status as the hub's probes would for a Push
-//! member. Applying the cluster's Works is not part of it yet.
+//! member, and runs the control plane's execution controller for its one
+//! member: it follows the Works of its execution namespace, applies them,
+//! and writes their status back, from which the hub's status controller
+//! aggregates as it does for Push members.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::{reflector, watcher};
 use kube::{Api, Client};
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::api::{CLUSTER_NAMESPACE, Cluster, ClusterSpec};
+use crate::api::{
+    CLUSTER_NAMESPACE, Cluster, ClusterSpec, Scope, Work, override_resource, sync_mode,
+};
 use crate::cluster::health::Damper;
 use crate::cluster::{next_status, probe};
+use crate::context::{Options, Shared};
+use crate::execution;
+use crate::fanout::{Fanout, PackedFanout};
 use crate::join::{JoinError, valid_name};
+use crate::kinds::Kinds;
+use crate::members::Members;
+use crate::metrics::Metrics;
 
 /// What the agent registers and how often it reports.
 #[derive(Clone, Debug)]
@@ -34,6 +47,8 @@ pub struct AgentOptions {
     pub failure_threshold: Duration,
     /// The Lease's duration; it is renewed every quarter of it.
     pub lease_duration: Duration,
+    /// Concurrent Work applies.
+    pub work_concurrency: u16,
 }
 
 /// Registers the cluster in Pull mode, or finds it registered so; a Push
@@ -42,7 +57,7 @@ pub async fn register(hub: &Client, o: &AgentOptions) -> Result<(), JoinError> {
     valid_name(&o.cluster)?;
     let clusters: Api<Cluster> = Api::all(hub.clone());
     if let Some(c) = clusters.get_opt(&o.cluster).await? {
-        if c.spec.sync_mode != "Pull" {
+        if c.spec.sync_mode != sync_mode::PULL {
             return Err(JoinError::Duplicate(format!(
                 "{} (joined in {} mode: unjoin it first)",
                 o.cluster, c.spec.sync_mode
@@ -53,7 +68,7 @@ pub async fn register(hub: &Client, o: &AgentOptions) -> Result<(), JoinError> {
     let mut cluster = Cluster::new(
         &o.cluster,
         ClusterSpec {
-            sync_mode: "Pull".into(),
+            sync_mode: sync_mode::PULL.into(),
             api_endpoint: Some(o.api_endpoint.clone()),
             provider: o.provider.clone(),
             region: o.region.clone(),
@@ -168,4 +183,43 @@ pub async fn report_status(hub: Client, member: Client, o: AgentOptions) {
             warn!(%error, cluster = %o.cluster, "cannot report the cluster's status");
         }
     }
+}
+
+/// Applies the cluster's Works to the member and reports their status,
+/// for ever. The token allows following only this cluster's execution
+/// namespace and its own Cluster (watched by name), so those are the
+/// caches the execution controller gets.
+pub async fn apply_works(hub: Client, member: Client, o: AgentOptions) {
+    let by_name = watcher::Config::default().fields(&format!("metadata.name={}", o.cluster));
+    let (clusters, drive_clusters) =
+        Fanout::selecting(Api::<Cluster>::all(hub.clone()), (), by_name);
+    let namespace = Cluster::execution_namespace(&o.cluster);
+    let (works, drive_works) = PackedFanout::new(Api::<Work>::namespaced(hub.clone(), &namespace));
+    // No overrides are rendered here: the hub wrote them into the Works.
+    let no_overrides =
+        || reflector::store::Writer::new(override_resource(Scope::Namespaced)).as_reader();
+    let ctx = Arc::new(Shared {
+        hub_kinds: Kinds::new(hub.clone()),
+        members: Members::fixed(&o.cluster, member),
+        hub,
+        clusters: clusters.store.clone(),
+        works: works.store.clone(),
+        options: Options {
+            work_concurrency: o.work_concurrency,
+            applies_sync_mode: sync_mode::PULL,
+            ..Options::default()
+        },
+        metrics: Metrics::default(),
+        override_policies: [no_overrides(), no_overrides()],
+        overrides_epoch: Default::default(),
+        placement_epoch: Default::default(),
+    });
+    let changes = works.changes.subscribe_shared();
+    let execution = async {
+        // As in the control plane: nothing is decided on a half-filled cache.
+        let _ = clusters.store.wait_until_ready().await;
+        works.store.wait_until_listed().await;
+        execution::run(ctx, changes).await;
+    };
+    tokio::join!(drive_clusters, drive_works, execution);
 }

@@ -32,9 +32,10 @@ fn allowed(cluster: &str, a: &Attributes) -> bool {
     let reads = matches!(verb, "get" | "list" | "watch");
     let writes = matches!(verb, "update" | "patch");
     match (a.group, a.resource) {
-        // Its own Cluster: register it, read it, report its status.
+        // Its own Cluster: register it, follow it (a list or watch
+        // narrowed to its name), report its status.
         (CLUSTER_GROUP, "clusters") => {
-            (verb == "get" || verb == "create" || writes) && a.name().as_deref() == Some(cluster)
+            (reads || verb == "create" || writes) && a.name().as_deref() == Some(cluster)
         }
         // The Works of its execution namespace: follow them, report their
         // status, release their finalizers. Never create or delete them.
@@ -83,6 +84,18 @@ mod tests {
         name: Option<&str>,
         body: &[u8],
     ) -> Result<(), ApiError> {
+        ask_selecting(user, verb, (group, resource), namespace, name, None, body)
+    }
+
+    fn ask_selecting(
+        user: &User,
+        verb: &str,
+        (group, resource): (&str, &str),
+        namespace: Option<&str>,
+        name: Option<&str>,
+        field_selector: Option<&str>,
+        body: &[u8],
+    ) -> Result<(), ApiError> {
         AgentAuthorizer.authorize(
             user,
             &Attributes {
@@ -92,6 +105,7 @@ mod tests {
                 subresource: None,
                 namespace,
                 path_name: name,
+                field_selector,
                 body,
             },
         )
@@ -122,6 +136,15 @@ mod tests {
         assert!(ask(&a, "patch", clusters, None, Some("member3"), b"").is_ok());
         assert!(ask(&a, "get", clusters, None, Some("member1"), b"").is_err());
         assert!(ask(&a, "list", clusters, None, None, b"").is_err());
+        // Watching itself, by name, as the agent's execution does.
+        for verb in ["list", "watch"] {
+            let watch = |selector| ask_selecting(&a, verb, clusters, None, None, selector, b"");
+            assert!(watch(Some("metadata.name=member3")).is_ok(), "{verb}");
+            assert!(watch(Some("metadata.name==member3")).is_ok(), "{verb}");
+            assert!(watch(Some("metadata.name=member1")).is_err(), "{verb}");
+            assert!(watch(Some("metadata.name!=member3")).is_err(), "{verb}");
+            assert!(watch(Some("spec.syncMode=Pull")).is_err(), "{verb}");
+        }
 
         let leases = ("coordination.k8s.io", "leases");
         assert!(

@@ -66,6 +66,13 @@ pub mod finalizers {
 
 // ---------------------------------------------------------------- Cluster
 
+/// `spec.syncMode`: the hub applies the Works of a Push cluster; the
+/// agent running next to a Pull cluster applies that cluster's.
+pub mod sync_mode {
+    pub const PUSH: &str = "Push";
+    pub const PULL: &str = "Pull";
+}
+
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "cluster.karmada.io",

@@ -10,7 +10,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use tracing::{debug, warn};
 
-use crate::api::{Cluster, OverridePolicy, Work};
+use crate::api::{Cluster, OverridePolicy, Work, sync_mode};
 use crate::error::Error;
 use crate::kinds::Kinds;
 use crate::members::Members;
@@ -34,6 +34,9 @@ pub struct Options {
     /// How long a cluster being evicted keeps its Work when the new
     /// placement does not become healthy (`--graceful-eviction-timeout`).
     pub graceful_eviction_timeout: Duration,
+    /// The sync mode of the clusters whose Works this process applies:
+    /// Push in the control plane, Pull in an agent.
+    pub applies_sync_mode: &'static str,
 }
 
 impl Default for Options {
@@ -45,6 +48,7 @@ impl Default for Options {
             work_concurrency: 5,
             cluster_monitor_grace_period: Duration::from_secs(40),
             graceful_eviction_timeout: Duration::from_secs(600),
+            applies_sync_mode: sync_mode::PUSH,
         }
     }
 }

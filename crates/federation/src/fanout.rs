@@ -23,11 +23,14 @@ use crate::packed::{PackedStore, PackedWriter};
 /// A watch of every object of `api` with managedFields dropped: no
 /// controller reads them, and in a cache of 100,000 Works they would be
 /// most of its memory (as controller-runtime's TransformStripManagedFields).
-pub fn lean_watch<K>(api: Api<K>) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send
+pub fn lean_watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send
 where
     K: Resource + Clone + std::fmt::Debug + DeserializeOwned + Send + 'static,
 {
-    watcher(api, watcher::Config::default()).modify(|obj| {
+    watcher(api, config).modify(|obj| {
         obj.meta_mut().managed_fields = None;
     })
 }
@@ -89,12 +92,24 @@ where
         Fanout<K>,
         impl std::future::Future<Output = ()> + Send + 'static,
     ) {
+        Self::selecting(api, dyntype, watcher::Config::default())
+    }
+
+    /// As [`new`](Self::new), of the objects `config` selects.
+    pub fn selecting(
+        api: Api<K>,
+        dyntype: K::DynamicType,
+        config: watcher::Config,
+    ) -> (
+        Fanout<K>,
+        impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
         let writer = reflector::store::Writer::new(dyntype);
         let store = writer.as_reader();
         let changes = Subscribers::new();
         let subs = changes.clone();
         let drive = async move {
-            let events = reflector::reflector(writer, lean_watch(api))
+            let events = reflector::reflector(writer, lean_watch(api, config))
                 .default_backoff()
                 .touched_objects();
             let mut events = std::pin::pin!(events);
@@ -130,7 +145,8 @@ where
         let changes = Subscribers::new();
         let subs = changes.clone();
         let drive = async move {
-            let mut events = std::pin::pin!(lean_watch(api).default_backoff());
+            let mut events =
+                std::pin::pin!(lean_watch(api, watcher::Config::default()).default_backoff());
             while let Some(event) = events.next().await {
                 let Ok(event) = event else { continue };
                 writer.apply(&event);

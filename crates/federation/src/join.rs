@@ -14,7 +14,7 @@ use kube::{Api, Client};
 use secrecy::ExposeSecret;
 use serde_json::json;
 
-use crate::api::{CLUSTER_NAMESPACE, Cluster, ClusterSpec, SecretRef};
+use crate::api::{CLUSTER_NAMESPACE, Cluster, ClusterSpec, SecretRef, sync_mode};
 use crate::members::Credentials;
 
 #[derive(Debug, thiserror::Error)]
@@ -236,7 +236,7 @@ pub async fn join(hub: &Client, req: &JoinRequest) -> Result<Cluster, JoinError>
     let mut cluster = Cluster::new(
         &req.name,
         ClusterSpec {
-            sync_mode: "Push".into(),
+            sync_mode: sync_mode::PUSH.into(),
             api_endpoint: Some(req.credentials.server.clone()),
             secret_ref: Some(SecretRef {
                 namespace: CLUSTER_NAMESPACE.into(),

@@ -34,6 +34,8 @@ pub enum MemberError {
     },
     #[error("the credentials of cluster {0} hold neither a token nor a client certificate")]
     NoCredentials(String),
+    #[error("cluster {0} is not the one this agent runs next to")]
+    NotHere(String),
     #[error("invalid credentials for {cluster}: {message}")]
     Config { cluster: String, message: String },
 }
@@ -134,15 +136,23 @@ pub struct Member {
     pub kinds: Kinds,
 }
 
-/// Clients for every joined member, rebuilt when a Cluster's endpoint or
-/// Secret changes.
+/// How controllers reach members: in the control plane, every joined
+/// member through the credentials `flotilla join` stored (rebuilt when a
+/// Cluster's endpoint or Secret changes); in a pull-mode agent, the one
+/// member it runs next to.
 #[derive(Clone)]
-pub struct Members {
-    hub: Client,
-    cache: Arc<Mutex<HashMap<String, Cached>>>,
+pub enum Members {
+    Joined {
+        hub: Client,
+        cache: Arc<Mutex<HashMap<String, Cached>>>,
+    },
+    Fixed {
+        cluster: String,
+        member: Member,
+    },
 }
 
-struct Cached {
+pub struct Cached {
     fingerprint: String,
     checked: Instant,
     member: Member,
@@ -153,21 +163,38 @@ struct Cached {
 const RECHECK: Duration = Duration::from_secs(30);
 
 impl Members {
+    /// Every joined member, through the hub.
     pub fn new(hub: Client) -> Members {
-        Members {
+        Members::Joined {
             hub,
             cache: Arc::default(),
         }
     }
 
+    /// Only `cluster`, through `client`.
+    pub fn fixed(cluster: &str, client: Client) -> Members {
+        Members::Fixed {
+            cluster: cluster.to_string(),
+            member: Member {
+                kinds: Kinds::new(client.clone()),
+                client,
+            },
+        }
+    }
+
     pub async fn get(&self, cluster: &Cluster) -> Result<Member, MemberError> {
         let name = cluster.metadata.name.clone().unwrap_or_default();
+        let (hub, cache) = match self {
+            Members::Joined { hub, cache } => (hub, cache),
+            Members::Fixed { cluster, member } if *cluster == name => return Ok(member.clone()),
+            Members::Fixed { .. } => return Err(MemberError::NotHere(name)),
+        };
         let endpoint = cluster
             .spec
             .api_endpoint
             .clone()
             .ok_or_else(|| MemberError::NoEndpoint(name.clone()))?;
-        if let Some(c) = self.cache.lock().get(&name)
+        if let Some(c) = cache.lock().get(&name)
             && c.fingerprint.starts_with(&format!("{endpoint}|"))
             && c.checked.elapsed() < RECHECK
         {
@@ -178,7 +205,7 @@ impl Members {
             .secret_ref
             .clone()
             .ok_or_else(|| MemberError::NoSecret(name.clone()))?;
-        let secret = Api::<Secret>::namespaced(self.hub.clone(), &secret_ref.namespace)
+        let secret = Api::<Secret>::namespaced(hub.clone(), &secret_ref.namespace)
             .get(&secret_ref.name)
             .await
             .map_err(|source| MemberError::ReadSecret {
@@ -194,7 +221,7 @@ impl Members {
                 .unwrap_or_default(),
             cluster.spec.insecure_skip_tls_verification
         );
-        if let Some(c) = self.cache.lock().get_mut(&name)
+        if let Some(c) = cache.lock().get_mut(&name)
             && c.fingerprint == fingerprint
         {
             c.checked = Instant::now();
@@ -218,11 +245,13 @@ impl Members {
             checked: Instant::now(),
             member: member.clone(),
         };
-        self.cache.lock().insert(name, cached);
+        cache.lock().insert(name, cached);
         Ok(member)
     }
 
     pub fn forget(&self, cluster: &str) {
-        self.cache.lock().remove(cluster);
+        if let Members::Joined { cache, .. } = self {
+            cache.lock().remove(cluster);
+        }
     }
 }

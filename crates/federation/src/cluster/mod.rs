@@ -23,7 +23,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::api::{CLUSTER_NAMESPACE, Cluster, ClusterStatus, Work, finalizers};
+use crate::api::{CLUSTER_NAMESPACE, Cluster, ClusterStatus, Work, finalizers, sync_mode};
 use crate::conditions;
 use crate::context::{Ctx, retry};
 use crate::error::{Error, is_not_found};
@@ -72,10 +72,10 @@ async fn reconcile(cluster: Arc<Cluster>, cctx: Arc<ClusterCtx>) -> Result<Actio
         return Ok(Action::await_change());
     }
     ensure_execution_namespace(&cctx, &name).await?;
-    if cluster.spec.sync_mode == "Pull" {
+    if cluster.spec.sync_mode == sync_mode::PULL {
         return monitor_lease(ctx, &api, &cluster).await;
     }
-    if cluster.spec.sync_mode != "Push" {
+    if cluster.spec.sync_mode != sync_mode::PUSH {
         return Ok(Action::await_change());
     }
     let interval = ctx.options.cluster_status_interval;

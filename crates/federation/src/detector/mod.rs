@@ -190,7 +190,7 @@ fn watch_policies(ctx: &Ctx, scope: Scope, changed: broadcast::Sender<()>) -> St
     let writer = reflector::store::Writer::new(ar.clone());
     let reader = writer.as_reader();
     let hub = ctx.hub.clone();
-    let stream = reflector::reflector(writer, lean_watch(api))
+    let stream = reflector::reflector(writer, lean_watch(api, watcher::Config::default()))
         .default_backoff()
         .touched_objects();
     tokio::spawn(async move {

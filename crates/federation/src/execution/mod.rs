@@ -1,5 +1,6 @@
-//! The execution controller (Push mode): applies each Work's manifests to
-//! its member with server-side apply, so fields the member owns (a
+//! The execution controller: applies each Work's manifests to its member
+//! (in the control plane, for Push members; in a Pull member's agent, for
+//! that member) with server-side apply, so fields the member owns (a
 //! Service's clusterIP, replicas under an HPA) stay the member's, and
 //! drift in the fields Flotilla applies is reverted. Objects Flotilla did
 //! not create are left alone unless the policy says Overwrite. Member
@@ -17,7 +18,7 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use tracing::warn;
+use tracing::debug;
 
 use crate::api::{
     EXECUTION_PREFIX, ManifestStatus, ResourceIdentifier, Work, WorkStatus, annotations, finalizers,
@@ -35,6 +36,9 @@ pub use apply::FIELD_MANAGER;
 /// net for changes a member's watch could not report. One sweep for all,
 /// rather than a timer per Work held in the queue.
 const RESYNC: Duration = Duration::from_secs(300);
+
+/// How often a deleted Work whose member is not ready looks again.
+const NOT_READY_RETRY: Duration = Duration::from_secs(5);
 
 struct Execution {
     shared: Ctx,
@@ -86,9 +90,12 @@ async fn reconcile(work: Arc<Work>, exec: Arc<Execution>) -> Result<Next, Error>
     let ctx = &exec.shared;
     let api: Api<Work> = Api::namespaced(ctx.hub.clone(), &work.namespace().unwrap_or_default());
     let cluster = ctx.cluster(&cluster_name);
-    if cluster.as_ref().is_some_and(|c| c.spec.sync_mode == "Pull") {
-        // A Pull cluster's agent applies its Works, finalizers included:
-        // the hub cannot reach it.
+    if cluster
+        .as_ref()
+        .is_some_and(|c| c.spec.sync_mode != ctx.options.applies_sync_mode)
+    {
+        // The hub cannot reach a Pull cluster: its agent applies its
+        // Works, finalizers included. An agent applies nothing else.
         return Ok(None);
     }
     if work.metadata.deletion_timestamp.is_some() {
@@ -103,8 +110,12 @@ async fn reconcile(work: Arc<Work>, exec: Arc<Execution>) -> Result<Next, Error>
                     apply::delete_from_member(&exec, &member, &cluster_name, &work, m).await?;
                 }
             }
-            Some(_) if !preserve => {
-                warn!(cluster = %cluster_name, work = %work.name_any(), "member not ready; its copy is left in place");
+            // As Karmada: the copy is deleted once the member is back, so
+            // that nothing is left behind without its Work. Only a member
+            // being unjoined (or gone) lets its Works go unreached.
+            Some(c) if !preserve && c.metadata.deletion_timestamp.is_none() => {
+                debug!(cluster = %cluster_name, work = %work.name_any(), "member not ready; deleting its copy once it is");
+                return Ok(Some(NOT_READY_RETRY));
             }
             _ => {}
         }
