@@ -61,6 +61,47 @@ impl<'a> Walker<'a> {
         schema
     }
 
+    /// `x-kubernetes-list-type`: a `set` holds no value twice, a `map` no
+    /// two items with the same `x-kubernetes-list-map-keys`.
+    fn check_list_type(&mut self, items: &[Value], schema: &Value, path: &str) {
+        let identity: Box<dyn Fn(&Value) -> Value> =
+            match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
+                Some("set") => Box::new(Value::clone),
+                Some("map") => {
+                    let keys: Vec<String> = schema
+                        .get("x-kubernetes-list-map-keys")
+                        .and_then(Value::as_array)
+                        .map(|k| {
+                            k.iter()
+                                .filter_map(Value::as_str)
+                                .map(str::to_string)
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    Box::new(move |item| {
+                        let present = keys
+                            .iter()
+                            .filter_map(|k| Some((k.clone(), item.get(k)?.clone())));
+                        Value::Object(present.collect())
+                    })
+                }
+                _ => return,
+            };
+        let mut seen: Vec<Value> = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let id = identity(item);
+            if seen.contains(&id) {
+                self.cause(
+                    "FieldValueDuplicate",
+                    &format!("{path}[{i}]"),
+                    format!("Duplicate value: {}", go_value(&id)),
+                );
+            } else {
+                seen.push(id);
+            }
+        }
+    }
+
     fn cause(&mut self, reason: &'static str, path: &str, message: String) {
         self.outcome.causes.push(Cause {
             reason,
@@ -316,6 +357,7 @@ impl<'a> Walker<'a> {
                     format!("Too many: {len}: must have at most {max} items"),
                 );
             }
+            self.check_list_type(items, schema, path);
         }
         if let Some(map) = value.as_object() {
             let len = map.len() as f64;
@@ -351,6 +393,27 @@ fn join(path: &str, key: &str) -> String {
     }
 }
 
+/// A value as upstream's messages print it (Go's `%#v` of the decoded
+/// JSON): `"a"`, `map[string]interface {}{"effect":"NoSchedule", "key":"k"}`.
+fn go_value(v: &Value) -> String {
+    match v {
+        Value::Object(m) => {
+            // Go prints a map's keys sorted.
+            let mut fields: Vec<String> = m
+                .iter()
+                .map(|(k, v)| format!("{k:?}:{}", go_value(v)))
+                .collect();
+            fields.sort();
+            format!("map[string]interface {{}}{{{}}}", fields.join(", "))
+        }
+        Value::Array(a) => {
+            let items: Vec<String> = a.iter().map(go_value).collect();
+            format!("[]interface {{}}{{{}}}", items.join(", "))
+        }
+        other => other.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,6 +446,42 @@ mod tests {
         assert!(
             fields.contains(&"spec.mode") && fields.contains(&"spec.size"),
             "{fields:?}"
+        );
+    }
+
+    #[test]
+    fn list_types_refuse_duplicates() {
+        let schema = json!({"type": "object", "properties": {
+            "taints": {"type": "array", "x-kubernetes-list-type": "map",
+                       "x-kubernetes-list-map-keys": ["key", "effect"],
+                       "items": {"type": "object", "properties": {
+                           "key": {"type": "string"}, "effect": {"type": "string"},
+                           "value": {"type": "string"}}}},
+            "names": {"type": "array", "x-kubernetes-list-type": "set",
+                      "items": {"type": "string"}}}});
+        let mut obj = json!({
+            "taints": [{"key": "k", "effect": "NoSchedule", "value": "a"},
+                       {"key": "k", "effect": "NoExecute"},
+                       {"key": "k", "effect": "NoSchedule", "value": "b"}],
+            "names": ["a", "b", "a"]});
+        let none = |_: &str| -> Option<&Value> { None };
+        let mut w = Walker::new(&none, true);
+        w.walk_root(&mut obj, &schema);
+        let causes: Vec<_> = w
+            .outcome
+            .causes
+            .iter()
+            .map(|c| (c.field.as_str(), c.message.as_str()))
+            .collect();
+        assert_eq!(
+            causes,
+            vec![
+                (
+                    "taints[2]",
+                    "Duplicate value: map[string]interface {}{\"effect\":\"NoSchedule\", \"key\":\"k\"}"
+                ),
+                ("names[2]", "Duplicate value: \"a\""),
+            ]
         );
     }
 }

@@ -600,6 +600,139 @@ spec:
 }
 
 #[test]
+fn a_cluster_taint_policy_taints_a_failed_member_and_its_noexecute_evicts() {
+    let fleet = Fleet::new(&[("member1", "us-east"), ("member2", "eu-west")]);
+    // Bad policies are refused whole, with upstream's reasons.
+    let bad = |taints: &str, operator: &str| {
+        fleet.hub.kubectl_stdin(
+            &["apply", "-f", "-"],
+            Some(&format!(
+                "apiVersion: policy.karmada.io/v1alpha1\nkind: ClusterTaintPolicy\nmetadata: {{name: bad}}\nspec:\n  addOnConditions: [{{conditionType: Ready, operator: {operator}, statusValues: [\"False\"]}}]\n  taints: {taints}\n"
+            )),
+        )
+    };
+    let duplicate = bad(
+        "[{key: k, effect: NoSchedule}, {key: k, effect: NoSchedule, value: v}]",
+        "In",
+    );
+    assert!(!duplicate.status.success());
+    assert_has(&stderr(&duplicate), &["spec.taints[1]", "Duplicate value"]);
+    let operator = bad("[{key: k, effect: NoSchedule}]", "Equals");
+    assert!(!operator.status.success());
+    assert_has(
+        &stderr(&operator),
+        &["spec.addOnConditions[0].operator", "Unsupported value"],
+    );
+    let none = bad("[]", "In");
+    assert!(!none.status.success());
+    assert_has(&stderr(&none), &["spec.taints", "at least 1 items"]);
+    assert!(!exists(&fleet.hub, &["get", "clustertaintpolicy", "bad"]));
+
+    fleet.apply(
+        r#"
+apiVersion: policy.karmada.io/v1alpha1
+kind: ClusterTaintPolicy
+metadata: {name: evict-failed-eu}
+spec:
+  targetClusters: {clusterNames: [member2]}
+  addOnConditions: [{conditionType: Ready, operator: NotIn, statusValues: ["True"]}]
+  removeOnConditions: [{conditionType: Ready, operator: In, statusValues: ["True"]}]
+  taints: [{key: example.com/failed, effect: NoExecute}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: shop
+spec:
+  replicas: 4
+  selector:
+    matchLabels: {app: shop}
+  template:
+    metadata:
+      labels: {app: shop}
+    spec:
+      containers:
+        - {name: shop, image: nginx:1.27}
+---
+apiVersion: policy.karmada.io/v1alpha1
+kind: PropagationPolicy
+metadata:
+  name: shop
+spec:
+  resourceSelectors:
+    - {apiVersion: apps/v1, kind: Deployment, name: shop}
+  failover:
+    cluster: {purgeMode: Directly}
+  placement:
+    clusterAffinity:
+      clusterNames: [member1, member2]
+    replicaScheduling:
+      replicaSchedulingType: Divided
+      replicaDivisionPreference: Weighted
+      weightPreference: {dynamicWeight: AvailableReplicas}
+"#,
+    );
+    let shop_in = |m: &str| {
+        jsonpath(
+            fleet.member(m),
+            &["get", "deploy", "shop"],
+            "{.spec.replicas}",
+        )
+    };
+    wait_for(WAIT, "2 and 2 replicas", || {
+        shop_in("member1") == "2" && shop_in("member2") == "2"
+    });
+    let taints = |m: &str| {
+        fleet.jsonpath_hub(
+            &["get", "cluster", m],
+            "{range .spec.taints[*]}{.key}:{.effect} {end}",
+        )
+    };
+    assert!(!taints("member2").contains("example.com/failed"));
+
+    // member2 fails: Ready turns False, the policy adds its NoExecute
+    // taint, and the binding, tolerating it for no time, leaves member2
+    // at once (the not-ready taint alone would wait its default 300 s).
+    member_fault(&fleet, "member2", &["unreachable", "--mode", "refuse"]);
+    wait_for(WAIT, "member2 tainted by the policy", || {
+        taints("member2").contains("example.com/failed:NoExecute")
+    });
+    assert!(!taints("member1").contains("example.com/failed"));
+    wait_for(WAIT, "member2's share on member1", || {
+        shop_in("member1") == "4"
+    });
+    assert_eq!(
+        fleet.jsonpath_hub(
+            &["get", "rb", "shop-deployment"],
+            "{.spec.clusters[*].name}"
+        ),
+        "member1"
+    );
+    let events = fleet.hub.ok(&[
+        "get",
+        "events",
+        "-n",
+        "default",
+        "--field-selector",
+        "involvedObject.name=member2",
+    ]);
+    assert_has(
+        &events,
+        &["TaintClusterSucceed", "example.com/failed:NoExecute"],
+    );
+
+    // Back: Ready again, and the policy takes its taint away.
+    member_fault(&fleet, "member2", &["reachable"]);
+    wait_for(WAIT, "member2 untainted", || {
+        !taints("member2").contains("example.com/failed")
+    });
+    // Deleting the policy leaves the taints as they are (as Karmada).
+    fleet
+        .hub
+        .ok(&["delete", "clustertaintpolicy", "evict-failed-eu"]);
+}
+
+#[test]
 fn an_application_unhealthy_in_one_member_moves_to_the_other() {
     let fleet = Fleet::new(&[("member1", "us-east"), ("member2", "eu-west")]);
     fleet.apply(&failing_over(

@@ -569,6 +569,38 @@ impl BindingSpec {
 
 // ------------------------------------------------------ WorkloadRebalancer
 
+/// `policy.karmada.io/v1alpha1` ClusterTaintPolicy: taints the target
+/// clusters while their conditions match `addOnConditions`, and removes
+/// the taints when they match `removeOnConditions`.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "policy.karmada.io",
+    version = "v1alpha1",
+    kind = "ClusterTaintPolicy",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterTaintPolicySpec {
+    /// Every cluster when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_clusters: Option<ClusterAffinity>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub add_on_conditions: Vec<MatchCondition>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remove_on_conditions: Vec<MatchCondition>,
+    /// Key, effect and value; `timeAdded` is set when a taint is added.
+    pub taints: Vec<Taint>,
+}
+
+/// A cluster condition's status `In` or `NotIn` the given values.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MatchCondition {
+    pub condition_type: String,
+    pub operator: String,
+    pub status_values: Vec<String>,
+}
+
 /// `apps.karmada.io/v1alpha1` WorkloadRebalancer: asks for a fresh
 /// division of the named workloads.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

@@ -8,9 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Event, EventSource};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
@@ -31,7 +29,7 @@ use crate::kinds::scoped_api;
 use crate::overrides::{self, Applied, OverrideError};
 use crate::packed::PackedStore;
 use crate::queue::{self, Next, WorkQueue};
-use crate::{interpreter, names};
+use crate::{events, interpreter, names};
 
 /// Bindings whose Works are written at once.
 const BINDING_SYNCS: usize = 32;
@@ -339,7 +337,7 @@ async fn mark_binding(ctx: &Ctx, binding: &Binding, failed: &[String]) -> Result
 
 /// Records a core/v1 Event on the template, as Karmada's binding
 /// controller does for overrides (here only when the outcome changes, not
-/// on every sync). Best effort: an Event that cannot be written is logged.
+/// on every sync).
 async fn record_event(
     ctx: &Ctx,
     template: &ObjectReference,
@@ -347,47 +345,21 @@ async fn record_event(
     reason: &str,
     message: &str,
 ) {
-    // Events of cluster-scoped objects live in `default`, as upstream's.
-    let namespace = if template.namespace.is_empty() {
-        "default"
-    } else {
-        template.namespace.as_str()
-    };
-    let now = conditions::now();
-    let event = Event {
-        metadata: ObjectMeta {
-            name: Some(format!(
-                "{}.{}",
-                template.name,
-                uuid::Uuid::new_v4().simple()
-            )),
-            namespace: Some(namespace.into()),
-            ..Default::default()
-        },
-        involved_object: k8s_openapi::api::core::v1::ObjectReference {
-            api_version: Some(template.api_version.clone()),
-            kind: Some(template.kind.clone()),
-            name: Some(template.name.clone()),
-            namespace: (!template.namespace.is_empty()).then(|| template.namespace.clone()),
-            uid: (!template.uid.is_empty()).then(|| template.uid.clone()),
-            ..Default::default()
-        },
-        type_: Some(type_.into()),
-        reason: Some(reason.into()),
-        message: Some(message.into()),
-        source: Some(EventSource {
-            component: Some("binding-controller".into()),
-            host: None,
-        }),
-        count: Some(1),
-        first_timestamp: Some(now.clone()),
-        last_timestamp: Some(now),
+    let involved = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(template.api_version.clone()),
+        kind: Some(template.kind.clone()),
+        name: Some(template.name.clone()),
+        namespace: (!template.namespace.is_empty()).then(|| template.namespace.clone()),
+        uid: (!template.uid.is_empty()).then(|| template.uid.clone()),
         ..Default::default()
     };
-    let api: Api<Event> = Api::namespaced(ctx.hub.clone(), namespace);
-    if let Err(error) = api.create(&PostParams::default(), &event).await {
-        warn!(%error, reason, "cannot record an event on the template");
-    }
+    events::record(
+        &ctx.hub,
+        involved,
+        "binding-controller",
+        (type_, reason, message),
+    )
+    .await;
 }
 
 /// Whether the OverridesApplied condition changed.

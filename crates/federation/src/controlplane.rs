@@ -16,7 +16,8 @@ use tokio::task::JoinSet;
 use tracing::info;
 
 use crate::api::{
-    Binding, Cluster, OverridePolicy, Scope, Work, binding_resource, override_resource,
+    Binding, Cluster, ClusterTaintPolicy, OverridePolicy, Scope, Work, binding_resource,
+    override_resource,
 };
 use crate::context::{Ctx, Options, Shared};
 use crate::fanout::{Fanout, PackedFanout};
@@ -24,7 +25,9 @@ use crate::kinds::Kinds;
 use crate::members::Members;
 use crate::metrics::Metrics;
 use crate::packed::PackedStore;
-use crate::{binding, cluster, detector, execution, failover, rebalancer, scheduler, status};
+use crate::{
+    binding, cluster, detector, execution, failover, rebalancer, scheduler, status, taint_policy,
+};
 
 /// What of a cluster placement depends on: a change here reschedules.
 fn placement_fingerprint(c: &Cluster) -> u64 {
@@ -140,6 +143,8 @@ fn signal(rx: broadcast::Receiver<()>) -> impl Stream<Item = ()> + Send + 'stati
 pub async fn run(hub: Client, options: Options, metrics: Metrics) {
     let (clusters, drive_clusters) = Fanout::new(Api::<Cluster>::all(hub.clone()), ());
     let (works, drive_works) = PackedFanout::new(Api::<Work>::all(hub.clone()));
+    let (taint_policies, drive_taint_policies) =
+        Fanout::new(Api::<ClusterTaintPolicy>::all(hub.clone()), ());
     let bindings = [Scope::Namespaced, Scope::Cluster].map(|scope| {
         let ar = binding_resource(scope);
         (
@@ -203,8 +208,19 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
             ctx.clone(),
             works.changes.subscribe_shared(),
         )),
+        Box::pin(taint_policy::run(
+            ctx.clone(),
+            clusters.store.clone(),
+            clusters.changes.subscribe(),
+            taint_policies.store.clone(),
+            taint_policies.changes.subscribe_shared().map(|_| ()),
+        )),
     ];
-    let mut caches = vec![listed(clusters.store.clone()), packed_listed(&works.store)];
+    let mut caches = vec![
+        listed(clusters.store.clone()),
+        packed_listed(&works.store),
+        listed(taint_policies.store.clone()),
+    ];
     let mut tasks = JoinSet::new();
     for (fanout, drive) in overrides {
         controllers.push(Box::pin(override_changes(
@@ -248,6 +264,7 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
     }
     tasks.spawn(drive_clusters);
     tasks.spawn(drive_works);
+    tasks.spawn(drive_taint_policies);
     // A controller deciding on a half-filled cache after a restart would
     // write churn: a binding whose Works are not listed yet would report
     // them missing, and the binding controller would create them again

@@ -275,7 +275,47 @@ fn kinds() -> Vec<Kind> {
             &["workloads"],
         ),
     };
-    let mut kinds = vec![cluster, work, rebalancer];
+    let match_conditions = || {
+        json!({"type": "array", "items": open_object(
+            json!({
+                "conditionType": {"type": "string"},
+                "operator": {"type": "string", "enum": ["In", "NotIn"]},
+                "statusValues": {"type": "array", "items": {"type": "string"}},
+            }),
+            &["conditionType", "operator", "statusValues"],
+        )})
+    };
+    let taint_policy = Kind {
+        group: "policy.karmada.io",
+        version: "v1alpha1",
+        kind: "ClusterTaintPolicy".into(),
+        plural: "clustertaintpolicies".into(),
+        short_names: Vec::new(),
+        namespaced: false,
+        categorized: true,
+        columns: vec![age()],
+        spec: open_object(
+            json!({
+                "targetClusters": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                "addOnConditions": match_conditions(),
+                "removeOnConditions": match_conditions(),
+                "taints": {
+                    "type": "array",
+                    "minItems": 1,
+                    // One taint per key and effect, as Karmada's webhook.
+                    "x-kubernetes-list-type": "map",
+                    "x-kubernetes-list-map-keys": ["key", "effect"],
+                    "items": open_object(json!({
+                        "key": {"type": "string", "minLength": 1},
+                        "value": {"type": "string"},
+                        "effect": {"type": "string", "enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
+                    }), &["key", "effect"]),
+                },
+            }),
+            &["taints"],
+        ),
+    };
+    let mut kinds = vec![cluster, work, rebalancer, taint_policy];
     kinds.extend(twins(
         "policy.karmada.io",
         "v1alpha1",
