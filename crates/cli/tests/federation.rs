@@ -732,6 +732,130 @@ spec:
         .ok(&["delete", "clustertaintpolicy", "evict-failed-eu"]);
 }
 
+const KEPT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: kept
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: kept}
+  template:
+    metadata:
+      labels: {app: kept}
+    spec:
+      containers:
+        - {name: kept, image: nginx:1.27}
+"#;
+
+/// The policy for [`KEPT`], with `extra` in its spec.
+fn kept_policy(extra: &str) -> String {
+    format!(
+        r#"
+apiVersion: policy.karmada.io/v1alpha1
+kind: PropagationPolicy
+metadata:
+  name: kept
+spec:
+  resourceSelectors:
+    - {{apiVersion: apps/v1, kind: Deployment, name: kept}}
+  placement:
+    clusterAffinity:
+      clusterNames: [member1, member2]{extra}
+"#
+    )
+}
+
+#[test]
+fn suspended_dispatching_holds_changes_back_and_preserved_copies_outlive_their_template() {
+    let fleet = Fleet::new(&[("member1", "us-east"), ("member2", "eu-west")]);
+    fleet.apply(KEPT);
+    fleet.apply(&kept_policy(""));
+    let kept_in = |m: &str| {
+        jsonpath(
+            fleet.member(m),
+            &["get", "deploy", "kept"],
+            "{.spec.replicas}",
+        )
+    };
+    wait_for(WAIT, "2 replicas in each", || {
+        kept_in("member1") == "2" && kept_in("member2") == "2"
+    });
+    let work_of = |m: &str, path: &str| {
+        fleet.jsonpath_hub(
+            &["get", "works", "-n", &format!("karmada-es-{m}")],
+            &format!("{{.items[*]{path}}}"),
+        )
+    };
+    let dispatching = |m: &str| work_of(m, ".status.conditions[?(@.type==\"Dispatching\")].reason");
+
+    // Suspended on member2 only: a change reaches member1, not member2,
+    // and member2's Work says why.
+    fleet.apply(&kept_policy(
+        "\n  suspension:\n    dispatchingOnClusters: {clusterNames: [member2]}",
+    ));
+    wait_for(WAIT, "member2's Work suspended", || {
+        dispatching("member2") == "SuspendDispatching"
+    });
+    fleet
+        .hub
+        .ok(&["scale", "deploy", "kept", "--replicas", "3"]);
+    wait_for(WAIT, "3 replicas in member1", || kept_in("member1") == "3");
+    wait_for(WAIT, "member2's Work holding 3 replicas", || {
+        work_of("member2", ".spec.workload.manifests[0].spec.replicas") == "3"
+    });
+    assert_eq!(dispatching("member2"), "SuspendDispatching");
+    assert_eq!(kept_in("member2"), "2", "a suspended member was changed");
+
+    // Suspended everywhere, then resumed: both catch up.
+    fleet.apply(&kept_policy("\n  suspension: {dispatching: true}"));
+    wait_for(WAIT, "both Works suspended", || {
+        dispatching("member1") == "SuspendDispatching"
+    });
+    fleet
+        .hub
+        .ok(&["scale", "deploy", "kept", "--replicas", "4"]);
+    wait_for(WAIT, "the Works holding 4 replicas", || {
+        work_of("member1", ".spec.workload.manifests[0].spec.replicas") == "4"
+            && work_of("member2", ".spec.workload.manifests[0].spec.replicas") == "4"
+    });
+    assert_eq!(
+        (kept_in("member1"), kept_in("member2")),
+        ("3".into(), "2".into())
+    );
+    fleet.apply(&kept_policy(""));
+    wait_for(WAIT, "4 replicas in each once resumed", || {
+        kept_in("member1") == "4" && kept_in("member2") == "4"
+    });
+    assert_eq!(dispatching("member1"), "Dispatching");
+
+    // Preserved: deleting the template leaves the members' copies, no
+    // longer marked as Flotilla's.
+    fleet.apply(&kept_policy("\n  preserveResourcesOnDeletion: true"));
+    wait_for(WAIT, "the Works preserving", || {
+        work_of("member1", ".spec.preserveResourcesOnDeletion") == "true"
+            && work_of("member2", ".spec.preserveResourcesOnDeletion") == "true"
+    });
+    fleet.hub.ok(&["delete", "deploy", "kept"]);
+    wait_for(WAIT, "the Works gone", || {
+        fleet
+            .hub
+            .ok(&["get", "works", "-A", "-o", "name"])
+            .is_empty()
+    });
+    for m in ["member1", "member2"] {
+        assert_eq!(kept_in(m), "4", "{m}'s copy went");
+        let marks = jsonpath(
+            fleet.member(m),
+            &["get", "deploy", "kept"],
+            "{.metadata.labels} {.metadata.annotations}",
+        );
+        assert!(!marks.contains("karmada.io/managed"), "{m}: {marks}");
+        assert!(!marks.contains("work.karmada.io/name"), "{m}: {marks}");
+    }
+}
+
 #[test]
 fn an_application_unhealthy_in_one_member_moves_to_the_other() {
     let fleet = Fleet::new(&[("member1", "us-east"), ("member2", "eu-west")]);

@@ -187,14 +187,25 @@ async fn ensure_namespace(
     Ok(())
 }
 
-/// Deletes the member's copy of a manifest, if it is still the copy this
-/// Work put there.
-pub async fn delete_from_member(
+/// What becomes of a member's copy when its Work goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Leaving {
+    /// Deleted with it.
+    Delete,
+    /// Kept (`preserveResourcesOnDeletion`), without the marks that made
+    /// it Flotilla's, so that nothing manages or claims it any more.
+    Release,
+}
+
+/// Deletes or releases the member's copy of a manifest, if it is still
+/// the copy this Work put there.
+pub async fn leave_member(
     exec: &Execution,
     member: &Member,
     cluster: &str,
     work: &Work,
     manifest: &Value,
+    leaving: Leaving,
 ) -> Result<(), Error> {
     let (api_version, kind, namespace, name) = identify(manifest);
     let (ar, namespaced) = match member.kinds.resolve(&api_version, &kind).await {
@@ -221,6 +232,27 @@ pub async fn delete_from_member(
     };
     if !ours(&obj, work) {
         return Ok(());
+    }
+    if leaving == Leaving::Release {
+        let unmark = json!({"metadata": {
+            "labels": {labels::MANAGED: null},
+            "annotations": {
+                annotations::WORK_NAME: null,
+                annotations::WORK_NAMESPACE: null,
+                annotations::MANIFEST_DIGEST: null,
+            },
+        }});
+        return match api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&unmark))
+            .await
+        {
+            Ok(_) => {
+                info!(%cluster, %kind, %namespace, %name, "released in member (preserved)");
+                Ok(())
+            }
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(Error::member(cluster)(e)),
+        };
     }
     match api.delete(&name, &DeleteParams::background()).await {
         Ok(_) => {

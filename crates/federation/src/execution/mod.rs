@@ -31,6 +31,7 @@ use crate::queue::{self, Next, WorkQueue};
 use observed::MemberWatches;
 
 pub use apply::FIELD_MANAGER;
+use apply::Leaving;
 
 /// How often every Work is checked again even without events: a safety
 /// net for changes a member's watch could not report. One sweep for all,
@@ -102,18 +103,22 @@ async fn reconcile(work: Arc<Work>, exec: Arc<Execution>) -> Result<Next, Error>
         if !work.finalizers().iter().any(|f| f == finalizers::EXECUTION) {
             return Ok(None);
         }
-        let preserve = work.spec.preserve_resources_on_deletion == Some(true);
+        let leaving = match work.spec.preserve_resources_on_deletion {
+            Some(true) => Leaving::Release,
+            _ => Leaving::Delete,
+        };
         match &cluster {
-            Some(c) if c.is_ready() && !preserve => {
+            Some(c) if c.is_ready() => {
                 let member = ctx.members.get(c).await?;
                 for m in &work.spec.workload.parsed() {
-                    apply::delete_from_member(&exec, &member, &cluster_name, &work, m).await?;
+                    apply::leave_member(&exec, &member, &cluster_name, &work, m, leaving).await?;
                 }
             }
-            // As Karmada: the copy is deleted once the member is back, so
-            // that nothing is left behind without its Work. Only a member
-            // being unjoined (or gone) lets its Works go unreached.
-            Some(c) if !preserve && c.metadata.deletion_timestamp.is_none() => {
+            // As Karmada: the copy is deleted (or released) once the member
+            // is back, so that nothing is left behind still marked as a
+            // Work's. Only a member being unjoined (or gone) lets its Works
+            // go unreached.
+            Some(c) if c.metadata.deletion_timestamp.is_none() => {
                 debug!(cluster = %cluster_name, work = %work.name_any(), "member not ready; deleting its copy once it is");
                 return Ok(Some(NOT_READY_RETRY));
             }
