@@ -47,8 +47,39 @@ pub fn default_data_dir(component: &str) -> PathBuf {
         .join(component)
 }
 
-/// Resolves when SIGTERM or SIGINT arrives.
+/// Set by `flotilla up` on the processes it starts: each stops when its
+/// stdin (a pipe from `up`) closes, which also happens when `up` itself is
+/// killed, so that no process outlives the fleet.
+pub const STOP_WITH_PARENT_ENV: &str = "FLOTILLA_STOP_WITH_PARENT";
+
+/// Resolves when stdin reaches its end, if [`STOP_WITH_PARENT_ENV`] is
+/// set; never otherwise. A plain thread reads it: a runtime's blocking
+/// task would hold the process open at exit.
+async fn parent_gone() {
+    if std::env::var_os(STOP_WITH_PARENT_ENV).is_none() {
+        return std::future::pending().await;
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut buf = [0u8; 64];
+        let mut stdin = std::io::stdin();
+        while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+        let _ = tx.send(());
+    });
+    let _ = rx.await;
+}
+
+/// Resolves when SIGTERM or SIGINT arrives (or, under `flotilla up`, when
+/// it goes).
 pub async fn shutdown_signal() {
+    tokio::select! {
+        _ = signals() => {}
+        _ = parent_gone() => {}
+    }
+}
+
+async fn signals() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

@@ -10,27 +10,47 @@ use base64::Engine;
 /// the server's CA and a bearer token.
 pub fn render(server: &str, name: &str, ca_pem: &str, token: &str) -> String {
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    render_contexts(
+        &[Entry {
+            name,
+            server,
+            ca_base64: &ca,
+            token,
+        }],
+        name,
+    )
+}
+
+/// One server in a kubeconfig: its cluster, user and context share `name`.
+pub struct Entry<'a> {
+    pub name: &'a str,
+    pub server: &'a str,
+    pub ca_base64: &'a str,
+    pub token: &'a str,
+}
+
+/// A kubeconfig with a context per entry; `current` is the current one.
+pub fn render_contexts(entries: &[Entry], current: &str) -> String {
+    let mut clusters = String::new();
+    let mut contexts = String::new();
+    let mut users = String::new();
+    for Entry {
+        name,
+        server,
+        ca_base64,
+        token,
+    } in entries
+    {
+        clusters.push_str(&format!(
+            "- name: {name}\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca_base64}\n"
+        ));
+        contexts.push_str(&format!(
+            "- name: {name}\n  context:\n    cluster: {name}\n    user: {name}\n    namespace: default\n"
+        ));
+        users.push_str(&format!("- name: {name}\n  user:\n    token: {token}\n"));
+    }
     format!(
-        "apiVersion: v1
-kind: Config
-clusters:
-- name: {name}
-  cluster:
-    server: {server}
-    certificate-authority-data: {ca}
-contexts:
-- name: {name}
-  context:
-    cluster: {name}
-    user: {name}
-    namespace: default
-current-context: {name}
-users:
-- name: {name}
-  user:
-    token: {token}
-preferences: {{}}
-"
+        "apiVersion: v1\nkind: Config\nclusters:\n{clusters}contexts:\n{contexts}current-context: {current}\nusers:\n{users}preferences: {{}}\n"
     )
 }
 

@@ -11,6 +11,7 @@ mod join;
 mod kubeconfig;
 mod member;
 mod token;
+mod up;
 
 use clap::{Parser, Subcommand};
 
@@ -34,6 +35,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Start a local fleet: a control plane and simulated members, joined
+    /// (resumes the fleet in --data-dir if there is one).
+    Up(up::UpArgs),
     /// Run the Kubernetes-compatible API server on the embedded store.
     Apiserver(apiserver::Args),
     /// Run the control plane (hub): the API server with Karmada's API and
@@ -77,6 +81,7 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
+            Command::Up(args) => up::run(args).await,
             Command::Agent(args) => agent::run(*args).await,
             Command::Apiserver(args) => apiserver::run(args).await,
             Command::Bench(b) => bench::run(b).await,

@@ -60,7 +60,10 @@ pub struct CreateArgs {
 
 pub async fn run(cmd: Token) -> anyhow::Result<()> {
     match cmd {
-        Token::Create(args) => create(args).await,
+        Token::Create(args) => {
+            println!("{}", create(args).await?);
+            Ok(())
+        }
         Token::List(common) => list(common).await,
         Token::Revoke { id, common } => revoke(&id, common).await,
     }
@@ -71,7 +74,29 @@ async fn secrets(common: &Common) -> anyhow::Result<Api<Secret>> {
     Ok(Api::namespaced(client, "kube-system"))
 }
 
-async fn create(mut args: CreateArgs) -> anyhow::Result<()> {
+/// Issues the pull-mode agent token of `cluster` (as `token create
+/// --cluster`) and writes its kubeconfig to `write_kubeconfig`.
+pub async fn create_agent_kubeconfig(
+    admin_kubeconfig: PathBuf,
+    cluster: &str,
+    write_kubeconfig: PathBuf,
+) -> anyhow::Result<()> {
+    create(CreateArgs {
+        common: Common {
+            kubeconfig: admin_kubeconfig,
+        },
+        description: String::new(),
+        groups: Vec::new(),
+        cluster: Some(cluster.to_string()),
+        ttl: None,
+        write_kubeconfig: Some(write_kubeconfig),
+    })
+    .await
+    .map(drop)
+}
+
+/// Issues a token; returns it.
+async fn create(mut args: CreateArgs) -> anyhow::Result<String> {
     if let Some(cluster) = &args.cluster {
         flotilla_federation::join::valid_name(cluster).context("--cluster")?;
         args.groups
@@ -146,8 +171,7 @@ async fn create(mut args: CreateArgs) -> anyhow::Result<()> {
             kubeconfig::render(&server, "flotilla", &String::from_utf8_lossy(&ca), &token);
         kubeconfig::write_atomically(path, &rendered)?;
     }
-    println!("{token}");
-    Ok(())
+    Ok(token)
 }
 
 async fn list(common: Common) -> anyhow::Result<()> {

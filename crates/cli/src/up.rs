@@ -1,0 +1,515 @@
+//! `flotilla up`: a local fleet in one command. A control plane and N
+//! simulated members run as child processes of this binary, each with its
+//! own data directory and log; the members are joined to the hub (every
+//! third one in Pull mode, through a `flotilla agent`), and one kubeconfig
+//! gets a context per cluster. The fleet's shape and ports are kept in
+//! `fleet.json`, so `flotilla up` again resumes the same fleet.
+//!
+//! Children run in their own process group, so Ctrl-C reaches only `up`,
+//! which stops them in order (agents, hub, members) by closing their
+//! stdin; if `up` itself is killed, the closed pipes stop them as well.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use flotilla_federation::api::Cluster;
+use flotilla_federation::join::{self as federation_join, JoinRequest};
+use kube::Api;
+use serde::{Deserialize, Serialize};
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+use crate::apiserver::{STOP_WITH_PARENT_ENV, default_data_dir, shutdown_signal};
+use crate::kubeconfig::{self, Entry};
+use crate::token;
+
+#[derive(clap::Args)]
+pub struct UpArgs {
+    /// Where the fleet keeps its state [default: <user data dir>/flotilla/fleet]
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// How many members: member1, member2, ... (every third one in Pull
+    /// mode) [default: 3, or as many as the fleet in --data-dir has]
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=26))]
+    pub members: Option<u16>,
+    /// Write the fleet's kubeconfig here [default: <data dir>/kubeconfig]
+    #[arg(long)]
+    pub write_kubeconfig: Option<PathBuf>,
+}
+
+/// Regions given to members in turn.
+const REGIONS: [&str; 6] = [
+    "us-east",
+    "eu-west",
+    "ap-south",
+    "us-west",
+    "eu-central",
+    "ap-northeast",
+];
+
+/// How long a process may take to answer, and the clusters to turn Ready.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What `fleet.json` keeps: enough to start the same fleet again.
+#[derive(Serialize, Deserialize, Debug)]
+struct Shape {
+    hub_port: u16,
+    members: Vec<MemberShape>,
+}
+
+#[derive(Serialize, Deserialize, Debug)]
+struct MemberShape {
+    name: String,
+    region: String,
+    pull: bool,
+    port: u16,
+}
+
+impl MemberShape {
+    fn mode(&self) -> &'static str {
+        if self.pull { "Pull" } else { "Push" }
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+impl Shape {
+    fn new(members: u16) -> anyhow::Result<Shape> {
+        let members = (1..=members)
+            .map(|i| {
+                Ok(MemberShape {
+                    name: format!("member{i}"),
+                    region: REGIONS[usize::from(i - 1) % REGIONS.len()].to_string(),
+                    pull: i % 3 == 0,
+                    port: free_port()?,
+                })
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Shape {
+            hub_port: free_port()?,
+            members,
+        })
+    }
+
+    fn load(path: &Path) -> anyhow::Result<Option<Shape>> {
+        match std::fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).with_context(|| {
+                format!("{} is damaged; remove it to start afresh", path.display())
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+        }
+    }
+}
+
+/// A process of the fleet; its stdin is the pipe whose closing stops it.
+struct Process {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Process {
+    fn spawn(exe: &Path, name: &str, args: &[String], log: PathBuf) -> anyhow::Result<Process> {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .with_context(|| format!("cannot open {}", log.display()))?;
+        let err = out.try_clone()?;
+        let mut command = Command::new(exe);
+        command
+            .args(args)
+            .env(STOP_WITH_PARENT_ENV, "1")
+            .stdin(Stdio::piped())
+            .stdout(out)
+            .stderr(err)
+            .kill_on_drop(true);
+        #[cfg(unix)]
+        command.process_group(0);
+        let child = command
+            .spawn()
+            .with_context(|| format!("cannot start {name}"))?;
+        Ok(Process {
+            name: name.to_string(),
+            child,
+            log,
+        })
+    }
+
+    /// Fails, with the end of its log, if the process has exited.
+    fn check_alive(&mut self) -> anyhow::Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!(
+                "{} exited ({status}); the end of {}:\n{}",
+                self.name,
+                self.log.display(),
+                log_tail(&self.log)
+            );
+        }
+        Ok(())
+    }
+
+    /// Closes its stdin and waits for it to stop; kills it after 10 s.
+    async fn stop(mut self) {
+        drop(self.child.stdin.take());
+        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+/// Waits for `path` to appear while `process` runs: servers write their
+/// kubeconfig once they answer.
+async fn wait_for_file(process: &mut Process, path: &Path) -> anyhow::Result<()> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    while !path.exists() {
+        process.check_alive()?;
+        if Instant::now() > deadline {
+            bail!(
+                "{} did not answer within {}s; see {}",
+                process.name,
+                START_TIMEOUT.as_secs(),
+                process.log.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// Prints one progress line.
+fn progress(what: &str, state: &str, detail: &str) {
+    println!("  {what:<15} {state:<8} {detail}");
+}
+
+/// The fleet's processes, stopped in reverse order of start.
+struct Fleet {
+    processes: Vec<Process>,
+}
+
+impl Fleet {
+    async fn stop(mut self) {
+        while let Some(p) = self.processes.pop() {
+            p.stop().await;
+        }
+    }
+
+    fn last(&mut self) -> &mut Process {
+        self.processes
+            .last_mut()
+            .expect("a process was just started")
+    }
+
+    fn check_alive(&mut self) -> anyhow::Result<()> {
+        self.processes.iter_mut().try_for_each(Process::check_alive)
+    }
+}
+
+pub async fn run(args: UpArgs) -> anyhow::Result<()> {
+    let dir = args.data_dir.unwrap_or_else(|| default_data_dir("fleet"));
+    std::fs::create_dir_all(dir.join("logs"))
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    let shape_path = dir.join("fleet.json");
+    let (shape, resumed) = match Shape::load(&shape_path)? {
+        Some(shape) => {
+            if let Some(n) = args.members
+                && usize::from(n) != shape.members.len()
+            {
+                bail!(
+                    "the fleet in {} has {} members, not {n}: use another --data-dir for another shape, or remove that one",
+                    dir.display(),
+                    shape.members.len()
+                );
+            }
+            (shape, true)
+        }
+        None => {
+            let shape = Shape::new(args.members.unwrap_or(3))?;
+            let text = serde_json::to_string_pretty(&shape)?;
+            std::fs::write(&shape_path, text)
+                .with_context(|| format!("cannot write {}", shape_path.display()))?;
+            (shape, false)
+        }
+    };
+    let kubeconfig_path = args
+        .write_kubeconfig
+        .unwrap_or_else(|| dir.join("kubeconfig"));
+    println!(
+        "flotilla up: {} fleet in {} (logs in {})",
+        if resumed { "resuming the" } else { "a new" },
+        dir.display(),
+        dir.join("logs").display()
+    );
+    let mut fleet = Fleet {
+        processes: Vec::new(),
+    };
+    let started = tokio::select! {
+        r = start(&dir, &shape, &kubeconfig_path, &mut fleet) => r,
+        _ = shutdown_signal() => Err(anyhow::anyhow!("interrupted while starting")),
+    };
+    if let Err(e) = started {
+        fleet.stop().await;
+        return Err(e);
+    }
+    println!(
+        "\nThe fleet is ready. Try:\n  export KUBECONFIG={}\n  kubectl get clusters\n  flotilla clusters\n  kubectl config get-contexts       # flotilla (the hub), {}\nCtrl-C stops it; `flotilla up` again resumes it.",
+        kubeconfig_path.display(),
+        shape
+            .members
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let outcome = tokio::select! {
+        _ = shutdown_signal() => Ok(()),
+        e = watch(&mut fleet) => Err(e),
+    };
+    println!("stopping the fleet...");
+    fleet.stop().await;
+    println!("stopped");
+    outcome
+}
+
+/// Resolves with an error once a process of the fleet has exited.
+async fn watch(fleet: &mut Fleet) -> anyhow::Error {
+    loop {
+        if let Err(e) = fleet.check_alive() {
+            return e;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn start(
+    dir: &Path,
+    shape: &Shape,
+    kubeconfig_path: &Path,
+    fleet: &mut Fleet,
+) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("cannot find the flotilla binary")?;
+    let logs = dir.join("logs");
+    let s = |v: &str| v.to_string();
+
+    // Members first: the hub reaches for them as soon as it starts.
+    for m in &shape.members {
+        let data = dir.join(&m.name);
+        let kubeconfig = data.join("kubeconfig");
+        // Written anew once the member answers: its appearance means ready.
+        let _ = std::fs::remove_file(&kubeconfig);
+        let zones = format!("{0}-a,{0}-b", m.region);
+        let args = vec![
+            s("member"),
+            s("--name"),
+            m.name.clone(),
+            s("--data-dir"),
+            data.display().to_string(),
+            s("--listen"),
+            SocketAddr::from(([127, 0, 0, 1], m.port)).to_string(),
+            s("--region"),
+            m.region.clone(),
+            s("--zone"),
+            zones,
+        ];
+        fleet.processes.push(Process::spawn(
+            &exe,
+            &m.name,
+            &args,
+            logs.join(format!("{}.log", m.name)),
+        )?);
+        progress(&m.name, "starting", &format!("{} ({})", m.region, m.mode()));
+    }
+    for (i, m) in shape.members.iter().enumerate() {
+        let kubeconfig = dir.join(&m.name).join("kubeconfig");
+        wait_for_file(&mut fleet.processes[i], &kubeconfig).await?;
+        progress(&m.name, "ready", &format!("https://127.0.0.1:{}", m.port));
+    }
+
+    let hub_dir = dir.join("hub");
+    let hub_kubeconfig = hub_dir.join("kubeconfig");
+    let _ = std::fs::remove_file(&hub_kubeconfig);
+    let args = vec![
+        s("controlplane"),
+        s("--data-dir"),
+        hub_dir.display().to_string(),
+        s("--listen"),
+        SocketAddr::from(([127, 0, 0, 1], shape.hub_port)).to_string(),
+        s("--write-kubeconfig"),
+        hub_kubeconfig.display().to_string(),
+    ];
+    fleet.processes.push(Process::spawn(
+        &exe,
+        "control plane",
+        &args,
+        logs.join("controlplane.log"),
+    )?);
+    progress("control plane", "starting", "");
+    wait_for_file(fleet.last(), &hub_kubeconfig).await?;
+    progress(
+        "control plane",
+        "ready",
+        &format!("https://127.0.0.1:{}", shape.hub_port),
+    );
+
+    let hub = kubeconfig::client(&hub_kubeconfig).await?;
+    let clusters: Api<Cluster> = Api::all(hub.clone());
+    for m in &shape.members {
+        let member_kubeconfig = dir.join(&m.name).join("kubeconfig");
+        if m.pull {
+            let agent_kubeconfig = dir.join(&m.name).join("agent.kubeconfig");
+            if !agent_kubeconfig.exists() {
+                token::create_agent_kubeconfig(
+                    hub_kubeconfig.clone(),
+                    &m.name,
+                    agent_kubeconfig.clone(),
+                )
+                .await
+                .with_context(|| format!("cannot issue the agent token of {}", m.name))?;
+            }
+            let args = vec![
+                s("agent"),
+                s("--cluster-name"),
+                m.name.clone(),
+                s("--kubeconfig"),
+                agent_kubeconfig.display().to_string(),
+                s("--cluster-kubeconfig"),
+                member_kubeconfig.display().to_string(),
+                s("--region"),
+                m.region.clone(),
+            ];
+            let name = format!("{} agent", m.name);
+            fleet.processes.push(Process::spawn(
+                &exe,
+                &name,
+                &args,
+                logs.join(format!("{}-agent.log", m.name)),
+            )?);
+            progress(&m.name, "agent", "started (Pull)");
+        } else if clusters.get_opt(&m.name).await?.is_none() {
+            let request = JoinRequest {
+                name: m.name.clone(),
+                credentials: federation_join::credentials_from_kubeconfig(
+                    &member_kubeconfig,
+                    None,
+                )?,
+                provider: None,
+                region: Some(m.region.clone()),
+                zones: vec![format!("{}-a", m.region), format!("{}-b", m.region)],
+                labels: Default::default(),
+            };
+            federation_join::join(&hub, &request)
+                .await
+                .with_context(|| format!("cannot join {}", m.name))?;
+            progress(&m.name, "joined", "(Push)");
+        }
+    }
+
+    wait_all_ready(&clusters, shape, fleet).await?;
+    write_kubeconfig(dir, shape, &hub_kubeconfig, kubeconfig_path)
+}
+
+/// Waits until every member's Cluster is Ready on the hub, telling each.
+async fn wait_all_ready(
+    clusters: &Api<Cluster>,
+    shape: &Shape,
+    fleet: &mut Fleet,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut waiting: Vec<&MemberShape> = shape.members.iter().collect();
+    while !waiting.is_empty() {
+        fleet.check_alive()?;
+        let mut still = Vec::new();
+        for m in waiting {
+            let ready = clusters
+                .get_opt(&m.name)
+                .await?
+                .is_some_and(|c| c.is_ready());
+            if ready {
+                progress(&m.name, "Ready", &format!("{} mode", m.mode()));
+            } else {
+                still.push(m);
+            }
+        }
+        waiting = still;
+        if !waiting.is_empty() {
+            if Instant::now() > deadline {
+                let names: Vec<&str> = waiting.iter().map(|m| m.name.as_str()).collect();
+                bail!(
+                    "{} did not turn Ready within {}s; see the logs",
+                    names.join(", "),
+                    START_TIMEOUT.as_secs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    Ok(())
+}
+
+/// One kubeconfig for the fleet: context `flotilla` (the hub, current)
+/// and one per member, from the kubeconfigs each server wrote.
+fn write_kubeconfig(
+    dir: &Path,
+    shape: &Shape,
+    hub_kubeconfig: &Path,
+    path: &Path,
+) -> anyhow::Result<()> {
+    struct Read {
+        name: String,
+        server: String,
+        ca: String,
+        token: String,
+    }
+    let read = |name: &str, file: &Path| -> anyhow::Result<Read> {
+        let k = kube::config::Kubeconfig::read_from(file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        let cluster = k
+            .clusters
+            .first()
+            .and_then(|c| c.cluster.clone())
+            .with_context(|| format!("{} names no cluster", file.display()))?;
+        let token = k
+            .auth_infos
+            .first()
+            .and_then(|u| u.auth_info.as_ref())
+            .and_then(|u| u.token.as_ref())
+            .map(|t| secrecy::ExposeSecret::expose_secret(t).to_string())
+            .with_context(|| format!("{} has no token", file.display()))?;
+        Ok(Read {
+            name: name.to_string(),
+            server: cluster.server.unwrap_or_default(),
+            ca: cluster.certificate_authority_data.unwrap_or_default(),
+            token,
+        })
+    };
+    let mut all = vec![read("flotilla", hub_kubeconfig)?];
+    for m in &shape.members {
+        all.push(read(&m.name, &dir.join(&m.name).join("kubeconfig"))?);
+    }
+    let entries: Vec<Entry> = all
+        .iter()
+        .map(|r| Entry {
+            name: &r.name,
+            server: &r.server,
+            ca_base64: &r.ca,
+            token: &r.token,
+        })
+        .collect();
+    kubeconfig::write_atomically(path, &kubeconfig::render_contexts(&entries, "flotilla"))
+}

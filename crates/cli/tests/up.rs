@@ -1,0 +1,197 @@
+//! `flotilla up`: a local fleet in one command, stopped with Ctrl-C and
+//! resumed, as a newcomer would use it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{assert_has, flotilla, wait_for};
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// `flotilla up` running, its output going to a file.
+struct Up {
+    child: Child,
+    out: PathBuf,
+}
+
+impl Up {
+    fn start(dir: &Path) -> Up {
+        let out = dir.with_extension(format!("out-{}", rand_suffix()));
+        let file = std::fs::File::create(&out).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+            .args(["up", "--data-dir", dir.to_str().unwrap()])
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start flotilla up");
+        Up { child, out }
+    }
+
+    fn output(&self) -> String {
+        std::fs::read_to_string(&self.out).unwrap_or_default()
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args([signal, &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+
+    /// Waits for it to exit; its exit status.
+    fn wait(&mut self) -> std::process::ExitStatus {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "flotilla up did not stop:\n{}",
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        // Killing `up` stops its children too (their stdin closes).
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.out);
+    }
+}
+
+fn rand_suffix() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+fn kubectl(kubeconfig: &Path, args: &[&str]) -> std::process::Output {
+    Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("run kubectl")
+}
+
+fn ok(kubeconfig: &Path, args: &[&str]) -> String {
+    let out = kubectl(kubeconfig, args);
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn ready_fleet(up: &Up, kubeconfig: &Path) {
+    wait_for(WAIT, "the fleet to be ready", || {
+        up.output().contains("The fleet is ready")
+    });
+    let clusters = ok(kubeconfig, &["get", "clusters"]);
+    for line in ["member1", "member2", "member3"] {
+        let row = clusters
+            .lines()
+            .find(|l| l.starts_with(line))
+            .unwrap_or_else(|| panic!("{line} missing:\n{clusters}"));
+        assert!(row.contains("True"), "{row}");
+    }
+    assert_has(&clusters, &["Push", "Pull"]);
+}
+
+#[test]
+fn up_starts_a_fleet_that_stops_on_ctrl_c_and_resumes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("fleet");
+    let kubeconfig = dir.join("kubeconfig");
+    let mut up = Up::start(&dir);
+    ready_fleet(&up, &kubeconfig);
+    let output = up.output();
+    assert_has(
+        &output,
+        &[
+            "a new fleet",
+            "control plane   ready",
+            "member3         Ready    Pull mode",
+            "export KUBECONFIG=",
+        ],
+    );
+    // One kubeconfig: the hub (current) and a context per member.
+    let contexts = ok(&kubeconfig, &["config", "get-contexts", "-o", "name"]);
+    assert_eq!(
+        contexts.lines().collect::<Vec<_>>(),
+        ["flotilla", "member1", "member2", "member3"]
+    );
+    assert_eq!(
+        ok(&kubeconfig, &["config", "current-context"]).trim(),
+        "flotilla"
+    );
+    let regions = ok(
+        &kubeconfig,
+        &["get", "clusters", "-o", "jsonpath={.items[*].spec.region}"],
+    );
+    assert_eq!(regions, "us-east eu-west ap-south");
+    let nodes = ok(&kubeconfig, &["--context", "member3", "get", "nodes"]);
+    assert_has(&nodes, &["member3-node-0", "Ready"]);
+    // Something to find again after the restart.
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: kept, namespace: default}\ndata: {a: \"1\"}\n";
+    let f = tmp.path().join("cm.yaml");
+    std::fs::write(&f, cm).unwrap();
+    ok(&kubeconfig, &["apply", "-f", f.to_str().unwrap()]);
+
+    // Ctrl-C: everything stops.
+    up.signal("-INT");
+    assert!(up.wait().success(), "{}", up.output());
+    assert_has(&up.output(), &["stopping the fleet", "stopped"]);
+    for context in ["flotilla", "member1", "member3"] {
+        let out = kubectl(
+            &kubeconfig,
+            &["--context", context, "get", "ns", "--request-timeout=2s"],
+        );
+        assert!(!out.status.success(), "{context} still answers");
+    }
+
+    // Again: the same fleet, resumed.
+    let mut again = Up::start(&dir);
+    ready_fleet(&again, &kubeconfig);
+    assert_has(&again.output(), &["resuming the fleet"]);
+    assert_eq!(
+        ok(
+            &kubeconfig,
+            &["get", "configmap", "kept", "-o", "jsonpath={.data.a}"]
+        ),
+        "1"
+    );
+    // A fleet of another shape is refused, and the running one is kept.
+    let other = flotilla(&["up", "--data-dir", dir.to_str().unwrap(), "--members", "2"]);
+    assert!(!other.status.success());
+    assert_has(
+        &String::from_utf8_lossy(&other.stderr),
+        &["has 3 members, not 2", "--data-dir"],
+    );
+    // Killed outright, `up` takes its processes with it.
+    again.signal("-KILL");
+    again.wait();
+    wait_for(WAIT, "the members to stop with it", || {
+        !kubectl(
+            &kubeconfig,
+            &["--context", "member1", "get", "ns", "--request-timeout=2s"],
+        )
+        .status
+        .success()
+    });
+}
