@@ -7,6 +7,7 @@ mod bench;
 mod bench_member;
 mod bench_propagation;
 mod controlplane;
+mod inspect;
 mod join;
 mod kubeconfig;
 mod member;
@@ -55,6 +56,17 @@ enum Command {
     /// Issue, list and revoke bearer tokens for other identities.
     #[command(subcommand)]
     Token(token::Token),
+    /// The fleet's clusters: mode, readiness, version, nodes, capacity.
+    Clusters(inspect::clusters::ClustersArgs),
+    /// Objects of a kind in every member, with a CLUSTER column.
+    Get(inspect::get::GetArgs),
+    /// Explain where a template was placed and why.
+    #[command(subcommand)]
+    Describe(inspect::describe::Describe),
+    /// Show where manifests would go, without applying anything.
+    Plan(inspect::plan::PlanArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completion { shell: clap_complete::Shell },
     /// Measure performance.
     #[command(subcommand)]
     Bench(bench::Bench),
@@ -82,6 +94,16 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Up(args) => up::run(args).await,
+            Command::Clusters(args) => inspect::clusters::run(args).await,
+            Command::Get(args) => inspect::get::run(args).await,
+            Command::Describe(cmd) => inspect::describe::run(cmd).await,
+            Command::Plan(args) => inspect::plan::run(args).await,
+            Command::Completion { shell } => {
+                let mut command = <Cli as clap::CommandFactory>::command();
+                let mut script = Vec::new();
+                clap_complete::generate(shell, &mut command, "flotilla", &mut script);
+                inspect::emit(&String::from_utf8_lossy(&script))
+            }
             Command::Agent(args) => agent::run(*args).await,
             Command::Apiserver(args) => apiserver::run(args).await,
             Command::Bench(b) => bench::run(b).await,

@@ -193,6 +193,11 @@ async fn wait_for_file(process: &mut Process, path: &Path) -> anyhow::Result<()>
     Ok(())
 }
 
+/// A member's zones: two per region.
+fn zones(region: &str) -> String {
+    format!("{region}-a,{region}-b")
+}
+
 /// Prints one progress line.
 fn progress(what: &str, state: &str, detail: &str) {
     println!("  {what:<15} {state:<8} {detail}");
@@ -313,7 +318,6 @@ async fn start(
         let kubeconfig = data.join("kubeconfig");
         // Written anew once the member answers: its appearance means ready.
         let _ = std::fs::remove_file(&kubeconfig);
-        let zones = format!("{0}-a,{0}-b", m.region);
         let args = vec![
             s("member"),
             s("--name"),
@@ -325,7 +329,7 @@ async fn start(
             s("--region"),
             m.region.clone(),
             s("--zone"),
-            zones,
+            zones(&m.region),
         ];
         fleet.processes.push(Process::spawn(
             &exe,
@@ -392,6 +396,8 @@ async fn start(
                 member_kubeconfig.display().to_string(),
                 s("--region"),
                 m.region.clone(),
+                s("--zone"),
+                zones(&m.region),
             ];
             let name = format!("{} agent", m.name);
             fleet.processes.push(Process::spawn(
@@ -410,7 +416,7 @@ async fn start(
                 )?,
                 provider: None,
                 region: Some(m.region.clone()),
-                zones: vec![format!("{}-a", m.region), format!("{}-b", m.region)],
+                zones: zones(&m.region).split(',').map(str::to_string).collect(),
                 labels: Default::default(),
             };
             federation_join::join(&hub, &request)

@@ -195,3 +195,223 @@ fn up_starts_a_fleet_that_stops_on_ctrl_c_and_resumes() {
         .success()
     });
 }
+
+const WALKTHROUGH: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels: {app: web}
+spec:
+  replicas: 4
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+        - name: web
+          image: nginx:1.27
+          resources:
+            requests: {cpu: 100m, memory: 64Mi}
+---
+apiVersion: policy.karmada.io/v1alpha1
+kind: PropagationPolicy
+metadata:
+  name: web
+spec:
+  resourceSelectors:
+    - {apiVersion: apps/v1, kind: Deployment, name: web}
+  placement:
+    clusterAffinity:
+      clusterNames: [member1, member2, member3]
+    replicaScheduling:
+      replicaSchedulingType: Divided
+      replicaDivisionPreference: Weighted
+      weightPreference:
+        staticWeightList:
+          - {targetCluster: {clusterNames: [member1, member2]}, weight: 1}
+          - {targetCluster: {clusterNames: [member3]}, weight: 2}
+---
+apiVersion: policy.karmada.io/v1alpha1
+kind: OverridePolicy
+metadata:
+  name: eu-mirror
+spec:
+  resourceSelectors:
+    - {apiVersion: apps/v1, kind: Deployment, name: web}
+  overrideRules:
+    - targetCluster: {clusterNames: [member2]}
+      overriders:
+        imageOverrider:
+          - {component: Registry, operator: replace, value: mirror.eu.example.com}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: us-only
+data: {region: us}
+---
+apiVersion: policy.karmada.io/v1alpha1
+kind: PropagationPolicy
+metadata:
+  name: us-only
+spec:
+  resourceSelectors:
+    - {apiVersion: v1, kind: ConfigMap, name: us-only}
+  placement:
+    clusterAffinity:
+      fieldSelector:
+        matchExpressions:
+          - {key: region, operator: In, values: [us-east]}
+"#;
+
+/// `flotilla ARGS` against the fleet's kubeconfig; its stdout, or a
+/// failure with its stderr.
+fn cli(kubeconfig: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .expect("run flotilla");
+    assert!(
+        out.status.success(),
+        "flotilla {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn cli_fails(kubeconfig: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .expect("run flotilla");
+    assert!(!out.status.success(), "flotilla {args:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn row<'a>(table: &'a str, starts: &str) -> &'a str {
+    table
+        .lines()
+        .find(|l| l.starts_with(starts))
+        .unwrap_or_else(|| panic!("no row {starts:?} in:\n{table}"))
+}
+
+#[test]
+fn the_readme_walkthrough_plans_places_and_explains() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("fleet");
+    let kubeconfig = dir.join("kubeconfig");
+    let up = Up::start(&dir);
+    ready_fleet(&up, &kubeconfig);
+    let manifests = tmp.path().join("web.yaml");
+    std::fs::write(&manifests, WALKTHROUGH).unwrap();
+    let file = manifests.to_str().unwrap();
+
+    let clusters = cli(&kubeconfig, &["clusters"]);
+    assert!(!clusters.contains('\x1b'), "colours in a pipe");
+    let m1 = row(&clusters, "member1 ");
+    for field in ["Push", "True", "3/3", "us-east", "us-east-a,us-east-b"] {
+        assert!(m1.contains(field), "{field} in {m1}");
+    }
+    assert!(row(&clusters, "member3 ").contains("Pull"));
+
+    // The plan: where each object would go, and nothing written.
+    let plan = cli(&kubeconfig, &["plan", "-f", file]);
+    assert_has(
+        &plan,
+        &[
+            "apps/v1 Deployment default/web",
+            "PropagationPolicy default/web (in the manifests)",
+            "Divided, Weighted by static weights (member1, member2: 1, member3: 2)",
+            "member1    1 replica\n",
+            "member2    1 replica   overrides: OverridePolicy/eu-mirror",
+            "member3    2 replicas",
+            "v1 ConfigMap default/us-only",
+            "not member2: did not match the placement cluster affinity constraint",
+        ],
+    );
+    assert!(
+        !kubectl(&kubeconfig, &["get", "deploy", "web"])
+            .status
+            .success(),
+        "plan wrote the template"
+    );
+
+    ok(&kubeconfig, &["apply", "-f", file]);
+    wait_for(WAIT, "web running in every member", || {
+        let out = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+            .args(["get", "deploy", "web"])
+            .env("KUBECONFIG", &kubeconfig)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let ready = |cluster: &str| {
+            text.lines()
+                .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>())
+                .find(|cells| cells.first() == Some(&cluster))
+                .map(|cells| cells[2].to_string())
+        };
+        ready("member1").as_deref() == Some("1/1")
+            && ready("member2").as_deref() == Some("1/1")
+            && ready("member3").as_deref() == Some("2/2")
+    });
+    let got = cli(&kubeconfig, &["get", "deploy", "-A"]);
+    assert_has(
+        &got,
+        &[
+            "CLUSTER   NAMESPACE   NAME",
+            "ADOPTION",
+            "member3   default     web ",
+        ],
+    );
+    let cms = cli(
+        &kubeconfig,
+        &["get", "cm", "us-only", "-C", "member1,member2"],
+    );
+    assert!(row(&cms, "member1 ").ends_with('Y'), "{cms}");
+    assert!(!cms.contains("member2"), "{cms}");
+
+    let described = cli(&kubeconfig, &["describe", "placement", "deploy/web"]);
+    assert_has(
+        &described,
+        &[
+            "Template:     apps/v1 Deployment default/web",
+            "Policy:       PropagationPolicy default/web",
+            "Replicas:     4",
+            "Scheduled:    True",
+        ],
+    );
+    assert!(row(&described, "member2 ").contains("OverridePolicy/eu-mirror"));
+    assert!(row(&described, "member3 ").contains("2/2 ready"));
+    let us_only = cli(&kubeconfig, &["describe", "placement", "configmap/us-only"]);
+    assert_has(
+        &us_only,
+        &[
+            "Not placed in:",
+            "did not match the placement cluster affinity constraint",
+        ],
+    );
+
+    // Mistakes get a cause and a fix.
+    assert_has(
+        &cli_fails(&kubeconfig, &["get", "frobs"]),
+        &["doesn't have a resource type \"frobs\""],
+    );
+    assert_has(
+        &cli_fails(&kubeconfig, &["describe", "placement", "web"]),
+        &["not KIND/NAME", "deploy/nginx"],
+    );
+    assert_has(
+        &cli_fails(&kubeconfig, &["describe", "placement", "deploy/nope"]),
+        &["deployments \"nope\" not found in namespace default"],
+    );
+    assert_has(
+        &cli_fails(&kubeconfig, &["plan", "-f", "/nonexistent.yaml"]),
+        &["cannot read /nonexistent.yaml"],
+    );
+    assert_has(&cli(&kubeconfig, &["completion", "bash"]), &["_flotilla()"]);
+}

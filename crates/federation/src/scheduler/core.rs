@@ -68,6 +68,69 @@ fn spread_field<'a>(cluster: &'a Cluster, field: &str) -> Option<&'a str> {
     }
 }
 
+/// Why the filter rejects `cluster` for one affinity term, in Karmada's
+/// words (plural, as its counts read: "1 cluster(s) did not ..."), or
+/// None when it fits. A cluster the binding is already on (`targeted`)
+/// keeps it despite a new taint or a missing API.
+pub fn rejection(
+    spec: &BindingSpec,
+    placement: &Placement,
+    affinity: &ClusterAffinity,
+    c: &Cluster,
+    targeted: bool,
+) -> Option<String> {
+    let name = c.metadata.name.clone().unwrap_or_default();
+    if c.metadata.deletion_timestamp.is_some() {
+        Some("cluster(s) were being deleted".to_string())
+    } else if spec.evicting(&name).is_some() {
+        // Karmada's ClusterEviction filter: a cluster being left is not
+        // chosen again while its eviction task lasts.
+        Some("cluster(s) were in the process of eviction".to_string())
+    } else if !cluster_matches(affinity, c) {
+        Some("cluster(s) did not match the placement cluster affinity constraint".to_string())
+    } else if let Some(t) = c.spec.taints.iter().find(|t| {
+        (t.effect == "NoSchedule" || t.effect == "NoExecute")
+            && !tolerates(&placement.cluster_tolerations, t)
+    }) && !targeted
+    {
+        Some(format!(
+            "cluster(s) had untolerated taint {{{}: {}}}",
+            t.key,
+            t.value.as_deref().unwrap_or("")
+        ))
+    } else if !targeted && !has_api(c, &spec.resource.api_version, &spec.resource.kind) {
+        Some("cluster(s) did not have the API resource".to_string())
+    } else {
+        placement
+            .spread_constraints
+            .iter()
+            .find_map(|s| {
+                let f = s.spread_by_field.as_deref().unwrap_or("cluster");
+                (s.spread_by_label.is_none() && spread_field(c, f).is_none()).then_some(f)
+            })
+            .map(|missing| format!("cluster(s) did not have the spread field {missing}"))
+    }
+}
+
+/// The affinity term a binding's placement is scheduled under:
+/// `observing` among its clusterAffinities, or the first, or its
+/// clusterAffinity.
+pub fn affinity_in_use(placement: &Placement, observing: Option<&str>) -> ClusterAffinity {
+    if placement.cluster_affinities.is_empty() {
+        return placement.cluster_affinity.clone().unwrap_or_default();
+    }
+    observing
+        .and_then(|o| {
+            placement
+                .cluster_affinities
+                .iter()
+                .find(|t| t.affinity_name == o)
+        })
+        .or(placement.cluster_affinities.first())
+        .map(|t| t.affinity.clone())
+        .unwrap_or_default()
+}
+
 /// Filters clusters for one affinity term; the survivors, or why none.
 fn filter<'a>(
     spec: &BindingSpec,
@@ -79,39 +142,12 @@ fn filter<'a>(
     let mut rejected: BTreeMap<String, usize> = BTreeMap::new();
     let mut fit = Vec::new();
     for c in clusters {
-        let name = c.metadata.name.clone().unwrap_or_default();
-        let targeted = previous.contains(&name);
-        let why = if c.metadata.deletion_timestamp.is_some() {
-            Some("cluster(s) were being deleted".to_string())
-        } else if spec.evicting(&name).is_some() {
-            // Karmada's ClusterEviction filter: a cluster being left is
-            // not chosen again while its eviction task lasts.
-            Some("cluster(s) were in the process of eviction".to_string())
-        } else if !cluster_matches(affinity, c) {
-            Some("cluster(s) did not match the placement cluster affinity constraint".to_string())
-        } else if let Some(t) = c.spec.taints.iter().find(|t| {
-            (t.effect == "NoSchedule" || t.effect == "NoExecute")
-                && !tolerates(&placement.cluster_tolerations, t)
-        }) && !targeted
-        {
-            Some(format!(
-                "cluster(s) had untolerated taint {{{}: {}}}",
-                t.key,
-                t.value.as_deref().unwrap_or("")
-            ))
-        } else if !targeted && !has_api(c, &spec.resource.api_version, &spec.resource.kind) {
-            Some("cluster(s) did not have the API resource".to_string())
-        } else {
-            placement
-                .spread_constraints
-                .iter()
-                .find_map(|s| {
-                    let f = s.spread_by_field.as_deref().unwrap_or("cluster");
-                    (s.spread_by_label.is_none() && spread_field(c, f).is_none()).then_some(f)
-                })
-                .map(|missing| format!("cluster(s) did not have the spread field {missing}"))
-        };
-        match why {
+        let targeted = c
+            .metadata
+            .name
+            .as_ref()
+            .is_some_and(|n| previous.contains(n));
+        match rejection(spec, placement, affinity, c, targeted) {
             Some(w) => *rejected.entry(w).or_default() += 1,
             None => fit.push(&**c),
         }

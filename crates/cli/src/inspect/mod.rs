@@ -1,0 +1,78 @@
+//! The multi-cluster CLI on top of the hub's API: `flotilla clusters`,
+//! `get`, `describe placement` and `plan`. Everything is read through the
+//! hub (and, for `get`, the members it reaches); nothing is written.
+
+pub mod clusters;
+pub mod describe;
+pub mod get;
+mod placement;
+pub mod plan;
+mod resolve;
+mod table;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+/// Which hub to talk to.
+#[derive(clap::Args, Clone)]
+pub struct HubArgs {
+    /// The hub's kubeconfig [default: $KUBECONFIG, then ~/.kube/config]
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The hub's context in it [default: its current context]
+    #[arg(long)]
+    pub context: Option<String>,
+}
+
+impl HubArgs {
+    /// The kubeconfig, as kubectl finds it.
+    pub fn kubeconfig(&self) -> anyhow::Result<Kubeconfig> {
+        match &self.kubeconfig {
+            Some(path) => Kubeconfig::read_from(path)
+                .with_context(|| format!("cannot read the kubeconfig {}", path.display())),
+            None => Kubeconfig::read().context(
+                "no kubeconfig: pass --kubeconfig, set KUBECONFIG, or start a fleet with `flotilla up`",
+            ),
+        }
+    }
+
+    pub async fn client(&self) -> anyhow::Result<kube::Client> {
+        self.client_for(self.context.clone()).await
+    }
+
+    /// A client for `context` of the same kubeconfig.
+    pub async fn client_for(&self, context: Option<String>) -> anyhow::Result<kube::Client> {
+        let options = KubeConfigOptions {
+            context,
+            ..Default::default()
+        };
+        let config = kube::Config::from_custom_kubeconfig(self.kubeconfig()?, &options)
+            .await
+            .context("invalid kubeconfig")?;
+        Ok(kube::Client::try_from(config)?)
+    }
+}
+
+/// Writes a command's output to stdout; a reader that went away (`| head`)
+/// is no error.
+pub fn emit(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+/// A hub error a user can act on: an unreachable hub, or one that is not
+/// a Flotilla (or Karmada) control plane.
+fn hub_error(e: kube::Error) -> anyhow::Error {
+    match &e {
+        kube::Error::Api(s) if s.code == 404 => anyhow::anyhow!(
+            "the server does not serve cluster.karmada.io: is this kubeconfig a Flotilla control plane's? ({e})"
+        ),
+        _ => anyhow::Error::new(e).context("cannot reach the hub"),
+    }
+}
