@@ -52,33 +52,13 @@ pub fn affinity(a: &ClusterAffinity) -> String {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         for e in l.match_expressions.iter().flatten() {
-            labels.push(format!(
-                "{} {} ({})",
-                e.key,
-                e.operator,
-                e.values
-                    .iter()
-                    .flatten()
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(",")
-            ));
+            labels.push(requirement(&e.key, &e.operator, e.values.as_deref()));
         }
         parts.push(format!("labels {}", labels.join(",")));
     }
     if let Some(f) = &a.field_selector {
         for e in &f.match_expressions {
-            parts.push(format!(
-                "{} {} ({})",
-                e.key,
-                e.operator,
-                e.values
-                    .iter()
-                    .flatten()
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(",")
-            ));
+            parts.push(requirement(&e.key, &e.operator, e.values.as_deref()));
         }
     }
     if !a.exclude.is_empty() {
@@ -89,6 +69,14 @@ pub fn affinity(a: &ClusterAffinity) -> String {
     } else {
         parts.join("; ")
     }
+}
+
+/// `key Operator (v1,v2)`, for label and field selector requirements.
+fn requirement(key: &str, operator: &str, values: Option<&[String]>) -> String {
+    format!(
+        "{key} {operator} ({})",
+        values.unwrap_or_default().join(",")
+    )
 }
 
 /// Each cluster of the fleet the binding is not on, and why.

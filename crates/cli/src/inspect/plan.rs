@@ -21,9 +21,11 @@ use flotilla_federation::kinds::Kinds;
 use flotilla_federation::scheduler::core::schedule;
 use flotilla_federation::{interpreter, names, overrides};
 use kube::api::ListParams;
+use kube::core::ApiResource;
 use kube::core::object::HasSpec;
 use kube::{Api, ResourceExt};
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::placement::{division, left_out};
@@ -67,14 +69,28 @@ fn documents(files: &[PathBuf]) -> anyhow::Result<Vec<Value>> {
     Ok(docs)
 }
 
-/// Objects of a policy kind: the hub's, with the manifests' in place of
-/// those of the same namespace and name.
-fn merged<T: Clone + ResourceExt>(mut hub: Vec<T>, file: Vec<T>) -> Vec<T> {
-    for f in file {
-        hub.retain(|h| !(h.name_any() == f.name_any() && h.namespace() == f.namespace()));
-        hub.push(f);
+/// The objects of a policy kind as they would be: the hub's, with those
+/// of the manifests in place of any of the same namespace and name.
+async fn policy_kind<T>(
+    hub: &kube::Client,
+    resource: ApiResource,
+    in_file: Vec<Value>,
+) -> anyhow::Result<Vec<T>>
+where
+    T: kube::Resource<DynamicType = ApiResource> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut all = Api::<T>::all_with(hub.clone(), &resource)
+        .list(&ListParams::default())
+        .await
+        .map_err(hub_error)?
+        .items;
+    for f in in_file {
+        let f: T = serde_json::from_value(f)
+            .with_context(|| format!("a {} in the manifests is malformed", resource.kind))?;
+        all.retain(|h| !(h.name_any() == f.name_any() && h.namespace() == f.namespace()));
+        all.push(f);
     }
-    hub
+    Ok(all)
 }
 
 pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
@@ -119,46 +135,34 @@ async fn render(args: PlanArgs, out: &mut String) -> anyhow::Result<()> {
         }
     }
     let in_file = |kind: &str| from_file.get(kind).cloned().unwrap_or_default();
-    let mut policies: [Vec<Policy>; 2] = Default::default();
-    for (i, (scope, kind)) in [
-        (Scope::Namespaced, "PropagationPolicy"),
-        (Scope::Cluster, "ClusterPropagationPolicy"),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let on_hub = Api::<Policy>::all_with(hub.clone(), &policy_resource(scope))
-            .list(&ListParams::default())
-            .await
-            .map_err(hub_error)?
-            .items;
-        let parsed = in_file(kind)
-            .into_iter()
-            .map(serde_json::from_value)
-            .collect::<Result<Vec<Policy>, _>>()
-            .with_context(|| format!("a {kind} in the manifests is malformed"))?;
-        policies[i] = merged(on_hub, parsed);
-    }
-    let mut override_policies: [Vec<OverridePolicy>; 2] = Default::default();
-    for (i, (scope, kind)) in [
-        (Scope::Namespaced, "OverridePolicy"),
-        (Scope::Cluster, "ClusterOverridePolicy"),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let on_hub = Api::<OverridePolicy>::all_with(hub.clone(), &override_resource(scope))
-            .list(&ListParams::default())
-            .await
-            .map_err(hub_error)?
-            .items;
-        let parsed = in_file(kind)
-            .into_iter()
-            .map(serde_json::from_value)
-            .collect::<Result<Vec<OverridePolicy>, _>>()
-            .with_context(|| format!("a {kind} in the manifests is malformed"))?;
-        override_policies[i] = merged(on_hub, parsed);
-    }
+    let policies: [Vec<Policy>; 2] = [
+        policy_kind(
+            &hub,
+            policy_resource(Scope::Namespaced),
+            in_file("PropagationPolicy"),
+        )
+        .await?,
+        policy_kind(
+            &hub,
+            policy_resource(Scope::Cluster),
+            in_file("ClusterPropagationPolicy"),
+        )
+        .await?,
+    ];
+    let override_policies: [Vec<OverridePolicy>; 2] = [
+        policy_kind(
+            &hub,
+            override_resource(Scope::Namespaced),
+            in_file("OverridePolicy"),
+        )
+        .await?,
+        policy_kind(
+            &hub,
+            override_resource(Scope::Cluster),
+            in_file("ClusterOverridePolicy"),
+        )
+        .await?,
+    ];
     let file_policies: Vec<(String, Option<String>)> =
         ["PropagationPolicy", "ClusterPropagationPolicy"]
             .into_iter()
