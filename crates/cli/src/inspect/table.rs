@@ -164,7 +164,7 @@ mod tests {
         for line in narrow.lines() {
             assert!(line.chars().count() <= 30, "{line:?}");
         }
-        assert!(narrow.contains("a rather…"), "{narrow}");
+        assert!(narrow.contains("member1   a rather long…   5m"), "{narrow}");
         assert!(narrow.contains("10d"));
     }
 
