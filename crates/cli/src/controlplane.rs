@@ -59,6 +59,10 @@ pub struct ControlplaneArgs {
     /// new placement does not become healthy.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     pub graceful_eviction_timeout: Duration,
+    /// Where multi-cluster services' ClusterSetIPs come from; give one
+    /// IPv4 and one IPv6 range for dual-stack imports.
+    #[arg(long, value_delimiter = ',', default_value = "242.0.0.0/16")]
+    pub clusterset_ip_range: Vec<ipnet::IpNet>,
 }
 
 pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
@@ -85,6 +89,7 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
         work_concurrency: args.execution.concurrent_work_syncs,
         graceful_eviction_timeout: args.graceful_eviction_timeout,
         cluster_monitor_grace_period: args.cluster_monitor_grace_period,
+        clusterset_ip_ranges: args.clusterset_ip_range.clone(),
         ..Options::default()
     };
     tokio::spawn(flotilla_federation::controlplane::run(

@@ -7,6 +7,7 @@ mod bench;
 mod bench_member;
 mod bench_propagation;
 mod controlplane;
+mod dns;
 mod inspect;
 mod join;
 mod kubeconfig;
@@ -53,6 +54,8 @@ enum Command {
     Member(Box<member::Args>),
     /// Run the pull-mode agent of a member the hub cannot reach.
     Agent(Box<agent::AgentArgs>),
+    /// Serve the fleet's clusterset.local DNS zone (multi-cluster services).
+    Dns(dns::DnsArgs),
     /// Issue, list and revoke bearer tokens for other identities.
     #[command(subcommand)]
     Token(token::Token),
@@ -94,6 +97,7 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Up(args) => up::run(args).await,
+            Command::Dns(args) => dns::run(args).await,
             Command::Clusters(args) => inspect::clusters::run(args).await,
             Command::Get(args) => inspect::get::run(args).await,
             Command::Describe(cmd) => inspect::describe::run(cmd).await,

@@ -4,119 +4,12 @@
 
 mod common;
 
-use std::process::Output;
 use std::time::Duration;
 
+use common::fleet::{Fleet, exists, jsonpath, member_fault, stderr};
 use common::{Running, Server, assert_has, flotilla, wait_for};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-/// A control plane with short health thresholds and joined members.
-struct Fleet {
-    hub: Server,
-    members: Vec<(String, Server)>,
-}
-
-impl Fleet {
-    fn new(members: &[(&str, &str)]) -> Fleet {
-        Fleet::with_member_args(members, &[])
-    }
-
-    /// As `new`, with extra flags for every member.
-    fn with_member_args(members: &[(&str, &str)], member_args: &[&str]) -> Fleet {
-        let hub = Server::controlplane(&[
-            "--cluster-monitor-grace-period",
-            "2s",
-            "--cluster-status-update-frequency",
-            "500ms",
-            "--cluster-failure-threshold",
-            "1s",
-            "--cluster-success-threshold",
-            "1s",
-        ]);
-        let mut fleet = Fleet {
-            hub,
-            members: Vec::new(),
-        };
-        for (name, region) in members {
-            let mut args = vec!["--nodes", "2"];
-            args.extend_from_slice(member_args);
-            let m = Server::member(name, &args);
-            fleet.members.push((name.to_string(), m));
-            fleet.join(name, region);
-        }
-        for (name, _) in members {
-            fleet.wait_ready(name);
-        }
-        fleet
-    }
-
-    fn member(&self, name: &str) -> &Server {
-        &self
-            .members
-            .iter()
-            .find(|(n, _)| n == name)
-            .expect("member")
-            .1
-    }
-
-    fn join(&self, name: &str, region: &str) {
-        let m = self.member(name);
-        let out = flotilla(&[
-            "join",
-            name,
-            "--kubeconfig",
-            self.hub.kubeconfig.to_str().unwrap(),
-            "--cluster-kubeconfig",
-            m.kubeconfig.to_str().unwrap(),
-            "--region",
-            region,
-            "--labels",
-            &format!("region={region}"),
-        ]);
-        assert!(out.status.success(), "join {name}: {}", stderr(&out));
-    }
-
-    fn wait_ready(&self, name: &str) {
-        wait_for(WAIT, &format!("{name} Ready"), || {
-            self.jsonpath_hub(
-                &["get", "cluster", name],
-                "{.status.conditions[?(@.type==\"Ready\")].status}",
-            ) == "True"
-        });
-    }
-
-    fn jsonpath_hub(&self, args: &[&str], path: &str) -> String {
-        jsonpath(&self.hub, args, path)
-    }
-
-    fn apply(&self, yaml: &str) {
-        let out = self.hub.kubectl_stdin(&["apply", "-f", "-"], Some(yaml));
-        assert!(out.status.success(), "apply: {}", stderr(&out));
-    }
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// `kubectl get ... -o jsonpath=PATH`, or "" when the object is missing.
-fn jsonpath(s: &Server, args: &[&str], path: &str) -> String {
-    let p = format!("jsonpath={path}");
-    let mut all: Vec<&str> = args.to_vec();
-    all.extend(["-o", &p]);
-    let out = s.kubectl(&all);
-    if !out.status.success() {
-        return String::new();
-    }
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn exists(s: &Server, args: &[&str]) -> bool {
-    let mut all: Vec<&str> = args.to_vec();
-    all.extend(["-o", "name"]);
-    s.kubectl(&all).status.success()
-}
 
 const NGINX: &str = r#"
 apiVersion: apps/v1
@@ -455,14 +348,6 @@ spec:
       weightPreference: {{dynamicWeight: AvailableReplicas}}
 "#
     )
-}
-
-fn member_fault(fleet: &Fleet, member: &str, args: &[&str]) {
-    let data = fleet.member(member).data_dir();
-    let mut all = vec!["member", "fault", "--data-dir", data.to_str().unwrap()];
-    all.extend(args);
-    let out = flotilla(&all);
-    assert!(out.status.success(), "{}", stderr(&out));
 }
 
 #[test]
@@ -1193,14 +1078,6 @@ fn a_pull_member_converges_through_its_agent_like_a_push_one() {
         &stderr(&other),
         &["cannot register cluster member4", "forbidden"],
     );
-}
-
-impl Drop for Fleet {
-    fn drop(&mut self) {
-        if std::env::var_os("FLOTILLA_TEST_LOGS").is_some() {
-            eprintln!("---- hub log ----\n{}", self.hub.log());
-        }
-    }
 }
 
 fn configmap_policy(name: &str, placement: &str) -> String {

@@ -37,6 +37,9 @@ pub struct Options {
     /// The sync mode of the clusters whose Works this process applies:
     /// Push in the control plane, Pull in an agent.
     pub applies_sync_mode: &'static str,
+    /// Where multi-cluster services' ClusterSetIPs come from: one range
+    /// per IP family (`--clusterset-ip-range`).
+    pub clusterset_ip_ranges: Vec<ipnet::IpNet>,
 }
 
 impl Default for Options {
@@ -49,6 +52,9 @@ impl Default for Options {
             cluster_monitor_grace_period: Duration::from_secs(40),
             graceful_eviction_timeout: Duration::from_secs(600),
             applies_sync_mode: sync_mode::PUSH,
+            clusterset_ip_ranges: vec![ipnet::IpNet::V4(
+                ipnet::Ipv4Net::new(std::net::Ipv4Addr::new(242, 0, 0, 0), 16).unwrap_or_default(),
+            )],
         }
     }
 }

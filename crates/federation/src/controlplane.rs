@@ -26,7 +26,8 @@ use crate::members::Members;
 use crate::metrics::Metrics;
 use crate::packed::PackedStore;
 use crate::{
-    binding, cluster, detector, execution, failover, rebalancer, scheduler, status, taint_policy,
+    binding, cluster, detector, execution, failover, mcs, rebalancer, scheduler, status,
+    taint_policy,
 };
 
 /// What of a cluster placement depends on: a change here reschedules.
@@ -208,6 +209,7 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
             ctx.clone(),
             works.changes.subscribe_shared(),
         )),
+        Box::pin(mcs::run(ctx.clone(), clusters.changes.subscribe_shared())),
         Box::pin(taint_policy::run(
             ctx.clone(),
             clusters.store.clone(),

@@ -408,9 +408,22 @@ pub enum InstallError {
 /// Server-side applies every CRD (idempotent across restarts and
 /// upgrades) and waits until each is Established.
 pub async fn install(client: &kube::Client) -> Result<(), InstallError> {
+    let mut all = manifests();
+    all.extend(crate::mcs::api::crds());
+    install_manifests(client, all).await?;
+    info!(count = kinds().len(), "Karmada CRDs installed");
+    Ok(())
+}
+
+/// Server-side applies `manifests` (CRDs) and waits until each is
+/// Established: on the hub, and in members for the MCS API.
+pub async fn install_manifests(
+    client: &kube::Client,
+    manifests: Vec<Value>,
+) -> Result<(), InstallError> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let params = PatchParams::apply("flotilla-controlplane").force();
-    for manifest in manifests() {
+    for manifest in manifests {
         let crd: CustomResourceDefinition = serde_json::from_value(manifest)?;
         let name = crd.metadata.name.clone().unwrap_or_default();
         api.patch(&name, &params, &Patch::Apply(&crd))
@@ -429,7 +442,6 @@ pub async fn install(client: &kube::Client) -> Result<(), InstallError> {
             _ => return Err(InstallError::NotEstablished(name)),
         }
     }
-    info!(count = kinds().len(), "Karmada CRDs installed");
     Ok(())
 }
 

@@ -18,6 +18,12 @@ pub enum Error {
     },
     #[error("invalid object: {0}")]
     Invalid(#[from] serde_json::Error),
+    #[error(transparent)]
+    Install(#[from] crate::crds::InstallError),
+    /// A multi-cluster service that cannot be served as asked (a full
+    /// ClusterSetIP range, a member watch that ended).
+    #[error("{0}")]
+    Mcs(String),
 }
 
 impl Error {

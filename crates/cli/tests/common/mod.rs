@@ -2,6 +2,8 @@
 //! temporary data dir, killed on drop, and clients pointed at it.
 #![allow(dead_code)]
 
+pub mod fleet;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};

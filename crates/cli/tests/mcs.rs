@@ -1,0 +1,343 @@
+//! Multi-cluster services end to end: Services exported from members
+//! become one ServiceImport everywhere, their endpoints follow, conflicts
+//! say who won, and `flotilla dns` answers for them, read with `dig`.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::fleet::{Fleet, jsonpath, member_fault};
+use common::{Running, Server, assert_has, wait_for, which};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A fleet of three members with pod ranges of their own, so that
+/// endpoints tell their clusters apart.
+fn fleet() -> Fleet {
+    let mut fleet = Fleet::new(&[]);
+    for (i, (name, region)) in [
+        ("member1", "us-east"),
+        ("member2", "eu-west"),
+        ("member3", "ap-south"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let cidr = format!("10.{}.0.0/16", 10 + i);
+        let m = Server::member(name, &["--nodes", "2", "--pod-cidr", &cidr]);
+        fleet.members.push((name.to_string(), m));
+        fleet.join(name, region);
+    }
+    for name in ["member1", "member2", "member3"] {
+        fleet.wait_ready(name);
+    }
+    fleet
+}
+
+fn app(name: &str, replicas: u32, service: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {{name: shop}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: shop}}
+spec:
+  replicas: {replicas}
+  selector:
+    matchLabels: {{app: {name}}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+    spec:
+      containers:
+        - {{name: {name}, image: nginx:1.27}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: shop}}
+spec:
+  selector: {{app: {name}}}
+{service}
+---
+apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceExport
+metadata: {{name: {name}, namespace: shop}}
+"#
+    )
+}
+
+const WEB_PORTS: &str = "  ports: [{name: http, port: 80, targetPort: 8080}]";
+const DB_HEADLESS: &str = "  clusterIP: None\n  ports: [{name: sql, port: 5432}]";
+
+fn apply(m: &Server, yaml: &str) {
+    let out = m.kubectl_stdin(&["apply", "-f", "-"], Some(yaml));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `dig` against the fleet's DNS; `+short` lines, or the status line.
+fn dig(port: u16, args: &[&str]) -> String {
+    let dig =
+        which("dig").expect("dig not found: install Debian's dnsutils (bash .ci/run does it)");
+    let out = Command::new(dig)
+        .args(["@127.0.0.1", "-p", &port.to_string(), "+time=2", "+tries=1"])
+        .args(args)
+        .output()
+        .expect("run dig");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn short(port: u16, args: &[&str]) -> Vec<String> {
+    let mut all = vec!["+short"];
+    all.extend_from_slice(args);
+    let mut lines: Vec<String> = dig(port, &all).lines().map(str::to_string).collect();
+    lines.sort();
+    lines
+}
+
+fn free_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn condition(m: &Server, kind: &str, name: &str, type_: &str, field: &str) -> String {
+    jsonpath(
+        m,
+        &["get", kind, name, "-n", "shop"],
+        &format!("{{.status.conditions[?(@.type==\"{type_}\")].{field}}}"),
+    )
+}
+
+#[test]
+fn exported_services_are_imported_everywhere_and_resolve_in_clusterset_local() {
+    let fleet = fleet();
+    let (m1, m2, m3) = (
+        fleet.member("member1"),
+        fleet.member("member2"),
+        fleet.member("member3"),
+    );
+    apply(m1, &app("web", 2, WEB_PORTS));
+    apply(m2, &app("web", 1, WEB_PORTS));
+
+    // One import in every member (member3 exports nothing), from both.
+    let import =
+        |m: &Server, path: &str| jsonpath(m, &["get", "serviceimport", "web", "-n", "shop"], path);
+    wait_for(
+        WAIT,
+        "the import in member3 from member1 and member2",
+        || import(m3, "{.status.clusters[*].cluster}") == "member1 member2",
+    );
+    assert_eq!(import(m3, "{.spec.type}"), "ClusterSetIP");
+    assert_eq!(
+        import(m3, "{.spec.ports[0].name}:{.spec.ports[0].port}"),
+        "http:80"
+    );
+    let ip = import(m3, "{.spec.ips[0]}");
+    assert!(ip.starts_with("242.0."), "{ip}");
+    assert_eq!(
+        import(m1, "{.spec.ips[0]}"),
+        ip,
+        "the same ClusterSetIP everywhere"
+    );
+    assert_eq!(
+        jsonpath(
+            &fleet.hub,
+            &["get", "serviceimport", "web", "-n", "shop"],
+            "{.spec.ips[0]}"
+        ),
+        ip
+    );
+    let slices = |m: &Server| {
+        jsonpath(
+            m,
+            &[
+                "get",
+                "endpointslices",
+                "-n",
+                "shop",
+                "-l",
+                "multicluster.kubernetes.io/service-name=web",
+            ],
+            "{range .items[*]}{.metadata.labels.multicluster\\.kubernetes\\.io/source-cluster}={.endpoints[*].addresses[0]};{end}",
+        )
+    };
+    let count = |m: &Server, cluster: &str| {
+        slices(m)
+            .split(';')
+            .find(|s| s.starts_with(&format!("{cluster}=")))
+            .map_or(0, |s| {
+                s.split_once('=')
+                    .map_or(0, |(_, ips)| ips.split_whitespace().count())
+            })
+    };
+    wait_for(WAIT, "a slice per source cluster in member3", || {
+        count(m3, "member1") == 2 && count(m3, "member2") == 1
+    });
+    assert!(slices(m3).contains("member1=10.10."), "{}", slices(m3));
+    for (field, want) in [("status", "True"), ("reason", "Exported")] {
+        assert_eq!(condition(m1, "serviceexport", "web", "Ready", field), want);
+    }
+    assert_eq!(
+        condition(m1, "serviceexport", "web", "Valid", "status"),
+        "True"
+    );
+    assert_eq!(
+        condition(m1, "serviceexport", "web", "Conflict", "reason"),
+        "NoConflicts"
+    );
+
+    // Scaling a source changes its slice everywhere.
+    m1.ok(&["scale", "deploy", "web", "-n", "shop", "--replicas", "3"]);
+    wait_for(WAIT, "member1's slice with 3 endpoints", || {
+        count(m3, "member1") == 3
+    });
+
+    // DNS, read with a real resolver client, over UDP and TCP.
+    let port = free_port();
+    let hub = fleet.hub.kubeconfig.to_str().unwrap().to_string();
+    let _dns = Running::start(&[
+        "dns",
+        "--kubeconfig",
+        &hub,
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+    ]);
+    wait_for(WAIT, "DNS to answer", || {
+        short(port, &["web.shop.svc.clusterset.local", "A"]) == [ip.clone()]
+    });
+    assert_eq!(
+        short(port, &["+tcp", "web.shop.svc.clusterset.local", "A"]),
+        vec![ip.to_string()]
+    );
+    assert_eq!(
+        short(port, &["dns-version.clusterset.local", "TXT"]),
+        ["\"1.0.0\""]
+    );
+    assert_eq!(
+        short(port, &["_http._tcp.web.shop.svc.clusterset.local", "SRV"]),
+        ["0 100 80 web.shop.svc.clusterset.local."]
+    );
+    // No per-cluster names for a ClusterSetIP service; unknown names are
+    // NXDOMAIN; other zones are refused.
+    assert_has(
+        &dig(port, &["member1.web.shop.svc.clusterset.local", "A"]),
+        &["status: NXDOMAIN"],
+    );
+    assert_has(
+        &dig(port, &["nope.shop.svc.clusterset.local", "A"]),
+        &["status: NXDOMAIN"],
+    );
+    assert_has(&dig(port, &["example.com", "A"]), &["status: REFUSED"]);
+
+    // A headless service: one record per ready endpoint, per cluster.
+    apply(m1, &app("db", 1, DB_HEADLESS));
+    apply(m2, &app("db", 1, DB_HEADLESS));
+    let db = || short(port, &["db.shop.svc.clusterset.local", "A"]);
+    wait_for(WAIT, "db's endpoints from both clusters", || {
+        let ips = db();
+        ips.len() == 2 && ips[0].starts_with("10.10.") && ips[1].starts_with("10.11.")
+    });
+    let srv = short(port, &["_sql._tcp.db.shop.svc.clusterset.local", "SRV"]);
+    assert_eq!(srv.len(), 2, "{srv:?}");
+    assert!(
+        srv[0].contains(".member1.db.shop.svc.clusterset.local."),
+        "{srv:?}"
+    );
+    let target = srv[0].split_whitespace().last().unwrap().to_string();
+    assert_eq!(short(port, &[&target, "A"]), [db()[0].clone()]);
+    // Readiness: no ready endpoint in member2, then none at all.
+    m2.ok(&["scale", "deploy", "db", "-n", "shop", "--replicas", "0"]);
+    wait_for(WAIT, "db without member2", || {
+        let ips = db();
+        ips.len() == 1 && ips[0].starts_with("10.10.")
+    });
+    m1.ok(&["scale", "deploy", "db", "-n", "shop", "--replicas", "0"]);
+    wait_for(WAIT, "db NXDOMAIN with no ready endpoint", || {
+        dig(port, &["db.shop.svc.clusterset.local", "A"]).contains("status: NXDOMAIN")
+    });
+    m1.ok(&["scale", "deploy", "db", "-n", "shop", "--replicas", "1"]);
+
+    // A conflicting export, the newest: the oldest (member1's) wins, and
+    // every export says which field, who won and why.
+    apply(
+        m3,
+        &app(
+            "web",
+            1,
+            "  clusterIP: None\n  ports: [{name: http, port: 8080}]",
+        ),
+    );
+    wait_for(WAIT, "member3's export in conflict", || {
+        condition(m3, "serviceexport", "web", "Conflict", "status") == "True"
+    });
+    assert_eq!(
+        condition(m3, "serviceexport", "web", "Conflict", "reason"),
+        "TypeConflict,PortConflict"
+    );
+    assert_has(
+        &condition(m3, "serviceexport", "web", "Conflict", "message"),
+        &[
+            "type: member3 has Headless; ClusterSetIP from member1 is used",
+            "member1's export is the oldest",
+        ],
+    );
+    wait_for(WAIT, "member1's export in conflict too", || {
+        condition(m1, "serviceexport", "web", "Conflict", "status") == "True"
+    });
+    assert_eq!(
+        import(m2, "{.spec.type}:{.spec.ports[*].port}"),
+        "ClusterSetIP:80"
+    );
+    assert_eq!(
+        short(port, &["web.shop.svc.clusterset.local", "A"]),
+        vec![ip.to_string()],
+        "the DNS name kept its IP"
+    );
+
+    // Bad exports say why, and change nobody else's records.
+    apply(
+        m3,
+        "apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata: {name: ghost, namespace: shop}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: ext, namespace: shop}\nspec: {type: ExternalName, externalName: example.com}\n---\napiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata: {name: ext, namespace: shop}\n---\napiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceImport\nmetadata: {name: handmade, namespace: shop}\nspec: {type: ClusterSetIP, ports: [{port: 80, protocol: TCP}]}\n",
+    );
+    wait_for(WAIT, "the bad exports' conditions", || {
+        condition(m3, "serviceexport", "ghost", "Valid", "reason") == "NoService"
+            && condition(m3, "serviceexport", "ext", "Valid", "reason") == "InvalidServiceType"
+            && condition(m3, "serviceimport", "handmade", "Ready", "reason") == "NoServiceExport"
+    });
+    assert!(
+        !fleet
+            .member("member1")
+            .kubectl(&["get", "serviceimport", "ghost", "-n", "shop"])
+            .status
+            .success(),
+        "an import for an invalid export"
+    );
+    assert_eq!(
+        short(port, &["web.shop.svc.clusterset.local", "A"]),
+        vec![ip.to_string()]
+    );
+
+    // An unreachable member leaves: its endpoints go from the imports and
+    // from DNS once it is NotReady (1 s failure threshold here).
+    wait_for(WAIT, "db back in member1", || db().len() == 1);
+    m2.ok(&["scale", "deploy", "db", "-n", "shop", "--replicas", "1"]);
+    wait_for(WAIT, "db in both again", || db().len() == 2);
+    member_fault(&fleet, "member2", &["unreachable", "--mode", "refuse"]);
+    wait_for(WAIT, "member2's endpoints gone from DNS", || {
+        let ips = db();
+        ips.len() == 1 && ips[0].starts_with("10.10.")
+    });
+    wait_for(WAIT, "member2 gone from the import", || {
+        import(m3, "{.status.clusters[*].cluster}") == "member1 member3"
+    });
+}

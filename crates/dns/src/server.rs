@@ -1,0 +1,168 @@
+//! The DNS server: a UDP loop and a TCP listener (length-prefixed
+//! messages, several per connection), each query answered from a
+//! [`Snapshot`] of the hub's caches.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla_federation::mcs::api::{MANAGED_BY, MANAGED_BY_LABEL, ServiceImport};
+use futures::StreamExt;
+use hickory_proto::op::{Message, OpCode, ResponseCode};
+use hickory_proto::serialize::binary::{BinDecodable, BinEncodable};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tracing::{debug, warn};
+
+use crate::zone::{self, Snapshot};
+
+/// The hub's ServiceImports and import EndpointSlices, followed.
+#[derive(Clone)]
+pub struct Caches {
+    imports: Store<ServiceImport>,
+    slices: Store<EndpointSlice>,
+}
+
+impl Caches {
+    /// Starts the watches; resolves once both have listed.
+    pub async fn follow(hub: Client) -> Result<Caches, watcher::Error> {
+        let (imports, iw) = reflector::store();
+        let (slices, sw) = reflector::store();
+        let i = reflector::reflector(
+            iw,
+            watcher(
+                Api::<ServiceImport>::all(hub.clone()),
+                watcher::Config::default(),
+            ),
+        )
+        .default_backoff()
+        .for_each(|_| async {});
+        let managed =
+            watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+        let s = reflector::reflector(sw, watcher(Api::<EndpointSlice>::all(hub), managed))
+            .default_backoff()
+            .for_each(|_| async {});
+        tokio::spawn(i);
+        tokio::spawn(s);
+        let caches = Caches { imports, slices };
+        let _ = caches.imports.wait_until_ready().await;
+        let _ = caches.slices.wait_until_ready().await;
+        Ok(caches)
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            imports: self.imports.state(),
+            slices: self.slices.state(),
+        }
+    }
+}
+
+/// The response to one query message (its bytes), or None when it cannot
+/// even be read as one.
+pub fn respond(caches: &Snapshot, query: &[u8]) -> Option<Vec<u8>> {
+    let request = match Message::from_bytes(query) {
+        Ok(m) => m,
+        Err(error) => {
+            debug!(%error, "unreadable DNS message");
+            // The id is the first two bytes, if there are two.
+            let id = u16::from_be_bytes([*query.first()?, *query.get(1)?]);
+            return Message::error_msg(id, OpCode::Query, ResponseCode::FormErr)
+                .to_bytes()
+                .ok();
+        }
+    };
+    let meta = &request.metadata;
+    let mut response = Message::response(meta.id, meta.op_code);
+    response.metadata.recursion_desired = meta.recursion_desired;
+    response.metadata.authoritative = true;
+    response.add_queries(request.queries.clone());
+    let code = if meta.op_code != OpCode::Query || request.queries.len() != 1 {
+        ResponseCode::NotImp
+    } else {
+        let q = &request.queries[0];
+        match zone::answer(caches, q.name(), q.query_type()) {
+            Some(a) => {
+                response.add_answers(a.records);
+                response.authorities.extend(a.authority);
+                a.code
+            }
+            None => {
+                response.metadata.authoritative = false;
+                ResponseCode::Refused
+            }
+        }
+    };
+    response.metadata.response_code = code;
+    response.to_bytes().ok()
+}
+
+/// Serves UDP queries on `socket` for ever.
+pub async fn serve_udp(socket: UdpSocket, caches: Caches) {
+    let socket = Arc::new(socket);
+    let mut buf = vec![0u8; 4096];
+    loop {
+        let (n, peer) = match socket.recv_from(&mut buf).await {
+            Ok(r) => r,
+            Err(error) => {
+                warn!(%error, "DNS over UDP: receive failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Some(mut out) = respond(&caches.snapshot(), &buf[..n]) else {
+            continue;
+        };
+        if out.len() > 512 {
+            // Too long for plain UDP: the client retries over TCP.
+            if let Ok(m) = Message::from_bytes(&out) {
+                out = m.truncate().to_bytes().unwrap_or_default();
+            }
+        }
+        if let Err(error) = socket.send_to(&out, peer).await {
+            debug!(%error, %peer, "DNS over UDP: send failed");
+        }
+    }
+}
+
+/// Serves TCP connections on `listener` for ever.
+pub async fn serve_tcp(listener: TcpListener, caches: Caches) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(connection(stream, caches.clone()));
+            }
+            Err(error) => {
+                warn!(%error, "DNS over TCP: accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn connection(mut stream: TcpStream, caches: Caches) {
+    loop {
+        let read = async {
+            let len = stream.read_u16().await? as usize;
+            let mut buf = vec![0u8; len];
+            stream.read_exact(&mut buf).await?;
+            Ok::<_, std::io::Error>(buf)
+        };
+        // An idle connection is closed after a while, as servers do.
+        let Ok(Ok(query)) = tokio::time::timeout(Duration::from_secs(10), read).await else {
+            return;
+        };
+        let Some(out) = respond(&caches.snapshot(), &query) else {
+            return;
+        };
+        let Ok(len) = u16::try_from(out.len()) else {
+            return;
+        };
+        if stream.write_u16(len).await.is_err() || stream.write_all(&out).await.is_err() {
+            return;
+        }
+    }
+}

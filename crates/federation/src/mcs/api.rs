@@ -1,0 +1,233 @@
+//! The Multi-Cluster Services API (`multicluster.x-k8s.io/v1alpha1`,
+//! KEP-1645) and the cluster identity of KEP-2149 (`about.k8s.io`), as
+//! CRDs Flotilla installs on the hub and in every member.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use kube::CustomResource;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+pub const GROUP: &str = "multicluster.x-k8s.io";
+/// The label of an import's EndpointSlices naming their ServiceImport.
+pub const SERVICE_NAME_LABEL: &str = "multicluster.kubernetes.io/service-name";
+/// The label of an import's EndpointSlices naming their source cluster.
+pub const SOURCE_CLUSTER_LABEL: &str = "multicluster.kubernetes.io/source-cluster";
+/// Marks what Flotilla's MCS controller made (imports and their slices).
+pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "mcs.flotilla.io";
+/// KEP-2149: the ClusterProperty holding a member's cluster id.
+pub const CLUSTER_ID_PROPERTY: &str = "cluster.clusterset.k8s.io";
+
+/// Exports the Service of the same namespace and name. Written by hand
+/// rather than derived: a ServiceExport usually has no `spec` at all,
+/// which the derived type would refuse to read.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct ServiceExport {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: ServiceExportSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ServiceExportStatus>,
+}
+
+impl kube::Resource for ServiceExport {
+    type DynamicType = ();
+    type Scope = kube::core::NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "ServiceExport".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        GROUP.into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1alpha1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "serviceexports".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// `exportedLabels` and `exportedAnnotations` (v1beta1), kept as given.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct ServiceExportSpec {
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct ServiceExportStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// A service of the clusterset, as every member sees it.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "multicluster.x-k8s.io",
+    version = "v1alpha1",
+    kind = "ServiceImport",
+    namespaced,
+    status = "ServiceImportStatus",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceImportSpec {
+    #[serde(default)]
+    pub ports: Vec<ImportPort>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ips: Vec<String>,
+    /// ClusterSetIP or Headless.
+    #[serde(rename = "type")]
+    pub type_: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_affinity: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_affinity_config: Option<Value>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ImportPort {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    #[serde(default)]
+    pub protocol: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_protocol: Option<String>,
+    pub port: i32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct ServiceImportStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<ImportCluster>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct ImportCluster {
+    pub cluster: String,
+}
+
+/// KEP-2149's ClusterProperty (`about.k8s.io/v1alpha1`).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "about.k8s.io",
+    version = "v1alpha1",
+    kind = "ClusterProperty",
+    schema = "disabled"
+)]
+pub struct ClusterPropertySpec {
+    pub value: String,
+}
+
+fn crd(
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+    namespaced: bool,
+    short: &[&str],
+    spec: Value,
+) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {
+            "group": group,
+            "names": {
+                "kind": kind,
+                "listKind": format!("{kind}List"),
+                "plural": plural,
+                "singular": kind.to_lowercase(),
+                "shortNames": short,
+            },
+            "scope": if namespaced { "Namespaced" } else { "Cluster" },
+            "versions": [{
+                "name": version,
+                "served": true,
+                "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {
+                        "apiVersion": {"type": "string"},
+                        "kind": {"type": "string"},
+                        "metadata": {"type": "object"},
+                        "spec": spec,
+                        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    },
+                    // A ServiceExport may have no spec; the others must.
+                    "required": if kind == "ServiceExport" { json!([]) } else { json!(["spec"]) },
+                }},
+            }],
+        },
+    })
+}
+
+/// The CRDs of the MCS API and of cluster identity.
+pub fn crds() -> Vec<Value> {
+    let open = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+    vec![
+        crd(
+            GROUP,
+            "v1alpha1",
+            "ServiceExport",
+            "serviceexports",
+            true,
+            &["svcex"],
+            open.clone(),
+        ),
+        crd(
+            GROUP,
+            "v1alpha1",
+            "ServiceImport",
+            "serviceimports",
+            true,
+            &["svcim"],
+            json!({
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": true,
+                "required": ["type"],
+                "properties": {
+                    "type": {"type": "string", "enum": ["ClusterSetIP", "Headless"]},
+                    "ips": {"type": "array", "maxItems": 2, "items": {"type": "string"}},
+                    "ports": {"type": "array", "items": {
+                        "type": "object",
+                        "required": ["port"],
+                        "properties": {
+                            "name": {"type": "string"},
+                            "protocol": {"type": "string"},
+                            "appProtocol": {"type": "string"},
+                            "port": {"type": "integer", "format": "int32"},
+                        },
+                    }},
+                    "sessionAffinity": {"type": "string"},
+                    "sessionAffinityConfig": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                },
+            }),
+        ),
+        crd(
+            "about.k8s.io",
+            "v1alpha1",
+            "ClusterProperty",
+            "clusterproperties",
+            false,
+            &[],
+            json!({"type": "object", "required": ["value"], "properties": {"value": {"type": "string", "maxLength": 128000}}}),
+        ),
+    ]
+}

@@ -1,0 +1,377 @@
+//! How the exports of one service across the clusterset become one
+//! ServiceImport, without I/O (KEP-1645): an export of a missing or
+//! ExternalName Service is not Valid; among the valid ones the oldest
+//! ServiceExport (creationTimestamp, then cluster id) wins every property
+//! that cannot be merged (type, session affinity and its config), and
+//! every export then says Conflict with which field, who won and why;
+//! ports are the union, by name and by protocol and port, the older export
+//! keeping a clashing one.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::jiff::Timestamp;
+use serde_json::Value;
+
+/// One cluster's ServiceExport of the service, and its Service.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Export {
+    pub cluster: String,
+    pub created: Timestamp,
+    /// None: the cluster has no Service of that name.
+    pub service: Option<ServiceFacts>,
+}
+
+/// What of a Service the import is made of.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ServiceFacts {
+    /// ClusterIP, NodePort, LoadBalancer or ExternalName.
+    pub type_: String,
+    /// `clusterIP: None`.
+    pub headless: bool,
+    pub ports: Vec<Port>,
+    pub session_affinity: String,
+    pub session_affinity_config: Option<Value>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Port {
+    pub name: String,
+    pub protocol: String,
+    pub port: i32,
+    pub app_protocol: Option<String>,
+}
+
+/// The import every cluster gets.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Import {
+    /// ClusterSetIP or Headless.
+    pub type_: &'static str,
+    pub ports: Vec<Port>,
+    pub session_affinity: String,
+    pub session_affinity_config: Option<Value>,
+    /// The clusters whose endpoints it serves: every valid export.
+    pub clusters: Vec<String>,
+}
+
+/// A condition for one export.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExportCondition {
+    pub type_: &'static str,
+    pub status: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Merged {
+    /// None while no export is valid: no import exists then.
+    pub import: Option<Import>,
+    /// Per cluster: Valid, and for valid exports Conflict.
+    pub conditions: BTreeMap<String, Vec<ExportCondition>>,
+}
+
+fn condition(type_: &'static str, status: bool, reason: &str, message: String) -> ExportCondition {
+    ExportCondition {
+        type_,
+        status,
+        reason: reason.to_string(),
+        message,
+    }
+}
+
+fn import_type(s: &ServiceFacts) -> &'static str {
+    if s.headless {
+        "Headless"
+    } else {
+        "ClusterSetIP"
+    }
+}
+
+/// Merges the exports of one service (`namespace/name` only for messages).
+pub fn merge(service: &str, exports: &[Export]) -> Merged {
+    let mut conditions: BTreeMap<String, Vec<ExportCondition>> = BTreeMap::new();
+    let mut valid: Vec<(&Export, &ServiceFacts)> = Vec::new();
+    for e in exports {
+        let verdict = match &e.service {
+            None => condition(
+                "Valid",
+                false,
+                "NoService",
+                format!("Service {service} does not exist in cluster {}", e.cluster),
+            ),
+            Some(s) if s.type_ == "ExternalName" => condition(
+                "Valid",
+                false,
+                "InvalidServiceType",
+                format!("Service {service} is of type ExternalName, which cannot be exported"),
+            ),
+            Some(s) => {
+                valid.push((e, s));
+                condition(
+                    "Valid",
+                    true,
+                    "Valid",
+                    format!("Service {service} is exported"),
+                )
+            }
+        };
+        conditions.insert(e.cluster.clone(), vec![verdict]);
+    }
+    valid.sort_by(|(a, _), (b, _)| a.created.cmp(&b.created).then(a.cluster.cmp(&b.cluster)));
+    let Some(&(oldest, first)) = valid.first() else {
+        return Merged {
+            import: None,
+            conditions,
+        };
+    };
+    let why = format!(
+        "{}'s export is the oldest (created {})",
+        oldest.cluster, oldest.created
+    );
+    // Conflicting fields: reason, and the message naming the field, the
+    // clusters that disagree and the winner.
+    let mut conflicts: Vec<(&'static str, String)> = Vec::new();
+    let mut single =
+        |reason: &'static str, field: &str, value: &dyn Fn(&ServiceFacts) -> String| {
+            let winner = value(first);
+            let losers: Vec<String> = valid
+                .iter()
+                .filter(|(_, s)| value(s) != winner)
+                .map(|(e, s)| format!("{} has {}", e.cluster, value(s)))
+                .collect();
+            if !losers.is_empty() {
+                conflicts.push((
+                    reason,
+                    format!(
+                        "{field}: {}; {} from {} is used: {why}",
+                        losers.join(", "),
+                        winner,
+                        oldest.cluster
+                    ),
+                ));
+            }
+        };
+    single("TypeConflict", "type", &|s| import_type(s).to_string());
+    single("SessionAffinityConflict", "sessionAffinity", &|s| {
+        s.session_affinity.clone()
+    });
+    single(
+        "SessionAffinityConfigConflict",
+        "sessionAffinityConfig",
+        &|s| {
+            s.session_affinity_config
+                .as_ref()
+                .map_or("none".into(), Value::to_string)
+        },
+    );
+    let mut ports: Vec<Port> = Vec::new();
+    let mut port_clashes: Vec<String> = Vec::new();
+    for (e, s) in &valid {
+        for p in &s.ports {
+            let same_name = ports.iter().find(|q| q.name == p.name);
+            let same_port = ports
+                .iter()
+                .find(|q| q.protocol == p.protocol && q.port == p.port);
+            match (same_name, same_port) {
+                (Some(q), Some(r)) if q == r && q.app_protocol == p.app_protocol => {}
+                (None, None) => ports.push(p.clone()),
+                (Some(q), _) | (None, Some(q)) => port_clashes.push(format!(
+                    "{} has {} {}/{}, clashing with {} {}/{}",
+                    e.cluster,
+                    display_name(&p.name),
+                    p.port,
+                    p.protocol,
+                    display_name(&q.name),
+                    q.port,
+                    q.protocol
+                )),
+            }
+        }
+    }
+    if !port_clashes.is_empty() {
+        conflicts.push((
+            "PortConflict",
+            format!(
+                "ports: {}; the older export's port is kept: {why}",
+                port_clashes.join("; ")
+            ),
+        ));
+    }
+    ports.sort_by(|a, b| a.name.cmp(&b.name).then(a.port.cmp(&b.port)));
+    let conflict = if conflicts.is_empty() {
+        condition(
+            "Conflict",
+            false,
+            "NoConflicts",
+            "No conflicts with the other clusters' exports".into(),
+        )
+    } else {
+        let reasons: Vec<&str> = conflicts.iter().map(|(r, _)| *r).collect();
+        let messages: Vec<&str> = conflicts.iter().map(|(_, m)| m.as_str()).collect();
+        condition("Conflict", true, &reasons.join(","), messages.join(". "))
+    };
+    for (e, _) in &valid {
+        if let Some(c) = conditions.get_mut(&e.cluster) {
+            c.push(conflict.clone());
+        }
+    }
+    Merged {
+        import: Some(Import {
+            type_: import_type(first),
+            ports,
+            session_affinity: first.session_affinity.clone(),
+            session_affinity_config: first.session_affinity_config.clone(),
+            clusters: {
+                let mut c: Vec<String> = valid.iter().map(|(e, _)| e.cluster.clone()).collect();
+                c.sort();
+                c
+            },
+        }),
+        conditions,
+    }
+}
+
+fn display_name(name: &str) -> String {
+    if name.is_empty() {
+        "an unnamed port".into()
+    } else {
+        format!("port {name:?}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn port(name: &str, port: i32) -> Port {
+        Port {
+            name: name.into(),
+            protocol: "TCP".into(),
+            port,
+            app_protocol: None,
+        }
+    }
+
+    fn export(cluster: &str, created: i64, service: Option<ServiceFacts>) -> Export {
+        Export {
+            cluster: cluster.into(),
+            created: Timestamp::from_second(created).unwrap(),
+            service,
+        }
+    }
+
+    fn service(headless: bool, ports: Vec<Port>) -> ServiceFacts {
+        ServiceFacts {
+            type_: "ClusterIP".into(),
+            headless,
+            ports,
+            session_affinity: "None".into(),
+            session_affinity_config: None,
+        }
+    }
+
+    fn conflict<'a>(m: &'a Merged, cluster: &str) -> &'a ExportCondition {
+        m.conditions[cluster]
+            .iter()
+            .find(|c| c.type_ == "Conflict")
+            .expect("a Conflict condition")
+    }
+
+    #[test]
+    fn compatible_exports_merge_their_ports() {
+        let m = merge(
+            "shop/web",
+            &[
+                export(
+                    "member2",
+                    20,
+                    Some(service(
+                        false,
+                        vec![port("http", 80), port("metrics", 9090)],
+                    )),
+                ),
+                export("member1", 10, Some(service(false, vec![port("http", 80)]))),
+            ],
+        );
+        let import = m.import.clone().unwrap();
+        assert_eq!(import.type_, "ClusterSetIP");
+        assert_eq!(import.ports, vec![port("http", 80), port("metrics", 9090)]);
+        assert_eq!(import.clusters, vec!["member1", "member2"]);
+        assert!(!conflict(&m, "member1").status);
+        assert_eq!(conflict(&m, "member2").reason, "NoConflicts");
+    }
+
+    #[test]
+    fn the_oldest_export_wins_and_every_export_says_so() {
+        let m = merge(
+            "shop/web",
+            &[
+                export("member1", 10, Some(service(false, vec![port("http", 80)]))),
+                export("member2", 20, Some(service(true, vec![port("http", 8080)]))),
+            ],
+        );
+        let import = m.import.clone().unwrap();
+        assert_eq!(import.type_, "ClusterSetIP");
+        assert_eq!(import.ports, vec![port("http", 80)]);
+        for cluster in ["member1", "member2"] {
+            let c = conflict(&m, cluster);
+            assert!(c.status);
+            assert_eq!(c.reason, "TypeConflict,PortConflict");
+            for needle in [
+                "type: member2 has Headless; ClusterSetIP from member1 is used",
+                "member1's export is the oldest",
+                "member2 has port \"http\" 8080/TCP, clashing with port \"http\" 80/TCP",
+            ] {
+                assert!(c.message.contains(needle), "{needle} in {}", c.message);
+            }
+        }
+        // Oldest by creation time, not by order or name.
+        let swapped = merge(
+            "shop/web",
+            &[
+                export("member1", 30, Some(service(false, vec![port("http", 80)]))),
+                export("member2", 20, Some(service(true, vec![port("http", 80)]))),
+            ],
+        );
+        assert_eq!(swapped.import.unwrap().type_, "Headless");
+    }
+
+    #[test]
+    fn invalid_exports_say_why_and_alone_make_no_import() {
+        let mut external = service(false, vec![]);
+        external.type_ = "ExternalName".into();
+        let m = merge(
+            "shop/web",
+            &[
+                export("member1", 10, None),
+                export("member2", 20, Some(external)),
+            ],
+        );
+        assert_eq!(m.import, None);
+        let valid = |c: &str| m.conditions[c][0].clone();
+        assert_eq!(
+            (valid("member1").status, valid("member1").reason.as_str()),
+            (false, "NoService")
+        );
+        assert_eq!(valid("member2").reason, "InvalidServiceType");
+        assert!(
+            m.conditions["member1"]
+                .iter()
+                .all(|c| c.type_ != "Conflict")
+        );
+
+        // With one valid export, the import is that one's.
+        let m = merge(
+            "shop/web",
+            &[
+                export("member1", 10, None),
+                export("member2", 20, Some(service(true, vec![]))),
+            ],
+        );
+        let import = m.import.unwrap();
+        assert_eq!(
+            (import.type_, import.clusters),
+            ("Headless", vec!["member2".to_string()])
+        );
+    }
+}

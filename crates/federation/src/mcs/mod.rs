@@ -1,0 +1,693 @@
+//! Multi-cluster services (KEP-1645) over the joined members: a Service
+//! with a ServiceExport in some members becomes one ServiceImport, with a
+//! ClusterSetIP, in every member and on the hub, and the ready endpoints
+//! of each exporting cluster follow as EndpointSlices, one source cluster
+//! per slice. The hub's copies are what `flotilla dns` serves.
+//!
+//! Each Ready Push member gets the MCS CRDs, its cluster id (KEP-2149's
+//! ClusterProperty, the cluster's name unless one is set) and watches of
+//! its ServiceExports, Services, EndpointSlices and ServiceImports; any
+//! change queues its service, and a service is reconciled as a whole from
+//! what every member shows ([`merge`]). A member that stops being Ready
+//! leaves at once: its exports and endpoints are gone from every import
+//! at the next reconcile.
+
+pub mod api;
+pub mod ips;
+pub mod merge;
+pub mod slices;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use parking_lot::Mutex;
+use serde_json::json;
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use crate::api::{Cluster, sync_mode};
+use crate::conditions;
+use crate::context::Ctx;
+use crate::error::{Error, is_not_found};
+use api::{
+    CLUSTER_ID_PROPERTY, ClusterProperty, ClusterPropertySpec, ImportCluster, ImportPort,
+    MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL, ServiceExport,
+    ServiceExportStatus, ServiceImport, ServiceImportSpec,
+};
+use merge::{Export, Merged, Port, ServiceFacts};
+
+/// The field manager of every MCS write.
+const MANAGER: &str = "flotilla-mcs";
+/// A sweep of every imported service, for what no watch reported.
+const RESYNC: Duration = Duration::from_secs(60);
+
+/// What the controller follows of one member.
+struct Member {
+    client: Client,
+    /// Its cluster id (KEP-2149).
+    id: String,
+    exports: Store<ServiceExport>,
+    services: Store<Service>,
+    slices: Store<EndpointSlice>,
+    imports: Store<ServiceImport>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+struct Mcs {
+    ctx: Ctx,
+    members: Mutex<HashMap<String, Arc<Member>>>,
+    /// Members being set up (CRDs, identity, first lists).
+    starting: Mutex<HashSet<String>>,
+    queue: Arc<crate::queue::WorkQueue<String>>,
+    hub_imports: Store<ServiceImport>,
+    hub_slices: Store<EndpointSlice>,
+}
+
+fn key_of<K: Resource>(o: &K) -> Option<String> {
+    Some(format!(
+        "{}/{}",
+        o.meta().namespace.as_deref()?,
+        o.meta().name.as_deref()?
+    ))
+}
+
+/// Follows `api` into a store, queueing `key(obj)` on every change.
+fn follow<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    queue: Arc<crate::queue::WorkQueue<String>>,
+    key: fn(&K) -> Option<String>,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let task = tokio::spawn(async move {
+        let events = reflector::reflector(writer, watcher(api, config))
+            .default_backoff()
+            .touched_objects();
+        let mut events = std::pin::pin!(events);
+        while let Some(e) = events.next().await {
+            if let Ok(obj) = e
+                && let Some(k) = key(&obj)
+            {
+                queue.add(k);
+            }
+        }
+    });
+    (store, task)
+}
+
+fn slice_service_key(s: &EndpointSlice) -> Option<String> {
+    let labels = s.metadata.labels.as_ref()?;
+    let name = labels
+        .get("kubernetes.io/service-name")
+        .or_else(|| labels.get(SERVICE_NAME_LABEL))?;
+    Some(format!("{}/{name}", s.metadata.namespace.as_deref()?))
+}
+
+pub async fn run(ctx: Ctx, clusters: impl Stream<Item = Arc<Cluster>> + Send + 'static) {
+    let queue = crate::queue::WorkQueue::new();
+    let managed = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+    let (hub_imports, t1) = follow(
+        Api::<ServiceImport>::all(ctx.hub.clone()),
+        watcher::Config::default(),
+        queue.clone(),
+        key_of,
+    );
+    let (hub_slices, t2) = follow(
+        Api::<EndpointSlice>::all(ctx.hub.clone()),
+        managed,
+        queue.clone(),
+        slice_service_key,
+    );
+    let mcs = Arc::new(Mcs {
+        ctx,
+        members: Mutex::default(),
+        starting: Mutex::default(),
+        queue: queue.clone(),
+        hub_imports,
+        hub_slices,
+    });
+    let watch_clusters = {
+        let mcs = mcs.clone();
+        async move {
+            let mut clusters = std::pin::pin!(clusters);
+            while let Some(c) = clusters.next().await {
+                mcs.cluster_changed(&c);
+            }
+        }
+    };
+    let sweep = {
+        let mcs = mcs.clone();
+        async move {
+            let mut every = tokio::time::interval(RESYNC);
+            loop {
+                every.tick().await;
+                mcs.queue_everything();
+            }
+        }
+    };
+    let work = {
+        let mcs = mcs.clone();
+        queue.run(4, move |key: String| {
+            let mcs = mcs.clone();
+            async move {
+                if let Err(error) = mcs.reconcile(&key).await {
+                    warn!(%error, service = %key, "multi-cluster service sync failed; retrying");
+                    mcs.queue.add_after(key, Duration::from_secs(2));
+                }
+            }
+        })
+    };
+    tokio::join!(watch_clusters, sweep, work);
+    t1.abort();
+    t2.abort();
+}
+
+impl Mcs {
+    /// Every service some member exports or imports, or the hub imports.
+    fn queue_everything(&self) {
+        let mut keys: HashSet<String> = self
+            .hub_imports
+            .state()
+            .iter()
+            .filter_map(|i| key_of(&**i))
+            .collect();
+        for m in self.members.lock().values() {
+            keys.extend(m.exports.state().iter().filter_map(|e| key_of(&**e)));
+            keys.extend(m.imports.state().iter().filter_map(|e| key_of(&**e)));
+        }
+        self.queue.add_all(keys);
+    }
+
+    fn cluster_changed(self: &Arc<Self>, c: &Cluster) {
+        let name = c.name_any();
+        let usable = c.spec.sync_mode == sync_mode::PUSH
+            && c.is_ready()
+            && c.metadata.deletion_timestamp.is_none();
+        if !usable {
+            if self.members.lock().remove(&name).is_some() {
+                info!(cluster = %name, "member left the clusterset's services");
+                self.queue_everything();
+            }
+            return;
+        }
+        if self.members.lock().contains_key(&name) || !self.starting.lock().insert(name.clone()) {
+            return;
+        }
+        let mcs = self.clone();
+        let cluster = c.clone();
+        tokio::spawn(async move {
+            let result = mcs.start_member(&cluster).await;
+            mcs.starting.lock().remove(&cluster.name_any());
+            match result {
+                Ok(member) => {
+                    info!(cluster = %cluster.name_any(), id = %member.id, "member joined the clusterset's services");
+                    mcs.members
+                        .lock()
+                        .insert(cluster.name_any(), Arc::new(member));
+                    mcs.queue_everything();
+                }
+                Err(error) => {
+                    warn!(%error, cluster = %cluster.name_any(), "cannot follow the member's services; retrying");
+                    // The cluster's next status report tries again.
+                }
+            }
+        });
+    }
+
+    async fn start_member(&self, cluster: &Cluster) -> Result<Member, Error> {
+        let client = self.ctx.members.get(cluster).await?.client;
+        crate::crds::install_manifests(&client, api::crds()).await?;
+        let id = cluster_id(&client, &cluster.name_any()).await?;
+        let q = || self.queue.clone();
+        let all = watcher::Config::default;
+        let (exports, a) = follow(
+            Api::<ServiceExport>::all(client.clone()),
+            all(),
+            q(),
+            key_of,
+        );
+        let (services, b) = follow(Api::<Service>::all(client.clone()), all(), q(), key_of);
+        let (slices, c) = follow(
+            Api::<EndpointSlice>::all(client.clone()),
+            all(),
+            q(),
+            slice_service_key,
+        );
+        let (imports, d) = follow(
+            Api::<ServiceImport>::all(client.clone()),
+            all(),
+            q(),
+            key_of,
+        );
+        let member = Member {
+            client,
+            id,
+            exports,
+            services,
+            slices,
+            imports,
+            tasks: vec![a, b, c, d],
+        };
+        for ready in [
+            member.exports.wait_until_ready().await.is_ok(),
+            member.services.wait_until_ready().await.is_ok(),
+            member.slices.wait_until_ready().await.is_ok(),
+            member.imports.wait_until_ready().await.is_ok(),
+        ] {
+            if !ready {
+                return Err(Error::Mcs("a member watch ended before listing".into()));
+            }
+        }
+        Ok(member)
+    }
+
+    async fn reconcile(&self, key: &str) -> Result<(), Error> {
+        let Some((ns, name)) = key.split_once('/') else {
+            return Ok(());
+        };
+        debug!(service = %key, "reconciling");
+        let members: Vec<Arc<Member>> = {
+            let mut m: Vec<_> = self.members.lock().values().cloned().collect();
+            m.sort_by(|a, b| a.id.cmp(&b.id));
+            m
+        };
+        let exports: Vec<Export> = members
+            .iter()
+            .filter_map(|m| {
+                let e = m.exports.get(&ObjectRef::new(name).within(ns))?;
+                if e.metadata.deletion_timestamp.is_some() {
+                    return None;
+                }
+                let service = m.services.get(&ObjectRef::new(name).within(ns));
+                Some(Export {
+                    cluster: m.id.clone(),
+                    created: e.metadata.creation_timestamp.as_ref()?.0,
+                    service: service.map(|s| facts(&s)),
+                })
+            })
+            .collect();
+        let merged = merge::merge(key, &exports);
+        for m in &members {
+            if let Some(conditions) = merged.conditions.get(&m.id) {
+                write_export_status(m, ns, name, conditions, merged.import.is_some()).await?;
+            }
+        }
+        let Some(import) = &merged.import else {
+            self.withdraw(&members, ns, name).await?;
+            return Ok(());
+        };
+        let spec = self.import_spec(ns, name, import, &merged)?;
+        // The hub first: it holds the ClusterSetIP and feeds DNS.
+        let hub = self.ctx.hub.clone();
+        let hub_import = apply_import(&hub, ns, name, &spec, &import.clusters).await?;
+        let sources: BTreeMap<&str, &Member> = members
+            .iter()
+            .filter(|m| import.clusters.contains(&m.id))
+            .map(|m| (m.id.as_str(), &**m))
+            .collect();
+        let owner = |i: &ServiceImport| {
+            i.controller_owner_ref(&()).map(|mut o| {
+                o.controller = None;
+                o.block_owner_deletion = None;
+                o
+            })
+        };
+        sync_slices(
+            &hub,
+            &self.hub_slices,
+            ns,
+            name,
+            &sources,
+            owner(&hub_import),
+        )
+        .await?;
+        for m in &members {
+            let member_import = apply_import(&m.client, ns, name, &spec, &import.clusters).await?;
+            sync_slices(
+                &m.client,
+                &m.slices,
+                ns,
+                name,
+                &sources,
+                owner(&member_import),
+            )
+            .await?;
+        }
+        debug!(service = %key, clusters = ?import.clusters, "service imported");
+        Ok(())
+    }
+
+    fn import_spec(
+        &self,
+        ns: &str,
+        name: &str,
+        import: &merge::Import,
+        _merged: &Merged,
+    ) -> Result<ServiceImportSpec, Error> {
+        let ips = if import.type_ == "ClusterSetIP" {
+            let have = self
+                .hub_imports
+                .get(&ObjectRef::new(name).within(ns))
+                .map(|i| i.spec.ips.clone())
+                .unwrap_or_default();
+            let used: HashSet<IpAddr> = self
+                .hub_imports
+                .state()
+                .iter()
+                .filter(|i| !(i.name_any() == name && i.namespace().as_deref() == Some(ns)))
+                .flat_map(|i| i.spec.ips.clone())
+                .filter_map(|s| s.parse().ok())
+                .collect();
+            ips::assign(&self.ctx.options.clusterset_ip_ranges, &have, &used).map_err(Error::Mcs)?
+        } else {
+            Vec::new()
+        };
+        Ok(ServiceImportSpec {
+            ports: import
+                .ports
+                .iter()
+                .map(|p| ImportPort {
+                    name: p.name.clone(),
+                    protocol: p.protocol.clone(),
+                    app_protocol: p.app_protocol.clone(),
+                    port: p.port,
+                })
+                .collect(),
+            ips,
+            type_: import.type_.to_string(),
+            session_affinity: Some(import.session_affinity.clone()),
+            session_affinity_config: import.session_affinity_config.clone(),
+        })
+    }
+
+    /// No export is valid any more: the imports and their slices go, and
+    /// an import someone made by hand says why it serves nothing.
+    async fn withdraw(&self, members: &[Arc<Member>], ns: &str, name: &str) -> Result<(), Error> {
+        let hub = self.ctx.hub.clone();
+        let targets: Vec<(Client, Option<Arc<ServiceImport>>)> = std::iter::once((
+            hub.clone(),
+            self.hub_imports.get(&ObjectRef::new(name).within(ns)),
+        ))
+        .chain(members.iter().map(|m| {
+            (
+                m.client.clone(),
+                m.imports.get(&ObjectRef::new(name).within(ns)),
+            )
+        }))
+        .collect();
+        for (client, import) in targets {
+            let Some(import) = import else { continue };
+            let ours =
+                import.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY);
+            let imports: Api<ServiceImport> = Api::namespaced(client.clone(), ns);
+            if ours {
+                delete(&imports, name).await?;
+                let slices: Api<EndpointSlice> = Api::namespaced(client, ns);
+                let lp = ListParams::default().labels(&format!(
+                    "{SERVICE_NAME_LABEL}={name},{MANAGED_BY_LABEL}={MANAGED_BY}"
+                ));
+                for s in slices.list(&lp).await?.items {
+                    delete(&slices, &s.name_any()).await?;
+                }
+                info!(service = %format!("{ns}/{name}"), "no valid export left: import withdrawn");
+            } else {
+                let mut status = import.status.clone().unwrap_or_default();
+                if conditions::set(
+                    &mut status.conditions,
+                    "Ready",
+                    false,
+                    "NoServiceExport",
+                    &format!(
+                        "no cluster of the clusterset exports {ns}/{name}: ServiceImports are made by the MCS controller from ServiceExports, not by hand"
+                    ),
+                ) {
+                    imports
+                        .patch_status(
+                            name,
+                            &PatchParams::default(),
+                            &Patch::Merge(&json!({"status": status})),
+                        )
+                        .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The member's cluster id: its KEP-2149 ClusterProperty, set to the
+/// cluster's name when it has none.
+async fn cluster_id(client: &Client, name: &str) -> Result<String, Error> {
+    let api: Api<ClusterProperty> = Api::all(client.clone());
+    if let Some(p) = api.get_opt(CLUSTER_ID_PROPERTY).await? {
+        return Ok(p.spec.value);
+    }
+    let property = ClusterProperty::new(
+        CLUSTER_ID_PROPERTY,
+        ClusterPropertySpec {
+            value: name.to_string(),
+        },
+    );
+    match api.create(&PostParams::default(), &property).await {
+        Ok(p) => Ok(p.spec.value),
+        Err(e) if crate::error::is_conflict(&e) => {
+            Ok(api.get(CLUSTER_ID_PROPERTY).await?.spec.value)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn facts(s: &Service) -> ServiceFacts {
+    let spec = s.spec.clone().unwrap_or_default();
+    ServiceFacts {
+        type_: spec.type_.clone().unwrap_or_else(|| "ClusterIP".into()),
+        headless: spec.cluster_ip.as_deref() == Some("None"),
+        ports: spec
+            .ports
+            .iter()
+            .flatten()
+            .map(|p| Port {
+                name: p.name.clone().unwrap_or_default(),
+                protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                port: p.port,
+                app_protocol: p.app_protocol.clone(),
+            })
+            .collect(),
+        session_affinity: spec
+            .session_affinity
+            .clone()
+            .unwrap_or_else(|| "None".into()),
+        session_affinity_config: spec
+            .session_affinity_config
+            .as_ref()
+            .and_then(|c| serde_json::to_value(c).ok()),
+    }
+}
+
+async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn write_export_status(
+    m: &Member,
+    ns: &str,
+    name: &str,
+    wanted: &[merge::ExportCondition],
+    imported: bool,
+) -> Result<(), Error> {
+    let Some(export) = m.exports.get(&ObjectRef::new(name).within(ns)) else {
+        return Ok(());
+    };
+    let mut status: ServiceExportStatus = export.status.clone().unwrap_or_default();
+    let mut changed = false;
+    for c in wanted {
+        changed |= conditions::set(
+            &mut status.conditions,
+            c.type_,
+            c.status,
+            &c.reason,
+            &c.message,
+        );
+    }
+    let valid = wanted.iter().any(|c| c.type_ == "Valid" && c.status);
+    let (ready, reason, message) = match (valid, imported) {
+        (true, true) => (
+            true,
+            "Exported",
+            "The service is exported to the clusterset",
+        ),
+        (true, false) => (false, "Pending", "The service is being exported"),
+        (false, _) => (false, "Failed", "The export is not valid"),
+    };
+    changed |= conditions::set(&mut status.conditions, "Ready", ready, reason, message);
+    if !wanted.iter().any(|c| c.type_ == "Conflict") {
+        let before = status.conditions.len();
+        status
+            .conditions
+            .retain(|c: &Condition| c.type_ != "Conflict");
+        changed |= status.conditions.len() != before;
+    }
+    if !changed {
+        return Ok(());
+    }
+    Api::<ServiceExport>::namespaced(m.client.clone(), ns)
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": status})),
+        )
+        .await?;
+    Ok(())
+}
+
+async fn ensure_namespace(client: &Client, ns: &str) -> Result<(), Error> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    if api.get_opt(ns).await?.is_some() {
+        return Ok(());
+    }
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
+    match api.create(&PostParams::default(), &namespace).await {
+        Ok(_) => Ok(()),
+        Err(e) if crate::error::is_conflict(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Server-side applies the import and its status; returns it as stored.
+async fn apply_import(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    spec: &ServiceImportSpec,
+    clusters: &[String],
+) -> Result<ServiceImport, Error> {
+    ensure_namespace(client, ns).await?;
+    let api: Api<ServiceImport> = Api::namespaced(client.clone(), ns);
+    let body = json!({
+        "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+        "kind": "ServiceImport",
+        "metadata": {"name": name, "namespace": ns, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+        "spec": spec,
+    });
+    let params = PatchParams::apply(MANAGER).force();
+    let stored = api.patch(name, &params, &Patch::Apply(&body)).await?;
+    let want: Vec<ImportCluster> = clusters
+        .iter()
+        .map(|c| ImportCluster { cluster: c.clone() })
+        .collect();
+    if stored.status.as_ref().map(|s| &s.clusters) != Some(&want) {
+        let status = json!({"status": {"clusters": want}});
+        return Ok(api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await?);
+    }
+    Ok(stored)
+}
+
+/// Brings the import's slices in one cluster (a member or the hub) to one
+/// per source cluster, from the sources' own slices of the Service.
+async fn sync_slices(
+    client: &Client,
+    have: &Store<EndpointSlice>,
+    ns: &str,
+    name: &str,
+    sources: &BTreeMap<&str, &Member>,
+    owner: Option<OwnerReference>,
+) -> Result<(), Error> {
+    let mut want: Vec<EndpointSlice> = Vec::new();
+    for (id, m) in sources {
+        let own: Vec<Arc<EndpointSlice>> = m
+            .slices
+            .state()
+            .into_iter()
+            .filter(|s| {
+                s.metadata.namespace.as_deref() == Some(ns)
+                    && s.labels()
+                        .get("kubernetes.io/service-name")
+                        .map(String::as_str)
+                        == Some(name)
+                    && !s.labels().contains_key(SERVICE_NAME_LABEL)
+            })
+            .collect();
+        let own: Vec<&EndpointSlice> = own.iter().map(|s| &**s).collect();
+        want.extend(slices::from_source(ns, name, id, &own, owner.clone()));
+    }
+    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+    let existing: Vec<Arc<EndpointSlice>> = have
+        .state()
+        .into_iter()
+        .filter(|s| {
+            s.metadata.namespace.as_deref() == Some(ns)
+                && s.labels().get(SERVICE_NAME_LABEL).map(String::as_str) == Some(name)
+                && s.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY)
+        })
+        .collect();
+    for w in &want {
+        let wname = w.metadata.name.clone().unwrap_or_default();
+        if existing
+            .iter()
+            .any(|e| e.metadata.name.as_deref() == Some(wname.as_str()) && slices::same(e, w))
+        {
+            continue;
+        }
+        let mut body = serde_json::to_value(w)?;
+        body["apiVersion"] = "discovery.k8s.io/v1".into();
+        body["kind"] = "EndpointSlice".into();
+        api.patch(
+            &wname,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+    }
+    for e in existing {
+        let ename = e.name_any();
+        let source = e
+            .labels()
+            .get(SOURCE_CLUSTER_LABEL)
+            .cloned()
+            .unwrap_or_default();
+        if !want
+            .iter()
+            .any(|w| w.metadata.name.as_deref() == Some(ename.as_str()))
+        {
+            debug!(slice = %ename, %source, "stale import slice removed");
+            delete(&api, &ename).await?;
+        }
+    }
+    Ok(())
+}
