@@ -341,3 +341,84 @@ fn exported_services_are_imported_everywhere_and_resolve_in_clusterset_local() {
         import(m3, "{.status.clusters[*].cluster}") == "member1 member3"
     });
 }
+
+#[test]
+fn a_karmada_multicluster_service_exports_from_providers_to_consumers() {
+    let fleet = fleet();
+    let (m1, m2, m3) = (
+        fleet.member("member1"),
+        fleet.member("member2"),
+        fleet.member("member3"),
+    );
+    // The Service runs in member1 and member2, exported by neither.
+    let service = app("api", 1, WEB_PORTS);
+    let without_export = service
+        .split("---\napiVersion: multicluster")
+        .next()
+        .unwrap();
+    apply(m1, without_export);
+    apply(m2, without_export);
+    fleet.apply(
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: networking.karmada.io/v1alpha1
+kind: MultiClusterService
+metadata: {name: api, namespace: shop}
+spec:
+  types: [CrossCluster]
+  providerClusters: [{name: member1}]
+  consumerClusters: [{name: member3}]
+"#,
+    );
+    let import =
+        |m: &Server, path: &str| jsonpath(m, &["get", "serviceimport", "api", "-n", "shop"], path);
+    wait_for(WAIT, "member3 importing api from member1", || {
+        import(m3, "{.status.clusters[*].cluster}") == "member1"
+    });
+    assert!(
+        m1.kubectl(&["get", "serviceexport", "api", "-n", "shop"])
+            .status
+            .success(),
+        "no export in the provider"
+    );
+    assert!(
+        !m2.kubectl(&["get", "serviceexport", "api", "-n", "shop"])
+            .status
+            .success(),
+        "an export in a cluster that is not a provider"
+    );
+    assert!(
+        !m2.kubectl(&["get", "serviceimport", "api", "-n", "shop"])
+            .status
+            .success(),
+        "an import in a cluster that is not a consumer"
+    );
+    let ready = || {
+        jsonpath(
+            &fleet.hub,
+            &["get", "multiclusterservice", "api", "-n", "shop"],
+            "{.status.conditions[?(@.type==\"Ready\")].reason}",
+        )
+    };
+    wait_for(WAIT, "the MultiClusterService Ready", || {
+        ready() == "Exported"
+    });
+    assert_has(&fleet.hub.ok(&["get", "mcs", "-n", "shop"]), &["api"]);
+
+    // Gone from the hub: the export it made goes, and with it the import.
+    fleet
+        .hub
+        .ok(&["delete", "multiclusterservice", "api", "-n", "shop"]);
+    wait_for(WAIT, "the export and the import withdrawn", || {
+        !m1.kubectl(&["get", "serviceexport", "api", "-n", "shop"])
+            .status
+            .success()
+            && !m3
+                .kubectl(&["get", "serviceimport", "api", "-n", "shop"])
+                .status
+                .success()
+    });
+}

@@ -315,7 +315,31 @@ fn kinds() -> Vec<Kind> {
             &["taints"],
         ),
     };
-    let mut kinds = vec![cluster, work, rebalancer, taint_policy];
+    let multicluster_service = Kind {
+        group: "networking.karmada.io",
+        version: "v1alpha1",
+        kind: "MultiClusterService".into(),
+        plural: "multiclusterservices".into(),
+        short_names: vec!["mcs".into()],
+        namespaced: true,
+        categorized: true,
+        columns: vec![age()],
+        spec: open_object(
+            json!({
+                "types": {"type": "array", "minItems": 1, "items": {"type": "string", "enum": ["CrossCluster", "LoadBalancer"]}},
+                "providerClusters": {"type": "array", "items": open_object(json!({"name": {"type": "string"}}), &["name"])},
+                "consumerClusters": {"type": "array", "items": open_object(json!({"name": {"type": "string"}}), &["name"])},
+            }),
+            &["types"],
+        ),
+    };
+    let mut kinds = vec![
+        cluster,
+        work,
+        rebalancer,
+        taint_policy,
+        multicluster_service,
+    ];
     kinds.extend(twins(
         "policy.karmada.io",
         "v1alpha1",

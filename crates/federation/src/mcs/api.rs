@@ -121,6 +121,71 @@ pub struct ImportCluster {
     pub cluster: String,
 }
 
+/// Karmada's MultiClusterService (`networking.karmada.io/v1alpha1`), on
+/// the hub: with type CrossCluster, the Service of the same name is
+/// exported from the provider clusters and imported in the consumer
+/// clusters (every cluster when a list is empty).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "networking.karmada.io",
+    version = "v1alpha1",
+    kind = "MultiClusterService",
+    namespaced,
+    status = "MultiClusterServiceStatus",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MultiClusterServiceSpec {
+    #[serde(default)]
+    pub types: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub provider_clusters: Vec<ClusterName>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consumer_clusters: Vec<ClusterName>,
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct ClusterName {
+    pub name: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct MultiClusterServiceStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+impl MultiClusterService {
+    pub fn cross_cluster(&self) -> bool {
+        self.spec.types.iter().any(|t| t == "CrossCluster")
+    }
+
+    /// Whether `cluster` provides (exports) the service.
+    pub fn provides(&self, cluster: &str) -> bool {
+        self.cross_cluster()
+            && (self.spec.provider_clusters.is_empty()
+                || self
+                    .spec
+                    .provider_clusters
+                    .iter()
+                    .any(|c| c.name == cluster))
+    }
+
+    /// Whether `cluster` consumes (imports) the service.
+    pub fn consumes(&self, cluster: &str) -> bool {
+        self.spec.consumer_clusters.is_empty()
+            || self
+                .spec
+                .consumer_clusters
+                .iter()
+                .any(|c| c.name == cluster)
+    }
+}
+
 /// KEP-2149's ClusterProperty (`about.k8s.io/v1alpha1`).
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(

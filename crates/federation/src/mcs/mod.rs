@@ -41,8 +41,8 @@ use crate::context::Ctx;
 use crate::error::{Error, is_not_found};
 use api::{
     CLUSTER_ID_PROPERTY, ClusterProperty, ClusterPropertySpec, ImportCluster, ImportPort,
-    MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL, ServiceExport,
-    ServiceExportStatus, ServiceImport, ServiceImportSpec,
+    MANAGED_BY, MANAGED_BY_LABEL, MultiClusterService, SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL,
+    ServiceExport, ServiceExportStatus, ServiceImport, ServiceImportSpec,
 };
 use merge::{Export, Merged, Port, ServiceFacts};
 
@@ -54,6 +54,8 @@ const RESYNC: Duration = Duration::from_secs(60);
 /// What the controller follows of one member.
 struct Member {
     client: Client,
+    /// Its Cluster's name on the hub.
+    name: String,
     /// Its cluster id (KEP-2149).
     id: String,
     exports: Store<ServiceExport>,
@@ -79,6 +81,8 @@ struct Mcs {
     queue: Arc<crate::queue::WorkQueue<String>>,
     hub_imports: Store<ServiceImport>,
     hub_slices: Store<EndpointSlice>,
+    /// Karmada MultiClusterServices on the hub.
+    fronts: Store<MultiClusterService>,
 }
 
 fn key_of<K: Resource>(o: &K) -> Option<String> {
@@ -145,6 +149,12 @@ pub async fn run(ctx: Ctx, clusters: impl Stream<Item = Arc<Cluster>> + Send + '
         queue.clone(),
         slice_service_key,
     );
+    let (fronts, t3) = follow(
+        Api::<MultiClusterService>::all(ctx.hub.clone()),
+        watcher::Config::default(),
+        queue.clone(),
+        key_of,
+    );
     let mcs = Arc::new(Mcs {
         ctx,
         members: Mutex::default(),
@@ -152,6 +162,7 @@ pub async fn run(ctx: Ctx, clusters: impl Stream<Item = Arc<Cluster>> + Send + '
         queue: queue.clone(),
         hub_imports,
         hub_slices,
+        fronts,
     });
     let watch_clusters = {
         let mcs = mcs.clone();
@@ -187,6 +198,7 @@ pub async fn run(ctx: Ctx, clusters: impl Stream<Item = Arc<Cluster>> + Send + '
     tokio::join!(watch_clusters, sweep, work);
     t1.abort();
     t2.abort();
+    t3.abort();
 }
 
 impl Mcs {
@@ -198,6 +210,7 @@ impl Mcs {
             .iter()
             .filter_map(|i| key_of(&**i))
             .collect();
+        keys.extend(self.fronts.state().iter().filter_map(|f| key_of(&**f)));
         for m in self.members.lock().values() {
             keys.extend(m.exports.state().iter().filter_map(|e| key_of(&**e)));
             keys.extend(m.imports.state().iter().filter_map(|e| key_of(&**e)));
@@ -268,6 +281,7 @@ impl Mcs {
         );
         let member = Member {
             client,
+            name: cluster.name_any(),
             id,
             exports,
             services,
@@ -298,6 +312,11 @@ impl Mcs {
             m.sort_by(|a, b| a.id.cmp(&b.id));
             m
         };
+        let front = self
+            .fronts
+            .get(&ObjectRef::new(name).within(ns))
+            .filter(|f| f.metadata.deletion_timestamp.is_none());
+        sync_front_exports(&members, ns, name, front.as_deref()).await?;
         let exports: Vec<Export> = members
             .iter()
             .filter_map(|m| {
@@ -314,15 +333,25 @@ impl Mcs {
             })
             .collect();
         let merged = merge::merge(key, &exports);
+        if let Some(f) = &front {
+            write_front_status(&self.ctx.hub, f, &merged).await?;
+        }
+        // A MultiClusterService names its consumers; otherwise every
+        // member imports.
+        let (consumers, others): (Vec<Arc<Member>>, Vec<Arc<Member>>) = members
+            .iter()
+            .cloned()
+            .partition(|m| front.as_ref().is_none_or(|f| f.consumes(&m.name)));
         for m in &members {
             if let Some(conditions) = merged.conditions.get(&m.id) {
                 write_export_status(m, ns, name, conditions, merged.import.is_some()).await?;
             }
         }
         let Some(import) = &merged.import else {
-            self.withdraw(&members, ns, name).await?;
+            self.withdraw(&members, true, ns, name).await?;
             return Ok(());
         };
+        self.withdraw(&others, false, ns, name).await?;
         let spec = self.import_spec(ns, name, import, &merged)?;
         // The hub first: it holds the ClusterSetIP and feeds DNS.
         let hub = self.ctx.hub.clone();
@@ -348,7 +377,7 @@ impl Mcs {
             owner(&hub_import),
         )
         .await?;
-        for m in &members {
+        for m in &consumers {
             let member_import = apply_import(&m.client, ns, name, &spec, &import.clusters).await?;
             sync_slices(
                 &m.client,
@@ -407,21 +436,31 @@ impl Mcs {
         })
     }
 
-    /// No export is valid any more: the imports and their slices go, and
-    /// an import someone made by hand says why it serves nothing.
-    async fn withdraw(&self, members: &[Arc<Member>], ns: &str, name: &str) -> Result<(), Error> {
-        let hub = self.ctx.hub.clone();
-        let targets: Vec<(Client, Option<Arc<ServiceImport>>)> = std::iter::once((
-            hub.clone(),
-            self.hub_imports.get(&ObjectRef::new(name).within(ns)),
-        ))
-        .chain(members.iter().map(|m| {
+    /// The imports of `members` (and, with `hub`, the hub's) and their
+    /// slices go: no export is valid any more, or they are not consumers.
+    /// An import someone made by hand says why it serves nothing.
+    async fn withdraw(
+        &self,
+        members: &[Arc<Member>],
+        hub: bool,
+        ns: &str,
+        name: &str,
+    ) -> Result<(), Error> {
+        let hub_import = hub.then(|| {
             (
-                m.client.clone(),
-                m.imports.get(&ObjectRef::new(name).within(ns)),
+                self.ctx.hub.clone(),
+                self.hub_imports.get(&ObjectRef::new(name).within(ns)),
             )
-        }))
-        .collect();
+        });
+        let targets: Vec<(Client, Option<Arc<ServiceImport>>)> = hub_import
+            .into_iter()
+            .chain(members.iter().map(|m| {
+                (
+                    m.client.clone(),
+                    m.imports.get(&ObjectRef::new(name).within(ns)),
+                )
+            }))
+            .collect();
         for (client, import) in targets {
             let Some(import) = import else { continue };
             let ours =
@@ -460,6 +499,84 @@ impl Mcs {
         }
         Ok(())
     }
+}
+
+/// A MultiClusterService's exports: a ServiceExport (marked as ours) in
+/// each provider, and ours removed from the others.
+async fn sync_front_exports(
+    members: &[Arc<Member>],
+    ns: &str,
+    name: &str,
+    front: Option<&MultiClusterService>,
+) -> Result<(), Error> {
+    for m in members {
+        let have = m.exports.get(&ObjectRef::new(name).within(ns));
+        let ours = have.as_ref().is_some_and(|e| {
+            e.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY)
+        });
+        let provides = front.is_some_and(|f| f.provides(&m.name));
+        let api: Api<ServiceExport> = Api::namespaced(m.client.clone(), ns);
+        if provides && have.is_none() {
+            ensure_namespace(&m.client, ns).await?;
+            let mut export = ServiceExport::default();
+            export.metadata.name = Some(name.to_string());
+            export.metadata.namespace = Some(ns.to_string());
+            export.metadata.labels = Some(BTreeMap::from([(
+                MANAGED_BY_LABEL.to_string(),
+                MANAGED_BY.to_string(),
+            )]));
+            match api.create(&PostParams::default(), &export).await {
+                Ok(_) => {
+                    info!(cluster = %m.name, service = %format!("{ns}/{name}"), "exported for a MultiClusterService")
+                }
+                Err(e) if crate::error::is_conflict(&e) => {}
+                Err(e) => return Err(e.into()),
+            }
+        } else if !provides && ours {
+            delete(&api, name).await?;
+        }
+    }
+    Ok(())
+}
+
+/// A MultiClusterService's Ready condition: exported, or why not.
+async fn write_front_status(
+    hub: &Client,
+    front: &MultiClusterService,
+    merged: &Merged,
+) -> Result<(), Error> {
+    let mut status = front.status.clone().unwrap_or_default();
+    let (ready, reason, message) = if !front.cross_cluster() {
+        (
+            false,
+            "UnsupportedType",
+            "only type CrossCluster is implemented; LoadBalancer is accepted and inert".to_string(),
+        )
+    } else if let Some(i) = &merged.import {
+        (
+            true,
+            "Exported",
+            format!("exported from {}", i.clusters.join(", ")),
+        )
+    } else {
+        (
+            false,
+            "NoProvider",
+            "no provider cluster is Ready with a Service of this name".to_string(),
+        )
+    };
+    if !conditions::set(&mut status.conditions, "Ready", ready, reason, &message) {
+        return Ok(());
+    }
+    let ns = front.namespace().unwrap_or_default();
+    Api::<MultiClusterService>::namespaced(hub.clone(), &ns)
+        .patch_status(
+            &front.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": status})),
+        )
+        .await?;
+    Ok(())
 }
 
 /// The member's cluster id: its KEP-2149 ClusterProperty, set to the
