@@ -63,6 +63,10 @@ pub struct ControlplaneArgs {
     /// IPv4 and one IPv6 range for dual-stack imports.
     #[arg(long, value_delimiter = ',', default_value = "242.0.0.0/16")]
     pub clusterset_ip_range: Vec<ipnet::IpNet>,
+    /// Also serve the fleet's clusterset.local DNS zone here (UDP and TCP),
+    /// as `flotilla dns` does.
+    #[arg(long)]
+    pub dns_listen: Option<std::net::SocketAddr>,
 }
 
 pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
@@ -92,6 +96,15 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
         clusterset_ip_ranges: args.clusterset_ip_range.clone(),
         ..Options::default()
     };
+    if let Some(addr) = args.dns_listen {
+        let sockets = crate::dns::bind(addr).await?;
+        let client = client.clone();
+        tokio::spawn(async move {
+            if let Err(error) = crate::dns::serve(client, sockets).await {
+                tracing::error!(%error, "clusterset.local DNS stopped");
+            }
+        });
+    }
     tokio::spawn(flotilla_federation::controlplane::run(
         client, options, metrics,
     ));

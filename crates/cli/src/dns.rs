@@ -23,25 +23,41 @@ pub struct DnsArgs {
 
 pub async fn run(args: DnsArgs) -> anyhow::Result<()> {
     let hub = kubeconfig::client(&args.kubeconfig).await?;
-    let udp = UdpSocket::bind(args.listen).await.with_context(|| {
-        format!(
-            "cannot listen on {} (UDP): is the port in use?",
-            args.listen
-        )
-    })?;
-    // The same port for TCP, also when the UDP one was picked.
+    let sockets = bind(args.listen).await?;
+    tokio::select! {
+        r = serve(hub, sockets) => r,
+        _ = shutdown_signal() => Ok(()),
+    }
+}
+
+/// A UDP socket and a TCP listener on the same address.
+pub struct Sockets {
+    udp: UdpSocket,
+    tcp: TcpListener,
+}
+
+/// Binds UDP, then TCP on the same port (also when UDP picked it).
+pub async fn bind(listen: SocketAddr) -> anyhow::Result<Sockets> {
+    let udp = UdpSocket::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen} (UDP): is the port in use?"))?;
     let addr = udp.local_addr()?;
     let tcp = TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr} (TCP): is the port in use?"))?;
+    Ok(Sockets { udp, tcp })
+}
+
+/// Serves clusterset.local from the hub behind `hub`, for ever.
+pub async fn serve(hub: kube::Client, sockets: Sockets) -> anyhow::Result<()> {
+    let addr = sockets.udp.local_addr()?;
     let caches = Caches::follow(hub)
         .await
         .context("cannot follow the hub's ServiceImports (is this a Flotilla control plane?)")?;
     eprintln!("flotilla dns serving clusterset.local on {addr} (UDP and TCP)");
-    tokio::select! {
-        _ = server::serve_udp(udp, caches.clone()) => {}
-        _ = server::serve_tcp(tcp, caches) => {}
-        _ = shutdown_signal() => {}
-    }
+    tokio::join!(
+        server::serve_udp(sockets.udp, caches.clone()),
+        server::serve_tcp(sockets.tcp, caches)
+    );
     Ok(())
 }

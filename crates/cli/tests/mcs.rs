@@ -15,7 +15,11 @@ const WAIT: Duration = Duration::from_secs(60);
 /// A fleet of three members with pod ranges of their own, so that
 /// endpoints tell their clusters apart.
 fn fleet() -> Fleet {
-    let mut fleet = Fleet::new(&[]);
+    fleet_with_hub_args(&[])
+}
+
+fn fleet_with_hub_args(hub_args: &[&str]) -> Fleet {
+    let mut fleet = Fleet::with_args(&[], &[], hub_args);
     for (i, (name, region)) in [
         ("member1", "us-east"),
         ("member2", "eu-west"),
@@ -344,7 +348,10 @@ fn exported_services_are_imported_everywhere_and_resolve_in_clusterset_local() {
 
 #[test]
 fn a_karmada_multicluster_service_exports_from_providers_to_consumers() {
-    let fleet = fleet();
+    // This time the control plane serves DNS itself.
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let fleet = fleet_with_hub_args(&["--dns-listen", &listen]);
     let (m1, m2, m3) = (
         fleet.member("member1"),
         fleet.member("member2"),
@@ -405,6 +412,10 @@ spec:
     };
     wait_for(WAIT, "the MultiClusterService Ready", || {
         ready() == "Exported"
+    });
+    let ip = import(m3, "{.spec.ips[0]}");
+    wait_for(WAIT, "the control plane's DNS to answer", || {
+        short(port, &["api.shop.svc.clusterset.local", "A"]) == vec![ip.clone()]
     });
     assert_has(&fleet.hub.ok(&["get", "mcs", "-n", "shop"]), &["api"]);
 

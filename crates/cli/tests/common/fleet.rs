@@ -21,7 +21,12 @@ impl Fleet {
 
     /// As `new`, with extra flags for every member.
     pub fn with_member_args(members: &[(&str, &str)], member_args: &[&str]) -> Fleet {
-        let hub = Server::controlplane(&[
+        Fleet::with_args(members, member_args, &[])
+    }
+
+    /// As `new`, with extra flags for every member and for the hub.
+    pub fn with_args(members: &[(&str, &str)], member_args: &[&str], hub_args: &[&str]) -> Fleet {
+        let mut args = vec![
             "--cluster-monitor-grace-period",
             "2s",
             "--cluster-status-update-frequency",
@@ -30,7 +35,9 @@ impl Fleet {
             "1s",
             "--cluster-success-threshold",
             "1s",
-        ]);
+        ];
+        args.extend_from_slice(hub_args);
+        let hub = Server::controlplane(&args);
         let mut fleet = Fleet {
             hub,
             members: Vec::new(),
