@@ -31,6 +31,8 @@ pub struct ServiceFacts {
     pub ports: Vec<Port>,
     pub session_affinity: String,
     pub session_affinity_config: Option<Value>,
+    /// `spec.ipFamilies`: which ClusterSetIPs the import gets.
+    pub ip_families: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -49,6 +51,8 @@ pub struct Import {
     pub ports: Vec<Port>,
     pub session_affinity: String,
     pub session_affinity_config: Option<Value>,
+    /// The winning export's IP families (IPv4 when it names none).
+    pub ip_families: Vec<String>,
     /// The clusters whose endpoints it serves: every valid export.
     pub clusters: Vec<String>,
 }
@@ -221,6 +225,11 @@ pub fn merge(service: &str, exports: &[Export]) -> Merged {
             ports,
             session_affinity: first.session_affinity.clone(),
             session_affinity_config: first.session_affinity_config.clone(),
+            ip_families: if first.ip_families.is_empty() {
+                vec!["IPv4".to_string()]
+            } else {
+                first.ip_families.clone()
+            },
             clusters: {
                 let mut c: Vec<String> = valid.iter().map(|(e, _)| e.cluster.clone()).collect();
                 c.sort();
@@ -267,6 +276,7 @@ mod tests {
             ports,
             session_affinity: "None".into(),
             session_affinity_config: None,
+            ip_families: Vec::new(),
         }
     }
 

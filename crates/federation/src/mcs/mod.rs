@@ -400,6 +400,23 @@ impl Mcs {
         import: &merge::Import,
         _merged: &Merged,
     ) -> Result<ServiceImportSpec, Error> {
+        // One ClusterSetIP per family the Service asks for and a range
+        // is configured for.
+        let ranges: Vec<ipnet::IpNet> = self
+            .ctx
+            .options
+            .clusterset_ip_ranges
+            .iter()
+            .filter(|r| {
+                let family = if matches!(r, ipnet::IpNet::V4(_)) {
+                    "IPv4"
+                } else {
+                    "IPv6"
+                };
+                import.ip_families.iter().any(|f| f == family)
+            })
+            .copied()
+            .collect();
         let ips = if import.type_ == "ClusterSetIP" {
             let have = self
                 .hub_imports
@@ -414,7 +431,7 @@ impl Mcs {
                 .flat_map(|i| i.spec.ips.clone())
                 .filter_map(|s| s.parse().ok())
                 .collect();
-            ips::assign(&self.ctx.options.clusterset_ip_ranges, &have, &used).map_err(Error::Mcs)?
+            ips::assign(&ranges, &have, &used).map_err(Error::Mcs)?
         } else {
             Vec::new()
         };
@@ -625,6 +642,7 @@ fn facts(s: &Service) -> ServiceFacts {
             .session_affinity_config
             .as_ref()
             .and_then(|c| serde_json::to_value(c).ok()),
+        ip_families: spec.ip_families.clone().unwrap_or_default(),
     }
 }
 
