@@ -16,18 +16,18 @@ use tracing::info;
 
 const CATEGORY: &str = "karmada-io";
 
-/// One Karmada kind as a CRD describes it.
-struct Kind {
-    group: &'static str,
-    version: &'static str,
-    kind: String,
-    plural: String,
-    short_names: Vec<String>,
-    namespaced: bool,
+/// One kind as a CRD describes it (Karmada's, and the MCS API's).
+pub(crate) struct Kind {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: String,
+    pub plural: String,
+    pub short_names: Vec<String>,
+    pub namespaced: bool,
     /// In the `karmada-io` category (`kubectl get karmada-io`).
-    categorized: bool,
-    columns: Vec<Value>,
-    spec: Value,
+    pub categorized: bool,
+    pub columns: Vec<Value>,
+    pub spec: Value,
 }
 
 /// A namespaced kind of the `karmada-io` category and its cluster-scoped
@@ -73,7 +73,7 @@ fn wide(name: &str, type_: &str, path: &str) -> Value {
     json!({"name": name, "type": type_, "jsonPath": path, "priority": 1})
 }
 
-fn age() -> Value {
+pub(crate) fn age() -> Value {
     column("AGE", "date", ".metadata.creationTimestamp")
 }
 
@@ -365,7 +365,7 @@ fn kinds() -> Vec<Kind> {
 }
 
 impl Kind {
-    fn crd(&self) -> Value {
+    pub(crate) fn crd(&self) -> Value {
         let singular = self.kind.to_lowercase();
         let mut names = json!({
             "kind": &self.kind,

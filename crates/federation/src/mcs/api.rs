@@ -10,6 +10,8 @@ use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::crds::{Kind, age};
+
 pub const GROUP: &str = "multicluster.x-k8s.io";
 /// The label of an import's EndpointSlices naming their ServiceImport.
 pub const SERVICE_NAME_LABEL: &str = "multicluster.kubernetes.io/service-name";
@@ -199,48 +201,35 @@ pub struct ClusterPropertySpec {
 }
 
 fn crd(
-    group: &str,
-    version: &str,
+    group: &'static str,
     kind: &str,
     plural: &str,
     namespaced: bool,
     short: &[&str],
     spec: Value,
 ) -> Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": format!("{plural}.{group}")},
-        "spec": {
-            "group": group,
-            "names": {
-                "kind": kind,
-                "listKind": format!("{kind}List"),
-                "plural": plural,
-                "singular": kind.to_lowercase(),
-                "shortNames": short,
-            },
-            "scope": if namespaced { "Namespaced" } else { "Cluster" },
-            "versions": [{
-                "name": version,
-                "served": true,
-                "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "properties": {
-                        "apiVersion": {"type": "string"},
-                        "kind": {"type": "string"},
-                        "metadata": {"type": "object"},
-                        "spec": spec,
-                        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                    },
-                    // A ServiceExport may have no spec; the others must.
-                    "required": if kind == "ServiceExport" { json!([]) } else { json!(["spec"]) },
-                }},
-            }],
-        },
-    })
+    let mut manifest = Kind {
+        group,
+        version: "v1alpha1",
+        kind: kind.into(),
+        plural: plural.into(),
+        short_names: short.iter().map(|s| s.to_string()).collect(),
+        namespaced,
+        categorized: false,
+        columns: vec![age()],
+        spec,
+    }
+    .crd();
+    if kind == "ServiceExport" {
+        // A ServiceExport usually has no spec at all.
+        if let Some(schema) = manifest
+            .pointer_mut("/spec/versions/0/schema/openAPIV3Schema")
+            .and_then(Value::as_object_mut)
+        {
+            schema.remove("required");
+        }
+    }
+    manifest
 }
 
 /// The CRDs of the MCS API and of cluster identity.
@@ -249,16 +238,14 @@ pub fn crds() -> Vec<Value> {
     vec![
         crd(
             GROUP,
-            "v1alpha1",
             "ServiceExport",
             "serviceexports",
             true,
             &["svcex"],
-            open.clone(),
+            open,
         ),
         crd(
             GROUP,
-            "v1alpha1",
             "ServiceImport",
             "serviceimports",
             true,
@@ -287,7 +274,6 @@ pub fn crds() -> Vec<Value> {
         ),
         crd(
             "about.k8s.io",
-            "v1alpha1",
             "ClusterProperty",
             "clusterproperties",
             false,
