@@ -48,6 +48,9 @@ use merge::{Export, Merged, Port, ServiceFacts};
 
 /// The field manager of every MCS write.
 const MANAGER: &str = "flotilla-mcs";
+/// How long a member whose services could not be followed waits before
+/// the next try.
+const MEMBER_RETRY: Duration = Duration::from_secs(5);
 /// A sweep of every imported service, for what no watch reported.
 const RESYNC: Duration = Duration::from_secs(60);
 
@@ -248,7 +251,10 @@ impl Mcs {
                 }
                 Err(error) => {
                     warn!(%error, cluster = %cluster.name_any(), "cannot follow the member's services; retrying");
-                    // The cluster's next status report tries again.
+                    tokio::time::sleep(MEMBER_RETRY).await;
+                    if let Some(now) = mcs.ctx.cluster(&cluster.name_any()) {
+                        mcs.cluster_changed(&now);
+                    }
                 }
             }
         });
