@@ -215,12 +215,6 @@ impl Fleet {
         }
     }
 
-    fn last(&mut self) -> &mut Process {
-        self.processes
-            .last_mut()
-            .expect("a process was just started")
-    }
-
     fn check_alive(&mut self) -> anyhow::Result<()> {
         self.processes.iter_mut().try_for_each(Process::check_alive)
     }
@@ -357,14 +351,12 @@ async fn start(
         s("--write-kubeconfig"),
         hub_kubeconfig.display().to_string(),
     ];
-    fleet.processes.push(Process::spawn(
-        &exe,
-        "control plane",
-        &args,
-        logs.join("controlplane.log"),
-    )?);
+    let mut hub_process =
+        Process::spawn(&exe, "control plane", &args, logs.join("controlplane.log"))?;
     progress("control plane", "starting", "");
-    wait_for_file(fleet.last(), &hub_kubeconfig).await?;
+    let answered = wait_for_file(&mut hub_process, &hub_kubeconfig).await;
+    fleet.processes.push(hub_process);
+    answered?;
     progress(
         "control plane",
         "ready",
