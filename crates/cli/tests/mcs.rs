@@ -231,6 +231,10 @@ fn exported_services_are_imported_everywhere_and_resolve_in_clusterset_local() {
         short(port, &["_http._tcp.web.shop.svc.clusterset.local", "SRV"]),
         ["0 100 80 web.shop.svc.clusterset.local."]
     );
+    assert_eq!(
+        short(port, &["-x", &ip]),
+        ["web.shop.svc.clusterset.local."]
+    );
     // No per-cluster names for a ClusterSetIP service; unknown names are
     // NXDOMAIN; other zones are refused.
     assert_has(

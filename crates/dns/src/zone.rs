@@ -8,6 +8,7 @@
 //!   ready);
 //! - `_<port>._<proto>.<svc>.<ns>.svc.clusterset.local` SRV per named port
 //!   (per ready endpoint and port for Headless);
+//! - PTR from a ClusterSetIP's reverse name to its service;
 //! - `<hostname>.<clusterid>.<svc>.<ns>.svc.clusterset.local` A/AAAA for a
 //!   Headless import's endpoint (its hostname, or its address with dashes);
 //!   no per-cluster names for ClusterSetIP imports, as the specification
@@ -18,7 +19,7 @@ use std::sync::Arc;
 
 use flotilla_federation::mcs::api::{SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL, ServiceImport};
 use hickory_proto::op::ResponseCode;
-use hickory_proto::rr::rdata::{A, AAAA, SOA, SRV, TXT};
+use hickory_proto::rr::rdata::{A, AAAA, PTR, SOA, SRV, TXT};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
@@ -143,12 +144,46 @@ fn found(records: Vec<Record>) -> Answer {
     }
 }
 
+/// The PTR of a ClusterSetIP: `<ip>.in-addr.arpa` (or `ip6.arpa`) to its
+/// service's name. Other reverse names are not this server's.
+fn reverse(snapshot: &Snapshot, qname: &Name, qtype: RecordType) -> Option<Answer> {
+    let net = qname.parse_arpa_name().ok()?;
+    if net.prefix_len() != net.max_prefix_len() {
+        return None;
+    }
+    let ip = net.addr();
+    let import = snapshot.imports.iter().find(|i| {
+        i.spec.type_ == "ClusterSetIP"
+            && i.spec
+                .ips
+                .iter()
+                .any(|s| s.parse::<IpAddr>().ok() == Some(ip))
+    })?;
+    let target = Name::from_ascii(format!(
+        "{}.{}.svc.{ZONE}",
+        import.name_any(),
+        import.namespace().unwrap_or_default()
+    ))
+    .ok()?;
+    Some(found(
+        if matches!(qtype, RecordType::PTR | RecordType::ANY) {
+            vec![Record::from_rdata(
+                qname.clone(),
+                TTL,
+                RData::PTR(PTR(target)),
+            )]
+        } else {
+            Vec::new()
+        },
+    ))
+}
+
 /// Answers one question; None when the name is outside the zone.
 pub fn answer(snapshot: &Snapshot, qname: &Name, qtype: RecordType) -> Option<Answer> {
     let zone = zone();
     let qname = qname.to_lowercase();
     if !zone.zone_of(&qname) {
-        return None;
+        return reverse(snapshot, &qname, qtype);
     }
     let labels: Vec<String> = qname
         .iter()
@@ -399,6 +434,12 @@ mod tests {
         assert!(
             ask(&s, "example.com.", RecordType::A).is_none(),
             "not our zone"
+        );
+        let ptr = ask(&s, "1.0.0.242.in-addr.arpa.", RecordType::PTR).unwrap();
+        assert_eq!(data(&ptr), ["web.shop.svc.clusterset.local."]);
+        assert!(
+            ask(&s, "2.0.0.242.in-addr.arpa.", RecordType::PTR).is_none(),
+            "not a ClusterSetIP"
         );
         let empty = Snapshot {
             imports: vec![import("db", "Headless", &[])],
