@@ -236,18 +236,20 @@ pub fn answer(snapshot: &Snapshot, qname: &Name, qtype: RecordType) -> Option<An
             if i.spec.type_ != "Headless" {
                 return Some(nxdomain());
             }
-            let records: Vec<Record> = ready_endpoints(snapshot, ns, svc)
+            let named: Vec<Endpoint> = ready_endpoints(snapshot, ns, svc)
                 .into_iter()
                 .filter(|e| e.cluster == *cluster && e.host == *host)
-                .collect::<Vec<_>>()
-                .iter()
-                .filter(|e| wants(qtype, &e.ip))
-                .map(|e| address(&qname, e.ip))
                 .collect();
-            let exists = ready_endpoints(snapshot, ns, svc)
-                .iter()
-                .any(|e| e.cluster == *cluster && e.host == *host);
-            Some(if exists { found(records) } else { nxdomain() })
+            if named.is_empty() {
+                return Some(nxdomain());
+            }
+            Some(found(
+                named
+                    .iter()
+                    .filter(|e| wants(qtype, &e.ip))
+                    .map(|e| address(&qname, e.ip))
+                    .collect(),
+            ))
         }
         _ => Some(nxdomain()),
     }

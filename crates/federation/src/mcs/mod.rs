@@ -358,7 +358,7 @@ impl Mcs {
             return Ok(());
         };
         self.withdraw(&others, false, ns, name).await?;
-        let spec = self.import_spec(ns, name, import, &merged)?;
+        let spec = self.import_spec(ns, name, import)?;
         // The hub first: it holds the ClusterSetIP and feeds DNS.
         let hub = self.ctx.hub.clone();
         let cached = self.hub_imports.get(&ObjectRef::new(name).within(ns));
@@ -407,7 +407,6 @@ impl Mcs {
         ns: &str,
         name: &str,
         import: &merge::Import,
-        _merged: &Merged,
     ) -> Result<ServiceImportSpec, Error> {
         // One ClusterSetIP per family the Service asks for and a range
         // is configured for.
