@@ -61,6 +61,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     tokio::select! {
         _ = agent::renew_lease(hub.clone(), options.clone()) => {}
         _ = agent::report_status(hub.clone(), member.clone(), options.clone()) => {}
+        _ = flotilla_federation::mcs::pull::report(hub.clone(), member.clone(), options.cluster.clone()) => {}
         _ = agent::apply_works(hub, member, options) => {}
         _ = shutdown_signal() => {}
     }

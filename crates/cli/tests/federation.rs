@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::fleet::{Fleet, exists, jsonpath, member_fault, stderr};
-use common::{Running, Server, assert_has, flotilla, wait_for};
+use common::{Running, assert_has, flotilla, wait_for};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -950,39 +950,8 @@ fn an_agent_token_reaches_its_own_cluster_and_nothing_else() {
 fn a_pull_member_converges_through_its_agent_like_a_push_one() {
     // member1 is joined (Push); member2 is reached only by its agent.
     let mut fleet = Fleet::new(&[("member1", "us-east")]);
-    fleet.members.push((
-        "member2".into(),
-        Server::member("member2", &["--nodes", "2"]),
-    ));
-    let member_kubeconfig = fleet.member("member2").kubeconfig.clone();
-    let dir = tempfile::tempdir().unwrap();
-    let agent_kubeconfig = dir.path().join("agent.kubeconfig");
-    let out = flotilla(&[
-        "token",
-        "create",
-        "--kubeconfig",
-        fleet.hub.kubeconfig.to_str().unwrap(),
-        "--cluster",
-        "member2",
-        "--write-kubeconfig",
-        agent_kubeconfig.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let agent_args = [
-        "agent",
-        "--cluster-name",
-        "member2",
-        "--kubeconfig",
-        agent_kubeconfig.to_str().unwrap(),
-        "--cluster-kubeconfig",
-        member_kubeconfig.to_str().unwrap(),
-        "--region",
-        "eu-west",
-        "--cluster-status-update-frequency",
-        "500ms",
-        "--cluster-lease-duration",
-        "2s",
-    ];
+    let agent_args = fleet.add_pull_member("member2", "eu-west", &[]);
+    let agent_args: Vec<&str> = agent_args.iter().map(String::as_str).collect();
     let agent = Running::start(&agent_args);
     fleet.wait_ready("member2");
     let cluster = |path: &str| fleet.jsonpath_hub(&["get", "cluster", "member2"], path);
@@ -1064,6 +1033,8 @@ fn a_pull_member_converges_through_its_agent_like_a_push_one() {
     });
 
     // Its token cannot register a cluster under another name.
+    let agent_kubeconfig = fleet.hub.dir.path().join("member2-agent.kubeconfig");
+    let member_kubeconfig = &fleet.member("member2").kubeconfig;
     let other = flotilla(&[
         "agent",
         "--cluster-name",

@@ -122,6 +122,33 @@ fn condition(m: &Server, kind: &str, name: &str, type_: &str, field: &str) -> St
     )
 }
 
+/// The import slices of `web` in `m`: `source=addresses;` per slice.
+fn slices(m: &Server) -> String {
+    jsonpath(
+        m,
+        &[
+            "get",
+            "endpointslices",
+            "-n",
+            "shop",
+            "-l",
+            "multicluster.kubernetes.io/service-name=web",
+        ],
+        "{range .items[*]}{.metadata.labels.multicluster\\.kubernetes\\.io/source-cluster}={.endpoints[*].addresses[0]};{end}",
+    )
+}
+
+/// How many of `web`'s endpoints `m` imports from `cluster`.
+fn count(m: &Server, cluster: &str) -> usize {
+    slices(m)
+        .split(';')
+        .find(|s| s.starts_with(&format!("{cluster}=")))
+        .map_or(0, |s| {
+            s.split_once('=')
+                .map_or(0, |(_, ips)| ips.split_whitespace().count())
+        })
+}
+
 #[test]
 fn exported_services_are_imported_everywhere_and_resolve_in_clusterset_local() {
     let fleet = fleet();
@@ -161,29 +188,6 @@ fn exported_services_are_imported_everywhere_and_resolve_in_clusterset_local() {
         ),
         ip
     );
-    let slices = |m: &Server| {
-        jsonpath(
-            m,
-            &[
-                "get",
-                "endpointslices",
-                "-n",
-                "shop",
-                "-l",
-                "multicluster.kubernetes.io/service-name=web",
-            ],
-            "{range .items[*]}{.metadata.labels.multicluster\\.kubernetes\\.io/source-cluster}={.endpoints[*].addresses[0]};{end}",
-        )
-    };
-    let count = |m: &Server, cluster: &str| {
-        slices(m)
-            .split(';')
-            .find(|s| s.starts_with(&format!("{cluster}=")))
-            .map_or(0, |s| {
-                s.split_once('=')
-                    .map_or(0, |(_, ips)| ips.split_whitespace().count())
-            })
-    };
     wait_for(WAIT, "a slice per source cluster in member3", || {
         count(m3, "member1") == 2 && count(m3, "member2") == 1
     });
@@ -436,4 +440,93 @@ spec:
                 .status
                 .success()
     });
+}
+
+#[test]
+fn a_pull_member_exports_and_imports_through_its_agent() {
+    // member1 is joined (Push); member2 is reached only by its agent.
+    let mut fleet = Fleet::with_args(&[], &[], &[]);
+    let m1 = Server::member("member1", &["--nodes", "2", "--pod-cidr", "10.10.0.0/16"]);
+    fleet.members.push(("member1".into(), m1));
+    fleet.join("member1", "us-east");
+    fleet.wait_ready("member1");
+    let _agent = fleet.pull_member("member2", "eu-west", &["--pod-cidr", "10.11.0.0/16"]);
+    let (m1, m2) = (fleet.member("member1"), fleet.member("member2"));
+    let hub_import = |path: &str| {
+        jsonpath(
+            &fleet.hub,
+            &["get", "serviceimport", "web", "-n", "shop"],
+            path,
+        )
+    };
+
+    // Exported from member1: member2 imports it through a Work its agent
+    // applies, with the hub's ClusterSetIP and member1's endpoints.
+    apply(m1, &app("web", 2, WEB_PORTS));
+    wait_for(
+        WAIT,
+        "the import in member2 with member1's endpoints",
+        || count(m2, "member1") == 2,
+    );
+    let ip = hub_import("{.spec.ips[0]}");
+    assert!(ip.starts_with("242.0."), "{ip}");
+    assert_eq!(
+        jsonpath(
+            m2,
+            &["get", "serviceimport", "web", "-n", "shop"],
+            "{.spec.ips[0]}:{.spec.ports[0].port}"
+        ),
+        format!("{ip}:80")
+    );
+
+    // Exported from member2 too: its agent reports the export and its
+    // endpoints, member1 imports them, and the hub's verdict reaches the
+    // export in member2.
+    apply(m2, &app("web", 1, WEB_PORTS));
+    wait_for(WAIT, "the import from both", || {
+        hub_import("{.status.clusters[*].cluster}") == "member1 member2"
+    });
+    wait_for(WAIT, "member2's endpoint in member1", || {
+        count(m1, "member2") == 1
+    });
+    assert!(slices(m1).contains("member2=10.11."), "{}", slices(m1));
+    wait_for(WAIT, "member2's export Ready", || {
+        condition(m2, "serviceexport", "web", "Ready", "status") == "True"
+    });
+    assert_eq!(
+        condition(m2, "serviceexport", "web", "Valid", "status"),
+        "True"
+    );
+
+    // Scaling member2's source reaches member1.
+    let out = m2.kubectl(&[
+        "scale",
+        "deployment",
+        "web",
+        "-n",
+        "shop",
+        "--replicas",
+        "3",
+    ]);
+    assert!(out.status.success(), "{}", common::fleet::stderr(&out));
+    wait_for(WAIT, "member2's three endpoints in member1", || {
+        count(m1, "member2") == 3
+    });
+
+    // Its export withdrawn, member2's endpoints leave, and so does its
+    // report on the hub.
+    let out = m2.kubectl(&["delete", "serviceexport", "web", "-n", "shop"]);
+    assert!(out.status.success(), "{}", common::fleet::stderr(&out));
+    wait_for(WAIT, "member2 no longer a source", || {
+        hub_import("{.status.clusters[*].cluster}") == "member1" && count(m1, "member2") == 0
+    });
+    wait_for(WAIT, "member2's report gone", || {
+        fleet
+            .hub
+            .ok(&["get", "works", "-n", "karmada-es-member2", "-o", "name"])
+            .lines()
+            .all(|w| !w.contains("mcs-export."))
+    });
+    // member2 still imports member1's endpoints.
+    assert_eq!(count(m2, "member1"), 2);
 }

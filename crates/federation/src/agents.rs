@@ -38,9 +38,14 @@ fn allowed(cluster: &str, a: &Attributes) -> bool {
             (reads || verb == "create" || writes) && a.name().as_deref() == Some(cluster)
         }
         // The Works of its execution namespace: follow them, report their
-        // status, release their finalizers. Never create or delete them.
+        // status, release their finalizers. Never create or delete them,
+        // but for its reports of service exports (written by apply).
         (WORK_GROUP, "works") => {
-            a.namespace == Some(Cluster::execution_namespace(cluster).as_str()) && (reads || writes)
+            let report = a
+                .name()
+                .is_some_and(|n| n.starts_with(crate::mcs::pull::REPORT_PREFIX));
+            a.namespace == Some(Cluster::execution_namespace(cluster).as_str())
+                && (reads || writes || (verb == "delete" && report))
         }
         // Its Lease, renewed to say it is alive.
         ("coordination.k8s.io", "leases") => {
@@ -121,6 +126,11 @@ mod tests {
         }
         assert!(ask(&a, "create", works, own, None, b"{}").is_err());
         assert!(ask(&a, "delete", works, own, Some("w"), b"").is_err());
+        // Its reports of service exports it withdraws itself, in its own
+        // namespace only.
+        let report = Some("mcs-export.shop.web");
+        assert!(ask(&a, "delete", works, own, report, b"").is_ok());
+        assert!(ask(&a, "delete", works, Some("karmada-es-member1"), report, b"").is_err());
         let other = ask(&a, "list", works, Some("karmada-es-member1"), None, b"").unwrap_err();
         assert_eq!(other.code.as_u16(), 403);
         assert!(

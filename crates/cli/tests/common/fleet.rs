@@ -4,7 +4,7 @@
 use std::process::Output;
 use std::time::Duration;
 
-use super::{Server, flotilla, wait_for};
+use super::{Running, Server, flotilla, wait_for};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -53,6 +53,60 @@ impl Fleet {
             fleet.wait_ready(name);
         }
         fleet
+    }
+
+    /// Adds a member reached only by its agent (Pull mode), with a token
+    /// the hub issued; returns the agent, which stops when dropped.
+    pub fn pull_member(&mut self, name: &str, region: &str, member_args: &[&str]) -> Running {
+        let args = self.add_pull_member(name, region, member_args);
+        let agent = Running::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        self.wait_ready(name);
+        agent
+    }
+
+    /// Adds a member for an agent to register, and says how to run the
+    /// agent (its token's kubeconfig is `NAME-agent.kubeconfig` in the
+    /// hub's directory).
+    pub fn add_pull_member(
+        &mut self,
+        name: &str,
+        region: &str,
+        member_args: &[&str],
+    ) -> Vec<String> {
+        let mut args = vec!["--nodes", "2"];
+        args.extend_from_slice(member_args);
+        self.members
+            .push((name.to_string(), Server::member(name, &args)));
+        let member_kubeconfig = self.member(name).kubeconfig.clone();
+        let agent_kubeconfig = self.hub.dir.path().join(format!("{name}-agent.kubeconfig"));
+        let out = flotilla(&[
+            "token",
+            "create",
+            "--kubeconfig",
+            self.hub.kubeconfig.to_str().unwrap(),
+            "--cluster",
+            name,
+            "--write-kubeconfig",
+            agent_kubeconfig.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        [
+            "agent",
+            "--cluster-name",
+            name,
+            "--kubeconfig",
+            agent_kubeconfig.to_str().unwrap(),
+            "--cluster-kubeconfig",
+            member_kubeconfig.to_str().unwrap(),
+            "--region",
+            region,
+            "--cluster-status-update-frequency",
+            "500ms",
+            "--cluster-lease-duration",
+            "2s",
+        ]
+        .map(String::from)
+        .to_vec()
     }
 
     pub fn member(&self, name: &str) -> &Server {

@@ -88,6 +88,10 @@ async fn reconcile(work: Arc<Work>, exec: Arc<Execution>) -> Result<Next, Error>
     let Some(cluster_name) = cluster_of(&work) else {
         return Ok(None);
     };
+    if crate::mcs::pull::is_suppressed(&work) {
+        // A report from the member (Karmada's suppressed instruction).
+        return Ok(None);
+    }
     let ctx = &exec.shared;
     let api: Api<Work> = Api::namespaced(ctx.hub.clone(), &work.namespace().unwrap_or_default());
     let cluster = ctx.cluster(&cluster_name);

@@ -15,6 +15,7 @@
 pub mod api;
 pub mod ips;
 pub mod merge;
+pub mod pull;
 pub mod slices;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -35,7 +36,7 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use crate::api::{Cluster, sync_mode};
+use crate::api::{Cluster, Work, sync_mode};
 use crate::conditions;
 use crate::context::Ctx;
 use crate::error::{Error, is_not_found};
@@ -54,9 +55,18 @@ const MEMBER_RETRY: Duration = Duration::from_secs(5);
 /// A sweep of every imported service, for what no watch reported.
 const RESYNC: Duration = Duration::from_secs(60);
 
+/// How the controller reaches a member.
+enum Link {
+    /// Through the member's API.
+    Push(Client),
+    /// Through Works in its execution namespace on the hub, which its
+    /// agent reports to and applies ([`pull`]).
+    Pull { hub: Client },
+}
+
 /// What the controller follows of one member.
 struct Member {
-    client: Client,
+    link: Link,
     /// Its Cluster's name on the hub.
     name: String,
     /// Its cluster id (KEP-2149).
@@ -223,9 +233,7 @@ impl Mcs {
 
     fn cluster_changed(self: &Arc<Self>, c: &Cluster) {
         let name = c.name_any();
-        let usable = c.spec.sync_mode == sync_mode::PUSH
-            && c.is_ready()
-            && c.metadata.deletion_timestamp.is_none();
+        let usable = c.is_ready() && c.metadata.deletion_timestamp.is_none();
         if !usable {
             if self.members.lock().remove(&name).is_some() {
                 info!(cluster = %name, "member left the clusterset's services");
@@ -261,6 +269,9 @@ impl Mcs {
     }
 
     async fn start_member(&self, cluster: &Cluster) -> Result<Member, Error> {
+        if cluster.spec.sync_mode == sync_mode::PULL {
+            return self.start_pull_member(cluster).await;
+        }
         let client = self.ctx.members.get(cluster).await?.client;
         crate::crds::install_manifests(&client, api::crds()).await?;
         let id = cluster_id(&client, &cluster.name_any()).await?;
@@ -286,7 +297,7 @@ impl Mcs {
             key_of,
         );
         let member = Member {
-            client,
+            link: Link::Push(client),
             name: cluster.name_any(),
             id,
             exports,
@@ -308,6 +319,41 @@ impl Mcs {
         Ok(member)
     }
 
+    /// A Pull member is what its agent reports; its imports are Works.
+    async fn start_pull_member(&self, cluster: &Cluster) -> Result<Member, Error> {
+        let name = cluster.name_any();
+        let Some(id) = cluster
+            .annotations()
+            .get(pull::CLUSTER_ID_ANNOTATION)
+            .cloned()
+        else {
+            return Err(Error::Mcs(format!(
+                "no cluster id reported by {name}'s agent yet"
+            )));
+        };
+        let reports = pull::follow_reports(&self.ctx.hub, &name, self.queue.clone());
+        let member = Member {
+            link: Link::Pull {
+                hub: self.ctx.hub.clone(),
+            },
+            name,
+            id,
+            exports: reports.exports,
+            services: reports.services,
+            slices: reports.slices,
+            // The hub does not see what the agent applied; it keeps the
+            // import Works current instead.
+            imports: reflector::store::Writer::default().as_reader(),
+            tasks: vec![reports.task],
+        };
+        if reports.works.wait_until_ready().await.is_err()
+            || member.exports.wait_until_ready().await.is_err()
+        {
+            return Err(Error::Mcs("a member watch ended before listing".into()));
+        }
+        Ok(member)
+    }
+
     async fn reconcile(&self, key: &str) -> Result<(), Error> {
         let Some((ns, name)) = key.split_once('/') else {
             return Ok(());
@@ -322,7 +368,8 @@ impl Mcs {
             .fronts
             .get(&ObjectRef::new(name).within(ns))
             .filter(|f| f.metadata.deletion_timestamp.is_none());
-        sync_front_exports(&members, ns, name, front.as_deref()).await?;
+        self.sync_front_exports(&members, ns, name, front.as_deref())
+            .await?;
         let exports: Vec<Export> = members
             .iter()
             .filter_map(|m| {
@@ -385,21 +432,95 @@ impl Mcs {
         )
         .await?;
         for m in &consumers {
+            let client = match &m.link {
+                Link::Push(client) => client,
+                Link::Pull { hub } => {
+                    self.write_pull_import(hub, m, ns, name, &spec, &sources)
+                        .await?;
+                    continue;
+                }
+            };
             let cached = m.imports.get(&ObjectRef::new(name).within(ns));
             let member_import =
-                apply_import(&m.client, cached, ns, name, &spec, &import.clusters).await?;
-            sync_slices(
-                &m.client,
-                &m.slices,
-                ns,
-                name,
-                &sources,
-                owner(&member_import),
-            )
-            .await?;
+                apply_import(client, cached, ns, name, &spec, &import.clusters).await?;
+            sync_slices(client, &m.slices, ns, name, &sources, owner(&member_import)).await?;
         }
         debug!(service = %key, clusters = ?import.clusters, "service imported");
         Ok(())
+    }
+
+    /// A Pull consumer's import and slices, as one Work its agent applies.
+    /// Its slices carry no owner: the Work's removal takes them.
+    async fn write_pull_import(
+        &self,
+        hub: &Client,
+        m: &Member,
+        ns: &str,
+        name: &str,
+        spec: &ServiceImportSpec,
+        sources: &BTreeMap<&str, &Member>,
+    ) -> Result<(), Error> {
+        let mut manifests = vec![json!({
+            "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+            "kind": "ServiceImport",
+            "metadata": {"name": name, "namespace": ns, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+            "spec": spec,
+        })];
+        for slice in wanted_slices(ns, name, sources, None) {
+            let mut body = serde_json::to_value(&slice)?;
+            body["apiVersion"] = "discovery.k8s.io/v1".into();
+            body["kind"] = "EndpointSlice".into();
+            manifests.push(body);
+        }
+        self.write_pull_work(
+            hub,
+            &m.name,
+            pull::work_name("import", ns, name),
+            &manifests,
+        )
+        .await
+    }
+
+    /// Writes a Work for a Pull member unless it already says `manifests`.
+    async fn write_pull_work(
+        &self,
+        hub: &Client,
+        cluster: &str,
+        work: String,
+        manifests: &[serde_json::Value],
+    ) -> Result<(), Error> {
+        let namespace = Cluster::execution_namespace(cluster);
+        let have = self
+            .ctx
+            .works
+            .get(&ObjectRef::new(&work).within(&namespace));
+        if pull::carries(have.as_deref(), manifests) {
+            return Ok(());
+        }
+        let labels = BTreeMap::from([(MANAGED_BY_LABEL, MANAGED_BY)]);
+        let body = pull::work_body(&namespace, &work, labels, manifests);
+        Api::<Work>::namespaced(hub.clone(), &namespace)
+            .patch(
+                &work,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Removes a Pull member's Work, if there is one.
+    async fn delete_pull_work(&self, hub: &Client, cluster: &str, work: &str) -> Result<(), Error> {
+        let namespace = Cluster::execution_namespace(cluster);
+        if self
+            .ctx
+            .works
+            .get(&ObjectRef::new(work).within(&namespace))
+            .is_none()
+        {
+            return Ok(());
+        }
+        delete(&Api::<Work>::namespaced(hub.clone(), &namespace), work).await
     }
 
     fn import_spec(
@@ -477,15 +598,20 @@ impl Mcs {
                 self.hub_imports.get(&ObjectRef::new(name).within(ns)),
             )
         });
-        let targets: Vec<(Client, Option<Arc<ServiceImport>>)> = hub_import
-            .into_iter()
-            .chain(members.iter().map(|m| {
-                (
-                    m.client.clone(),
+        let mut targets: Vec<(Client, Option<Arc<ServiceImport>>)> =
+            hub_import.into_iter().collect();
+        for m in members {
+            match &m.link {
+                Link::Push(client) => targets.push((
+                    client.clone(),
                     m.imports.get(&ObjectRef::new(name).within(ns)),
-                )
-            }))
-            .collect();
+                )),
+                Link::Pull { hub } => {
+                    self.delete_pull_work(hub, &m.name, &pull::work_name("import", ns, name))
+                        .await?
+                }
+            }
+        }
         for (client, import) in targets {
             let Some(import) = import else { continue };
             let ours =
@@ -526,23 +652,22 @@ impl Mcs {
     }
 }
 
-/// A MultiClusterService's exports: a ServiceExport (marked as ours) in
-/// each provider, and ours removed from the others.
-async fn sync_front_exports(
-    members: &[Arc<Member>],
-    ns: &str,
-    name: &str,
-    front: Option<&MultiClusterService>,
-) -> Result<(), Error> {
-    for m in members {
-        let have = m.exports.get(&ObjectRef::new(name).within(ns));
-        let ours = have.as_ref().is_some_and(|e| {
-            e.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY)
-        });
-        let provides = front.is_some_and(|f| f.provides(&m.name));
-        let api: Api<ServiceExport> = Api::namespaced(m.client.clone(), ns);
-        if provides && have.is_none() {
-            ensure_namespace(&m.client, ns).await?;
+impl Mcs {
+    /// A MultiClusterService's exports: a ServiceExport (marked as ours) in
+    /// each provider, and ours removed from the others.
+    async fn sync_front_exports(
+        &self,
+        members: &[Arc<Member>],
+        ns: &str,
+        name: &str,
+        front: Option<&MultiClusterService>,
+    ) -> Result<(), Error> {
+        for m in members {
+            let have = m.exports.get(&ObjectRef::new(name).within(ns));
+            let ours = have.as_ref().is_some_and(|e| {
+                e.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY)
+            });
+            let provides = front.is_some_and(|f| f.provides(&m.name));
             let mut export = ServiceExport::default();
             export.metadata.name = Some(name.to_string());
             export.metadata.namespace = Some(ns.to_string());
@@ -550,18 +675,38 @@ async fn sync_front_exports(
                 MANAGED_BY_LABEL.to_string(),
                 MANAGED_BY.to_string(),
             )]));
-            match api.create(&PostParams::default(), &export).await {
-                Ok(_) => {
-                    info!(cluster = %m.name, service = %format!("{ns}/{name}"), "exported for a MultiClusterService")
+            let client = match &m.link {
+                Link::Push(client) => client,
+                Link::Pull { hub } => {
+                    let work = pull::work_name("front", ns, name);
+                    if provides && (have.is_none() || ours) {
+                        let mut manifest = serde_json::to_value(&export)?;
+                        manifest["apiVersion"] = format!("{}/v1alpha1", api::GROUP).into();
+                        manifest["kind"] = "ServiceExport".into();
+                        self.write_pull_work(hub, &m.name, work, &[manifest])
+                            .await?;
+                    } else if !provides {
+                        self.delete_pull_work(hub, &m.name, &work).await?;
+                    }
+                    continue;
                 }
-                Err(e) if crate::error::is_conflict(&e) => {}
-                Err(e) => return Err(e.into()),
+            };
+            let api: Api<ServiceExport> = Api::namespaced(client.clone(), ns);
+            if provides && have.is_none() {
+                ensure_namespace(client, ns).await?;
+                match api.create(&PostParams::default(), &export).await {
+                    Ok(_) => {
+                        info!(cluster = %m.name, service = %format!("{ns}/{name}"), "exported for a MultiClusterService")
+                    }
+                    Err(e) if crate::error::is_conflict(&e) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            } else if !provides && ours {
+                delete(&api, name).await?;
             }
-        } else if !provides && ours {
-            delete(&api, name).await?;
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// A MultiClusterService's Ready condition: exported, or why not.
@@ -707,7 +852,13 @@ async fn write_export_status(
     if !changed {
         return Ok(());
     }
-    Api::<ServiceExport>::namespaced(m.client.clone(), ns)
+    let client = match &m.link {
+        Link::Push(client) => client,
+        Link::Pull { hub } => {
+            return pull::write_report_status(hub, &m.name, ns, name, &status.conditions).await;
+        }
+    };
+    Api::<ServiceExport>::namespaced(client.clone(), ns)
         .patch_status(
             name,
             &PatchParams::default(),
@@ -771,8 +922,8 @@ async fn apply_import(
     Ok(stored)
 }
 
-/// Brings the import's slices in one cluster (a member or the hub) to one
-/// per source cluster, from the sources' own slices of the Service.
+/// Brings the import's slices in one cluster (a member or the hub) to
+/// [`wanted_slices`].
 async fn sync_slices(
     client: &Client,
     have: &Store<EndpointSlice>,
@@ -781,24 +932,7 @@ async fn sync_slices(
     sources: &BTreeMap<&str, &Member>,
     owner: Option<OwnerReference>,
 ) -> Result<(), Error> {
-    let mut want: Vec<EndpointSlice> = Vec::new();
-    for (id, m) in sources {
-        let own: Vec<Arc<EndpointSlice>> = m
-            .slices
-            .state()
-            .into_iter()
-            .filter(|s| {
-                s.metadata.namespace.as_deref() == Some(ns)
-                    && s.labels()
-                        .get("kubernetes.io/service-name")
-                        .map(String::as_str)
-                        == Some(name)
-                    && !s.labels().contains_key(SERVICE_NAME_LABEL)
-            })
-            .collect();
-        let own: Vec<&EndpointSlice> = own.iter().map(|s| &**s).collect();
-        want.extend(slices::from_source(ns, name, id, &own, owner.clone()));
-    }
+    let want = wanted_slices(ns, name, sources, owner);
     let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
     let existing: Vec<Arc<EndpointSlice>> = have
         .state()
@@ -843,4 +977,33 @@ async fn sync_slices(
         }
     }
     Ok(())
+}
+
+/// One slice per source cluster, from the sources' own slices of the
+/// Service.
+fn wanted_slices(
+    ns: &str,
+    name: &str,
+    sources: &BTreeMap<&str, &Member>,
+    owner: Option<OwnerReference>,
+) -> Vec<EndpointSlice> {
+    let mut want: Vec<EndpointSlice> = Vec::new();
+    for (id, m) in sources {
+        let own: Vec<Arc<EndpointSlice>> = m
+            .slices
+            .state()
+            .into_iter()
+            .filter(|s| {
+                s.metadata.namespace.as_deref() == Some(ns)
+                    && s.labels()
+                        .get("kubernetes.io/service-name")
+                        .map(String::as_str)
+                        == Some(name)
+                    && !s.labels().contains_key(SERVICE_NAME_LABEL)
+            })
+            .collect();
+        let own: Vec<&EndpointSlice> = own.iter().map(|s| &**s).collect();
+        want.extend(slices::from_source(ns, name, id, &own, owner.clone()));
+    }
+    want
 }
