@@ -479,6 +479,40 @@ fn a_pull_member_exports_and_imports_through_its_agent() {
         format!("{ip}:80")
     );
 
+    // v1beta1's exportedLabels and exportedAnnotations reach every import,
+    // the one member2's agent applies included.
+    apply(
+        m1,
+        r#"
+apiVersion: multicluster.x-k8s.io/v1beta1
+kind: ServiceExport
+metadata: {name: web, namespace: shop}
+spec:
+  exportedLabels: {tier: frontend}
+  exportedAnnotations: {team: shop}
+"#,
+    );
+    let labelled = |m: &Server| {
+        jsonpath(
+            m,
+            &[
+                "get",
+                "serviceimports.v1beta1.multicluster.x-k8s.io",
+                "web",
+                "-n",
+                "shop",
+            ],
+            "{.apiVersion} {.metadata.labels.tier} {.metadata.annotations.team}",
+        )
+    };
+    wait_for(WAIT, "the exported label and annotation in member2", || {
+        labelled(m2) == "multicluster.x-k8s.io/v1beta1 frontend shop"
+    });
+    assert_eq!(
+        labelled(&fleet.hub),
+        "multicluster.x-k8s.io/v1beta1 frontend shop"
+    );
+
     // Exported from member2 too: its agent reports the export and its
     // endpoints, member1 imports them, and the hub's verdict reaches the
     // export in member2.

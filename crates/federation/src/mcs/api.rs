@@ -60,9 +60,15 @@ impl kube::Resource for ServiceExport {
     }
 }
 
-/// `exportedLabels` and `exportedAnnotations` (v1beta1), kept as given.
+/// `exportedLabels` and `exportedAnnotations` (v1beta1): copied onto the
+/// derived ServiceImport. Other fields are kept as given.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
 pub struct ServiceExportSpec {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub exported_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub exported_annotations: BTreeMap<String, String>,
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
 }
@@ -96,6 +102,13 @@ pub struct ServiceImportSpec {
     pub session_affinity: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_affinity_config: Option<Value>,
+    /// v1beta1: the winning Service's, as the MCS conformance suite checks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ip_families: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub internal_traffic_policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_distribution: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -227,6 +240,19 @@ fn crd(
             .and_then(Value::as_object_mut)
         {
             schema.remove("required");
+        }
+    }
+    if group == GROUP {
+        // v1beta1 is served beside v1alpha1 with the same objects (no
+        // conversion: its new fields are optional), as mcs-api's CRDs do.
+        if let Some(versions) = manifest
+            .pointer_mut("/spec/versions")
+            .and_then(Value::as_array_mut)
+            && let Some(mut beta) = versions.first().cloned()
+        {
+            beta["name"] = "v1beta1".into();
+            beta["storage"] = false.into();
+            versions.push(beta);
         }
     }
     manifest

@@ -19,6 +19,9 @@ pub struct Export {
     pub created: Timestamp,
     /// None: the cluster has no Service of that name.
     pub service: Option<ServiceFacts>,
+    /// The export's `exportedLabels` and `exportedAnnotations` (v1beta1).
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// What of a Service the import is made of.
@@ -33,6 +36,8 @@ pub struct ServiceFacts {
     pub session_affinity_config: Option<Value>,
     /// `spec.ipFamilies`: which ClusterSetIPs the import gets.
     pub ip_families: Vec<String>,
+    pub internal_traffic_policy: Option<String>,
+    pub traffic_distribution: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -53,6 +58,11 @@ pub struct Import {
     pub session_affinity_config: Option<Value>,
     /// The winning export's IP families (IPv4 when it names none).
     pub ip_families: Vec<String>,
+    pub internal_traffic_policy: Option<String>,
+    pub traffic_distribution: Option<String>,
+    /// The winning export's exported labels and annotations.
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
     /// The clusters whose endpoints it serves: every valid export.
     pub clusters: Vec<String>,
 }
@@ -136,12 +146,12 @@ pub fn merge(service: &str, exports: &[Export]) -> Merged {
     // clusters that disagree and the winner.
     let mut conflicts: Vec<(&'static str, String)> = Vec::new();
     let mut single =
-        |reason: &'static str, field: &str, value: &dyn Fn(&ServiceFacts) -> String| {
-            let winner = value(first);
+        |reason: &'static str, field: &str, value: &dyn Fn(&Export, &ServiceFacts) -> String| {
+            let winner = value(oldest, first);
             let losers: Vec<String> = valid
                 .iter()
-                .filter(|(_, s)| value(s) != winner)
-                .map(|(e, s)| format!("{} has {}", e.cluster, value(s)))
+                .filter(|(e, s)| value(e, s) != winner)
+                .map(|(e, s)| format!("{} has {}", e.cluster, value(e, s)))
                 .collect();
             if !losers.is_empty() {
                 conflicts.push((
@@ -155,19 +165,48 @@ pub fn merge(service: &str, exports: &[Export]) -> Merged {
                 ));
             }
         };
-    single("TypeConflict", "type", &|s| import_type(s).to_string());
-    single("SessionAffinityConflict", "sessionAffinity", &|s| {
+    let or_none = |v: &Option<String>| v.clone().unwrap_or_else(|| "none".into());
+    let map = |m: &BTreeMap<String, String>| {
+        if m.is_empty() {
+            "none".to_string()
+        } else {
+            serde_json::to_string(m).unwrap_or_default()
+        }
+    };
+    single("TypeConflict", "type", &|_, s| import_type(s).to_string());
+    single("SessionAffinityConflict", "sessionAffinity", &|_, s| {
         s.session_affinity.clone()
     });
     single(
         "SessionAffinityConfigConflict",
         "sessionAffinityConfig",
-        &|s| {
+        &|_, s| {
             s.session_affinity_config
                 .as_ref()
                 .map_or("none".into(), Value::to_string)
         },
     );
+    single(
+        "InternalTrafficPolicyConflict",
+        "internalTrafficPolicy",
+        &|_, s| or_none(&s.internal_traffic_policy),
+    );
+    single(
+        "TrafficDistributionConflict",
+        "trafficDistribution",
+        &|_, s| or_none(&s.traffic_distribution),
+    );
+    single("IPFamilyConflict", "ipFamilies", &|_, s| {
+        if s.ip_families.is_empty() {
+            "IPv4".into()
+        } else {
+            s.ip_families.join(",")
+        }
+    });
+    single("LabelsConflict", "exportedLabels", &|e, _| map(&e.labels));
+    single("AnnotationsConflict", "exportedAnnotations", &|e, _| {
+        map(&e.annotations)
+    });
     let mut ports: Vec<Port> = Vec::new();
     let mut port_clashes: Vec<String> = Vec::new();
     for (e, s) in &valid {
@@ -230,6 +269,10 @@ pub fn merge(service: &str, exports: &[Export]) -> Merged {
             } else {
                 first.ip_families.clone()
             },
+            internal_traffic_policy: first.internal_traffic_policy.clone(),
+            traffic_distribution: first.traffic_distribution.clone(),
+            labels: oldest.labels.clone(),
+            annotations: oldest.annotations.clone(),
             clusters: {
                 let mut c: Vec<String> = valid.iter().map(|(e, _)| e.cluster.clone()).collect();
                 c.sort();
@@ -266,6 +309,8 @@ mod tests {
             cluster: cluster.into(),
             created: Timestamp::from_second(created).unwrap(),
             service,
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
         }
     }
 
@@ -277,6 +322,8 @@ mod tests {
             session_affinity: "None".into(),
             session_affinity_config: None,
             ip_families: Vec::new(),
+            internal_traffic_policy: None,
+            traffic_distribution: None,
         }
     }
 
@@ -383,5 +430,34 @@ mod tests {
             (import.type_, import.clusters),
             ("Headless", vec!["member2".to_string()])
         );
+    }
+
+    #[test]
+    fn exported_labels_and_traffic_fields_come_from_the_oldest_export() {
+        let mut old = export("east", 100, Some(service(false, vec![port("http", 80)])));
+        old.labels = BTreeMap::from([("tier".to_string(), "web".to_string())]);
+        if let Some(s) = old.service.as_mut() {
+            s.internal_traffic_policy = Some("Local".into());
+        }
+        let mut young = export("west", 200, Some(service(false, vec![port("http", 80)])));
+        young.labels = BTreeMap::from([("tier".to_string(), "api".to_string())]);
+        young.annotations = BTreeMap::from([("note".to_string(), "x".to_string())]);
+        let m = merge("shop/web", &[young, old]);
+        let import = m.import.as_ref().expect("an import");
+        assert_eq!(import.labels["tier"], "web");
+        assert!(import.annotations.is_empty());
+        assert_eq!(import.internal_traffic_policy.as_deref(), Some("Local"));
+        let c = conflict(&m, "west");
+        assert_eq!(
+            c.reason,
+            "InternalTrafficPolicyConflict,LabelsConflict,AnnotationsConflict"
+        );
+        assert!(
+            c.message
+                .contains("exportedLabels: west has {\"tier\":\"api\"}"),
+            "{}",
+            c.message
+        );
+        assert!(c.message.contains("from east is used"), "{}", c.message);
     }
 }

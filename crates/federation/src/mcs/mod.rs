@@ -382,6 +382,8 @@ impl Mcs {
                     cluster: m.id.clone(),
                     created: e.metadata.creation_timestamp.as_ref()?.0,
                     service: service.map(|s| facts(&s)),
+                    labels: e.spec.exported_labels.clone(),
+                    annotations: e.spec.exported_annotations.clone(),
                 })
             })
             .collect();
@@ -409,7 +411,7 @@ impl Mcs {
         // The hub first: it holds the ClusterSetIP and feeds DNS.
         let hub = self.ctx.hub.clone();
         let cached = self.hub_imports.get(&ObjectRef::new(name).within(ns));
-        let hub_import = apply_import(&hub, cached, ns, name, &spec, &import.clusters).await?;
+        let hub_import = apply_import(&hub, cached, ns, name, &spec, import).await?;
         let sources: BTreeMap<&str, &Member> = members
             .iter()
             .filter(|m| import.clusters.contains(&m.id))
@@ -434,15 +436,14 @@ impl Mcs {
         for m in &consumers {
             let client = match &m.link {
                 Link::Push(client) => client,
-                Link::Pull { hub } => {
-                    self.write_pull_import(hub, m, ns, name, &spec, &sources)
+                Link::Pull { .. } => {
+                    self.write_pull_import(m, ns, name, &spec, import, &sources)
                         .await?;
                     continue;
                 }
             };
             let cached = m.imports.get(&ObjectRef::new(name).within(ns));
-            let member_import =
-                apply_import(client, cached, ns, name, &spec, &import.clusters).await?;
+            let member_import = apply_import(client, cached, ns, name, &spec, import).await?;
             sync_slices(client, &m.slices, ns, name, &sources, owner(&member_import)).await?;
         }
         debug!(service = %key, clusters = ?import.clusters, "service imported");
@@ -453,19 +454,14 @@ impl Mcs {
     /// Its slices carry no owner: the Work's removal takes them.
     async fn write_pull_import(
         &self,
-        hub: &Client,
         m: &Member,
         ns: &str,
         name: &str,
         spec: &ServiceImportSpec,
+        import: &merge::Import,
         sources: &BTreeMap<&str, &Member>,
     ) -> Result<(), Error> {
-        let mut manifests = vec![json!({
-            "apiVersion": "multicluster.x-k8s.io/v1alpha1",
-            "kind": "ServiceImport",
-            "metadata": {"name": name, "namespace": ns, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
-            "spec": spec,
-        })];
+        let mut manifests = vec![import_manifest(ns, name, spec, import)];
         for slice in wanted_slices(ns, name, sources, None) {
             let mut body = serde_json::to_value(&slice)?;
             body["apiVersion"] = "discovery.k8s.io/v1".into();
@@ -473,7 +469,7 @@ impl Mcs {
             manifests.push(body);
         }
         self.write_pull_work(
-            hub,
+            &self.ctx.hub,
             &m.name,
             pull::work_name("import", ns, name),
             &manifests,
@@ -579,6 +575,9 @@ impl Mcs {
             type_: import.type_.to_string(),
             session_affinity: Some(import.session_affinity.clone()),
             session_affinity_config: import.session_affinity_config.clone(),
+            ip_families: import.ip_families.clone(),
+            internal_traffic_policy: import.internal_traffic_policy.clone(),
+            traffic_distribution: import.traffic_distribution.clone(),
         })
     }
 
@@ -796,6 +795,8 @@ fn facts(s: &Service) -> ServiceFacts {
             .as_ref()
             .and_then(|c| serde_json::to_value(c).ok()),
         ip_families: spec.ip_families.clone().unwrap_or_default(),
+        internal_traffic_policy: spec.internal_traffic_policy.clone(),
+        traffic_distribution: spec.traffic_distribution.clone(),
     }
 }
 
@@ -881,6 +882,32 @@ async fn ensure_namespace(client: &Client, ns: &str) -> Result<(), Error> {
     }
 }
 
+/// The exported labels, and ours.
+fn import_labels(import: &merge::Import) -> BTreeMap<String, String> {
+    let mut labels = import.labels.clone();
+    labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY.into());
+    labels
+}
+
+/// The ServiceImport as the controller writes it, without status.
+fn import_manifest(
+    ns: &str,
+    name: &str,
+    spec: &ServiceImportSpec,
+    import: &merge::Import,
+) -> serde_json::Value {
+    let mut metadata = json!({"name": name, "namespace": ns, "labels": import_labels(import)});
+    if !import.annotations.is_empty() {
+        metadata["annotations"] = json!(import.annotations);
+    }
+    json!({
+        "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+        "kind": "ServiceImport",
+        "metadata": metadata,
+        "spec": spec,
+    })
+}
+
 /// Server-side applies the import and its status; returns it as stored.
 async fn apply_import(
     client: &Client,
@@ -888,9 +915,10 @@ async fn apply_import(
     ns: &str,
     name: &str,
     spec: &ServiceImportSpec,
-    clusters: &[String],
+    import: &merge::Import,
 ) -> Result<ServiceImport, Error> {
-    let want: Vec<ImportCluster> = clusters
+    let want: Vec<ImportCluster> = import
+        .clusters
         .iter()
         .map(|c| ImportCluster { cluster: c.clone() })
         .collect();
@@ -898,19 +926,15 @@ async fn apply_import(
     // round trip.
     if let Some(have) = cached
         && have.spec == *spec
-        && have.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY)
+        && *have.labels() == import_labels(import)
+        && *have.annotations() == import.annotations
         && have.status.as_ref().map(|s| &s.clusters) == Some(&want)
     {
         return Ok((*have).clone());
     }
     ensure_namespace(client, ns).await?;
     let api: Api<ServiceImport> = Api::namespaced(client.clone(), ns);
-    let body = json!({
-        "apiVersion": "multicluster.x-k8s.io/v1alpha1",
-        "kind": "ServiceImport",
-        "metadata": {"name": name, "namespace": ns, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
-        "spec": spec,
-    });
+    let body = import_manifest(ns, name, spec, import);
     let params = PatchParams::apply(MANAGER).force();
     let stored = api.patch(name, &params, &Patch::Apply(&body)).await?;
     if stored.status.as_ref().map(|s| &s.clusters) != Some(&want) {
