@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use flotilla_apiserver::tls::{self, Pki};
 use flotilla_apiserver::{ApiServer, Config, auth};
-use flotilla_store::{SqliteOptions, SqliteStore, Store};
+use flotilla_store::{EtcdOptions, EtcdStore, SqliteOptions, SqliteStore, Store};
 use tracing::info;
 
 use crate::kubeconfig;
@@ -144,6 +144,89 @@ pub struct ServeArgs {
     /// (besides the listen address, localhost and 127.0.0.1).
     #[arg(long = "tls-san", value_delimiter = ',')]
     pub tls_sans: Vec<String>,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreKind {
+    /// SQLite in the data dir: one machine.
+    Embedded,
+    /// An etcd cluster: several control-plane replicas.
+    Etcd,
+}
+
+/// Where the API server keeps its objects.
+#[derive(clap::Args, Clone)]
+pub struct StorageArgs {
+    #[arg(long, value_enum, default_value = "embedded")]
+    pub store: StoreKind,
+    /// etcd client URLs, comma-separated (with --store etcd)
+    #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:2379")]
+    pub etcd_endpoints: Vec<String>,
+    /// Every key is stored under this prefix in etcd
+    #[arg(long, default_value = "/registry/flotilla")]
+    pub etcd_prefix: String,
+    /// The CA that signed etcd's serving certificate (PEM)
+    #[arg(long)]
+    pub etcd_cafile: Option<PathBuf>,
+    /// A client certificate for etcd (PEM), with --etcd-keyfile
+    #[arg(long)]
+    pub etcd_certfile: Option<PathBuf>,
+    #[arg(long)]
+    pub etcd_keyfile: Option<PathBuf>,
+}
+
+impl Default for StorageArgs {
+    fn default() -> Self {
+        StorageArgs {
+            store: StoreKind::Embedded,
+            etcd_endpoints: vec!["http://127.0.0.1:2379".into()],
+            etcd_prefix: "/registry/flotilla".into(),
+            etcd_cafile: None,
+            etcd_certfile: None,
+            etcd_keyfile: None,
+        }
+    }
+}
+
+/// Opens the store the flags name.
+async fn open_store(
+    data_dir: &std::path::Path,
+    serve: &ServeArgs,
+) -> anyhow::Result<Arc<dyn Store>> {
+    let s = &serve.storage;
+    Ok(match s.store {
+        StoreKind::Embedded => SqliteStore::open(
+            data_dir,
+            SqliteOptions {
+                history_capacity: serve.watch_history,
+                ..SqliteOptions::default()
+            },
+        )
+        .with_context(|| {
+            format!(
+                "cannot open the store in {} (is another flotilla using it?)",
+                data_dir.display()
+            )
+        })?,
+        StoreKind::Etcd => EtcdStore::open(EtcdOptions {
+            endpoints: s.etcd_endpoints.clone(),
+            prefix: s.etcd_prefix.clone(),
+            ca_file: s.etcd_cafile.clone(),
+            cert_file: s.etcd_certfile.clone(),
+            key_file: s.etcd_keyfile.clone(),
+            history_capacity: serve.watch_history,
+            ..EtcdOptions::default()
+        })
+        .await
+        .with_context(|| {
+            format!(
+                "cannot reach etcd at {} (is it running? check --etcd-endpoints and the TLS flags)",
+                s.etcd_endpoints.join(",")
+            )
+        })?,
+    })
 }
 
 /// An API server on its store, bound but not yet serving.
@@ -163,21 +246,10 @@ pub async fn prepare(
     serve: &ServeArgs,
     config: Config,
 ) -> anyhow::Result<Prepared> {
-    let store = SqliteStore::open(
-        data_dir,
-        SqliteOptions {
-            history_capacity: serve.watch_history,
-            ..SqliteOptions::default()
-        },
-    )
-    .with_context(|| {
-        format!(
-            "cannot open the store in {} (is another flotilla using it?)",
-            data_dir.display()
-        )
-    })?;
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create the data dir {}", data_dir.display()))?;
+    let store = open_store(data_dir, serve).await?;
     let admin_token = auth::load_or_create_admin_token(&data_dir.join("admin-token"))?;
-    let store: Arc<dyn Store> = store;
     let config = Config {
         admin_token: Some(admin_token.clone()),
         ..config

@@ -15,7 +15,7 @@ use flotilla_apiserver::loopback;
 use flotilla_member::{Clients, Faults, SimConfig, Simulator, admin, front_door};
 use tracing::info;
 
-use crate::apiserver::{self, ServeArgs};
+use crate::apiserver::{self, ServeArgs, StorageArgs};
 
 /// A member's default watch window (`--watch-history`).
 pub const WATCH_HISTORY: usize = 5_000;
@@ -205,6 +205,8 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         listen: args.listen,
         watch_history: args.watch_history,
         tls_sans: args.tls_sans,
+        // A simulated member keeps its objects in its own data dir.
+        storage: StorageArgs::default(),
     };
     let config = Config {
         service_network: ServiceNetwork {

@@ -256,6 +256,22 @@ impl WatchCache {
         self.notify.send_replace(revision);
     }
 
+    /// Waits until the cache holds `revision` (or is closed).
+    pub async fn wait_for(&self, revision: Revision) -> Result<()> {
+        let mut seen = self.notify.subscribe();
+        loop {
+            if *seen.borrow_and_update() >= revision {
+                return Ok(());
+            }
+            if self.inner.read().closed {
+                return Err(StoreError::Closed);
+            }
+            if seen.changed().await.is_err() {
+                return Err(StoreError::Closed);
+            }
+        }
+    }
+
     /// Forgets history at or below `revision`.
     pub fn compact(&self, revision: Revision) {
         let mut inner = self.inner.write();

@@ -12,8 +12,10 @@
 #![forbid(unsafe_code)]
 
 mod cache;
+mod etcd;
 pub mod packed;
 mod sqlite;
+pub mod testing;
 
 use std::sync::Arc;
 
@@ -21,6 +23,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 pub use cache::{Watch, WatchCache};
+pub use etcd::{EtcdOptions, EtcdStore};
 pub use packed::Packed;
 pub use sqlite::{SqliteOptions, SqliteStore};
 
@@ -110,6 +113,10 @@ pub enum StoreError {
     Backend(#[from] rusqlite::Error),
     #[error("storage I/O failed: {0}")]
     Io(#[from] std::io::Error),
+    #[error("etcd request failed: {0}")]
+    Etcd(#[from] etcd_client::Error),
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -136,4 +143,26 @@ pub trait Store: Send + Sync + 'static {
     fn compacted_revision(&self) -> Revision;
     /// Drops history at or below `revision`.
     async fn compact(&self, revision: Revision) -> Result<()>;
+}
+
+/// Compacts, every interval, the history older than the previous interval,
+/// as kube-apiserver's compactor does against etcd.
+pub(crate) fn spawn_compactor(store: std::sync::Weak<dyn Store>, interval: std::time::Duration) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!("no tokio runtime; periodic compaction disabled");
+        return;
+    };
+    runtime.spawn(async move {
+        let mut previous: Option<Revision> = None;
+        loop {
+            tokio::time::sleep(interval).await;
+            let Some(store) = store.upgrade() else { return };
+            if let Some(rev) = previous
+                && let Err(error) = store.compact(rev).await
+            {
+                tracing::warn!(%error, revision = rev, "compaction failed");
+            }
+            previous = Some(store.current_revision());
+        }
+    });
 }

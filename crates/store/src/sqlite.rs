@@ -160,7 +160,10 @@ impl SqliteStore {
             path,
         });
         if let Some(interval) = options.compaction_interval {
-            spawn_compactor(Arc::downgrade(&store), interval);
+            crate::spawn_compactor(
+                Arc::downgrade(&store) as std::sync::Weak<dyn Store>,
+                interval,
+            );
         }
         Ok(store)
     }
@@ -182,28 +185,6 @@ impl Drop for SqliteStore {
     fn drop(&mut self) {
         self.cache.close();
     }
-}
-
-/// Compacts, every interval, the history older than the previous interval,
-/// as kube-apiserver's compactor does against etcd.
-fn spawn_compactor(store: std::sync::Weak<SqliteStore>, interval: Duration) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        warn!("no tokio runtime; periodic compaction disabled");
-        return;
-    };
-    runtime.spawn(async move {
-        let mut previous: Option<Revision> = None;
-        loop {
-            tokio::time::sleep(interval).await;
-            let Some(store) = store.upgrade() else { return };
-            if let Some(rev) = previous
-                && let Err(error) = store.compact(rev).await
-            {
-                warn!(%error, revision = rev, "compaction failed");
-            }
-            previous = Some(store.current_revision());
-        }
-    });
 }
 
 fn load_history(conn: &Connection, after: Revision) -> Result<Vec<Event>> {

@@ -1,12 +1,75 @@
-//! Behaviour of the embedded store through the `Store` contract.
+//! Behaviour of the stores through the `Store` contract: the suite runs
+//! against the embedded store and against a real etcd (`on_both!`); what
+//! depends on the backend (history across restarts) is tested per backend.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use flotilla_store::testing::Etcd;
 use flotilla_store::{
-    DeletePrecondition, EventKind, ListOptions, SqliteOptions, SqliteStore, Store, StoreError,
+    DeletePrecondition, EtcdOptions, EtcdStore, EventKind, ListOptions, SqliteOptions, SqliteStore,
+    Store, StoreError,
 };
+
+/// Where a test's store keeps its data; `open` again reaches the same data
+/// as a restarted control plane would.
+enum Backend {
+    Embedded(tempfile::TempDir),
+    Etcd(Etcd),
+}
+
+impl Backend {
+    fn embedded() -> Backend {
+        Backend::Embedded(tempfile::tempdir().unwrap())
+    }
+
+    fn etcd() -> Backend {
+        Backend::Etcd(flotilla_store::testing::single())
+    }
+
+    async fn open(&self) -> Arc<dyn Store> {
+        match self {
+            Backend::Embedded(dir) => open(dir.path()),
+            Backend::Etcd(etcd) => open_etcd(etcd).await,
+        }
+    }
+}
+
+async fn open_etcd(etcd: &Etcd) -> Arc<EtcdStore> {
+    EtcdStore::open(EtcdOptions {
+        endpoints: vec![etcd.client_url.clone()],
+        compaction_interval: None,
+        ..Default::default()
+    })
+    .await
+    .expect("open the etcd store")
+}
+
+/// Runs a suite test, `async fn NAME(backend: &Backend)`, on both backends.
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn embedded() {
+                super::$name(&super::Backend::embedded()).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn etcd() {
+                super::$name(&super::Backend::etcd()).await;
+            }
+        }
+    )*};
+}
+
+on_both!(
+    revisions_are_global_and_cas_is_enforced,
+    list_at_an_older_revision_and_paginate,
+    watch_from_revision_and_expire_after_compaction,
+    concurrent_writers_get_distinct_revisions,
+    large_values_read_back_exactly,
+    a_watch_far_behind_gets_every_event_in_order,
+);
 
 fn open(dir: &std::path::Path) -> Arc<SqliteStore> {
     SqliteStore::open(
@@ -23,10 +86,8 @@ fn b(s: &str) -> Bytes {
     Bytes::from(s.to_string())
 }
 
-#[tokio::test]
-async fn revisions_are_global_and_cas_is_enforced() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path());
+async fn revisions_are_global_and_cas_is_enforced(backend: &Backend) {
+    let store = backend.open().await;
     let a = store.create("/a", b("1")).await.unwrap();
     let c = store.create("/c", b("1")).await.unwrap();
     assert_eq!(c.mod_revision, a.mod_revision + 1);
@@ -63,10 +124,8 @@ async fn revisions_are_global_and_cas_is_enforced() {
     ));
 }
 
-#[tokio::test]
-async fn list_at_an_older_revision_and_paginate() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path());
+async fn list_at_an_older_revision_and_paginate(backend: &Backend) {
+    let store = backend.open().await;
     for i in 0..10 {
         store.create(&format!("/p/{i}"), b("v1")).await.unwrap();
     }
@@ -129,10 +188,8 @@ async fn list_at_an_older_revision_and_paginate() {
     assert_eq!(seen.len(), 10);
 }
 
-#[tokio::test]
-async fn watch_from_revision_and_expire_after_compaction() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path());
+async fn watch_from_revision_and_expire_after_compaction(backend: &Backend) {
+    let store = backend.open().await;
     let first = store.create("/w/a", b("1")).await.unwrap();
     let mut watch = store.watch("/w/", first.mod_revision).unwrap();
     store.create("/x/ignored", b("1")).await.unwrap();
@@ -206,10 +263,8 @@ async fn state_history_and_compaction_survive_reopen() {
     assert_eq!(c.mod_revision, final_rev + 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_writers_get_distinct_revisions() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path());
+async fn concurrent_writers_get_distinct_revisions(backend: &Backend) {
+    let store = backend.open().await;
     let mut tasks = Vec::new();
     for t in 0..8 {
         let store = store.clone();
@@ -255,11 +310,14 @@ fn big(tag: &str) -> Bytes {
     ))
 }
 
-#[tokio::test]
-async fn large_values_read_back_exactly_from_every_path() {
-    let dir = tempfile::tempdir().unwrap();
-    let (created, final_rev) = {
-        let store = open(dir.path());
+async fn large_values_read_back_exactly(backend: &Backend) {
+    write_large_values(&*backend.open().await).await;
+}
+
+/// Writes, updates and deletes large values, checking every read path;
+/// returns the first write's revision.
+async fn write_large_values(store: &dyn Store) -> i64 {
+    {
         let a = store.create("/p/a", big("a1")).await.unwrap();
         store.create("/p/b", big("b1")).await.unwrap();
         let a2 = store
@@ -285,7 +343,17 @@ async fn large_values_read_back_exactly_from_every_path() {
         let values: Vec<Bytes> = old.items.into_iter().map(|kv| kv.value).collect();
         assert_eq!(values, vec![big("a1"), big("b1")]);
         assert_eq!(a2.value, big("a2"));
-        (a.mod_revision, store.current_revision())
+        a.mod_revision
+    }
+}
+
+#[tokio::test]
+async fn large_values_read_back_exactly_after_a_restart_of_the_embedded_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let (created, final_rev) = {
+        let store = open(dir.path());
+        let created = write_large_values(&*store).await;
+        (created, store.current_revision())
     };
     // After a restart the history (rebuilt from disk) reads the same.
     let store = open(dir.path());
@@ -363,10 +431,8 @@ async fn a_large_family_of_values_reads_back_exactly() {
     }
 }
 
-#[tokio::test]
-async fn a_watch_far_behind_gets_every_event_in_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path());
+async fn a_watch_far_behind_gets_every_event_in_order(backend: &Backend) {
+    let store = backend.open().await;
     let start = store.current_revision();
     let mut watch = store.watch("/far/", start).unwrap();
     // A burst the watch reads only once it is over, interleaved with
@@ -396,4 +462,95 @@ async fn a_watch_far_behind_gets_every_event_in_order() {
     assert_eq!(keys, expected);
     assert!(revisions.windows(2).all(|w| w[0] < w[1]));
     assert_eq!(watch.revision(), *revisions.last().unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_etcd_store_keeps_its_state_across_a_restart_and_expires_older_watches() {
+    let etcd = flotilla_store::testing::single();
+    let (created, final_rev) = {
+        let store = open_etcd(&etcd).await;
+        let a = store.create("/k/a", b("1")).await.unwrap();
+        store.create("/k/b", b("1")).await.unwrap();
+        store.update("/k/a", b("2"), a.mod_revision).await.unwrap();
+        store
+            .delete("/k/b", DeletePrecondition::default())
+            .await
+            .unwrap();
+        (a.mod_revision, store.current_revision())
+    };
+    let store = open_etcd(&etcd).await;
+    assert_eq!(store.current_revision(), final_rev);
+    let a = store.get("/k/a").unwrap();
+    assert_eq!((a.value, a.create_revision), (b("2"), created));
+    assert!(store.get("/k/b").is_none());
+    // A restarted replica holds no history, as kube-apiserver's watch cache
+    // after a restart: older watches get 410 Expired and relist.
+    assert!(matches!(
+        store.watch("/k/", created),
+        Err(StoreError::Compacted { .. })
+    ));
+    let c = store.create("/k/c", b("1")).await.unwrap();
+    assert_eq!(c.mod_revision, final_rev + 1);
+}
+
+/// Two control-plane replicas on one etcd: each sees what the other
+/// writes, and compare-and-swap holds across them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_on_one_etcd_see_each_others_writes_and_conflict() {
+    let etcd = flotilla_store::testing::single();
+    let (one, two) = (open_etcd(&etcd).await, open_etcd(&etcd).await);
+    let mut watch = two.watch("/r/", two.current_revision()).unwrap();
+    let a = one.create("/r/a", b("1")).await.unwrap();
+    let events = tokio::time::timeout(Duration::from_secs(5), watch.next())
+        .await
+        .expect("the other replica's write within 5 s")
+        .unwrap();
+    assert_eq!(events[0].kv.key.as_ref(), "/r/a");
+    assert_eq!(two.get("/r/a").unwrap().mod_revision, a.mod_revision);
+    two.update("/r/a", b("2"), a.mod_revision).await.unwrap();
+    assert!(matches!(
+        one.update("/r/a", b("3"), a.mod_revision).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    assert!(matches!(
+        one.create("/r/a", b("again")).await,
+        Err(StoreError::AlreadyExists(_))
+    ));
+}
+
+/// With three etcd members, killing one leaves the store serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_etcd_store_keeps_serving_when_one_of_three_members_dies() {
+    let mut members = flotilla_store::testing::cluster(3);
+    let store = EtcdStore::open(EtcdOptions {
+        endpoints: members.iter().map(|m| m.client_url.clone()).collect(),
+        compaction_interval: None,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    store.create("/h/before", b("1")).await.unwrap();
+    members[0].kill();
+    // The client moves to a live member; a request on the way may fail.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut written = 0;
+    let mut i = 0;
+    while written < 20 {
+        i += 1;
+        match store.create(&format!("/h/after{i}"), b("1")).await {
+            Ok(_) => written += 1,
+            Err(e) => assert!(
+                std::time::Instant::now() < deadline,
+                "still failing after one member died: {e}"
+            ),
+        }
+    }
+    assert_eq!(
+        store
+            .list("/h/", &ListOptions::default())
+            .unwrap()
+            .items
+            .len(),
+        21
+    );
 }

@@ -1,0 +1,481 @@
+//! The etcd backend, for a control plane that must survive its host: keys
+//! live under a prefix in etcd, a write is one transaction comparing the
+//! key's revision (etcd's mod revision is the resourceVersion), and reads
+//! and watches are served from the same [`WatchCache`] as the embedded
+//! store, fed by an etcd watch of the prefix, as kube-apiserver's watch
+//! cache is. A write returns once the cache has seen it, so a client reads
+//! its own writes through the replica it wrote to.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use etcd_client::{
+    Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, GetOptions,
+    Identity, PutOptions, TlsOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
+};
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use crate::cache::{Watch, WatchCache};
+use crate::{
+    DeletePrecondition, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision,
+    Store, StoreError,
+};
+
+/// Where the etcd cluster is and how to reach it.
+#[derive(Clone, Debug)]
+pub struct EtcdOptions {
+    pub endpoints: Vec<String>,
+    /// Every key is stored under it (kube-apiserver's `--etcd-prefix`).
+    pub prefix: String,
+    /// PEM files: the CA that signed etcd's certificate, and a client
+    /// certificate and key when etcd asks for one.
+    pub ca_file: Option<std::path::PathBuf>,
+    pub cert_file: Option<std::path::PathBuf>,
+    pub key_file: Option<std::path::PathBuf>,
+    pub history_capacity: usize,
+    pub compaction_interval: Option<Duration>,
+    /// How long a write waits for the watch to bring it into the cache.
+    pub write_visible_timeout: Duration,
+}
+
+impl Default for EtcdOptions {
+    fn default() -> Self {
+        EtcdOptions {
+            endpoints: vec!["http://127.0.0.1:2379".into()],
+            prefix: "/registry/flotilla".into(),
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+            history_capacity: 100_000,
+            compaction_interval: Some(Duration::from_secs(300)),
+            write_visible_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+pub struct EtcdStore {
+    client: Client,
+    prefix: String,
+    cache: Arc<WatchCache>,
+    follower: JoinHandle<()>,
+    write_visible_timeout: Duration,
+}
+
+/// Keys are read in pages: one response for 100,000 objects would pass
+/// gRPC's message limit.
+const PAGE: i64 = 1000;
+
+impl EtcdStore {
+    /// Connects, reads the prefix's state, and follows it from there.
+    pub async fn open(options: EtcdOptions) -> Result<Arc<Self>> {
+        let client = Client::connect(&options.endpoints, Some(connect_options(&options)?)).await?;
+        let prefix = options.prefix.trim_end_matches('/').to_string();
+        let (state, revision) = read_state(&client, &prefix).await?;
+        info!(
+            endpoints = ?options.endpoints,
+            %prefix,
+            revision,
+            keys = state.len(),
+            "opened etcd store"
+        );
+        let cache = Arc::new(WatchCache::new(
+            state,
+            Vec::new(),
+            revision,
+            revision,
+            options.history_capacity,
+        ));
+        let follower = tokio::spawn(follow(client.clone(), prefix.clone(), cache.clone()));
+        let store = Arc::new(EtcdStore {
+            client,
+            prefix,
+            cache,
+            follower,
+            write_visible_timeout: options.write_visible_timeout,
+        });
+        if let Some(interval) = options.compaction_interval {
+            crate::spawn_compactor(Arc::downgrade(&store) as Weak<dyn Store>, interval);
+        }
+        Ok(store)
+    }
+
+    fn etcd_key(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
+    /// Waits until the cache holds `revision`, so that what was just
+    /// written is what the next read through this store returns.
+    async fn visible(&self, kv: KeyValue) -> Result<KeyValue> {
+        match tokio::time::timeout(
+            self.write_visible_timeout,
+            self.cache.wait_for(kv.mod_revision),
+        )
+        .await
+        {
+            Ok(result) => result.map(|()| kv),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "revision {} was written to etcd but the watch did not deliver it within {:?}",
+                kv.mod_revision, self.write_visible_timeout
+            ))),
+        }
+    }
+
+    /// The key's current revision in etcd, for a failed comparison.
+    fn current(&self, key: &str, responses: &[TxnOpResponse]) -> Option<KeyValue> {
+        responses.iter().find_map(|r| match r {
+            TxnOpResponse::Get(g) => g.kvs().first().map(|kv| to_key_value(key, kv)),
+            _ => None,
+        })
+    }
+}
+
+impl Drop for EtcdStore {
+    fn drop(&mut self) {
+        self.follower.abort();
+        self.cache.close();
+    }
+}
+
+fn connect_options(o: &EtcdOptions) -> Result<ConnectOptions> {
+    let mut connect = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
+    if o.ca_file.is_some() || o.cert_file.is_some() {
+        let mut tls = TlsOptions::new();
+        if let Some(ca) = &o.ca_file {
+            tls = tls.ca_certificate(Certificate::from_pem(std::fs::read(ca)?));
+        }
+        match (&o.cert_file, &o.key_file) {
+            (Some(cert), Some(key)) => {
+                tls = tls.identity(Identity::from_pem(
+                    std::fs::read(cert)?,
+                    std::fs::read(key)?,
+                ));
+            }
+            (None, None) => {}
+            _ => {
+                return Err(StoreError::Unavailable(
+                    "an etcd client certificate needs both --etcd-certfile and --etcd-keyfile"
+                        .into(),
+                ));
+            }
+        }
+        connect = connect.with_tls(tls);
+    }
+    Ok(connect)
+}
+
+fn to_key_value(key: &str, kv: &etcd_client::KeyValue) -> KeyValue {
+    KeyValue {
+        key: Arc::from(key),
+        value: Bytes::copy_from_slice(kv.value()),
+        create_revision: kv.create_revision(),
+        mod_revision: kv.mod_revision(),
+    }
+}
+
+/// Every key under `prefix` at one revision, page by page.
+async fn read_state(client: &Client, prefix: &str) -> Result<(Vec<KeyValue>, Revision)> {
+    let mut kv = client.kv_client();
+    let start = format!("{prefix}/");
+    let end = prefix_end(&start);
+    let mut from = start.clone().into_bytes();
+    let mut revision = 0;
+    let mut state = Vec::new();
+    loop {
+        let mut options = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
+        if revision > 0 {
+            options = options.with_revision(revision);
+        }
+        let page = kv.get(from.clone(), Some(options)).await?;
+        if revision == 0 {
+            revision = page.header().map_or(0, |h| h.revision());
+        }
+        for item in page.kvs() {
+            if let Some(key) = item.key_str().ok().and_then(|k| k.strip_prefix(prefix)) {
+                state.push(to_key_value(key, item));
+            }
+        }
+        match page.kvs().last() {
+            Some(last) if page.more() => {
+                from = last.key().to_vec();
+                from.push(0);
+            }
+            _ => break,
+        }
+    }
+    Ok((state, revision))
+}
+
+/// The first key after every key that starts with `prefix`.
+fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// Feeds the cache from etcd for ever, resuming after the last revision
+/// it holds when the watch breaks.
+async fn follow(client: Client, prefix: String, cache: Arc<WatchCache>) {
+    loop {
+        match follow_once(&client, &prefix, &cache).await {
+            Ok(()) => debug!("etcd watch ended; resuming"),
+            Err(StoreError::Compacted { requested, oldest }) => {
+                // The events since the cache's revision are gone: read the
+                // state again and bring the cache to it.
+                warn!(
+                    requested,
+                    oldest, "etcd compacted past the watch; relisting"
+                );
+                if let Err(error) = resync(&client, &prefix, &cache).await {
+                    warn!(%error, "cannot relist from etcd");
+                }
+            }
+            Err(error) => warn!(%error, "etcd watch failed; resuming"),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn follow_once(client: &Client, prefix: &str, cache: &WatchCache) -> Result<()> {
+    let start = format!("{prefix}/");
+    let options = WatchOptions::new()
+        .with_range(prefix_end(&start))
+        .with_prev_key()
+        .with_start_revision(cache.revision() + 1);
+    let mut watch_client = client.watch_client();
+    let (_watcher, mut stream) = watch_client.watch(start.clone(), Some(options)).await?;
+    while let Some(response) = stream.message().await? {
+        if response.compact_revision() > 0 {
+            return Err(StoreError::Compacted {
+                requested: cache.revision() + 1,
+                oldest: response.compact_revision(),
+            });
+        }
+        if response.canceled() {
+            return Ok(());
+        }
+        let events: Vec<Event> = response
+            .events()
+            .iter()
+            .filter_map(|e| {
+                let kv = e.kv()?;
+                let key = kv.key_str().ok()?.strip_prefix(prefix)?;
+                let prev = e.prev_kv().map(|p| to_key_value(key, p));
+                Some(match e.event_type() {
+                    EventType::Put => Event {
+                        kind: EventKind::Put,
+                        kv: to_key_value(key, kv),
+                        prev,
+                    },
+                    EventType::Delete => Event {
+                        kind: EventKind::Delete,
+                        // The last value, at the deletion's revision.
+                        kv: KeyValue {
+                            key: Arc::from(key),
+                            value: prev.as_ref().map(|p| p.value.clone()).unwrap_or_default(),
+                            create_revision: prev.as_ref().map_or(0, |p| p.create_revision),
+                            mod_revision: kv.mod_revision(),
+                        },
+                        prev,
+                    },
+                })
+            })
+            .collect();
+        cache.apply(events);
+    }
+    Ok(())
+}
+
+/// Brings the cache to etcd's state after a gap in the watch: what changed
+/// or went is applied as events at the relisted revision.
+async fn resync(client: &Client, prefix: &str, cache: &WatchCache) -> Result<()> {
+    let (state, revision) = read_state(client, prefix).await?;
+    let mut events = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for kv in state {
+        seen.insert(kv.key.clone());
+        let old = cache.get(&kv.key);
+        if old.as_ref().map(|o| o.mod_revision) != Some(kv.mod_revision) {
+            events.push(Event {
+                kind: EventKind::Put,
+                kv: KeyValue {
+                    mod_revision: revision,
+                    ..kv
+                },
+                prev: old,
+            });
+        }
+    }
+    for old in cache.list("", &ListOptions::default())?.items {
+        if !seen.contains(&old.key) {
+            events.push(Event {
+                kind: EventKind::Delete,
+                kv: KeyValue {
+                    mod_revision: revision,
+                    ..old.clone()
+                },
+                prev: Some(old),
+            });
+        }
+    }
+    cache.compact(cache.revision());
+    cache.apply(events);
+    Ok(())
+}
+
+#[async_trait]
+impl Store for EtcdStore {
+    async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
+        let k = self.etcd_key(key);
+        let txn = Txn::new()
+            .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(k, value.to_vec(), None)]);
+        let response = self.client.kv_client().txn(txn).await?;
+        if !response.succeeded() {
+            return Err(StoreError::AlreadyExists(key.to_string()));
+        }
+        let revision = response.header().map_or(0, |h| h.revision());
+        self.visible(KeyValue {
+            key: Arc::from(key),
+            value,
+            create_revision: revision,
+            mod_revision: revision,
+        })
+        .await
+    }
+
+    async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue> {
+        let k = self.etcd_key(key);
+        let txn = Txn::new()
+            .when([Compare::mod_revision(k.clone(), CompareOp::Equal, expected)])
+            .and_then([TxnOp::put(
+                k.clone(),
+                value.to_vec(),
+                Some(PutOptions::new().with_prev_key()),
+            )])
+            .or_else([TxnOp::get(k.clone(), None)]);
+        let response = self.client.kv_client().txn(txn).await?;
+        if !response.succeeded() {
+            return Err(
+                match self.current(key, response.op_responses().as_slice()) {
+                    None => StoreError::NotFound(key.to_string()),
+                    Some(now) => StoreError::Conflict {
+                        key: key.to_string(),
+                        expected,
+                        actual: now.mod_revision,
+                    },
+                },
+            );
+        }
+        let revision = response.header().map_or(0, |h| h.revision());
+        // An update keeps the key's create revision.
+        let create_revision = response
+            .op_responses()
+            .iter()
+            .find_map(|r| match r {
+                TxnOpResponse::Put(p) => p.prev_key().map(|kv| kv.create_revision()),
+                _ => None,
+            })
+            .unwrap_or(revision);
+        self.visible(KeyValue {
+            key: Arc::from(key),
+            value,
+            create_revision,
+            mod_revision: revision,
+        })
+        .await
+    }
+
+    async fn delete(&self, key: &str, precondition: DeletePrecondition) -> Result<KeyValue> {
+        let k = self.etcd_key(key);
+        let compare = match precondition.mod_revision {
+            Some(rev) => Compare::mod_revision(k.clone(), CompareOp::Equal, rev),
+            None => Compare::create_revision(k.clone(), CompareOp::Greater, 0),
+        };
+        let txn = Txn::new()
+            .when([compare])
+            .and_then([TxnOp::delete(
+                k.clone(),
+                Some(DeleteOptions::new().with_prev_key()),
+            )])
+            .or_else([TxnOp::get(k.clone(), None)]);
+        let response = self.client.kv_client().txn(txn).await?;
+        let responses = response.op_responses();
+        if !response.succeeded() {
+            return Err(match self.current(key, responses.as_slice()) {
+                None => StoreError::NotFound(key.to_string()),
+                Some(now) => StoreError::Conflict {
+                    key: key.to_string(),
+                    expected: precondition.mod_revision.unwrap_or(0),
+                    actual: now.mod_revision,
+                },
+            });
+        }
+        let revision = response.header().map_or(0, |h| h.revision());
+        let prev = responses.iter().find_map(|r| match r {
+            TxnOpResponse::Delete(d) => d.prev_kvs().first().map(|kv| to_key_value(key, kv)),
+            _ => None,
+        });
+        let Some(prev) = prev else {
+            return Err(StoreError::NotFound(key.to_string()));
+        };
+        self.visible(KeyValue {
+            mod_revision: revision,
+            ..prev
+        })
+        .await
+    }
+
+    fn get(&self, key: &str) -> Option<KeyValue> {
+        self.cache.get(key)
+    }
+
+    fn list(&self, prefix: &str, options: &ListOptions) -> Result<ListResult> {
+        self.cache.list(prefix, options)
+    }
+
+    fn watch(&self, prefix: &str, after: Revision) -> Result<Watch> {
+        self.cache.watch(prefix, after)
+    }
+
+    fn current_revision(&self) -> Revision {
+        self.cache.revision()
+    }
+
+    fn compacted_revision(&self) -> Revision {
+        self.cache.compacted()
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<()> {
+        let revision = revision.min(self.cache.revision());
+        match self.client.kv_client().compact(revision, None).await {
+            Ok(_) => {}
+            // Another replica compacted as far already.
+            Err(etcd_client::Error::GRpcStatus(s)) if s.message().contains("compacted") => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.cache.compact(revision);
+        debug!(revision, "compacted");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_end;
+
+    #[test]
+    fn a_prefix_ends_after_its_last_key() {
+        assert_eq!(prefix_end("/a/"), b"/a0".to_vec());
+        assert_eq!(prefix_end("a\u{7f}"), b"a\x80".to_vec());
+    }
+}

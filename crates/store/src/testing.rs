@@ -1,0 +1,157 @@
+//! A real etcd for tests of the etcd backend (this crate's and the API
+//! server's suites): Debian's `etcd-server` on free loopback ports with a
+//! temporary data directory, killed when dropped.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One etcd member, or a member of a cluster started with [`cluster`].
+pub struct Etcd {
+    child: Option<Child>,
+    pub name: String,
+    pub client_url: String,
+    _data: tempfile::TempDir,
+}
+
+/// Where the `etcd` binary is: `$ETCD_BIN`, or on the PATH.
+pub fn etcd_binary() -> Option<PathBuf> {
+    if let Some(bin) = std::env::var_os("ETCD_BIN") {
+        return Some(PathBuf::from(bin));
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join("etcd"))
+            .find(|p| p.is_file())
+    })
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}
+
+struct Planned {
+    name: String,
+    client: String,
+    peer: String,
+}
+
+fn plan(n: usize) -> Vec<Planned> {
+    (0..n)
+        .map(|i| Planned {
+            name: format!("etcd{i}"),
+            client: format!("http://127.0.0.1:{}", free_port()),
+            peer: format!("http://127.0.0.1:{}", free_port()),
+        })
+        .collect()
+}
+
+fn spawn(bin: &Path, me: &Planned, initial_cluster: &str, data: &Path) -> std::io::Result<Child> {
+    Command::new(bin)
+        .args(["--name", &me.name])
+        .arg("--data-dir")
+        .arg(data)
+        .args(["--listen-client-urls", &me.client])
+        .args(["--advertise-client-urls", &me.client])
+        .args(["--listen-peer-urls", &me.peer])
+        .args(["--initial-advertise-peer-urls", &me.peer])
+        .args(["--initial-cluster", initial_cluster])
+        .args(["--initial-cluster-state", "new"])
+        .args(["--initial-cluster-token", "flotilla-test"])
+        .args(["--log-level", "error"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+}
+
+/// Starts `n` etcd members forming one cluster and waits until each
+/// answers `/health`. Panics with the fix when etcd is not installed.
+pub fn cluster(n: usize) -> Vec<Etcd> {
+    let bin = etcd_binary().unwrap_or_else(|| {
+        panic!(
+            "etcd not found: install Debian's etcd-server (bash .ci/run does it) or set ETCD_BIN"
+        )
+    });
+    let planned = plan(n);
+    let initial: Vec<String> = planned
+        .iter()
+        .map(|p| format!("{}={}", p.name, p.peer))
+        .collect();
+    let initial = initial.join(",");
+    let members: Vec<Etcd> = planned
+        .iter()
+        .map(|p| {
+            let data = tempfile::tempdir().expect("a temporary directory for etcd");
+            let child = spawn(&bin, p, &initial, data.path()).expect("start etcd");
+            Etcd {
+                child: Some(child),
+                name: p.name.clone(),
+                client_url: p.client.clone(),
+                _data: data,
+            }
+        })
+        .collect();
+    for m in &members {
+        m.wait_healthy(Duration::from_secs(30));
+    }
+    members
+}
+
+/// One etcd of its own.
+pub fn single() -> Etcd {
+    cluster(1).pop().expect("one etcd")
+}
+
+impl Etcd {
+    fn wait_healthy(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        let addr = self.client_url.trim_start_matches("http://").to_string();
+        loop {
+            if health(&addr) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "etcd {} did not become healthy at {}",
+                self.name,
+                self.client_url
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Kills the member at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `GET /health` answers `"health":"true"`.
+fn health(addr: &str) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = format!("GET /health HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    if s.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body.contains("\"health\":\"true\"")
+}
