@@ -8,7 +8,7 @@ use common::status_of;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::Server;
+use common::{Server, Store};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -16,15 +16,17 @@ use kube::runtime::{Controller, WatchStreamExt, controller::Action, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
+// The API suite runs on the embedded store and on etcd.
+crate::on_both_stores!(async crud_with_optimistic_concurrency, pagination_with_limit_and_continue, runtime_watcher_list_then_watch, runtime_watcher_streaming_lists, a_controller_reconciles, bad_input_gets_status_errors, watch_from_a_compacted_revision_gets_in_stream_410, discovery_and_custom_resources);
+
 fn cm(name: &str, data: serde_json::Value) -> ConfigMap {
     serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "labels": {"app": "t"}}, "data": data}))
     .unwrap()
 }
 
-#[tokio::test]
-async fn crud_with_optimistic_concurrency() {
-    let s = Server::start();
+async fn crud_with_optimistic_concurrency(store: Store) {
+    let s = Server::start_on(store, &[]);
     let client = s.client().await;
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
     let created = api
@@ -100,9 +102,8 @@ async fn crud_with_optimistic_concurrency() {
     assert_eq!((e.code, e.reason.as_str()), (404, "NotFound"));
 }
 
-#[tokio::test]
-async fn pagination_with_limit_and_continue() {
-    let s = Server::start();
+async fn pagination_with_limit_and_continue(store: Store) {
+    let s = Server::start_on(store, &[]);
     let api: Api<ConfigMap> = Api::namespaced(s.client().await, "default");
     for i in 0..7 {
         api.create(&PostParams::default(), &cm(&format!("p{i}"), json!({})))
@@ -161,15 +162,13 @@ async fn expect_watcher_sees(client: Client, config: watcher::Config) {
     assert!(seen.iter().any(|(n, _)| n == "before"), "{seen:?}");
 }
 
-#[tokio::test]
-async fn runtime_watcher_list_then_watch() {
-    let s = Server::start();
+async fn runtime_watcher_list_then_watch(store: Store) {
+    let s = Server::start_on(store, &[]);
     expect_watcher_sees(s.client().await, watcher::Config::default()).await;
 }
 
-#[tokio::test]
-async fn runtime_watcher_streaming_lists() {
-    let s = Server::start();
+async fn runtime_watcher_streaming_lists(store: Store) {
+    let s = Server::start_on(store, &[]);
     expect_watcher_sees(
         s.client().await,
         watcher::Config::default().streaming_lists(),
@@ -177,9 +176,8 @@ async fn runtime_watcher_streaming_lists() {
     .await;
 }
 
-#[tokio::test]
-async fn a_controller_reconciles() {
-    let s = Server::start();
+async fn a_controller_reconciles(store: Store) {
+    let s = Server::start_on(store, &[]);
     let client = s.client().await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     for i in 0..3 {
@@ -307,9 +305,8 @@ impl Case {
     }
 }
 
-#[tokio::test]
-async fn bad_input_gets_status_errors() {
-    let s = Server::start();
+async fn bad_input_gets_status_errors(store: Store) {
+    let s = Server::start_on(store, &[]);
     let c = s.client().await;
     let cms = "/api/v1/namespaces/default/configmaps";
     let named = &format!("{cms}/named");
@@ -410,9 +407,8 @@ async fn bad_input_gets_status_errors() {
     .await;
 }
 
-#[tokio::test]
-async fn watch_from_a_compacted_revision_gets_in_stream_410() {
-    let s = Server::start_with(&["--watch-history", "5"]);
+async fn watch_from_a_compacted_revision_gets_in_stream_410(store: Store) {
+    let s = Server::start_on(store, &["--watch-history", "5"]);
     let c = s.client().await;
     let api: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
     let first = api
@@ -432,9 +428,8 @@ async fn watch_from_a_compacted_revision_gets_in_stream_410() {
     }
 }
 
-#[tokio::test]
-async fn discovery_and_custom_resources() {
-    let s = Server::start();
+async fn discovery_and_custom_resources(store: Store) {
+    let s = Server::start_on(store, &[]);
     let client = s.client().await;
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client.clone());
     let crd = serde_json::from_value(json!({

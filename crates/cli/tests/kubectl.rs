@@ -7,7 +7,16 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Server, assert_has, wait_for, write};
+use common::{Server, Store, assert_has, wait_for, write};
+
+// The kubectl suite runs on the embedded store and on etcd.
+crate::on_both_stores!(
+    api_resources_lists_builtins_and_crds,
+    apply_get_and_edit_a_fleet_of_objects,
+    explain_uses_openapi,
+    watch_sees_a_change,
+    bad_input_gets_clear_errors_and_writes_nothing
+);
 
 const APP: &str = r#"
 apiVersion: v1
@@ -103,9 +112,8 @@ fn apply_app(s: &Server) {
     );
 }
 
-#[test]
-fn api_resources_lists_builtins_and_crds() {
-    let s = Server::start();
+fn api_resources_lists_builtins_and_crds(store: Store) {
+    let s = Server::start_on(store, &[]);
     let out = s.ok(&["api-resources"]);
     assert_has(
         &out,
@@ -127,9 +135,8 @@ fn api_resources_lists_builtins_and_crds() {
     assert_has(&out, &["widgets", "wd", "Widget"]);
 }
 
-#[test]
-fn apply_get_and_edit_a_fleet_of_objects() {
-    let s = Server::start();
+fn apply_get_and_edit_a_fleet_of_objects(store: Store) {
+    let s = Server::start_on(store, &[]);
     apply_app(&s);
 
     // Table output with upstream columns, wide columns and CRD printer columns.
@@ -239,16 +246,14 @@ fn apply_get_and_edit_a_fleet_of_objects() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("NotFound"));
 }
 
-#[test]
-fn explain_uses_openapi() {
-    let s = Server::start();
+fn explain_uses_openapi(store: Store) {
+    let s = Server::start_on(store, &[]);
     let out = s.ok(&["explain", "deployment.spec.replicas"]);
     assert_has(&out, &["replicas", "integer"]);
 }
 
-#[test]
-fn watch_sees_a_change() {
-    let s = Server::start();
+fn watch_sees_a_change(store: Store) {
+    let s = Server::start_on(store, &[]);
     s.kubectl_stdin(
         &["apply", "-f", "-"],
         Some("apiVersion: v1\nkind: Namespace\nmetadata: {name: w}\n"),
@@ -309,9 +314,8 @@ fn watch_sees_a_change() {
     let _ = child.wait();
 }
 
-#[test]
-fn bad_input_gets_clear_errors_and_writes_nothing() {
-    let s = Server::start();
+fn bad_input_gets_clear_errors_and_writes_nothing(store: Store) {
+    let s = Server::start_on(store, &[]);
     let bad_name = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: Bad_Name}\n";
     let out = s.kubectl_stdin(&["apply", "-f", "-"], Some(bad_name));
     assert!(!out.status.success());

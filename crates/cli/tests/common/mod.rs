@@ -16,6 +16,45 @@ pub struct Server {
     command: Vec<String>,
     extra: Vec<String>,
     env: Vec<(String, String)>,
+    /// The etcd the server stores its objects in, with `--store etcd`.
+    pub etcd: Option<flotilla_store::testing::Etcd>,
+}
+
+/// Which store a test's API server runs on.
+#[derive(Clone, Copy, Debug)]
+pub enum Store {
+    Embedded,
+    Etcd,
+}
+
+/// Runs API-suite tests, `fn NAME(store: common::Store)` (sync or, with
+/// `async`, async), once on each store: `NAME::embedded` and `NAME::etcd`.
+#[macro_export]
+macro_rules! on_both_stores {
+    (async $($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn embedded() {
+                super::$name(super::common::Store::Embedded).await;
+            }
+            #[tokio::test]
+            async fn etcd() {
+                super::$name(super::common::Store::Etcd).await;
+            }
+        }
+    )*};
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn embedded() {
+                super::$name(super::common::Store::Embedded);
+            }
+            #[test]
+            fn etcd() {
+                super::$name(super::common::Store::Etcd);
+            }
+        }
+    )*};
 }
 
 impl Server {
@@ -26,6 +65,23 @@ impl Server {
     /// Starts with extra `flotilla apiserver` flags.
     pub fn start_with(extra: &[&str]) -> Server {
         Self::start_with_env(extra, &[])
+    }
+
+    /// `flotilla apiserver` with extra flags on `store`; on etcd, a real
+    /// etcd of its own.
+    pub fn start_on(store: Store, extra: &[&str]) -> Server {
+        match store {
+            Store::Embedded => Self::start_with(extra),
+            Store::Etcd => {
+                let etcd = flotilla_store::testing::single();
+                let mut args = vec!["--store", "etcd", "--etcd-endpoints", &etcd.client_url];
+                args.extend_from_slice(extra);
+                let mut s = Self::prepare(&["apiserver"], &args, &[]);
+                s.etcd = Some(etcd);
+                s.spawn();
+                s
+            }
+        }
     }
 
     /// Starts with extra flags and environment variables.
@@ -50,8 +106,14 @@ impl Server {
     }
 
     fn start_command(command: &[&str], extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut s = Self::prepare(command, extra, env);
+        s.spawn();
+        s
+    }
+
+    fn prepare(command: &[&str], extra: &[&str], env: &[(&str, &str)]) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut s = Server {
+        Server {
             command: command.iter().map(|s| s.to_string()).collect(),
             child: None,
             kubeconfig: dir.path().join("kubeconfig"),
@@ -61,9 +123,8 @@ impl Server {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
-        };
-        s.spawn();
-        s
+            etcd: None,
+        }
     }
 
     pub fn data_dir(&self) -> PathBuf {
