@@ -259,6 +259,10 @@ impl From<StoreError> for ApiError {
                 ApiError::expired(format!("too old resource version: {requested} ({oldest})"))
             }
             StoreError::Closed => ApiError::unavailable("the storage is shutting down"),
+            // etcd unreachable or electing a leader: the client may retry.
+            e @ (StoreError::Etcd(_) | StoreError::Unavailable(_)) => {
+                ApiError::unavailable(e.to_string())
+            }
             other => ApiError::internal(other.to_string()),
         }
     }

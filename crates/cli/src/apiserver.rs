@@ -220,9 +220,9 @@ async fn open_store(
             ..EtcdOptions::default()
         })
         .await
-        .with_context(|| {
-            format!(
-                "cannot reach etcd at {} (is it running? check --etcd-endpoints and the TLS flags)",
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot reach etcd at {}: {e} (is it running? check --etcd-endpoints and the TLS flags)",
                 s.etcd_endpoints.join(",")
             )
         })?,

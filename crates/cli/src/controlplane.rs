@@ -1,5 +1,6 @@
-//! `flotilla controlplane`: the hub. The API server on the embedded store
-//! plus the federation controllers, which talk to it through a loopback
+//! `flotilla controlplane`: the hub. The API server on its store (embedded,
+//! or etcd for several replicas, of which one leads the controllers) plus
+//! the federation controllers, which talk to it through a loopback
 //! kube-rs client like any other client. The hub runs no workload
 //! controllers: a Deployment here is a template.
 
@@ -9,9 +10,12 @@ use std::time::Duration;
 use anyhow::Context;
 use flotilla_apiserver::{Config, loopback};
 use flotilla_federation::context::Options;
+use flotilla_federation::leader::{self, Election};
 use flotilla_federation::metrics::Metrics;
 
-use crate::apiserver::{Args as ServerArgs, announce_and_serve, prepare, shutdown_signal};
+use crate::apiserver::{
+    Args as ServerArgs, StoreKind, announce_and_serve, prepare, shutdown_signal,
+};
 
 /// The hub's default watch window (`--watch-history`): its controllers
 /// keep up with it in-process, and a start-up reloads it, so a window the
@@ -67,6 +71,24 @@ pub struct ControlplaneArgs {
     /// as `flotilla dns` does.
     #[arg(long)]
     pub dns_listen: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub election: ElectionArgs,
+}
+
+/// kube-controller-manager's leader-election flags: several replicas on one
+/// etcd serve the API, and one of them runs the federation controllers.
+#[derive(clap::Args)]
+pub struct ElectionArgs {
+    /// Run the controllers only while holding the Lease
+    /// kube-system/flotilla-controlplane [default: true with --store etcd]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub leader_elect: Option<bool>,
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    pub leader_elect_lease_duration: Duration,
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub leader_elect_renew_deadline: Duration,
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub leader_elect_retry_period: Duration,
 }
 
 pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
@@ -105,9 +127,31 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
             }
         });
     }
-    tokio::spawn(flotilla_federation::controlplane::run(
-        client, options, metrics,
-    ));
+    let elect = args
+        .election
+        .leader_elect
+        .unwrap_or(args.server.serve.storage.store == StoreKind::Etcd);
+    let controllers = flotilla_federation::controlplane::run(client.clone(), options, metrics);
+    if elect {
+        let e = &args.election;
+        let election = Election {
+            lease_duration: e.leader_elect_lease_duration,
+            renew_deadline: e.leader_elect_renew_deadline,
+            retry_period: e.leader_elect_retry_period,
+            ..Election::new(Election::identity())
+        };
+        tokio::spawn(async move {
+            if let Err(lost) = leader::lead(client, election, controllers).await {
+                // As kube-controller-manager: the controllers' state is not
+                // to be trusted once another replica may lead; a supervisor
+                // restarts this one as a candidate.
+                tracing::error!(%lost, "leadership lost; exiting so that one replica leads");
+                std::process::exit(1);
+            }
+        });
+    } else {
+        tokio::spawn(controllers);
+    }
     announce_and_serve(
         "controlplane",
         server,

@@ -24,6 +24,7 @@ pub mod finalizer;
 pub mod interpreter;
 pub mod join;
 pub mod kinds;
+pub mod leader;
 pub mod mcs;
 pub mod members;
 pub mod metrics;

@@ -67,6 +67,8 @@ pub struct EtcdStore {
 /// Keys are read in pages: one response for 100,000 objects would pass
 /// gRPC's message limit.
 const PAGE: i64 = 1000;
+/// Attempts past a member that refuses connections (about 2 s in all).
+const CONNECT_RETRIES: u32 = 6;
 
 impl EtcdStore {
     /// Connects, reads the prefix's state, and follows it from there.
@@ -120,6 +122,27 @@ impl EtcdStore {
                 "revision {} was written to etcd but the watch did not deliver it within {:?}",
                 kv.mod_revision, self.write_visible_timeout
             ))),
+        }
+    }
+
+    /// Runs a transaction, again on another member when the one picked
+    /// could not even be connected to: the request never left, so this
+    /// cannot apply a write twice. Any other failure is the caller's.
+    async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse> {
+        let mut attempt = 0;
+        loop {
+            match self.client.kv_client().txn(txn.clone()).await {
+                Err(etcd_client::Error::GRpcStatus(s))
+                    if attempt < CONNECT_RETRIES
+                        && s.code() == tonic::Code::Unavailable
+                        && s.message().contains("connect") =>
+                {
+                    attempt += 1;
+                    debug!(attempt, error = %s, "etcd member unreachable; trying another");
+                    tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
+                }
+                result => return Ok(result?),
+            }
         }
     }
 
@@ -339,7 +362,7 @@ impl Store for EtcdStore {
         let txn = Txn::new()
             .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(k, value.to_vec(), None)]);
-        let response = self.client.kv_client().txn(txn).await?;
+        let response = self.txn(txn).await?;
         if !response.succeeded() {
             return Err(StoreError::AlreadyExists(key.to_string()));
         }
@@ -363,7 +386,7 @@ impl Store for EtcdStore {
                 Some(PutOptions::new().with_prev_key()),
             )])
             .or_else([TxnOp::get(k.clone(), None)]);
-        let response = self.client.kv_client().txn(txn).await?;
+        let response = self.txn(txn).await?;
         if !response.succeeded() {
             return Err(
                 match self.current(key, response.op_responses().as_slice()) {
@@ -408,7 +431,7 @@ impl Store for EtcdStore {
                 Some(DeleteOptions::new().with_prev_key()),
             )])
             .or_else([TxnOp::get(k.clone(), None)]);
-        let response = self.client.kv_client().txn(txn).await?;
+        let response = self.txn(txn).await?;
         let responses = response.op_responses();
         if !response.succeeded() {
             return Err(match self.current(key, responses.as_slice()) {

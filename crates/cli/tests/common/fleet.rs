@@ -8,6 +8,18 @@ use super::{Running, Server, flotilla, wait_for};
 
 const WAIT: Duration = Duration::from_secs(60);
 
+/// The control plane's health thresholds, shortened for tests.
+pub const SHORT_THRESHOLDS: [&str; 8] = [
+    "--cluster-monitor-grace-period",
+    "2s",
+    "--cluster-status-update-frequency",
+    "500ms",
+    "--cluster-failure-threshold",
+    "1s",
+    "--cluster-success-threshold",
+    "1s",
+];
+
 /// A control plane with short health thresholds and joined members.
 pub struct Fleet {
     pub hub: Server,
@@ -26,16 +38,7 @@ impl Fleet {
 
     /// As `new`, with extra flags for every member and for the hub.
     pub fn with_args(members: &[(&str, &str)], member_args: &[&str], hub_args: &[&str]) -> Fleet {
-        let mut args = vec![
-            "--cluster-monitor-grace-period",
-            "2s",
-            "--cluster-status-update-frequency",
-            "500ms",
-            "--cluster-failure-threshold",
-            "1s",
-            "--cluster-success-threshold",
-            "1s",
-        ];
+        let mut args = SHORT_THRESHOLDS.to_vec();
         args.extend_from_slice(hub_args);
         let hub = Server::controlplane(&args);
         let mut fleet = Fleet {

@@ -84,6 +84,13 @@ impl Server {
         }
     }
 
+    /// `flotilla controlplane` on an etcd cluster someone else started.
+    pub fn controlplane_on_etcd(endpoints: &str, extra: &[&str]) -> Server {
+        let mut args = vec!["--store", "etcd", "--etcd-endpoints", endpoints];
+        args.extend_from_slice(extra);
+        Self::start_command(&["controlplane"], &args, &[])
+    }
+
     /// Starts with extra flags and environment variables.
     pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
         Self::start_command(&["apiserver"], extra, env)

@@ -1,0 +1,210 @@
+//! The control plane on etcd: a clear error when etcd cannot be reached,
+//! and two replicas on a three-member etcd cluster, of which one leads the
+//! controllers; killing the leader mid-propagation hands over with nothing
+//! lost, duplicated or deleted in the members, and killing an etcd member
+//! leaves the control plane serving.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::fleet::{Fleet, SHORT_THRESHOLDS, jsonpath, stderr};
+use common::{Server, flotilla, wait_for};
+
+const TEMPLATES: usize = 500;
+
+#[test]
+fn an_unreachable_etcd_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = flotilla(&[
+        "controlplane",
+        "--store",
+        "etcd",
+        "--etcd-endpoints",
+        "http://127.0.0.1:1",
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("cannot reach etcd at http://127.0.0.1:1"),
+        "{err}"
+    );
+    assert!(err.contains("--etcd-endpoints"), "{err}");
+}
+
+/// `kubectl get -w --output-watch-events` on a member, kept running.
+struct EventLog {
+    child: Child,
+    path: std::path::PathBuf,
+}
+
+impl EventLog {
+    fn start(member: &Server, name: &str, dir: &std::path::Path) -> EventLog {
+        let path = dir.join(format!("events-{name}.log"));
+        let out = std::fs::File::create(&path).unwrap();
+        let child = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&member.kubeconfig)
+            .args([
+                "get",
+                "configmaps",
+                "-l",
+                "ha=test",
+                "-w",
+                "--output-watch-events",
+                "-o",
+                "name",
+            ])
+            .stdout(out)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("kubectl");
+        EventLog { child, path }
+    }
+
+    fn events(&self) -> String {
+        std::fs::read_to_string(&self.path).unwrap_or_default()
+    }
+}
+
+impl Drop for EventLog {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn leads(s: &Server) -> bool {
+    s.log().contains("became the leader")
+}
+
+#[test]
+fn a_killed_leader_hands_over_with_nothing_lost_or_deleted() {
+    let mut etcd = flotilla_store::testing::cluster(3);
+    let endpoints: Vec<String> = etcd.iter().map(|m| m.client_url.clone()).collect();
+    let endpoints = endpoints.join(",");
+    let mut hub_args = SHORT_THRESHOLDS.to_vec();
+    hub_args.extend([
+        "--leader-elect-lease-duration",
+        "3s",
+        "--leader-elect-renew-deadline",
+        "2s",
+        "--leader-elect-retry-period",
+        "500ms",
+    ]);
+    let first = Server::controlplane_on_etcd(&endpoints, &hub_args);
+    wait_for(Duration::from_secs(30), "one replica leading", || {
+        leads(&first)
+    });
+    let second = Server::controlplane_on_etcd(&endpoints, &hub_args);
+    let mut fleet = Fleet {
+        hub: first,
+        members: Vec::new(),
+    };
+    for (name, region) in [("member1", "us-east"), ("member2", "eu-west")] {
+        fleet
+            .members
+            .push((name.to_string(), Server::member(name, &["--nodes", "1"])));
+        fleet.join(name, region);
+        fleet.wait_ready(name);
+    }
+    assert!(!leads(&second), "only one replica leads");
+    // Every replica serves the API: the second sees what the first wrote.
+    assert_eq!(
+        jsonpath(&second, &["get", "clusters"], "{.items[*].metadata.name}"),
+        "member1 member2"
+    );
+
+    let watchers: Vec<EventLog> = fleet
+        .members
+        .iter()
+        .map(|(name, m)| EventLog::start(m, name, second.dir.path()))
+        .collect();
+    let mut manifests = String::from(
+        r#"
+apiVersion: policy.karmada.io/v1alpha1
+kind: PropagationPolicy
+metadata: {name: ha}
+spec:
+  resourceSelectors: [{apiVersion: v1, kind: ConfigMap, labelSelector: {matchLabels: {ha: test}}}]
+  placement:
+    clusterAffinity: {clusterNames: [member1, member2]}
+"#,
+    );
+    for i in 0..TEMPLATES {
+        manifests.push_str(&format!(
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm{i:03}, labels: {{ha: test}}}}\ndata: {{i: \"{i}\"}}\n"
+        ));
+    }
+    // Applied through the replica that stays; the leader dies mid-way.
+    let out = second.kubectl_stdin(&["apply", "-f", "-"], Some(&manifests));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let copies = |m: &Server| {
+        m.ok(&["get", "configmaps", "-l", "ha=test", "-o", "name"])
+            .lines()
+            .count()
+    };
+    wait_for(Duration::from_secs(60), "propagation under way", || {
+        copies(fleet.member("member1")) > 0
+    });
+    fleet.hub.kill9();
+    eprintln!(
+        "leader killed with {} of {TEMPLATES} copies in member1",
+        copies(fleet.member("member1"))
+    );
+    wait_for(
+        Duration::from_secs(30),
+        "the second replica leading",
+        || leads(&second),
+    );
+    wait_for(
+        Duration::from_secs(120),
+        "every template in both members",
+        || {
+            copies(fleet.member("member1")) == TEMPLATES
+                && copies(fleet.member("member2")) == TEMPLATES
+        },
+    );
+    // One Work per template and member, none twice.
+    for ns in ["karmada-es-member1", "karmada-es-member2"] {
+        let works = second.ok(&["get", "works", "-n", ns, "-o", "name"]);
+        assert_eq!(works.lines().count(), TEMPLATES, "{ns}");
+    }
+    // Nothing in a member was deleted (and so re-created) on the way.
+    for (w, (name, _)) in watchers.iter().zip(&fleet.members) {
+        let events = w.events();
+        assert!(!events.contains("DELETED"), "{name}: {events}");
+    }
+
+    // An etcd member dies: the control plane keeps serving and propagating.
+    // While the two left elect a new etcd leader (when the dead one led),
+    // writes are refused with 503 ServiceUnavailable, which clients retry.
+    etcd[0].kill();
+    wait_for(Duration::from_secs(20), "a write accepted", || {
+        let out = second.kubectl_stdin(
+            &["apply", "-f", "-"],
+            Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: after, labels: {ha: test}}\n"),
+        );
+        let refused = stderr(&out);
+        assert!(
+            out.status.success()
+                || refused.contains("ServiceUnavailable")
+                || refused.contains("unavailable"),
+            "{refused}"
+        );
+        out.status.success()
+    });
+    wait_for(
+        Duration::from_secs(60),
+        "the new template in both members",
+        || {
+            copies(fleet.member("member1")) == TEMPLATES + 1
+                && copies(fleet.member("member2")) == TEMPLATES + 1
+        },
+    );
+}
