@@ -131,7 +131,6 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
         .election
         .leader_elect
         .unwrap_or(args.server.serve.storage.store == StoreKind::Etcd);
-    let controllers = flotilla_federation::controlplane::run(client.clone(), options, metrics);
     if elect {
         let e = &args.election;
         let election = Election {
@@ -140,17 +139,11 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
             retry_period: e.leader_elect_retry_period,
             ..Election::new(Election::identity())
         };
-        tokio::spawn(async move {
-            if let Err(lost) = leader::lead(client, election, controllers).await {
-                // As kube-controller-manager: the controllers' state is not
-                // to be trusted once another replica may lead; a supervisor
-                // restarts this one as a candidate.
-                tracing::error!(%lost, "leadership lost; exiting so that one replica leads");
-                std::process::exit(1);
-            }
-        });
+        tokio::spawn(lead_while_elected(client, election, options, metrics));
     } else {
-        tokio::spawn(controllers);
+        tokio::spawn(flotilla_federation::controlplane::run(
+            client, options, metrics,
+        ));
     }
     announce_and_serve(
         "controlplane",
@@ -162,4 +155,50 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
         &kubeconfig_path,
     )
     .await
+}
+
+/// Runs the controllers in a runtime of their own for each term as leader:
+/// when the lease is lost, the runtime goes and every task the controllers
+/// spawned with it, while this replica keeps serving the API and stands
+/// again.
+async fn lead_while_elected(
+    client: kube::Client,
+    election: Election,
+    options: Options,
+    metrics: Metrics,
+) {
+    loop {
+        let runtime = match tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("flotilla-controllers")
+            .enable_all()
+            .build()
+        {
+            Ok(r) => r,
+            Err(error) => {
+                tracing::error!(%error, "cannot start the controllers' runtime");
+                return;
+            }
+        };
+        // Started only once elected: the future is polled from then on.
+        let controllers = runtime.handle().clone();
+        let run = flotilla_federation::controlplane::run(
+            client.clone(),
+            options.clone(),
+            metrics.clone(),
+        );
+        let term = leader::lead(client.clone(), election.clone(), async move {
+            let _ = controllers.spawn(run).await;
+        })
+        .await;
+        // Stops every controller task at its next await; in an async
+        // context a runtime may only be let go of this way.
+        runtime.shutdown_background();
+        match term {
+            Ok(()) => return,
+            Err(lost) => {
+                tracing::error!(%lost, "leadership lost: controllers stopped; standing again")
+            }
+        }
+    }
 }
