@@ -12,6 +12,7 @@ mod inspect;
 mod join;
 mod kubeconfig;
 mod member;
+mod store_migrate;
 mod token;
 mod up;
 
@@ -56,6 +57,9 @@ enum Command {
     Agent(Box<agent::AgentArgs>),
     /// Serve the fleet's clusterset.local DNS zone (multi-cluster services).
     Dns(dns::DnsArgs),
+    /// Move a control plane's objects between stores (embedded, etcd).
+    #[command(subcommand)]
+    Store(store_migrate::StoreCommand),
     /// Issue, list and revoke bearer tokens for other identities.
     #[command(subcommand)]
     Token(token::Token),
@@ -116,6 +120,7 @@ fn main() -> std::process::ExitCode {
             Command::Unjoin(args) => join::unjoin(args).await,
             Command::Member(m) => member::run(*m).await,
             Command::Token(t) => token::run(t).await,
+            Command::Store(cmd) => store_migrate::run(cmd).await,
         }
     });
     match result {

@@ -208,3 +208,58 @@ spec:
         },
     );
 }
+
+#[test]
+fn a_control_plane_moves_from_the_embedded_store_to_etcd() {
+    let mut hub = Server::controlplane(&[]);
+    let mut manifests = String::new();
+    for i in 0..50 {
+        manifests.push_str(&format!(
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: moved{i:02}, labels: {{moved: \"yes\"}}}}\ndata: {{i: \"{i}\"}}\n"
+        ));
+    }
+    manifests.push_str(
+        "---\napiVersion: policy.karmada.io/v1alpha1\nkind: PropagationPolicy\nmetadata: {name: moved}\nspec:\n  resourceSelectors: [{apiVersion: v1, kind: ConfigMap}]\n  placement: {clusterAffinity: {clusterNames: [member1]}}\n",
+    );
+    let out = hub.kubectl_stdin(&["apply", "-f", "-"], Some(&manifests));
+    assert!(out.status.success(), "{}", stderr(&out));
+    hub.kill9();
+
+    let etcd = flotilla_store::testing::single();
+    let from = format!("embedded:{}", hub.data_dir().display());
+    let to = format!("etcd:{}", etcd.client_url);
+    let migrate = || flotilla(&["store", "migrate", "--from", &from, "--to", &to]);
+    let out = migrate();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(said.contains("read back identical"), "{said}");
+
+    // A control plane on etcd serves what the embedded one held.
+    let moved = Server::controlplane_on_etcd(&etcd.client_url, &["--leader-elect=false"]);
+    let names = moved.ok(&["get", "configmaps", "-l", "moved=yes", "-o", "name"]);
+    assert_eq!(names.lines().count(), 50);
+    assert_eq!(
+        jsonpath(
+            &moved,
+            &["get", "pp", "moved"],
+            "{.spec.placement.clusterAffinity.clusterNames[0]}"
+        ),
+        "member1"
+    );
+
+    // Into a store that is not empty: refused, and nothing written.
+    let again = migrate();
+    assert!(!again.status.success());
+    assert!(
+        stderr(&again).contains("migrate into an empty store"),
+        "{}",
+        stderr(&again)
+    );
+    let bad = flotilla(&["store", "migrate", "--from", "sqlite:/tmp/x", "--to", &to]);
+    assert!(!bad.status.success());
+    assert!(
+        stderr(&bad).contains("write embedded:DATA_DIR or etcd:URL"),
+        "{}",
+        stderr(&bad)
+    );
+}

@@ -1013,21 +1013,26 @@ fn wanted_slices(
 ) -> Vec<EndpointSlice> {
     let mut want: Vec<EndpointSlice> = Vec::new();
     for (id, m) in sources {
-        let own: Vec<Arc<EndpointSlice>> = m
-            .slices
-            .state()
-            .into_iter()
-            .filter(|s| {
-                s.metadata.namespace.as_deref() == Some(ns)
-                    && s.labels()
-                        .get("kubernetes.io/service-name")
-                        .map(String::as_str)
-                        == Some(name)
-                    && !s.labels().contains_key(SERVICE_NAME_LABEL)
-            })
-            .collect();
+        let own = own_slices(&m.slices, ns, name);
         let own: Vec<&EndpointSlice> = own.iter().map(|s| &**s).collect();
         want.extend(slices::from_source(ns, name, id, &own, owner.clone()));
     }
     want
+}
+
+/// A cluster's own EndpointSlices of Service `ns/name` (not the slices
+/// of an import of it).
+fn own_slices(slices: &Store<EndpointSlice>, ns: &str, name: &str) -> Vec<Arc<EndpointSlice>> {
+    slices
+        .state()
+        .into_iter()
+        .filter(|s| {
+            s.metadata.namespace.as_deref() == Some(ns)
+                && s.labels()
+                    .get("kubernetes.io/service-name")
+                    .map(String::as_str)
+                    == Some(name)
+                && !s.labels().contains_key(SERVICE_NAME_LABEL)
+        })
+        .collect()
 }

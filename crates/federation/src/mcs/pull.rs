@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use super::api::{self, SERVICE_NAME_LABEL, ServiceExport};
+use super::api::{self, ServiceExport};
 use crate::api::{Cluster, WORK_GROUP, Work};
 use crate::error::Error;
 use crate::queue::WorkQueue;
@@ -328,18 +328,8 @@ impl Reporter {
         if let Some(s) = self.services.get(&ObjectRef::new(name).within(ns)) {
             manifests.push(strip(serde_json::to_value(&*s)?, "Service"));
         }
-        let mut own: Vec<Value> = self
-            .slices
-            .state()
+        let mut own: Vec<Value> = super::own_slices(&self.slices, ns, name)
             .iter()
-            .filter(|s| {
-                s.metadata.namespace.as_deref() == Some(ns)
-                    && s.labels()
-                        .get("kubernetes.io/service-name")
-                        .map(String::as_str)
-                        == Some(name)
-                    && !s.labels().contains_key(SERVICE_NAME_LABEL)
-            })
             .filter_map(|s| serde_json::to_value(&**s).ok())
             .map(|v| strip(v, "EndpointSlice"))
             .collect();
