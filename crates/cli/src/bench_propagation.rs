@@ -58,6 +58,10 @@ pub struct PropagationArgs {
     /// Print the results as one JSON object.
     #[arg(long)]
     json: bool,
+    /// The control plane's store; with etcd, the bench starts an etcd of
+    /// its own (the `etcd` binary on the PATH, or $ETCD_BIN).
+    #[arg(long, value_enum, default_value = "embedded")]
+    store: crate::apiserver::StoreKind,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
@@ -309,7 +313,30 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         );
         print_machine();
     }
-    let mut hub_process = spawn(&["controlplane"], &hub_data)?;
+    if args.store == crate::apiserver::StoreKind::Etcd
+        && flotilla_store::testing::etcd_binary().is_none()
+    {
+        bail!("--store etcd needs etcd: install Debian's etcd-server or set ETCD_BIN");
+    }
+    // Kept until the end: dropping it stops etcd.
+    let etcd = (args.store == crate::apiserver::StoreKind::Etcd)
+        .then(flotilla_store::testing::single);
+    let mut hub_args = vec!["controlplane".to_string()];
+    if let Some(etcd) = &etcd {
+        // One replica: no election, so that a restart leads at once.
+        hub_args.extend(
+            [
+                "--store",
+                "etcd",
+                "--etcd-endpoints",
+                &etcd.client_url,
+                "--leader-elect=false",
+            ]
+            .map(String::from),
+        );
+    }
+    let hub_args: Vec<&str> = hub_args.iter().map(String::as_str).collect();
+    let mut hub_process = spawn(&hub_args, &hub_data)?;
     let hub = client_when_ready(&hub_data.join("kubeconfig"), Duration::from_secs(60)).await?;
     let members = start_members(&args, dir.path()).await?;
     for (i, (_, kubeconfig, _)) in members.iter().enumerate() {
@@ -478,7 +505,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         drop(hub_process);
         let _ = std::fs::remove_file(hub_data.join("kubeconfig"));
         let restarted = Instant::now();
-        hub_process = spawn(&["controlplane"], &hub_data)?;
+        hub_process = spawn(&hub_args, &hub_data)?;
         let hub = client_when_ready(&hub_data.join("kubeconfig"), Duration::from_secs(60)).await?;
         let serving = restarted.elapsed();
         let deadline = Instant::now() + Duration::from_secs(600);
