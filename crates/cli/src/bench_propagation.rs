@@ -319,8 +319,8 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         bail!("--store etcd needs etcd: install Debian's etcd-server or set ETCD_BIN");
     }
     // Kept until the end: dropping it stops etcd.
-    let etcd = (args.store == crate::apiserver::StoreKind::Etcd)
-        .then(flotilla_store::testing::single);
+    let etcd =
+        (args.store == crate::apiserver::StoreKind::Etcd).then(flotilla_store::testing::single);
     let mut hub_args = vec!["controlplane".to_string()];
     if let Some(etcd) = &etcd {
         // One replica: no election, so that a restart leads at once.

@@ -263,3 +263,95 @@ fn a_control_plane_moves_from_the_embedded_store_to_etcd() {
         stderr(&bad)
     );
 }
+
+/// A CA, etcd's serving certificate for 127.0.0.1 and a client
+/// certificate, as PEM files in `dir`: (ca, server cert, server key,
+/// client cert, client key).
+fn etcd_pki(dir: &std::path::Path) -> [std::path::PathBuf; 5] {
+    use rcgen::{
+        BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    };
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = Issuer::from_ca_cert_pem(&ca_pem, ca_key).unwrap();
+    let leaf = |usage: ExtendedKeyUsagePurpose| {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+        p.extended_key_usages = vec![usage];
+        (
+            p.signed_by(&key, &issuer).unwrap().pem(),
+            key.serialize_pem(),
+        )
+    };
+    let (server_cert, server_key) = leaf(ExtendedKeyUsagePurpose::ServerAuth);
+    let (client_cert, client_key) = leaf(ExtendedKeyUsagePurpose::ClientAuth);
+    let files = [
+        "ca.crt",
+        "server.crt",
+        "server.key",
+        "client.crt",
+        "client.key",
+    ]
+    .map(|f| dir.join(f));
+    for (path, pem) in files
+        .iter()
+        .zip([ca_pem, server_cert, server_key, client_cert, client_key])
+    {
+        std::fs::write(path, pem).unwrap();
+    }
+    files
+}
+
+#[test]
+fn the_control_plane_reaches_etcd_over_tls_with_a_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let [ca, server_cert, server_key, client_cert, client_key] = etcd_pki(dir.path());
+    let etcd = flotilla_store::testing::single_tls(&flotilla_store::testing::Tls {
+        ca: &ca,
+        cert: &server_cert,
+        key: &server_key,
+    });
+    assert!(etcd.client_url.starts_with("https://"));
+    let hub = Server::controlplane_on_etcd(
+        &etcd.client_url,
+        &[
+            "--etcd-cafile",
+            ca.to_str().unwrap(),
+            "--etcd-certfile",
+            client_cert.to_str().unwrap(),
+            "--etcd-keyfile",
+            client_key.to_str().unwrap(),
+            "--leader-elect=false",
+        ],
+    );
+    let out = hub.kubectl_stdin(
+        &["apply", "-f", "-"],
+        Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: over-tls}\ndata: {a: b}\n"),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(jsonpath(&hub, &["get", "cm", "over-tls"], "{.data.a}"), "b");
+
+    // Without its client certificate, etcd turns the control plane away.
+    let data = tempfile::tempdir().unwrap();
+    let out = flotilla(&[
+        "controlplane",
+        "--store",
+        "etcd",
+        "--etcd-endpoints",
+        &etcd.client_url,
+        "--etcd-cafile",
+        ca.to_str().unwrap(),
+        "--data-dir",
+        data.path().to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("cannot reach etcd"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -12,7 +12,17 @@ pub struct Etcd {
     child: Option<Child>,
     pub name: String,
     pub client_url: String,
+    /// Plain-HTTP `/health`: the client URL, or a metrics URL under TLS.
+    health_addr: String,
     _data: tempfile::TempDir,
+}
+
+/// PEM files for an etcd that serves TLS and asks for client certificates
+/// signed by `ca`.
+pub struct Tls<'a> {
+    pub ca: &'a Path,
+    pub cert: &'a Path,
+    pub key: &'a Path,
 }
 
 /// Where the `etcd` binary is: `$ETCD_BIN`, or on the PATH.
@@ -38,21 +48,41 @@ struct Planned {
     name: String,
     client: String,
     peer: String,
+    metrics: String,
 }
 
-fn plan(n: usize) -> Vec<Planned> {
+fn plan(n: usize, scheme: &str) -> Vec<Planned> {
     (0..n)
         .map(|i| Planned {
             name: format!("etcd{i}"),
-            client: format!("http://127.0.0.1:{}", free_port()),
+            client: format!("{scheme}://127.0.0.1:{}", free_port()),
             peer: format!("http://127.0.0.1:{}", free_port()),
+            metrics: format!("http://127.0.0.1:{}", free_port()),
         })
         .collect()
 }
 
-fn spawn(bin: &Path, me: &Planned, initial_cluster: &str, data: &Path) -> std::io::Result<Child> {
-    Command::new(bin)
+fn spawn(
+    bin: &Path,
+    me: &Planned,
+    initial_cluster: &str,
+    data: &Path,
+    tls: Option<&Tls>,
+) -> std::io::Result<Child> {
+    let mut command = Command::new(bin);
+    if let Some(tls) = tls {
+        command
+            .arg("--cert-file")
+            .arg(tls.cert)
+            .arg("--key-file")
+            .arg(tls.key)
+            .arg("--trusted-ca-file")
+            .arg(tls.ca)
+            .arg("--client-cert-auth");
+    }
+    command
         .args(["--name", &me.name])
+        .args(["--listen-metrics-urls", &me.metrics])
         .arg("--data-dir")
         .arg(data)
         .args(["--listen-client-urls", &me.client])
@@ -72,12 +102,21 @@ fn spawn(bin: &Path, me: &Planned, initial_cluster: &str, data: &Path) -> std::i
 /// Starts `n` etcd members forming one cluster and waits until each
 /// answers `/health`. Panics with the fix when etcd is not installed.
 pub fn cluster(n: usize) -> Vec<Etcd> {
+    start(n, None)
+}
+
+/// One etcd serving TLS and requiring client certificates.
+pub fn single_tls(tls: &Tls) -> Etcd {
+    start(1, Some(tls)).pop().expect("one etcd")
+}
+
+fn start(n: usize, tls: Option<&Tls>) -> Vec<Etcd> {
     let bin = etcd_binary().unwrap_or_else(|| {
         panic!(
             "etcd not found: install Debian's etcd-server (bash .ci/run does it) or set ETCD_BIN"
         )
     });
-    let planned = plan(n);
+    let planned = plan(n, if tls.is_some() { "https" } else { "http" });
     let initial: Vec<String> = planned
         .iter()
         .map(|p| format!("{}={}", p.name, p.peer))
@@ -87,11 +126,12 @@ pub fn cluster(n: usize) -> Vec<Etcd> {
         .iter()
         .map(|p| {
             let data = tempfile::tempdir().expect("a temporary directory for etcd");
-            let child = spawn(&bin, p, &initial, data.path()).expect("start etcd");
+            let child = spawn(&bin, p, &initial, data.path(), tls).expect("start etcd");
             Etcd {
                 child: Some(child),
                 name: p.name.clone(),
                 client_url: p.client.clone(),
+                health_addr: p.metrics.trim_start_matches("http://").to_string(),
                 _data: data,
             }
         })
@@ -110,9 +150,8 @@ pub fn single() -> Etcd {
 impl Etcd {
     fn wait_healthy(&self, within: Duration) {
         let deadline = Instant::now() + within;
-        let addr = self.client_url.trim_start_matches("http://").to_string();
         loop {
-            if health(&addr) {
+            if health(&self.health_addr) {
                 return;
             }
             assert!(
