@@ -4,7 +4,10 @@
 
 mod common;
 
-use common::{Server, status_of, write};
+use common::{Server, Store, status_of, write};
+
+// The suite runs on the embedded store and on etcd.
+crate::on_both_stores!(async repeated_client_side_apply_keeps_what_other_writers_set, patches_that_do_not_apply_change_nothing, server_side_apply_tracks_managers_and_conflicts, kubectl_server_side_apply_and_migration_from_client_side, status_writes_record_their_manager_under_the_status_subresource);
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -69,9 +72,8 @@ spec:
         secret: {secretName: certs}
 "#;
 
-#[tokio::test]
-async fn repeated_client_side_apply_keeps_what_other_writers_set() {
-    let s = Server::start();
+async fn repeated_client_side_apply_keeps_what_other_writers_set(store: Store) {
+    let s = Server::start_on(store, &[]);
     let file = write(s.dir.path(), "web.yaml", DEPLOYMENT_V1);
     let path = file.to_str().unwrap();
     s.ok(&["apply", "-f", path]);
@@ -162,9 +164,8 @@ async fn repeated_client_side_apply_keeps_what_other_writers_set() {
     assert_eq!(image, "nginx:1.28");
 }
 
-#[tokio::test]
-async fn patches_that_do_not_apply_change_nothing() {
-    let s = Server::start();
+async fn patches_that_do_not_apply_change_nothing(store: Store) {
+    let s = Server::start_on(store, &[]);
     let file = write(s.dir.path(), "web.yaml", DEPLOYMENT_V1);
     s.ok(&["apply", "-f", file.to_str().unwrap()]);
     let api: Api<Deployment> = Api::default_namespaced(s.client().await);
@@ -227,10 +228,9 @@ async fn patches_that_do_not_apply_change_nothing() {
     );
 }
 
-#[tokio::test]
-async fn server_side_apply_tracks_managers_and_conflicts() {
+async fn server_side_apply_tracks_managers_and_conflicts(store: Store) {
     use k8s_openapi::api::core::v1::ConfigMap;
-    let s = Server::start();
+    let s = Server::start_on(store, &[]);
     let api: Api<ConfigMap> = Api::default_namespaced(s.client().await);
     let apply = |manager: &str, force: bool| {
         let mut p = PatchParams::apply(manager);
@@ -368,9 +368,8 @@ async fn server_side_apply_tracks_managers_and_conflicts() {
     assert_eq!(e.code, 422);
 }
 
-#[tokio::test]
-async fn kubectl_server_side_apply_and_migration_from_client_side() {
-    let s = Server::start();
+async fn kubectl_server_side_apply_and_migration_from_client_side(store: Store) {
+    let s = Server::start_on(store, &[]);
     let file = write(s.dir.path(), "web.yaml", DEPLOYMENT_V1);
     let path = file.to_str().unwrap();
     // Client-side first, then server-side: kubectl's second PATCH migrates last-applied.
@@ -437,9 +436,8 @@ async fn kubectl_server_side_apply_and_migration_from_client_side() {
     assert_eq!(image, "nginx:1.28");
 }
 
-#[tokio::test]
-async fn status_writes_record_their_manager_under_the_status_subresource() {
-    let s = Server::start();
+async fn status_writes_record_their_manager_under_the_status_subresource(store: Store) {
+    let s = Server::start_on(store, &[]);
     let file = write(s.dir.path(), "web.yaml", DEPLOYMENT_V1);
     s.ok(&["apply", "-f", file.to_str().unwrap()]);
     s.ok(&[

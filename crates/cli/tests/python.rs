@@ -4,9 +4,13 @@ mod common;
 
 use std::process::Command;
 
-#[test]
-fn python_client_creates_lists_and_watches() {
-    let s = common::Server::start();
+use common::{Server, Store};
+
+// Runs on the embedded store and on etcd.
+crate::on_both_stores!(python_client_creates_lists_and_watches);
+
+fn python_client_creates_lists_and_watches(store: Store) {
+    let s = Server::start_on(store, &[]);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python_client.py");
     let out = Command::new("python3")
         .arg(script)

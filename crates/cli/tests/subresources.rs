@@ -3,7 +3,10 @@
 
 mod common;
 
-use common::{Server, status_of, wait_for};
+use common::{Server, Store, status_of, wait_for};
+
+// The suite runs on the embedded store and on etcd.
+crate::on_both_stores!(async status_is_written_only_through_its_subresource, deployments_scale_through_the_subresource, custom_resources_get_the_subresources_their_crd_declares);
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v1::Scale;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -24,9 +27,8 @@ fn deployment(replicas: i32) -> Deployment {
     .unwrap()
 }
 
-#[tokio::test]
-async fn status_is_written_only_through_its_subresource() {
-    let s = Server::start();
+async fn status_is_written_only_through_its_subresource(store: Store) {
+    let s = Server::start_on(store, &[]);
     let api: Api<Deployment> = Api::default_namespaced(s.client().await);
     let created = api
         .create(&PostParams::default(), &deployment(2))
@@ -76,9 +78,8 @@ async fn status_is_written_only_through_its_subresource() {
     assert_eq!(status_of(e).code, 409);
 }
 
-#[tokio::test]
-async fn deployments_scale_through_the_subresource() {
-    let s = Server::start();
+async fn deployments_scale_through_the_subresource(store: Store) {
+    let s = Server::start_on(store, &[]);
     let api: Api<Deployment> = Api::default_namespaced(s.client().await);
     api.create(&PostParams::default(), &deployment(2))
         .await
@@ -137,9 +138,8 @@ async fn deployments_scale_through_the_subresource() {
     assert!(stderr.contains("Expected resource version"), "{stderr}");
 }
 
-#[tokio::test]
-async fn custom_resources_get_the_subresources_their_crd_declares() {
-    let s = Server::start();
+async fn custom_resources_get_the_subresources_their_crd_declares(store: Store) {
+    let s = Server::start_on(store, &[]);
     let client = s.client().await;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd: CustomResourceDefinition = serde_json::from_value(json!({
