@@ -162,10 +162,10 @@ pub struct StorageArgs {
     #[arg(long, value_enum, default_value = "embedded")]
     pub store: StoreKind,
     /// etcd client URLs, comma-separated (with --store etcd)
-    #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:2379")]
+    #[arg(long, value_delimiter = ',', default_value = flotilla_store::DEFAULT_ETCD_ENDPOINT)]
     pub etcd_endpoints: Vec<String>,
     /// Every key is stored under this prefix in etcd
-    #[arg(long, default_value = "/registry/flotilla")]
+    #[arg(long, default_value = flotilla_store::DEFAULT_ETCD_PREFIX)]
     pub etcd_prefix: String,
     /// The CA that signed etcd's serving certificate (PEM)
     #[arg(long)]
@@ -181,8 +181,8 @@ impl Default for StorageArgs {
     fn default() -> Self {
         StorageArgs {
             store: StoreKind::Embedded,
-            etcd_endpoints: vec!["http://127.0.0.1:2379".into()],
-            etcd_prefix: "/registry/flotilla".into(),
+            etcd_endpoints: vec![flotilla_store::DEFAULT_ETCD_ENDPOINT.into()],
+            etcd_prefix: flotilla_store::DEFAULT_ETCD_PREFIX.into(),
             etcd_cafile: None,
             etcd_certfile: None,
             etcd_keyfile: None,

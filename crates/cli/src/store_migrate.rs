@@ -25,7 +25,7 @@ pub struct MigrateArgs {
     #[arg(long)]
     to: String,
     /// The key prefix in etcd, for either side
-    #[arg(long, default_value = "/registry/flotilla")]
+    #[arg(long, default_value = flotilla_store::DEFAULT_ETCD_PREFIX)]
     etcd_prefix: String,
 }
 

@@ -24,6 +24,11 @@ use crate::{
     Store, StoreError,
 };
 
+/// etcd's own default client URL.
+pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:2379";
+/// Where Flotilla keeps its keys in etcd unless told otherwise.
+pub const DEFAULT_PREFIX: &str = "/registry/flotilla";
+
 /// Where the etcd cluster is and how to reach it.
 #[derive(Clone, Debug)]
 pub struct EtcdOptions {
@@ -44,8 +49,8 @@ pub struct EtcdOptions {
 impl Default for EtcdOptions {
     fn default() -> Self {
         EtcdOptions {
-            endpoints: vec!["http://127.0.0.1:2379".into()],
-            prefix: "/registry/flotilla".into(),
+            endpoints: vec![DEFAULT_ENDPOINT.into()],
+            prefix: DEFAULT_PREFIX.into(),
             ca_file: None,
             cert_file: None,
             key_file: None,
@@ -145,13 +150,22 @@ impl EtcdStore {
             }
         }
     }
+}
 
-    /// The key's current revision in etcd, for a failed comparison.
-    fn current(&self, key: &str, responses: &[TxnOpResponse]) -> Option<KeyValue> {
-        responses.iter().find_map(|r| match r {
-            TxnOpResponse::Get(g) => g.kvs().first().map(|kv| to_key_value(key, kv)),
-            _ => None,
-        })
+/// Why a compare-and-swap on `key` was refused, from the read of the key
+/// in the transaction's failure branch: it is gone, or it moved on.
+fn refused(key: &str, expected: Revision, responses: &[TxnOpResponse]) -> StoreError {
+    let now = responses.iter().find_map(|r| match r {
+        TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.mod_revision()),
+        _ => None,
+    });
+    match now {
+        None => StoreError::NotFound(key.to_string()),
+        Some(actual) => StoreError::Conflict {
+            key: key.to_string(),
+            expected,
+            actual,
+        },
     }
 }
 
@@ -388,16 +402,7 @@ impl Store for EtcdStore {
             .or_else([TxnOp::get(k.clone(), None)]);
         let response = self.txn(txn).await?;
         if !response.succeeded() {
-            return Err(
-                match self.current(key, response.op_responses().as_slice()) {
-                    None => StoreError::NotFound(key.to_string()),
-                    Some(now) => StoreError::Conflict {
-                        key: key.to_string(),
-                        expected,
-                        actual: now.mod_revision,
-                    },
-                },
-            );
+            return Err(refused(key, expected, &response.op_responses()));
         }
         let revision = response.header().map_or(0, |h| h.revision());
         // An update keeps the key's create revision.
@@ -434,14 +439,11 @@ impl Store for EtcdStore {
         let response = self.txn(txn).await?;
         let responses = response.op_responses();
         if !response.succeeded() {
-            return Err(match self.current(key, responses.as_slice()) {
-                None => StoreError::NotFound(key.to_string()),
-                Some(now) => StoreError::Conflict {
-                    key: key.to_string(),
-                    expected: precondition.mod_revision.unwrap_or(0),
-                    actual: now.mod_revision,
-                },
-            });
+            return Err(refused(
+                key,
+                precondition.mod_revision.unwrap_or(0),
+                &responses,
+            ));
         }
         let revision = response.header().map_or(0, |h| h.revision());
         let prev = responses.iter().find_map(|r| match r {

@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 pub use cache::{Watch, WatchCache};
+pub use etcd::{DEFAULT_ENDPOINT as DEFAULT_ETCD_ENDPOINT, DEFAULT_PREFIX as DEFAULT_ETCD_PREFIX};
 pub use etcd::{EtcdOptions, EtcdStore};
 pub use packed::Packed;
 pub use sqlite::{SqliteOptions, SqliteStore};

@@ -61,7 +61,7 @@ enum Link {
     Push(Client),
     /// Through Works in its execution namespace on the hub, which its
     /// agent reports to and applies ([`pull`]).
-    Pull { hub: Client },
+    Pull,
 }
 
 /// What the controller follows of one member.
@@ -333,9 +333,7 @@ impl Mcs {
         };
         let reports = pull::follow_reports(&self.ctx.hub, &name, self.queue.clone());
         let member = Member {
-            link: Link::Pull {
-                hub: self.ctx.hub.clone(),
-            },
+            link: Link::Pull,
             name,
             id,
             exports: reports.exports,
@@ -399,7 +397,15 @@ impl Mcs {
             .partition(|m| front.as_ref().is_none_or(|f| f.consumes(&m.name)));
         for m in &members {
             if let Some(conditions) = merged.conditions.get(&m.id) {
-                write_export_status(m, ns, name, conditions, merged.import.is_some()).await?;
+                write_export_status(
+                    &self.ctx.hub,
+                    m,
+                    ns,
+                    name,
+                    conditions,
+                    merged.import.is_some(),
+                )
+                .await?;
             }
         }
         let Some(import) = &merged.import else {
@@ -436,7 +442,7 @@ impl Mcs {
         for m in &consumers {
             let client = match &m.link {
                 Link::Push(client) => client,
-                Link::Pull { .. } => {
+                Link::Pull => {
                     self.write_pull_import(m, ns, name, &spec, import, &sources)
                         .await?;
                     continue;
@@ -468,19 +474,13 @@ impl Mcs {
             body["kind"] = "EndpointSlice".into();
             manifests.push(body);
         }
-        self.write_pull_work(
-            &self.ctx.hub,
-            &m.name,
-            pull::work_name("import", ns, name),
-            &manifests,
-        )
-        .await
+        self.write_pull_work(&m.name, pull::work_name("import", ns, name), &manifests)
+            .await
     }
 
     /// Writes a Work for a Pull member unless it already says `manifests`.
     async fn write_pull_work(
         &self,
-        hub: &Client,
         cluster: &str,
         work: String,
         manifests: &[serde_json::Value],
@@ -495,7 +495,7 @@ impl Mcs {
         }
         let labels = BTreeMap::from([(MANAGED_BY_LABEL, MANAGED_BY)]);
         let body = pull::work_body(&namespace, &work, labels, manifests);
-        Api::<Work>::namespaced(hub.clone(), &namespace)
+        Api::<Work>::namespaced(self.ctx.hub.clone(), &namespace)
             .patch(
                 &work,
                 &PatchParams::apply(MANAGER).force(),
@@ -506,7 +506,7 @@ impl Mcs {
     }
 
     /// Removes a Pull member's Work, if there is one.
-    async fn delete_pull_work(&self, hub: &Client, cluster: &str, work: &str) -> Result<(), Error> {
+    async fn delete_pull_work(&self, cluster: &str, work: &str) -> Result<(), Error> {
         let namespace = Cluster::execution_namespace(cluster);
         if self
             .ctx
@@ -516,7 +516,11 @@ impl Mcs {
         {
             return Ok(());
         }
-        delete(&Api::<Work>::namespaced(hub.clone(), &namespace), work).await
+        delete(
+            &Api::<Work>::namespaced(self.ctx.hub.clone(), &namespace),
+            work,
+        )
+        .await
     }
 
     fn import_spec(
@@ -605,8 +609,8 @@ impl Mcs {
                     client.clone(),
                     m.imports.get(&ObjectRef::new(name).within(ns)),
                 )),
-                Link::Pull { hub } => {
-                    self.delete_pull_work(hub, &m.name, &pull::work_name("import", ns, name))
+                Link::Pull => {
+                    self.delete_pull_work(&m.name, &pull::work_name("import", ns, name))
                         .await?
                 }
             }
@@ -676,16 +680,15 @@ impl Mcs {
             )]));
             let client = match &m.link {
                 Link::Push(client) => client,
-                Link::Pull { hub } => {
+                Link::Pull => {
                     let work = pull::work_name("front", ns, name);
                     if provides && (have.is_none() || ours) {
                         let mut manifest = serde_json::to_value(&export)?;
                         manifest["apiVersion"] = format!("{}/v1alpha1", api::GROUP).into();
                         manifest["kind"] = "ServiceExport".into();
-                        self.write_pull_work(hub, &m.name, work, &[manifest])
-                            .await?;
+                        self.write_pull_work(&m.name, work, &[manifest]).await?;
                     } else if !provides {
-                        self.delete_pull_work(hub, &m.name, &work).await?;
+                        self.delete_pull_work(&m.name, &work).await?;
                     }
                     continue;
                 }
@@ -812,6 +815,7 @@ where
 }
 
 async fn write_export_status(
+    hub: &Client,
     m: &Member,
     ns: &str,
     name: &str,
@@ -855,7 +859,7 @@ async fn write_export_status(
     }
     let client = match &m.link {
         Link::Push(client) => client,
-        Link::Pull { hub } => {
+        Link::Pull => {
             return pull::write_report_status(hub, &m.name, ns, name, &status.conditions).await;
         }
     };
