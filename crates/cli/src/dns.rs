@@ -36,16 +36,27 @@ pub struct Sockets {
     tcp: TcpListener,
 }
 
-/// Binds UDP, then TCP on the same port (also when UDP picked it).
+/// Binds UDP, then TCP on the same port. With port 0, the port UDP picked
+/// may be held on the TCP side (a client connection's local port), so a
+/// few other ports are tried before giving up.
 pub async fn bind(listen: SocketAddr) -> anyhow::Result<Sockets> {
-    let udp = UdpSocket::bind(listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen} (UDP): is the port in use?"))?;
-    let addr = udp.local_addr()?;
-    let tcp = TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr} (TCP): is the port in use?"))?;
-    Ok(Sockets { udp, tcp })
+    const PICKS: usize = 8;
+    let mut pick = 1;
+    loop {
+        let udp = UdpSocket::bind(listen)
+            .await
+            .with_context(|| format!("cannot listen on {listen} (UDP): is the port in use?"))?;
+        let addr = udp.local_addr()?;
+        match TcpListener::bind(addr).await {
+            Ok(tcp) => return Ok(Sockets { udp, tcp }),
+            Err(_) if listen.port() == 0 && pick < PICKS => pick += 1,
+            Err(error) => {
+                return Err(error).with_context(|| {
+                    format!("cannot listen on {addr} (TCP): is the port in use?")
+                });
+            }
+        }
+    }
 }
 
 /// Serves clusterset.local from the hub behind `hub`, for ever.

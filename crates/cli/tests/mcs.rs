@@ -106,12 +106,18 @@ fn short(port: u16, args: &[&str]) -> Vec<String> {
     lines
 }
 
-fn free_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// What a DNS server prints once it serves, from `flotilla dns` or the
+/// control plane's log.
+const SERVING: &str = "serving clusterset.local on";
+
+/// The port in the line a DNS server printed when it started to serve.
+/// Tests listen on port 0 and read it back: a port picked beforehand may
+/// be taken by the time the server binds it.
+fn serving_port(line: &str) -> u16 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("127.0.0.1:"))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {line:?}"))
 }
 
 fn condition(m: &Server, kind: &str, name: &str, type_: &str, field: &str) -> String {
@@ -211,15 +217,9 @@ fn exported_services_are_imported_everywhere_and_resolve_in_clusterset_local() {
     });
 
     // DNS, read with a real resolver client, over UDP and TCP.
-    let port = free_port();
     let hub = fleet.hub.kubeconfig.to_str().unwrap().to_string();
-    let _dns = Running::start(&[
-        "dns",
-        "--kubeconfig",
-        &hub,
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-    ]);
+    let mut dns = Running::start(&["dns", "--kubeconfig", &hub, "--listen", "127.0.0.1:0"]);
+    let port = serving_port(&dns.wait_for_line(SERVING, WAIT));
     wait_for(WAIT, "DNS to answer", || {
         short(port, &["web.shop.svc.clusterset.local", "A"]) == [ip.clone()]
     });
@@ -357,9 +357,19 @@ fn exported_services_are_imported_everywhere_and_resolve_in_clusterset_local() {
 #[test]
 fn a_karmada_multicluster_service_exports_from_providers_to_consumers() {
     // This time the control plane serves DNS itself.
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let fleet = fleet_with_hub_args(&["--dns-listen", &listen]);
+    let fleet = fleet_with_hub_args(&["--dns-listen", "127.0.0.1:0"]);
+    let mut serving = String::new();
+    wait_for(WAIT, "the control plane to serve DNS", || {
+        serving = fleet
+            .hub
+            .log()
+            .lines()
+            .find(|l| l.contains(SERVING))
+            .unwrap_or_default()
+            .to_string();
+        !serving.is_empty()
+    });
+    let port = serving_port(&serving);
     let (m1, m2, m3) = (
         fleet.member("member1"),
         fleet.member("member2"),

@@ -116,17 +116,35 @@ fn start(n: usize, tls: Option<&Tls>) -> Vec<Etcd> {
             "etcd not found: install Debian's etcd-server (bash .ci/run does it) or set ETCD_BIN"
         )
     });
+    // The ports are picked before etcd binds them, so another process may
+    // take one in between: etcd then exits, and the cluster is started
+    // again on other ports.
+    const ATTEMPTS: usize = 3;
+    let mut attempt = 1;
+    loop {
+        match try_start(&bin, n, tls) {
+            Ok(members) => return members,
+            Err(why) if attempt < ATTEMPTS => {
+                eprintln!("etcd did not start ({why}); again on other ports");
+                attempt += 1;
+            }
+            Err(why) => panic!("etcd did not start: {why}"),
+        }
+    }
+}
+
+fn try_start(bin: &Path, n: usize, tls: Option<&Tls>) -> Result<Vec<Etcd>, String> {
     let planned = plan(n, if tls.is_some() { "https" } else { "http" });
     let initial: Vec<String> = planned
         .iter()
         .map(|p| format!("{}={}", p.name, p.peer))
         .collect();
     let initial = initial.join(",");
-    let members: Vec<Etcd> = planned
+    let mut members: Vec<Etcd> = planned
         .iter()
         .map(|p| {
             let data = tempfile::tempdir().expect("a temporary directory for etcd");
-            let child = spawn(&bin, p, &initial, data.path(), tls).expect("start etcd");
+            let child = spawn(bin, p, &initial, data.path(), tls).expect("start etcd");
             Etcd {
                 child: Some(child),
                 name: p.name.clone(),
@@ -136,10 +154,39 @@ fn start(n: usize, tls: Option<&Tls>) -> Vec<Etcd> {
             }
         })
         .collect();
-    for m in &members {
-        m.wait_healthy(Duration::from_secs(30));
+    wait_healthy(&mut members, Duration::from_secs(30))?;
+    Ok(members)
+}
+
+/// Waits until every member answers `/health`; an error as soon as one
+/// exits (a member of a cluster that lost one never becomes healthy), or
+/// when the time runs out.
+fn wait_healthy(members: &mut [Etcd], within: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + within;
+    loop {
+        for m in members.iter_mut() {
+            if let Some(Ok(Some(status))) = m.child.as_mut().map(Child::try_wait) {
+                return Err(format!(
+                    "etcd {} at {} exited ({status})",
+                    m.name, m.client_url
+                ));
+            }
+        }
+        if members.iter().all(|m| health(&m.health_addr)) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "etcd at {} did not become healthy",
+                members
+                    .iter()
+                    .map(|m| m.client_url.as_str())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
-    members
 }
 
 /// One etcd of its own.
@@ -148,22 +195,6 @@ pub fn single() -> Etcd {
 }
 
 impl Etcd {
-    fn wait_healthy(&self, within: Duration) {
-        let deadline = Instant::now() + within;
-        loop {
-            if health(&self.health_addr) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "etcd {} did not become healthy at {}",
-                self.name,
-                self.client_url
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
     /// Kills the member at once (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {

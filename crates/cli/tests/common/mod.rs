@@ -249,29 +249,92 @@ pub async fn kube_config(kubeconfig: &Path) -> kube::Config {
         .expect("kubeconfig is usable")
 }
 
-/// Runs `flotilla` with `args`, returning its output.
-/// A long-running `flotilla` command (an agent), killed when dropped.
-pub struct Running(std::process::Child);
+/// A long-running `flotilla` command (an agent, a DNS server), killed when
+/// dropped. The tail of its stderr is kept, to show when a test fails.
+pub struct Running {
+    child: Child,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+/// How much of a running command's stderr is kept.
+const STDERR_TAIL: usize = 64 * 1024;
 
 impl Running {
     pub fn start(args: &[&str]) -> Running {
-        let child = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_flotilla"))
             .args(args)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("start flotilla");
-        Running(child)
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        if let Some(pipe) = child.stderr.take() {
+            let tail = stderr.clone();
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                for line in std::io::BufReader::new(pipe).lines() {
+                    let Ok(line) = line else { break };
+                    let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+                    tail.push_str(&line);
+                    tail.push('\n');
+                    if tail.len() > STDERR_TAIL {
+                        let cut = tail.len() - STDERR_TAIL / 2;
+                        let cut = (cut..tail.len())
+                            .find(|&i| tail.is_char_boundary(i))
+                            .unwrap_or(0);
+                        tail.drain(..cut);
+                    }
+                }
+            });
+        }
+        Running { child, stderr }
+    }
+
+    /// What the command has written to stderr (its tail).
+    pub fn stderr(&self) -> String {
+        self.stderr
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The first stderr line containing `marker`, waiting up to `timeout`;
+    /// panics with the stderr if the command exits first.
+    pub fn wait_for_line(&mut self, marker: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(line) = self.stderr().lines().find(|l| l.contains(marker)) {
+                return line.to_string();
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                // Let the reader thread catch up with the last lines.
+                std::thread::sleep(Duration::from_millis(100));
+                panic!(
+                    "flotilla exited ({status}) before printing {marker:?}:\n{}",
+                    self.stderr()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {marker:?}; stderr:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- stderr of a flotilla command ---\n{}", self.stderr());
+        }
     }
 }
 
+/// Runs `flotilla` with `args`, returning its output.
 pub fn flotilla(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_flotilla"))
         .args(args)
