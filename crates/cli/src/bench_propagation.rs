@@ -62,6 +62,10 @@ pub struct PropagationArgs {
     /// its own (the `etcd` binary on the PATH, or $ETCD_BIN).
     #[arg(long, value_enum, default_value = "embedded")]
     store: crate::apiserver::StoreKind,
+    /// The control plane's watch history (see `flotilla controlplane
+    /// --watch-history`); its default when not given.
+    #[arg(long)]
+    watch_history: Option<usize>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
@@ -334,6 +338,9 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
             ]
             .map(String::from),
         );
+    }
+    if let Some(history) = args.watch_history {
+        hub_args.extend(["--watch-history".to_string(), history.to_string()]);
     }
     let hub_args: Vec<&str> = hub_args.iter().map(String::as_str).collect();
     let mut hub_process = spawn(&hub_args, &hub_data)?;
