@@ -83,8 +83,21 @@ enum Division {
 
 const NAMESPACE: &str = "bench";
 
+/// Starts `flotilla ARGS` on `data`. `FLOTILLA_BENCH_HUB_WRAPPER` (e.g.
+/// `heaptrack -o /tmp/hub`) runs the control plane under a profiler.
 fn spawn(args: &[&str], data: &Path) -> anyhow::Result<ServerProcess> {
-    let child = Command::new(std::env::current_exe()?)
+    let exe = std::env::current_exe()?;
+    let wrapper = std::env::var("FLOTILLA_BENCH_HUB_WRAPPER").unwrap_or_default();
+    let mut wrapper = wrapper.split_whitespace();
+    let mut command = match wrapper.next() {
+        Some(program) if args.first() == Some(&"controlplane") => {
+            let mut c = Command::new(program);
+            c.args(wrapper).arg(exe);
+            c
+        }
+        _ => Command::new(exe),
+    };
+    let child = command
         .args(args)
         .args(["--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data)

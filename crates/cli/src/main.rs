@@ -21,7 +21,10 @@ use clap::{Parser, Subcommand};
 /// mimalloc: the default allocator fragments badly across tokio's threads
 /// (members held several times their live data; see docs/benchmarks.md).
 /// Built without transparent huge pages: partly used 2 MiB pages counted
-/// fully in RSS (a 10,000-pod member: 175 -> 151 MiB).
+/// fully in RSS (a 10,000-pod member: 175 -> 151 MiB). The feature
+/// `system-allocator` leaves it out, for heap profilers (heaptrack) that
+/// see only malloc.
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
