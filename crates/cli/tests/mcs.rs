@@ -358,18 +358,7 @@ fn exported_services_are_imported_everywhere_and_resolve_in_clusterset_local() {
 fn a_karmada_multicluster_service_exports_from_providers_to_consumers() {
     // This time the control plane serves DNS itself.
     let fleet = fleet_with_hub_args(&["--dns-listen", "127.0.0.1:0"]);
-    let mut serving = String::new();
-    wait_for(WAIT, "the control plane to serve DNS", || {
-        serving = fleet
-            .hub
-            .log()
-            .lines()
-            .find(|l| l.contains(SERVING))
-            .unwrap_or_default()
-            .to_string();
-        !serving.is_empty()
-    });
-    let port = serving_port(&serving);
+    let port = serving_port(&fleet.hub.wait_for_log_line(SERVING, WAIT));
     let (m1, m2, m3) = (
         fleet.member("member1"),
         fleet.member("member2"),

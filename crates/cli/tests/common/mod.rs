@@ -181,6 +181,17 @@ impl Server {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
     }
 
+    /// The first line of the server's log containing `marker`, waiting up
+    /// to `timeout`.
+    pub fn wait_for_log_line(&self, marker: &str, timeout: Duration) -> String {
+        let mut found = None;
+        wait_for(timeout, &format!("{marker:?} in the server's log"), || {
+            found = line_with(&self.log(), marker);
+            found.is_some()
+        });
+        found.unwrap_or_default()
+    }
+
     /// Runs kubectl against this server with its own discovery cache.
     pub fn kubectl(&self, args: &[&str]) -> Output {
         self.kubectl_stdin(args, None)
@@ -250,14 +261,14 @@ pub async fn kube_config(kubeconfig: &Path) -> kube::Config {
 }
 
 /// A long-running `flotilla` command (an agent, a DNS server), killed when
-/// dropped. The tail of its stderr is kept, to show when a test fails.
+/// dropped. The last lines of its stderr are kept, to show when a test fails.
 pub struct Running {
     child: Child,
-    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    stderr: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
 }
 
-/// How much of a running command's stderr is kept.
-const STDERR_TAIL: usize = 64 * 1024;
+/// How many of a running command's last stderr lines are kept.
+const STDERR_LINES: usize = 500;
 
 impl Running {
     pub fn start(args: &[&str]) -> Running {
@@ -267,35 +278,27 @@ impl Running {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start flotilla");
-        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
         if let Some(pipe) = child.stderr.take() {
             let tail = stderr.clone();
             std::thread::spawn(move || {
                 use std::io::BufRead;
-                for line in std::io::BufReader::new(pipe).lines() {
-                    let Ok(line) = line else { break };
+                for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
                     let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
-                    tail.push_str(&line);
-                    tail.push('\n');
-                    if tail.len() > STDERR_TAIL {
-                        let cut = tail.len() - STDERR_TAIL / 2;
-                        let cut = (cut..tail.len())
-                            .find(|&i| tail.is_char_boundary(i))
-                            .unwrap_or(0);
-                        tail.drain(..cut);
+                    if tail.len() == STDERR_LINES {
+                        tail.pop_front();
                     }
+                    tail.push_back(line);
                 }
             });
         }
         Running { child, stderr }
     }
 
-    /// What the command has written to stderr (its tail).
+    /// The last lines the command wrote to stderr.
     pub fn stderr(&self) -> String {
-        self.stderr
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        let tail = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+        tail.iter().map(|l| format!("{l}\n")).collect()
     }
 
     /// The first stderr line containing `marker`, waiting up to `timeout`;
@@ -303,8 +306,8 @@ impl Running {
     pub fn wait_for_line(&mut self, marker: &str, timeout: Duration) -> String {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(line) = self.stderr().lines().find(|l| l.contains(marker)) {
-                return line.to_string();
+            if let Some(line) = line_with(&self.stderr(), marker) {
+                return line;
             }
             if let Ok(Some(status)) = self.child.try_wait() {
                 // Let the reader thread catch up with the last lines.
@@ -332,6 +335,13 @@ impl Drop for Running {
             eprintln!("--- stderr of a flotilla command ---\n{}", self.stderr());
         }
     }
+}
+
+/// The first line of `text` containing `marker`.
+fn line_with(text: &str, marker: &str) -> Option<String> {
+    text.lines()
+        .find(|l| l.contains(marker))
+        .map(str::to_string)
 }
 
 /// Runs `flotilla` with `args`, returning its output.
