@@ -27,7 +27,7 @@ use crate::error::{Error, is_not_found};
 use crate::finalizer;
 use crate::kinds::scoped_api;
 use crate::overrides::{self, Applied, OverrideError};
-use crate::packed::PackedStore;
+use crate::packed::{Key, PackedStore};
 use crate::queue::{self, Next, WorkQueue};
 use crate::{events, interpreter, names};
 
@@ -37,7 +37,7 @@ const BINDING_SYNCS: usize = 32;
 pub async fn run(
     ctx: Ctx,
     bindings: PackedStore<Binding>,
-    changes: impl futures::Stream<Item = Arc<Binding>> + Send + 'static,
+    changes: impl futures::Stream<Item = Key> + Send + 'static,
     overrides_changed: impl futures::Stream<Item = ()> + Send + 'static,
 ) {
     let queue = WorkQueue::new();
@@ -45,7 +45,7 @@ pub async fn run(
     tokio::join!(
         // A changed override policy: every binding's Works rendered again.
         queue::feed_all_on(queue.clone(), bindings.clone(), overrides_changed),
-        queue::feed(queue.clone(), bindings.clone(), changes),
+        queue::feed(queue.clone(), changes),
         queue::reconcile_packed(queue, bindings, BINDING_SYNCS, move |b| {
             reconcile(b, state.clone())
         }),

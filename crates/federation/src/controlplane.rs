@@ -177,7 +177,7 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
     let mut controllers: Vec<BoxFuture<'static, ()>> = vec![
         // Placement: reschedule everything, at a new epoch.
         Box::pin(cluster_changes(
-            clusters.changes.subscribe_shared(),
+            clusters.changes.shared(),
             placement_fingerprint,
             {
                 let ctx = ctx.clone();
@@ -190,7 +190,7 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
         )),
         // Readiness: look at every binding for failover.
         Box::pin(cluster_changes(
-            clusters.changes.subscribe_shared(),
+            clusters.changes.shared(),
             readiness_fingerprint,
             |_: &Cluster| {},
             readiness_tx.clone(),
@@ -199,23 +199,20 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
         Box::pin(cluster::run(
             ctx.clone(),
             clusters.store.clone(),
-            clusters.changes.subscribe(),
+            clusters.changes.objects(),
         )),
         Box::pin(detector::run(
             ctx.clone(),
             [bindings[0].1.0.store.clone(), bindings[1].1.0.store.clone()],
         )),
-        Box::pin(execution::run(
-            ctx.clone(),
-            works.changes.subscribe_shared(),
-        )),
-        Box::pin(mcs::run(ctx.clone(), clusters.changes.subscribe_shared())),
+        Box::pin(execution::run(ctx.clone(), works.changes.keys())),
+        Box::pin(mcs::run(ctx.clone(), clusters.changes.shared())),
         Box::pin(taint_policy::run(
             ctx.clone(),
             clusters.store.clone(),
-            clusters.changes.subscribe(),
+            clusters.changes.objects(),
             taint_policies.store.clone(),
-            taint_policies.changes.subscribe_shared().map(|_| ()),
+            taint_policies.changes.shared().map(|_| ()),
         )),
     ];
     let mut caches = vec![
@@ -228,7 +225,7 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
         controllers.push(Box::pin(override_changes(
             ctx.clone(),
             fanout.store.clone(),
-            fanout.changes.subscribe_shared(),
+            fanout.changes.shared(),
             overrides_tx.clone(),
         )));
         caches.push(listed(fanout.store.clone()));
@@ -239,27 +236,26 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
         controllers.push(Box::pin(scheduler::run(
             ctx.clone(),
             store.clone(),
-            fanout.changes.subscribe_shared(),
+            fanout.changes.keys(),
             signal(placement_tx.subscribe()),
         )));
         controllers.push(Box::pin(binding::run(
             ctx.clone(),
             store.clone(),
-            fanout.changes.subscribe_shared(),
+            fanout.changes.keys(),
             signal(overrides_tx.subscribe()),
         )));
         controllers.push(Box::pin(failover::run(
             ctx.clone(),
             store.clone(),
-            fanout.changes.subscribe_shared(),
+            failover::changes(&fanout.changes),
             signal(readiness_tx.subscribe()),
         )));
         controllers.push(Box::pin(status::run(
             ctx.clone(),
-            scope,
             store.clone(),
-            fanout.changes.subscribe_shared(),
-            works.changes.subscribe_shared(),
+            fanout.changes.keys(),
+            status::work_owners(&works.changes, scope),
         )));
         caches.push(packed_listed(&store));
         tasks.spawn(drive);

@@ -149,34 +149,43 @@ where
         )
     }
 
-    pub fn apply(&mut self, event: &watcher::Event<K>) {
+    /// Follows `event`; the key of the object it changed, as the store
+    /// holds it.
+    pub fn apply(&mut self, event: &watcher::Event<K>) -> Option<Key> {
         match event {
-            watcher::Event::Init => self.relist = Some(Objects::new()),
+            watcher::Event::Init => {
+                self.relist = Some(Objects::new());
+                None
+            }
             watcher::Event::InitApply(obj) => {
-                if let Some((k, v)) = self.entry(obj)
-                    && let Some(relist) = self.relist.as_mut()
-                {
-                    relist.insert(k, v);
+                let (k, v) = self.entry(obj)?;
+                if let Some(relist) = self.relist.as_mut() {
+                    relist.insert(k.clone(), v);
                 }
+                Some(k)
             }
             watcher::Event::InitDone => {
                 if let Some(relist) = self.relist.take() {
                     *self.objects.write() = relist;
                 }
                 self.listed.send_replace(true);
+                None
             }
             watcher::Event::Apply(obj) => {
-                if let Some((k, v)) = self.entry(obj) {
-                    self.objects.write().insert(k, v);
-                }
+                let (k, v) = self.entry(obj)?;
+                let mut objects = self.objects.write();
+                // The key held already stays, shared with work queues.
+                let k = objects
+                    .get_key_value(&k)
+                    .map_or(k, |(held, _)| held.clone());
+                objects.insert(k.clone(), v);
+                Some(k)
             }
             watcher::Event::Delete(obj) => {
                 let meta = obj.meta();
-                let k = key(
-                    meta.namespace.as_deref(),
-                    meta.name.as_deref().unwrap_or(""),
-                );
-                self.objects.write().remove(k.as_str());
+                let k = key(meta.namespace.as_deref(), meta.name.as_deref()?);
+                let removed = self.objects.write().remove_entry(k.as_str());
+                Some(removed.map_or_else(|| k.into(), |(k, _)| k))
             }
         }
     }

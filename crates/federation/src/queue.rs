@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::context::report;
 use crate::error::Error;
-use crate::packed::{self, Key, PackedStore};
+use crate::packed::{Key, PackedStore};
 
 struct State<T> {
     queue: VecDeque<T>,
@@ -171,19 +171,14 @@ where
 /// (`None`), or look again after a while.
 pub type Next = Option<Duration>;
 
-/// Queues the key of every changed object of `store`.
-pub async fn feed<K: Resource + DeserializeOwned>(
-    queue: Arc<WorkQueue<Key>>,
-    store: PackedStore<K>,
-    changes: impl Stream<Item = Arc<K>> + Send,
-) {
+/// Queues every key `changes` gives.
+pub async fn feed<T>(queue: Arc<WorkQueue<T>>, changes: impl Stream<Item = T> + Send)
+where
+    T: Hash + Eq + Clone + Send + Sync + 'static,
+{
     let mut changes = std::pin::pin!(changes);
-    while let Some(obj) = changes.next().await {
-        let meta = obj.meta();
-        queue.add(store.shared_key(&packed::key(
-            meta.namespace.as_deref(),
-            meta.name.as_deref().unwrap_or(""),
-        )));
+    while let Some(key) = changes.next().await {
+        queue.add(key);
     }
 }
 

@@ -16,8 +16,9 @@ use crate::binding::{binding_api, template, template_api, work_ref};
 use crate::conditions;
 use crate::context::Ctx;
 use crate::error::{Error, is_not_found};
+use crate::fanout::{Change, Subscribers};
 use crate::interpreter;
-use crate::packed::{self, PackedStore};
+use crate::packed::{self, Key, PackedStore};
 use crate::queue::{self, Next, WorkQueue};
 
 /// How long a binding's changes gather before its status is written.
@@ -34,24 +35,21 @@ const STATUS_SYNCS: usize = 5;
 
 pub async fn run(
     ctx: Ctx,
-    scope: Scope,
     bindings: PackedStore<Binding>,
-    binding_changes: impl Stream<Item = Arc<Binding>> + Send + 'static,
-    work_changes: impl Stream<Item = Arc<Work>> + Send + 'static,
+    binding_changes: impl Stream<Item = Key> + Send + 'static,
+    work_owners: impl Stream<Item = String> + Send + 'static,
 ) {
     let queue = WorkQueue::new();
-    let keys = futures::stream::select(
-        binding_changes.map(|b| Some(packed::key(b.metadata.namespace.as_deref(), &b.name_any()))),
-        work_changes.map(move |w| owner(&w, scope)),
-    );
     let gather = {
         let (queue, bindings) = (queue.clone(), bindings.clone());
+        let keys = futures::stream::select(
+            binding_changes,
+            work_owners.map(move |key| bindings.shared_key(&key)),
+        );
         async move {
             let mut keys = std::pin::pin!(keys);
             while let Some(key) = keys.next().await {
-                if let Some(key) = key {
-                    queue.add_after(bindings.shared_key(&key), DEBOUNCE);
-                }
+                queue.add_after(key, DEBOUNCE);
             }
         }
     };
@@ -61,6 +59,14 @@ pub async fn run(
             reconcile(b, ctx.clone())
         }),
     );
+}
+
+/// The key of the binding of `scope` each changed Work belongs to.
+pub fn work_owners(
+    works: &Subscribers<Change<Work>>,
+    scope: Scope,
+) -> impl Stream<Item = String> + Send + 'static {
+    works.subscribe(move |c: &Change<Work>| owner(&c.object, scope))
 }
 
 /// The key of the binding a Work belongs to, from the annotations the

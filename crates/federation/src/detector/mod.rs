@@ -260,11 +260,7 @@ async fn watch_templates(tctx: Arc<TypeCtx>, policies_changed: broadcast::Receiv
     };
     tokio::join!(
         drive,
-        queue::feed(
-            queue.clone(),
-            templates.store.clone(),
-            templates.changes.subscribe_shared(),
-        ),
+        queue::feed(queue.clone(), templates.changes.keys()),
         every_template_on_policy_change,
         queue::reconcile_packed(queue, templates.store.clone(), TEMPLATE_SYNCS, move |obj| {
             reconcile(obj, tctx.clone())

@@ -27,6 +27,7 @@ use crate::conditions;
 use crate::context::Ctx;
 use crate::error::{Error, is_not_found};
 use crate::finalizer;
+use crate::packed::Key;
 use crate::queue::{self, Next, WorkQueue};
 use observed::MemberWatches;
 
@@ -48,7 +49,7 @@ struct Execution {
     namespaces: Mutex<HashSet<(String, String)>>,
 }
 
-pub async fn run(ctx: Ctx, changes: impl futures::Stream<Item = Arc<Work>> + Send + 'static) {
+pub async fn run(ctx: Ctx, changes: impl futures::Stream<Item = Key> + Send + 'static) {
     let queue = WorkQueue::new();
     let exec = Arc::new(Execution {
         shared: ctx.clone(),
@@ -67,7 +68,7 @@ pub async fn run(ctx: Ctx, changes: impl futures::Stream<Item = Arc<Work>> + Sen
         }
     };
     tokio::join!(
-        queue::feed(queue.clone(), ctx.works.clone(), changes),
+        queue::feed(queue.clone(), changes),
         sweep,
         queue::reconcile_packed(
             queue,

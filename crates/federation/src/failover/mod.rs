@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
@@ -30,7 +30,8 @@ use crate::api::{Binding, BindingSpec, GracefulEvictionTask, ReturnWhenRecovered
 use crate::binding::binding_api;
 use crate::context::Ctx;
 use crate::error::Error;
-use crate::packed::PackedStore;
+use crate::fanout::{Change, Subscribers};
+use crate::packed::{Key, PackedStore};
 use crate::queue::{self, Next, WorkQueue};
 use crate::scheduler::core;
 use crate::time;
@@ -47,28 +48,30 @@ type Unhealthy = Mutex<HashMap<(String, String), Timestamp>>;
 pub async fn run(
     ctx: Ctx,
     bindings: PackedStore<Binding>,
-    changes: impl Stream<Item = Arc<Binding>> + Send + 'static,
+    changes: impl Stream<Item = Key> + Send + 'static,
     readiness_changed: impl Stream<Item = ()> + Send + 'static,
 ) {
     let queue = WorkQueue::new();
     let state = Arc::new((ctx, Unhealthy::default()));
     tokio::join!(
         queue::feed_all_on(queue.clone(), bindings.clone(), readiness_changed),
-        // Only bindings that opted in, or are being evicted, concern us:
-        // the rest are not even queued (nor decoded again).
-        queue::feed(
-            queue.clone(),
-            bindings.clone(),
-            changes.filter(|b| {
-                std::future::ready(
-                    b.spec.failover.is_some() || !b.spec.graceful_eviction_tasks.is_empty(),
-                )
-            }),
-        ),
+        queue::feed(queue.clone(), changes),
         queue::reconcile_packed(queue, bindings, FAILOVER_SYNCS, move |b| {
             reconcile(b, state.clone())
         }),
     );
+}
+
+/// The keys of changed bindings that concern failover: those that opted
+/// in, or are being evicted. The rest are not even queued (nor decoded
+/// again).
+pub fn changes(
+    bindings: &Subscribers<Change<Binding>>,
+) -> impl Stream<Item = Key> + Send + 'static {
+    bindings.subscribe(|c: &Change<Binding>| {
+        let spec = &c.object.spec;
+        (spec.failover.is_some() || !spec.graceful_eviction_tasks.is_empty()).then(|| c.key.clone())
+    })
 }
 
 fn earliest(next: &mut Option<Timestamp>, at: Timestamp) {

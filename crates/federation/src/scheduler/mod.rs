@@ -21,7 +21,7 @@ use crate::api::{Binding, BindingStatus, annotations};
 use crate::conditions;
 use crate::context::Ctx;
 use crate::error::Error;
-use crate::packed::PackedStore;
+use crate::packed::{Key, PackedStore};
 use crate::queue::{self, Next, WorkQueue};
 
 pub const SCHEDULER_NAME: &str = "default-scheduler";
@@ -36,13 +36,13 @@ type Decided = Mutex<HashMap<String, (Option<i64>, u64)>>;
 pub async fn run(
     ctx: Ctx,
     bindings: PackedStore<Binding>,
-    changes: impl Stream<Item = Arc<Binding>> + Send + 'static,
+    changes: impl Stream<Item = Key> + Send + 'static,
     clusters_changed: impl Stream<Item = ()> + Send + 'static,
 ) {
     let queue = WorkQueue::new();
     let state = Arc::new((ctx, Decided::default()));
     tokio::join!(
-        queue::feed(queue.clone(), bindings.clone(), changes),
+        queue::feed(queue.clone(), changes),
         queue::feed_all_on(queue.clone(), bindings.clone(), clusters_changed),
         queue::reconcile_packed(queue, bindings, SCHEDULE_SYNCS, move |b| {
             reconcile(b, state.clone())
