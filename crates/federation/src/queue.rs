@@ -110,23 +110,13 @@ where
         self.len() == 0
     }
 
-    async fn next(&self) -> T {
-        loop {
-            let ready = self.ready.notified();
-            {
-                let mut s = self.state.lock();
-                if let Some(key) = s.queue.pop_front() {
-                    s.dirty.remove(&key);
-                    s.processing.insert(key.clone());
-                    if !s.queue.is_empty() {
-                        // Another idle worker may take the rest.
-                        self.ready.notify_one();
-                    }
-                    return key;
-                }
-            }
-            ready.await;
-        }
+    /// The next waiting key, now being processed.
+    fn take(&self) -> Option<T> {
+        let mut s = self.state.lock();
+        let key = s.queue.pop_front()?;
+        s.dirty.remove(&key);
+        s.processing.insert(key.clone());
+        Some(key)
     }
 
     fn done(&self, key: &T) {
@@ -144,26 +134,38 @@ where
         }
     }
 
-    /// Processes keys with `workers` concurrent calls of `process`, for
-    /// ever.
+    /// Processes keys with up to `workers` concurrent calls of `process`,
+    /// for ever. A worker runs only while keys wait: an idle controller
+    /// (the detector runs one per resource type) holds no task at all.
     pub async fn run<F, Fut>(self: Arc<Self>, workers: usize, process: F)
     where
         F: Fn(T) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let mut tasks = JoinSet::new();
-        for _ in 0..workers.max(1) {
-            let queue = self.clone();
-            let process = process.clone();
-            tasks.spawn(async move {
-                loop {
-                    let key = queue.next().await;
-                    process(key.clone()).await;
-                    queue.done(&key);
-                }
-            });
+        let workers = workers.max(1);
+        let mut running = JoinSet::new();
+        loop {
+            // Registered before looking, so an add in between still wakes us.
+            let ready = self.ready.notified();
+            if running.len() < workers
+                && let Some(first) = self.take()
+            {
+                let (queue, process) = (self.clone(), process.clone());
+                running.spawn(async move {
+                    let mut key = Some(first);
+                    while let Some(k) = key {
+                        process(k.clone()).await;
+                        queue.done(&k);
+                        key = queue.take();
+                    }
+                });
+                continue;
+            }
+            tokio::select! {
+                _ = ready => {}
+                Some(_) = running.join_next(), if !running.is_empty() => {}
+            }
         }
-        tasks.join_next().await;
     }
 }
 
@@ -293,6 +295,41 @@ mod tests {
         assert_eq!(runs.lock().iter().filter(|k| **k == 1).count(), 2);
         assert_eq!(runs.lock().iter().filter(|k| **k == 2).count(), 1);
         assert_eq!(overlap.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn at_most_the_workers_run_at_once_and_keys_added_after_an_idle_spell_still_run() {
+        let queue = WorkQueue::<u32>::new();
+        let (running, most, done) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let (n, m, d) = (running.clone(), most.clone(), done.clone());
+        tokio::spawn(queue.clone().run(3, move |_key| {
+            let (n, m, d) = (n.clone(), m.clone(), d.clone());
+            async move {
+                let now = n.fetch_add(1, Ordering::SeqCst) + 1;
+                m.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                n.fetch_sub(1, Ordering::SeqCst);
+                d.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+        queue.add_all(0..20);
+        until("the first keys to run", || {
+            done.load(Ordering::SeqCst) == 20
+        })
+        .await;
+        assert_eq!(most.load(Ordering::SeqCst), 3);
+        // Every worker has gone idle; new keys start new ones.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        queue.add_all(20..25);
+        until("the later keys to run", || {
+            done.load(Ordering::SeqCst) == 25
+        })
+        .await;
+        assert!(most.load(Ordering::SeqCst) <= 3);
     }
 
     #[tokio::test]

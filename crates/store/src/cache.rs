@@ -120,12 +120,11 @@ fn pack_events(
                 Some(e) if e.mod_revision == p.mod_revision => e.clone(),
                 _ => Entry::pack(p, dictionaries),
             });
-            let packed = PackedEvent::new(
-                &event,
-                PackedEvent::packed_value(&event, dictionaries),
-                prev,
-                dictionaries,
-            );
+            let mut value = PackedEvent::packed_value(&event, dictionaries);
+            if let (Some(held), Some(kv)) = (latest.get(&event.kv.key), value.as_mut()) {
+                kv.key = held.key.clone();
+            }
+            let packed = PackedEvent::new(&event, value, prev, dictionaries);
             match packed.kind {
                 EventKind::Put => latest.insert(packed.kv.key.clone(), packed.kv.clone()),
                 EventKind::Delete => latest.remove(&packed.kv.key),
@@ -176,7 +175,7 @@ impl WatchCache {
                     Some(e) if e.mod_revision == kv.mod_revision => e.clone(),
                     _ => Entry::pack(&kv, &dictionaries),
                 };
-                (kv.key, entry)
+                (entry.key.clone(), entry)
             })
             .collect();
         let mut compacted = compacted;
@@ -231,9 +230,14 @@ impl WatchCache {
             .collect();
         let revision = {
             let mut inner = self.inner.write();
-            for (event, packed) in packed {
-                // `prev` is the state's entry: share its bytes.
+            for (event, mut packed) in packed {
+                // `prev` is the state's entry: share its bytes, and its key
+                // with the new entry (a window of 100,000 events would
+                // otherwise hold a copy of a key in each).
                 let prev = inner.state.get(&event.kv.key).cloned();
+                if let (Some(p), Some(kv)) = (&prev, packed.as_mut()) {
+                    kv.key = p.key.clone();
+                }
                 let e = PackedEvent::new(&event, packed, prev, &self.dictionaries);
                 match e.kind {
                     EventKind::Put => {
