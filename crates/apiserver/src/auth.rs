@@ -81,9 +81,14 @@ fn bootstrap_user(store: &dyn Store, token: &str) -> Option<User> {
     if !is_token_part(id, 6) || !is_token_part(secret, 16) {
         return None;
     }
-    let kv = store.get(&format!(
-        "/core/secrets/kube-system/{BOOTSTRAP_TOKEN_PREFIX}{id}"
-    ))?;
+    let key = format!("/core/secrets/kube-system/{BOOTSTRAP_TOKEN_PREFIX}{id}");
+    let kv = match store.get(&key) {
+        Ok(kv) => kv?,
+        Err(error) => {
+            tracing::warn!(%error, "reading a bootstrap token failed");
+            return None;
+        }
+    };
     let obj: Value = serde_json::from_slice(&kv.value).ok()?;
     if str_at(&obj, "/type") != BOOTSTRAP_TOKEN_TYPE
         || obj.pointer("/metadata/deletionTimestamp").is_some()

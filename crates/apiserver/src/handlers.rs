@@ -425,7 +425,7 @@ pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
     let kv = ctx
         .api
         .store
-        .get(&ctx.key(ctx.name()))
+        .get(&ctx.key(ctx.name()))?
         .ok_or_else(|| ctx.not_found(ctx.name()))?;
     let obj = objects::decode(&ctx.resource, &kv)?;
     if ctx.subresource.as_deref() == Some("scale") {
@@ -471,7 +471,7 @@ async fn check_namespace(ctx: &Ctx, creating: bool) -> ApiResult<()> {
     let kv = ctx
         .api
         .store
-        .get(&key)
+        .get(&key)?
         .ok_or_else(|| ApiError::not_found("", "namespaces", ns))?;
     if creating {
         let obj: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
@@ -694,7 +694,7 @@ where
         None
     };
     for _ in 0..32 {
-        let current = store.get(&key).ok_or_else(|| ctx.not_found(&name))?;
+        let current = store.get(&key)?.ok_or_else(|| ctx.not_found(&name))?;
         let old = objects::decode(&r, &current)?;
         let (mut obj, warnings) = transform(&old)?;
         let pinned = meta_str(&obj, "resourceVersion").to_string();
@@ -1039,7 +1039,7 @@ async fn apply_patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     objects::meta_mut(&mut applied).insert("name".into(), json!(ctx.name()));
     check_namespace(ctx, false).await?;
     let scope = WriteScope::of(ctx.subresource.as_deref());
-    if ctx.api.store.get(&ctx.key(ctx.name())).is_none() && scope == WriteScope::Main {
+    if ctx.api.store.get(&ctx.key(ctx.name()))?.is_none() && scope == WriteScope::Main {
         let mut obj = managed::apply(&r, None, &applied, &manager, force, scope)?;
         let warnings = validate(ctx, &mut obj, validation, TypeErrors::Invalid)?;
         // The entry apply computed stays; creation adds no Update entry.
@@ -1134,7 +1134,7 @@ pub(crate) async fn delete_one(
     let store = &ctx.api.store;
     let dry_run = opts.dry_run.iter().any(|d| d == "All");
     for _ in 0..32 {
-        let current = store.get(&key).ok_or_else(|| ctx.not_found(name))?;
+        let current = store.get(&key)?.ok_or_else(|| ctx.not_found(name))?;
         let mut obj = objects::decode(&r, &current)?;
         if let Some(p) = &opts.preconditions {
             if let Some(uid) = &p.uid
@@ -1267,7 +1267,7 @@ pub async fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
 /// Creates a namespace if it does not exist (start-up).
 pub async fn ensure_namespace(api: &Arc<ApiServer>, name: &str) -> ApiResult<()> {
     let key = format!("/core/namespaces/{name}");
-    if api.store.get(&key).is_some() {
+    if api.store.get(&key)?.is_some() {
         return Ok(());
     }
     let Some(r) = api.registry.get("", "v1", "namespaces") else {

@@ -54,7 +54,8 @@ pub fn spawn_finalizer(api: Arc<ApiServer>, namespace: String) {
     tokio::spawn(async move {
         let key = format!("/core/namespaces/{namespace}");
         loop {
-            if api.store.get(&key).is_none() {
+            // A read that fails is tried again with the content.
+            if matches!(api.store.get(&key), Ok(None)) {
                 return;
             }
             if remove_content(&api, &namespace).await {

@@ -136,8 +136,9 @@ pub struct ServeArgs {
     /// Address to serve on; port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:6443")]
     pub listen: SocketAddr,
-    /// How many recent changes the watch cache keeps for resuming watches;
-    /// older resourceVersions get 410 Expired.
+    /// How many recent changes the watch window keeps in memory. On the
+    /// embedded store a watch from an older resourceVersion reads the log
+    /// back to the last compaction; on etcd it gets 410 Expired.
     #[arg(long, default_value_t = 100_000)]
     pub watch_history: usize,
     /// Extra names or IP addresses the serving certificate covers

@@ -96,9 +96,10 @@ struct RunArgs {
     /// Loopback address of the admin (fault injection) endpoint.
     #[arg(long, default_value = "127.0.0.1:0")]
     admin_listen: SocketAddr,
-    /// How many recent changes the watch cache keeps for resuming watches.
-    /// A watcher further behind gets 410 Expired and relists, as upstream;
-    /// a 1,000-node member's Lease renewals alone fill 5,000 in 50 s.
+    /// How many recent changes the watch window keeps in memory. A watcher
+    /// further behind reads the log until it catches up (410 Expired only
+    /// past the last compaction); a 1,000-node member's Lease renewals
+    /// alone fill 5,000 in 50 s.
     #[arg(long, default_value_t = WATCH_HISTORY)]
     watch_history: usize,
     /// Extra names or IP addresses the serving certificate covers.

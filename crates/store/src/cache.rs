@@ -1,10 +1,17 @@
-//! The in-memory watch cache: the current state of every key, plus a bounded
-//! window of recent events. Any backend feeds it committed events in revision
-//! order; every read and watch is served from here.
+//! The in-memory side of a store: a bounded window of recent events that
+//! every watch is served from, and, for a backend that cannot serve reads
+//! itself (etcd, across the network), the current state of every key.
+//! A backend feeds it committed events in revision order.
 //!
-//! Values are held [`Packed`] (stored JSON objects shrink to about 40%),
-//! since the cache holds every object of the cluster plus its recent
-//! history: that is most of a server's memory. Readers get plain bytes.
+//! - [`WatchCache`] holds every key and the window; gets and lists are
+//!   served from it, as kube-apiserver's watch cache does in front of etcd.
+//! - [`EventWindow`] holds the window only. The embedded store reads gets
+//!   and lists from its own database and gives the window a [`Backfill`]
+//!   for watches that start before the window, as kine does: an object
+//!   costs memory only while it is changing.
+//!
+//! Values are held [`Packed`] (stored JSON objects shrink to about 40%).
+//! Readers get plain bytes.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -134,134 +141,209 @@ fn pack_events(
         .collect()
 }
 
+/// What a cache holds besides the window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Retention {
+    /// The newest entry of every key: reads are served from memory.
+    EveryKey,
+    /// The newest entry of the keys that have an event in the window, so
+    /// that an event's `prev` shares its bytes with the event before it.
+    Window,
+}
+
 struct Inner {
-    state: OrdMap<Arc<str>, Entry>,
+    /// The newest entry per key, of every key or of the window's keys.
+    latest: OrdMap<Arc<str>, Entry>,
     history: VecDeque<Arc<PackedEvent>>,
     revision: Revision,
-    /// History at or below this revision is gone (compaction or window size).
+    /// The window holds no event at or below this revision (compaction or
+    /// window size).
     compacted: Revision,
     closed: bool,
 }
 
-pub struct WatchCache {
+impl Inner {
+    /// Drops the oldest events beyond `capacity`.
+    fn trim(&mut self, capacity: usize, retention: Retention) {
+        while self.history.len() > capacity {
+            let Some(e) = self.history.pop_front() else {
+                break;
+            };
+            self.forget(&e, retention);
+        }
+    }
+
+    fn forget(&mut self, event: &PackedEvent, retention: Retention) {
+        self.compacted = self.compacted.max(event.revision());
+        if retention == Retention::Window
+            && self
+                .latest
+                .get(&event.kv.key)
+                .is_some_and(|l| l.mod_revision == event.kv.mod_revision)
+        {
+            self.latest.remove(&event.kv.key);
+        }
+    }
+}
+
+/// Older events for a watch that starts before the window: the embedded
+/// store's revision log.
+pub trait Backfill: Send + Sync {
+    /// Up to a batch of events under `prefix` after `after`, oldest first,
+    /// and the revision read up to when fewer than a batch came back.
+    /// `Compacted` when `after` is older than the history kept.
+    fn events_after(&self, prefix: &str, after: Revision) -> Result<(Vec<Event>, Revision)>;
+    /// History at or below this revision is gone.
+    fn compacted(&self) -> Revision;
+}
+
+struct Core {
     inner: RwLock<Inner>,
+    retention: Retention,
     dictionaries: Dictionaries,
     capacity: usize,
     notify: watch::Sender<Revision>,
 }
 
-impl WatchCache {
-    /// A cache holding `state` at `revision`, with `history` (ascending, all
-    /// events after `compacted`) and room for `capacity` events.
-    pub fn new(
+impl Core {
+    /// `state` (empty for [`Retention::Window`]) at `revision`, with
+    /// `history` (ascending, all events after `compacted`) and room for
+    /// `capacity` events.
+    fn new(
+        retention: Retention,
         state: impl IntoIterator<Item = KeyValue>,
         history: Vec<Event>,
         revision: Revision,
         compacted: Revision,
         capacity: usize,
-    ) -> Self {
+    ) -> Core {
         let mut latest = HashMap::new();
         let dictionaries = Dictionaries::default();
-        let mut history: VecDeque<Arc<PackedEvent>> =
-            pack_events(history, &mut latest, &dictionaries)
-                .into_iter()
-                .map(Arc::new)
-                .collect();
-        // The state shares its bytes with the newest event of each key.
-        let state = state
+        let history: VecDeque<Arc<PackedEvent>> = pack_events(history, &mut latest, &dictionaries)
             .into_iter()
-            .map(|kv| {
-                let entry = match latest.get(&kv.key) {
-                    Some(e) if e.mod_revision == kv.mod_revision => e.clone(),
-                    _ => Entry::pack(&kv, &dictionaries),
-                };
-                (entry.key.clone(), entry)
-            })
+            .map(Arc::new)
             .collect();
-        let mut compacted = compacted;
-        while history.len() > capacity {
-            if let Some(e) = history.pop_front() {
-                compacted = compacted.max(e.revision());
-            }
-        }
-        if history.is_empty() {
-            compacted = compacted.max(revision);
+        let latest: OrdMap<Arc<str>, Entry> = match retention {
+            // The state shares its bytes with the newest event of each key.
+            Retention::EveryKey => state
+                .into_iter()
+                .map(|kv| {
+                    let entry = match latest.get(&kv.key) {
+                        Some(e) if e.mod_revision == kv.mod_revision => e.clone(),
+                        _ => Entry::pack(&kv, &dictionaries),
+                    };
+                    (entry.key.clone(), entry)
+                })
+                .collect(),
+            Retention::Window => latest.into_iter().collect(),
+        };
+        let capacity = capacity.max(1);
+        let mut inner = Inner {
+            latest,
+            history,
+            revision,
+            compacted,
+            closed: false,
+        };
+        inner.trim(capacity, retention);
+        if inner.history.is_empty() {
+            inner.compacted = inner.compacted.max(revision);
         }
         let (notify, _) = watch::channel(revision);
-        WatchCache {
-            inner: RwLock::new(Inner {
-                state,
-                history,
-                revision,
-                compacted,
-                closed: false,
-            }),
+        Core {
+            inner: RwLock::new(inner),
+            retention,
             dictionaries,
-            capacity: capacity.max(1),
+            capacity,
             notify,
         }
     }
 
-    pub fn revision(&self) -> Revision {
+    fn revision(&self) -> Revision {
         self.inner.read().revision
     }
 
-    pub fn compacted(&self) -> Revision {
+    fn compacted(&self) -> Revision {
         self.inner.read().compacted
     }
 
-    pub fn get(&self, key: &str) -> Option<KeyValue> {
-        let entry = self.inner.read().state.get(key).cloned();
-        entry.map(|e| e.unpack())
-    }
-
-    /// Applies committed events (ascending revisions) and wakes watchers.
-    pub fn apply(&self, events: Vec<Event>) {
+    fn apply(&self, events: Vec<Event>) {
         if events.is_empty() {
             return;
         }
-        // Compress before taking the lock: readers wait on it.
-        let packed: Vec<(Event, Option<Entry>)> = events
+        // Compress before taking the lock: readers wait on it. The `prev`
+        // of an event is found under the lock among the entries held (the
+        // state's, or the window's newest of the key); one that is not
+        // there (a key whose last change left the window) is packed here.
+        let held_prev: Vec<bool> = {
+            let inner = self.inner.read();
+            let mut in_batch = std::collections::HashSet::new();
+            events
+                .iter()
+                .map(|e| {
+                    let held = self.retention == Retention::EveryKey
+                        || e.prev.as_ref().is_none_or(|p| {
+                            in_batch.contains(&(&*p.key, p.mod_revision))
+                                || inner
+                                    .latest
+                                    .get(&p.key)
+                                    .is_some_and(|l| l.mod_revision == p.mod_revision)
+                        });
+                    in_batch.insert((&*e.kv.key, e.kv.mod_revision));
+                    held
+                })
+                .collect()
+        };
+        let packed: Vec<(Event, Option<Entry>, Option<Entry>)> = events
             .into_iter()
-            .map(|e| {
+            .zip(held_prev)
+            .map(|(e, held)| {
                 let kv = PackedEvent::packed_value(&e, &self.dictionaries);
-                (e, kv)
+                let prev = match (&e.prev, held) {
+                    (Some(p), false) => Some(Entry::pack(p, &self.dictionaries)),
+                    _ => None,
+                };
+                (e, kv, prev)
             })
             .collect();
         let revision = {
             let mut inner = self.inner.write();
-            for (event, mut packed) in packed {
-                // `prev` is the state's entry: share its bytes, and its key
-                // with the new entry (a window of 100,000 events would
-                // otherwise hold a copy of a key in each).
-                let prev = inner.state.get(&event.kv.key).cloned();
+            for (event, mut packed, packed_prev) in packed {
+                // Share the held entry's bytes, and its key with the new
+                // entry (a window of events would otherwise hold a copy of
+                // a key in each).
+                let held = inner.latest.get(&event.kv.key).cloned();
+                let prev = match self.retention {
+                    Retention::EveryKey => held,
+                    Retention::Window => match (&event.prev, held, packed_prev) {
+                        (None, _, _) => None,
+                        (Some(p), Some(h), _) if h.mod_revision == p.mod_revision => Some(h),
+                        (Some(_), _, Some(packed)) => Some(packed),
+                        (Some(p), _, None) => Some(Entry::pack(p, &self.dictionaries)),
+                    },
+                };
                 if let (Some(p), Some(kv)) = (&prev, packed.as_mut()) {
                     kv.key = p.key.clone();
                 }
                 let e = PackedEvent::new(&event, packed, prev, &self.dictionaries);
                 match e.kind {
                     EventKind::Put => {
-                        inner.state.insert(e.kv.key.clone(), e.kv.clone());
+                        inner.latest.insert(e.kv.key.clone(), e.kv.clone());
                     }
                     EventKind::Delete => {
-                        inner.state.remove(&e.kv.key);
+                        inner.latest.remove(&e.kv.key);
                     }
                 }
                 inner.revision = e.kv.mod_revision;
                 inner.history.push_back(Arc::new(e));
             }
-            while inner.history.len() > self.capacity {
-                if let Some(e) = inner.history.pop_front() {
-                    inner.compacted = inner.compacted.max(e.revision());
-                }
-            }
+            inner.trim(self.capacity, self.retention);
             inner.revision
         };
         self.notify.send_replace(revision);
     }
 
-    /// Waits until the cache holds `revision` (or is closed).
-    pub async fn wait_for(&self, revision: Revision) -> Result<()> {
+    async fn wait_for(&self, revision: Revision) -> Result<()> {
         let mut seen = self.notify.subscribe();
         loop {
             if *seen.borrow_and_update() >= revision {
@@ -276,8 +358,7 @@ impl WatchCache {
         }
     }
 
-    /// Forgets history at or below `revision`.
-    pub fn compact(&self, revision: Revision) {
+    fn compact(&self, revision: Revision) {
         let mut inner = self.inner.write();
         let revision = revision.min(inner.revision);
         while inner
@@ -285,24 +366,140 @@ impl WatchCache {
             .front()
             .is_some_and(|e| e.revision() <= revision)
         {
-            inner.history.pop_front();
+            if let Some(e) = inner.history.pop_front() {
+                inner.forget(&e, self.retention);
+            }
         }
         inner.compacted = inner.compacted.max(revision);
     }
 
-    /// Ends every watch; later calls fail with `Closed`.
-    pub fn close(&self) {
+    fn close(&self) {
         self.inner.write().closed = true;
         let rev = self.revision();
         self.notify.send_replace(rev);
     }
 
+    fn watch(
+        self: &Arc<Self>,
+        prefix: &str,
+        after: Revision,
+        backfill: Option<Arc<dyn Backfill>>,
+    ) -> Result<Watch> {
+        let inner = self.inner.read();
+        if inner.closed {
+            return Err(StoreError::Closed);
+        }
+        let oldest = match &backfill {
+            Some(b) => b.compacted().min(inner.compacted),
+            None => inner.compacted,
+        };
+        if after < oldest {
+            return Err(StoreError::Compacted {
+                requested: after,
+                oldest,
+            });
+        }
+        Ok(Watch {
+            core: self.clone(),
+            backfill,
+            prefix: prefix.to_string(),
+            after,
+            wakeup: self.notify.subscribe(),
+        })
+    }
+
+    /// Events under `prefix` newer than `after`, or `Compacted`.
+    fn events_after(&self, prefix: &str, after: Revision) -> Result<(Vec<Event>, Revision)> {
+        let inner = self.inner.read();
+        if inner.closed {
+            return Err(StoreError::Closed);
+        }
+        if after < inner.compacted {
+            return Err(StoreError::Compacted {
+                requested: after,
+                oldest: inner.compacted,
+            });
+        }
+        let start = inner.history.partition_point(|e| e.revision() <= after);
+        let events: Vec<Arc<PackedEvent>> = inner
+            .history
+            .range(start..)
+            .filter(|e| e.kv.key.starts_with(prefix))
+            .cloned()
+            .collect();
+        let revision = inner.revision;
+        drop(inner);
+        Ok((events.iter().map(|e| e.unpack()).collect(), revision))
+    }
+}
+
+/// The state of every key and a window of recent events: reads and
+/// watches for a backend that cannot serve them itself.
+pub struct WatchCache {
+    core: Arc<Core>,
+}
+
+impl WatchCache {
+    /// A cache holding `state` at `revision`, with `history` (ascending, all
+    /// events after `compacted`) and room for `capacity` events.
+    pub fn new(
+        state: impl IntoIterator<Item = KeyValue>,
+        history: Vec<Event>,
+        revision: Revision,
+        compacted: Revision,
+        capacity: usize,
+    ) -> Self {
+        WatchCache {
+            core: Arc::new(Core::new(
+                Retention::EveryKey,
+                state,
+                history,
+                revision,
+                compacted,
+                capacity,
+            )),
+        }
+    }
+
+    pub fn revision(&self) -> Revision {
+        self.core.revision()
+    }
+
+    pub fn compacted(&self) -> Revision {
+        self.core.compacted()
+    }
+
+    pub fn get(&self, key: &str) -> Option<KeyValue> {
+        let entry = self.core.inner.read().latest.get(key).cloned();
+        entry.map(|e| e.unpack())
+    }
+
+    /// Applies committed events (ascending revisions) and wakes watchers.
+    pub fn apply(&self, events: Vec<Event>) {
+        self.core.apply(events)
+    }
+
+    /// Waits until the cache holds `revision` (or is closed).
+    pub async fn wait_for(&self, revision: Revision) -> Result<()> {
+        self.core.wait_for(revision).await
+    }
+
+    /// Forgets history at or below `revision`.
+    pub fn compact(&self, revision: Revision) {
+        self.core.compact(revision)
+    }
+
+    /// Ends every watch; later calls fail with `Closed`.
+    pub fn close(&self) {
+        self.core.close()
+    }
+
     pub fn list(&self, prefix: &str, options: &ListOptions) -> Result<ListResult> {
         let (state, revision) = {
-            let inner = self.inner.read();
+            let inner = self.core.inner.read();
             match options.revision {
-                None => (inner.state.clone(), inner.revision),
-                Some(rev) if rev >= inner.revision => (inner.state.clone(), inner.revision),
+                None => (inner.latest.clone(), inner.revision),
+                Some(rev) if rev >= inner.revision => (inner.latest.clone(), inner.revision),
                 Some(rev) => {
                     if rev < inner.compacted {
                         return Err(StoreError::Compacted {
@@ -311,7 +508,7 @@ impl WatchCache {
                         });
                     }
                     // Roll the current state back to `rev` by undoing newer events.
-                    let mut state = inner.state.clone();
+                    let mut state = inner.latest.clone();
                     for event in inner.history.iter().rev() {
                         if event.revision() <= rev {
                             break;
@@ -358,54 +555,71 @@ impl WatchCache {
         })
     }
 
-    pub fn watch(self: &Arc<Self>, prefix: &str, after: Revision) -> Result<Watch> {
-        let inner = self.inner.read();
-        if inner.closed {
-            return Err(StoreError::Closed);
-        }
-        if after < inner.compacted {
-            return Err(StoreError::Compacted {
-                requested: after,
-                oldest: inner.compacted,
-            });
-        }
-        Ok(Watch {
-            cache: self.clone(),
-            prefix: prefix.to_string(),
-            after,
-            wakeup: self.notify.subscribe(),
-        })
-    }
-
-    /// Events under `prefix` newer than `after`, or `Compacted`.
-    fn events_after(&self, prefix: &str, after: Revision) -> Result<(Vec<Event>, Revision)> {
-        let inner = self.inner.read();
-        if inner.closed {
-            return Err(StoreError::Closed);
-        }
-        if after < inner.compacted {
-            return Err(StoreError::Compacted {
-                requested: after,
-                oldest: inner.compacted,
-            });
-        }
-        let start = inner.history.partition_point(|e| e.revision() <= after);
-        let events: Vec<Arc<PackedEvent>> = inner
-            .history
-            .range(start..)
-            .filter(|e| e.kv.key.starts_with(prefix))
-            .cloned()
-            .collect();
-        let revision = inner.revision;
-        drop(inner);
-        Ok((events.iter().map(|e| e.unpack()).collect(), revision))
+    pub fn watch(&self, prefix: &str, after: Revision) -> Result<Watch> {
+        self.core.watch(prefix, after, None)
     }
 }
 
-/// A stream of events under a prefix, resumable from any revision the cache
-/// still holds. A watcher that falls behind the window gets `Compacted`.
+/// A window of recent events only, in front of a backend that serves
+/// reads, and older events through its [`Backfill`], itself.
+pub struct EventWindow {
+    core: Arc<Core>,
+    backfill: Arc<dyn Backfill>,
+}
+
+impl EventWindow {
+    /// A window of `history` (ascending, the events after `compacted`) at
+    /// `revision`, with room for `capacity` events.
+    pub fn new(
+        history: Vec<Event>,
+        revision: Revision,
+        compacted: Revision,
+        capacity: usize,
+        backfill: Arc<dyn Backfill>,
+    ) -> Self {
+        EventWindow {
+            core: Arc::new(Core::new(
+                Retention::Window,
+                std::iter::empty(),
+                history,
+                revision,
+                compacted,
+                capacity,
+            )),
+            backfill,
+        }
+    }
+
+    pub fn revision(&self) -> Revision {
+        self.core.revision()
+    }
+
+    /// Applies committed events (ascending revisions) and wakes watchers.
+    pub fn apply(&self, events: Vec<Event>) {
+        self.core.apply(events)
+    }
+
+    /// Forgets the window's events at or below `revision`.
+    pub fn compact(&self, revision: Revision) {
+        self.core.compact(revision)
+    }
+
+    /// Ends every watch; later calls fail with `Closed`.
+    pub fn close(&self) {
+        self.core.close()
+    }
+
+    pub fn watch(&self, prefix: &str, after: Revision) -> Result<Watch> {
+        self.core.watch(prefix, after, Some(self.backfill.clone()))
+    }
+}
+
+/// A stream of events under a prefix, resumable from any revision the
+/// window (or its backfill) still holds. A watcher that falls behind what
+/// is held gets `Compacted`.
 pub struct Watch {
-    cache: Arc<WatchCache>,
+    core: Arc<Core>,
+    backfill: Option<Arc<dyn Backfill>>,
     prefix: String,
     after: Revision,
     wakeup: watch::Receiver<Revision>,
@@ -421,7 +635,20 @@ impl Watch {
     pub async fn next(&mut self) -> Result<Vec<Event>> {
         loop {
             self.wakeup.borrow_and_update();
-            let (events, seen) = self.cache.events_after(&self.prefix, self.after)?;
+            let from_window = self.core.events_after(&self.prefix, self.after);
+            let (events, seen) = match (from_window, &self.backfill) {
+                (Err(StoreError::Compacted { .. }), Some(backfill)) => {
+                    let (events, seen) = backfill.events_after(&self.prefix, self.after)?;
+                    if events.is_empty() {
+                        // Read up to `seen`, which the window has reached:
+                        // go on from the window.
+                        self.after = self.after.max(seen);
+                        continue;
+                    }
+                    (events, seen)
+                }
+                (from_window, _) => from_window?,
+            };
             if let Some(last) = events.last() {
                 self.after = last.revision();
                 return Ok(events);

@@ -460,8 +460,8 @@ impl Store for EtcdStore {
         .await
     }
 
-    fn get(&self, key: &str) -> Option<KeyValue> {
-        self.cache.get(key)
+    fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        Ok(self.cache.get(key))
     }
 
     fn list(&self, prefix: &str, options: &ListOptions) -> Result<ListResult> {

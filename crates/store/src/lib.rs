@@ -7,8 +7,11 @@
 //!
 //! [`Store`] is the contract the API server is written against. The embedded
 //! backend, [`SqliteStore`], keeps the durable revision log in SQLite (WAL mode,
-//! one fsync per group of writes) and serves every read and watch from the
-//! in-memory [`WatchCache`], so the hot path never touches the disk.
+//! one fsync per group of writes), reads gets and lists from it, and serves
+//! watches from an in-memory [`EventWindow`] of recent events, so memory
+//! grows with the rate of change rather than with the number of objects.
+//! The etcd backend, [`EtcdStore`], keeps every key in a [`WatchCache`], as
+//! kube-apiserver does in front of etcd.
 #![forbid(unsafe_code)]
 
 mod cache;
@@ -22,7 +25,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-pub use cache::{Watch, WatchCache};
+pub use cache::{Backfill, EventWindow, Watch, WatchCache};
 pub use etcd::{DEFAULT_ENDPOINT as DEFAULT_ETCD_ENDPOINT, DEFAULT_PREFIX as DEFAULT_ETCD_PREFIX};
 pub use etcd::{EtcdOptions, EtcdStore};
 pub use packed::Packed;
@@ -133,7 +136,7 @@ pub trait Store: Send + Sync + 'static {
     /// Removes `key`; returns its last value at the deletion's revision.
     async fn delete(&self, key: &str, precondition: DeletePrecondition) -> Result<KeyValue>;
     /// The newest value of `key`.
-    fn get(&self, key: &str) -> Option<KeyValue>;
+    fn get(&self, key: &str) -> Result<Option<KeyValue>>;
     /// Keys under `prefix`, consistent at one revision.
     fn list(&self, prefix: &str, options: &ListOptions) -> Result<ListResult>;
     /// Events under `prefix` with revisions greater than `after`.

@@ -4,22 +4,30 @@
 //! and a row with `deleted = 1` is a tombstone. A single writer thread owns
 //! the connection and commits queued writes in groups: one transaction and
 //! one fsync (WAL, `synchronous=FULL`) per group, and no write is
-//! acknowledged before its group is durable. Reads never touch SQLite: the
-//! writer feeds each committed group into the [`WatchCache`].
+//! acknowledged before its group is durable.
+//!
+//! Gets and lists read the table through a small pool of read-only
+//! connections, each in its own snapshot (WAL readers never block the
+//! writer). The writer feeds each committed group into the [`EventWindow`]
+//! that watches are served from; a watch that starts before the window
+//! reads its first events from the table. Memory holds only what changed
+//! recently, never every object.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use rusqlite::{Connection, OptionalExtension, params};
+use parking_lot::Mutex;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, TransactionBehavior, params};
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
-use crate::cache::{Watch, WatchCache};
+use crate::cache::{Backfill, EventWindow, Watch};
 use crate::{
     DeletePrecondition, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision,
     Store, StoreError,
@@ -28,8 +36,8 @@ use crate::{
 /// Tuning for [`SqliteStore`].
 #[derive(Clone, Debug)]
 pub struct SqliteOptions {
-    /// How many recent events the watch cache keeps for watch resumption and
-    /// reads at older revisions.
+    /// How many recent events the watch window keeps in memory. Watches
+    /// from older revisions (back to the last compaction) read the log.
     pub history_capacity: usize,
     /// How often history older than one interval is compacted; `None` never.
     pub compaction_interval: Option<Duration>,
@@ -69,9 +77,28 @@ enum Request {
 }
 
 pub struct SqliteStore {
-    cache: Arc<WatchCache>,
+    window: Arc<EventWindow>,
+    log: Arc<LogReader>,
     writer: mpsc::Sender<Request>,
     path: PathBuf,
+}
+
+/// Idle read connections kept for reuse; more are opened under load and
+/// closed after.
+const IDLE_READERS: usize = 4;
+/// Page cache of each read connection (KiB). The operating system caches
+/// the file too; this only saves system calls on hot pages.
+const READER_CACHE_KIB: i64 = 1024;
+/// Most events a watch reads from the log at once.
+const BACKFILL_BATCH: usize = 1000;
+
+/// Reads of the revision log: gets, lists and watch backfill, each in a
+/// snapshot of its own.
+struct LogReader {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+    /// History at or below this revision is compacted away.
+    compacted: AtomicI64,
 }
 
 const SCHEMA: &str = "
@@ -88,7 +115,8 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 ";
 
 impl SqliteStore {
-    /// Opens (or creates) the store in `dir`, replaying the log into memory.
+    /// Opens (or creates) the store in `dir`, loading the recent history
+    /// into the event window; state stays on disk.
     pub fn open(dir: &Path, options: SqliteOptions) -> Result<Arc<Self>> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join("flotilla.db");
@@ -110,52 +138,40 @@ impl SqliteStore {
             })?;
         let revision = newest.max(compacted);
 
-        let mut state = Vec::new();
-        {
-            let mut stmt = conn.prepare(
-                "SELECT key, value, create_revision, revision FROM log
-                 WHERE revision IN (SELECT MAX(revision) FROM log GROUP BY key) AND deleted = 0",
-            )?;
-            let rows = stmt.query_map([], |r| {
-                Ok(KeyValue {
-                    key: Arc::from(r.get::<_, String>(0)?),
-                    value: Bytes::from(r.get::<_, Vec<u8>>(1)?),
-                    create_revision: r.get(2)?,
-                    mod_revision: r.get(3)?,
-                })
-            })?;
-            for row in rows {
-                state.push(row?);
-            }
-        }
-
-        // Reload the recent history so watches resume across restarts.
+        // Reload the recent history so that watches resume across restarts
+        // without reading the log.
         let history_from = compacted.max(revision - options.history_capacity as Revision);
-        let history = load_history(&conn, history_from)?;
+        let history = load_history(&conn, history_from, None, None)?;
         info!(
             path = %path.display(),
             revision,
-            keys = state.len(),
             history = history.len(),
             "opened embedded store"
         );
-        let cache = Arc::new(WatchCache::new(
-            state,
+        let log = Arc::new(LogReader {
+            path: path.clone(),
+            idle: Mutex::new(Vec::new()),
+            compacted: AtomicI64::new(compacted),
+        });
+        let window = Arc::new(EventWindow::new(
             history,
             revision,
             history_from,
             options.history_capacity,
+            log.clone(),
         ));
 
         let (writer, requests) = mpsc::channel();
-        let writer_cache = cache.clone();
+        let writer_window = window.clone();
+        let writer_log = log.clone();
         let max_batch = options.max_batch.max(1);
         std::thread::Builder::new()
             .name("flotilla-store-writer".into())
-            .spawn(move || writer_loop(conn, writer_cache, requests, max_batch))?;
+            .spawn(move || writer_loop(conn, writer_window, writer_log, requests, max_batch))?;
 
         let store = Arc::new(SqliteStore {
-            cache,
+            window,
+            log,
             writer,
             path,
         });
@@ -183,18 +199,43 @@ impl SqliteStore {
 
 impl Drop for SqliteStore {
     fn drop(&mut self) {
-        self.cache.close();
+        self.window.close();
     }
 }
 
-fn load_history(conn: &Connection, after: Revision) -> Result<Vec<Event>> {
-    let mut stmt = conn.prepare(
-        "SELECT l.revision, l.key, l.deleted, l.create_revision, l.value,
-                p.revision, p.create_revision, p.value
-         FROM log l LEFT JOIN log p ON p.revision = l.prev_revision
-         WHERE l.revision > ?1 ORDER BY l.revision",
-    )?;
-    let rows = stmt.query_map([after], |r| {
+/// The first key after every key under `prefix` (`None`: no bound).
+/// SQLite compares text as bytes, and UTF-8 bytes sort as code points do.
+fn prefix_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = (last as u32 + 1..=char::MAX as u32).find_map(char::from_u32);
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+const HISTORY_SELECT: &str = "SELECT l.revision, l.key, l.deleted, l.create_revision, l.value,
+        p.revision, p.create_revision, p.value
+     FROM log l LEFT JOIN log p ON p.revision = l.prev_revision
+     WHERE l.revision > ?1 AND l.key >= ?2 AND (?3 IS NULL OR l.key < ?3)
+     ORDER BY l.revision LIMIT ?4";
+
+/// Events after revision `after`, oldest first: under `prefix` if given,
+/// at most `limit` if given.
+fn load_history(
+    conn: &Connection,
+    after: Revision,
+    prefix: Option<&str>,
+    limit: Option<usize>,
+) -> Result<Vec<Event>> {
+    let prefix = prefix.unwrap_or("");
+    let end = prefix_end(prefix);
+    let limit = limit.map_or(-1, |l| l as i64);
+    let mut stmt = conn.prepare_cached(HISTORY_SELECT)?;
+    let rows = stmt.query_map(params![after, prefix, end, limit], |r| {
         let key: Arc<str> = Arc::from(r.get::<_, String>(1)?);
         let deleted: bool = r.get(2)?;
         let kv = KeyValue {
@@ -229,9 +270,171 @@ fn load_history(conn: &Connection, after: Revision) -> Result<Vec<Event>> {
     Ok(events)
 }
 
+/// The newest row of `key` (a tombstone included), read in `conn`'s
+/// current transaction.
+fn newest_row(conn: &Connection, key: &str) -> Result<Option<(bool, KeyValue)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT revision, create_revision, deleted, value FROM log
+         WHERE key = ?1 ORDER BY revision DESC LIMIT 1",
+    )?;
+    let row = stmt
+        .query_row([key], |r| {
+            Ok((
+                r.get::<_, bool>(2)?,
+                KeyValue {
+                    key: Arc::from(key),
+                    mod_revision: r.get(0)?,
+                    create_revision: r.get(1)?,
+                    value: Bytes::from(r.get::<_, Vec<u8>>(3)?),
+                },
+            ))
+        })
+        .optional()?;
+    Ok(row)
+}
+
+/// The store's revision and compaction point as `conn`'s snapshot sees
+/// them. A compacted tombstone may have been the newest row, so the
+/// revision is at least the compaction point.
+fn snapshot_revisions(conn: &Connection) -> Result<(Revision, Revision)> {
+    let compacted: Revision = conn
+        .prepare_cached("SELECT value FROM meta WHERE name = 'compacted'")?
+        .query_row([], |r| r.get(0))
+        .optional()?
+        .unwrap_or(0);
+    let newest: Revision = conn
+        .prepare_cached("SELECT COALESCE(MAX(revision), 0) FROM log")?
+        .query_row([], |r| r.get(0))?;
+    Ok((newest.max(compacted), compacted))
+}
+
+/// The newest row of each key under the range, as of a revision, live
+/// rows only, in key order.
+const LIST_SELECT: &str = "SELECT key, value, create_revision, revision FROM log l
+     WHERE key >= ?1 AND key > ?2 AND (?3 IS NULL OR key < ?3)
+       AND revision = (SELECT MAX(n.revision) FROM log n
+                       WHERE n.key = l.key AND n.revision <= ?4)
+       AND deleted = 0
+     ORDER BY key LIMIT ?5";
+
+fn list_row(r: &Row<'_>) -> rusqlite::Result<KeyValue> {
+    Ok(KeyValue {
+        key: Arc::from(r.get::<_, String>(0)?),
+        value: Bytes::from(r.get::<_, Vec<u8>>(1)?),
+        create_revision: r.get(2)?,
+        mod_revision: r.get(3)?,
+    })
+}
+
+impl LogReader {
+    fn open_connection(&self) -> Result<Connection> {
+        let conn = Connection::open_with_flags(
+            &self.path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(Duration::from_secs(5))?;
+        conn.pragma_update(None, "cache_size", -READER_CACHE_KIB)?;
+        Ok(conn)
+    }
+
+    /// Runs `read` in one snapshot of the log on a pooled connection.
+    fn read<T>(&self, read: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let pooled = self.idle.lock().pop();
+        let mut conn = match pooled {
+            Some(conn) => conn,
+            None => self.open_connection()?,
+        };
+        let result = (|| {
+            let tx = conn.transaction()?;
+            let value = read(&tx)?;
+            tx.finish()?;
+            Ok(value)
+        })();
+        let mut idle = self.idle.lock();
+        if idle.len() < IDLE_READERS {
+            idle.push(conn);
+        }
+        result
+    }
+
+    fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        self.read(|conn| {
+            Ok(newest_row(conn, key)?.and_then(|(deleted, kv)| (!deleted).then_some(kv)))
+        })
+    }
+
+    fn list(&self, prefix: &str, options: &ListOptions) -> Result<ListResult> {
+        self.read(|conn| {
+            let (newest, compacted) = snapshot_revisions(conn)?;
+            let revision = match options.revision {
+                Some(rev) if rev < compacted => {
+                    return Err(StoreError::Compacted {
+                        requested: rev,
+                        oldest: compacted,
+                    });
+                }
+                Some(rev) => rev.min(newest),
+                None => newest,
+            };
+            let limit = options.limit.filter(|l| *l > 0);
+            let after = options.start_after.as_deref().unwrap_or("");
+            let mut stmt = conn.prepare_cached(LIST_SELECT)?;
+            let rows = stmt.query_map(
+                params![
+                    prefix,
+                    after,
+                    prefix_end(prefix),
+                    revision,
+                    // One more than asked, to tell whether more remain.
+                    limit.map_or(-1, |l| l as i64 + 1)
+                ],
+                list_row,
+            )?;
+            let mut items = Vec::new();
+            for row in rows {
+                items.push(row?);
+            }
+            let more = limit.is_some_and(|l| items.len() > l);
+            if let Some(l) = limit {
+                items.truncate(l);
+            }
+            Ok(ListResult {
+                items,
+                revision,
+                more,
+            })
+        })
+    }
+}
+
+impl Backfill for LogReader {
+    fn events_after(&self, prefix: &str, after: Revision) -> Result<(Vec<Event>, Revision)> {
+        self.read(|conn| {
+            let (newest, compacted) = snapshot_revisions(conn)?;
+            if after < compacted {
+                return Err(StoreError::Compacted {
+                    requested: after,
+                    oldest: compacted,
+                });
+            }
+            let events = load_history(conn, after, Some(prefix), Some(BACKFILL_BATCH))?;
+            let seen = match events.last() {
+                Some(last) if events.len() == BACKFILL_BATCH => last.revision(),
+                _ => newest,
+            };
+            Ok((events, seen))
+        })
+    }
+
+    fn compacted(&self) -> Revision {
+        self.compacted.load(Ordering::Acquire)
+    }
+}
+
 fn writer_loop(
     mut conn: Connection,
-    cache: Arc<WatchCache>,
+    window: Arc<EventWindow>,
+    log: Arc<LogReader>,
     requests: mpsc::Receiver<Request>,
     max_batch: usize,
 ) {
@@ -243,33 +446,36 @@ fn writer_loop(
                 Request::Write(op, reply) => batch.push((op, reply)),
                 Request::Compact(rev, reply) => {
                     // Commit what is queued before compacting.
-                    commit_batch(&mut conn, &cache, std::mem::take(&mut batch));
-                    let _ = reply.send(compact(&mut conn, &cache, rev));
+                    commit_batch(&mut conn, &window, std::mem::take(&mut batch));
+                    let _ = reply.send(compact(&mut conn, &window, &log, rev));
                 }
             }
             if batch.len() < max_batch {
                 next = requests.try_recv().ok();
             }
         }
-        commit_batch(&mut conn, &cache, batch);
+        commit_batch(&mut conn, &window, batch);
     }
     debug!("store writer stopped");
 }
 
 type Reply = oneshot::Sender<Result<KeyValue>>;
 
-fn commit_batch(conn: &mut Connection, cache: &WatchCache, batch: Vec<(Op, Reply)>) {
+fn commit_batch(conn: &mut Connection, window: &EventWindow, batch: Vec<(Op, Reply)>) {
     if batch.is_empty() {
         return;
     }
-    let mut revision = cache.revision();
+    let mut revision = window.revision();
     // Keys written earlier in this batch, visible to later ops in it.
     let mut overlay: HashMap<String, Option<KeyValue>> = HashMap::new();
     let mut events = Vec::new();
     let mut outcomes: Vec<(Reply, Result<KeyValue>)> = Vec::with_capacity(batch.len());
 
     let result = (|| -> Result<()> {
-        let tx = conn.transaction()?;
+        // IMMEDIATE: take the write lock before the first read. A deferred
+        // transaction that reads first and then writes gets SQLITE_BUSY at
+        // once, without waiting, when a reader holds the WAL lock briefly.
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         {
             let mut insert = tx.prepare_cached(
                 "INSERT INTO log (revision, key, deleted, create_revision, prev_revision, value)
@@ -283,7 +489,9 @@ fn commit_batch(conn: &mut Connection, cache: &WatchCache, batch: Vec<(Op, Reply
                 };
                 let current = match overlay.get(&key) {
                     Some(v) => v.clone(),
-                    None => cache.get(&key),
+                    None => {
+                        newest_row(&tx, &key)?.and_then(|(deleted, kv)| (!deleted).then_some(kv))
+                    }
                 };
                 let planned = plan(op, &key, current, revision + 1);
                 let event = match planned {
@@ -316,7 +524,7 @@ fn commit_batch(conn: &mut Connection, cache: &WatchCache, batch: Vec<(Op, Reply
 
     match result {
         Ok(()) => {
-            cache.apply(events);
+            window.apply(events);
             for (reply, outcome) in outcomes {
                 let _ = reply.send(outcome);
             }
@@ -395,9 +603,14 @@ fn plan(op: Op, key: &str, current: Option<KeyValue>, revision: Revision) -> Res
     }
 }
 
-fn compact(conn: &mut Connection, cache: &WatchCache, revision: Revision) -> Result<()> {
-    let revision = revision.min(cache.revision());
-    let tx = conn.transaction()?;
+fn compact(
+    conn: &mut Connection,
+    window: &EventWindow,
+    log: &LogReader,
+    revision: Revision,
+) -> Result<()> {
+    let revision = revision.min(window.revision());
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     // Drop superseded rows and tombstones at or below the compaction point;
     // the newest live row of every key stays.
     let removed = tx.execute(
@@ -411,7 +624,8 @@ fn compact(conn: &mut Connection, cache: &WatchCache, revision: Revision) -> Res
         [revision],
     )?;
     tx.commit()?;
-    cache.compact(revision);
+    log.compacted.fetch_max(revision, Ordering::AcqRel);
+    window.compact(revision);
     debug!(revision, removed, "compacted");
     Ok(())
 }
@@ -443,24 +657,24 @@ impl Store for SqliteStore {
         .await
     }
 
-    fn get(&self, key: &str) -> Option<KeyValue> {
-        self.cache.get(key)
+    fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        self.log.get(key)
     }
 
     fn list(&self, prefix: &str, options: &ListOptions) -> Result<ListResult> {
-        self.cache.list(prefix, options)
+        self.log.list(prefix, options)
     }
 
     fn watch(&self, prefix: &str, after: Revision) -> Result<Watch> {
-        self.cache.watch(prefix, after)
+        self.window.watch(prefix, after)
     }
 
     fn current_revision(&self) -> Revision {
-        self.cache.revision()
+        self.window.revision()
     }
 
     fn compacted_revision(&self) -> Revision {
-        self.cache.compacted()
+        self.log.compacted()
     }
 
     async fn compact(&self, revision: Revision) -> Result<()> {

@@ -69,6 +69,7 @@ on_both!(
     concurrent_writers_get_distinct_revisions,
     large_values_read_back_exactly,
     a_watch_far_behind_gets_every_event_in_order,
+    writes_succeed_while_readers_list_and_get,
 );
 
 fn open(dir: &std::path::Path) -> Arc<SqliteStore> {
@@ -117,7 +118,7 @@ async fn revisions_are_global_and_cas_is_enforced(backend: &Backend) {
         .await
         .unwrap();
     assert_eq!(gone.value, b("2"));
-    assert!(store.get("/a").is_none());
+    assert!(store.get("/a").unwrap().is_none());
     assert!(matches!(
         store.update("/a", b("3"), gone.mod_revision).await,
         Err(StoreError::NotFound(_))
@@ -131,7 +132,11 @@ async fn list_at_an_older_revision_and_paginate(backend: &Backend) {
     }
     let at = store.current_revision();
     store
-        .update("/p/3", b("v2"), store.get("/p/3").unwrap().mod_revision)
+        .update(
+            "/p/3",
+            b("v2"),
+            store.get("/p/3").unwrap().unwrap().mod_revision,
+        )
         .await
         .unwrap();
     store
@@ -251,8 +256,8 @@ async fn state_history_and_compaction_survive_reopen() {
     // The writer thread lets go of the database when the store is dropped.
     let store = open(dir.path());
     assert_eq!(store.current_revision(), final_rev);
-    assert_eq!(store.get("/k/a").unwrap().value, b("2"));
-    assert!(store.get("/k/b").is_none());
+    assert_eq!(store.get("/k/a").unwrap().unwrap().value, b("2"));
+    assert!(store.get("/k/b").unwrap().is_none());
     assert_eq!(store.compacted_revision(), rev_after_create);
     // Watches resume from before the restart.
     let mut watch = store.watch("/k/", rev_after_create).unwrap();
@@ -324,7 +329,7 @@ async fn write_large_values(store: &dyn Store) -> i64 {
             .update("/p/a", big("a2"), a.mod_revision)
             .await
             .unwrap();
-        assert_eq!(store.get("/p/a").unwrap().value, big("a2"));
+        assert_eq!(store.get("/p/a").unwrap().unwrap().value, big("a2"));
         let gone = store
             .delete("/p/b", DeletePrecondition::default())
             .await
@@ -389,7 +394,7 @@ async fn a_large_family_of_values_reads_back_exactly() {
             store.create(&key(i), big(&format!("w{i}"))).await.unwrap();
         }
         for i in (0..150).step_by(3) {
-            let kv = store.get(&key(i)).unwrap();
+            let kv = store.get(&key(i)).unwrap().unwrap();
             store
                 .update(&key(i), big(&format!("w{i}-v2")), kv.mod_revision)
                 .await
@@ -480,9 +485,9 @@ async fn the_etcd_store_keeps_its_state_across_a_restart_and_expires_older_watch
     };
     let store = open_etcd(&etcd).await;
     assert_eq!(store.current_revision(), final_rev);
-    let a = store.get("/k/a").unwrap();
+    let a = store.get("/k/a").unwrap().unwrap();
     assert_eq!((a.value, a.create_revision), (b("2"), created));
-    assert!(store.get("/k/b").is_none());
+    assert!(store.get("/k/b").unwrap().is_none());
     // A restarted replica holds no history, as kube-apiserver's watch cache
     // after a restart: older watches get 410 Expired and relist.
     assert!(matches!(
@@ -506,7 +511,10 @@ async fn replicas_on_one_etcd_see_each_others_writes_and_conflict() {
         .expect("the other replica's write within 5 s")
         .unwrap();
     assert_eq!(events[0].kv.key.as_ref(), "/r/a");
-    assert_eq!(two.get("/r/a").unwrap().mod_revision, a.mod_revision);
+    assert_eq!(
+        two.get("/r/a").unwrap().unwrap().mod_revision,
+        a.mod_revision
+    );
     two.update("/r/a", b("2"), a.mod_revision).await.unwrap();
     assert!(matches!(
         one.update("/r/a", b("3"), a.mod_revision).await,
@@ -553,4 +561,144 @@ async fn the_etcd_store_keeps_serving_when_one_of_three_members_dies() {
             .len(),
         21
     );
+}
+
+/// The embedded store keeps only a window of events in memory; a watch or
+/// list from before it reads the log, back to the last compaction, and
+/// across a restart.
+#[tokio::test]
+async fn the_embedded_store_serves_watches_and_lists_from_before_its_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = SqliteOptions {
+        compaction_interval: None,
+        history_capacity: 16,
+        ..Default::default()
+    };
+    let store = SqliteStore::open(dir.path(), options.clone()).unwrap();
+    let start = store.current_revision();
+    // More events under the prefix than one read of the log returns, with
+    // other keys in between.
+    for i in 0..1_100 {
+        store.create(&format!("/w/{i:04}"), b("1")).await.unwrap();
+        if i % 4 == 0 {
+            store.create(&format!("/x/{i:04}"), b("1")).await.unwrap();
+        }
+    }
+    let middle = store.current_revision();
+    let first = store.get("/w/0000").unwrap().unwrap();
+    store
+        .update("/w/0000", b("2"), first.mod_revision)
+        .await
+        .unwrap();
+    store
+        .delete("/w/0001", DeletePrecondition::default())
+        .await
+        .unwrap();
+    let end = store.current_revision();
+
+    let read_all = |store: Arc<SqliteStore>| async move {
+        let mut watch = store.watch("/w/", start).unwrap();
+        let mut events = Vec::new();
+        while events.last().map(|e: &flotilla_store::Event| e.revision()) != Some(end) {
+            let batch = tokio::time::timeout(Duration::from_secs(5), watch.next())
+                .await
+                .expect("events within 5 s")
+                .unwrap();
+            events.extend(batch);
+        }
+        events
+    };
+    for events in [read_all(store.clone()).await, {
+        drop(store);
+        let reopened = SqliteStore::open(dir.path(), options.clone()).unwrap();
+        read_all(reopened).await
+    }] {
+        assert_eq!(events.len(), 1_102);
+        assert!(events.iter().all(|e| e.kv.key.starts_with("/w/")));
+        assert!(events.windows(2).all(|w| w[0].revision() < w[1].revision()));
+        let update = &events[1_100];
+        assert_eq!((update.kind, &*update.kv.key), (EventKind::Put, "/w/0000"));
+        assert_eq!(update.prev.as_ref().unwrap().value, b("1"));
+        let delete = &events[1_101];
+        assert_eq!(
+            (delete.kind, &*delete.kv.key),
+            (EventKind::Delete, "/w/0001")
+        );
+        assert_eq!(delete.kv.value, b("1"));
+    }
+
+    let store = SqliteStore::open(dir.path(), options).unwrap();
+    let then = store
+        .list(
+            "/w/",
+            &ListOptions {
+                revision: Some(middle),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!((then.items.len(), then.revision), (1_100, middle));
+    assert_eq!(then.items[0].value, b("1"));
+    let now = store.list("/w/", &ListOptions::default()).unwrap();
+    assert_eq!((now.items.len(), now.revision), (1_099, end));
+    assert_eq!(now.items[0].value, b("2"));
+    assert!(store.get("/w/0001").unwrap().is_none());
+
+    store.compact(middle).await.unwrap();
+    assert!(matches!(
+        store.watch("/w/", start),
+        Err(StoreError::Compacted { .. })
+    ));
+    let mut watch = store.watch("/w/", middle).unwrap();
+    let batch = watch.next().await.unwrap();
+    assert_eq!(batch.len(), 2);
+}
+
+/// Writers never fail while readers list and get the same keys: the
+/// embedded store reads through its own connections beside the writer.
+async fn writes_succeed_while_readers_list_and_get(backend: &Backend) {
+    let store = backend.open().await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for r in 0..6 {
+        let store = store.clone();
+        let stop = stop.clone();
+        readers.push(tokio::spawn(async move {
+            let mut reads = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if r % 2 == 0 {
+                    store.list("/rw/", &ListOptions::default()).unwrap();
+                } else {
+                    store.get(&format!("/rw/{r}/0")).unwrap();
+                }
+                reads += 1;
+                tokio::task::yield_now().await;
+            }
+            reads
+        }));
+    }
+    let mut writers = Vec::new();
+    for w in 0..16 {
+        let store = store.clone();
+        writers.push(tokio::spawn(async move {
+            for i in 0..150 {
+                let key = format!("/rw/{w}/{i}");
+                let created = store.create(&key, b("v")).await.unwrap();
+                store
+                    .update(&key, b("w"), created.mod_revision)
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for r in readers {
+        assert!(r.await.unwrap() > 0);
+    }
+    let listed = store.list("/rw/", &ListOptions::default()).unwrap();
+    assert_eq!(listed.items.len(), 16 * 150);
+    assert!(listed.items.iter().all(|kv| kv.value == b("w")));
 }
