@@ -189,10 +189,16 @@ impl Inner {
 /// Older events for a watch that starts before the window: the embedded
 /// store's revision log.
 pub trait Backfill: Send + Sync {
-    /// Up to a batch of events under `prefix` after `after`, oldest first,
-    /// and the revision read up to when fewer than a batch came back.
-    /// `Compacted` when `after` is older than the history kept.
-    fn events_after(&self, prefix: &str, after: Revision) -> Result<(Vec<Event>, Revision)>;
+    /// Up to a batch of events under `prefix` after `after` and at or
+    /// below `until` (what the window has applied), oldest first, and the
+    /// revision read up to. `Compacted` when `after` is older than the
+    /// history kept.
+    fn events_after(
+        &self,
+        prefix: &str,
+        after: Revision,
+        until: Revision,
+    ) -> Result<(Vec<Event>, Revision)>;
     /// History at or below this revision is gone.
     fn compacted(&self) -> Revision;
 }
@@ -265,6 +271,12 @@ impl Core {
 
     fn compacted(&self) -> Revision {
         self.inner.read().compacted
+    }
+
+    /// The newest value held for `key`, if it is live.
+    fn latest(&self, key: &str) -> Option<KeyValue> {
+        let entry = self.inner.read().latest.get(key).cloned();
+        entry.map(|e| e.unpack())
     }
 
     fn apply(&self, events: Vec<Event>) {
@@ -470,8 +482,7 @@ impl WatchCache {
     }
 
     pub fn get(&self, key: &str) -> Option<KeyValue> {
-        let entry = self.core.inner.read().latest.get(key).cloned();
-        entry.map(|e| e.unpack())
+        self.core.latest(key)
     }
 
     /// Applies committed events (ascending revisions) and wakes watchers.
@@ -590,8 +601,15 @@ impl EventWindow {
         }
     }
 
+    /// The revision of the newest event applied: what reads may show.
     pub fn revision(&self) -> Revision {
         self.core.revision()
+    }
+
+    /// The current value of `key` when its newest event is in the window
+    /// and is not a deletion. `None` tells nothing: read the backend.
+    pub fn recent(&self, key: &str) -> Option<KeyValue> {
+        self.core.latest(key)
     }
 
     /// Applies committed events (ascending revisions) and wakes watchers.
@@ -638,7 +656,8 @@ impl Watch {
             let from_window = self.core.events_after(&self.prefix, self.after);
             let (events, seen) = match (from_window, &self.backfill) {
                 (Err(StoreError::Compacted { .. }), Some(backfill)) => {
-                    let (events, seen) = backfill.events_after(&self.prefix, self.after)?;
+                    let (events, seen) =
+                        backfill.events_after(&self.prefix, self.after, self.core.revision())?;
                     if events.is_empty() {
                         // Read up to `seen`, which the window has reached:
                         // go on from the window.

@@ -23,6 +23,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::Mutex;
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, TransactionBehavior, params};
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
@@ -124,6 +125,7 @@ impl SqliteStore {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.busy_timeout(Duration::from_secs(5))?;
+        stable_plans(&conn)?;
         conn.execute_batch(SCHEMA)?;
 
         let compacted: Revision = conn
@@ -141,7 +143,7 @@ impl SqliteStore {
         // Reload the recent history so that watches resume across restarts
         // without reading the log.
         let history_from = compacted.max(revision - options.history_capacity as Revision);
-        let history = load_history(&conn, history_from, None, None)?;
+        let history = load_history(&conn, (history_from, revision), None, None)?;
         info!(
             path = %path.display(),
             revision,
@@ -203,6 +205,14 @@ impl Drop for SqliteStore {
     }
 }
 
+/// Plans that do not depend on bound values. Without this SQLite
+/// re-prepares a cached statement such as `newest_row`'s on every run
+/// (its plan may depend on the key bound), which cost more than the read.
+fn stable_plans(conn: &Connection) -> Result<()> {
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+    Ok(())
+}
+
 /// The first key after every key under `prefix` (`None`: no bound).
 /// SQLite compares text as bytes, and UTF-8 bytes sort as code points do.
 fn prefix_end(prefix: &str) -> Option<String> {
@@ -220,14 +230,14 @@ fn prefix_end(prefix: &str) -> Option<String> {
 const HISTORY_SELECT: &str = "SELECT l.revision, l.key, l.deleted, l.create_revision, l.value,
         p.revision, p.create_revision, p.value
      FROM log l LEFT JOIN log p ON p.revision = l.prev_revision
-     WHERE l.revision > ?1 AND l.key >= ?2 AND (?3 IS NULL OR l.key < ?3)
-     ORDER BY l.revision LIMIT ?4";
+     WHERE l.revision > ?1 AND l.revision <= ?2 AND l.key >= ?3 AND (?4 IS NULL OR l.key < ?4)
+     ORDER BY l.revision LIMIT ?5";
 
-/// Events after revision `after`, oldest first: under `prefix` if given,
-/// at most `limit` if given.
+/// Events after revision `after` up to `until`, oldest first: under
+/// `prefix` if given, at most `limit` if given.
 fn load_history(
     conn: &Connection,
-    after: Revision,
+    (after, until): (Revision, Revision),
     prefix: Option<&str>,
     limit: Option<usize>,
 ) -> Result<Vec<Event>> {
@@ -235,7 +245,7 @@ fn load_history(
     let end = prefix_end(prefix);
     let limit = limit.map_or(-1, |l| l as i64);
     let mut stmt = conn.prepare_cached(HISTORY_SELECT)?;
-    let rows = stmt.query_map(params![after, prefix, end, limit], |r| {
+    let rows = stmt.query_map(params![after, until, prefix, end, limit], |r| {
         let key: Arc<str> = Arc::from(r.get::<_, String>(1)?);
         let deleted: bool = r.get(2)?;
         let kv = KeyValue {
@@ -270,15 +280,15 @@ fn load_history(
     Ok(events)
 }
 
-/// The newest row of `key` (a tombstone included), read in `conn`'s
-/// current transaction.
-fn newest_row(conn: &Connection, key: &str) -> Result<Option<(bool, KeyValue)>> {
+/// The newest row of `key` at or below revision `at` (a tombstone
+/// included), read in `conn`'s current transaction.
+fn newest_row(conn: &Connection, key: &str, at: Revision) -> Result<Option<(bool, KeyValue)>> {
     let mut stmt = conn.prepare_cached(
         "SELECT revision, create_revision, deleted, value FROM log
-         WHERE key = ?1 ORDER BY revision DESC LIMIT 1",
+         WHERE key = ?1 AND revision <= ?2 ORDER BY revision DESC LIMIT 1",
     )?;
     let row = stmt
-        .query_row([key], |r| {
+        .query_row(params![key, at], |r| {
             Ok((
                 r.get::<_, bool>(2)?,
                 KeyValue {
@@ -334,6 +344,7 @@ impl LogReader {
         )?;
         conn.busy_timeout(Duration::from_secs(5))?;
         conn.pragma_update(None, "cache_size", -READER_CACHE_KIB)?;
+        stable_plans(&conn)?;
         Ok(conn)
     }
 
@@ -357,15 +368,18 @@ impl LogReader {
         result
     }
 
-    fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+    /// `key` as of revision `at`.
+    fn get(&self, key: &str, at: Revision) -> Result<Option<KeyValue>> {
         self.read(|conn| {
-            Ok(newest_row(conn, key)?.and_then(|(deleted, kv)| (!deleted).then_some(kv)))
+            Ok(newest_row(conn, key, at)?.and_then(|(deleted, kv)| (!deleted).then_some(kv)))
         })
     }
 
-    fn list(&self, prefix: &str, options: &ListOptions) -> Result<ListResult> {
+    /// A list no newer than revision `at`.
+    fn list(&self, prefix: &str, options: &ListOptions, at: Revision) -> Result<ListResult> {
         self.read(|conn| {
             let (newest, compacted) = snapshot_revisions(conn)?;
+            let newest = newest.min(at);
             let revision = match options.revision {
                 Some(rev) if rev < compacted => {
                     return Err(StoreError::Compacted {
@@ -408,7 +422,12 @@ impl LogReader {
 }
 
 impl Backfill for LogReader {
-    fn events_after(&self, prefix: &str, after: Revision) -> Result<(Vec<Event>, Revision)> {
+    fn events_after(
+        &self,
+        prefix: &str,
+        after: Revision,
+        until: Revision,
+    ) -> Result<(Vec<Event>, Revision)> {
         self.read(|conn| {
             let (newest, compacted) = snapshot_revisions(conn)?;
             if after < compacted {
@@ -417,10 +436,11 @@ impl Backfill for LogReader {
                     oldest: compacted,
                 });
             }
-            let events = load_history(conn, after, Some(prefix), Some(BACKFILL_BATCH))?;
+            let until = until.min(newest);
+            let events = load_history(conn, (after, until), Some(prefix), Some(BACKFILL_BATCH))?;
             let seen = match events.last() {
                 Some(last) if events.len() == BACKFILL_BATCH => last.revision(),
-                _ => newest,
+                _ => until,
             };
             Ok((events, seen))
         })
@@ -487,11 +507,15 @@ fn commit_batch(conn: &mut Connection, window: &EventWindow, batch: Vec<(Op, Rep
                         key.clone()
                     }
                 };
+                // The window has applied every earlier group, so a key with
+                // an event in it needs no read.
                 let current = match overlay.get(&key) {
                     Some(v) => v.clone(),
-                    None => {
-                        newest_row(&tx, &key)?.and_then(|(deleted, kv)| (!deleted).then_some(kv))
-                    }
+                    None => match window.recent(&key) {
+                        Some(kv) => Some(kv),
+                        None => newest_row(&tx, &key, Revision::MAX)?
+                            .and_then(|(deleted, kv)| (!deleted).then_some(kv)),
+                    },
                 };
                 let planned = plan(op, &key, current, revision + 1);
                 let event = match planned {
@@ -657,12 +681,19 @@ impl Store for SqliteStore {
         .await
     }
 
+    // Reads show what the window has applied, no newer: a commit is in
+    // the log a moment before its events reach the window and watchers,
+    // and a read must not see a write that a later read (or watch) misses.
     fn get(&self, key: &str) -> Result<Option<KeyValue>> {
-        self.log.get(key)
+        let at = self.window.revision();
+        match self.window.recent(key) {
+            Some(kv) => Ok(Some(kv)),
+            None => self.log.get(key, at),
+        }
     }
 
     fn list(&self, prefix: &str, options: &ListOptions) -> Result<ListResult> {
-        self.log.list(prefix, options)
+        self.log.list(prefix, options, self.window.revision())
     }
 
     fn watch(&self, prefix: &str, after: Revision) -> Result<Watch> {
