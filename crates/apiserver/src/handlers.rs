@@ -348,11 +348,16 @@ pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
     }
 
     let prefix = r.collection_prefix(ctx.namespace.as_deref());
+    let output = request::negotiate(&ctx.headers, ctx.query.get("includeObject"))?;
+    // Without a filter, a JSON list is made of the stored bytes, undecoded.
+    let raw = filter.is_empty() && output == Output::Json;
     let mut items = Vec::new();
+    let mut raw_items: Vec<u8> = Vec::new();
+    let mut count = 0;
     let mut next_token = None;
     // Fill the page with matching objects, scanning in chunks at one revision.
     loop {
-        let want = limit.map(|l| (l - items.len()).max(if filter.is_empty() { 1 } else { 100 }));
+        let want = limit.map(|l| (l - count).max(if filter.is_empty() { 1 } else { 100 }));
         let page = store.list(
             &prefix,
             &ListOptions {
@@ -365,10 +370,23 @@ pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
         let last_key = page.items.last().map(|kv| kv.key.to_string());
         let mut consumed_all = true;
         for (i, kv) in page.items.iter().enumerate() {
-            let obj = objects::decode(r, kv)?;
-            if filter.matches(&obj) {
-                items.push(obj);
-                if limit.is_some_and(|l| items.len() >= l) {
+            let matched = if raw {
+                if count > 0 {
+                    raw_items.push(b',');
+                }
+                crate::raw::write_served(&mut raw_items, r, kv)?;
+                true
+            } else {
+                let obj = objects::decode(r, kv)?;
+                let matched = filter.matches(&obj);
+                if matched {
+                    items.push(obj);
+                }
+                matched
+            };
+            if matched {
+                count += 1;
+                if limit.is_some_and(|l| count >= l) {
                     let more_here = i + 1 < page.items.len();
                     if more_here || page.more {
                         next_token = Some(encode_continue(page.revision, &kv.key));
@@ -388,7 +406,28 @@ pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
     if let Some(t) = &next_token {
         list_meta["continue"] = json!(t);
     }
+    if raw {
+        return respond_raw_list(r, &list_meta, &raw_items);
+    }
     respond_list(ctx, items, list_meta)
+}
+
+/// A JSON list of items already rendered (comma-separated), in the key
+/// order `respond_list` writes.
+fn respond_raw_list(r: &ResourceInfo, list_meta: &Value, items: &[u8]) -> ApiResult<Response> {
+    let head = json!({"kind": r.list_kind, "apiVersion": r.api_version(), "metadata": list_meta});
+    let mut body = serde_json::to_vec(&head).map_err(|e| ApiError::internal(e.to_string()))?;
+    // Reopen the head object to append the items.
+    body.pop();
+    body.extend_from_slice(b",\"items\":[");
+    body.extend_from_slice(items);
+    body.extend_from_slice(b"]}");
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response())
 }
 
 fn respond_list(ctx: &Ctx, items: Vec<Value>, list_meta: Value) -> ApiResult<Response> {
@@ -427,8 +466,18 @@ pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
         .store
         .get(&ctx.key(ctx.name()))?
         .ok_or_else(|| ctx.not_found(ctx.name()))?;
+    let scale = ctx.subresource.as_deref() == Some("scale");
+    if !scale && request::negotiate(&ctx.headers, ctx.query.get("includeObject"))? == Output::Json {
+        let body = crate::raw::served(&ctx.resource, &kv)?;
+        return Ok((
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response());
+    }
     let obj = objects::decode(&ctx.resource, &kv)?;
-    if ctx.subresource.as_deref() == Some("scale") {
+    if scale {
         return respond_object(ctx, StatusCode::OK, &scale::view(&ctx.resource, &obj)?, &[]);
     }
     respond_object(ctx, StatusCode::OK, &obj, &[])
@@ -467,6 +516,9 @@ async fn check_namespace(ctx: &Ctx, creating: bool) -> ApiResult<()> {
     let Some(ns) = ctx.namespace.as_deref().filter(|_| ctx.resource.namespaced) else {
         return Ok(());
     };
+    if ctx.api.namespaces.is_active(ns) {
+        return Ok(());
+    }
     let key = format!("/core/namespaces/{ns}");
     let kv = ctx
         .api
@@ -1185,6 +1237,9 @@ pub(crate) async fn delete_one(
             {
                 Ok(kv) => {
                     let stored = objects::decode(&r, &kv)?;
+                    if namespace {
+                        ctx.api.namespaces.terminated(name, kv.mod_revision);
+                    }
                     if namespace && !already {
                         crate::namespace::spawn_finalizer(ctx.api.clone(), name.to_string());
                     }

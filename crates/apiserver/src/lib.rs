@@ -27,6 +27,7 @@ pub mod objects;
 pub mod openapi;
 pub mod patch;
 pub mod quantity;
+pub mod raw;
 pub mod request;
 pub mod resources;
 pub mod scale;

@@ -8,7 +8,7 @@
 //! does (unless someone else owns them), and refuses to change a field
 //! another manager owns unless forced.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::error::{ApiError, Cause};
 use crate::fieldset::{self, FieldSet, Path};
@@ -83,42 +83,56 @@ fn store_entries(obj: &mut Value, mut new: Vec<Entry>, old: &[Entry]) {
     }
 }
 
+/// Metadata the server sets: no manager owns it.
+const SERVER_SET_METADATA: [&str; 11] = [
+    "name",
+    "namespace",
+    "generateName",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "selfLink",
+];
+
 /// The part of an object whose fields managers own: no type meta, no
 /// server-set metadata, and only the part the write's scope may change.
+/// Built from the kept fields alone: the rest (managedFields above all)
+/// is never copied.
 fn ownable(obj: &Value, r: &ResourceInfo, scope: WriteScope) -> Value {
-    let mut v = obj.clone();
-    if let Some(o) = v.as_object_mut() {
-        o.remove("apiVersion");
-        o.remove("kind");
-        if let Some(Value::Object(m)) = o.get_mut("metadata") {
-            for f in [
-                "name",
-                "namespace",
-                "generateName",
-                "uid",
-                "resourceVersion",
-                "generation",
-                "creationTimestamp",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "managedFields",
-                "selfLink",
-            ] {
-                m.remove(f);
-            }
-            if m.is_empty() {
-                o.remove("metadata");
-            }
+    let Some(o) = obj.as_object() else {
+        return obj.clone();
+    };
+    let in_scope = |k: &str| match scope {
+        WriteScope::Status => k == "status",
+        _ if r.status_subresource => k != "status",
+        _ => true,
+    };
+    let mut out = Map::new();
+    for (k, v) in o {
+        if k == "apiVersion" || k == "kind" || !in_scope(k) {
+            continue;
         }
-        match scope {
-            WriteScope::Status => o.retain(|k, _| k == "status"),
-            _ if r.status_subresource => {
-                o.remove("status");
+        match (k.as_str(), v) {
+            ("metadata", Value::Object(m)) => {
+                let kept: Map<String, Value> = m
+                    .iter()
+                    .filter(|(f, _)| !SERVER_SET_METADATA.contains(&f.as_str()))
+                    .map(|(f, v)| (f.clone(), v.clone()))
+                    .collect();
+                if !kept.is_empty() {
+                    out.insert(k.clone(), Value::Object(kept));
+                }
             }
-            _ => {}
+            _ => {
+                out.insert(k.clone(), v.clone());
+            }
         }
     }
-    v
+    Value::Object(out)
 }
 
 fn subresource_name(scope: WriteScope) -> &'static str {

@@ -221,16 +221,22 @@ pub fn apply_schema(
     }
 }
 
-/// Everything but metadata and status: what a generation counts.
-fn spec_part(obj: &Value) -> Value {
-    let mut v = obj.clone();
-    if let Some(o) = v.as_object_mut() {
-        o.remove("metadata");
-        o.remove("status");
-        o.remove("apiVersion");
-        o.remove("kind");
-    }
-    v
+/// Whether anything but metadata and status (what a generation counts)
+/// differs between `a` and `b`; compared in place, without copies.
+fn spec_differs(a: &Value, b: &Value) -> bool {
+    const NOT_SPEC: [&str; 4] = ["metadata", "status", "apiVersion", "kind"];
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a != b;
+    };
+    let spec = |o: &'_ Map<String, Value>| {
+        o.iter()
+            .filter(|(k, _)| !NOT_SPEC.contains(&k.as_str()))
+            .count()
+    };
+    spec(a) != spec(b)
+        || a.iter()
+            .filter(|(k, _)| !NOT_SPEC.contains(&k.as_str()))
+            .any(|(k, v)| b.get(k) != Some(v))
 }
 
 /// Server-set fields on create.
@@ -383,7 +389,7 @@ pub fn prepare_update(r: &ResourceInfo, obj: &mut Value, old: &Value, scope: Wri
     {
         m.remove("finalizers");
     }
-    if r.uses_generation && spec_part(obj) != spec_part(old) {
+    if r.uses_generation && spec_differs(obj, old) {
         let g = old_meta
             .get("generation")
             .and_then(Value::as_i64)
@@ -530,5 +536,19 @@ mod tests {
         assert!(!equal_except_resource_version(&a, &c));
         let d = json!({"metadata": {"name": "a"}, "data": {"k": "w"}});
         assert!(!equal_except_resource_version(&a, &d));
+    }
+
+    #[test]
+    fn spec_differs_ignores_metadata_status_and_order() {
+        let a = json!({"kind": "X", "metadata": {"name": "a"}, "spec": {"r": 1}, "data": 2, "status": {"s": 1}});
+        let b = json!({"data": 2, "spec": {"r": 1}, "metadata": {"name": "b"}, "status": {"s": 2}});
+        assert!(!spec_differs(&a, &b));
+        let c = json!({"metadata": {"name": "a"}, "spec": {"r": 2}, "data": 2});
+        assert!(spec_differs(&a, &c));
+        let d = json!({"metadata": {"name": "a"}, "spec": {"r": 1}});
+        assert!(spec_differs(&a, &d));
+        assert!(spec_differs(&d, &a));
+        let e = json!({"metadata": {"name": "a"}, "spec": {"r": 1}, "extra": null, "data": 2});
+        assert!(spec_differs(&a, &e));
     }
 }

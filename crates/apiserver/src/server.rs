@@ -70,6 +70,8 @@ pub struct ApiServer {
     /// Serialises Service address assignment (read of the addresses in use,
     /// then the write that takes one).
     pub(crate) service_allocation: tokio::sync::Mutex<()>,
+    /// Active namespaces, so that writes need not read theirs.
+    pub(crate) namespaces: crate::namespace::ActiveNamespaces,
 }
 
 impl ApiServer {
@@ -84,12 +86,14 @@ impl ApiServer {
             config,
             address: RwLock::new(String::new()),
             service_allocation: tokio::sync::Mutex::new(()),
+            namespaces: Default::default(),
         });
         crate::crd::restore(&api)?;
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             handlers::ensure_namespace(&api, ns).await?;
         }
         crate::namespace::resume_terminating(&api);
+        crate::namespace::spawn_active_namespaces(api.clone());
         crate::gc::spawn(api.clone());
         Ok(api)
     }

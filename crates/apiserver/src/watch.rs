@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use flotilla_store::{Event, EventKind, ListOptions, Revision, StoreError};
+use flotilla_store::{Event, EventKind, KeyValue, ListOptions, Revision, StoreError};
 use http::{StatusCode, header};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -17,6 +17,7 @@ use tracing::debug;
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::{Ctx, Filter, invalid_list_options, parse_rv, partial_metadata};
 use crate::objects;
+use crate::raw;
 use crate::request::{self, Output};
 use crate::resources::ResourceInfo;
 use crate::table;
@@ -46,6 +47,28 @@ impl Encoder {
         }
     }
 
+    /// The line for a store event, or None when the filter hides it. With
+    /// no filter and the object served as stored, the line is made from
+    /// the stored bytes without decoding them.
+    fn event_line(
+        &mut self,
+        r: &ResourceInfo,
+        filter: &Filter,
+        event: &Event,
+    ) -> ApiResult<Option<Bytes>> {
+        if !(filter.is_empty() && matches!(self.output, Output::Json | Output::Yaml)) {
+            return Ok(classify(r, filter, event)?.map(|(kind, obj)| self.line(r, kind, &obj)));
+        }
+        // An empty filter matches every object: only the event says what it is.
+        let kind = match (event.kind, event.prev.is_some()) {
+            (EventKind::Delete, false) => return Ok(None),
+            (EventKind::Delete, true) => "DELETED",
+            (EventKind::Put, true) => "MODIFIED",
+            (EventKind::Put, false) => "ADDED",
+        };
+        Ok(Some(raw_line(r, kind, &event.kv)?))
+    }
+
     fn line(&mut self, r: &ResourceInfo, kind: &str, obj: &Value) -> Bytes {
         let object = self.object(r, obj);
         let mut bytes =
@@ -53,6 +76,17 @@ impl Encoder {
         bytes.push(b'\n');
         Bytes::from(bytes)
     }
+}
+
+/// `{"type": kind, "object": <the stored object as served>}` and a newline.
+fn raw_line(r: &ResourceInfo, kind: &str, kv: &KeyValue) -> ApiResult<Bytes> {
+    let mut bytes = Vec::with_capacity(kv.value.len() + 96);
+    bytes.extend_from_slice(b"{\"type\":\"");
+    bytes.extend_from_slice(kind.as_bytes());
+    bytes.extend_from_slice(b"\",\"object\":");
+    raw::write_served(&mut bytes, r, kv)?;
+    bytes.extend_from_slice(b"}\n");
+    Ok(Bytes::from(bytes))
 }
 
 fn bookmark(r: &ResourceInfo, rv: Revision, initial_end: bool) -> Bytes {
@@ -151,7 +185,12 @@ pub async fn serve(ctx: Ctx) -> ApiResult<Response> {
     let mut first: Vec<Bytes> = Vec::new();
     let start = if initial {
         let snapshot = store.list(&prefix, &ListOptions::default())?;
+        let raw = filter.is_empty() && matches!(output, Output::Json | Output::Yaml);
         for kv in &snapshot.items {
+            if raw {
+                first.push(raw_line(&r, "ADDED", kv)?);
+                continue;
+            }
             let obj = objects::decode(&r, kv)?;
             if filter.matches(&obj) {
                 first.push(encoder.line(&r, "ADDED", &obj));
@@ -217,8 +256,8 @@ pub async fn serve(ctx: Ctx) -> ApiResult<Response> {
                         }
                     };
                     for event in events.iter() {
-                        let line = match classify(&r, &filter, event) {
-                            Ok(Some((kind, obj))) => encoder.line(&r, kind, &obj),
+                        let line = match encoder.event_line(&r, &filter, event) {
+                            Ok(Some(line)) => line,
                             Ok(None) => continue,
                             Err(e) => error_line(&e),
                         };

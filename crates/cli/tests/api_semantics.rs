@@ -235,6 +235,60 @@ async fn finalizers_hold_deletion_and_namespaces_terminate() {
     .expect("the namespace goes once its content is gone");
 }
 
+/// A namespace deleted and created again takes content at once, and
+/// refuses it again as soon as it terminates a second time.
+#[tokio::test]
+async fn a_namespace_created_again_takes_content_again() {
+    let s = Server::start();
+    let c = s.client().await;
+    let namespaces: Api<Namespace> = Api::all(c.clone());
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "again");
+    for round in 0..2 {
+        namespaces
+            .create(
+                &PostParams::default(),
+                &obj(json!({"metadata": {"name": "again"}})),
+            )
+            .await
+            .unwrap();
+        cms.create(
+            &PostParams::default(),
+            &obj(json!({"metadata": {"name": format!("c{round}")}})),
+        )
+        .await
+        .unwrap();
+        namespaces
+            .delete("again", &DeleteParams::default())
+            .await
+            .unwrap();
+        let e = status_of(
+            cms.create(
+                &PostParams::default(),
+                &obj(json!({"metadata": {"name": "late"}})),
+            )
+            .await
+            .unwrap_err(),
+        );
+        assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
+        tokio::time::timeout(Duration::from_secs(20), async {
+            while namespaces.get_opt("again").await.unwrap().is_some() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .expect("the namespace goes once its content is gone");
+        let e = status_of(
+            cms.create(
+                &PostParams::default(),
+                &obj(json!({"metadata": {"name": "orphan"}})),
+            )
+            .await
+            .unwrap_err(),
+        );
+        assert_eq!((e.code, e.reason.as_str()), (404, "NotFound"));
+    }
+}
+
 #[tokio::test]
 async fn list_and_watch_options_are_validated() {
     let s = Server::start();

@@ -38,3 +38,4 @@ pub mod selector;
 pub mod status;
 pub mod taint_policy;
 pub mod time;
+pub mod writes;

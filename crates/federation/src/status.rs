@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
 use kube::ResourceExt;
-use kube::api::{Patch, PatchParams};
+
 use serde_json::{Value, json};
 use tracing::debug;
 
@@ -167,13 +167,12 @@ async fn reconcile(binding: Arc<Binding>, ctx: Ctx) -> Result<Next, Error> {
             "metadata": {"resourceVersion": binding.resource_version()},
             "status": {"aggregatedStatus": status.aggregated_status, "conditions": status.conditions},
         });
-        binding_api(&ctx, &binding)
-            .patch_status(
-                &binding.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await?;
+        crate::writes::merge_patch_status(
+            &binding_api(&ctx, &binding),
+            &binding.name_any(),
+            &patch,
+        )
+        .await?;
     }
     reflect_into_template(&ctx, &binding, &items).await?;
     Ok(None)
@@ -212,10 +211,7 @@ async fn reflect_into_template(
     }
     let api = template_api(ctx, binding).await?;
     let patch = json!({"status": aggregated});
-    match api
-        .patch_status(&r.name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
+    match crate::writes::merge_patch_status(&api, &r.name, &patch).await {
         Ok(_) => {
             debug!(kind = %r.kind, name = %r.name, "template status updated");
             Ok(())

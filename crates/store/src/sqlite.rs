@@ -350,17 +350,23 @@ impl LogReader {
 
     /// Runs `read` in one snapshot of the log on a pooled connection.
     fn read<T>(&self, read: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        self.read_on_connection(|conn| {
+            let tx = conn.transaction()?;
+            let value = read(&tx)?;
+            tx.finish()?;
+            Ok(value)
+        })
+    }
+
+    /// Runs `read` on a pooled read-only connection without a transaction
+    /// of its own: for one statement, which SQLite runs on one snapshot.
+    fn read_on_connection<T>(&self, read: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
         let pooled = self.idle.lock().pop();
         let mut conn = match pooled {
             Some(conn) => conn,
             None => self.open_connection()?,
         };
-        let result = (|| {
-            let tx = conn.transaction()?;
-            let value = read(&tx)?;
-            tx.finish()?;
-            Ok(value)
-        })();
+        let result = read(&mut conn);
         let mut idle = self.idle.lock();
         if idle.len() < IDLE_READERS {
             idle.push(conn);
@@ -370,7 +376,7 @@ impl LogReader {
 
     /// `key` as of revision `at`.
     fn get(&self, key: &str, at: Revision) -> Result<Option<KeyValue>> {
-        self.read(|conn| {
+        self.read_on_connection(|conn| {
             Ok(newest_row(conn, key, at)?.and_then(|(deleted, kv)| (!deleted).then_some(kv)))
         })
     }

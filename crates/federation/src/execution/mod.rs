@@ -14,7 +14,6 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -238,14 +237,7 @@ async fn write_status(api: &Api<Work>, work: &Work, status: WorkStatus) -> Resul
 
 /// Merge-patches a Work's status; a Work gone meanwhile is no error.
 pub async fn patch_status(api: &Api<Work>, work: &Work, patch: Value) -> Result<(), Error> {
-    match api
-        .patch_status(
-            &work.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
+    match crate::writes::merge_patch_status(api, &work.name_any(), &patch).await {
         Ok(_) => Ok(()),
         Err(e) if is_not_found(&e) => Ok(()),
         Err(e) => Err(e.into()),

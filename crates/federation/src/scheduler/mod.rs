@@ -192,7 +192,6 @@ async fn write_status(
         }
     });
     let name = binding.metadata.name.as_deref().unwrap_or_default();
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
+    crate::writes::merge_patch_status(api, name, &patch).await?;
     Ok(())
 }
