@@ -666,14 +666,14 @@ async fn create_object(
         return Ok(Written { obj, warnings });
     }
     let key = ctx.key(&name);
-    let kv = match ctx.api.store.create(&key, objects::encode(&obj)?).await {
+    let kv = match ctx.api.store.create(&key, objects::encode(&mut obj)?).await {
         Ok(kv) => kv,
         Err(StoreError::AlreadyExists(_)) => {
             return Err(ApiError::already_exists(&r.group, &r.plural, &name));
         }
         Err(e) => return Err(e.into()),
     };
-    let stored = objects::decode(&r, &kv)?;
+    let stored = objects::stamp(&r, obj, kv.mod_revision);
     crate::crd::after_write(&ctx.api, &r, &stored).await;
     Ok(Written {
         obj: stored,
@@ -797,11 +797,11 @@ where
             return Ok(Written { obj: old, warnings });
         }
         match store
-            .update(&key, objects::encode(&obj)?, current.mod_revision)
+            .update(&key, objects::encode(&mut obj)?, current.mod_revision)
             .await
         {
             Ok(kv) => {
-                let stored = objects::decode(&r, &kv)?;
+                let stored = objects::stamp(&r, obj, kv.mod_revision);
                 crate::crd::after_write(&ctx.api, &r, &stored).await;
                 return Ok(Written {
                     obj: stored,
@@ -1232,11 +1232,11 @@ pub(crate) async fn delete_one(
                 return Ok((obj, false));
             }
             match store
-                .update(&key, objects::encode(&obj)?, current.mod_revision)
+                .update(&key, objects::encode(&mut obj)?, current.mod_revision)
                 .await
             {
                 Ok(kv) => {
-                    let stored = objects::decode(&r, &kv)?;
+                    let stored = objects::stamp(&r, obj, kv.mod_revision);
                     if namespace {
                         ctx.api.namespaces.terminated(name, kv.mod_revision);
                     }
@@ -1331,7 +1331,7 @@ pub async fn ensure_namespace(api: &Arc<ApiServer>, name: &str) -> ApiResult<()>
     let mut obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name,
                           "labels": {"kubernetes.io/metadata.name": name}}});
     objects::prepare_create(&r, &mut obj);
-    match api.store.create(&key, objects::encode(&obj)?).await {
+    match api.store.create(&key, objects::encode(&mut obj)?).await {
         Ok(_) | Err(StoreError::AlreadyExists(_)) => Ok(()),
         Err(e) => Err(e.into()),
     }

@@ -4,7 +4,7 @@
 
 use base64::Engine;
 use bytes::Bytes;
-use flotilla_store::KeyValue;
+use flotilla_store::{KeyValue, Revision};
 use serde_json::{Map, Value, json};
 
 use crate::error::{ApiError, ApiResult, Cause};
@@ -16,27 +16,34 @@ use crate::value::strings_at;
 
 /// Decodes a stored object and stamps the revision as its resourceVersion.
 pub fn decode(r: &ResourceInfo, kv: &KeyValue) -> ApiResult<Value> {
-    let mut v: Value = serde_json::from_slice(&kv.value)
+    let v: Value = serde_json::from_slice(&kv.value)
         .map_err(|e| ApiError::internal(format!("stored object {} is corrupt: {e}", kv.key)))?;
+    Ok(stamp(r, v, kv.mod_revision))
+}
+
+/// An object as served at `revision`: type meta set, and the revision as
+/// its resourceVersion, placed as decoding the stored bytes places it.
+pub fn stamp(r: &ResourceInfo, mut v: Value, revision: Revision) -> Value {
     if let Some(o) = v.as_object_mut() {
         o.insert("apiVersion".into(), json!(r.api_version()));
         o.insert("kind".into(), json!(r.kind));
     }
     if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
+        m.shift_remove("resourceVersion");
+        m.insert("resourceVersion".into(), json!(revision.to_string()));
     }
-    Ok(v)
+    v
 }
 
-/// Encodes an object for storage; the resourceVersion is the store's revision, not data.
-pub fn encode(obj: &Value) -> ApiResult<Bytes> {
-    let mut obj = obj.clone();
+/// Encodes an object for storage; the resourceVersion is the store's
+/// revision, not data, and is taken out of `obj` (see [`stamp`]).
+pub fn encode(obj: &mut Value) -> ApiResult<Bytes> {
     if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove("resourceVersion");
+        m.shift_remove("resourceVersion");
     }
     // The store keeps this value for the object's lifetime: copy it out of
     // the serializer's doubling buffer so that capacity is not kept too.
-    serde_json::to_vec(&obj)
+    serde_json::to_vec(&*obj)
         .map(|v| Bytes::copy_from_slice(&v))
         .map_err(|e| ApiError::internal(e.to_string()))
 }

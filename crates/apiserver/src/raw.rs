@@ -87,7 +87,10 @@ pub fn write_served(out: &mut Vec<u8>, r: &ResourceInfo, kv: &KeyValue) -> ApiRe
     let revision = format!("\"{}\"", kv.mod_revision);
     let metadata = match top.0.iter().find(|(n, _)| n == "metadata") {
         Some((_, raw)) => match serde_json::from_str::<Fields>(raw.get()) {
-            Ok(meta) => {
+            Ok(mut meta) => {
+                // A stored resourceVersion (there should be none) is
+                // replaced at the end, as `objects::stamp` places it.
+                meta.0.retain(|(n, _)| n != "resourceVersion");
                 let mut bytes = Vec::with_capacity(raw.get().len() + 32);
                 write_object(
                     &mut bytes,
@@ -151,8 +154,8 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "labels": {"app.kubernetes.io/name": "x\"y"}}, "data": {"k": "v\n\u{00e9} \u{2028}", "n": "1"}}),
             // Without apiVersion and kind: they follow the stored fields.
             json!({"metadata": {"name": "a", "uid": "u"}, "data": {}}),
-            // A stale resourceVersion is replaced in place.
-            json!({"metadata": {"resourceVersion": "7", "name": "a"}, "kind": "Other", "binaryData": {"b": "AAE="}}),
+            // A stale resourceVersion is replaced, at the end.
+            json!({"metadata": {"resourceVersion": "7", "name": "a", "uid": "u"}, "kind": "Other", "binaryData": {"b": "AAE="}}),
             // Numbers, nulls, nesting, escaped keys.
             json!({"kind": "ConfigMap", "metadata": {"name": "a", "annotations": {"a\"b": "c"}}, "x": [1, 2.5, -3e300, null, true, {"y": []}]}),
             // metadata that is not an object, and none at all.
