@@ -24,6 +24,8 @@ struct Entry {
     time: String,
     subresource: String,
     fields: FieldSet,
+    /// Where the entry stands in the managedFields it was read from.
+    index: Option<usize>,
 }
 
 impl Entry {
@@ -35,9 +37,10 @@ impl Entry {
 }
 
 fn entries(obj: &Value) -> Vec<Entry> {
-    crate::value::array_at(obj, "/metadata/managedFields")
+    managed_fields(obj)
         .iter()
-        .filter_map(|e| {
+        .enumerate()
+        .filter_map(|(index, e)| {
             let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
             let manager = s("manager");
             (!manager.is_empty()).then(|| Entry {
@@ -47,24 +50,40 @@ fn entries(obj: &Value) -> Vec<Entry> {
                 time: s("time"),
                 subresource: s("subresource"),
                 fields: FieldSet::from_fields_v1(e.get("fieldsV1").unwrap_or(&Value::Null)),
+                index: Some(index),
             })
         })
         .collect()
 }
 
+fn managed_fields(obj: &Value) -> &[Value] {
+    crate::value::array_at(obj, "/metadata/managedFields")
+}
+
 /// Writes `new` entries, keeping the old time of any entry whose fields
-/// did not change (so a no-op write stays a no-op).
-fn store_entries(obj: &mut Value, mut new: Vec<Entry>, old: &[Entry]) {
+/// did not change (so a no-op write stays a no-op). `old` were read from
+/// `old_list`, which every write has written in this form: an unchanged
+/// entry is copied from there rather than rendered again.
+fn store_entries(obj: &mut Value, mut new: Vec<Entry>, old: &[Entry], old_list: &[Value]) {
     new.retain(|e| !e.fields.is_empty());
     let now = crate::meta::now();
     let list: Vec<Value> = new
         .iter()
         .map(|e| {
-            let time = old
-                .iter()
-                .find(|o| o.same_owner(e) && o.fields == e.fields && o.api_version == e.api_version)
+            let unchanged = old.iter().find(|o| {
+                o.same_owner(e)
+                    && o.fields == e.fields
+                    && o.api_version == e.api_version
+                    && !o.time.is_empty()
+            });
+            if let Some(stored) = unchanged
+                .and_then(|o| o.index)
+                .and_then(|i| old_list.get(i))
+            {
+                return stored.clone();
+            }
+            let time = unchanged
                 .map(|o| o.time.clone())
-                .filter(|t| !t.is_empty())
                 .unwrap_or_else(|| now.clone());
             let mut v = json!({"manager": e.manager, "operation": e.operation,
                 "apiVersion": e.api_version, "time": time, "fieldsType": "FieldsV1",
@@ -202,6 +221,7 @@ pub fn track_update(
             time: String::new(),
             subresource: subresource_name(scope).into(),
             fields: FieldSet::default(),
+            index: None,
         };
         for e in &mut current {
             if !e.same_owner(&mine) {
@@ -222,7 +242,12 @@ pub fn track_update(
         }
         current[index].api_version = r.api_version();
     }
-    store_entries(new, current, &before);
+    store_entries(
+        new,
+        current,
+        &before,
+        old.map(managed_fields).unwrap_or(&[]),
+    );
 }
 
 /// Merges an applied configuration into the live value by list and map types.
@@ -292,6 +317,7 @@ pub fn apply(
         time: String::new(),
         subresource: subresource_name(scope).into(),
         fields: applied_fields.clone(),
+        index: None,
     };
 
     // Fields others own whose value this apply would change.
@@ -344,7 +370,7 @@ pub fn apply(
     }
     current.retain(|e| !e.same_owner(&mine));
     current.push(mine);
-    store_entries(&mut result, current, &before);
+    store_entries(&mut result, current, &before, managed_fields(live_obj));
     Ok(result)
 }
 
@@ -387,4 +413,46 @@ fn conflict_error(
             .collect(),
     }));
     e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(manager: &str, field: &str, time: &str) -> Value {
+        json!({"manager": manager, "operation": "Update", "apiVersion": "v1", "time": time,
+               "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {format!("f:{field}"): {}}}})
+    }
+
+    #[test]
+    fn updates_keep_unchanged_entries_and_move_changed_fields() {
+        let r = crate::builtin::resources()
+            .into_iter()
+            .find(|r| r.plural == "configmaps")
+            .unwrap();
+        let old = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "managedFields": [
+                entry("a", "x", "2026-01-01T00:00:00Z"), entry("b", "y", "2026-01-02T00:00:00Z")]},
+            "data": {"x": "1", "y": "2"}});
+
+        // "a" changes its own field: both entries stay as they were.
+        let mut new = old.clone();
+        new["data"]["x"] = json!("3");
+        track_update(&r, Some(&old), &mut new, "a", WriteScope::Main);
+        assert_eq!(
+            new["metadata"]["managedFields"],
+            old["metadata"]["managedFields"]
+        );
+
+        // "c" takes "b"'s only field: "b" goes, "c" comes with the time of the write.
+        let mut taken = old.clone();
+        taken["data"]["y"] = json!("4");
+        track_update(&r, Some(&old), &mut taken, "c", WriteScope::Main);
+        let list = taken["metadata"]["managedFields"].as_array().unwrap();
+        assert_eq!(list.len(), 2);
+        assert_eq!(list[0], old["metadata"]["managedFields"][0]);
+        assert_eq!(list[1]["manager"], "c");
+        assert_eq!(list[1]["fieldsV1"], json!({"f:data": {"f:y": {}}}));
+        assert_ne!(list[1]["time"], "2026-01-02T00:00:00Z");
+    }
 }

@@ -1,8 +1,45 @@
-//! Writes to the hub whose reply the controller does not read.
+//! Writes to the hub whose reply the controller reads little or nothing of:
+//! decoding a whole object back into its type costs about as much as the
+//! server spends on a small patch.
 
 use kube::Api;
 use kube::api::{Patch, PatchParams};
+use serde::Deserialize;
 use serde_json::Value;
+
+/// What a writer needs of the object it wrote: its new version.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Written {
+    pub resource_version: Option<String>,
+    pub generation: Option<i64>,
+}
+
+/// Merge-patches `name` and reads only the version of the reply.
+pub async fn merge_patch<K: kube::Resource + Clone>(
+    api: &Api<K>,
+    name: &str,
+    patch: &Value,
+) -> kube::Result<Written> {
+    #[derive(Deserialize)]
+    struct Reply {
+        metadata: ReplyMeta,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct ReplyMeta {
+        resource_version: Option<String>,
+        generation: Option<i64>,
+    }
+    let request = kube::core::Request::new(api.resource_url())
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .map_err(kube::Error::BuildRequest)?;
+    let text = api.clone().into_client().request_text(request).await?;
+    let reply: Reply = serde_json::from_str(&text).map_err(kube::Error::SerdeError)?;
+    Ok(Written {
+        resource_version: reply.metadata.resource_version,
+        generation: reply.metadata.generation,
+    })
+}
 
 /// Merge-patches the status of `name` and drops the reply unread. Most
 /// status writers never look at it, and decoding the whole object back

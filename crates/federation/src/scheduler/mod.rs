@@ -11,7 +11,6 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use futures::Stream;
-use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::json;
@@ -99,7 +98,11 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Decided)>) -> Result<
     let api = crate::binding::binding_api(ctx, &binding);
     let name = binding.metadata.name.clone().unwrap_or_default();
     let placement = serde_json::to_string(&spec.placement.clone().unwrap_or_default())?;
-    let mut current = (*binding).clone();
+    // The binding's version as the status write must find it.
+    let mut written = crate::writes::Written {
+        resource_version: binding.metadata.resource_version.clone(),
+        generation: binding.metadata.generation,
+    };
     let mut status = status;
     let mut changed = false;
     if fresh {
@@ -107,7 +110,7 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Decided)>) -> Result<
     }
     let result = match &decision {
         Ok(d) => {
-            let recorded = current
+            let recorded = binding
                 .metadata
                 .annotations
                 .clone()
@@ -121,9 +124,7 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Decided)>) -> Result<
                     "metadata": {"annotations": {annotations::APPLIED_PLACEMENT: placement}},
                     "spec": {"clusters": d.clusters},
                 });
-                current = api
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await?;
+                written = crate::writes::merge_patch(&api, &name, &patch).await?;
                 changed = true;
                 info!(binding = %name, clusters = ?d.clusters, "scheduled");
             }
@@ -150,13 +151,13 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Decided)>) -> Result<
             )
         }
     };
-    let generation = current.metadata.generation;
+    let generation = written.generation;
     if result || changed || status.scheduler_observed_generation != generation {
         if changed || fresh {
             status.last_scheduled_time = Some(conditions::now().0.to_string());
         }
         status.scheduler_observed_generation = generation;
-        write_status(&api, &current, &status).await?;
+        write_status(&api, &name, &written, &status).await?;
     }
     ctx.metrics
         .observe_scheduling(decision.is_ok(), started.elapsed());
@@ -179,11 +180,12 @@ fn rebalance_requested(triggered: Option<&str>, last: Option<&str>) -> bool {
 /// that a concurrent status writer is never overwritten.
 async fn write_status(
     api: &Api<Binding>,
-    binding: &Binding,
+    name: &str,
+    written: &crate::writes::Written,
     status: &BindingStatus,
 ) -> Result<(), Error> {
     let patch = json!({
-        "metadata": {"resourceVersion": binding.metadata.resource_version},
+        "metadata": {"resourceVersion": written.resource_version},
         "status": {
             "schedulerObservedGeneration": status.scheduler_observed_generation,
             "schedulerObservingAffinityName": status.scheduler_observing_affinity_name,
@@ -191,7 +193,6 @@ async fn write_status(
             "conditions": status.conditions,
         }
     });
-    let name = binding.metadata.name.as_deref().unwrap_or_default();
     crate::writes::merge_patch_status(api, name, &patch).await?;
     Ok(())
 }
