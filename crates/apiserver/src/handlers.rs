@@ -107,9 +107,14 @@ fn render(
         (status, [(header::CONTENT_TYPE, "application/yaml")], text).into_response()
     } else {
         let bytes = serde_json::to_vec(body).map_err(|e| internal(&e))?;
-        (status, [(header::CONTENT_TYPE, content_type)], bytes).into_response()
+        json_bytes(status, content_type, bytes)
     };
     Ok(with_warnings(response, warnings))
+}
+
+/// A response of JSON already serialized.
+fn json_bytes(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Response {
+    (status, [(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
 /// Renders one object per the negotiated output.
@@ -422,12 +427,7 @@ fn respond_raw_list(r: &ResourceInfo, list_meta: &Value, items: &[u8]) -> ApiRes
     body.extend_from_slice(b",\"items\":[");
     body.extend_from_slice(items);
     body.extend_from_slice(b"]}");
-    Ok((
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
-        body,
-    )
-        .into_response())
+    Ok(json_bytes(StatusCode::OK, "application/json", body))
 }
 
 fn respond_list(ctx: &Ctx, items: Vec<Value>, list_meta: Value) -> ApiResult<Response> {
@@ -469,12 +469,7 @@ pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
     let scale = ctx.subresource.as_deref() == Some("scale");
     if !scale && request::negotiate(&ctx.headers, ctx.query.get("includeObject"))? == Output::Json {
         let body = crate::raw::served(&ctx.resource, &kv)?;
-        return Ok((
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            body,
-        )
-            .into_response());
+        return Ok(json_bytes(StatusCode::OK, "application/json", body));
     }
     let obj = objects::decode(&ctx.resource, &kv)?;
     if scale {

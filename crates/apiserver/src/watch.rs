@@ -56,7 +56,7 @@ impl Encoder {
         filter: &Filter,
         event: &Event,
     ) -> ApiResult<Option<Bytes>> {
-        if !(filter.is_empty() && matches!(self.output, Output::Json | Output::Yaml)) {
+        if !serves_stored(filter, self.output) {
             return Ok(classify(r, filter, event)?.map(|(kind, obj)| self.line(r, kind, &obj)));
         }
         // An empty filter matches every object: only the event says what it is.
@@ -76,6 +76,12 @@ impl Encoder {
         bytes.push(b'\n');
         Bytes::from(bytes)
     }
+}
+
+/// Whether events can be written from the stored bytes: every object is
+/// sent (no filter), as plain JSON.
+fn serves_stored(filter: &Filter, output: Output) -> bool {
+    filter.is_empty() && matches!(output, Output::Json | Output::Yaml)
 }
 
 /// `{"type": kind, "object": <the stored object as served>}` and a newline.
@@ -185,7 +191,7 @@ pub async fn serve(ctx: Ctx) -> ApiResult<Response> {
     let mut first: Vec<Bytes> = Vec::new();
     let start = if initial {
         let snapshot = store.list(&prefix, &ListOptions::default())?;
-        let raw = filter.is_empty() && matches!(output, Output::Json | Output::Yaml);
+        let raw = serves_stored(&filter, output);
         for kv in &snapshot.items {
             if raw {
                 first.push(raw_line(&r, "ADDED", kv)?);

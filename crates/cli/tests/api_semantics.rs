@@ -205,14 +205,7 @@ async fn finalizers_hold_deletion_and_namespaces_terminate() {
         ns.status.and_then(|s| s.phase).as_deref(),
         Some("Terminating")
     );
-    let e = status_of(
-        cms.create(
-            &PostParams::default(),
-            &obj(json!({"metadata": {"name": "late"}})),
-        )
-        .await
-        .unwrap_err(),
-    );
+    let e = create_refused(&cms, "late").await;
     assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
 
     // Removing the last finalizer completes the object's deletion, then the namespace's.
@@ -226,8 +219,25 @@ async fn finalizers_hold_deletion_and_namespaces_terminate() {
         .await
         .unwrap();
     assert!(cms.get_opt("held").await.unwrap().is_none());
+    namespace_gone(&namespaces, "team").await;
+}
+
+/// The Status refusing the create of ConfigMap `name`.
+async fn create_refused(cms: &Api<ConfigMap>, name: &str) -> kube::core::Status {
+    status_of(
+        cms.create(
+            &PostParams::default(),
+            &obj(json!({"metadata": {"name": name}})),
+        )
+        .await
+        .unwrap_err(),
+    )
+}
+
+/// Waits (20 s at most) until namespace `name` is gone.
+async fn namespace_gone(namespaces: &Api<Namespace>, name: &str) {
     tokio::time::timeout(Duration::from_secs(20), async {
-        while namespaces.get_opt("team").await.unwrap().is_some() {
+        while namespaces.get_opt(name).await.unwrap().is_some() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     })
@@ -261,30 +271,10 @@ async fn a_namespace_created_again_takes_content_again() {
             .delete("again", &DeleteParams::default())
             .await
             .unwrap();
-        let e = status_of(
-            cms.create(
-                &PostParams::default(),
-                &obj(json!({"metadata": {"name": "late"}})),
-            )
-            .await
-            .unwrap_err(),
-        );
+        let e = create_refused(&cms, "late").await;
         assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
-        tokio::time::timeout(Duration::from_secs(20), async {
-            while namespaces.get_opt("again").await.unwrap().is_some() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
-        .await
-        .expect("the namespace goes once its content is gone");
-        let e = status_of(
-            cms.create(
-                &PostParams::default(),
-                &obj(json!({"metadata": {"name": "orphan"}})),
-            )
-            .await
-            .unwrap_err(),
-        );
+        namespace_gone(&namespaces, "again").await;
+        let e = create_refused(&cms, "orphan").await;
         assert_eq!((e.code, e.reason.as_str()), (404, "NotFound"));
     }
 }

@@ -30,10 +30,12 @@ pub async fn merge_patch<K: kube::Resource + Clone>(
         resource_version: Option<String>,
         generation: Option<i64>,
     }
-    let request = kube::core::Request::new(api.resource_url())
-        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
-        .map_err(kube::Error::BuildRequest)?;
-    let text = api.clone().into_client().request_text(request).await?;
+    let request = kube::core::Request::new(api.resource_url()).patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    );
+    let text = send(api, request).await?;
     let reply: Reply = serde_json::from_str(&text).map_err(kube::Error::SerdeError)?;
     Ok(Written {
         resource_version: reply.metadata.resource_version,
@@ -49,14 +51,21 @@ pub async fn merge_patch_status<K: kube::Resource + Clone>(
     name: &str,
     patch: &Value,
 ) -> kube::Result<()> {
-    let request = kube::core::Request::new(api.resource_url())
-        .patch_subresource(
-            "status",
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(patch),
-        )
-        .map_err(kube::Error::BuildRequest)?;
-    api.clone().into_client().request_text(request).await?;
+    let request = kube::core::Request::new(api.resource_url()).patch_subresource(
+        "status",
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    );
+    send(api, request).await?;
     Ok(())
+}
+
+/// Sends a request built for `api`; the reply's body as text.
+async fn send<K: kube::Resource + Clone>(
+    api: &Api<K>,
+    request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+) -> kube::Result<String> {
+    let request = request.map_err(kube::Error::BuildRequest)?;
+    api.clone().into_client().request_text(request).await
 }
