@@ -22,7 +22,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_store::{EventKind, KeyValue, ListOptions, StoreError};
-use serde::Deserialize;
 use serde_json::Value;
 use tracing::{debug, warn};
 
@@ -376,28 +375,10 @@ async fn run(api: &Arc<ApiServer>) -> Result<(), StoreError> {
     }
 }
 
-/// The metadata the collector reads. Parsing only these fields skips the
-/// rest of the object (spec, status, managedFields) without building it.
-#[derive(Deserialize)]
-struct Collected {
-    metadata: Option<CollectedMeta>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct CollectedMeta {
-    uid: Option<Value>,
-    owner_references: Option<Value>,
-    deletion_timestamp: Option<Value>,
-    finalizers: Option<Value>,
-}
-
 /// The stored object's metadata as the collector reads it:
 /// `{"metadata": {uid, ownerReferences, deletionTimestamp, finalizers}}`.
 fn value_of(kv: &KeyValue) -> Option<Value> {
-    let meta = serde_json::from_slice::<Collected>(&kv.value)
-        .ok()?
-        .metadata?;
+    let meta = objects::stored_lifecycle(&kv.value)?;
     let mut m = serde_json::Map::new();
     let fields = [
         ("uid", meta.uid),

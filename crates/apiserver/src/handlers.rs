@@ -414,7 +414,7 @@ pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
     if raw {
         return respond_raw_list(r, &list_meta, &raw_items);
     }
-    respond_list(ctx, items, list_meta)
+    respond_list(ctx, output, items, list_meta)
 }
 
 /// A JSON list of items already rendered (comma-separated), in the key
@@ -430,10 +430,15 @@ fn respond_raw_list(r: &ResourceInfo, list_meta: &Value, items: &[u8]) -> ApiRes
     Ok(json_bytes(StatusCode::OK, "application/json", body))
 }
 
-fn respond_list(ctx: &Ctx, items: Vec<Value>, list_meta: Value) -> ApiResult<Response> {
+fn respond_list(
+    ctx: &Ctx,
+    output: Output,
+    items: Vec<Value>,
+    list_meta: Value,
+) -> ApiResult<Response> {
     let r = &ctx.resource;
     let ok = StatusCode::OK;
-    match request::negotiate(&ctx.headers, ctx.query.get("includeObject"))? {
+    match output {
         Output::Table(include) => render(
             ok,
             &table::table(r, &items, list_meta, include, true),
@@ -1311,7 +1316,8 @@ pub async fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         }
     }
     let list_meta = json!({"resourceVersion": ctx.api.store.current_revision().to_string()});
-    respond_list(ctx, deleted, list_meta)
+    let output = request::negotiate(&ctx.headers, ctx.query.get("includeObject"))?;
+    respond_list(ctx, output, deleted, list_meta)
 }
 
 /// Creates a namespace if it does not exist (start-up).

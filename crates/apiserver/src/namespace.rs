@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use flotilla_store::{EventKind, ListOptions, Revision, StoreError};
 use parking_lot::RwLock;
-use serde::Deserialize;
 use tracing::{info, warn};
 
 use crate::handlers::{self, Ctx, DeleteOptions};
@@ -144,17 +143,8 @@ impl ActiveNamespaces {
     }
 
     fn put(&self, namespace: &str, revision: Revision, stored: &[u8]) {
-        #[derive(Deserialize)]
-        struct Stored {
-            metadata: Option<StoredMeta>,
-        }
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct StoredMeta {
-            deletion_timestamp: Option<serde_json::Value>,
-        }
-        let active = serde_json::from_slice::<Stored>(stored)
-            .is_ok_and(|s| s.metadata.is_none_or(|m| m.deletion_timestamp.is_none()));
+        let active =
+            objects::stored_lifecycle(stored).is_some_and(|m| m.deletion_timestamp.is_none());
         let mut view = self.inner.write();
         match view.terminated.get(namespace) {
             Some(at) if revision < *at => return,

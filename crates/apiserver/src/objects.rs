@@ -48,6 +48,27 @@ pub fn encode(obj: &mut Value) -> ApiResult<Bytes> {
         .map_err(|e| ApiError::internal(e.to_string()))
 }
 
+/// The metadata that decides an object's lifecycle, read from its stored
+/// bytes without building the rest (spec, status, managedFields).
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lifecycle {
+    pub uid: Option<Value>,
+    pub owner_references: Option<Value>,
+    pub deletion_timestamp: Option<Value>,
+    pub finalizers: Option<Value>,
+}
+
+/// The lifecycle metadata of stored bytes; None when they are not an
+/// object with metadata.
+pub fn stored_lifecycle(stored: &[u8]) -> Option<Lifecycle> {
+    #[derive(serde::Deserialize)]
+    struct Stored {
+        metadata: Option<Lifecycle>,
+    }
+    serde_json::from_slice::<Stored>(stored).ok()?.metadata
+}
+
 pub fn meta(obj: &Value) -> Option<&Map<String, Value>> {
     obj.get("metadata").and_then(Value::as_object)
 }

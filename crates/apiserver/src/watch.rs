@@ -59,14 +59,11 @@ impl Encoder {
         if !serves_stored(filter, self.output) {
             return Ok(classify(r, filter, event)?.map(|(kind, obj)| self.line(r, kind, &obj)));
         }
-        // An empty filter matches every object: only the event says what it is.
-        let kind = match (event.kind, event.prev.is_some()) {
-            (EventKind::Delete, false) => return Ok(None),
-            (EventKind::Delete, true) => "DELETED",
-            (EventKind::Put, true) => "MODIFIED",
-            (EventKind::Put, false) => "ADDED",
-        };
-        Ok(Some(raw_line(r, kind, &event.kv)?))
+        // An empty filter matches every object, before and after.
+        match event_type(event, event.prev.is_some(), true) {
+            Some(kind) => Ok(Some(raw_line(r, kind, &event.kv)?)),
+            None => Ok(None),
+        }
     }
 
     fn line(&mut self, r: &ResourceInfo, kind: &str, obj: &Value) -> Bytes {
@@ -128,15 +125,22 @@ fn classify(
         Some(_) => true,
         None => false,
     };
-    Ok(match event.kind {
-        EventKind::Delete => before.then_some(("DELETED", obj)),
+    Ok(event_type(event, before, now).map(|kind| (kind, obj)))
+}
+
+/// The watch event type of a store event, given whether its object matched
+/// the filter before (`before`, false without a previous version) and
+/// after (`now`); None when the watcher is not to see it.
+fn event_type(event: &Event, before: bool, now: bool) -> Option<&'static str> {
+    match event.kind {
+        EventKind::Delete => before.then_some("DELETED"),
         EventKind::Put => match (event.prev.is_some() && before, now) {
-            (true, true) => Some(("MODIFIED", obj)),
-            (false, true) => Some(("ADDED", obj)),
-            (true, false) => Some(("DELETED", obj)),
+            (true, true) => Some("MODIFIED"),
+            (false, true) => Some("ADDED"),
+            (true, false) => Some("DELETED"),
             (false, false) => None,
         },
-    })
+    }
 }
 
 pub async fn serve(ctx: Ctx) -> ApiResult<Response> {
