@@ -117,8 +117,9 @@ pub enum StoreError {
     Backend(#[from] rusqlite::Error),
     #[error("storage I/O failed: {0}")]
     Io(#[from] std::io::Error),
-    #[error("etcd request failed: {0}")]
-    Etcd(#[from] etcd_client::Error),
+    #[cfg(feature = "etcd")]
+    #[error("etcd request failed: {}", .0.message())]
+    Etcd(#[from] tonic::Status),
     #[error("storage unavailable: {0}")]
     Unavailable(String),
 }

@@ -1,65 +1,30 @@
-//! The etcd backend, for a control plane that must survive its host: keys
-//! live under a prefix in etcd, a write is one transaction comparing the
-//! key's revision (etcd's mod revision is the resourceVersion), and reads
-//! and watches are served from the same [`WatchCache`] as the embedded
-//! store, fed by an etcd watch of the prefix, as kube-apiserver's watch
-//! cache is. A write returns once the cache has seen it, so a client reads
-//! its own writes through the replica it wrote to.
+//! The etcd store: keys live under a prefix in etcd, a write is one
+//! transaction comparing the key's revision (etcd's mod revision is the
+//! resourceVersion), and reads and watches are served from the same
+//! [`WatchCache`] as the embedded store, fed by an etcd watch of the
+//! prefix, as kube-apiserver's watch cache is. A write returns once the
+//! cache has seen it, so a client reads its own writes through the replica
+//! it wrote to.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use etcd_client::{
-    Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, GetOptions,
-    Identity, PutOptions, TlsOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
-};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
+
+use super::EtcdOptions;
+use super::client::Client;
+use super::client::pb::etcdserverpb::{RangeRequest, TxnRequest, TxnResponse, WatchCreateRequest};
+use super::client::pb::mvccpb;
+use super::ops::{self, CompareResult, response_delete, response_get, response_put, revision_of};
 
 use crate::cache::{Watch, WatchCache};
 use crate::{
     DeletePrecondition, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision,
     Store, StoreError,
 };
-
-/// etcd's own default client URL.
-pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:2379";
-/// Where Flotilla keeps its keys in etcd unless told otherwise.
-pub const DEFAULT_PREFIX: &str = "/registry/flotilla";
-
-/// Where the etcd cluster is and how to reach it.
-#[derive(Clone, Debug)]
-pub struct EtcdOptions {
-    pub endpoints: Vec<String>,
-    /// Every key is stored under it (kube-apiserver's `--etcd-prefix`).
-    pub prefix: String,
-    /// PEM files: the CA that signed etcd's certificate, and a client
-    /// certificate and key when etcd asks for one.
-    pub ca_file: Option<std::path::PathBuf>,
-    pub cert_file: Option<std::path::PathBuf>,
-    pub key_file: Option<std::path::PathBuf>,
-    pub history_capacity: usize,
-    pub compaction_interval: Option<Duration>,
-    /// How long a write waits for the watch to bring it into the cache.
-    pub write_visible_timeout: Duration,
-}
-
-impl Default for EtcdOptions {
-    fn default() -> Self {
-        EtcdOptions {
-            endpoints: vec![DEFAULT_ENDPOINT.into()],
-            prefix: DEFAULT_PREFIX.into(),
-            ca_file: None,
-            cert_file: None,
-            key_file: None,
-            history_capacity: 100_000,
-            compaction_interval: Some(Duration::from_secs(300)),
-            write_visible_timeout: Duration::from_secs(30),
-        }
-    }
-}
 
 pub struct EtcdStore {
     client: Client,
@@ -78,7 +43,7 @@ const CONNECT_RETRIES: u32 = 6;
 impl EtcdStore {
     /// Connects, reads the prefix's state, and follows it from there.
     pub async fn open(options: EtcdOptions) -> Result<Arc<Self>> {
-        let client = Client::connect(&options.endpoints, Some(connect_options(&options)?)).await?;
+        let client = Client::new(&options)?;
         let prefix = options.prefix.trim_end_matches('/').to_string();
         let (state, revision) = read_state(&client, &prefix).await?;
         info!(
@@ -133,11 +98,11 @@ impl EtcdStore {
     /// Runs a transaction, again on another member when the one picked
     /// could not even be connected to: the request never left, so this
     /// cannot apply a write twice. Any other failure is the caller's.
-    async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse> {
+    async fn txn(&self, txn: TxnRequest) -> Result<TxnResponse> {
         let mut attempt = 0;
         loop {
-            match self.client.kv_client().txn(txn.clone()).await {
-                Err(etcd_client::Error::GRpcStatus(s))
+            match self.client.txn(txn.clone()).await {
+                Err(s)
                     if attempt < CONNECT_RETRIES
                         && s.code() == tonic::Code::Unavailable
                         && s.message().contains("connect") =>
@@ -154,11 +119,8 @@ impl EtcdStore {
 
 /// Why a compare-and-swap on `key` was refused, from the read of the key
 /// in the transaction's failure branch: it is gone, or it moved on.
-fn refused(key: &str, expected: Revision, responses: &[TxnOpResponse]) -> StoreError {
-    let now = responses.iter().find_map(|r| match r {
-        TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.mod_revision()),
-        _ => None,
-    });
+fn refused(key: &str, expected: Revision, response: &TxnResponse) -> StoreError {
+    let now = response_get(response).and_then(|g| g.kvs.first().map(|kv| kv.mod_revision));
     match now {
         None => StoreError::NotFound(key.to_string()),
         Some(actual) => StoreError::Conflict {
@@ -176,75 +138,54 @@ impl Drop for EtcdStore {
     }
 }
 
-fn connect_options(o: &EtcdOptions) -> Result<ConnectOptions> {
-    let mut connect = ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(5))
-        .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
-    if o.ca_file.is_some() || o.cert_file.is_some() {
-        let mut tls = TlsOptions::new();
-        if let Some(ca) = &o.ca_file {
-            tls = tls.ca_certificate(Certificate::from_pem(std::fs::read(ca)?));
-        }
-        match (&o.cert_file, &o.key_file) {
-            (Some(cert), Some(key)) => {
-                tls = tls.identity(Identity::from_pem(
-                    std::fs::read(cert)?,
-                    std::fs::read(key)?,
-                ));
-            }
-            (None, None) => {}
-            _ => {
-                return Err(StoreError::Unavailable(
-                    "an etcd client certificate needs both --etcd-certfile and --etcd-keyfile"
-                        .into(),
-                ));
-            }
-        }
-        connect = connect.with_tls(tls);
-    }
-    Ok(connect)
-}
-
-fn to_key_value(key: &str, kv: &etcd_client::KeyValue) -> KeyValue {
+fn to_key_value(key: &str, kv: &mvccpb::KeyValue) -> KeyValue {
     KeyValue {
         key: Arc::from(key),
-        value: Bytes::copy_from_slice(kv.value()),
-        create_revision: kv.create_revision(),
-        mod_revision: kv.mod_revision(),
+        value: kv.value.clone(),
+        create_revision: kv.create_revision,
+        mod_revision: kv.mod_revision,
     }
 }
 
 /// Every key under `prefix` at one revision, page by page.
 async fn read_state(client: &Client, prefix: &str) -> Result<(Vec<KeyValue>, Revision)> {
-    let mut kv = client.kv_client();
     let start = format!("{prefix}/");
     let end = prefix_end(&start);
     let mut from = start.clone().into_bytes();
     let mut revision = 0;
     let mut state = Vec::new();
     loop {
-        let mut options = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
-        if revision > 0 {
-            options = options.with_revision(revision);
-        }
-        let page = kv.get(from.clone(), Some(options)).await?;
+        let page = client
+            .range(RangeRequest {
+                key: from.clone(),
+                range_end: end.clone(),
+                limit: PAGE,
+                // The first page fixes the revision every later page reads at.
+                revision,
+            })
+            .await?;
         if revision == 0 {
-            revision = page.header().map_or(0, |h| h.revision());
+            revision = page.header.as_ref().map_or(0, |h| h.revision);
         }
-        for item in page.kvs() {
-            if let Some(key) = item.key_str().ok().and_then(|k| k.strip_prefix(prefix)) {
+        for item in &page.kvs {
+            if let Some(key) = key_under(item, prefix) {
                 state.push(to_key_value(key, item));
             }
         }
-        match page.kvs().last() {
-            Some(last) if page.more() => {
-                from = last.key().to_vec();
+        match page.kvs.last() {
+            Some(last) if page.more => {
+                from = last.key.clone();
                 from.push(0);
             }
             _ => break,
         }
     }
     Ok((state, revision))
+}
+
+/// The part of `kv`'s key after `prefix`, if it is under it.
+fn key_under<'a>(kv: &'a mvccpb::KeyValue, prefix: &str) -> Option<&'a str> {
+    std::str::from_utf8(&kv.key).ok()?.strip_prefix(prefix)
 }
 
 /// The first key after every key that starts with `prefix`.
@@ -284,43 +225,46 @@ async fn follow(client: Client, prefix: String, cache: Arc<WatchCache>) {
 
 async fn follow_once(client: &Client, prefix: &str, cache: &WatchCache) -> Result<()> {
     let start = format!("{prefix}/");
-    let options = WatchOptions::new()
-        .with_range(prefix_end(&start))
-        .with_prev_key()
-        .with_start_revision(cache.revision() + 1);
-    let mut watch_client = client.watch_client();
-    let (_watcher, mut stream) = watch_client.watch(start.clone(), Some(options)).await?;
+    let mut stream = client
+        .watch(WatchCreateRequest {
+            range_end: prefix_end(&start),
+            key: start.into_bytes(),
+            start_revision: cache.revision() + 1,
+            prev_kv: true,
+            ..WatchCreateRequest::default()
+        })
+        .await?;
     while let Some(response) = stream.message().await? {
-        if response.compact_revision() > 0 {
+        if response.compact_revision > 0 {
             return Err(StoreError::Compacted {
                 requested: cache.revision() + 1,
-                oldest: response.compact_revision(),
+                oldest: response.compact_revision,
             });
         }
-        if response.canceled() {
+        if response.canceled {
             return Ok(());
         }
         let events: Vec<Event> = response
-            .events()
+            .events
             .iter()
             .filter_map(|e| {
-                let kv = e.kv()?;
-                let key = kv.key_str().ok()?.strip_prefix(prefix)?;
-                let prev = e.prev_kv().map(|p| to_key_value(key, p));
-                Some(match e.event_type() {
-                    EventType::Put => Event {
+                let kv = e.kv.as_ref()?;
+                let key = key_under(kv, prefix)?;
+                let prev = e.prev_kv.as_ref().map(|p| to_key_value(key, p));
+                Some(match e.r#type() {
+                    mvccpb::event::EventType::Put => Event {
                         kind: EventKind::Put,
                         kv: to_key_value(key, kv),
                         prev,
                     },
-                    EventType::Delete => Event {
+                    mvccpb::event::EventType::Delete => Event {
                         kind: EventKind::Delete,
                         // The last value, at the deletion's revision.
                         kv: KeyValue {
                             key: Arc::from(key),
                             value: prev.as_ref().map(|p| p.value.clone()).unwrap_or_default(),
                             create_revision: prev.as_ref().map_or(0, |p| p.create_revision),
-                            mod_revision: kv.mod_revision(),
+                            mod_revision: kv.mod_revision,
                         },
                         prev,
                     },
@@ -373,14 +317,16 @@ async fn resync(client: &Client, prefix: &str, cache: &WatchCache) -> Result<()>
 impl Store for EtcdStore {
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
         let k = self.etcd_key(key);
-        let txn = Txn::new()
-            .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(k, value.to_vec(), None)]);
+        let txn = TxnRequest {
+            compare: vec![ops::create_revision(&k, CompareResult::Equal, 0)],
+            success: vec![ops::put(&k, &value, false)],
+            failure: vec![],
+        };
         let response = self.txn(txn).await?;
-        if !response.succeeded() {
+        if !response.succeeded {
             return Err(StoreError::AlreadyExists(key.to_string()));
         }
-        let revision = response.header().map_or(0, |h| h.revision());
+        let revision = revision_of(&response);
         self.visible(KeyValue {
             key: Arc::from(key),
             value,
@@ -392,28 +338,20 @@ impl Store for EtcdStore {
 
     async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue> {
         let k = self.etcd_key(key);
-        let txn = Txn::new()
-            .when([Compare::mod_revision(k.clone(), CompareOp::Equal, expected)])
-            .and_then([TxnOp::put(
-                k.clone(),
-                value.to_vec(),
-                Some(PutOptions::new().with_prev_key()),
-            )])
-            .or_else([TxnOp::get(k.clone(), None)]);
+        let txn = TxnRequest {
+            compare: vec![ops::mod_revision(&k, CompareResult::Equal, expected)],
+            success: vec![ops::put(&k, &value, true)],
+            failure: vec![ops::get(&k)],
+        };
         let response = self.txn(txn).await?;
-        if !response.succeeded() {
-            return Err(refused(key, expected, &response.op_responses()));
+        if !response.succeeded {
+            return Err(refused(key, expected, &response));
         }
-        let revision = response.header().map_or(0, |h| h.revision());
+        let revision = revision_of(&response);
         // An update keeps the key's create revision.
-        let create_revision = response
-            .op_responses()
-            .iter()
-            .find_map(|r| match r {
-                TxnOpResponse::Put(p) => p.prev_key().map(|kv| kv.create_revision()),
-                _ => None,
-            })
-            .unwrap_or(revision);
+        let create_revision = response_put(&response)
+            .and_then(|p| p.prev_kv.as_ref())
+            .map_or(revision, |kv| kv.create_revision);
         self.visible(KeyValue {
             key: Arc::from(key),
             value,
@@ -426,30 +364,26 @@ impl Store for EtcdStore {
     async fn delete(&self, key: &str, precondition: DeletePrecondition) -> Result<KeyValue> {
         let k = self.etcd_key(key);
         let compare = match precondition.mod_revision {
-            Some(rev) => Compare::mod_revision(k.clone(), CompareOp::Equal, rev),
-            None => Compare::create_revision(k.clone(), CompareOp::Greater, 0),
+            Some(rev) => ops::mod_revision(&k, CompareResult::Equal, rev),
+            None => ops::create_revision(&k, CompareResult::Greater, 0),
         };
-        let txn = Txn::new()
-            .when([compare])
-            .and_then([TxnOp::delete(
-                k.clone(),
-                Some(DeleteOptions::new().with_prev_key()),
-            )])
-            .or_else([TxnOp::get(k.clone(), None)]);
+        let txn = TxnRequest {
+            compare: vec![compare],
+            success: vec![ops::delete(&k)],
+            failure: vec![ops::get(&k)],
+        };
         let response = self.txn(txn).await?;
-        let responses = response.op_responses();
-        if !response.succeeded() {
+        if !response.succeeded {
             return Err(refused(
                 key,
                 precondition.mod_revision.unwrap_or(0),
-                &responses,
+                &response,
             ));
         }
-        let revision = response.header().map_or(0, |h| h.revision());
-        let prev = responses.iter().find_map(|r| match r {
-            TxnOpResponse::Delete(d) => d.prev_kvs().first().map(|kv| to_key_value(key, kv)),
-            _ => None,
-        });
+        let revision = revision_of(&response);
+        let prev = response_delete(&response)
+            .and_then(|d| d.prev_kvs.first())
+            .map(|kv| to_key_value(key, kv));
         let Some(prev) = prev else {
             return Err(StoreError::NotFound(key.to_string()));
         };
@@ -482,10 +416,10 @@ impl Store for EtcdStore {
 
     async fn compact(&self, revision: Revision) -> Result<()> {
         let revision = revision.min(self.cache.revision());
-        match self.client.kv_client().compact(revision, None).await {
-            Ok(_) => {}
+        match self.client.compact(revision).await {
+            Ok(()) => {}
             // Another replica compacted as far already.
-            Err(etcd_client::Error::GRpcStatus(s)) if s.message().contains("compacted") => {}
+            Err(s) if s.message().contains("compacted") => {}
             Err(e) => return Err(e.into()),
         }
         self.cache.compact(revision);
