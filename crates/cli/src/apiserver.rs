@@ -211,6 +211,10 @@ async fn open_store(
                 data_dir.display()
             )
         })?,
+        StoreKind::Etcd if !cfg!(feature = "etcd") => anyhow::bail!(
+            "--store etcd: this flotilla was built without the etcd store (cargo feature \
+             `etcd`); build it with the default features to use etcd"
+        ),
         StoreKind::Etcd => EtcdStore::open(EtcdOptions {
             endpoints: s.etcd_endpoints.clone(),
             prefix: s.etcd_prefix.clone(),

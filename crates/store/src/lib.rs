@@ -117,9 +117,9 @@ pub enum StoreError {
     Backend(#[from] rusqlite::Error),
     #[error("storage I/O failed: {0}")]
     Io(#[from] std::io::Error),
-    #[cfg(feature = "etcd")]
-    #[error("etcd request failed: {}", .0.message())]
-    Etcd(#[from] tonic::Status),
+    /// An etcd request failed: its gRPC status, in words.
+    #[error("etcd request failed: {0}")]
+    Etcd(String),
     #[error("storage unavailable: {0}")]
     Unavailable(String),
 }

@@ -32,6 +32,12 @@ use pb::etcdserverpb::{
     WatchRequest, WatchResponse, watch_request,
 };
 
+impl From<Status> for StoreError {
+    fn from(status: Status) -> Self {
+        StoreError::Etcd(format!("{:?}: {}", status.code(), status.message()))
+    }
+}
+
 /// etcd's default limit on a request it receives is 1.5 MiB, and on a
 /// response it sends none: a page of 1,000 objects can be large.
 const MAX_DECODING_MESSAGE_SIZE: usize = 256 * 1024 * 1024;
