@@ -1,11 +1,20 @@
 //! CustomResourceDefinitions: validation, status conditions, and serving
 //! (or ceasing to serve) their resources as they are written and deleted.
+//!
+//! What a replica serves follows the store, not the replica: a write
+//! through this replica is served at once, and a follower watching the
+//! stored CRDs serves what any replica sharing the store (etcd) created,
+//! changed or deleted. Each custom kind remembers the revision it was
+//! served from, so a late event never undoes a newer write.
 
+use std::collections::BTreeSet;
+use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
-use flotilla_store::{DeletePrecondition, ListOptions};
+use flotilla_store::{DeletePrecondition, EventKind, ListOptions, StoreError};
 use serde_json::{Value, json};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::error::{ApiError, ApiResult, Cause};
 use crate::meta;
@@ -282,36 +291,127 @@ fn resources_of(crd: &Value) -> Vec<ResourceInfo> {
         .collect()
 }
 
-fn serve(api: &ApiServer, crd: &Value) {
+/// The stored CRD's (group, plural), if it names both.
+fn group_plural(crd: &Value) -> Option<(String, String)> {
     let group = s(crd, "/spec/group");
     let plural = s(crd, "/spec/names/plural");
-    if group.is_empty() || plural.is_empty() {
-        return;
+    (!group.is_empty() && !plural.is_empty()).then(|| (group.to_string(), plural.to_string()))
+}
+
+/// Serves `crd`'s versions as stored at `revision`; true if that changed
+/// what is served.
+fn serve(api: &ApiServer, crd: &Value, revision: i64) -> bool {
+    let Some((group, plural)) = group_plural(crd) else {
+        return false;
+    };
+    api.registry
+        .set_custom(&group, &plural, revision, resources_of(crd))
+}
+
+/// Stops serving `crd`, deleted at `revision`; true if it was served.
+fn stop_serving(api: &ApiServer, crd: &Value, revision: i64) -> bool {
+    let Some((group, plural)) = group_plural(crd) else {
+        return false;
+    };
+    api.registry.remove_custom(&group, &plural, revision)
+}
+
+fn crd_resource(api: &ApiServer) -> Option<Arc<ResourceInfo>> {
+    api.registry
+        .get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+}
+
+/// Serves every stored CRD and stops serving custom kinds whose CRD is
+/// gone; returns the revision the store was read at.
+fn sync_with_store(api: &ApiServer, r: &ResourceInfo) -> Result<i64, StoreError> {
+    let list = api.store.list(&r.prefix(), &ListOptions::default())?;
+    let mut stored = BTreeSet::new();
+    for kv in &list.items {
+        let Some(crd) = decode(r, kv) else { continue };
+        stored.extend(group_plural(&crd));
+        serve(api, &crd, kv.mod_revision);
     }
-    api.registry.set_custom(group, plural, resources_of(crd));
+    for (group, plural) in api.registry.custom_kinds() {
+        if !stored.contains(&(group.clone(), plural.clone())) {
+            api.registry.remove_custom(&group, &plural, list.revision);
+        }
+    }
+    Ok(list.revision)
 }
 
 /// Serves every stored CRD (start-up).
 pub fn restore(api: &ApiServer) -> ApiResult<()> {
-    let Some(r) = api
-        .registry
-        .get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
-    else {
-        return Ok(());
-    };
-    let list = api.store.list(&r.prefix(), &ListOptions::default())?;
-    for kv in &list.items {
-        let crd = objects::decode(&r, kv)?;
-        serve(api, &crd);
+    if let Some(r) = crd_resource(api) {
+        sync_with_store(api, &r)?;
     }
     Ok(())
 }
 
+/// Follows the stored CRDs for as long as the store is open.
+pub fn spawn_follower(api: Arc<ApiServer>) {
+    tokio::spawn(async move {
+        loop {
+            let Err(error) = follow(&api).await;
+            match error {
+                StoreError::Closed => return,
+                StoreError::Compacted { .. } => continue,
+                error => {
+                    warn!(%error, "custom resource follower restarting");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    });
+}
+
+/// A stored CRD, or a warning when it cannot be read.
+fn decode(r: &ResourceInfo, kv: &flotilla_store::KeyValue) -> Option<Value> {
+    match objects::decode(r, kv) {
+        Ok(crd) => Some(crd),
+        Err(error) => {
+            warn!(key = %kv.key, error = %error.message, "undecodable CRD in the store");
+            None
+        }
+    }
+}
+
+async fn follow(api: &ApiServer) -> Result<Infallible, StoreError> {
+    let Some(r) = crd_resource(api) else {
+        return std::future::pending().await;
+    };
+    let revision = sync_with_store(api, &r)?;
+    let mut watch = api.store.watch(&r.prefix(), revision)?;
+    loop {
+        for event in watch.next().await? {
+            // A deletion's value is the object's last.
+            let Some(crd) = decode(&r, &event.kv) else {
+                continue;
+            };
+            let revision = event.kv.mod_revision;
+            let name = meta_str(&crd, "name");
+            match event.kind {
+                EventKind::Put if serve(api, &crd, revision) => {
+                    info!(
+                        crd = name,
+                        revision, "serving custom resource written elsewhere"
+                    );
+                }
+                EventKind::Delete if stop_serving(api, &crd, revision) => {
+                    info!(
+                        crd = name,
+                        revision, "stopped serving custom resource deleted elsewhere"
+                    );
+                }
+                _ => debug!(crd = name, revision, "custom resource already current"),
+            }
+        }
+    }
+}
+
 /// After a CRD is stored: serve its current versions.
 pub async fn after_write(api: &Arc<ApiServer>, r: &ResourceInfo, obj: &Value) {
-    if is_crd(r) {
+    if is_crd(r) && serve(api, obj, objects::revision_of(obj)) {
         info!(crd = meta_str(obj, "name"), "serving custom resource");
-        serve(api, obj);
     }
 }
 
@@ -320,10 +420,8 @@ pub async fn after_delete(api: &Arc<ApiServer>, r: &ResourceInfo, obj: &Value) {
     if !is_crd(r) {
         return;
     }
-    let group = s(obj, "/spec/group");
-    let plural = s(obj, "/spec/names/plural");
     let resources = resources_of(obj);
-    api.registry.remove_custom(group, plural);
+    stop_serving(api, obj, objects::revision_of(obj));
     if let Some(first) = resources.first() {
         let prefix = first.prefix();
         match api.store.list(&prefix, &ListOptions::default()) {

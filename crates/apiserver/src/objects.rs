@@ -35,6 +35,12 @@ pub fn stamp(r: &ResourceInfo, mut v: Value, revision: Revision) -> Value {
     v
 }
 
+/// The store revision an object was served at (its resourceVersion), or
+/// 0 when it carries none.
+pub fn revision_of(v: &Value) -> Revision {
+    meta_str(v, "resourceVersion").parse().unwrap_or(0)
+}
+
 /// Encodes an object for storage; the resourceVersion is the store's
 /// revision, not data, and is taken out of `obj` (see [`stamp`]).
 pub fn encode(obj: &mut Value) -> ApiResult<Bytes> {

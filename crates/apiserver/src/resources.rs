@@ -3,7 +3,7 @@
 //! Each entry is one (group, version, resource). Versions of a CRD share one
 //! storage location (`/group/plural/...`); only `apiVersion` differs on read.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -156,6 +156,10 @@ struct Inner {
     resources: BTreeMap<(String, String, String), Arc<ResourceInfo>>,
     /// Bumped on every change, so caches of derived documents know to rebuild.
     generation: u64,
+    /// The store revision of the CRD that each custom (group, plural) was
+    /// last set or removed from: a replica hears of a CRD twice (its own
+    /// write, then the store's watch) and must keep the newer.
+    custom_revisions: HashMap<(String, String), i64>,
 }
 
 /// The set of served resources; CRDs change it at run time.
@@ -264,9 +268,26 @@ impl Registry {
             .collect()
     }
 
-    /// Replaces every version served for `(group, plural)` with `versions`.
-    pub fn set_custom(&self, group: &str, plural: &str, versions: Vec<ResourceInfo>) {
+    /// Replaces every version served for `(group, plural)` with `versions`,
+    /// from the CRD stored at `revision`; false, and nothing changes, when
+    /// what is served comes from that revision or a newer one.
+    pub fn set_custom(
+        &self,
+        group: &str,
+        plural: &str,
+        revision: i64,
+        versions: Vec<ResourceInfo>,
+    ) -> bool {
         let mut inner = self.inner.write();
+        let key = (group.to_string(), plural.to_string());
+        if inner
+            .custom_revisions
+            .get(&key)
+            .is_some_and(|&served| served >= revision)
+        {
+            return false;
+        }
+        inner.custom_revisions.insert(key, revision);
         inner
             .resources
             .retain(|(g, _, p), r| !(g == group && p == plural && r.custom));
@@ -277,10 +298,23 @@ impl Registry {
             );
         }
         inner.generation += 1;
+        true
     }
 
-    pub fn remove_custom(&self, group: &str, plural: &str) {
-        self.set_custom(group, plural, Vec::new());
+    /// Stops serving `(group, plural)`, deleted at `revision`.
+    pub fn remove_custom(&self, group: &str, plural: &str, revision: i64) -> bool {
+        self.set_custom(group, plural, revision, Vec::new())
+    }
+
+    /// The custom resources served now, as (group, plural).
+    pub fn custom_kinds(&self) -> BTreeSet<(String, String)> {
+        self.inner
+            .read()
+            .resources
+            .values()
+            .filter(|r| r.custom)
+            .map(|r| (r.group.clone(), r.plural.clone()))
+            .collect()
     }
 
     /// Whether some served resource already uses this plural, kind or short

@@ -89,6 +89,7 @@ impl ApiServer {
             namespaces: Default::default(),
         });
         crate::crd::restore(&api)?;
+        crate::crd::spawn_follower(api.clone());
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             handlers::ensure_namespace(&api, ns).await?;
         }

@@ -91,6 +91,24 @@ impl Server {
         Self::start_command(&["controlplane"], &args, &[])
     }
 
+    /// `n` `flotilla controlplane` replicas on one etcd, their processes
+    /// started at the same instant; returns once each has written its
+    /// kubeconfig.
+    pub fn controlplanes_on_etcd(n: usize, endpoints: &str, extra: &[&str]) -> Vec<Server> {
+        let mut args = vec!["--store", "etcd", "--etcd-endpoints", endpoints];
+        args.extend_from_slice(extra);
+        let mut replicas: Vec<Server> = (0..n)
+            .map(|_| Self::prepare(&["controlplane"], &args, &[]))
+            .collect();
+        for r in &mut replicas {
+            r.start_process();
+        }
+        for r in &replicas {
+            r.wait_started();
+        }
+        replicas
+    }
+
     /// Starts with extra flags and environment variables.
     pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
         Self::start_command(&["apiserver"], extra, env)
@@ -140,6 +158,11 @@ impl Server {
 
     /// Starts the process (again) on the same data dir and waits for its kubeconfig.
     pub fn spawn(&mut self) {
+        self.start_process();
+        self.wait_started();
+    }
+
+    fn start_process(&mut self) {
         let _ = std::fs::remove_file(&self.kubeconfig);
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -159,9 +182,18 @@ impl Server {
             .spawn()
             .expect("spawn flotilla");
         self.child = Some(child);
-        wait_for(Duration::from_secs(60), "kubeconfig to appear", || {
-            self.kubeconfig.exists()
-        });
+    }
+
+    fn wait_started(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !self.kubeconfig.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for kubeconfig to appear; server log tail:\n{}",
+                tail(&self.log())
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Sends SIGKILL and reaps the process.
@@ -225,7 +257,16 @@ impl Server {
 
     /// kubectl that must succeed; returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
-        let out = self.kubectl(args);
+        self.ok_with(args, None)
+    }
+
+    /// kubectl reading `stdin`, that must succeed; returns stdout.
+    pub fn ok_stdin(&self, args: &[&str], stdin: &str) -> String {
+        self.ok_with(args, Some(stdin))
+    }
+
+    fn ok_with(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.kubectl_stdin(args, stdin);
         assert!(
             out.status.success(),
             "kubectl {args:?} failed:\nstdout: {}\nstderr: {}\nserver log tail: {}",

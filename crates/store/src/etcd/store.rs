@@ -37,6 +37,8 @@ pub struct EtcdStore {
 /// Keys are read in pages: one response for 100,000 objects would pass
 /// gRPC's message limit.
 const PAGE: i64 = 1000;
+/// How long a refused write waits for a deletion it cannot date.
+const GONE_PATIENCE: Duration = Duration::from_secs(1);
 /// Attempts past a member that refuses connections (about 2 s in all).
 const CONNECT_RETRIES: u32 = 6;
 
@@ -92,6 +94,32 @@ impl EtcdStore {
                 "revision {} was written to etcd but the watch did not deliver it within {:?}",
                 kv.mod_revision, self.write_visible_timeout
             ))),
+        }
+    }
+
+    /// Waits until the cache holds what refused a transaction (its failure
+    /// branch read the key), so that the caller's next read shows it: a
+    /// key another replica created or changed a moment ago. Without this a
+    /// create refused as AlreadyExists could be followed by a read that
+    /// finds nothing. A key found gone is waited for at the transaction's
+    /// revision, briefly: that revision may belong to a write outside the
+    /// prefix, which the watch never brings. Past the wait the refusal
+    /// stands as it is.
+    async fn catch_up(&self, response: &TxnResponse) {
+        let key_revision =
+            response_get(response).and_then(|g| g.kvs.first().map(|kv| kv.mod_revision));
+        let (revision, patience) = match key_revision {
+            Some(revision) => (revision, self.write_visible_timeout),
+            None => (revision_of(response), GONE_PATIENCE),
+        };
+        if tokio::time::timeout(patience, self.cache.wait_for(revision))
+            .await
+            .is_err()
+        {
+            debug!(
+                revision,
+                "the etcd watch did not bring a refused write's revision in time"
+            );
         }
     }
 
@@ -320,10 +348,11 @@ impl Store for EtcdStore {
         let txn = TxnRequest {
             compare: vec![ops::create_revision(&k, CompareResult::Equal, 0)],
             success: vec![ops::put(&k, &value, false)],
-            failure: vec![],
+            failure: vec![ops::get(&k)],
         };
         let response = self.txn(txn).await?;
         if !response.succeeded {
+            self.catch_up(&response).await;
             return Err(StoreError::AlreadyExists(key.to_string()));
         }
         let revision = revision_of(&response);
@@ -345,6 +374,7 @@ impl Store for EtcdStore {
         };
         let response = self.txn(txn).await?;
         if !response.succeeded {
+            self.catch_up(&response).await;
             return Err(refused(key, expected, &response));
         }
         let revision = revision_of(&response);
@@ -374,6 +404,7 @@ impl Store for EtcdStore {
         };
         let response = self.txn(txn).await?;
         if !response.succeeded {
+            self.catch_up(&response).await;
             return Err(refused(
                 key,
                 precondition.mod_revision.unwrap_or(0),
