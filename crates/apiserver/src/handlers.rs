@@ -278,6 +278,24 @@ pub fn parse_rv(v: &str) -> ApiResult<Revision> {
     })
 }
 
+/// Brings this replica's reads up to what a request's resourceVersion
+/// asks for, as kube-apiserver's consistent reads do: the latest state when
+/// none is given, at least `v` when `v` is newer than anything this replica
+/// has seen (another replica on the same store served it); "0" takes any.
+pub(crate) async fn read_fresh(api: &ApiServer, rv: Option<&str>) -> ApiResult<()> {
+    let needed = match rv {
+        None | Some("") => true,
+        Some("0") => false,
+        Some(v) => v
+            .parse::<Revision>()
+            .is_ok_and(|v| v > api.store.current_revision()),
+    };
+    if needed {
+        api.store.sync().await?;
+    }
+    Ok(())
+}
+
 pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
     let r = &ctx.resource;
     let q = &ctx.query;
@@ -293,6 +311,9 @@ pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
     let rv_match = q.get("resourceVersionMatch");
     let store = &ctx.api.store;
 
+    if q.get("continue").is_none() {
+        read_fresh(&ctx.api, rv).await?;
+    }
     let (mut revision, mut start_after) = match q.get("continue") {
         Some(token) => {
             let t = decode_continue(token)?;
@@ -466,6 +487,7 @@ fn respond_list(
 }
 
 pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
+    read_fresh(&ctx.api, ctx.query.get("resourceVersion")).await?;
     let kv = ctx
         .api
         .store
@@ -522,8 +544,8 @@ async fn check_namespace(ctx: &Ctx, creating: bool) -> ApiResult<()> {
     let key = format!("/core/namespaces/{ns}");
     let kv = ctx
         .api
-        .store
-        .get(&key)?
+        .get_latest(&key)
+        .await?
         .ok_or_else(|| ApiError::not_found("", "namespaces", ns))?;
     if creating {
         let obj: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
@@ -745,12 +767,27 @@ where
     } else {
         None
     };
+    let mut synced = false;
     for _ in 0..32 {
-        let current = store.get(&key)?.ok_or_else(|| ctx.not_found(&name))?;
+        let current = ctx
+            .api
+            .get_latest(&key)
+            .await?
+            .ok_or_else(|| ctx.not_found(&name))?;
         let old = objects::decode(&r, &current)?;
         let (mut obj, warnings) = transform(&old)?;
         let pinned = meta_str(&obj, "resourceVersion").to_string();
         if !pinned.is_empty() && pinned != current.mod_revision.to_string() {
+            // The client saw a newer version, through another replica.
+            if !synced
+                && pinned
+                    .parse::<Revision>()
+                    .is_ok_and(|p| p > current.mod_revision)
+            {
+                store.sync().await?;
+                synced = true;
+                continue;
+            }
             return Err(ApiError::conflict(&r.group, &r.plural, &name));
         }
         if objects::adds_finalizer_while_deleting(&obj, &old) {
@@ -1186,7 +1223,11 @@ pub(crate) async fn delete_one(
     let store = &ctx.api.store;
     let dry_run = opts.dry_run.iter().any(|d| d == "All");
     for _ in 0..32 {
-        let current = store.get(&key)?.ok_or_else(|| ctx.not_found(name))?;
+        let current = ctx
+            .api
+            .get_latest(&key)
+            .await?
+            .ok_or_else(|| ctx.not_found(name))?;
         let mut obj = objects::decode(&r, &current)?;
         if let Some(p) = &opts.preconditions {
             if let Some(uid) = &p.uid

@@ -99,6 +99,20 @@ impl ApiServer {
         Ok(api)
     }
 
+    /// `key`'s newest value. A key this replica lacks is looked for again
+    /// once its reads are current (`Store::sync`): another replica on the
+    /// same store may have written it a moment ago.
+    pub(crate) async fn get_latest(
+        &self,
+        key: &str,
+    ) -> Result<Option<flotilla_store::KeyValue>, flotilla_store::StoreError> {
+        if let Some(kv) = self.store.get(key)? {
+            return Ok(Some(kv));
+        }
+        self.store.sync().await?;
+        self.store.get(key)
+    }
+
     pub fn router(self: &Arc<Self>) -> axum::Router {
         axum::Router::new()
             .fallback(dispatch)

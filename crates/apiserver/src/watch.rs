@@ -193,6 +193,7 @@ pub async fn serve(ctx: Ctx) -> ApiResult<Response> {
     // The first lines are computed before responding, so a client that reads
     // the status line also sees the initial state promptly.
     let mut first: Vec<Bytes> = Vec::new();
+    crate::handlers::read_fresh(&ctx.api, rv).await?;
     let start = if initial {
         let snapshot = store.list(&prefix, &ListOptions::default())?;
         let raw = serves_stored(&filter, output);

@@ -148,6 +148,14 @@ pub trait Store: Send + Sync + 'static {
     fn compacted_revision(&self) -> Revision;
     /// Drops history at or below `revision`.
     async fn compact(&self, revision: Revision) -> Result<()>;
+    /// Waits until reads through this store show every write committed
+    /// before the call, through this store or any other sharing the same
+    /// data (another replica on the same etcd): what a read that asks for
+    /// the latest state needs. A store that only it writes is always
+    /// current.
+    async fn sync(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Compacts, every interval, the history older than the previous interval,

@@ -71,6 +71,19 @@ impl Client {
         Ok(self.kv.clone().range(request).await?.into_inner())
     }
 
+    /// etcd's current revision, read through its consensus (a linearizable
+    /// read): every write committed before the call is at or below it.
+    pub(crate) async fn current_revision(&self, key: &[u8]) -> Result<i64, Status> {
+        let response = self
+            .range(RangeRequest {
+                key: key.to_vec(),
+                count_only: true,
+                ..RangeRequest::default()
+            })
+            .await?;
+        Ok(response.header.map_or(0, |h| h.revision))
+    }
+
     pub(crate) async fn txn(&self, request: TxnRequest) -> Result<TxnResponse, Status> {
         Ok(self.kv.clone().txn(request).await?.into_inner())
     }

@@ -37,6 +37,8 @@ pub struct EtcdStore {
 /// Keys are read in pages: one response for 100,000 objects would pass
 /// gRPC's message limit.
 const PAGE: i64 = 1000;
+/// How long a consistent read waits for the watch to reach etcd's revision.
+const SYNC_PATIENCE: Duration = Duration::from_secs(1);
 /// How long a refused write waits for a deletion it cannot date.
 const GONE_PATIENCE: Duration = Duration::from_secs(1);
 /// Attempts past a member that refuses connections (about 2 s in all).
@@ -190,6 +192,7 @@ async fn read_state(client: &Client, prefix: &str) -> Result<(Vec<KeyValue>, Rev
                 limit: PAGE,
                 // The first page fixes the revision every later page reads at.
                 revision,
+                ..RangeRequest::default()
             })
             .await?;
         if revision == 0 {
@@ -443,6 +446,29 @@ impl Store for EtcdStore {
 
     fn compacted_revision(&self) -> Revision {
         self.cache.compacted()
+    }
+
+    /// Reads etcd's revision through its consensus and waits for the watch
+    /// to bring the cache to it, as kube-apiserver's consistent reads from
+    /// its watch cache do. Revisions written outside the prefix never
+    /// arrive: past [`SYNC_PATIENCE`] the read goes ahead with what the
+    /// cache holds, which is why etcd should be Flotilla's alone.
+    async fn sync(&self) -> Result<()> {
+        let revision = self.client.current_revision(self.prefix.as_bytes()).await?;
+        if self.cache.revision() >= revision {
+            return Ok(());
+        }
+        match tokio::time::timeout(SYNC_PATIENCE, self.cache.wait_for(revision)).await {
+            Ok(result) => result,
+            Err(_) => {
+                debug!(
+                    revision,
+                    cached = self.cache.revision(),
+                    "etcd's revision not reached by the watch; reading what the cache holds"
+                );
+                Ok(())
+            }
+        }
     }
 
     async fn compact(&self, revision: Revision) -> Result<()> {
