@@ -13,6 +13,8 @@ use common::fleet::{Fleet, SHORT_THRESHOLDS, jsonpath, stderr};
 use common::{Server, flotilla, wait_for};
 
 const TEMPLATES: usize = 500;
+/// Templates per apply.
+const CHUNK: usize = 50;
 
 #[test]
 fn an_unreachable_etcd_is_a_clear_error() {
@@ -125,7 +127,8 @@ fn a_killed_leader_hands_over_with_nothing_lost_or_deleted() {
         .iter()
         .map(|(name, m)| EventLog::start(m, name, second.dir.path()))
         .collect();
-    let mut manifests = String::from(
+    let mut chunks: Vec<String> = Vec::new();
+    let policy = String::from(
         r#"
 apiVersion: policy.karmada.io/v1alpha1
 kind: PropagationPolicy
@@ -137,26 +140,52 @@ spec:
 "#,
     );
     for i in 0..TEMPLATES {
-        manifests.push_str(&format!(
+        if i % CHUNK == 0 {
+            chunks.push(String::new());
+        }
+        let chunk = chunks.last_mut().expect("a chunk");
+        chunk.push_str(&format!(
             "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm{i:03}, labels: {{ha: test}}}}\ndata: {{i: \"{i}\"}}\n"
         ));
     }
-    // Applied through the replica that stays; the leader dies mid-way.
-    let out = second.kubectl_stdin(&["apply", "-f", "-"], Some(&manifests));
-    assert!(out.status.success(), "{}", stderr(&out));
     let copies = |m: &Server| {
         m.ok(&["get", "configmaps", "-l", "ha=test", "-o", "name"])
             .lines()
             .count()
     };
-    wait_for(Duration::from_secs(60), "propagation under way", || {
-        copies(fleet.member("member1")) > 0
-    });
-    fleet.hub.kill9();
-    eprintln!(
-        "leader killed with {} of {TEMPLATES} copies in member1",
-        copies(fleet.member("member1"))
-    );
+    // Applied in chunks through the replicas in turn, as a round-robin
+    // load balancer would send them; each chunk is followed by reads of
+    // the federation's kinds through the same replica. The leader dies
+    // after the third chunk, and the rest go to the replica that stays.
+    let out = second.kubectl_stdin(&["apply", "-f", "-"], Some(&policy));
+    assert!(out.status.success(), "{}", stderr(&out));
+    for (k, chunk) in chunks.iter().enumerate() {
+        let leader_alive = k < 3;
+        let target = if leader_alive && k % 2 == 0 {
+            &fleet.hub
+        } else {
+            &second
+        };
+        let out = target.kubectl_stdin(&["apply", "-f", "-"], Some(chunk));
+        assert!(out.status.success(), "chunk {k}: {}", stderr(&out));
+        target.ok(&[
+            "get",
+            "clusters,propagationpolicies,resourcebindings,works",
+            "-A",
+            "-o",
+            "name",
+        ]);
+        if k == 2 {
+            wait_for(Duration::from_secs(60), "propagation under way", || {
+                copies(fleet.member("member1")) > 0
+            });
+            fleet.hub.kill9();
+            eprintln!(
+                "leader killed with {} of {TEMPLATES} copies in member1",
+                copies(fleet.member("member1"))
+            );
+        }
+    }
     wait_for(
         Duration::from_secs(30),
         "the second replica leading",
