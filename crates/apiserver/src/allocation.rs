@@ -2,15 +2,24 @@
 //! a ClusterIP from the service CIDR unless the Service is headless or an
 //! ExternalName, NodePorts from the node-port range for NodePort and
 //! LoadBalancer Services, both kept across updates that leave them out and
-//! immutable once set. Allocations are derived from the stored Services, so
-//! there is no second source of truth to repair after a crash; one lock
-//! serialises the read-then-create of concurrent writers.
+//! immutable once set.
+//!
+//! What is in use is derived from the stored Services, so there is no
+//! second source of truth to repair after a crash. Writers racing for one
+//! address (in one replica, or in replicas sharing an etcd) are told apart
+//! by a claim: before a Service is stored with a new address, a store key
+//! for that address is created with compare-and-swap, naming the Service.
+//! A claim only arbitrates the race: once its Service holds the address
+//! (or is gone) and the claim has aged past [`CLAIM_GRACE`], anyone may
+//! take it over, so claims of deleted Services need no clean-up.
 
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
 use std::ops::RangeInclusive;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use flotilla_store::{ListOptions, Store};
+use bytes::Bytes;
+use flotilla_store::{ListOptions, Store, StoreError};
 use ipnet::Ipv4Net;
 use serde_json::{Value, json};
 
@@ -35,6 +44,14 @@ impl Default for ServiceNetwork {
 
 /// The key prefix of every Service.
 const SERVICES: &str = "/core/services/";
+/// Where claims live: outside every resource's prefix (API groups of
+/// custom resources hold a dot, built-in ones are fixed).
+const CLAIMS: &str = "/flotilla-claims/";
+/// How long a claim holds its address for a Service not yet stored: far
+/// longer than a write takes.
+const CLAIM_GRACE: Duration = Duration::from_secs(30);
+/// Attempts at a set of addresses that other writers keep taking first.
+const CLAIM_ATTEMPTS: usize = 16;
 
 /// Addresses in use by Services other than `except` (namespace/name).
 struct InUse {
@@ -126,18 +143,186 @@ fn invalid(svc: &Value, field: String, message: String) -> ApiError {
 }
 
 /// Assigns `svc`'s addresses before it is stored; `old` is the stored
-/// version on update.
-pub fn assign(
+/// version on update. With `claim` (not a dry run), every address `svc`
+/// gets that `old` did not have is claimed first.
+pub async fn assign(
     network: &ServiceNetwork,
     store: &dyn Store,
     svc: &mut Value,
     old: Option<&Value>,
+    claim: bool,
 ) -> ApiResult<()> {
     let kind = service_type(svc).to_string();
     let id = format!("{}/{}", meta_str(svc, "namespace"), meta_str(svc, "name"));
-    let used = in_use(store, &id)?;
-    assign_cluster_ip(network, &used, svc, old, &kind)?;
-    assign_node_ports(network, &used, svc, old, &kind)
+    // Services stored through other replicas count too.
+    store.sync().await?;
+    let mut used = in_use(store, &id)?;
+    add_fresh_claims(store, &id, &mut used)?;
+    for _ in 0..CLAIM_ATTEMPTS {
+        let mut candidate = svc.clone();
+        assign_cluster_ip(network, &used, &mut candidate, old, &kind)?;
+        assign_node_ports(network, &used, &mut candidate, old, &kind)?;
+        if !claim {
+            *svc = candidate;
+            return Ok(());
+        }
+        match claim_new(store, &id, &candidate, old).await? {
+            // Taken by another writer meanwhile: choose again without it.
+            Some(Address::Ip(ip)) => {
+                used.ips.insert(ip);
+            }
+            Some(Address::NodePort(port, protocol)) => {
+                used.node_ports.insert((port, protocol));
+            }
+            None => {
+                *svc = candidate;
+                return Ok(());
+            }
+        }
+    }
+    Err(ApiError::conflict("", "services", meta_str(svc, "name")))
+}
+
+/// One address a Service holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Address {
+    Ip(Ipv4Addr),
+    NodePort(u16, String),
+}
+
+impl Address {
+    fn key(&self) -> String {
+        match self {
+            Address::Ip(ip) => format!("{CLAIMS}serviceips/{ip}"),
+            Address::NodePort(port, protocol) => format!("{CLAIMS}nodeports/{protocol}/{port}"),
+        }
+    }
+
+    fn held_by(&self, svc: &Value) -> bool {
+        match self {
+            Address::Ip(ip) => cluster_ips(svc).iter().any(|i| i == &ip.to_string()),
+            Address::NodePort(port, protocol) => node_ports(svc)
+                .iter()
+                .any(|(p, proto)| p == port && proto == protocol),
+        }
+    }
+
+    fn of(svc: &Value) -> Vec<Address> {
+        let ips = cluster_ips(svc)
+            .into_iter()
+            .filter_map(|ip| ip.parse().ok())
+            .map(Address::Ip);
+        let ports = node_ports(svc)
+            .into_iter()
+            .map(|(port, protocol)| Address::NodePort(port, protocol));
+        ips.chain(ports).collect()
+    }
+}
+
+/// A claim's value: who claimed, and when (seconds since the epoch).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Claim {
+    service: String,
+    #[serde(rename = "claimedAt")]
+    claimed_at: u64,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Claim {
+    fn fresh(&self) -> bool {
+        now_secs().saturating_sub(self.claimed_at) < CLAIM_GRACE.as_secs()
+    }
+}
+
+/// Addresses claimed by other Services within the grace: they may be
+/// stored any moment.
+fn add_fresh_claims(store: &dyn Store, id: &str, used: &mut InUse) -> ApiResult<()> {
+    let claims = store.list(CLAIMS, &ListOptions::default())?;
+    for kv in claims.items {
+        let Ok(claim) = serde_json::from_slice::<Claim>(&kv.value) else {
+            continue;
+        };
+        if claim.service == id || !claim.fresh() {
+            continue;
+        }
+        let Some(address) = kv.key.strip_prefix(CLAIMS) else {
+            continue;
+        };
+        let parts: Vec<&str> = address.split('/').collect();
+        match parts.as_slice() {
+            ["serviceips", ip] => {
+                if let Ok(ip) = ip.parse() {
+                    used.ips.insert(ip);
+                }
+            }
+            ["nodeports", protocol, port] => {
+                if let Ok(port) = port.parse() {
+                    used.node_ports.insert((port, protocol.to_string()));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Claims every address `svc` holds that `old` did not; the first one
+/// another writer holds, if any.
+async fn claim_new(
+    store: &dyn Store,
+    id: &str,
+    svc: &Value,
+    old: Option<&Value>,
+) -> ApiResult<Option<Address>> {
+    for address in Address::of(svc) {
+        if old.is_some_and(|o| address.held_by(o)) {
+            continue;
+        }
+        if !take(store, id, &address).await? {
+            return Ok(Some(address));
+        }
+    }
+    Ok(None)
+}
+
+/// Claims `address` for Service `id`: true when it is now ours.
+async fn take(store: &dyn Store, id: &str, address: &Address) -> ApiResult<bool> {
+    let key = address.key();
+    let mine = Claim {
+        service: id.to_string(),
+        claimed_at: now_secs(),
+    };
+    let value =
+        Bytes::from(serde_json::to_vec(&mine).map_err(|e| ApiError::internal(e.to_string()))?);
+    match store.create(&key, value.clone()).await {
+        Ok(_) => return Ok(true),
+        Err(StoreError::AlreadyExists(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let Some(current) = store.get(&key)? else {
+        return Ok(false);
+    };
+    let Ok(theirs) = serde_json::from_slice::<Claim>(&current.value) else {
+        return Ok(false);
+    };
+    let holder_keeps_it = store
+        .get(&format!("{SERVICES}{}", theirs.service))?
+        .and_then(|kv| serde_json::from_slice::<Value>(&kv.value).ok())
+        .is_some_and(|holder| address.held_by(&holder));
+    let reclaimable = theirs.service == id || (!theirs.fresh() && !holder_keeps_it);
+    if !reclaimable {
+        return Ok(false);
+    }
+    match store.update(&key, value, current.mod_revision).await {
+        Ok(_) => Ok(true),
+        Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn assign_cluster_ip(

@@ -677,7 +677,8 @@ async fn create_object(
     let _allocating = if r.is_service() {
         let guard = ctx.api.service_allocation.lock().await;
         let network = &ctx.api.config.service_network;
-        crate::allocation::assign(network, ctx.api.store.as_ref(), &mut obj, None)?;
+        let claim = !ctx.dry_run()?;
+        crate::allocation::assign(network, ctx.api.store.as_ref(), &mut obj, None, claim).await?;
         Some(guard)
     } else {
         None
@@ -809,7 +810,8 @@ where
         crate::crd::refresh_status(&r, &mut obj);
         if r.is_service() {
             let network = &ctx.api.config.service_network;
-            crate::allocation::assign(network, store.as_ref(), &mut obj, Some(&old))?;
+            let claim = !ctx.dry_run()?;
+            crate::allocation::assign(network, store.as_ref(), &mut obj, Some(&old), claim).await?;
         }
         if ctx.dry_run()? {
             return Ok(Written { obj, warnings });

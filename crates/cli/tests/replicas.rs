@@ -268,3 +268,52 @@ async fn what_one_replica_wrote_the_next_request_reads_through_another() {
         assert!(left.items.is_empty(), "B still lists {:?}", left.items);
     }
 }
+
+/// Services created at the same moment through two replicas get distinct
+/// ClusterIPs and NodePorts.
+#[tokio::test(flavor = "multi_thread")]
+async fn replicas_creating_services_at_once_never_share_an_address() {
+    use k8s_openapi::api::core::v1::Service;
+    use kube::api::{Api, PostParams};
+
+    let etcd = flotilla_store::testing::single();
+    let replicas = Server::controlplanes_on_etcd(2, &etcd.client_url, &["--leader-elect=false"]);
+    let clients = [replicas[0].client().await, replicas[1].client().await];
+    let mut creates = Vec::new();
+    for i in 0..24 {
+        let api: Api<Service> = Api::namespaced(clients[i % 2].clone(), "default");
+        let svc: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("s{i}")},
+            "spec": {"type": "NodePort", "ports": [{"port": 80}]}
+        }))
+        .unwrap();
+        creates.push(tokio::spawn(async move {
+            api.create(&PostParams::default(), &svc).await
+        }));
+    }
+    let mut ips = BTreeSet::new();
+    let mut ports = BTreeSet::new();
+    for create in creates {
+        let svc = create.await.unwrap().expect("service created");
+        let spec = svc.spec.expect("spec");
+        let ip = spec.cluster_ip.expect("a ClusterIP");
+        assert!(ips.insert(ip.clone()), "ClusterIP {ip} handed out twice");
+        let port = spec.ports.unwrap()[0].node_port.expect("a NodePort");
+        assert!(ports.insert(port), "NodePort {port} handed out twice");
+    }
+    // As each replica lists them, too.
+    for r in &replicas {
+        let listed = r.ok(&[
+            "get",
+            "services",
+            "-o",
+            "jsonpath={.items[*].spec.clusterIP}",
+        ]);
+        let distinct: BTreeSet<&str> = listed.split_whitespace().collect();
+        assert_eq!(
+            distinct.len(),
+            listed.split_whitespace().count(),
+            "{listed}"
+        );
+    }
+}
