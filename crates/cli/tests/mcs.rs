@@ -563,3 +563,79 @@ spec:
     // member2 still imports member1's endpoints.
     assert_eq!(count(m2, "member1"), 2);
 }
+
+/// Karmada's multi-cluster service walkthrough, verbatim in its selectors:
+/// the ServiceExport is selected as `multicluster.x-k8s.io/v1alpha1`, the
+/// version its documentation writes, although the hub also serves (and
+/// prefers) `v1beta1`.
+#[test]
+fn a_policy_selecting_the_v1alpha1_service_export_propagates_it() {
+    let fleet = Fleet::new(&[("member1", "us-east"), ("member2", "eu-west")]);
+    let (m1, m2) = (fleet.member("member1"), fleet.member("member2"));
+    fleet.apply(&format!(
+        "{}{}",
+        app("serve", 2, WEB_PORTS),
+        r#"
+---
+apiVersion: policy.karmada.io/v1alpha1
+kind: PropagationPolicy
+metadata: {name: serve, namespace: shop}
+spec:
+  resourceSelectors:
+    - {apiVersion: apps/v1, kind: Deployment, name: serve}
+    - {apiVersion: v1, kind: Service, name: serve}
+  placement:
+    clusterAffinity: {clusterNames: [member1]}
+---
+apiVersion: policy.karmada.io/v1alpha1
+kind: PropagationPolicy
+metadata: {name: serve-export, namespace: shop}
+spec:
+  resourceSelectors:
+    - {apiVersion: multicluster.x-k8s.io/v1alpha1, kind: ServiceExport, name: serve}
+  placement:
+    clusterAffinity: {clusterNames: [member1]}
+"#
+    ));
+    wait_for(WAIT, "the ServiceExport propagated to member1", || {
+        m1.kubectl(&["get", "serviceexport", "serve", "-n", "shop"])
+            .status
+            .success()
+    });
+    // The hub's template names the policy that claimed it.
+    assert_eq!(
+        jsonpath(
+            &fleet.hub,
+            &["get", "serviceexport", "serve", "-n", "shop"],
+            "{.metadata.annotations.propagationpolicy\\.karmada\\.io/name}"
+        ),
+        "serve-export"
+    );
+    // The export took effect: member2 imports the Service with a
+    // ClusterSetIP and member1's endpoints, read at either served version.
+    wait_for(WAIT, "member2 importing serve from member1", || {
+        jsonpath(
+            m2,
+            &[
+                "get",
+                "serviceimports.v1alpha1.multicluster.x-k8s.io",
+                "serve",
+                "-n",
+                "shop",
+            ],
+            "{.status.clusters[*].cluster}",
+        ) == "member1"
+    });
+    let ip = jsonpath(
+        m2,
+        &["get", "serviceimport", "serve", "-n", "shop"],
+        "{.spec.ips[0]}",
+    );
+    assert!(ip.starts_with("242."), "ClusterSetIP {ip:?}");
+    assert!(
+        !m2.kubectl(&["get", "serviceexport", "serve", "-n", "shop"])
+            .status
+            .success(),
+        "the export reached a cluster its policy does not name"
+    );
+}

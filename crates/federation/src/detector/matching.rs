@@ -24,8 +24,24 @@ pub struct Template<'a> {
     pub labels: &'a BTreeMap<String, String>,
 }
 
+/// The API group of an apiVersion: `apps` of `apps/v1`, the core group
+/// (empty) of `v1`.
+pub fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(group, _)| group)
+}
+
+/// Whether a selector's apiVersion and kind name the template's kind. The
+/// group and kind decide, not the version: the hub presents a template at
+/// its kind's preferred version, while a selector names whichever served
+/// version its author wrote (the MCS documentation's
+/// `multicluster.x-k8s.io/v1alpha1` ServiceExport, served beside
+/// `v1beta1`), and every served version is the same object.
+pub fn names_kind(api_version: &str, kind: &str, t: &Template) -> bool {
+    kind == t.kind && group_of(api_version) == group_of(t.api_version)
+}
+
 fn selector_matches(s: &ResourceSelector, t: &Template) -> Option<Specificity> {
-    if s.api_version != t.api_version || s.kind != t.kind {
+    if !names_kind(&s.api_version, &s.kind, t) {
         return None;
     }
     if let Some(ns) = s.namespace.as_deref().filter(|n| !n.is_empty())
@@ -143,6 +159,53 @@ mod tests {
             }),
             ..kind_only()
         }
+    }
+
+    #[test]
+    fn a_selector_names_a_kind_at_any_version_of_its_group() {
+        let labels = BTreeMap::new();
+        let export = Template {
+            api_version: "multicluster.x-k8s.io/v1beta1",
+            kind: "ServiceExport",
+            namespace: Some("production"),
+            name: "payment-api",
+            labels: &labels,
+        };
+        let selector = |api_version: &str, kind: &str| ResourceSelector {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            ..Default::default()
+        };
+        for v in [
+            "multicluster.x-k8s.io/v1alpha1",
+            "multicluster.x-k8s.io/v1beta1",
+        ] {
+            assert_eq!(
+                selector_matches(&selector(v, "ServiceExport"), &export),
+                Some(Specificity::Kind),
+                "{v}"
+            );
+        }
+        // Another group, another kind, the core group: no match.
+        assert!(
+            selector_matches(&selector("example.com/v1beta1", "ServiceExport"), &export).is_none()
+        );
+        assert!(
+            selector_matches(
+                &selector("multicluster.x-k8s.io/v1alpha1", "ServiceImport"),
+                &export
+            )
+            .is_none()
+        );
+        let cm = Template {
+            api_version: "v1",
+            kind: "ConfigMap",
+            ..export
+        };
+        assert!(selector_matches(&selector("v1", "ConfigMap"), &cm).is_some());
+        assert!(selector_matches(&selector("example.com/v1", "ConfigMap"), &cm).is_none());
+        assert_eq!(group_of("v1"), "");
+        assert_eq!(group_of("apps/v1"), "apps");
     }
 
     #[test]
