@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::fleet::{Fleet, jsonpath, member_fault};
-use common::{Running, Server, assert_has, wait_for, which};
+use common::{Running, Server, assert_has, flotilla, wait_for, which};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -637,5 +637,58 @@ spec:
             .status
             .success(),
         "the export reached a cluster its policy does not name"
+    );
+
+    // `flotilla describe placement` of a policy says what each selector
+    // matched, and why one matched nothing.
+    fleet.apply(
+        r#"
+apiVersion: policy.karmada.io/v1alpha1
+kind: PropagationPolicy
+metadata: {name: misses, namespace: shop}
+spec:
+  resourceSelectors:
+    - {apiVersion: example.com/v1, kind: Widget}
+    - {apiVersion: apps/v1, kind: Deployment, name: missing}
+    - {apiVersion: v1, kind: ConfigMap, labelSelector: {matchLabels: {tier: none}}}
+    - {apiVersion: multicluster.x-k8s.io/v1alpha1, kind: ServiceExport}
+  placement:
+    clusterAffinity: {clusterNames: [member2]}
+"#,
+    );
+    let describe = |target: &str| {
+        let out = flotilla(&[
+            "describe",
+            "placement",
+            target,
+            "-n",
+            "shop",
+            "--kubeconfig",
+            fleet.hub.kubeconfig.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let held = describe("pp/serve-export");
+    assert_has(
+        &held,
+        &[
+            "PropagationPolicy shop/serve-export",
+            "multicluster.x-k8s.io/v1alpha1 ServiceExport serve: matched 1 template in namespace shop; propagates shop/serve",
+        ],
+    );
+    let missed = describe("pp/misses");
+    assert_has(
+        &missed,
+        &[
+            "example.com/v1 Widget: matched nothing: the hub serves no kind Widget in the API group \"example.com\"",
+            "apps/v1 Deployment missing: matched nothing: no Deployment named \"missing\" in namespace shop",
+            "v1 ConfigMap with labels tier=none: matched nothing: no ConfigMap with those labels in namespace shop",
+            "ServiceExport: matched 1 template in namespace shop; not by this policy: shop/serve (held by PropagationPolicy shop/serve-export)",
+        ],
     );
 }

@@ -1,6 +1,8 @@
 //! `flotilla describe placement KIND/NAME`: where a template went and why:
 //! its policy, the division, each cluster's replicas, Work and status, the
-//! overrides applied, and why the other clusters were left out.
+//! overrides applied, and why the other clusters were left out. Of a
+//! policy (`pp/NAME`, `cpp/NAME`): what each of its resource selectors
+//! matched, and why one that matched nothing did not.
 
 use std::fmt::Write;
 use std::sync::Arc;
@@ -56,6 +58,14 @@ async fn placement(args: PlacementArgs, out: &mut String) -> anyhow::Result<()> 
         Some(ns) => Api::namespaced_with(hub.clone(), ns, &r.ar),
         None => Api::all_with(hub.clone(), &r.ar),
     };
+    if r.ar.group == flotilla_federation::api::POLICY_GROUP
+        && matches!(
+            r.ar.plural.as_str(),
+            "propagationpolicies" | "clusterpropagationpolicies"
+        )
+    {
+        return super::policy::describe(&hub, &r, name, namespace, out).await;
+    }
     let Some(template) = templates.get_opt(name).await.map_err(hub_error)? else {
         bail!(
             "{} \"{name}\" not found{}",

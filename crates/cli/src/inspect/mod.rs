@@ -7,6 +7,7 @@ pub mod describe;
 pub mod get;
 mod placement;
 pub mod plan;
+mod policy;
 mod resolve;
 mod table;
 
