@@ -205,11 +205,12 @@ async fn open_store(
                 ..SqliteOptions::default()
             },
         )
-        .with_context(|| {
-            format!(
-                "cannot open the store in {} (is another flotilla using it?)",
+        .map_err(|e| match e {
+            flotilla_store::StoreError::Incompatible(why) => anyhow::anyhow!(why),
+            e => anyhow::Error::new(e).context(format!(
+                "cannot open the store in {} (is another flotilla using it? --data-dir chooses another)",
                 data_dir.display()
-            )
+            )),
         })?,
         StoreKind::Etcd if !cfg!(feature = "etcd") => anyhow::bail!(
             "--store etcd: this flotilla was built without the etcd store (cargo feature \
@@ -251,8 +252,12 @@ pub async fn prepare(
     serve: &ServeArgs,
     config: Config,
 ) -> anyhow::Result<Prepared> {
-    std::fs::create_dir_all(data_dir)
-        .with_context(|| format!("cannot create the data dir {}", data_dir.display()))?;
+    std::fs::create_dir_all(data_dir).with_context(|| {
+        format!(
+            "cannot create the data dir {} (choose another with --data-dir)",
+            data_dir.display()
+        )
+    })?;
     let store = open_store(data_dir, serve).await?;
     let admin_token = auth::load_or_create_admin_token(&data_dir.join("admin-token"))?;
     let config = Config {

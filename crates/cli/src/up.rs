@@ -53,9 +53,19 @@ const REGIONS: [&str; 6] = [
 /// How long a process may take to answer, and the clusters to turn Ready.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The format of `fleet.json` this build writes and reads; files from
+/// before the field existed are this format.
+const SHAPE_FORMAT: u32 = 1;
+
+fn first_format() -> u32 {
+    1
+}
+
 /// What `fleet.json` keeps: enough to start the same fleet again.
 #[derive(Serialize, Deserialize, Debug)]
 struct Shape {
+    #[serde(default = "first_format")]
+    format: u32,
     hub_port: u16,
     members: Vec<MemberShape>,
 }
@@ -92,20 +102,54 @@ impl Shape {
             })
             .collect::<anyhow::Result<_>>()?;
         Ok(Shape {
+            format: SHAPE_FORMAT,
             hub_port: free_port()?,
             members,
         })
     }
 
     fn load(path: &Path) -> anyhow::Result<Option<Shape>> {
-        match std::fs::read(path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).with_context(|| {
+        let shape: Shape = match std::fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).with_context(|| {
                 format!("{} is damaged; remove it to start afresh", path.display())
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+        };
+        if shape.format > SHAPE_FORMAT {
+            bail!(
+                "{} was written by a newer Flotilla (fleet format {}; this one reads up to {SHAPE_FORMAT}): \
+                 run that version, or start another fleet with --data-dir DIR",
+                path.display(),
+                shape.format
+            );
+        }
+        Ok(Some(shape))
+    }
+
+    /// Every port the fleet listens on, with whose it is.
+    fn ports(&self) -> Vec<(u16, String)> {
+        std::iter::once((self.hub_port, "the control plane".to_string()))
+            .chain(self.members.iter().map(|m| (m.port, m.name.clone())))
+            .collect()
+    }
+}
+
+/// Fails, naming the port and its owner, if another process listens on
+/// one of the fleet's ports (another `flotilla up` on the same data dir,
+/// or anything else that took it since the fleet last ran).
+fn check_ports_free(shape: &Shape, shape_path: &Path) -> anyhow::Result<()> {
+    for (port, whose) in shape.ports() {
+        if let Err(e) = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port))) {
+            bail!(
+                "port 127.0.0.1:{port} of {whose} (kept in {}) is unavailable: {e}; stop what \
+                 listens there (another `flotilla up` on this data dir?), or start a separate \
+                 fleet with --data-dir DIR",
+                shape_path.display()
+            );
         }
     }
+    Ok(())
 }
 
 /// A process of the fleet; its stdin is the pipe whose closing stops it.
@@ -222,8 +266,12 @@ impl Fleet {
 
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let dir = args.data_dir.unwrap_or_else(|| default_data_dir("fleet"));
-    std::fs::create_dir_all(dir.join("logs"))
-        .with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::create_dir_all(dir.join("logs")).with_context(|| {
+        format!(
+            "cannot use {} as the fleet's data dir; choose another with --data-dir DIR",
+            dir.display()
+        )
+    })?;
     let shape_path = dir.join("fleet.json");
     let (shape, resumed) = match Shape::load(&shape_path)? {
         Some(shape) => {
@@ -236,6 +284,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
                     shape.members.len()
                 );
             }
+            check_ports_free(&shape, &shape_path)?;
             (shape, true)
         }
         None => {

@@ -421,3 +421,132 @@ fn the_readme_walkthrough_plans_places_and_explains() {
     );
     assert_has(&cli(&kubeconfig, &["completion", "bash"]), &["_flotilla()"]);
 }
+
+/// `flotilla up`'s stderr and whether it failed, for inputs it must refuse
+/// before starting anything.
+fn up_refuses(dir: &Path) -> String {
+    let out = flotilla(&["up", "--data-dir", dir.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "flotilla up started: {err}");
+    err
+}
+
+#[test]
+fn up_says_which_port_or_data_dir_is_unavailable_and_how_to_choose_another() {
+    let tmp = tempfile::tempdir().unwrap();
+
+    // A data dir that is a file.
+    let file = tmp.path().join("not-a-dir");
+    std::fs::write(&file, "x").unwrap();
+    let err = up_refuses(&file);
+    assert_has(
+        &err,
+        &[
+            &format!("cannot use {} as the fleet's data dir", file.display()),
+            "--data-dir",
+        ],
+    );
+
+    // A fleet whose control-plane port another process holds now.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let fleet = tmp.path().join("fleet");
+    std::fs::create_dir_all(&fleet).unwrap();
+    std::fs::write(
+        fleet.join("fleet.json"),
+        format!(
+            r#"{{"hub_port": {port}, "members": [{{"name": "member1", "region": "us-east", "pull": false, "port": 1}}]}}"#
+        ),
+    )
+    .unwrap();
+    let err = up_refuses(&fleet);
+    assert_has(
+        &err,
+        &[
+            &format!("port 127.0.0.1:{port} of the control plane"),
+            "is unavailable",
+            "--data-dir",
+        ],
+    );
+    // Nothing was started or written on the way.
+    assert!(!fleet.join("hub").exists(), "a half-made fleet");
+    drop(taken);
+
+    // A fleet written by a newer Flotilla.
+    let newer = tmp.path().join("newer");
+    std::fs::create_dir_all(&newer).unwrap();
+    std::fs::write(
+        newer.join("fleet.json"),
+        r#"{"format": 99, "hub_port": 1, "members": []}"#,
+    )
+    .unwrap();
+    assert_has(
+        &up_refuses(&newer),
+        &["written by a newer Flotilla (fleet format 99", "--data-dir"],
+    );
+}
+
+/// A store written by a newer Flotilla is refused, untouched; one from
+/// before the format was recorded opens and is stamped.
+#[test]
+fn a_store_in_an_unknown_format_is_refused_and_left_untouched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let db = dir.join("flotilla.db");
+    let set_version = |v: u32| {
+        let status = Command::new("python3")
+            .args([
+                "-c",
+                "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('CREATE TABLE IF NOT EXISTS log (revision INTEGER PRIMARY KEY, key TEXT NOT NULL, deleted INTEGER NOT NULL, create_revision INTEGER NOT NULL, prev_revision INTEGER, value BLOB NOT NULL)'); c.execute('CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)'); c.execute('PRAGMA user_version=%d' % int(sys.argv[2])); c.commit()",
+                db.to_str().unwrap(),
+                &v.to_string(),
+            ])
+            .status()
+            .expect("python3");
+        assert!(status.success());
+    };
+    let version = || {
+        let out = Command::new("python3")
+            .args([
+                "-c",
+                "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('PRAGMA user_version').fetchone()[0])",
+                db.to_str().unwrap(),
+            ])
+            .output()
+            .expect("python3");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    std::fs::create_dir_all(&dir).unwrap();
+    set_version(99);
+    let out = flotilla(&[
+        "apiserver",
+        "--data-dir",
+        dir.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert_has(
+        &err,
+        &["written by a newer Flotilla (store format 99", "--data-dir"],
+    );
+    assert_eq!(version(), "99", "the refused store was changed");
+
+    // Format 0: a store from before the format was recorded.
+    set_version(0);
+    let mut server = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(["apiserver", "--data-dir", dir.to_str().unwrap()])
+        .args(["--listen", "127.0.0.1:0", "--write-kubeconfig"])
+        .arg(tmp.path().join("kubeconfig"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(Duration::from_secs(60), "the server to answer", || {
+        tmp.path().join("kubeconfig").exists()
+    });
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(version(), "1");
+}

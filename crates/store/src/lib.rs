@@ -122,6 +122,9 @@ pub enum StoreError {
     Etcd(String),
     #[error("storage unavailable: {0}")]
     Unavailable(String),
+    /// The data on disk is not in a format this build reads.
+    #[error("{0}")]
+    Incompatible(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

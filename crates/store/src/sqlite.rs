@@ -115,6 +115,43 @@ CREATE INDEX IF NOT EXISTS log_key_revision ON log (key, revision);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 ";
 
+/// The on-disk format this build reads and writes, kept in SQLite's
+/// `user_version`. Stores made before the format was recorded (0) have
+/// this same schema and are stamped with it on open.
+const FORMAT: i64 = 1;
+
+/// Refuses a store written in a format this build does not know, before
+/// anything is written to it.
+fn check_format(conn: &Connection, path: &Path) -> Result<()> {
+    let found: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if found > FORMAT {
+        return Err(StoreError::Incompatible(format!(
+            "{} was written by a newer Flotilla (store format {found}; this one reads up to {FORMAT}): \
+             run that version, or choose another --data-dir",
+            path.display()
+        )));
+    }
+    if found == 0 {
+        let tables: i64 = conn.query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'",
+            [],
+            |r| r.get(0),
+        )?;
+        let ours: i64 = conn.query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ('log', 'meta')",
+            [],
+            |r| r.get(0),
+        )?;
+        if tables > 0 && ours != 2 {
+            return Err(StoreError::Incompatible(format!(
+                "{} is a SQLite database but not Flotilla's store: choose another --data-dir",
+                path.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl SqliteStore {
     /// Opens (or creates) the store in `dir`, loading the recent history
     /// into the event window; state stays on disk.
@@ -126,7 +163,9 @@ impl SqliteStore {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.busy_timeout(Duration::from_secs(5))?;
         stable_plans(&conn)?;
+        check_format(&conn, &path)?;
         conn.execute_batch(SCHEMA)?;
+        conn.pragma_update(None, "user_version", FORMAT)?;
 
         let compacted: Revision = conn
             .query_row("SELECT value FROM meta WHERE name = 'compacted'", [], |r| {
