@@ -65,7 +65,7 @@ fn twins(
     [namespaced, cluster]
 }
 
-fn column(name: &str, type_: &str, path: &str) -> Value {
+pub(crate) fn column(name: &str, type_: &str, path: &str) -> Value {
     json!({"name": name, "type": type_, "jsonPath": path})
 }
 

@@ -10,7 +10,7 @@ use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::crds::{Kind, age};
+use crate::crds::{Kind, age, column};
 
 pub const GROUP: &str = "multicluster.x-k8s.io";
 /// The label of an import's EndpointSlices naming their ServiceImport.
@@ -229,7 +229,17 @@ fn crd(
         short_names: short.iter().map(|s| s.to_string()).collect(),
         namespaced,
         categorized: false,
-        columns: vec![age()],
+        columns: if kind == "ServiceImport" {
+            // mcs-api's columns: `kubectl get serviceimport` shows the
+            // type and the ClusterSetIPs.
+            vec![
+                column("Type", "string", ".spec.type"),
+                column("IP", "string", ".spec.ips"),
+                age(),
+            ]
+        } else {
+            vec![age()]
+        },
         spec,
     }
     .crd();
