@@ -18,7 +18,10 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use std::sync::Arc;
+
 use crate::error::ApiError;
+use crate::tokens::Signer;
 use crate::value::str_at;
 
 pub const BOOTSTRAP_TOKEN_TYPE: &str = "bootstrap.kubernetes.io/token";
@@ -31,15 +34,18 @@ pub struct User {
     pub groups: Vec<String>,
 }
 
-/// Checks bearer tokens against the admin token and bootstrap-token Secrets.
+/// Checks bearer tokens against the admin token, bootstrap-token Secrets
+/// and ServiceAccount tokens.
 pub struct Authenticator {
     admin_token_digest: [u8; 32],
+    service_account_tokens: Arc<Signer>,
 }
 
 impl Authenticator {
-    pub fn new(admin_token: &str) -> Self {
+    pub fn new(admin_token: &str, service_account_tokens: Arc<Signer>) -> Self {
         Authenticator {
             admin_token_digest: digest(admin_token),
+            service_account_tokens,
         }
     }
 
@@ -57,11 +63,21 @@ impl Authenticator {
                     .filter(|t| !t.is_empty())
             })
             .ok_or_else(unauthorized)?;
+        self.authenticate_token(store, token)
+    }
+
+    /// Who a bearer token names (also `TokenReview`'s answer), or 401.
+    pub fn authenticate_token(&self, store: &dyn Store, token: &str) -> Result<User, ApiError> {
         if bool::from(digest(token).ct_eq(&self.admin_token_digest)) {
             return Ok(User {
                 name: "flotilla-admin".into(),
                 groups: vec!["system:masters".into(), "system:authenticated".into()],
             });
+        }
+        if token.matches('.').count() == 2 {
+            return crate::tokens::authenticate(&self.service_account_tokens, store, token, &[])
+                .map(|(user, _)| user)
+                .map_err(|_| unauthorized());
         }
         bootstrap_user(store, token).ok_or_else(unauthorized)
     }

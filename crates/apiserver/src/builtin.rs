@@ -1,8 +1,13 @@
 //! The built-in kinds Flotilla serves, with upstream's scope, short names and
 //! categories, and their OpenAPI schemas taken from k8s-openapi.
 
-use k8s_openapi::api::{apps, batch, coordination, core, discovery, networking};
+use k8s_openapi::api::{
+    admissionregistration, apps, authentication, authorization, autoscaling, batch, certificates,
+    coordination, core, discovery, flowcontrol, networking, node, policy, rbac, scheduling,
+    storage,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use schemars::{JsonSchema, SchemaGenerator};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -12,12 +17,25 @@ use crate::resources::{Printer, ResourceInfo, Schema};
 /// Discovery order of the built-in groups, as kube-apiserver lists them.
 pub const GROUP_ORDER: &[&str] = &[
     "",
-    "apiextensions.k8s.io",
+    "apiregistration.k8s.io",
     "apps",
+    "events.k8s.io",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
+    "autoscaling",
     "batch",
-    "coordination.k8s.io",
-    "discovery.k8s.io",
+    "certificates.k8s.io",
     "networking.k8s.io",
+    "policy",
+    "rbac.authorization.k8s.io",
+    "storage.k8s.io",
+    "admissionregistration.k8s.io",
+    "apiextensions.k8s.io",
+    "scheduling.k8s.io",
+    "coordination.k8s.io",
+    "node.k8s.io",
+    "discovery.k8s.io",
+    "flowcontrol.apiserver.k8s.io",
 ];
 
 /// A built-in kind's Rust type, for schemas and decode checks.
@@ -51,6 +69,7 @@ struct Def {
     categories: &'static [&'static str],
     status: bool,
     generation: bool,
+    create_only: bool,
     component: &'static str,
     decode: fn(&Value) -> Result<(), (String, String)>,
     schema: fn(&mut SchemaGenerator) -> schemars::Schema,
@@ -71,6 +90,29 @@ macro_rules! def {
             categories: $cat,
             status: $status,
             generation: $gen,
+            create_only: false,
+            component: $comp,
+            decode: decode::<$ty>,
+            schema: schema::<$ty>,
+        }
+    };
+}
+
+/// A review or request kind: create-only, nothing stored (`reviews.rs`).
+macro_rules! review {
+    ($ty:ty, $group:literal, $plural:literal, $kind:literal, namespaced: $ns:literal, component: $comp:literal) => {
+        Def {
+            group: $group,
+            version: "v1",
+            plural: $plural,
+            singular: "",
+            kind: $kind,
+            namespaced: $ns,
+            short: &[],
+            categories: &[],
+            status: false,
+            generation: false,
+            create_only: true,
             component: $comp,
             decode: decode::<$ty>,
             schema: schema::<$ty>,
@@ -148,6 +190,102 @@ fn defs() -> Vec<Def> {
         def!(networking::v1::Ingress, "networking.k8s.io", "v1", "ingresses", "ingress", "Ingress",
              namespaced: true, short: &["ing"], categories: ALL, status: true, generation: true,
              component: "io.k8s.api.networking.v1.Ingress"),
+        // Stored, validated against their schemas and served with their
+        // subresources; what each does beyond storage is in
+        // docs/compatibility.md ("Built-in kinds").
+        def!(core::v1::PodTemplate, "", "v1", "podtemplates", "podtemplate", "PodTemplate",
+             namespaced: true, short: NONE, categories: NONE, status: false, generation: false,
+             component: "io.k8s.api.core.v1.PodTemplate"),
+        def!(core::v1::LimitRange, "", "v1", "limitranges", "limitrange", "LimitRange",
+             namespaced: true, short: &["limits"], categories: NONE, status: false, generation: false,
+             component: "io.k8s.api.core.v1.LimitRange"),
+        def!(core::v1::ResourceQuota, "", "v1", "resourcequotas", "resourcequota", "ResourceQuota",
+             namespaced: true, short: &["quota"], categories: NONE, status: true, generation: false,
+             component: "io.k8s.api.core.v1.ResourceQuota"),
+        def!(apps::v1::ControllerRevision, "apps", "v1", "controllerrevisions", "controllerrevision", "ControllerRevision",
+             namespaced: true, short: NONE, categories: NONE, status: false, generation: false,
+             component: "io.k8s.api.apps.v1.ControllerRevision"),
+        def!(autoscaling::v2::HorizontalPodAutoscaler, "autoscaling", "v2", "horizontalpodautoscalers", "horizontalpodautoscaler", "HorizontalPodAutoscaler",
+             namespaced: true, short: &["hpa"], categories: ALL, status: true, generation: false,
+             component: "io.k8s.api.autoscaling.v2.HorizontalPodAutoscaler"),
+        def!(policy::v1::PodDisruptionBudget, "policy", "v1", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget",
+             namespaced: true, short: &["pdb"], categories: NONE, status: true, generation: true,
+             component: "io.k8s.api.policy.v1.PodDisruptionBudget"),
+        def!(rbac::v1::Role, "rbac.authorization.k8s.io", "v1", "roles", "role", "Role",
+             namespaced: true, short: NONE, categories: NONE, status: false, generation: false,
+             component: "io.k8s.api.rbac.v1.Role"),
+        def!(rbac::v1::ClusterRole, "rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole",
+             namespaced: false, short: NONE, categories: NONE, status: false, generation: false,
+             component: "io.k8s.api.rbac.v1.ClusterRole"),
+        def!(rbac::v1::RoleBinding, "rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding",
+             namespaced: true, short: NONE, categories: NONE, status: false, generation: false,
+             component: "io.k8s.api.rbac.v1.RoleBinding"),
+        def!(rbac::v1::ClusterRoleBinding, "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding",
+             namespaced: false, short: NONE, categories: NONE, status: false, generation: false,
+             component: "io.k8s.api.rbac.v1.ClusterRoleBinding"),
+        def!(networking::v1::NetworkPolicy, "networking.k8s.io", "v1", "networkpolicies", "networkpolicy", "NetworkPolicy",
+             namespaced: true, short: &["netpol"], categories: NONE, status: false, generation: true,
+             component: "io.k8s.api.networking.v1.NetworkPolicy"),
+        def!(networking::v1::IngressClass, "networking.k8s.io", "v1", "ingressclasses", "ingressclass", "IngressClass",
+             namespaced: false, short: NONE, categories: NONE, status: false, generation: false,
+             component: "io.k8s.api.networking.v1.IngressClass"),
+        def!(storage::v1::StorageClass, "storage.k8s.io", "v1", "storageclasses", "storageclass", "StorageClass",
+             namespaced: false, short: &["sc"], categories: NONE, status: false, generation: false,
+             component: "io.k8s.api.storage.v1.StorageClass"),
+        def!(storage::v1::CSIDriver, "storage.k8s.io", "v1", "csidrivers", "csidriver", "CSIDriver",
+             namespaced: false, short: NONE, categories: NONE, status: false, generation: false,
+             component: "io.k8s.api.storage.v1.CSIDriver"),
+        def!(storage::v1::CSINode, "storage.k8s.io", "v1", "csinodes", "csinode", "CSINode",
+             namespaced: false, short: NONE, categories: NONE, status: false, generation: false,
+             component: "io.k8s.api.storage.v1.CSINode"),
+        def!(storage::v1::CSIStorageCapacity, "storage.k8s.io", "v1", "csistoragecapacities", "csistoragecapacity", "CSIStorageCapacity",
+             namespaced: true, short: NONE, categories: NONE, status: false, generation: false,
+             component: "io.k8s.api.storage.v1.CSIStorageCapacity"),
+        def!(storage::v1::VolumeAttachment, "storage.k8s.io", "v1", "volumeattachments", "volumeattachment", "VolumeAttachment",
+             namespaced: false, short: NONE, categories: NONE, status: true, generation: false,
+             component: "io.k8s.api.storage.v1.VolumeAttachment"),
+        def!(scheduling::v1::PriorityClass, "scheduling.k8s.io", "v1", "priorityclasses", "priorityclass", "PriorityClass",
+             namespaced: false, short: &["pc"], categories: NONE, status: false, generation: false,
+             component: "io.k8s.api.scheduling.v1.PriorityClass"),
+        def!(node::v1::RuntimeClass, "node.k8s.io", "v1", "runtimeclasses", "runtimeclass", "RuntimeClass",
+             namespaced: false, short: NONE, categories: NONE, status: false, generation: false,
+             component: "io.k8s.api.node.v1.RuntimeClass"),
+        def!(certificates::v1::CertificateSigningRequest, "certificates.k8s.io", "v1", "certificatesigningrequests", "certificatesigningrequest", "CertificateSigningRequest",
+             namespaced: false, short: &["csr"], categories: NONE, status: true, generation: false,
+             component: "io.k8s.api.certificates.v1.CertificateSigningRequest"),
+        def!(admissionregistration::v1::MutatingWebhookConfiguration, "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", "mutatingwebhookconfiguration", "MutatingWebhookConfiguration",
+             namespaced: false, short: NONE, categories: &["api-extensions"], status: false, generation: true,
+             component: "io.k8s.api.admissionregistration.v1.MutatingWebhookConfiguration"),
+        def!(admissionregistration::v1::ValidatingWebhookConfiguration, "admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", "validatingwebhookconfiguration", "ValidatingWebhookConfiguration",
+             namespaced: false, short: NONE, categories: &["api-extensions"], status: false, generation: true,
+             component: "io.k8s.api.admissionregistration.v1.ValidatingWebhookConfiguration"),
+        def!(admissionregistration::v1::ValidatingAdmissionPolicy, "admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", "validatingadmissionpolicy", "ValidatingAdmissionPolicy",
+             namespaced: false, short: NONE, categories: &["api-extensions"], status: true, generation: true,
+             component: "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicy"),
+        def!(admissionregistration::v1::ValidatingAdmissionPolicyBinding, "admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings", "validatingadmissionpolicybinding", "ValidatingAdmissionPolicyBinding",
+             namespaced: false, short: NONE, categories: &["api-extensions"], status: false, generation: true,
+             component: "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicyBinding"),
+        def!(APIService, "apiregistration.k8s.io", "v1", "apiservices", "apiservice", "APIService",
+             namespaced: false, short: NONE, categories: &["api-extensions"], status: true, generation: false,
+             component: "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIService"),
+        def!(flowcontrol::v1::FlowSchema, "flowcontrol.apiserver.k8s.io", "v1", "flowschemas", "flowschema", "FlowSchema",
+             namespaced: false, short: NONE, categories: NONE, status: true, generation: true,
+             component: "io.k8s.api.flowcontrol.v1.FlowSchema"),
+        review!(authentication::v1::TokenReview, "authentication.k8s.io", "tokenreviews", "TokenReview",
+                namespaced: false, component: "io.k8s.api.authentication.v1.TokenReview"),
+        review!(authentication::v1::SelfSubjectReview, "authentication.k8s.io", "selfsubjectreviews", "SelfSubjectReview",
+                namespaced: false, component: "io.k8s.api.authentication.v1.SelfSubjectReview"),
+        review!(authorization::v1::SubjectAccessReview, "authorization.k8s.io", "subjectaccessreviews", "SubjectAccessReview",
+                namespaced: false, component: "io.k8s.api.authorization.v1.SubjectAccessReview"),
+        review!(authorization::v1::SelfSubjectAccessReview, "authorization.k8s.io", "selfsubjectaccessreviews", "SelfSubjectAccessReview",
+                namespaced: false, component: "io.k8s.api.authorization.v1.SelfSubjectAccessReview"),
+        review!(authorization::v1::LocalSubjectAccessReview, "authorization.k8s.io", "localsubjectaccessreviews", "LocalSubjectAccessReview",
+                namespaced: true, component: "io.k8s.api.authorization.v1.LocalSubjectAccessReview"),
+        review!(authorization::v1::SelfSubjectRulesReview, "authorization.k8s.io", "selfsubjectrulesreviews", "SelfSubjectRulesReview",
+                namespaced: false, component: "io.k8s.api.authorization.v1.SelfSubjectRulesReview"),
+        def!(flowcontrol::v1::PriorityLevelConfiguration, "flowcontrol.apiserver.k8s.io", "v1", "prioritylevelconfigurations", "prioritylevelconfiguration", "PriorityLevelConfiguration",
+             namespaced: false, short: NONE, categories: NONE, status: true, generation: true,
+             component: "io.k8s.api.flowcontrol.v1.PriorityLevelConfiguration"),
     ]
 }
 
@@ -158,7 +296,10 @@ pub fn resources() -> Vec<ResourceInfo> {
             group: d.group.into(),
             version: d.version.into(),
             plural: d.plural.into(),
-            singular: d.singular.into(),
+            singular: match d.singular {
+                "" => d.kind.to_lowercase(),
+                s => s.into(),
+            },
             kind: d.kind.into(),
             list_kind: format!("{}List", d.kind),
             namespaced: d.namespaced,
@@ -175,6 +316,7 @@ pub fn resources() -> Vec<ResourceInfo> {
             selectable_fields: Vec::new(),
             scale: matches!(d.plural, "deployments" | "replicasets" | "statefulsets")
                 .then(crate::resources::ScalePaths::workload),
+            create_only: d.create_only,
         })
         .collect()
 }

@@ -16,6 +16,11 @@ fn gv(group: &str, version: &str) -> String {
     }
 }
 
+/// ServiceAccounts serve `/token` (TokenRequest, `reviews.rs`).
+fn is_service_accounts(r: &ResourceInfo) -> bool {
+    r.group.is_empty() && r.plural == "serviceaccounts"
+}
+
 fn aggregated_resource(r: &ResourceInfo) -> Value {
     let kind = json!({"group": r.group, "version": r.version, "kind": r.kind});
     let mut subresources = Vec::new();
@@ -26,6 +31,11 @@ fn aggregated_resource(r: &ResourceInfo) -> Value {
         subresources.push(json!({"subresource": "scale",
             "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
             "verbs": ["get", "patch", "update"]}));
+    }
+    if is_service_accounts(r) {
+        subresources.push(json!({"subresource": "token",
+            "responseKind": {"group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest"},
+            "verbs": ["create"]}));
     }
     let mut v = json!({
         "resource": r.plural,
@@ -139,6 +149,11 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<
             list.push(json!({"name": format!("{}/scale", r.plural), "singularName": "", "namespaced": r.namespaced,
                              "group": "autoscaling", "version": "v1", "kind": "Scale",
                              "verbs": ["get", "patch", "update"]}));
+        }
+        if is_service_accounts(r) {
+            list.push(json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true,
+                             "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest",
+                             "verbs": ["create"]}));
         }
     }
     Some(

@@ -30,6 +30,9 @@ pub struct Ctx {
     pub subresource: Option<String>,
     pub query: Query,
     pub headers: HeaderMap,
+    /// Who asked; None for the server's own requests (and when serving
+    /// without authentication).
+    pub user: Option<crate::auth::User>,
 }
 
 impl Ctx {
@@ -49,6 +52,7 @@ impl Ctx {
             subresource: None,
             query: Query::default(),
             headers: HeaderMap::new(),
+            user: None,
         }
     }
 
@@ -1319,8 +1323,8 @@ pub async fn delete(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let name = ctx.name().to_string();
     let (obj, gone) = delete_one(ctx, &name, &opts).await?;
     let r = &ctx.resource;
-    if gone && !r.custom {
-        // Built-ins answer an immediate deletion with a Success Status.
+    if gone && !returns_deleted_object(r) {
+        // Most built-ins answer an immediate deletion with a Success Status.
         let status = json!({
             "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
             "details": {"name": name, "group": r.group, "kind": r.plural, "uid": meta_str(&obj, "uid")},
@@ -1334,6 +1338,24 @@ pub async fn delete(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             .into_response());
     }
     respond_object(ctx, StatusCode::OK, &obj, &[])
+}
+
+/// Kinds whose immediate deletion answers the deleted object, as
+/// upstream's stores with `ReturnDeletedObject` (custom resources, pods,
+/// services, ...); the others answer a Success Status naming it.
+fn returns_deleted_object(r: &ResourceInfo) -> bool {
+    r.custom
+        || (r.group.is_empty()
+            && matches!(
+                r.plural.as_str(),
+                "pods"
+                    | "services"
+                    | "serviceaccounts"
+                    | "namespaces"
+                    | "persistentvolumes"
+                    | "persistentvolumeclaims"
+                    | "podtemplates"
+            ))
 }
 
 pub async fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
@@ -1361,22 +1383,4 @@ pub async fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let list_meta = json!({"resourceVersion": ctx.api.store.current_revision().to_string()});
     let output = request::negotiate(&ctx.headers, ctx.query.get("includeObject"))?;
     respond_list(ctx, output, deleted, list_meta)
-}
-
-/// Creates a namespace if it does not exist (start-up).
-pub async fn ensure_namespace(api: &Arc<ApiServer>, name: &str) -> ApiResult<()> {
-    let key = format!("/core/namespaces/{name}");
-    if api.store.get(&key)?.is_some() {
-        return Ok(());
-    }
-    let Some(r) = api.registry.get("", "v1", "namespaces") else {
-        return Err(ApiError::internal("namespaces are not registered"));
-    };
-    let mut obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name,
-                          "labels": {"kubernetes.io/metadata.name": name}}});
-    objects::prepare_create(&r, &mut obj);
-    match api.store.create(&key, objects::encode(&mut obj)?).await {
-        Ok(_) | Err(StoreError::AlreadyExists(_)) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }

@@ -1,6 +1,8 @@
 //! Flotilla's Kubernetes-compatible API server.
 //!
-//! Requests are parsed in [`request`], routed in [`server`] and served by the
+//! Requests are parsed in [`request`] (protobuf bodies and answers are
+//! translated to and from JSON at the edge, in `codec`), routed in
+//! [`server`] and served by the
 //! verbs in [`handlers`] and [`watch`] over a [`flotilla_store::Store`].
 //! Which resources exist is the [`resources::Registry`]: the built-ins of
 //! [`builtin`] plus whatever CRDs add ([`crd`]).
@@ -9,7 +11,9 @@
 pub mod allocation;
 pub mod auth;
 pub mod authz;
+pub mod bootstrap;
 pub mod builtin;
+mod codec;
 pub mod crd;
 pub mod defaults;
 pub mod discovery;
@@ -26,17 +30,21 @@ pub mod namespace;
 pub mod objects;
 pub mod openapi;
 pub mod patch;
+pub mod pod;
 pub mod quantity;
 pub mod raw;
 pub mod request;
 pub mod resources;
+pub mod reviews;
 pub mod scale;
 pub mod schema;
 pub mod selector;
 pub mod server;
+pub mod serviceaccounts;
 pub mod strategic;
 pub mod table;
 pub mod tls;
+pub mod tokens;
 pub mod value;
 pub mod version;
 pub mod watch;

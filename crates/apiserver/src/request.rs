@@ -9,6 +9,35 @@ use crate::table::IncludeObject;
 
 /// Largest accepted request body, as kube-apiserver's limit.
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+/// How much of a body over the limit is still read (and dropped) before the
+/// 413 is answered; beyond it the connection is cut.
+const DRAIN_BYTES: usize = 64 * 1024 * 1024;
+
+/// Reads a request body of at most [`MAX_BODY_BYTES`]. A larger one is read
+/// to its end (up to 64 MiB) before 413 is answered: over HTTP/2, answering
+/// while the client is still sending resets the stream, and kubectl reports
+/// the reset instead of the Status.
+pub async fn read_body(mut body: axum::body::Body) -> ApiResult<bytes::Bytes> {
+    use http_body_util::BodyExt;
+    let mut buf = bytes::BytesMut::new();
+    let mut total = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame =
+            frame.map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?;
+        if let Ok(data) = frame.into_data() {
+            total = total.saturating_add(data.len());
+            if total <= MAX_BODY_BYTES {
+                buf.extend_from_slice(&data);
+            } else if total > DRAIN_BYTES {
+                break;
+            }
+        }
+    }
+    if total > MAX_BODY_BYTES {
+        return Err(ApiError::too_large(MAX_BODY_BYTES));
+    }
+    Ok(buf.freeze())
+}
 
 /// A parsed resource path below `/api/v1` or `/apis/<g>/<v>`.
 #[derive(Debug, Clone, PartialEq)]

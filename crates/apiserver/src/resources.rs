@@ -64,6 +64,9 @@ pub struct ResourceInfo {
     pub selectable_fields: Vec<String>,
     /// Where the scale subresource reads and writes replicas, if served.
     pub scale: Option<ScalePaths>,
+    /// A review or request (TokenReview, SubjectAccessReview, ...): a
+    /// POST is answered, nothing is stored, no other verb is served.
+    pub create_only: bool,
 }
 
 /// The fields behind a `/scale` subresource, as JSON pointers.
@@ -137,6 +140,9 @@ impl ResourceInfo {
     }
 
     pub fn verbs(&self) -> Vec<&'static str> {
+        if self.create_only {
+            return vec!["create"];
+        }
         vec![
             "create",
             "delete",

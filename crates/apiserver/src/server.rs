@@ -19,7 +19,7 @@ use crate::discovery;
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::{self, Ctx};
 use crate::openapi::OpenApi;
-use crate::request::{self, MAX_BODY_BYTES, Query};
+use crate::request::{self, Query};
 use crate::resources::Registry;
 use crate::version;
 
@@ -39,6 +39,12 @@ pub struct Config {
     /// Who may do what, besides being authenticated; `None` allows every
     /// authenticated user everything.
     pub authorizer: Option<Arc<dyn crate::authz::Authorizer>>,
+    /// The CA that signs the serving certificate (PEM), published in every
+    /// namespace as the `kube-root-ca.crt` ConfigMap.
+    pub root_ca: Option<String>,
+    /// The key ServiceAccount tokens are signed with; every replica must
+    /// have the same (`tls::Pki::token_key`). `None`: a key of this process.
+    pub token_key: Option<[u8; 32]>,
 }
 
 /// Renders the Prometheus text exposition on each scrape.
@@ -52,6 +58,8 @@ impl Default for Config {
             service_network: Default::default(),
             metrics: None,
             authorizer: None,
+            root_ca: None,
+            token_key: None,
         }
     }
 }
@@ -65,7 +73,9 @@ pub struct ApiServer {
     pub registry: Registry,
     pub openapi: OpenApi,
     pub config: Config,
-    authenticator: Option<Authenticator>,
+    pub(crate) authenticator: Option<Authenticator>,
+    /// Signs and verifies ServiceAccount tokens.
+    pub(crate) tokens: Arc<crate::tokens::Signer>,
     address: RwLock<String>,
     /// Serialises Service address assignment (read of the addresses in use,
     /// then the write that takes one).
@@ -78,11 +88,17 @@ impl ApiServer {
     /// Creates the server over `store`: ensures the system namespaces and
     /// serves the CRDs already stored.
     pub async fn new(store: Arc<dyn Store>, config: Config) -> Result<Arc<Self>, ApiError> {
+        let key = config.token_key.unwrap_or_else(rand::random);
+        let tokens = Arc::new(crate::tokens::Signer::new(&key));
         let api = Arc::new(ApiServer {
             store,
             registry: Registry::new(),
             openapi: OpenApi::default(),
-            authenticator: config.admin_token.as_deref().map(Authenticator::new),
+            authenticator: config
+                .admin_token
+                .as_deref()
+                .map(|admin| Authenticator::new(admin, tokens.clone())),
+            tokens,
             config,
             address: RwLock::new(String::new()),
             service_allocation: tokio::sync::Mutex::new(()),
@@ -90,12 +106,11 @@ impl ApiServer {
         });
         crate::crd::restore(&api)?;
         crate::crd::spawn_follower(api.clone());
-        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
-            handlers::ensure_namespace(&api, ns).await?;
-        }
+        crate::bootstrap::system_objects(&api).await?;
         crate::namespace::resume_terminating(&api);
         crate::namespace::spawn_active_namespaces(api.clone());
         crate::gc::spawn(api.clone());
+        crate::serviceaccounts::spawn(api.clone());
         Ok(api)
     }
 
@@ -172,8 +187,14 @@ async fn dispatch(State(api): State<Arc<ApiServer>>, req: Request) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let started = std::time::Instant::now();
-    let response = match route(api, req).await {
-        Ok(r) => r,
+    let response = match crate::codec::incoming(req).await {
+        Ok((req, protobuf)) => {
+            let response = route(api, req).await.unwrap_or_else(|e| e.into_response());
+            match protobuf {
+                Some(how) => crate::codec::outgoing(response, how).await,
+                None => response,
+            }
+        }
         Err(e) => e.into_response(),
     };
     debug!(%method, %path, status = response.status().as_u16(), elapsed_ms = started.elapsed().as_millis() as u64, "request");
@@ -337,6 +358,10 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         Some("status") if resource.status_subresource => {}
         Some("finalize") if resource.is_namespace() && parts.method == Method::PUT => {}
         Some("scale") if resource.scale.is_some() => {}
+        Some("token")
+            if resource.group.is_empty()
+                && resource.plural == "serviceaccounts"
+                && parts.method == Method::POST => {}
         Some("binding")
             if resource.group.is_empty()
                 && resource.plural == "pods"
@@ -357,9 +382,7 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         parts.method,
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE
     ) {
-        let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
-            .await
-            .map_err(|_| ApiError::too_large(MAX_BODY_BYTES))?;
+        let bytes = request::read_body(body).await?;
         bytes.to_vec()
     } else {
         drop(body);
@@ -400,7 +423,19 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         subresource: rp.subresource,
         query,
         headers: parts.headers,
+        user,
     };
+    if ctx.resource.create_only {
+        return match (&parts.method, ctx.name.is_some()) {
+            (&Method::POST, false) => crate::reviews::create(&ctx, &body).await,
+            _ => Err(ApiError::method_not_allowed(
+                "the server does not allow this method on the requested resource",
+            )),
+        };
+    }
+    if ctx.subresource.as_deref() == Some("token") {
+        return crate::reviews::token_request(&ctx, &body).await;
+    }
     match (&parts.method, ctx.name.is_some()) {
         (&Method::GET, false) => {
             if ctx.query.flag("watch") {

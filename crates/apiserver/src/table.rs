@@ -160,6 +160,36 @@ fn builtin_columns(r: &ResourceInfo) -> Vec<Column> {
             col("Images", "string", 1),
             col("Selector", "string", 1),
         ],
+        ("batch", "cronjobs") => vec![
+            NAME,
+            col("Schedule", "string", 0),
+            col("Timezone", "string", 0),
+            col("Suspend", "boolean", 0),
+            col("Active", "integer", 0),
+            col("Last Schedule", "date", 0),
+            AGE,
+            col("Containers", "string", 1),
+            col("Images", "string", 1),
+            col("Selector", "string", 1),
+        ],
+        ("scheduling.k8s.io", "priorityclasses") => vec![
+            NAME,
+            col("Value", "integer", 0),
+            col("Global-Default", "boolean", 0),
+            AGE,
+            col("PreemptionPolicy", "string", 0),
+        ],
+        ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => vec![
+            NAME,
+            col("Role", "string", 0),
+            AGE,
+            col("Users", "string", 1),
+            col("Groups", "string", 1),
+            col("ServiceAccounts", "string", 1),
+        ],
+        ("rbac.authorization.k8s.io", "roles" | "clusterroles") => {
+            vec![NAME, col("Created At", "date", 0)]
+        }
         ("coordination.k8s.io", "leases") => vec![NAME, col("Holder", "string", 0), AGE],
         ("discovery.k8s.io", "endpointslices") => vec![
             NAME,
@@ -591,6 +621,68 @@ fn builtin_cells(r: &ResourceInfo, o: &Value) -> Vec<Value> {
                 json!(im),
                 json!(selector_string(o, "/spec/selector")),
             ]
+        }
+        ("batch", "cronjobs") => {
+            let (c, im) = containers_images(o, "/spec/jobTemplate/spec/template/spec");
+            let last = match s(o, "/status/lastScheduleTime") {
+                "" => "<none>".to_string(),
+                _ => age(o, "/status/lastScheduleTime"),
+            };
+            vec![
+                name,
+                json!(s(o, "/spec/schedule")),
+                json!(or_none(s(o, "/spec/timeZone").to_string())),
+                json!(
+                    o.pointer("/spec/suspend")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false)
+                ),
+                json!(arr(o, "/status/active").len()),
+                json!(last),
+                json!(created),
+                json!(c),
+                json!(im),
+                json!(selector_string(o, "/spec/jobTemplate/spec/selector")),
+            ]
+        }
+        ("scheduling.k8s.io", "priorityclasses") => vec![
+            name,
+            json!(i(o, "/value")),
+            json!(
+                o.pointer("/globalDefault")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false)
+            ),
+            json!(created),
+            json!(s(o, "/preemptionPolicy")),
+        ],
+        ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => {
+            let subjects = |kind: &str| {
+                let names: Vec<String> = arr(o, "/subjects")
+                    .iter()
+                    .filter(|x| s(x, "/kind") == kind)
+                    .map(|x| match (kind, s(x, "/namespace")) {
+                        ("ServiceAccount", ns) => format!("{ns}/{}", s(x, "/name")),
+                        _ => s(x, "/name").to_string(),
+                    })
+                    .collect();
+                names.join(", ")
+            };
+            vec![
+                name,
+                json!(format!(
+                    "{}/{}",
+                    s(o, "/roleRef/kind"),
+                    s(o, "/roleRef/name")
+                )),
+                json!(created),
+                json!(subjects("User")),
+                json!(subjects("Group")),
+                json!(subjects("ServiceAccount")),
+            ]
+        }
+        ("rbac.authorization.k8s.io", "roles" | "clusterroles") => {
+            vec![name, json!(s(o, "/metadata/creationTimestamp"))]
         }
         ("coordination.k8s.io", "leases") => {
             vec![name, json!(s(o, "/spec/holderIdentity")), json!(created)]

@@ -34,6 +34,9 @@ pub struct Pki {
     pub ca_pem: String,
     pub cert_pem: String,
     pub key_pem: String,
+    /// The ServiceAccount token key: derived from the CA's private key, so
+    /// replicas that share the CA (as they must) verify each other's tokens.
+    pub token_key: [u8; 32],
 }
 
 impl Pki {
@@ -63,7 +66,15 @@ impl Pki {
             write_private(&ca_cert_path, &cert.pem())?;
         }
         let ca_pem = read(&ca_cert_path)?;
-        let ca_key = KeyPair::from_pem(&read(&ca_key_path)?).map_err(|e| TlsError::Invalid {
+        let ca_key_pem = read(&ca_key_path)?;
+        let token_key = {
+            use sha2::Digest;
+            let mut h = sha2::Sha256::new();
+            h.update(b"flotilla serviceaccount tokens v1\0");
+            h.update(ca_key_pem.as_bytes());
+            h.finalize().into()
+        };
+        let ca_key = KeyPair::from_pem(&ca_key_pem).map_err(|e| TlsError::Invalid {
             path: ca_key_path.clone(),
             reason: e.to_string(),
         })?;
@@ -87,6 +98,7 @@ impl Pki {
             ca_pem,
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
+            token_key,
         };
         write_private(&dir.join("apiserver.key"), &pki.key_pem)?;
         write_private(&dir.join("apiserver.crt"), &pki.cert_pem)?;

@@ -176,6 +176,10 @@ pub struct StorageArgs {
     pub etcd_certfile: Option<PathBuf>,
     #[arg(long)]
     pub etcd_keyfile: Option<PathBuf>,
+    /// How long to wait at start-up for etcd to answer (it may be starting
+    /// beside this replica); 0 gives up at the first refusal
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    pub etcd_wait: std::time::Duration,
 }
 
 impl Default for StorageArgs {
@@ -187,6 +191,7 @@ impl Default for StorageArgs {
             etcd_cafile: None,
             etcd_certfile: None,
             etcd_keyfile: None,
+            etcd_wait: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -216,23 +221,45 @@ async fn open_store(
             "--store etcd: this flotilla was built without the etcd store (cargo feature \
              `etcd`); build it with the default features to use etcd"
         ),
-        StoreKind::Etcd => EtcdStore::open(EtcdOptions {
+        StoreKind::Etcd => open_etcd(s, serve.watch_history).await?,
+    })
+}
+
+/// Connects to etcd, waiting up to `--etcd-wait` for it to answer: a
+/// replica started together with its etcd (a systemd unit, a pod) must
+/// not lose the race to it.
+async fn open_etcd(s: &StorageArgs, history_capacity: usize) -> anyhow::Result<Arc<dyn Store>> {
+    let deadline = tokio::time::Instant::now() + s.etcd_wait;
+    let mut waited = false;
+    loop {
+        let opened = EtcdStore::open(EtcdOptions {
             endpoints: s.etcd_endpoints.clone(),
             prefix: s.etcd_prefix.clone(),
             ca_file: s.etcd_cafile.clone(),
             cert_file: s.etcd_certfile.clone(),
             key_file: s.etcd_keyfile.clone(),
-            history_capacity: serve.watch_history,
+            history_capacity,
             ..EtcdOptions::default()
         })
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot reach etcd at {}: {e} (is it running? check --etcd-endpoints and the TLS flags)",
+        .await;
+        match opened {
+            Ok(store) => return Ok(store),
+            Err(
+                error @ (flotilla_store::StoreError::Unavailable(_)
+                | flotilla_store::StoreError::Etcd(_)),
+            ) if tokio::time::Instant::now() < deadline => {
+                if !waited {
+                    tracing::warn!(%error, endpoints = %s.etcd_endpoints.join(","), "waiting for etcd");
+                    waited = true;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+            Err(e) => anyhow::bail!(
+                "cannot reach etcd at {}: {e} (is it running? check --etcd-endpoints and the TLS flags; --etcd-wait waits longer)",
                 s.etcd_endpoints.join(",")
-            )
-        })?,
-    })
+            ),
+        }
+    }
 }
 
 /// An API server on its store, bound but not yet serving.
@@ -260,13 +287,6 @@ pub async fn prepare(
     })?;
     let store = open_store(data_dir, serve).await?;
     let admin_token = auth::load_or_create_admin_token(&data_dir.join("admin-token"))?;
-    let config = Config {
-        admin_token: Some(admin_token.clone()),
-        ..config
-    };
-    let api = ApiServer::new(store, config)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot start the API server: {}", e.message))?;
     let listener = tokio::net::TcpListener::bind(serve.listen)
         .await
         .with_context(|| {
@@ -280,6 +300,15 @@ pub async fn prepare(
         &data_dir.join("pki"),
         &tls::serving_names(addr, &serve.tls_sans),
     )?;
+    let config = Config {
+        admin_token: Some(admin_token.clone()),
+        root_ca: Some(pki.ca_pem.clone()),
+        token_key: Some(pki.token_key),
+        ..config
+    };
+    let api = ApiServer::new(store, config)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot start the API server: {}", e.message))?;
     Ok(Prepared {
         api,
         listener,

@@ -313,7 +313,7 @@ async fn table_and_metadata_representations() {
 
     let table = get_raw(
         &c,
-        "/api/v1/namespaces/default/configmaps",
+        "/api/v1/namespaces/default/configmaps?fieldSelector=metadata.name%3Dt",
         "application/json;as=Table;v=v1;g=meta.k8s.io",
     )
     .await
@@ -330,7 +330,92 @@ async fn table_and_metadata_representations() {
     assert_eq!(table["rows"][0]["cells"][1], 2);
     assert_eq!(table["rows"][0]["object"]["kind"], "PartialObjectMetadata");
 
-    let metadata = cms.list_metadata(&ListParams::default()).await.unwrap();
+    let metadata = cms
+        .list_metadata(&ListParams::default().fields("metadata.name=t"))
+        .await
+        .unwrap();
     assert_eq!(metadata.items.len(), 1);
     assert_eq!(metadata.items[0].name_any(), "t");
+}
+
+/// What clients assume of a new namespace and a new pod, and what a
+/// delete answers, as upstream: a `default` ServiceAccount and the
+/// `kube-root-ca.crt` ConfigMap in every namespace (back when deleted), a
+/// pod `Pending` with its QoS class, the deleted pod itself (a typed
+/// client decodes it) but a Status for a deleted ConfigMap.
+#[tokio::test]
+async fn namespace_defaults_pod_status_and_delete_answers() {
+    use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+    let s = Server::start();
+    let c = s.client().await;
+    let namespaces: Api<Namespace> = Api::all(c.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &obj(json!({"metadata": {"name": "fresh"}})),
+        )
+        .await
+        .unwrap();
+    let accounts: Api<ServiceAccount> = Api::namespaced(c.clone(), "fresh");
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "fresh");
+    let appear = |what: &'static str| {
+        let (accounts, cms) = (accounts.clone(), cms.clone());
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                let found = match what {
+                    "sa" => accounts.get_opt("default").await.unwrap().is_some(),
+                    _ => cms.get_opt("kube-root-ca.crt").await.unwrap().is_some(),
+                };
+                if found {
+                    return;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{what} never appeared"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    appear("sa").await;
+    appear("cm").await;
+    let ca = cms.get("kube-root-ca.crt").await.unwrap();
+    let pem = &ca.data.unwrap()["ca.crt"];
+    assert!(pem.starts_with("-----BEGIN CERTIFICATE-----"), "{pem}");
+    accounts
+        .delete("default", &DeleteParams::default())
+        .await
+        .unwrap();
+    appear("sa").await;
+
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "fresh");
+    let pod = pods
+        .create(
+            &PostParams::default(),
+            &obj(json!({"metadata": {"name": "p1"},
+                        "spec": {"containers": [{"name": "c", "image": "nginx",
+                            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]},
+                        "status": {"phase": "Running"}})),
+        )
+        .await
+        .unwrap();
+    let status = pod.status.unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Pending"));
+    assert_eq!(status.qos_class.as_deref(), Some("Guaranteed"));
+    let deleted = pods.delete("p1", &DeleteParams::default()).await.unwrap();
+    let pod = deleted.left().expect("a deleted pod answers the pod");
+    assert_eq!(pod.name_any(), "p1");
+
+    cms.create(
+        &PostParams::default(),
+        &obj(json!({"metadata": {"name": "c1"}})),
+    )
+    .await
+    .unwrap();
+    let deleted = cms.delete("c1", &DeleteParams::default()).await.unwrap();
+    let status = deleted
+        .right()
+        .expect("a deleted ConfigMap answers a Status");
+    assert_eq!(status.details.unwrap().name, "c1");
 }

@@ -434,7 +434,15 @@ where
         .items
         .iter()
         .map(|o| o.name_any())
+        .filter(|name| !is_cluster_default(name))
         .collect()
+}
+
+/// What the server makes in every namespace by itself (the root CA
+/// ConfigMap, the `default` ServiceAccount), which tests listing their
+/// own objects leave out.
+pub fn is_cluster_default(name: &str) -> bool {
+    matches!(name, "kube-root-ca.crt" | "default")
 }
 
 /// Asserts that `output` contains every one of `needles`.

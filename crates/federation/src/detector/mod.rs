@@ -81,6 +81,16 @@ pub fn skipped_namespace(ns: &str) -> bool {
         || ns == crate::api::CLUSTER_NAMESPACE
 }
 
+/// What every cluster makes in each of its namespaces for itself (the
+/// `default` ServiceAccount, the `kube-root-ca.crt` ConfigMap with its own
+/// CA): never a template, or one cluster's CA would overwrite another's.
+fn cluster_default(kind: &str, name: &str) -> bool {
+    matches!(
+        (kind, name),
+        ("ServiceAccount", "default") | ("ConfigMap", "kube-root-ca.crt")
+    )
+}
+
 struct Policies {
     propagation: Store<Policy>,
     cluster: Store<Policy>,
@@ -270,7 +280,10 @@ async fn watch_templates(tctx: Arc<TypeCtx>, policies_changed: broadcast::Receiv
 
 async fn reconcile(obj: Arc<DynamicObject>, tctx: Arc<TypeCtx>) -> Result<Next, Error> {
     let namespace = obj.metadata.namespace.as_deref();
-    if namespace.is_some_and(skipped_namespace) || obj.metadata.deletion_timestamp.is_some() {
+    if namespace.is_some_and(skipped_namespace)
+        || obj.metadata.deletion_timestamp.is_some()
+        || cluster_default(&tctx.ar.kind, &obj.name_any())
+    {
         return Ok(None);
     }
     let started = Instant::now();

@@ -1,0 +1,92 @@
+//! What the server sets on a Pod at creation, as upstream's pod strategy:
+//! `status.phase: Pending` and the pod's QoS class.
+
+use serde_json::{Value, json};
+
+use crate::quantity;
+
+/// The status a new pod starts with (whatever the client sent).
+pub fn initial_status(pod: &Value) -> Value {
+    json!({"phase": "Pending", "qosClass": qos_class(pod.get("spec").unwrap_or(&Value::Null))})
+}
+
+/// Kubernetes' QoS class of a pod spec: `Guaranteed` when every container
+/// (init containers included) limits CPU and memory and requests what it
+/// limits, `BestEffort` when none requests or limits either, `Burstable`
+/// otherwise. Requests default to limits (as upstream's defaulting does).
+pub fn qos_class(spec: &Value) -> &'static str {
+    const COMPUTE: [&str; 2] = ["cpu", "memory"];
+    let containers = ["initContainers", "containers"]
+        .iter()
+        .filter_map(|k| spec.get(k).and_then(Value::as_array))
+        .flatten();
+    let amount = |list: Option<&Value>, name: &str| {
+        list.and_then(|l| l.get(name))
+            .and_then(|q| match q {
+                Value::String(s) => quantity::parse(s),
+                Value::Number(n) => n.as_f64(),
+                _ => None,
+            })
+            .filter(|v| *v > 0.0)
+    };
+    let (mut any, mut guaranteed) = (false, true);
+    for container in containers {
+        let resources = container.get("resources");
+        let limits = resources.and_then(|r| r.get("limits"));
+        let requests = resources.and_then(|r| r.get("requests"));
+        for name in COMPUTE {
+            let limit = amount(limits, name);
+            let request = amount(requests, name).or(limit);
+            any |= limit.is_some() || request.is_some();
+            if limit.is_none() || request != limit {
+                guaranteed = false;
+            }
+        }
+    }
+    match (any, guaranteed) {
+        (false, _) => "BestEffort",
+        (true, true) => "Guaranteed",
+        (true, false) => "Burstable",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(resources: &[Value]) -> Value {
+        let containers: Vec<Value> = resources
+            .iter()
+            .map(|r| json!({"name": "c", "image": "i", "resources": r}))
+            .collect();
+        json!({"containers": containers})
+    }
+
+    #[test]
+    fn qos_classes_follow_upstreams_rules() {
+        assert_eq!(qos_class(&spec(&[json!({})])), "BestEffort");
+        assert_eq!(
+            qos_class(&spec(&[json!({"limits": {"cpu": "1", "memory": "1Gi"}})])),
+            "Guaranteed",
+            "requests default to limits"
+        );
+        assert_eq!(
+            qos_class(&spec(&[json!({"limits": {"cpu": "1", "memory": "1Gi"},
+                                     "requests": {"cpu": "1000m", "memory": "1Gi"}})])),
+            "Guaranteed"
+        );
+        assert_eq!(
+            qos_class(&spec(&[json!({"requests": {"cpu": "100m"}})])),
+            "Burstable"
+        );
+        assert_eq!(
+            qos_class(&spec(&[
+                json!({"limits": {"cpu": "1", "memory": "1Gi"}}),
+                json!({})
+            ])),
+            "Burstable",
+            "every container must be guaranteed"
+        );
+        assert_eq!(qos_class(&Value::Null), "BestEffort");
+    }
+}

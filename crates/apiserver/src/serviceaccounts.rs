@@ -1,0 +1,132 @@
+//! What kube-controller-manager's `serviceaccount` and
+//! `root-ca-cert-publisher` controllers keep in every namespace: a
+//! `default` ServiceAccount (manifests and clients assume one), and the
+//! `kube-root-ca.crt` ConfigMap with the CA that signs the API server's
+//! certificate. Both come back when deleted, at the next pass.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla_store::{ListOptions, StoreError};
+use serde_json::{Value, json};
+use tracing::warn;
+
+use crate::objects::{self, WriteScope};
+use crate::server::ApiServer;
+
+/// Who managedFields credit, as upstream's controllers.
+const MANAGER: &str = "kube-controller-manager";
+/// How often every namespace is checked, besides at its creation.
+const RESYNC: Duration = Duration::from_secs(10);
+pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
+const ROOT_CA_DESCRIPTION: &str = "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters.";
+
+pub fn spawn(api: Arc<ApiServer>) {
+    tokio::spawn(async move {
+        loop {
+            match run(&api).await {
+                Err(StoreError::Closed) => return,
+                Err(error) => {
+                    warn!(%error, "service account controller restarting");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Ok(()) => {}
+            }
+        }
+    });
+}
+
+/// One pass over every namespace, then each new namespace as it comes,
+/// until the next pass is due.
+async fn run(api: &Arc<ApiServer>) -> Result<(), StoreError> {
+    const PREFIX: &str = "/core/namespaces/";
+    let listed = api.store.list(PREFIX, &ListOptions::default())?;
+    for kv in &listed.items {
+        reconcile(api, &kv.value).await;
+    }
+    let mut watch = api.store.watch(PREFIX, listed.revision)?;
+    let resync = tokio::time::sleep(RESYNC);
+    tokio::pin!(resync);
+    loop {
+        tokio::select! {
+            _ = &mut resync => return Ok(()),
+            events = watch.next() => {
+                for event in events?.iter() {
+                    if event.kind == flotilla_store::EventKind::Put {
+                        reconcile(api, &event.kv.value).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn reconcile(api: &Arc<ApiServer>, namespace: &[u8]) {
+    let Ok(ns) = serde_json::from_slice::<Value>(namespace) else {
+        return;
+    };
+    let name = objects::meta_str(&ns, "name").to_string();
+    if name.is_empty() || objects::is_deleting(&ns) {
+        return;
+    }
+    let account = json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                         "metadata": {"name": "default", "namespace": name}});
+    ensure(api, "serviceaccounts", &name, account).await;
+    if let Some(ca) = api.config.root_ca.clone() {
+        let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": ROOT_CA_CONFIGMAP, "namespace": name,
+                         "annotations": {"kubernetes.io/description": ROOT_CA_DESCRIPTION}},
+            "data": {"ca.crt": ca}});
+        ensure(api, "configmaps", &name, config_map).await;
+    }
+}
+
+/// Creates `obj` unless an object of its name exists; a root CA ConfigMap
+/// whose certificate differs is brought back to the CA.
+async fn ensure(api: &Arc<ApiServer>, plural: &str, namespace: &str, mut obj: Value) {
+    let Some(r) = api.registry.get("", "v1", plural) else {
+        return;
+    };
+    let name = objects::meta_str(&obj, "name").to_string();
+    let key = r.key(Some(namespace), &name);
+    let result = match api.store.get(&key) {
+        Ok(None) => {
+            objects::prepare_create(&r, &mut obj);
+            crate::managed::track_update(&r, None, &mut obj, MANAGER, WriteScope::Main);
+            match objects::encode(&mut obj) {
+                Ok(bytes) => match api.store.create(&key, bytes).await {
+                    Err(StoreError::AlreadyExists(_)) => Ok(()),
+                    other => other.map(|_| ()),
+                },
+                Err(e) => {
+                    warn!(error = %e.message, namespace, name, "cannot encode");
+                    return;
+                }
+            }
+        }
+        Ok(Some(kv)) if plural == "configmaps" => {
+            let Ok(mut current) = serde_json::from_slice::<Value>(&kv.value) else {
+                return;
+            };
+            if current.get("data") == obj.get("data") || objects::is_deleting(&current) {
+                return;
+            }
+            let old = current.clone();
+            current["data"] = obj["data"].clone();
+            crate::managed::track_update(&r, Some(&old), &mut current, MANAGER, WriteScope::Main);
+            match objects::encode(&mut current) {
+                Ok(bytes) => match api.store.update(&key, bytes, kv.mod_revision).await {
+                    // Someone else wrote it: the next pass looks again.
+                    Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(()),
+                    other => other.map(|_| ()),
+                },
+                Err(_) => return,
+            }
+        }
+        Ok(Some(_)) => Ok(()),
+        Err(e) => Err(e),
+    };
+    if let Err(error) = result {
+        warn!(%error, namespace, name, "cannot ensure {plural}");
+    }
+}

@@ -1,0 +1,235 @@
+//! Who a client is and what it may do, as kubectl asks: ServiceAccount
+//! tokens (`kubectl create token`), `kubectl auth whoami`, `auth can-i`,
+//! TokenReview; and the built-in kinds a 1.32 cluster serves
+//! (`kubectl api-resources`, kubectl's generators for them).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Server, assert_has, wait_for};
+use serde_json::Value;
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+#[test]
+fn service_account_tokens_authenticate_and_are_reviewed() {
+    let s = Server::start();
+    s.ok(&["create", "serviceaccount", "robot"]);
+    let token = s.ok(&["create", "token", "robot", "--duration=20m"]);
+    let token = token.trim();
+    assert_eq!(token.matches('.').count(), 2, "a JWT: {token}");
+
+    // The token is a credential of its own.
+    let as_robot = |args: &[&str]| s.kubectl(&[&["--token", token][..], args].concat());
+    let out = as_robot(&[
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "system:serviceaccount:default:robot",
+        "{}",
+        stderr(&out)
+    );
+    assert!(as_robot(&["get", "configmaps"]).status.success());
+
+    // TokenReview says who it is.
+    let review = s.ok_stdin(
+        &["create", "-o", "json", "-f", "-"],
+        &format!(
+            "apiVersion: authentication.k8s.io/v1\nkind: TokenReview\nspec:\n  token: {token}\n"
+        ),
+    );
+    let review: Value = serde_json::from_str(&review).unwrap();
+    assert_eq!(review["status"]["authenticated"], true, "{review}");
+    assert_eq!(
+        review["status"]["user"]["username"],
+        "system:serviceaccount:default:robot"
+    );
+    assert!(
+        review["status"]["user"]["groups"]
+            .as_array()
+            .unwrap()
+            .contains(&"system:serviceaccounts:default".into())
+    );
+    let bad = s.ok_stdin(
+        &["create", "-o", "json", "-f", "-"],
+        "apiVersion: authentication.k8s.io/v1\nkind: TokenReview\nspec:\n  token: not.a.token\n",
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(&bad).unwrap()["status"]["authenticated"],
+        false
+    );
+
+    // Too short a duration: upstream's 422.
+    let out = s.kubectl(&["create", "token", "robot", "--duration=1m"]);
+    assert!(!out.status.success());
+    assert_has(
+        &stderr(&out),
+        &["may not specify a duration less than 10 minutes"],
+    );
+    // A token of a ServiceAccount that is gone no longer works, even if
+    // one of the same name comes back.
+    s.ok(&["delete", "serviceaccount", "robot"]);
+    s.ok(&["create", "serviceaccount", "robot"]);
+    let out = as_robot(&["get", "configmaps"]);
+    assert!(!out.status.success());
+    assert_has(&stderr(&out), &["Unauthorized"]);
+    // A ServiceAccount that does not exist has no token.
+    let out = s.kubectl(&["create", "token", "nobody"]);
+    assert_has(&stderr(&out), &["serviceaccounts \"nobody\" not found"]);
+}
+
+#[test]
+fn auth_can_i_and_whoami_answer_from_the_server() {
+    let s = Server::start();
+    assert_eq!(
+        s.ok(&["auth", "can-i", "create", "deployments"]).trim(),
+        "yes"
+    );
+    assert_eq!(
+        s.ok(&[
+            "auth",
+            "can-i",
+            "get",
+            "pods",
+            "--subresource=log",
+            "-n",
+            "kube-system"
+        ])
+        .trim(),
+        "yes"
+    );
+    assert_has(&s.ok(&["auth", "can-i", "--list"]), &["*.*"]);
+    assert_has(
+        &s.ok(&["auth", "whoami"]),
+        &["flotilla-admin", "system:masters"],
+    );
+    // Reviews are questions: nothing to list.
+    let out = s.kubectl(&["get", "selfsubjectaccessreviews"]);
+    assert!(!out.status.success());
+    assert_has(&stderr(&out), &["MethodNotAllowed"]);
+}
+
+#[test]
+fn the_built_in_kinds_of_a_1_32_cluster_are_served() {
+    let s = Server::start();
+    let listed = s.ok(&["api-resources", "-o", "name"]);
+    let names: Vec<&str> = listed.lines().collect();
+    for kind in [
+        "roles.rbac.authorization.k8s.io",
+        "clusterrolebindings.rbac.authorization.k8s.io",
+        "poddisruptionbudgets.policy",
+        "horizontalpodautoscalers.autoscaling",
+        "networkpolicies.networking.k8s.io",
+        "ingressclasses.networking.k8s.io",
+        "storageclasses.storage.k8s.io",
+        "priorityclasses.scheduling.k8s.io",
+        "runtimeclasses.node.k8s.io",
+        "certificatesigningrequests.certificates.k8s.io",
+        "validatingwebhookconfigurations.admissionregistration.k8s.io",
+        "validatingadmissionpolicies.admissionregistration.k8s.io",
+        "apiservices.apiregistration.k8s.io",
+        "flowschemas.flowcontrol.apiserver.k8s.io",
+        "tokenreviews.authentication.k8s.io",
+        "selfsubjectaccessreviews.authorization.k8s.io",
+        "controllerrevisions.apps",
+        "resourcequotas",
+        "limitranges",
+        "podtemplates",
+    ] {
+        assert!(
+            names.contains(&kind),
+            "{kind} not in api-resources:\n{listed}"
+        );
+    }
+    assert!(names.len() >= 50, "{} kinds:\n{listed}", names.len());
+
+    // The two system priority classes every cluster has.
+    assert_has(
+        &s.ok(&["get", "priorityclasses"]),
+        &["system-cluster-critical", "system-node-critical"],
+    );
+    // kubectl's generators for them, over protobuf.
+    s.ok(&[
+        "create",
+        "role",
+        "pod-reader",
+        "--verb=get,list",
+        "--resource=pods",
+    ]);
+    s.ok(&[
+        "create",
+        "rolebinding",
+        "read-pods",
+        "--role=pod-reader",
+        "--user=jane",
+    ]);
+    s.ok(&[
+        "create",
+        "clusterrole",
+        "reader",
+        "--verb=get",
+        "--resource=configmaps",
+    ]);
+    s.ok(&[
+        "create",
+        "clusterrolebinding",
+        "readers",
+        "--clusterrole=reader",
+        "--group=devs",
+    ]);
+    s.ok(&[
+        "create",
+        "priorityclass",
+        "high",
+        "--value=1000",
+        "--description=important",
+    ]);
+    s.ok(&[
+        "create",
+        "poddisruptionbudget",
+        "pdb",
+        "--selector=app=web",
+        "--min-available=1",
+    ]);
+    s.ok(&["create", "quota", "q", "--hard=pods=5"]);
+    assert_eq!(
+        s.ok(&[
+            "get",
+            "role",
+            "pod-reader",
+            "-o",
+            "jsonpath={.rules[0].verbs}"
+        ]),
+        r#"["get","list"]"#
+    );
+    assert_eq!(
+        s.ok(&[
+            "get",
+            "rolebinding",
+            "read-pods",
+            "-o",
+            "jsonpath={.subjects[0].name}"
+        ]),
+        "jane"
+    );
+    assert_eq!(
+        s.ok(&["get", "pc", "high", "-o", "jsonpath={.value}"]),
+        "1000"
+    );
+    // A bad one is refused against its schema, as upstream.
+    let out = s.kubectl_stdin(
+        &["apply", "-f", "-"],
+        Some("apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: bad}\nvalue: high\n"),
+    );
+    assert!(!out.status.success());
+    wait_for(Duration::from_secs(1), "nothing stored", || {
+        !s.kubectl(&["get", "pc", "bad"]).status.success()
+    });
+}
