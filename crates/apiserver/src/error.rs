@@ -195,6 +195,8 @@ impl ApiError {
     }
 
     pub fn to_status(&self) -> Value {
+        // Upstream's field order, which clients and tests compare:
+        // kind, apiVersion, metadata, status, message, reason, details, code.
         let mut status = json!({
             "kind": "Status",
             "apiVersion": "v1",
@@ -202,7 +204,6 @@ impl ApiError {
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,
-            "code": self.code.as_u16(),
         });
         if let Some(d) = &self.details {
             let mut details = serde_json::Map::new();
@@ -228,6 +229,7 @@ impl ApiError {
             }
             status["details"] = Value::Object(details);
         }
+        status["code"] = json!(self.code.as_u16());
         status
     }
 }
@@ -242,7 +244,9 @@ fn qualified(group: &str, resource: &str) -> String {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::to_vec(&self.to_status()).unwrap_or_default();
+        let mut body = serde_json::to_vec(&self.to_status()).unwrap_or_default();
+        // As Go's JSON encoder ends what it writes.
+        body.push(b'\n');
         (
             self.code,
             [(http::header::CONTENT_TYPE, "application/json")],

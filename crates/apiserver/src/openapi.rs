@@ -242,8 +242,54 @@ fn gv_document(group: &str, version: &str, resources: &[Arc<ResourceInfo>]) -> V
     })
 }
 
+/// Rewrites `#/components/schemas/X` references to Swagger 2.0's
+/// `#/definitions/X`.
+fn to_v2_refs(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::String(r)) = m.get_mut("$ref")
+                && let Some(name) = r.strip_prefix(REF_PREFIX)
+            {
+                *r = format!("#/definitions/{name}");
+            }
+            m.values_mut().for_each(to_v2_refs);
+        }
+        Value::Array(a) => a.iter_mut().for_each(to_v2_refs),
+        _ => {}
+    }
+}
+
+/// `/openapi/v2`: one Swagger 2.0 document with the definitions of every
+/// served kind (no paths: kubectl reads definitions, to validate the items
+/// of a `kind: List` and for `explain` when v3 is missing).
+fn v2_document(registry: &Registry) -> Value {
+    let mut definitions = builtin_components().clone();
+    for r in registry.all() {
+        if let Schema::Structural(s) = &r.schema {
+            definitions.insert(custom_component(&r), custom_schema(&r, s));
+        }
+    }
+    let mut definitions = Value::Object(definitions);
+    to_v2_refs(&mut definitions);
+    json!({
+        "swagger": "2.0",
+        "info": {"title": "Kubernetes", "version": crate::version::GIT_VERSION},
+        "paths": {},
+        "definitions": definitions,
+    })
+}
+
+/// `/openapi/v2` as JSON and as gnostic protobuf.
+#[derive(Clone)]
+pub struct V2 {
+    pub json: Arc<Vec<u8>>,
+    pub protobuf: Arc<Vec<u8>>,
+}
+
 struct Cached {
     generation: u64,
+    /// Built on first use.
+    v2: OnceLock<V2>,
     /// gv path → (hash, document bytes).
     documents: HashMap<String, (String, Arc<Vec<u8>>)>,
     index: Arc<Vec<u8>>,
@@ -283,11 +329,28 @@ impl OpenApi {
         let index = serde_json::to_vec(&json!({"paths": index})).unwrap_or_default();
         let c = Arc::new(Cached {
             generation,
+            v2: OnceLock::new(),
             documents,
             index: Arc::new(index),
         });
         *cached = Some(c.clone());
         c
+    }
+
+    pub fn v2(&self, registry: &Registry) -> V2 {
+        let cached = self.current(registry);
+        cached
+            .v2
+            .get_or_init(|| {
+                let doc = v2_document(registry);
+                let json = serde_json::to_vec(&doc).unwrap_or_default();
+                let protobuf = flotilla_protobuf::openapi_v2::encode_document(&doc);
+                V2 {
+                    json: Arc::new(json),
+                    protobuf: Arc::new(protobuf),
+                }
+            })
+            .clone()
     }
 
     pub fn index(&self, registry: &Registry) -> Arc<Vec<u8>> {

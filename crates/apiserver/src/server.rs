@@ -289,6 +289,27 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
                 .map(|v| json_response(StatusCode::OK, &v))
                 .ok_or_else(ApiError::path_not_found);
         }
+        ["openapi", "v2"] if is_get => {
+            let crate::openapi::V2 { json, protobuf } = api.openapi.v2(&api.registry);
+            let accept = parts
+                .headers
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let (content_type, body) = if accept.contains(flotilla_protobuf::OPENAPI_V2_MEDIA_TYPE)
+                || accept.contains(flotilla_protobuf::OPENAPI_V2_CONTENT_TYPE)
+            {
+                (flotilla_protobuf::OPENAPI_V2_CONTENT_TYPE, protobuf)
+            } else {
+                ("application/json", json)
+            };
+            return Ok((
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, content_type)],
+                (*body).clone(),
+            )
+                .into_response());
+        }
         ["openapi", "v3"] if is_get => {
             let index = api.openapi.index(&api.registry);
             return Ok((

@@ -396,3 +396,35 @@ fn oversized_bodies_and_data_are_refused_with_a_status() {
         );
     }
 }
+
+/// `kubectl apply -f` of a `kind: List` (what `kubectl get -o json`
+/// writes): kubectl validates its items against `/openapi/v2`, which it
+/// reads only as gnostic protobuf.
+#[test]
+fn a_kind_list_document_applies_with_openapi_v2() {
+    let s = Server::start();
+    let list = r#"{"apiVersion": "v1", "kind": "List", "items": [
+ {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "l1"}, "data": {"a": "b"}},
+ {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "ld"},
+  "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "x"}},
+           "template": {"metadata": {"labels": {"app": "x"}},
+                        "spec": {"containers": [{"name": "c", "image": "nginx", "ports": [{"containerPort": 80}]}]}}}}]}"#;
+    let out = s.ok_stdin(&["apply", "-f", "-"], list);
+    assert_has(
+        &out,
+        &["configmap/l1 created", "deployment.apps/ld created"],
+    );
+    // What `get -o json` of several objects writes applies back unchanged.
+    let both = s.ok(&["get", "configmap/l1", "deployment/ld", "-o", "json"]);
+    assert_has(
+        &s.ok_stdin(&["apply", "-f", "-"], &both),
+        &["configmap/l1", "deployment.apps/ld"],
+    );
+    // The JSON form, for other readers.
+    let doc: Value = serde_json::from_str(&s.ok(&["get", "--raw", "/openapi/v2"])).unwrap();
+    assert_eq!(doc["swagger"], "2.0");
+    assert_eq!(
+        doc["definitions"]["io.k8s.api.core.v1.ConfigMap"]["x-kubernetes-group-version-kind"][0]["kind"],
+        "ConfigMap"
+    );
+}

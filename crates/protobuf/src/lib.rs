@@ -17,6 +17,7 @@
 
 mod convert;
 mod envelope;
+pub mod openapi_v2;
 mod types;
 
 pub use envelope::{MAGIC, frame, read_frame};
@@ -26,6 +27,12 @@ use serde_json::Value;
 
 /// The media type of protobuf bodies.
 pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
+/// The media type of `/openapi/v2` in protobuf, as kubectl asks for it.
+pub const OPENAPI_V2_MEDIA_TYPE: &str =
+    "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+/// ... and as the answer names it (Go's MIME parser refuses the `@`).
+pub const OPENAPI_V2_CONTENT_TYPE: &str =
+    "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
 /// The media type of a protobuf watch stream.
 pub const WATCH_MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf;stream=watch";
 
