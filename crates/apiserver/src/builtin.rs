@@ -208,6 +208,9 @@ fn defs() -> Vec<Def> {
         def!(autoscaling::v2::HorizontalPodAutoscaler, "autoscaling", "v2", "horizontalpodautoscalers", "horizontalpodautoscaler", "HorizontalPodAutoscaler",
              namespaced: true, short: &["hpa"], categories: ALL, status: true, generation: false,
              component: "io.k8s.api.autoscaling.v2.HorizontalPodAutoscaler"),
+        def!(autoscaling::v1::HorizontalPodAutoscaler, "autoscaling", "v1", "horizontalpodautoscalers", "horizontalpodautoscaler", "HorizontalPodAutoscaler",
+             namespaced: true, short: &["hpa"], categories: ALL, status: true, generation: false,
+             component: "io.k8s.api.autoscaling.v1.HorizontalPodAutoscaler"),
         def!(policy::v1::PodDisruptionBudget, "policy", "v1", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget",
              namespaced: true, short: &["pdb"], categories: NONE, status: true, generation: true,
              component: "io.k8s.api.policy.v1.PodDisruptionBudget"),
@@ -317,6 +320,7 @@ pub fn resources() -> Vec<ResourceInfo> {
             scale: matches!(d.plural, "deployments" | "replicasets" | "statefulsets")
                 .then(crate::resources::ScalePaths::workload),
             create_only: d.create_only,
+            conversion: crate::conversion::for_version(d.group, d.version, d.plural),
         })
         .collect()
 }

@@ -256,6 +256,7 @@ fn resources_of(crd: &Value) -> Vec<ResourceInfo> {
             categories: strings_at(crd, "/spec/names/categories"),
             status_subresource: v.pointer("/subresources/status").is_some(),
             create_only: false,
+            conversion: None,
             scale: v
                 .pointer("/subresources/scale")
                 .map(|sc| crate::resources::ScalePaths {

@@ -693,7 +693,12 @@ async fn create_object(
         return Ok(Written { obj, warnings });
     }
     let key = ctx.key(&name);
-    let kv = match ctx.api.store.create(&key, objects::encode(&mut obj)?).await {
+    let kv = match ctx
+        .api
+        .store
+        .create(&key, objects::encode_as_stored(&r, &mut obj)?)
+        .await
+    {
         Ok(kv) => kv,
         Err(StoreError::AlreadyExists(_)) => {
             return Err(ApiError::already_exists(&r.group, &r.plural, &name));
@@ -840,7 +845,11 @@ where
             return Ok(Written { obj: old, warnings });
         }
         match store
-            .update(&key, objects::encode(&mut obj)?, current.mod_revision)
+            .update(
+                &key,
+                objects::encode_as_stored(&r, &mut obj)?,
+                current.mod_revision,
+            )
             .await
         {
             Ok(kv) => {
@@ -1279,7 +1288,11 @@ pub(crate) async fn delete_one(
                 return Ok((obj, false));
             }
             match store
-                .update(&key, objects::encode(&mut obj)?, current.mod_revision)
+                .update(
+                    &key,
+                    objects::encode_as_stored(&r, &mut obj)?,
+                    current.mod_revision,
+                )
                 .await
             {
                 Ok(kv) => {

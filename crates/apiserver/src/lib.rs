@@ -14,6 +14,7 @@ pub mod authz;
 pub mod bootstrap;
 pub mod builtin;
 mod codec;
+pub mod conversion;
 pub mod crd;
 pub mod defaults;
 pub mod discovery;

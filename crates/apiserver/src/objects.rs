@@ -16,9 +16,24 @@ use crate::value::strings_at;
 
 /// Decodes a stored object and stamps the revision as its resourceVersion.
 pub fn decode(r: &ResourceInfo, kv: &KeyValue) -> ApiResult<Value> {
-    let v: Value = serde_json::from_slice(&kv.value)
+    let mut v: Value = serde_json::from_slice(&kv.value)
         .map_err(|e| ApiError::internal(format!("stored object {} is corrupt: {e}", kv.key)))?;
+    if let Some(c) = r.conversion {
+        (c.to_served)(&mut v);
+    }
     Ok(stamp(r, v, kv.mod_revision))
+}
+
+/// [`encode`] for storage as `r`'s stored version (`conversion.rs`);
+/// `obj` stays in the version served.
+pub fn encode_as_stored(r: &ResourceInfo, obj: &mut Value) -> ApiResult<Bytes> {
+    let Some(c) = r.conversion else {
+        return encode(obj);
+    };
+    let mut stored = obj.clone();
+    (c.to_stored)(&mut stored);
+    meta_mut(obj).shift_remove("resourceVersion");
+    encode(&mut stored)
 }
 
 /// An object as served at `revision`: type meta set, and the revision as

@@ -77,7 +77,14 @@ pub fn write_served(out: &mut Vec<u8>, r: &ResourceInfo, kv: &KeyValue) -> ApiRe
     let corrupt = |e: serde_json::Error| {
         ApiError::internal(format!("stored object {} is corrupt: {e}", kv.key))
     };
-    let Ok(top) = serde_json::from_slice::<Fields>(&kv.value) else {
+    let converted = r.conversion.is_some();
+    let Ok(top) = serde_json::from_slice::<Fields>(&kv.value)
+        .map_err(|_| ())
+        .and_then(|top| {
+            // A converted kind is served as decoding converts it.
+            if converted { Err(()) } else { Ok(top) }
+        })
+    else {
         // Not an object: served as decoding it would.
         let v = crate::objects::decode(r, kv)?;
         return serde_json::to_writer(out, &v).map_err(corrupt);

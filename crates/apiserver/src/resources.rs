@@ -67,6 +67,8 @@ pub struct ResourceInfo {
     /// A review or request (TokenReview, SubjectAccessReview, ...): a
     /// POST is answered, nothing is stored, no other verb is served.
     pub create_only: bool,
+    /// A built-in served at a version other than the stored one.
+    pub conversion: Option<crate::conversion::Conversion>,
 }
 
 /// The fields behind a `/scale` subresource, as JSON pointers.

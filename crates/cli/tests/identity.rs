@@ -223,6 +223,30 @@ fn the_built_in_kinds_of_a_1_32_cluster_are_served() {
         s.ok(&["get", "pc", "high", "-o", "jsonpath={.value}"]),
         "1000"
     );
+    // kubectl autoscale writes autoscaling/v1; the HPA reads back at v2
+    // (the preferred version) and at v1.
+    s.ok(&["create", "deployment", "web", "--image=nginx"]);
+    s.ok(&["autoscale", "deployment", "web", "--max=3", "--cpu-percent=70"]);
+    assert_eq!(
+        s.ok(&[
+            "get",
+            "hpa",
+            "web",
+            "-o",
+            "jsonpath={.apiVersion} {.spec.metrics[0].resource.target.averageUtilization}"
+        ]),
+        "autoscaling/v2 70"
+    );
+    assert_eq!(
+        s.ok(&[
+            "get",
+            "horizontalpodautoscalers.v1.autoscaling",
+            "web",
+            "-o",
+            "jsonpath={.apiVersion} {.spec.targetCPUUtilizationPercentage}"
+        ]),
+        "autoscaling/v1 70"
+    );
     // A bad one is refused against its schema, as upstream.
     let out = s.kubectl_stdin(
         &["apply", "-f", "-"],
