@@ -21,6 +21,11 @@ fn is_service_accounts(r: &ResourceInfo) -> bool {
     r.group.is_empty() && r.plural == "serviceaccounts"
 }
 
+/// CertificateSigningRequests serve `/approval` (`kubectl certificate approve`).
+fn is_csrs(r: &ResourceInfo) -> bool {
+    r.group == "certificates.k8s.io" && r.plural == "certificatesigningrequests"
+}
+
 fn aggregated_resource(r: &ResourceInfo) -> Value {
     let kind = json!({"group": r.group, "version": r.version, "kind": r.kind});
     let mut subresources = Vec::new();
@@ -31,6 +36,14 @@ fn aggregated_resource(r: &ResourceInfo) -> Value {
         subresources.push(json!({"subresource": "scale",
             "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
             "verbs": ["get", "patch", "update"]}));
+    }
+    if r.group.is_empty() && r.plural == "pods" {
+        subresources.push(json!({"subresource": "eviction",
+            "responseKind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+            "verbs": ["create"]}));
+    }
+    if is_csrs(r) {
+        subresources.push(json!({"subresource": "approval", "responseKind": kind, "verbs": ["get", "patch", "update"]}));
     }
     if is_service_accounts(r) {
         subresources.push(json!({"subresource": "token",
@@ -149,6 +162,17 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<
             list.push(json!({"name": format!("{}/scale", r.plural), "singularName": "", "namespaced": r.namespaced,
                              "group": "autoscaling", "version": "v1", "kind": "Scale",
                              "verbs": ["get", "patch", "update"]}));
+        }
+        if r.group.is_empty() && r.plural == "pods" {
+            list.push(
+                json!({"name": "pods/eviction", "singularName": "", "namespaced": true,
+                             "group": "policy", "version": "v1", "kind": "Eviction",
+                             "verbs": ["create"]}),
+            );
+        }
+        if is_csrs(r) {
+            list.push(json!({"name": "certificatesigningrequests/approval", "singularName": "", "namespaced": false,
+                             "kind": r.kind, "verbs": ["get", "patch", "update"]}));
         }
         if is_service_accounts(r) {
             list.push(json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true,

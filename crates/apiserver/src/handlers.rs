@@ -1167,6 +1167,9 @@ async fn apply_patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct DeleteOptions {
     propagation_policy: Option<String>,
+    /// Deprecated for propagationPolicy; true is Orphan. false also asks
+    /// for 202 while the deletion waits (upstream's rule).
+    orphan_dependents: Option<bool>,
     /// Parsed for validation only: no kubelet waits on a grace period here,
     /// so deletions complete at once (deletionGracePeriodSeconds 0).
     #[allow(dead_code)]
@@ -1192,7 +1195,7 @@ struct Preconditions {
     resource_version: Option<String>,
 }
 
-fn delete_options(ctx: &Ctx, body: &[u8]) -> ApiResult<DeleteOptions> {
+pub(crate) fn delete_options(ctx: &Ctx, body: &[u8]) -> ApiResult<DeleteOptions> {
     let mut opts: DeleteOptions = if body.iter().all(u8::is_ascii_whitespace) {
         DeleteOptions::default()
     } else {
@@ -1201,6 +1204,12 @@ fn delete_options(ctx: &Ctx, body: &[u8]) -> ApiResult<DeleteOptions> {
     };
     if let Some(p) = ctx.query.get("propagationPolicy") {
         opts.propagation_policy = Some(p.to_string());
+    }
+    if let Some(o) = ctx.query.get("orphanDependents") {
+        opts.orphan_dependents = Some(o == "true");
+    }
+    if opts.propagation_policy.is_none() && opts.orphan_dependents == Some(true) {
+        opts.propagation_policy = Some("Orphan".into());
     }
     if let Some(g) = ctx.query.int("gracePeriodSeconds")? {
         opts.grace_period_seconds = Some(g);
@@ -1350,7 +1359,14 @@ pub async fn delete(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         )
             .into_response());
     }
-    respond_object(ctx, StatusCode::OK, &obj, &[])
+    // Still held (finalizers): 202 only when the client set
+    // orphanDependents=false, as upstream keeps it for old clients.
+    let status = if !gone && opts.orphan_dependents == Some(false) {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    respond_object(ctx, status, &obj, &[])
 }
 
 /// Kinds whose immediate deletion answers the deleted object, as

@@ -19,6 +19,7 @@ pub mod crd;
 pub mod defaults;
 pub mod discovery;
 pub mod error;
+pub mod eviction;
 pub mod fieldset;
 pub mod gc;
 pub mod handlers;

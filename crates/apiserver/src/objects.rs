@@ -398,7 +398,9 @@ pub enum WriteScope {
 impl WriteScope {
     pub fn of(subresource: Option<&str>) -> WriteScope {
         match subresource {
-            Some("status") => WriteScope::Status,
+            // A CSR's `/approval` writes its status conditions (Approved,
+            // Denied), as `/status` does.
+            Some("status" | "approval") => WriteScope::Status,
             Some("finalize") => WriteScope::Finalize,
             Some("binding") => WriteScope::Binding,
             _ => WriteScope::Main,

@@ -379,6 +379,14 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         Some("status") if resource.status_subresource => {}
         Some("finalize") if resource.is_namespace() && parts.method == Method::PUT => {}
         Some("scale") if resource.scale.is_some() => {}
+        Some("eviction")
+            if resource.group.is_empty()
+                && resource.plural == "pods"
+                && parts.method == Method::POST => {}
+        Some("approval")
+            if resource.group == "certificates.k8s.io"
+                && resource.plural == "certificatesigningrequests"
+                && parts.method != Method::POST => {}
         Some("token")
             if resource.group.is_empty()
                 && resource.plural == "serviceaccounts"
@@ -454,8 +462,10 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
             )),
         };
     }
-    if ctx.subresource.as_deref() == Some("token") {
-        return crate::reviews::token_request(&ctx, &body).await;
+    match ctx.subresource.as_deref() {
+        Some("token") => return crate::reviews::token_request(&ctx, &body).await,
+        Some("eviction") => return crate::eviction::evict(&ctx, &body).await,
+        _ => {}
     }
     match (&parts.method, ctx.name.is_some()) {
         (&Method::GET, false) => {

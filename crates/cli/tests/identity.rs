@@ -226,7 +226,13 @@ fn the_built_in_kinds_of_a_1_32_cluster_are_served() {
     // kubectl autoscale writes autoscaling/v1; the HPA reads back at v2
     // (the preferred version) and at v1.
     s.ok(&["create", "deployment", "web", "--image=nginx"]);
-    s.ok(&["autoscale", "deployment", "web", "--max=3", "--cpu-percent=70"]);
+    s.ok(&[
+        "autoscale",
+        "deployment",
+        "web",
+        "--max=3",
+        "--cpu-percent=70",
+    ]);
     assert_eq!(
         s.ok(&[
             "get",

@@ -1,0 +1,85 @@
+//! Evictions honour PodDisruptionBudgets (what `kubectl drain` relies on),
+//! DELETE answers as upstream, and a CertificateSigningRequest is approved
+//! through `/approval` (`kubectl certificate approve`).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Server, assert_has, wait_for};
+use serde_json::Value;
+
+fn pods(s: &Server) -> Vec<String> {
+    s.ok(&["get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].metadata.name}"])
+        .split_whitespace()
+        .map(String::from)
+        .collect()
+}
+
+fn evict(s: &Server, pod: &str) -> std::process::Output {
+    let body = format!(
+        r#"{{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {{"name": "{pod}", "namespace": "default"}}}}"#
+    );
+    s.kubectl_stdin(
+        &[
+            "create",
+            "--raw",
+            &format!("/api/v1/namespaces/default/pods/{pod}/eviction"),
+            "-f",
+            "-",
+        ],
+        Some(&body),
+    )
+}
+
+#[test]
+fn an_eviction_that_would_break_a_budget_is_refused() {
+    let s = Server::member("m1", &["--nodes", "2"]);
+    s.ok(&["create", "deployment", "web", "--image=nginx", "--replicas=3"]);
+    s.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    s.ok(&["create", "poddisruptionbudget", "web", "--selector=app=web", "--min-available=3"]);
+    let victim = pods(&s)[0].clone();
+    let out = evict(&s, &victim);
+    assert!(!out.status.success());
+    assert_has(
+        &String::from_utf8_lossy(&out.stderr),
+        &["Cannot evict pod as it would violate the pod's disruption budget"],
+    );
+    assert!(pods(&s).contains(&victim), "the pod stayed");
+
+    // With room in the budget the pod goes (and its ReplicaSet replaces it).
+    s.ok(&["patch", "pdb", "web", "--type=merge", "-p", r#"{"spec":{"minAvailable":2}}"#]);
+    let out = evict(&s, &victim);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_for(Duration::from_secs(30), "the evicted pod gone", || {
+        !pods(&s).contains(&victim)
+    });
+}
+
+#[test]
+fn a_csr_is_approved_through_approval() {
+    let s = Server::start();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let csr = rcgen::CertificateParams::new(vec!["jane".into()])
+        .unwrap()
+        .serialize_request(&key)
+        .unwrap()
+        .pem()
+        .unwrap();
+    use base64::Engine;
+    let request = base64::engine::general_purpose::STANDARD.encode(csr);
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata: {{name: jane}}\nspec:\n  request: {request}\n  signerName: kubernetes.io/kube-apiserver-client\n  usages: [client auth]\n"
+        ),
+    );
+    assert_has(
+        &s.ok(&["certificate", "approve", "jane"]),
+        &["certificatesigningrequest.certificates.k8s.io/jane approved"],
+    );
+    let csr: Value =
+        serde_json::from_str(&s.ok(&["get", "csr", "jane", "-o", "json"])).unwrap();
+    let condition = &csr["status"]["conditions"][0];
+    assert_eq!((condition["type"].as_str(), condition["status"].as_str()), (Some("Approved"), Some("True")));
+}
