@@ -1,8 +1,10 @@
-//! Authentication by bearer token.
+//! Authentication by bearer token: a chain of [`TokenAuthenticator`]s.
 //!
-//! Two kinds of token are accepted:
+//! Three kinds of token are accepted:
 //! - the admin token, created on first start and kept in the data dir
 //!   (user `flotilla-admin`, group `system:masters`);
+//! - ServiceAccount tokens (`tokens.rs`, issued by TokenRequest), as
+//!   `system:serviceaccount:<ns>:<name>`;
 //! - bootstrap tokens in upstream's format (`<id>.<secret>`, Secrets of type
 //!   `bootstrap.kubernetes.io/token` named `bootstrap-token-<id>` in
 //!   `kube-system`), which the CLI issues and revokes through the API. They
@@ -34,18 +36,73 @@ pub struct User {
     pub groups: Vec<String>,
 }
 
-/// Checks bearer tokens against the admin token, bootstrap-token Secrets
-/// and ServiceAccount tokens.
+/// One way of recognising a bearer token.
+pub trait TokenAuthenticator: Send + Sync {
+    /// The user, when the token is one of this kind and valid.
+    fn authenticate(&self, store: &dyn Store, token: &str) -> Option<User>;
+}
+
+/// The admin token in the data dir (`flotilla-admin`, `system:masters`).
+pub struct AdminToken {
+    digest: [u8; 32],
+}
+
+impl AdminToken {
+    pub fn new(token: &str) -> Self {
+        AdminToken {
+            digest: digest(token),
+        }
+    }
+}
+
+impl TokenAuthenticator for AdminToken {
+    fn authenticate(&self, _: &dyn Store, token: &str) -> Option<User> {
+        bool::from(digest(token).ct_eq(&self.digest)).then(|| User {
+            name: "flotilla-admin".into(),
+            groups: vec!["system:masters".into(), "system:authenticated".into()],
+        })
+    }
+}
+
+/// Bootstrap tokens: `<id>.<secret>` against their Secret in kube-system.
+pub struct BootstrapTokens;
+
+impl TokenAuthenticator for BootstrapTokens {
+    fn authenticate(&self, store: &dyn Store, token: &str) -> Option<User> {
+        bootstrap_user(store, token)
+    }
+}
+
+/// ServiceAccount tokens (JWTs, `tokens.rs`).
+pub struct ServiceAccountTokens(pub Arc<Signer>);
+
+impl TokenAuthenticator for ServiceAccountTokens {
+    fn authenticate(&self, store: &dyn Store, token: &str) -> Option<User> {
+        if token.matches('.').count() != 2 {
+            return None;
+        }
+        crate::tokens::authenticate(&self.0, store, token, &[])
+            .ok()
+            .map(|(user, _)| user)
+    }
+}
+
+/// Asks each [`TokenAuthenticator`] in turn; the first that knows the
+/// token names the user, and a token none knows is 401.
 pub struct Authenticator {
-    admin_token_digest: [u8; 32],
-    service_account_tokens: Arc<Signer>,
+    chain: Vec<Box<dyn TokenAuthenticator>>,
 }
 
 impl Authenticator {
+    /// The server's authenticators: the admin token, ServiceAccount tokens,
+    /// bootstrap tokens.
     pub fn new(admin_token: &str, service_account_tokens: Arc<Signer>) -> Self {
         Authenticator {
-            admin_token_digest: digest(admin_token),
-            service_account_tokens,
+            chain: vec![
+                Box::new(AdminToken::new(admin_token)),
+                Box::new(ServiceAccountTokens(service_account_tokens)),
+                Box::new(BootstrapTokens),
+            ],
         }
     }
 
@@ -68,18 +125,10 @@ impl Authenticator {
 
     /// Who a bearer token names (also `TokenReview`'s answer), or 401.
     pub fn authenticate_token(&self, store: &dyn Store, token: &str) -> Result<User, ApiError> {
-        if bool::from(digest(token).ct_eq(&self.admin_token_digest)) {
-            return Ok(User {
-                name: "flotilla-admin".into(),
-                groups: vec!["system:masters".into(), "system:authenticated".into()],
-            });
-        }
-        if token.matches('.').count() == 2 {
-            return crate::tokens::authenticate(&self.service_account_tokens, store, token, &[])
-                .map(|(user, _)| user)
-                .map_err(|_| unauthorized());
-        }
-        bootstrap_user(store, token).ok_or_else(unauthorized)
+        self.chain
+            .iter()
+            .find_map(|a| a.authenticate(store, token))
+            .ok_or_else(unauthorized)
     }
 }
 

@@ -1,7 +1,12 @@
-//! Authorization. There is no RBAC yet: an authenticated user may do
-//! anything, unless an [`Authorizer`] the embedder installs says no. The
-//! control plane installs one that confines each pull-mode agent to its
-//! own cluster, as kube-apiserver's Node authorizer confines kubelets.
+//! Authorization: a chain of [`Authorizer`]s, each answering allow, deny
+//! or no opinion, as kube-apiserver's union authorizer; the first that has
+//! an opinion decides. There is no RBAC yet: when none has an opinion, an
+//! authenticated user may do anything. The control plane installs one that
+//! confines each pull-mode agent to its own cluster, as kube-apiserver's
+//! Node authorizer confines kubelets.
+
+use std::fmt;
+use std::sync::Arc;
 
 use serde::Deserialize;
 
@@ -9,10 +14,66 @@ use crate::auth::User;
 use crate::error::ApiError;
 use crate::selector::FieldSelector;
 
+/// What a request does, as upstream's authorizers name it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verb {
+    Get,
+    List,
+    Watch,
+    Create,
+    Update,
+    Patch,
+    Delete,
+    DeleteCollection,
+    /// A verb that is not a REST operation (`impersonate`, `bind`,
+    /// `escalate`, `approve`, or what a review names).
+    Other(String),
+}
+
+impl Verb {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Verb::Get => "get",
+            Verb::List => "list",
+            Verb::Watch => "watch",
+            Verb::Create => "create",
+            Verb::Update => "update",
+            Verb::Patch => "patch",
+            Verb::Delete => "delete",
+            Verb::DeleteCollection => "deletecollection",
+            Verb::Other(v) => v,
+        }
+    }
+
+    pub fn parse(verb: &str) -> Verb {
+        match verb {
+            "get" => Verb::Get,
+            "list" => Verb::List,
+            "watch" => Verb::Watch,
+            "create" => Verb::Create,
+            "update" => Verb::Update,
+            "patch" => Verb::Patch,
+            "delete" => Verb::Delete,
+            "deletecollection" => Verb::DeleteCollection,
+            other => Verb::Other(other.to_string()),
+        }
+    }
+
+    /// get, list and watch.
+    pub fn reads(&self) -> bool {
+        matches!(self, Verb::Get | Verb::List | Verb::Watch)
+    }
+}
+
+impl fmt::Display for Verb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What a resource request asks, as upstream's authorizers see it.
 pub struct Attributes<'a> {
-    /// get, list, watch, create, update, patch, delete, deletecollection.
-    pub verb: &'a str,
+    pub verb: Verb,
     pub group: &'a str,
     /// The plural, e.g. `works`.
     pub resource: &'a str,
@@ -26,6 +87,48 @@ pub struct Attributes<'a> {
     pub body: &'a [u8],
 }
 
+/// An authorizer's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Allow,
+    /// Denied, and why (appended to the Forbidden message).
+    Deny(String),
+    /// Left to the next authorizer of the chain.
+    NoOpinion,
+}
+
+/// Decides whether `user` may make a request, or leaves it to the next.
+pub trait Authorizer: Send + Sync {
+    fn authorize(&self, user: &User, request: &Attributes) -> Decision;
+}
+
+/// Authorizers asked in order; the first with an opinion decides. With
+/// none, every authenticated user is allowed (no roles are enforced yet).
+#[derive(Clone, Default)]
+pub struct Chain(Vec<Arc<dyn Authorizer>>);
+
+impl Chain {
+    pub fn new(authorizers: Vec<Arc<dyn Authorizer>>) -> Self {
+        Chain(authorizers)
+    }
+
+    pub fn decide(&self, user: &User, request: &Attributes) -> Decision {
+        self.0
+            .iter()
+            .map(|a| a.authorize(user, request))
+            .find(|d| *d != Decision::NoOpinion)
+            .unwrap_or(Decision::Allow)
+    }
+
+    /// The request allowed, or upstream's 403.
+    pub fn check(&self, user: &User, request: &Attributes) -> Result<(), ApiError> {
+        match self.decide(user, request) {
+            Decision::Deny(reason) => Err(request.forbidden(user, &reason)),
+            _ => Ok(()),
+        }
+    }
+}
+
 impl Attributes<'_> {
     /// The object's name: from the path; for a create, the body's
     /// `metadata.name` (read only when an authorizer asks); for a list or
@@ -36,7 +139,7 @@ impl Attributes<'_> {
         if let Some(n) = self.path_name {
             return Some(n.to_string());
         }
-        if matches!(self.verb, "list" | "watch") {
+        if matches!(self.verb, Verb::List | Verb::Watch) {
             let selector = FieldSelector::parse(self.field_selector?, &|_| true).ok()?;
             return selector.equal_to("metadata.name").map(str::to_string);
         }
@@ -52,8 +155,9 @@ impl Attributes<'_> {
         named.metadata?.name
     }
 
-    /// Upstream's 403 for this request and `user`.
-    pub fn forbidden(&self, user: &User) -> ApiError {
+    /// Upstream's 403 for this request and `user`, with the authorizer's
+    /// reason when it gave one.
+    pub fn forbidden(&self, user: &User, reason: &str) -> ApiError {
         let qualified = if self.group.is_empty() {
             self.resource.to_string()
         } else {
@@ -71,14 +175,14 @@ impl Attributes<'_> {
             Some(ns) => format!("in the namespace \"{ns}\""),
             None => "at the cluster scope".to_string(),
         };
+        let reason = if reason.is_empty() {
+            String::new()
+        } else {
+            format!(": {reason}")
+        };
         ApiError::forbidden(format!(
-            "{subject} is forbidden: User \"{}\" cannot {} resource \"{resource}\" in API group \"{}\" {scope}",
+            "{subject} is forbidden: User \"{}\" cannot {} resource \"{resource}\" in API group \"{}\" {scope}{reason}",
             user.name, self.verb, self.group
         ))
     }
-}
-
-/// Decides whether `user` may make a request.
-pub trait Authorizer: Send + Sync {
-    fn authorize(&self, user: &User, request: &Attributes) -> Result<(), ApiError>;
 }

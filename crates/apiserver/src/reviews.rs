@@ -10,7 +10,7 @@ use http::StatusCode;
 use serde_json::{Value, json};
 
 use crate::auth::User;
-use crate::authz::Attributes;
+use crate::authz::{Attributes, Decision, Verb};
 use crate::error::{ApiError, ApiResult, Cause};
 use crate::handlers::{Ctx, respond_object};
 use crate::objects::meta_str;
@@ -136,39 +136,37 @@ fn subject(spec: &Value) -> ApiResult<User> {
     })
 }
 
-/// Asks the server's authorizer what the review's attributes ask.
+/// Asks the server's authorizers what the review's attributes ask.
 fn access(ctx: &Ctx, user: &User, spec: &Value) -> Value {
-    let verdict = |attributes: &Attributes| match &ctx.api.config.authorizer {
-        None => Ok(()),
-        Some(authorizer) => authorizer.authorize(user, attributes),
-    };
-    let result = if let Some(resource) = spec.get("resourceAttributes") {
+    let decision = if let Some(resource) = spec.get("resourceAttributes") {
         let field = |k: &str| {
             resource
                 .get(k)
                 .and_then(Value::as_str)
                 .filter(|s| !s.is_empty())
         };
-        verdict(&Attributes {
-            verb: field("verb").unwrap_or(""),
-            group: field("group").unwrap_or(""),
-            resource: field("resource").unwrap_or(""),
-            subresource: field("subresource"),
-            namespace: field("namespace"),
-            path_name: field("name"),
-            field_selector: None,
-            body: &[],
-        })
+        ctx.api.config.authorizers.decide(
+            user,
+            &Attributes {
+                verb: Verb::parse(field("verb").unwrap_or("")),
+                group: field("group").unwrap_or(""),
+                resource: field("resource").unwrap_or(""),
+                subresource: field("subresource"),
+                namespace: field("namespace"),
+                path_name: field("name"),
+                field_selector: None,
+                body: &[],
+            },
+        )
     } else {
         // Non-resource URLs (`/healthz`, `/version`, discovery): every
         // authenticated user may read them, as upstream's bootstrap roles.
-        Ok(())
+        Decision::Allow
     };
-    match result {
-        Ok(()) => {
-            json!({"allowed": true, "reason": "allowed: every authenticated user may do this until roles are enforced"})
-        }
-        Err(e) => json!({"allowed": false, "denied": true, "reason": e.message}),
+    match decision {
+        Decision::Deny(reason) => json!({"allowed": false, "denied": true, "reason": reason}),
+        _ => json!({"allowed": true,
+                    "reason": "allowed: every authenticated user may do this until roles are enforced"}),
     }
 }
 
@@ -176,7 +174,7 @@ fn access(ctx: &Ctx, user: &User, spec: &Value) -> Value {
 /// (an agent's token), whose rules cannot be listed.
 fn rules(ctx: &Ctx, user: &User) -> Value {
     let probe = Attributes {
-        verb: "list",
+        verb: Verb::List,
         group: "",
         resource: "namespaces",
         subresource: None,
@@ -185,12 +183,10 @@ fn rules(ctx: &Ctx, user: &User) -> Value {
         field_selector: None,
         body: &[],
     };
-    let confined = ctx
-        .api
-        .config
-        .authorizer
-        .as_ref()
-        .is_some_and(|a| a.authorize(user, &probe).is_err());
+    let confined = matches!(
+        ctx.api.config.authorizers.decide(user, &probe),
+        Decision::Deny(_)
+    );
     if confined {
         return json!({"resourceRules": [], "nonResourceRules": [], "incomplete": true,
                       "evaluationError": "this user's permissions are confined to its own cluster and cannot be listed"});

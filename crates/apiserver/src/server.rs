@@ -36,9 +36,9 @@ pub struct Config {
     /// What `/metrics` serves (Prometheus text), when something embeds
     /// metrics of its own (the control plane's controllers).
     pub metrics: Option<MetricsSource>,
-    /// Who may do what, besides being authenticated; `None` allows every
-    /// authenticated user everything.
-    pub authorizer: Option<Arc<dyn crate::authz::Authorizer>>,
+    /// Who may do what, besides being authenticated: asked in order; when
+    /// none has an opinion, the authenticated user may.
+    pub authorizers: crate::authz::Chain,
     /// The CA that signs the serving certificate (PEM), published in every
     /// namespace as the `kube-root-ca.crt` ConfigMap.
     pub root_ca: Option<String>,
@@ -57,7 +57,7 @@ impl Default for Config {
             admin_token: None,
             service_network: Default::default(),
             metrics: None,
-            authorizer: None,
+            authorizers: Default::default(),
             root_ca: None,
             token_key: None,
         }
@@ -418,19 +418,20 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         Vec::new()
     };
 
-    if let (Some(authorizer), Some(user)) = (&api.config.authorizer, &user) {
+    if let Some(user) = &user {
+        use crate::authz::Verb;
         let verb = match (&parts.method, rp.name.is_some()) {
-            (&Method::GET | &Method::HEAD, false) if query.flag("watch") => "watch",
-            (&Method::GET | &Method::HEAD, false) => "list",
-            (&Method::GET | &Method::HEAD, true) => "get",
-            (&Method::POST, _) => "create",
-            (&Method::PUT, _) => "update",
-            (&Method::PATCH, _) => "patch",
-            (&Method::DELETE, true) => "delete",
-            (&Method::DELETE, false) => "deletecollection",
-            _ => "",
+            (&Method::GET | &Method::HEAD, false) if query.flag("watch") => Verb::Watch,
+            (&Method::GET | &Method::HEAD, false) => Verb::List,
+            (&Method::GET | &Method::HEAD, true) => Verb::Get,
+            (&Method::POST, _) => Verb::Create,
+            (&Method::PUT, _) => Verb::Update,
+            (&Method::PATCH, _) => Verb::Patch,
+            (&Method::DELETE, true) => Verb::Delete,
+            (&Method::DELETE, false) => Verb::DeleteCollection,
+            (other, _) => Verb::Other(other.as_str().to_ascii_lowercase()),
         };
-        authorizer.authorize(
+        api.config.authorizers.check(
             user,
             &crate::authz::Attributes {
                 verb,

@@ -98,7 +98,9 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
     let config = Config {
         metrics: Some(Arc::new(move || scrape.encode())),
         // Pull-mode agents' tokens reach their own cluster only.
-        authorizer: Some(Arc::new(flotilla_federation::agents::AgentAuthorizer)),
+        authorizers: flotilla_apiserver::authz::Chain::new(vec![Arc::new(
+            flotilla_federation::agents::AgentAuthorizer,
+        )]),
         ..Config::default()
     };
     let p = prepare(&data_dir, &args.server.serve, config).await?;

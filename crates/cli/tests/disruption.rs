@@ -10,10 +10,17 @@ use common::{Server, assert_has, wait_for};
 use serde_json::Value;
 
 fn pods(s: &Server) -> Vec<String> {
-    s.ok(&["get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].metadata.name}"])
-        .split_whitespace()
-        .map(String::from)
-        .collect()
+    s.ok(&[
+        "get",
+        "pods",
+        "-l",
+        "app=web",
+        "-o",
+        "jsonpath={.items[*].metadata.name}",
+    ])
+    .split_whitespace()
+    .map(String::from)
+    .collect()
 }
 
 fn evict(s: &Server, pod: &str) -> std::process::Output {
@@ -35,9 +42,21 @@ fn evict(s: &Server, pod: &str) -> std::process::Output {
 #[test]
 fn an_eviction_that_would_break_a_budget_is_refused() {
     let s = Server::member("m1", &["--nodes", "2"]);
-    s.ok(&["create", "deployment", "web", "--image=nginx", "--replicas=3"]);
+    s.ok(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=nginx",
+        "--replicas=3",
+    ]);
     s.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
-    s.ok(&["create", "poddisruptionbudget", "web", "--selector=app=web", "--min-available=3"]);
+    s.ok(&[
+        "create",
+        "poddisruptionbudget",
+        "web",
+        "--selector=app=web",
+        "--min-available=3",
+    ]);
     let victim = pods(&s)[0].clone();
     let out = evict(&s, &victim);
     assert!(!out.status.success());
@@ -48,9 +67,20 @@ fn an_eviction_that_would_break_a_budget_is_refused() {
     assert!(pods(&s).contains(&victim), "the pod stayed");
 
     // With room in the budget the pod goes (and its ReplicaSet replaces it).
-    s.ok(&["patch", "pdb", "web", "--type=merge", "-p", r#"{"spec":{"minAvailable":2}}"#]);
+    s.ok(&[
+        "patch",
+        "pdb",
+        "web",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"minAvailable":2}}"#,
+    ]);
     let out = evict(&s, &victim);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     wait_for(Duration::from_secs(30), "the evicted pod gone", || {
         !pods(&s).contains(&victim)
     });
@@ -78,8 +108,10 @@ fn a_csr_is_approved_through_approval() {
         &s.ok(&["certificate", "approve", "jane"]),
         &["certificatesigningrequest.certificates.k8s.io/jane approved"],
     );
-    let csr: Value =
-        serde_json::from_str(&s.ok(&["get", "csr", "jane", "-o", "json"])).unwrap();
+    let csr: Value = serde_json::from_str(&s.ok(&["get", "csr", "jane", "-o", "json"])).unwrap();
     let condition = &csr["status"]["conditions"][0];
-    assert_eq!((condition["type"].as_str(), condition["status"].as_str()), (Some("Approved"), Some("True")));
+    assert_eq!(
+        (condition["type"].as_str(), condition["status"].as_str()),
+        (Some("Approved"), Some("True"))
+    );
 }

@@ -6,8 +6,7 @@
 //! its Lease. Everything of other clusters, and everything else, is 403.
 
 use flotilla_apiserver::auth::User;
-use flotilla_apiserver::authz::{Attributes, Authorizer};
-use flotilla_apiserver::error::ApiError;
+use flotilla_apiserver::authz::{Attributes, Authorizer, Decision, Verb};
 
 use crate::api::{CLUSTER_GROUP, CLUSTER_NAMESPACE, Cluster, WORK_GROUP};
 
@@ -28,14 +27,14 @@ pub fn agent_of(user: &User) -> Option<&str> {
 pub struct AgentAuthorizer;
 
 fn allowed(cluster: &str, a: &Attributes) -> bool {
-    let verb = a.verb;
-    let reads = matches!(verb, "get" | "list" | "watch");
-    let writes = matches!(verb, "update" | "patch");
+    let verb = &a.verb;
+    let reads = verb.reads();
+    let writes = matches!(verb, Verb::Update | Verb::Patch);
     match (a.group, a.resource) {
         // Its own Cluster: register it, follow it (a list or watch
         // narrowed to its name), report its status.
         (CLUSTER_GROUP, "clusters") => {
-            (reads || verb == "create" || writes) && a.name().as_deref() == Some(cluster)
+            (reads || *verb == Verb::Create || writes) && a.name().as_deref() == Some(cluster)
         }
         // The Works of its execution namespace: follow them, report their
         // status, release their finalizers. Never create or delete them,
@@ -45,12 +44,12 @@ fn allowed(cluster: &str, a: &Attributes) -> bool {
                 .name()
                 .is_some_and(|n| n.starts_with(crate::mcs::pull::REPORT_PREFIX));
             a.namespace == Some(Cluster::execution_namespace(cluster).as_str())
-                && (reads || writes || (verb == "delete" && report))
+                && (reads || writes || (*verb == Verb::Delete && report))
         }
         // Its Lease, renewed to say it is alive.
         ("coordination.k8s.io", "leases") => {
             a.namespace == Some(CLUSTER_NAMESPACE)
-                && (verb == "get" || verb == "create" || writes)
+                && matches!(verb, Verb::Get | Verb::Create | Verb::Update | Verb::Patch)
                 && a.name().as_deref() == Some(cluster)
         }
         _ => false,
@@ -58,10 +57,13 @@ fn allowed(cluster: &str, a: &Attributes) -> bool {
 }
 
 impl Authorizer for AgentAuthorizer {
-    fn authorize(&self, user: &User, request: &Attributes) -> Result<(), ApiError> {
+    fn authorize(&self, user: &User, request: &Attributes) -> Decision {
         match agent_of(user) {
-            Some(cluster) if !allowed(cluster, request) => Err(request.forbidden(user)),
-            _ => Ok(()),
+            Some(cluster) if !allowed(cluster, request) => Decision::Deny(String::new()),
+            // An agent's token reaches nothing beyond `allowed`, whatever
+            // a later authorizer would say.
+            Some(_) => Decision::Allow,
+            None => Decision::NoOpinion,
         }
     }
 }
@@ -69,6 +71,7 @@ impl Authorizer for AgentAuthorizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flotilla_apiserver::error::ApiError;
 
     fn agent(cluster: &str) -> User {
         User {
@@ -101,10 +104,12 @@ mod tests {
         field_selector: Option<&str>,
         body: &[u8],
     ) -> Result<(), ApiError> {
-        AgentAuthorizer.authorize(
+        let chain =
+            flotilla_apiserver::authz::Chain::new(vec![std::sync::Arc::new(AgentAuthorizer)]);
+        chain.check(
             user,
             &Attributes {
-                verb,
+                verb: Verb::parse(verb),
                 group,
                 resource,
                 subresource: None,
