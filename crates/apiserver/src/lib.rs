@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod allocation;
+pub mod apiservices;
 pub mod auth;
 pub mod authz;
 pub mod bootstrap;

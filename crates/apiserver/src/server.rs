@@ -111,6 +111,7 @@ impl ApiServer {
         crate::namespace::spawn_active_namespaces(api.clone());
         crate::gc::spawn(api.clone());
         crate::serviceaccounts::spawn(api.clone());
+        crate::apiservices::spawn(api.clone());
         Ok(api)
     }
 

@@ -150,6 +150,22 @@ fn the_built_in_kinds_of_a_1_32_cluster_are_served() {
     }
     assert!(names.len() >= 50, "{} kinds:\n{listed}", names.len());
 
+    // An APIService per served group-version, local and Available.
+    wait_for(Duration::from_secs(20), "the APIServices", || {
+        s.kubectl(&["get", "apiservice", "v1.apps", "v2.autoscaling", "v1."])
+            .status
+            .success()
+    });
+    assert_eq!(
+        s.ok(&[
+            "get",
+            "apiservice",
+            "v1.apps",
+            "-o",
+            "jsonpath={.spec.group} {.status.conditions[0].type}={.status.conditions[0].status}"
+        ]),
+        "apps Available=True"
+    );
     // The two system priority classes every cluster has.
     assert_has(
         &s.ok(&["get", "priorityclasses"]),
