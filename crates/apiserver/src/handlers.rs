@@ -676,8 +676,16 @@ async fn create_object(
 ) -> ApiResult<Written> {
     let r = ctx.resource.clone();
     check_namespace(ctx, true).await?;
+    let admission = crate::admission::Request {
+        operation: crate::admission::Operation::Create,
+        resource: &r,
+        namespace: ctx.namespace.as_deref().filter(|_| r.namespaced),
+        old: None,
+    };
+    crate::admission::mutate(&ctx.api, &admission, &mut obj)?;
     objects::prepare_create(&r, &mut obj);
     crate::crd::refresh_status(&r, &mut obj);
+    crate::admission::validate(&ctx.api, &admission, &obj)?;
     let _allocating = if r.is_service() {
         let guard = ctx.api.service_allocation.lock().await;
         let network = &ctx.api.config.service_network;
@@ -815,8 +823,16 @@ where
             ));
         }
         let scope = WriteScope::of(ctx.subresource.as_deref());
+        let admission = crate::admission::Request {
+            operation: crate::admission::Operation::Update,
+            resource: &r,
+            namespace: ctx.namespace.as_deref().filter(|_| r.namespaced),
+            old: Some(&old),
+        };
+        crate::admission::mutate(&ctx.api, &admission, &mut obj)?;
         objects::prepare_update(&r, &mut obj, &old, scope);
         crate::crd::refresh_status(&r, &mut obj);
+        crate::admission::validate(&ctx.api, &admission, &obj)?;
         if r.is_service() {
             let network = &ctx.api.config.service_network;
             let claim = !ctx.dry_run()?;

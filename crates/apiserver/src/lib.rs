@@ -8,6 +8,7 @@
 //! [`builtin`] plus whatever CRDs add ([`crd`]).
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod allocation;
 pub mod apiservices;
 pub mod auth;

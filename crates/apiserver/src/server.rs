@@ -112,6 +112,7 @@ impl ApiServer {
         crate::gc::spawn(api.clone());
         crate::serviceaccounts::spawn(api.clone());
         crate::apiservices::spawn(api.clone());
+        crate::admission::spawn_status(api.clone());
         Ok(api)
     }
 

@@ -57,6 +57,50 @@ while time.time() < deadline:
 else:
     raise AssertionError(f"foreground deletion did not finish: {left}")
 
+# Typed calls decode every answer: a deleted pod answers the V1Pod, a
+# new pod is Pending with its QoS class.
+pod = v1.create_namespaced_pod("default", {"metadata": {"name": "pyp"},
+    "spec": {"containers": [{"name": "c", "image": "nginx"}]}})
+assert pod.status.phase == "Pending" and pod.status.qos_class == "BestEffort", pod.status
+gone = v1.delete_namespaced_pod("pyp", "default")
+assert isinstance(gone, client.V1Pod) and gone.metadata.name == "pyp", type(gone)
+
+# The built-in groups beyond core, create/read/replace/patch/delete.
+rbac = client.RbacAuthorizationV1Api()
+rbac.create_namespaced_role("default", {"metadata": {"name": "pyr"},
+    "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]})
+role = rbac.read_namespaced_role("pyr", "default")
+role.rules[0].verbs = ["get", "list"]
+rbac.replace_namespaced_role("pyr", "default", role)
+rbac.patch_namespaced_role("pyr", "default", {"metadata": {"labels": {"p": "y"}}})
+role = rbac.read_namespaced_role("pyr", "default")
+assert role.rules[0].verbs == ["get", "list"] and role.metadata.labels == {"p": "y"}, role
+rbac.create_cluster_role_binding({"metadata": {"name": "pyb"},
+    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+    "subjects": [{"kind": "User", "name": "jane", "apiGroup": "rbac.authorization.k8s.io"}]})
+assert "pyb" in [b.metadata.name for b in rbac.list_cluster_role_binding().items]
+rbac.delete_namespaced_role("pyr", "default")
+client.PolicyV1Api().create_namespaced_pod_disruption_budget("default", {"metadata": {"name": "pyd"},
+    "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "x"}}}})
+assert client.PolicyV1Api().read_namespaced_pod_disruption_budget("pyd", "default").spec.min_available == 1
+client.AutoscalingV2Api().create_namespaced_horizontal_pod_autoscaler("default", {"metadata": {"name": "pyh"},
+    "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "x"}, "maxReplicas": 3,
+             "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 60}}}]}})
+h1 = client.AutoscalingV1Api().read_namespaced_horizontal_pod_autoscaler("pyh", "default")
+assert h1.spec.target_cpu_utilization_percentage == 60, h1.spec
+classes = [c.metadata.name for c in client.SchedulingV1Api().list_priority_class().items]
+assert "system-node-critical" in classes, classes
+
+# Tokens and reviews.
+v1.create_namespaced_service_account("default", {"metadata": {"name": "pysa"}})
+token = v1.create_namespaced_service_account_token("pysa", "default", {"spec": {"expirationSeconds": 3600}})
+assert token.status.token.count(".") == 2, token
+review = client.AuthenticationV1Api().create_token_review({"spec": {"token": token.status.token}})
+assert review.status.authenticated and review.status.user.username == "system:serviceaccount:default:pysa", review.status
+access = client.AuthorizationV1Api().create_self_subject_access_review(
+    {"spec": {"resourceAttributes": {"verb": "list", "resource": "pods", "namespace": "default"}}})
+assert access.status.allowed, access.status
+
 # Without the token: 401.
 conf = client.Configuration.get_default_copy()
 conf.api_key = {}

@@ -1,0 +1,104 @@
+//! Admission: what a write goes through after it is decoded and before it
+//! is stored, as kube-apiserver's admission chain: mutating plugins first
+//! (they may change the object), then validating ones (they may only
+//! refuse it). Every write through the handlers passes here, the server's
+//! own included (garbage collector, namespace finalizer).
+
+mod limit_ranger;
+mod resource_quota;
+
+pub use resource_quota::spawn_status;
+
+use serde_json::Value;
+
+use crate::error::ApiResult;
+use crate::resources::ResourceInfo;
+use crate::server::ApiServer;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    Create,
+    Update,
+}
+
+/// One write, as the plugins see it.
+pub struct Request<'a> {
+    pub operation: Operation,
+    pub resource: &'a ResourceInfo,
+    pub namespace: Option<&'a str>,
+    pub old: Option<&'a Value>,
+}
+
+pub trait Mutating: Send + Sync {
+    fn admit(&self, api: &ApiServer, request: &Request, object: &mut Value) -> ApiResult<()>;
+}
+
+pub trait Validating: Send + Sync {
+    fn validate(&self, api: &ApiServer, request: &Request, object: &Value) -> ApiResult<()>;
+}
+
+const MUTATING: &[&dyn Mutating] = &[&limit_ranger::LimitRanger];
+const VALIDATING: &[&dyn Validating] =
+    &[&limit_ranger::LimitRanger, &resource_quota::ResourceQuota];
+
+/// The mutating plugins, in order.
+pub fn mutate(api: &ApiServer, request: &Request, object: &mut Value) -> ApiResult<()> {
+    MUTATING
+        .iter()
+        .try_for_each(|p| p.admit(api, request, object))
+}
+
+/// The validating plugins, in order; the first refusal stands.
+pub fn validate(api: &ApiServer, request: &Request, object: &Value) -> ApiResult<()> {
+    VALIDATING
+        .iter()
+        .try_for_each(|p| p.validate(api, request, object))
+}
+
+/// The objects of `plural` (core group unless `group`) in `namespace`.
+pub(crate) fn list_in(api: &ApiServer, group: &str, plural: &str, namespace: &str) -> Vec<Value> {
+    let Some(r) = api.registry.get(group, "v1", plural) else {
+        return Vec::new();
+    };
+    api.store
+        .list(&r.collection_prefix(Some(namespace)), &Default::default())
+        .map(|l| {
+            l.items
+                .iter()
+                .filter_map(|kv| serde_json::from_slice(&kv.value).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The containers and init containers of a pod spec.
+pub(crate) fn containers_mut(pod: &mut Value) -> impl Iterator<Item = &mut Value> {
+    let spec = pod.get_mut("spec").and_then(Value::as_object_mut);
+    let mut all = Vec::new();
+    if let Some(spec) = spec {
+        for (k, v) in spec.iter_mut() {
+            if matches!(k.as_str(), "containers" | "initContainers")
+                && let Some(list) = v.as_array_mut()
+            {
+                all.extend(list.iter_mut());
+            }
+        }
+    }
+    all.into_iter()
+}
+
+pub(crate) fn containers(pod: &Value) -> impl Iterator<Item = &Value> {
+    ["initContainers", "containers"]
+        .into_iter()
+        .filter_map(|k| pod.pointer(&format!("/spec/{k}")).and_then(Value::as_array))
+        .flatten()
+}
+
+/// A quantity's value (cores, bytes), or None.
+pub(crate) fn amount(q: Option<&Value>) -> Option<f64> {
+    match q? {
+        Value::String(s) => crate::quantity::parse(s),
+        Value::Number(n) => n.as_f64(),
+        _ => None,
+    }
+}

@@ -1,0 +1,103 @@
+//! Admission as upstream's plugins answer it, through kubectl: LimitRange
+//! defaults and bounds, ResourceQuota limits and the quota's status.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Server, assert_has, wait_for};
+
+fn pod(name: &str, resources: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: q}}\nspec:\n  containers:\n  - name: c\n    image: nginx\n    resources: {resources}\n"
+    )
+}
+
+#[test]
+fn limit_ranges_default_and_bound_and_quotas_refuse_what_exceeds_them() {
+    let s = Server::start();
+    s.ok(&["create", "namespace", "q"]);
+    s.ok(&[
+        "-n",
+        "q",
+        "create",
+        "quota",
+        "small",
+        "--hard=pods=2,requests.cpu=1",
+    ]);
+    let apply = |yaml: &str| s.kubectl_stdin(&["apply", "-f", "-"], Some(yaml));
+    let stderr = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).to_string();
+
+    // A compute quota needs the pod to say what it requests.
+    let out = apply(&pod("bare", "{}"));
+    assert!(!out.status.success());
+    assert_has(
+        &stderr(&out),
+        &["pods \"bare\" is forbidden: failed quota: small: must specify requests.cpu"],
+    );
+
+    // A LimitRange fills it in, and says so.
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: LimitRange\nmetadata: {name: defaults, namespace: q}\nspec:\n  limits:\n  - type: Container\n    default: {cpu: 500m, memory: 256Mi}\n    defaultRequest: {cpu: 250m}\n    max: {cpu: '1'}\n",
+    );
+    assert!(apply(&pod("p1", "{}")).status.success());
+    assert_eq!(
+        s.ok(&[
+            "-n",
+            "q",
+            "get",
+            "pod",
+            "p1",
+            "-o",
+            "jsonpath={.spec.containers[0].resources.requests.cpu} {.spec.containers[0].resources.limits.memory} {.status.qosClass}"
+        ]),
+        "250m 256Mi Burstable"
+    );
+    assert_has(
+        &s.ok(&["-n", "q", "get", "pod", "p1", "-o", "yaml"]),
+        &["kubernetes.io/limit-ranger: 'LimitRanger plugin set:"],
+    );
+
+    // Over the LimitRange's max: refused.
+    let out = apply(&pod("big", "{limits: {cpu: '2'}}"));
+    assert_has(
+        &stderr(&out),
+        &["maximum cpu usage per Container is 1, but limit is 2"],
+    );
+
+    // The quota's pods: two fit, the third does not.
+    assert!(
+        apply(&pod("p2", "{requests: {cpu: 500m}}"))
+            .status
+            .success()
+    );
+    let out = apply(&pod("p3", "{requests: {cpu: 100m}}"));
+    assert!(!out.status.success());
+    assert_has(
+        &stderr(&out),
+        &[
+            "exceeded quota: small",
+            "requested: pods=1, used: pods=2, limited: pods=2",
+        ],
+    );
+    for refused in ["bare", "big", "p3"] {
+        assert!(
+            !s.kubectl(&["-n", "q", "get", "pod", refused])
+                .status
+                .success()
+        );
+    }
+    // The quota's status follows.
+    wait_for(Duration::from_secs(20), "quota status", || {
+        s.ok(&[
+            "-n",
+            "q",
+            "get",
+            "quota",
+            "small",
+            "-o",
+            "jsonpath={.status.used.pods} {.status.used.requests\\.cpu}",
+        ]) == "2 750m"
+    });
+}
