@@ -113,7 +113,7 @@ async fn delete(ctx: &Ctx, name: &str, eviction: &Value) -> ApiResult<Response> 
         .map(|o| serde_json::to_vec(o).unwrap_or_default())
         .unwrap_or_default();
     let opts = handlers::delete_options(ctx, &options)?;
-    handlers::delete_one(ctx, name, &opts).await?;
+    crate::registry::delete(&ctx.request()?, name, &opts).await?;
     let body = serde_json::to_vec(
         &json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
                                           "status": "Success", "code": 201}),

@@ -25,8 +25,8 @@ use flotilla_store::{EventKind, KeyValue, ListOptions, StoreError};
 use serde_json::Value;
 use tracing::{debug, warn};
 
-use crate::handlers::{self, Ctx, DeleteOptions};
 use crate::objects::{self, FOREGROUND_FINALIZER, ORPHAN_FINALIZER};
+use crate::registry::{self, DeleteOptions, Request};
 use crate::server::ApiServer;
 
 /// A uid or key; one allocation shared by every map that names it (the
@@ -403,7 +403,7 @@ fn action_key(action: &Action) -> &str {
 }
 
 /// The request context for the object at store key `key`.
-fn ctx_for(api: &Arc<ApiServer>, key: &str) -> Option<Ctx> {
+fn request_for(api: &Arc<ApiServer>, key: &str) -> Option<Request> {
     let resource = api.registry.for_key(key)?;
     let rest = key.strip_prefix(&resource.prefix())?;
     let (namespace, name) = if resource.namespaced {
@@ -412,22 +412,27 @@ fn ctx_for(api: &Arc<ApiServer>, key: &str) -> Option<Ctx> {
     } else {
         (None, rest.to_string())
     };
-    Some(Ctx::internal(api.clone(), resource, namespace, Some(name)))
+    Some(Request::internal(
+        api.clone(),
+        resource,
+        namespace,
+        Some(name),
+    ))
 }
 
 async fn perform(api: &Arc<ApiServer>, action: &Action) -> Result<(), crate::error::ApiError> {
-    let Some(ctx) = ctx_for(api, action_key(action)) else {
+    let Some(req) = request_for(api, action_key(action)) else {
         // A resource no longer served (its CRD went away): nothing to do.
         return Ok(());
     };
-    let name = ctx.name.clone().unwrap_or_default();
+    let name = req.name.clone().unwrap_or_default();
     let result = match action {
         Action::Delete { policy, .. } => {
             debug!(key = action_key(action), policy, "deleting dependent");
             let opts = DeleteOptions::with_policy(policy);
-            handlers::delete_one(&ctx, &name, &opts).await.map(|_| ())
+            registry::delete(&req, &name, &opts).await.map(|_| ())
         }
-        Action::DropOwners { uids, .. } => handlers::update_object(&ctx, |old| {
+        Action::DropOwners { uids, .. } => registry::update(&req, |old| {
             let mut obj = old.clone();
             let kept: Vec<Value> = crate::value::array_at(old, "/metadata/ownerReferences")
                 .iter()
@@ -446,7 +451,7 @@ async fn perform(api: &Arc<ApiServer>, action: &Action) -> Result<(), crate::err
         })
         .await
         .map(|_| ()),
-        Action::RemoveFinalizer { finalizer, .. } => handlers::update_object(&ctx, |old| {
+        Action::RemoveFinalizer { finalizer, .. } => registry::update(&req, |old| {
             let mut obj = old.clone();
             objects::remove_finalizer(&mut obj, finalizer);
             Ok((obj, Vec::new()))

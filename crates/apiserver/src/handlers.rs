@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
-use flotilla_store::{DeletePrecondition, ListOptions, Revision, StoreError};
+use flotilla_store::{ListOptions, Revision};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 
@@ -14,6 +14,7 @@ use crate::merge_meta::SchemaAt;
 use crate::meta;
 use crate::objects::{self, FieldValidation, TypeErrors, WriteScope, meta_str};
 use crate::patch;
+use crate::registry::{self, DeleteOptions, Next, Request, Written};
 use crate::request::{self, Output, Query};
 use crate::resources::ResourceInfo;
 use crate::scale;
@@ -36,24 +37,17 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    /// A request the server makes of itself (garbage collector, namespace
-    /// controller): no headers, no query, on one namespace or cluster-wide.
-    pub(crate) fn internal(
-        api: Arc<ApiServer>,
-        resource: Arc<ResourceInfo>,
-        namespace: Option<String>,
-        name: Option<String>,
-    ) -> Ctx {
-        Ctx {
-            api,
-            resource,
-            namespace: namespace.filter(|ns| !ns.is_empty()),
-            name,
-            subresource: None,
-            query: Query::default(),
-            headers: HeaderMap::new(),
-            user: None,
-        }
+    /// The store-layer request this one makes.
+    pub(crate) fn request(&self) -> ApiResult<Request> {
+        Ok(Request {
+            api: self.api.clone(),
+            resource: self.resource.clone(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            subresource: self.subresource.clone(),
+            user: self.user.clone(),
+            dry_run: self.dry_run()?,
+        })
     }
 
     fn name(&self) -> &str {
@@ -167,44 +161,12 @@ fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
     resp
 }
 
-/// Fields a fieldSelector may use for `r`, beyond metadata.name/namespace.
+/// Fields a fieldSelector may use for `r` (`kinds::Strategy`).
 pub fn field_supported(r: &ResourceInfo, field: &str) -> bool {
-    if matches!(field, "metadata.name" | "metadata.namespace") {
-        return true;
-    }
-    match (r.group.as_str(), r.plural.as_str()) {
-        ("", "events") => matches!(
-            field,
-            "involvedObject.kind"
-                | "involvedObject.namespace"
-                | "involvedObject.name"
-                | "involvedObject.uid"
-                | "involvedObject.apiVersion"
-                | "involvedObject.resourceVersion"
-                | "involvedObject.fieldPath"
-                | "reason"
-                | "reportingComponent"
-                | "source"
-                | "type"
-        ),
-        ("", "pods") => matches!(
-            field,
-            "spec.nodeName"
-                | "spec.restartPolicy"
-                | "spec.schedulerName"
-                | "spec.serviceAccountName"
-                | "spec.hostNetwork"
-                | "status.phase"
-                | "status.podIP"
-                | "status.nominatedNodeName"
-        ),
-        ("", "secrets") => field == "type",
-        ("", "namespaces") => field == "status.phase",
-        ("", "nodes") => field == "spec.unschedulable",
-        ("apps", "replicasets") => field == "status.replicas",
-        ("batch", "jobs") => field == "status.successful",
-        _ => false,
-    }
+    matches!(field, "metadata.name" | "metadata.namespace")
+        || crate::kinds::strategy(r)
+            .selectable_fields()
+            .contains(&field)
 }
 
 /// Label and field selectors of a list or watch.
@@ -528,51 +490,13 @@ async fn update_scale(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     }
     check_name_matches(ctx, &scale_body)?;
     let r = ctx.resource.clone();
-    let written = update_object(ctx, |old| {
+    let written = registry::update(&ctx.request()?, |old| {
         let mut obj = old.clone();
         scale::write_back(&r, &mut obj, &scale_body)?;
         Ok((obj, Vec::new()))
     })
     .await?;
     respond_scale(ctx, written).await
-}
-
-/// A namespaced write needs its namespace to exist and not be terminating.
-async fn check_namespace(ctx: &Ctx, creating: bool) -> ApiResult<()> {
-    let Some(ns) = ctx.namespace.as_deref().filter(|_| ctx.resource.namespaced) else {
-        return Ok(());
-    };
-    if ctx.api.namespaces.is_active(ns) {
-        return Ok(());
-    }
-    let key = format!("/core/namespaces/{ns}");
-    let kv = ctx
-        .api
-        .get_latest(&key)
-        .await?
-        .ok_or_else(|| ApiError::not_found("", "namespaces", ns))?;
-    if creating {
-        let obj: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
-        if objects::is_deleting(&obj) {
-            let mut e = ApiError::forbidden(format!(
-                "{} \"{}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
-                ctx.resource.plural,
-                meta_str(&obj, "name")
-            ));
-            e.details = Some(Box::new(crate::error::Details {
-                name: ns.to_string(),
-                group: String::new(),
-                kind: "namespaces".into(),
-                causes: vec![Cause {
-                    reason: "NamespaceTerminating",
-                    field: "metadata.namespace".into(),
-                    message: format!("namespace {ns} is being terminated"),
-                }],
-            }));
-            return Err(e);
-        }
-    }
-    Ok(())
 }
 
 /// Checks the body's namespace against the URL and sets it.
@@ -660,105 +584,11 @@ pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     }
     let warnings = validate(ctx, &mut obj, validation, TypeErrors::BadRequest)?;
     let manager = ctx.manager();
-    let written = create_object(ctx, obj, warnings, |obj| {
+    let written = registry::create(&ctx.request()?, obj, warnings, |obj| {
         managed::track_update(&r, None, obj, &manager, WriteScope::Main)
     })
     .await?;
     respond_object(ctx, StatusCode::CREATED, &written.obj, &written.warnings)
-}
-
-/// Stores a validated new object; `track` records its managedFields.
-async fn create_object(
-    ctx: &Ctx,
-    mut obj: Value,
-    warnings: Vec<String>,
-    track: impl FnOnce(&mut Value),
-) -> ApiResult<Written> {
-    let r = ctx.resource.clone();
-    check_namespace(ctx, true).await?;
-    let admission = crate::admission::Request {
-        operation: crate::admission::Operation::Create,
-        resource: &r,
-        namespace: ctx.namespace.as_deref().filter(|_| r.namespaced),
-        old: None,
-    };
-    crate::admission::mutate(&ctx.api, &admission, &mut obj)?;
-    objects::prepare_create(&r, &mut obj);
-    crate::crd::refresh_status(&r, &mut obj);
-    crate::admission::validate(&ctx.api, &admission, &obj)?;
-    let _allocating = if r.is_service() {
-        let guard = ctx.api.service_allocation.lock().await;
-        let network = &ctx.api.config.service_network;
-        let claim = !ctx.dry_run()?;
-        crate::allocation::assign(network, ctx.api.store.as_ref(), &mut obj, None, claim).await?;
-        Some(guard)
-    } else {
-        None
-    };
-    track(&mut obj);
-    let name = meta_str(&obj, "name").to_string();
-    if ctx.dry_run()? {
-        return Ok(Written { obj, warnings });
-    }
-    let key = ctx.key(&name);
-    let kv = match ctx
-        .api
-        .store
-        .create(&key, objects::encode_as_stored(&r, &mut obj)?)
-        .await
-    {
-        Ok(kv) => kv,
-        Err(StoreError::AlreadyExists(_)) => {
-            return Err(ApiError::already_exists(&r.group, &r.plural, &name));
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let stored = objects::stamp(&r, obj, kv.mod_revision);
-    crate::crd::after_write(&ctx.api, &r, &stored).await;
-    Ok(Written {
-        obj: stored,
-        warnings,
-    })
-}
-
-/// An update computed from the current object, with its warnings.
-type Next = (Value, Vec<String>);
-
-/// Maps a failed store write to the client's error, or `None` when the
-/// write lost a race and `retry` allows trying again on fresh state.
-fn retry_or_fail(ctx: &Ctx, name: &str, e: StoreError, retry: bool) -> Option<ApiError> {
-    let r = &ctx.resource;
-    match e {
-        StoreError::Conflict { .. } if retry => None,
-        StoreError::Conflict { .. } => Some(ApiError::conflict(&r.group, &r.plural, name)),
-        StoreError::NotFound(_) => Some(ctx.not_found(name)),
-        e => Some(e.into()),
-    }
-}
-
-/// Removes `key` if it is still at `revision`; returns `obj` stamped with
-/// the deletion's revision, as watchers see it.
-async fn remove(
-    ctx: &Ctx,
-    key: &str,
-    revision: Revision,
-    mut obj: Value,
-) -> Result<Value, StoreError> {
-    let precondition = DeletePrecondition {
-        mod_revision: Some(revision),
-    };
-    let kv = ctx.api.store.delete(key, precondition).await?;
-    objects::meta_mut(&mut obj)
-        .insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
-    crate::crd::after_delete(&ctx.api, &ctx.resource, &obj).await;
-    Ok(obj)
-}
-
-/// The outcome of a write: the object as stored (or as it would be, for a
-/// dry run) and the warnings for the client.
-pub(crate) struct Written {
-    pub obj: Value,
-    pub warnings: Vec<String>,
 }
 
 /// Reads, transforms and writes one object with compare-and-swap, retrying
@@ -767,123 +597,8 @@ async fn guaranteed_update<F>(ctx: &Ctx, transform: F) -> ApiResult<Response>
 where
     F: FnMut(&Value) -> ApiResult<Next>,
 {
-    let w = update_object(ctx, transform).await?;
+    let w = registry::update(&ctx.request()?, transform).await?;
     respond_object(ctx, StatusCode::OK, &w.obj, &w.warnings)
-}
-
-/// The write behind every update, patch and controller change of one object.
-pub(crate) async fn update_object<F>(ctx: &Ctx, mut transform: F) -> ApiResult<Written>
-where
-    F: FnMut(&Value) -> ApiResult<Next>,
-{
-    let r = ctx.resource.clone();
-    let name = ctx.name().to_string();
-    let key = ctx.key(&name);
-    let store = &ctx.api.store;
-    let _allocating = if r.is_service() {
-        Some(ctx.api.service_allocation.lock().await)
-    } else {
-        None
-    };
-    let mut synced = false;
-    for _ in 0..32 {
-        let current = ctx
-            .api
-            .get_latest(&key)
-            .await?
-            .ok_or_else(|| ctx.not_found(&name))?;
-        let old = objects::decode(&r, &current)?;
-        let (mut obj, warnings) = transform(&old)?;
-        let pinned = meta_str(&obj, "resourceVersion").to_string();
-        if !pinned.is_empty() && pinned != current.mod_revision.to_string() {
-            // The client saw a newer version, through another replica.
-            if !synced
-                && pinned
-                    .parse::<Revision>()
-                    .is_ok_and(|p| p > current.mod_revision)
-            {
-                store.sync().await?;
-                synced = true;
-                continue;
-            }
-            return Err(ApiError::conflict(&r.group, &r.plural, &name));
-        }
-        if objects::adds_finalizer_while_deleting(&obj, &old) {
-            return Err(ApiError::invalid(
-                &r.group,
-                &r.kind,
-                &name,
-                vec![Cause {
-                    reason: "FieldValueForbidden",
-                    field: "metadata.finalizers".into(),
-                    message:
-                        "Forbidden: no new finalizers can be added if the object is being deleted"
-                            .into(),
-                }],
-            ));
-        }
-        let scope = WriteScope::of(ctx.subresource.as_deref());
-        let admission = crate::admission::Request {
-            operation: crate::admission::Operation::Update,
-            resource: &r,
-            namespace: ctx.namespace.as_deref().filter(|_| r.namespaced),
-            old: Some(&old),
-        };
-        crate::admission::mutate(&ctx.api, &admission, &mut obj)?;
-        objects::prepare_update(&r, &mut obj, &old, scope);
-        crate::crd::refresh_status(&r, &mut obj);
-        crate::admission::validate(&ctx.api, &admission, &obj)?;
-        if r.is_service() {
-            let network = &ctx.api.config.service_network;
-            let claim = !ctx.dry_run()?;
-            crate::allocation::assign(network, store.as_ref(), &mut obj, Some(&old), claim).await?;
-        }
-        if ctx.dry_run()? {
-            return Ok(Written { obj, warnings });
-        }
-        // Removing the last finalizer of an object being deleted completes the deletion.
-        if objects::is_deleting(&obj) && !objects::has_finalizers(&obj) {
-            match remove(ctx, &key, current.mod_revision, obj).await {
-                Ok(gone) => {
-                    return Ok(Written {
-                        obj: gone,
-                        warnings,
-                    });
-                }
-                Err(e) => match retry_or_fail(ctx, &name, e, pinned.is_empty()) {
-                    Some(err) => return Err(err),
-                    None => continue,
-                },
-            }
-        }
-        if objects::equal_except_resource_version(&obj, &old) {
-            // A no-op write does not create a revision, as upstream.
-            return Ok(Written { obj: old, warnings });
-        }
-        match store
-            .update(
-                &key,
-                objects::encode_as_stored(&r, &mut obj)?,
-                current.mod_revision,
-            )
-            .await
-        {
-            Ok(kv) => {
-                let stored = objects::stamp(&r, obj, kv.mod_revision);
-                crate::crd::after_write(&ctx.api, &r, &stored).await;
-                return Ok(Written {
-                    obj: stored,
-                    warnings,
-                });
-            }
-            Err(e) => {
-                if let Some(err) = retry_or_fail(ctx, &name, e, pinned.is_empty()) {
-                    return Err(err);
-                }
-            }
-        }
-    }
-    Err(ApiError::conflict(&r.group, &r.plural, &name))
 }
 
 /// `POST pods/NAME/binding`: what the scheduler does to place a pod. Sets
@@ -921,7 +636,7 @@ pub async fn bind(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     }
     let manager = ctx.manager();
     let r = ctx.resource.clone();
-    update_object(ctx, |old| {
+    registry::update(&ctx.request()?, |old| {
         let assigned = old
             .pointer("/spec/nodeName")
             .and_then(Value::as_str)
@@ -1002,7 +717,7 @@ pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     objects::meta_mut(&mut obj).insert("name".into(), json!(ctx.name()));
     let validation = FieldValidation::parse(ctx.query.get("fieldValidation"))?;
     let warnings = validate(ctx, &mut obj, validation, TypeErrors::BadRequest)?;
-    check_namespace(ctx, false).await?;
+    registry::check_namespace(&ctx.request()?, false).await?;
     let manager = ctx.manager();
     let scope = WriteScope::of(ctx.subresource.as_deref());
     guaranteed_update(ctx, |old| {
@@ -1046,7 +761,7 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         }
     };
     let patch_doc = request::parse_json(body)?;
-    check_namespace(ctx, false).await?;
+    registry::check_namespace(&ctx.request()?, false).await?;
     let name = ctx.name().to_string();
     let manager = ctx.manager();
     let scope = WriteScope::of(ctx.subresource.as_deref());
@@ -1096,7 +811,7 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         result
     };
     if ctx.subresource.as_deref() == Some("scale") {
-        let written = update_object(ctx, |old| {
+        let written = registry::update(&ctx.request()?, |old| {
             let mut view = scale::view(&r, old)?;
             apply(&mut view, true)?;
             let mut obj = old.clone();
@@ -1157,13 +872,13 @@ async fn apply_patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     check_name_matches(ctx, &applied)?;
     bind_namespace(ctx, &mut applied)?;
     objects::meta_mut(&mut applied).insert("name".into(), json!(ctx.name()));
-    check_namespace(ctx, false).await?;
+    registry::check_namespace(&ctx.request()?, false).await?;
     let scope = WriteScope::of(ctx.subresource.as_deref());
     if ctx.api.store.get(&ctx.key(ctx.name()))?.is_none() && scope == WriteScope::Main {
         let mut obj = managed::apply(&r, None, &applied, &manager, force, scope)?;
         let warnings = validate(ctx, &mut obj, validation, TypeErrors::Invalid)?;
         // The entry apply computed stays; creation adds no Update entry.
-        match create_object(ctx, obj, warnings, |_| {}).await {
+        match registry::create(&ctx.request()?, obj, warnings, |_| {}).await {
             Ok(w) => return respond_object(ctx, StatusCode::CREATED, &w.obj, &w.warnings),
             // Created meanwhile by someone else: apply onto theirs.
             Err(e) if e.code == StatusCode::CONFLICT => {}
@@ -1177,38 +892,6 @@ async fn apply_patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         Ok((obj, warnings))
     })
     .await
-}
-
-#[derive(Default, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct DeleteOptions {
-    propagation_policy: Option<String>,
-    /// Deprecated for propagationPolicy; true is Orphan. false also asks
-    /// for 202 while the deletion waits (upstream's rule).
-    orphan_dependents: Option<bool>,
-    /// Parsed for validation only: no kubelet waits on a grace period here,
-    /// so deletions complete at once (deletionGracePeriodSeconds 0).
-    #[allow(dead_code)]
-    grace_period_seconds: Option<i64>,
-    preconditions: Option<Preconditions>,
-    #[serde(default)]
-    dry_run: Vec<String>,
-}
-
-impl DeleteOptions {
-    pub(crate) fn with_policy(policy: &str) -> Self {
-        DeleteOptions {
-            propagation_policy: Some(policy.to_string()),
-            ..DeleteOptions::default()
-        }
-    }
-}
-
-#[derive(Default, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Preconditions {
-    uid: Option<String>,
-    resource_version: Option<String>,
 }
 
 pub(crate) fn delete_options(ctx: &Ctx, body: &[u8]) -> ApiResult<DeleteOptions> {
@@ -1252,105 +935,6 @@ pub(crate) fn delete_options(ctx: &Ctx, body: &[u8]) -> ApiResult<DeleteOptions>
     Ok(opts)
 }
 
-/// Deletes one object; returns what to send back.
-pub(crate) async fn delete_one(
-    ctx: &Ctx,
-    name: &str,
-    opts: &DeleteOptions,
-) -> ApiResult<(Value, bool)> {
-    let r = ctx.resource.clone();
-    let key = ctx.key(name);
-    let store = &ctx.api.store;
-    let dry_run = opts.dry_run.iter().any(|d| d == "All");
-    for _ in 0..32 {
-        let current = ctx
-            .api
-            .get_latest(&key)
-            .await?
-            .ok_or_else(|| ctx.not_found(name))?;
-        let mut obj = objects::decode(&r, &current)?;
-        if let Some(p) = &opts.preconditions {
-            if let Some(uid) = &p.uid
-                && uid != meta_str(&obj, "uid")
-            {
-                return Err(ApiError::conflict(&r.group, &r.plural, name));
-            }
-            if let Some(rv) = &p.resource_version
-                && *rv != current.mod_revision.to_string()
-            {
-                return Err(ApiError::conflict(&r.group, &r.plural, name));
-            }
-        }
-        let policy = opts.propagation_policy.as_deref().unwrap_or("Background");
-        // Foreground and Orphan hand the object to the garbage collector
-        // through a finalizer it removes when the dependents are dealt with.
-        let gc_finalizer = match policy {
-            "Foreground" => Some(objects::FOREGROUND_FINALIZER),
-            "Orphan" if !r.is_namespace() => Some(objects::ORPHAN_FINALIZER),
-            _ => None,
-        };
-        if objects::has_finalizers(&obj) || gc_finalizer.is_some() {
-            // Graceful: mark for deletion; finalizers (or the namespace
-            // controller) remove the object later.
-            let already = objects::is_deleting(&obj);
-            let switched = gc_finalizer.is_some_and(|f| objects::set_gc_finalizer(&mut obj, f));
-            if already && !switched {
-                return Ok((obj, false));
-            }
-            let m = objects::meta_mut(&mut obj);
-            if !already {
-                m.insert("deletionTimestamp".into(), json!(meta::now()));
-                m.insert("deletionGracePeriodSeconds".into(), json!(0));
-                if let Some(g) = m.get("generation").and_then(Value::as_i64) {
-                    m.insert("generation".into(), json!(g + 1));
-                }
-            }
-            let namespace = r.is_namespace();
-            if namespace {
-                obj["status"]["phase"] = json!("Terminating");
-            }
-            if dry_run {
-                return Ok((obj, false));
-            }
-            match store
-                .update(
-                    &key,
-                    objects::encode_as_stored(&r, &mut obj)?,
-                    current.mod_revision,
-                )
-                .await
-            {
-                Ok(kv) => {
-                    let stored = objects::stamp(&r, obj, kv.mod_revision);
-                    if namespace {
-                        ctx.api.namespaces.terminated(name, kv.mod_revision);
-                    }
-                    if namespace && !already {
-                        crate::namespace::spawn_finalizer(ctx.api.clone(), name.to_string());
-                    }
-                    return Ok((stored, false));
-                }
-                Err(e) => match retry_or_fail(ctx, name, e, true) {
-                    Some(err) => return Err(err),
-                    None => continue,
-                },
-            }
-        }
-        if dry_run {
-            return Ok((obj, true));
-        }
-        match remove(ctx, &key, current.mod_revision, obj).await {
-            Ok(gone) => return Ok((gone, true)),
-            Err(e) => {
-                if let Some(err) = retry_or_fail(ctx, name, e, true) {
-                    return Err(err);
-                }
-            }
-        }
-    }
-    Err(ApiError::conflict(&r.group, &r.plural, name))
-}
-
 pub async fn delete(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     if ctx.subresource.is_some() {
         return Err(ApiError::method_not_allowed(
@@ -1359,9 +943,9 @@ pub async fn delete(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     }
     let opts = delete_options(ctx, body)?;
     let name = ctx.name().to_string();
-    let (obj, gone) = delete_one(ctx, &name, &opts).await?;
+    let (obj, gone) = registry::delete(&ctx.request()?, &name, &opts).await?;
     let r = &ctx.resource;
-    if gone && !returns_deleted_object(r) {
+    if gone && !crate::kinds::strategy(r).returns_deleted_object() {
         // Most built-ins answer an immediate deletion with a Success Status.
         let status = json!({
             "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
@@ -1385,24 +969,6 @@ pub async fn delete(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     respond_object(ctx, status, &obj, &[])
 }
 
-/// Kinds whose immediate deletion answers the deleted object, as
-/// upstream's stores with `ReturnDeletedObject` (custom resources, pods,
-/// services, ...); the others answer a Success Status naming it.
-fn returns_deleted_object(r: &ResourceInfo) -> bool {
-    r.custom
-        || (r.group.is_empty()
-            && matches!(
-                r.plural.as_str(),
-                "pods"
-                    | "services"
-                    | "serviceaccounts"
-                    | "namespaces"
-                    | "persistentvolumes"
-                    | "persistentvolumeclaims"
-                    | "podtemplates"
-            ))
-}
-
 pub async fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let r = ctx.resource.clone();
     let opts = delete_options(ctx, body)?;
@@ -1418,8 +984,10 @@ pub async fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             continue;
         }
         let ns = meta_str(&obj, "namespace").to_string();
-        let one = Ctx::internal(ctx.api.clone(), r.clone(), Some(ns), None);
-        match delete_one(&one, meta_str(&obj, "name"), &opts).await {
+        let mut one = ctx.request()?;
+        one.namespace = Some(ns).filter(|ns| !ns.is_empty());
+        one.name = None;
+        match registry::delete(&one, meta_str(&obj, "name"), &opts).await {
             Ok((o, _)) => deleted.push(o),
             Err(e) if e.code == StatusCode::NOT_FOUND => {}
             Err(e) => return Err(e),

@@ -10,8 +10,8 @@ use flotilla_store::{EventKind, ListOptions, Revision, StoreError};
 use parking_lot::RwLock;
 use tracing::{info, warn};
 
-use crate::handlers::{self, Ctx, DeleteOptions};
 use crate::objects;
+use crate::registry::{self, DeleteOptions, Request};
 use crate::server::ApiServer;
 
 /// Removes everything in `namespace`; true once it is empty.
@@ -36,9 +36,9 @@ async fn remove_content(api: &Arc<ApiServer>, namespace: &str) -> bool {
             if objects::is_deleting(&obj) {
                 continue;
             }
-            let ctx = Ctx::internal(api.clone(), r.clone(), Some(namespace.to_string()), None);
-            if let Err(error) = handlers::delete_one(
-                &ctx,
+            let req = Request::internal(api.clone(), r.clone(), Some(namespace.to_string()), None);
+            if let Err(error) = registry::delete(
+                &req,
                 objects::meta_str(&obj, "name"),
                 &DeleteOptions::default(),
             )
@@ -67,9 +67,9 @@ pub fn spawn_finalizer(api: Arc<ApiServer>, namespace: String) {
                 let Some(r) = api.registry.get("", "v1", "namespaces") else {
                     return;
                 };
-                let mut ctx = Ctx::internal(api.clone(), r, None, Some(namespace.clone()));
-                ctx.subresource = Some("finalize".into());
-                let result = handlers::update_object(&ctx, |old| {
+                let mut req = Request::internal(api.clone(), r, None, Some(namespace.clone()));
+                req.subresource = Some("finalize".into());
+                let result = registry::update(&req, |old| {
                     let mut obj = old.clone();
                     let rest: Vec<String> = crate::value::strings_at(old, "/spec/finalizers")
                         .into_iter()

@@ -198,49 +198,8 @@ pub fn validate_meta(r: &ResourceInfo, obj: &Value) -> Vec<Cause> {
     if let Some(m) = meta(obj) {
         causes.extend(meta::validate_object_meta(m));
     }
-    causes.extend(data_size(r, obj));
+    causes.extend(crate::kinds::strategy(r).validate(obj));
     causes
-}
-
-/// What a ConfigMap or Secret may hold, keys and values together: 1 MiB.
-pub const MAX_DATA_BYTES: usize = 1024 * 1024;
-
-/// Upstream's 422 for a ConfigMap or Secret over [`MAX_DATA_BYTES`]
-/// (binary and Secret values counted decoded); the ConfigMap's cause names
-/// the whole object, the Secret's its `data`.
-fn data_size(r: &ResourceInfo, obj: &Value) -> Option<Cause> {
-    use base64::Engine as _;
-    let field = match (r.group.as_str(), r.plural.as_str()) {
-        ("", "configmaps") => "",
-        ("", "secrets") => "data",
-        _ => return None,
-    };
-    let decoded = |v: &str| {
-        base64::engine::general_purpose::STANDARD
-            .decode(v)
-            .map_or(v.len(), |b| b.len())
-    };
-    let mut total = 0;
-    for (map, base64) in [
-        ("data", field == "data"),
-        ("binaryData", true),
-        ("stringData", false),
-    ] {
-        for (k, v) in obj
-            .get(map)
-            .and_then(Value::as_object)
-            .into_iter()
-            .flatten()
-        {
-            let v = v.as_str().unwrap_or_default();
-            total += k.len() + if base64 { decoded(v) } else { v.len() };
-        }
-    }
-    (total > MAX_DATA_BYTES).then(|| Cause {
-        reason: "FieldValueTooLong",
-        field: field.into(),
-        message: format!("Too long: may not be more than {MAX_DATA_BYTES} bytes"),
-    })
 }
 
 /// Prunes unknown fields per `fieldValidation` and validates against the
@@ -362,21 +321,7 @@ pub fn prepare_create(r: &ResourceInfo, obj: &mut Value) {
         m.insert("generation".into(), json!(1));
     }
     crate::defaults::job_selector(r, obj);
-    let m = meta_mut(obj);
-    if r.is_namespace() {
-        let name = m.get("name").cloned().unwrap_or(Value::Null);
-        if !m.get("labels").is_some_and(Value::is_object) {
-            m.insert("labels".into(), json!({}));
-        }
-        if let Some(labels) = m.get_mut("labels").and_then(Value::as_object_mut) {
-            labels.insert("kubernetes.io/metadata.name".into(), name);
-        }
-        obj["spec"] = json!({"finalizers": ["kubernetes"]});
-        obj["status"] = json!({"phase": "Active"});
-    }
-    if r.group.is_empty() && r.plural == "pods" {
-        obj["status"] = crate::pod::initial_status(obj);
-    }
+    crate::kinds::strategy(r).prepare_create(obj);
 }
 
 /// Carries server-owned fields from `old` into an update and bumps the

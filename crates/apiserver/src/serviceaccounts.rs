@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use tracing::warn;
 
 use crate::objects::{self, WriteScope};
+use crate::registry::{self, Request};
 use crate::server::ApiServer;
 
 /// Who managedFields credit, as upstream's controllers.
@@ -82,51 +83,48 @@ async fn reconcile(api: &Arc<ApiServer>, namespace: &[u8]) {
 }
 
 /// Creates `obj` unless an object of its name exists; a root CA ConfigMap
-/// whose certificate differs is brought back to the CA.
-async fn ensure(api: &Arc<ApiServer>, plural: &str, namespace: &str, mut obj: Value) {
+/// whose certificate differs is brought back to the CA. Through the store
+/// layer, as any write: admission, managedFields, namespace lifecycle.
+async fn ensure(api: &Arc<ApiServer>, plural: &str, namespace: &str, obj: Value) {
     let Some(r) = api.registry.get("", "v1", plural) else {
         return;
     };
     let name = objects::meta_str(&obj, "name").to_string();
-    let key = r.key(Some(namespace), &name);
-    let result = match api.store.get(&key) {
-        Ok(None) => {
-            objects::prepare_create(&r, &mut obj);
-            crate::managed::track_update(&r, None, &mut obj, MANAGER, WriteScope::Main);
-            match objects::encode(&mut obj) {
-                Ok(bytes) => match api.store.create(&key, bytes).await {
-                    Err(StoreError::AlreadyExists(_)) => Ok(()),
-                    other => other.map(|_| ()),
-                },
-                Err(e) => {
-                    warn!(error = %e.message, namespace, name, "cannot encode");
-                    return;
-                }
-            }
-        }
+    let req = Request::internal(
+        api.clone(),
+        r.clone(),
+        Some(namespace.to_string()),
+        Some(name.clone()),
+    );
+    let result = match api.store.get(&req.key(&name)) {
+        Ok(None) => registry::create(&req, obj, Vec::new(), |o| {
+            crate::managed::track_update(&r, None, o, MANAGER, WriteScope::Main)
+        })
+        .await
+        .map(|_| ()),
         Ok(Some(kv)) if plural == "configmaps" => {
-            let Ok(mut current) = serde_json::from_slice::<Value>(&kv.value) else {
+            let Ok(current) = serde_json::from_slice::<Value>(&kv.value) else {
                 return;
             };
             if current.get("data") == obj.get("data") || objects::is_deleting(&current) {
                 return;
             }
-            let old = current.clone();
-            current["data"] = obj["data"].clone();
-            crate::managed::track_update(&r, Some(&old), &mut current, MANAGER, WriteScope::Main);
-            match objects::encode(&mut current) {
-                Ok(bytes) => match api.store.update(&key, bytes, kv.mod_revision).await {
-                    // Someone else wrote it: the next pass looks again.
-                    Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(()),
-                    other => other.map(|_| ()),
-                },
-                Err(_) => return,
-            }
+            registry::update(&req, |old| {
+                let mut new = old.clone();
+                new["data"] = obj["data"].clone();
+                crate::managed::track_update(&r, Some(old), &mut new, MANAGER, WriteScope::Main);
+                Ok((new, Vec::new()))
+            })
+            .await
+            .map(|_| ())
         }
         Ok(Some(_)) => Ok(()),
-        Err(e) => Err(e),
+        Err(e) => Err(e.into()),
     };
-    if let Err(error) = result {
-        warn!(%error, namespace, name, "cannot ensure {plural}");
+    match result {
+        // Another replica, or the namespace going: the next pass looks again.
+        Err(e) if matches!(e.code.as_u16(), 403 | 404 | 409) => {}
+        Err(e) => warn!(error = %e.message, namespace, name, "cannot ensure {plural}"),
+        Ok(()) => {}
     }
 }

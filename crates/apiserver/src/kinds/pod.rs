@@ -1,9 +1,37 @@
-//! What the server sets on a Pod at creation, as upstream's pod strategy:
-//! `status.phase: Pending` and the pod's QoS class.
+//! Pods: created `Pending` with their QoS class (whatever status the
+//! client sent), selectable by node, phase and the rest upstream allows,
+//! answered with themselves on deletion. Their `/binding` is in
+//! `handlers.rs`, `/eviction` in `eviction.rs`.
 
 use serde_json::{Value, json};
 
+use super::Strategy;
 use crate::quantity;
+
+pub struct Pods;
+
+impl Strategy for Pods {
+    fn selectable_fields(&self) -> &'static [&'static str] {
+        &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ]
+    }
+
+    fn prepare_create(&self, pod: &mut Value) {
+        pod["status"] = initial_status(pod);
+    }
+
+    fn returns_deleted_object(&self) -> bool {
+        true
+    }
+}
 
 /// The status a new pod starts with (whatever the client sent).
 pub fn initial_status(pod: &Value) -> Value {

@@ -1,0 +1,63 @@
+//! ConfigMaps and Secrets: at most 1 MiB of data, as upstream validates
+//! them; Secrets are selectable by type.
+
+use base64::Engine as _;
+use serde_json::Value;
+
+use super::Strategy;
+use crate::error::Cause;
+
+/// What a ConfigMap or Secret may hold, keys and values together: 1 MiB.
+pub const MAX_DATA_BYTES: usize = 1024 * 1024;
+
+pub struct ConfigMaps;
+pub struct Secrets;
+
+impl Strategy for ConfigMaps {
+    /// Upstream's cause names the whole object.
+    fn validate(&self, obj: &Value) -> Vec<Cause> {
+        too_large(obj, "").into_iter().collect()
+    }
+}
+
+impl Strategy for Secrets {
+    fn selectable_fields(&self) -> &'static [&'static str] {
+        &["type"]
+    }
+
+    /// Upstream's cause names `data`; values count decoded.
+    fn validate(&self, obj: &Value) -> Vec<Cause> {
+        too_large(obj, "data").into_iter().collect()
+    }
+}
+
+/// 422 for data over [`MAX_DATA_BYTES`] (binary and Secret values counted
+/// decoded).
+fn too_large(obj: &Value, field: &str) -> Option<Cause> {
+    let decoded = |v: &str| {
+        base64::engine::general_purpose::STANDARD
+            .decode(v)
+            .map_or(v.len(), |b| b.len())
+    };
+    let mut total = 0;
+    for (map, base64) in [
+        ("data", field == "data"),
+        ("binaryData", true),
+        ("stringData", false),
+    ] {
+        for (k, v) in obj
+            .get(map)
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            let v = v.as_str().unwrap_or_default();
+            total += k.len() + if base64 { decoded(v) } else { v.len() };
+        }
+    }
+    (total > MAX_DATA_BYTES).then(|| Cause {
+        reason: "FieldValueTooLong",
+        field: field.into(),
+        message: format!("Too long: may not be more than {MAX_DATA_BYTES} bytes"),
+    })
+}

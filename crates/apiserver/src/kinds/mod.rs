@@ -1,0 +1,106 @@
+//! What each built-in kind does beyond storage, declared in one place per
+//! kind, as upstream's registry strategies: the fields its field
+//! selectors may use, what the server sets on a new object, what makes it
+//! invalid beyond its schema, and what its deletion answers. The generic
+//! store (`registry.rs`) and the handlers ask [`strategy`]; a kind without
+//! behaviour needs nothing here.
+
+mod config;
+mod namespace;
+pub mod pod;
+
+use serde_json::Value;
+
+use crate::error::Cause;
+use crate::resources::ResourceInfo;
+
+pub use config::MAX_DATA_BYTES;
+
+pub trait Strategy: Sync {
+    /// Fields a fieldSelector may name, beyond `metadata.name` and
+    /// `metadata.namespace`.
+    fn selectable_fields(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// What the server sets on a new object, after its metadata is set.
+    fn prepare_create(&self, _obj: &mut Value) {}
+
+    /// Why the object is invalid beyond its schema (422 causes).
+    fn validate(&self, _obj: &Value) -> Vec<Cause> {
+        Vec::new()
+    }
+
+    /// Whether an immediate deletion answers the deleted object, as
+    /// upstream's stores with `ReturnDeletedObject`; otherwise a Success
+    /// Status naming it.
+    fn returns_deleted_object(&self) -> bool {
+        false
+    }
+}
+
+/// The strategy of `r`'s kind.
+pub fn strategy(r: &ResourceInfo) -> &'static dyn Strategy {
+    if r.custom {
+        return &ReturnsDeleted;
+    }
+    match (r.group.as_str(), r.plural.as_str()) {
+        ("", "pods") => &pod::Pods,
+        ("", "namespaces") => &namespace::Namespaces,
+        ("", "configmaps") => &config::ConfigMaps,
+        ("", "secrets") => &config::Secrets,
+        ("", "events") => &Events,
+        ("", "nodes") => &Selectable(&["spec.unschedulable"]),
+        (
+            "",
+            "services"
+            | "serviceaccounts"
+            | "persistentvolumes"
+            | "persistentvolumeclaims"
+            | "podtemplates",
+        ) => &ReturnsDeleted,
+        ("apps", "replicasets") => &Selectable(&["status.replicas"]),
+        ("batch", "jobs") => &Selectable(&["status.successful"]),
+        _ => &Plain,
+    }
+}
+
+/// No behaviour beyond storage.
+struct Plain;
+impl Strategy for Plain {}
+
+/// Only its deletion answers the object (custom resources, services, ...).
+struct ReturnsDeleted;
+impl Strategy for ReturnsDeleted {
+    fn returns_deleted_object(&self) -> bool {
+        true
+    }
+}
+
+/// Only field selectors beyond the metadata.
+struct Selectable(&'static [&'static str]);
+impl Strategy for Selectable {
+    fn selectable_fields(&self) -> &'static [&'static str] {
+        self.0
+    }
+}
+
+/// Core Events: selected by what they are about (`kubectl describe`).
+struct Events;
+impl Strategy for Events {
+    fn selectable_fields(&self) -> &'static [&'static str] {
+        &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ]
+    }
+}
