@@ -1,4 +1,5 @@
 //! Evictions honour PodDisruptionBudgets (what `kubectl drain` relies on),
+//! the rollout commands (history, restart, undo) work on a member,
 //! DELETE answers as upstream, and a CertificateSigningRequest is approved
 //! through `/approval` (`kubectl certificate approve`).
 
@@ -40,7 +41,7 @@ fn evict(s: &Server, pod: &str) -> std::process::Output {
 }
 
 #[test]
-fn an_eviction_that_would_break_a_budget_is_refused() {
+fn evictions_honour_budgets_and_rollouts_go_forth_and_back() {
     let s = Server::member("m1", &["--nodes", "2"]);
     s.ok(&[
         "create",
@@ -83,6 +84,33 @@ fn an_eviction_that_would_break_a_budget_is_refused() {
     );
     wait_for(Duration::from_secs(30), "the evicted pod gone", || {
         !pods(&s).contains(&victim)
+    });
+
+    // The rollout commands on the same member: a new image, its history,
+    // a restart, and back.
+    s.ok(&["set", "image", "deployment/web", "nginx=nginx:1.27"]);
+    s.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    assert_has(
+        &s.ok(&["rollout", "history", "deployment/web"]),
+        &["REVISION", "1", "2"],
+    );
+    assert_has(
+        &s.ok(&["rollout", "restart", "deployment/web"]),
+        &["deployment.apps/web restarted"],
+    );
+    s.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    assert_has(
+        &s.ok(&["rollout", "undo", "deployment/web", "--to-revision=1"]),
+        &["deployment.apps/web rolled back"],
+    );
+    wait_for(Duration::from_secs(30), "the first image back", || {
+        s.ok(&[
+            "get",
+            "deploy",
+            "web",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].image}",
+        ]) == "nginx"
     });
 }
 
