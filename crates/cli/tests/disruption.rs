@@ -1,6 +1,6 @@
 //! Evictions honour PodDisruptionBudgets (what `kubectl drain` relies on),
 //! the rollout commands (history, restart, undo) work on a member,
-//! DELETE answers as upstream, and a CertificateSigningRequest is approved
+//! and a CertificateSigningRequest is approved
 //! through `/approval` (`kubectl certificate approve`).
 
 mod common;
