@@ -51,6 +51,42 @@ fn kubectl_imperative_commands_work_over_protobuf() {
         "--image=busybox",
         "--schedule=*/5 * * * *",
     ]);
+    run(&["create", "service", "nodeport", "np", "--tcp=5678:8080"]);
+    run(&["create", "service", "loadbalancer", "lb", "--tcp=80:8080"]);
+    run(&[
+        "create",
+        "service",
+        "externalname",
+        "ext",
+        "--external-name=example.com",
+    ]);
+    run(&["create", "ingress", "web", "--rule=foo.com/bar*=d1:80"]);
+    run(&[
+        "create",
+        "secret",
+        "docker-registry",
+        "reg",
+        "--docker-server=registry.example.com",
+        "--docker-username=u",
+        "--docker-password=p",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["example.com".into()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (cert_file, key_file) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    run(&[
+        "create",
+        "secret",
+        "tls",
+        "tls1",
+        &format!("--cert={}", cert_file.display()),
+        &format!("--key={}", key_file.display()),
+    ]);
     run(&["scale", "deployment", "d1", "--replicas=3"]);
     run(&["label", "configmap", "c1", "tier=front"]);
     run(&["annotate", "configmap", "c1", "note=hello"]);
@@ -95,6 +131,41 @@ fn kubectl_imperative_commands_work_over_protobuf() {
         "busybox"
     );
     assert_has(&run(&["get", "cronjob", "cj1"]), &["*/5 * * * *"]);
+    assert_eq!(
+        run(&[
+            "get",
+            "svc",
+            "np",
+            "-o",
+            "jsonpath={.spec.type} {.spec.ports[0].targetPort}"
+        ]),
+        "NodePort 8080"
+    );
+    assert_eq!(
+        run(&["get", "svc", "ext", "-o", "jsonpath={.spec.externalName}"]),
+        "example.com"
+    );
+    assert_eq!(
+        run(&[
+            "get",
+            "ingress",
+            "web",
+            "-o",
+            "jsonpath={.spec.rules[0].host} {.spec.rules[0].http.paths[0].pathType} {.spec.rules[0].http.paths[0].backend.service.name}"
+        ]),
+        "foo.com Prefix d1"
+    );
+    assert_eq!(
+        run(&[
+            "get",
+            "secret",
+            "reg",
+            "tls1",
+            "-o",
+            "jsonpath={.items[*].type}"
+        ]),
+        "kubernetes.io/dockerconfigjson kubernetes.io/tls"
+    );
     // describe asks for protobuf first, events included.
     assert_has(&run(&["describe", "configmap", "c1"]), &["tier=front"]);
     // A bad generator input is refused with kubectl's own message, nothing made.
