@@ -12,7 +12,7 @@ use schemars::{JsonSchema, SchemaGenerator};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::resources::{Printer, ResourceInfo, Schema};
+use crate::resources::{Computed, Printer, ResourceInfo, Schema};
 
 /// Discovery order of the built-in groups, as kube-apiserver lists them.
 pub const GROUP_ORDER: &[&str] = &[
@@ -69,7 +69,7 @@ struct Def {
     categories: &'static [&'static str],
     status: bool,
     generation: bool,
-    create_only: bool,
+    computed: Option<Computed>,
     component: &'static str,
     decode: fn(&Value) -> Result<(), (String, String)>,
     schema: fn(&mut SchemaGenerator) -> schemars::Schema,
@@ -90,7 +90,7 @@ macro_rules! def {
             categories: $cat,
             status: $status,
             generation: $gen,
-            create_only: false,
+            computed: None,
             component: $comp,
             decode: decode::<$ty>,
             schema: schema::<$ty>,
@@ -101,6 +101,9 @@ macro_rules! def {
 /// A review or request kind: create-only, nothing stored (`reviews.rs`).
 macro_rules! review {
     ($ty:ty, $group:literal, $plural:literal, $kind:literal, namespaced: $ns:literal, component: $comp:literal) => {
+        review!($ty, $group, $plural, $kind, namespaced: $ns, component: $comp, computed: Computed::Review)
+    };
+    ($ty:ty, $group:literal, $plural:literal, $kind:literal, namespaced: $ns:literal, component: $comp:literal, computed: $computed:expr) => {
         Def {
             group: $group,
             version: "v1",
@@ -112,7 +115,7 @@ macro_rules! review {
             categories: &[],
             status: false,
             generation: false,
-            create_only: true,
+            computed: Some($computed),
             component: $comp,
             decode: decode::<$ty>,
             schema: schema::<$ty>,
@@ -274,6 +277,14 @@ fn defs() -> Vec<Def> {
         def!(flowcontrol::v1::FlowSchema, "flowcontrol.apiserver.k8s.io", "v1", "flowschemas", "flowschema", "FlowSchema",
              namespaced: false, short: NONE, categories: NONE, status: true, generation: true,
              component: "io.k8s.api.flowcontrol.v1.FlowSchema"),
+        review!(core::v1::Binding, "", "bindings", "Binding",
+                namespaced: true, component: "io.k8s.api.core.v1.Binding", computed: Computed::Binding),
+        Def {
+            short: &["cs"],
+            ..review!(core::v1::ComponentStatus, "", "componentstatuses", "ComponentStatus",
+                      namespaced: false, component: "io.k8s.api.core.v1.ComponentStatus",
+                      computed: Computed::ComponentStatus)
+        },
         review!(authentication::v1::TokenReview, "authentication.k8s.io", "tokenreviews", "TokenReview",
                 namespaced: false, component: "io.k8s.api.authentication.v1.TokenReview"),
         review!(authentication::v1::SelfSubjectReview, "authentication.k8s.io", "selfsubjectreviews", "SelfSubjectReview",
@@ -319,7 +330,7 @@ pub fn resources() -> Vec<ResourceInfo> {
             selectable_fields: Vec::new(),
             scale: matches!(d.plural, "deployments" | "replicasets" | "statefulsets")
                 .then(crate::resources::ScalePaths::workload),
-            create_only: d.create_only,
+            computed: d.computed,
             conversion: crate::conversion::for_version(d.group, d.version, d.plural),
         })
         .collect()

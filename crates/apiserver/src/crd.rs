@@ -255,7 +255,7 @@ fn resources_of(crd: &Value) -> Vec<ResourceInfo> {
             short_names: strings_at(crd, "/spec/names/shortNames"),
             categories: strings_at(crd, "/spec/names/categories"),
             status_subresource: v.pointer("/subresources/status").is_some(),
-            create_only: false,
+            computed: None,
             conversion: None,
             scale: v
                 .pointer("/subresources/scale")

@@ -417,7 +417,7 @@ fn respond_raw_list(r: &ResourceInfo, list_meta: &Value, items: &[u8]) -> ApiRes
     Ok(json_bytes(StatusCode::OK, "application/json", body))
 }
 
-fn respond_list(
+pub(crate) fn respond_list(
     ctx: &Ctx,
     output: Output,
     items: Vec<Value>,

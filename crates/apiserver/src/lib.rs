@@ -16,6 +16,7 @@ pub mod authz;
 pub mod bootstrap;
 pub mod builtin;
 mod codec;
+pub mod componentstatus;
 pub mod conversion;
 pub mod crd;
 pub mod defaults;

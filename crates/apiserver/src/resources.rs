@@ -64,11 +64,22 @@ pub struct ResourceInfo {
     pub selectable_fields: Vec<String>,
     /// Where the scale subresource reads and writes replicas, if served.
     pub scale: Option<ScalePaths>,
-    /// A review or request (TokenReview, SubjectAccessReview, ...): a
-    /// POST is answered, nothing is stored, no other verb is served.
-    pub create_only: bool,
+    /// Served, but not stored (reviews, bindings, component statuses).
+    pub computed: Option<Computed>,
     /// A built-in served at a version other than the stored one.
     pub conversion: Option<crate::conversion::Conversion>,
+}
+
+/// A kind whose objects are computed, not stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Computed {
+    /// A question (TokenReview, SubjectAccessReview, ...): a POST is
+    /// answered (`reviews.rs`).
+    Review,
+    /// A POST binds the pod it names to a node, as `pods/binding` does.
+    Binding,
+    /// The control plane's components and their health (`kubectl get cs`).
+    ComponentStatus,
 }
 
 /// The fields behind a `/scale` subresource, as JSON pointers.
@@ -142,8 +153,10 @@ impl ResourceInfo {
     }
 
     pub fn verbs(&self) -> Vec<&'static str> {
-        if self.create_only {
-            return vec!["create"];
+        match self.computed {
+            Some(Computed::Review | Computed::Binding) => return vec!["create"],
+            Some(Computed::ComponentStatus) => return vec!["get", "list"],
+            None => {}
         }
         vec![
             "create",

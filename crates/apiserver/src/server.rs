@@ -457,12 +457,33 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         headers: parts.headers,
         user,
     };
-    if ctx.resource.create_only {
-        return match (&parts.method, ctx.name.is_some()) {
-            (&Method::POST, false) => crate::reviews::create(&ctx, &body).await,
-            _ => Err(ApiError::method_not_allowed(
+    if let Some(computed) = ctx.resource.computed {
+        use crate::resources::Computed;
+        let not_allowed = || {
+            ApiError::method_not_allowed(
                 "the server does not allow this method on the requested resource",
-            )),
+            )
+        };
+        return match (computed, &parts.method, ctx.name.is_some()) {
+            (Computed::Review, &Method::POST, false) => crate::reviews::create(&ctx, &body).await,
+            (Computed::Binding, &Method::POST, false) => {
+                // `POST namespaces/NS/bindings` names its pod in the body.
+                let binding = request::parse_body(&ctx.headers, &body)?;
+                let pod = crate::objects::meta_str(&binding, "name").to_string();
+                let pods = api
+                    .registry
+                    .get("", "v1", "pods")
+                    .ok_or_else(ApiError::path_not_found)?;
+                let ctx = Ctx {
+                    resource: pods,
+                    name: Some(pod),
+                    subresource: Some("binding".into()),
+                    ..ctx
+                };
+                handlers::bind(&ctx, &body).await
+            }
+            (Computed::ComponentStatus, &Method::GET, _) => crate::componentstatus::get(&ctx).await,
+            _ => Err(not_allowed()),
         };
     }
     match ctx.subresource.as_deref() {

@@ -160,6 +160,12 @@ fn builtin_columns(r: &ResourceInfo) -> Vec<Column> {
             col("Images", "string", 1),
             col("Selector", "string", 1),
         ],
+        ("", "componentstatuses") => vec![
+            NAME,
+            col("Status", "string", 0),
+            col("Message", "string", 0),
+            col("Error", "string", 0),
+        ],
         ("batch", "cronjobs") => vec![
             NAME,
             col("Schedule", "string", 0),
@@ -620,6 +626,18 @@ fn builtin_cells(r: &ResourceInfo, o: &Value) -> Vec<Value> {
                 json!(c),
                 json!(im),
                 json!(selector_string(o, "/spec/selector")),
+            ]
+        }
+        ("", "componentstatuses") => {
+            let healthy = arr(o, "/conditions")
+                .iter()
+                .any(|c| s(c, "/type") == "Healthy" && s(c, "/status") == "True");
+            let condition = arr(o, "/conditions").first().cloned().unwrap_or_default();
+            vec![
+                name,
+                json!(if healthy { "Healthy" } else { "Unhealthy" }),
+                json!(s(&condition, "/message")),
+                json!(s(&condition, "/error")),
             ]
         }
         ("batch", "cronjobs") => {

@@ -142,6 +142,8 @@ fn the_built_in_kinds_of_a_1_32_cluster_are_served() {
         "resourcequotas",
         "limitranges",
         "podtemplates",
+        "bindings",
+        "componentstatuses",
     ] {
         assert!(
             names.contains(&kind),
@@ -165,6 +167,21 @@ fn the_built_in_kinds_of_a_1_32_cluster_are_served() {
             "jsonpath={.spec.group} {.status.conditions[0].type}={.status.conditions[0].status}"
         ]),
         "apps Available=True"
+    );
+    // Component statuses, computed when asked.
+    assert_has(
+        &s.ok(&["get", "componentstatuses"]),
+        &["etcd-0", "Healthy", "scheduler", "controller-manager"],
+    );
+    // A Binding places a pod, as its `/binding` subresource does.
+    s.ok(&["run", "placed", "--image=nginx"]);
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        "apiVersion: v1\nkind: Binding\nmetadata: {name: placed}\ntarget: {kind: Node, name: node-1}\n",
+    );
+    assert_eq!(
+        s.ok(&["get", "pod", "placed", "-o", "jsonpath={.spec.nodeName}"]),
+        "node-1"
     );
     // The two system priority classes every cluster has.
     assert_has(
