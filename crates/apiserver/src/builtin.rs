@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::{
     admissionregistration, apps, authentication, authorization, autoscaling, batch, certificates,
-    coordination, core, discovery, flowcontrol, networking, node, policy, rbac, scheduling,
+    coordination, core, discovery, events, flowcontrol, networking, node, policy, rbac, scheduling,
     storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -211,6 +211,9 @@ fn defs() -> Vec<Def> {
         def!(autoscaling::v2::HorizontalPodAutoscaler, "autoscaling", "v2", "horizontalpodautoscalers", "horizontalpodautoscaler", "HorizontalPodAutoscaler",
              namespaced: true, short: &["hpa"], categories: ALL, status: true, generation: false,
              component: "io.k8s.api.autoscaling.v2.HorizontalPodAutoscaler"),
+        def!(events::v1::Event, "events.k8s.io", "v1", "events", "event", "Event",
+             namespaced: true, short: &["ev"], categories: NONE, status: false, generation: false,
+             component: "io.k8s.api.events.v1.Event"),
         def!(autoscaling::v1::HorizontalPodAutoscaler, "autoscaling", "v1", "horizontalpodautoscalers", "horizontalpodautoscaler", "HorizontalPodAutoscaler",
              namespaced: true, short: &["hpa"], categories: ALL, status: true, generation: false,
              component: "io.k8s.api.autoscaling.v1.HorizontalPodAutoscaler"),

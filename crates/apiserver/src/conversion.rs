@@ -3,6 +3,10 @@
 //! back on its way in (`objects::encode_as_stored`), so every handler sees
 //! the version the client asked for.
 //!
+//! Event: `events.k8s.io/v1` Events are core Events (one storage, as
+//! upstream), their fields renamed (`regarding` is `involvedObject`,
+//! `note` is `message`, the `deprecated*` fields the old counters).
+//!
 //! HorizontalPodAutoscaler: stored as `autoscaling/v2`, also served as
 //! `autoscaling/v1` (`kubectl autoscale` writes v1). As upstream, what v1
 //! has no field for (metrics other than CPU utilization, behavior, current
@@ -25,8 +29,57 @@ pub fn for_version(group: &str, version: &str, plural: &str) -> Option<Conversio
             to_served: hpa_v2_to_v1,
             to_stored: hpa_v1_to_v2,
         }),
+        ("events.k8s.io", "v1", "events") => Some(Conversion {
+            to_served: core_event_to_events_v1,
+            to_stored: events_v1_to_core_event,
+        }),
         _ => None,
     }
+}
+
+/// The group whose storage a resource shares: `events.k8s.io` Events are
+/// core Events, as upstream stores them.
+pub fn stored_group<'a>(group: &'a str, plural: &str) -> &'a str {
+    match (group, plural) {
+        ("events.k8s.io", "events") => "",
+        _ => group,
+    }
+}
+
+/// Field pairs (core/v1, events.k8s.io/v1) of an Event.
+const EVENT_FIELDS: &[(&str, &str)] = &[
+    ("involvedObject", "regarding"),
+    ("message", "note"),
+    ("source", "deprecatedSource"),
+    ("firstTimestamp", "deprecatedFirstTimestamp"),
+    ("lastTimestamp", "deprecatedLastTimestamp"),
+    ("count", "deprecatedCount"),
+    ("reportingComponent", "reportingController"),
+];
+
+fn rename_fields(obj: &mut Value, from_core: bool) {
+    let Some(o) = obj.as_object_mut() else {
+        return;
+    };
+    for (core, events) in EVENT_FIELDS {
+        let (from, to) = if from_core {
+            (core, events)
+        } else {
+            (events, core)
+        };
+        if let Some(v) = o.remove(*from) {
+            o.insert(to.to_string(), v);
+        }
+    }
+}
+
+fn core_event_to_events_v1(obj: &mut Value) {
+    rename_fields(obj, true);
+}
+
+fn events_v1_to_core_event(obj: &mut Value) {
+    rename_fields(obj, false);
+    obj["apiVersion"] = json!("v1");
 }
 
 const METRICS: &str = "autoscaling.alpha.kubernetes.io/metrics";

@@ -122,10 +122,9 @@ impl ResourceInfo {
 
     /// The storage prefix of every object of this resource.
     pub fn prefix(&self) -> String {
-        let group = if self.group.is_empty() {
-            "core"
-        } else {
-            &self.group
+        let group = match crate::conversion::stored_group(&self.group, &self.plural) {
+            "" => "core",
+            g => g,
         };
         format!("/{group}/{}/", self.plural)
     }

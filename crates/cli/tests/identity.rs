@@ -168,6 +168,35 @@ fn the_built_in_kinds_of_a_1_32_cluster_are_served() {
         ]),
         "apps Available=True"
     );
+    // events.k8s.io Events are core Events, their fields renamed.
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        "apiVersion: v1\nkind: Event\nmetadata: {name: e1}\ninvolvedObject: {kind: Pod, name: placed, namespace: default}\nreason: Tested\nmessage: hello\ntype: Normal\ncount: 2\n",
+    );
+    assert_eq!(
+        s.ok(&[
+            "get",
+            "events.v1.events.k8s.io",
+            "e1",
+            "-o",
+            "jsonpath={.regarding.name} {.note} {.deprecatedCount}"
+        ]),
+        "placed hello 2"
+    );
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        "apiVersion: events.k8s.io/v1\nkind: Event\nmetadata: {name: e2}\neventTime: '2026-01-01T00:00:00.000000Z'\nreportingController: test\nreportingInstance: test-1\naction: Testing\nreason: Tested\nregarding: {kind: Pod, name: placed, namespace: default}\nnote: from events.k8s.io\ntype: Normal\n",
+    );
+    assert_eq!(
+        s.ok(&[
+            "get",
+            "events",
+            "e2",
+            "-o",
+            "jsonpath={.involvedObject.name} {.message} {.reportingComponent}"
+        ]),
+        "placed from events.k8s.io test"
+    );
     // Component statuses, computed when asked.
     assert_has(
         &s.ok(&["get", "componentstatuses"]),
