@@ -3,7 +3,8 @@
 //! would be violated, which upstream answers with 429.
 //!
 //! Upstream's disruption controller keeps each budget's status, and the
-//! eviction reads it. Here the budget is computed when the eviction asks:
+//! eviction reads it. Here the budget is computed when the eviction asks
+//! (and [`spawn_status`] keeps the status for `kubectl get pdb`):
 //! the healthy pods are the budget's pods that are Ready and not being
 //! deleted; `minAvailable` or `maxUnavailable` (a number or a percentage
 //! of the budget's pods) gives how many must stay.
@@ -70,16 +71,9 @@ pub async fn evict(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         if !selector.matches(labels(&pod)) {
             continue;
         }
-        let covered: Vec<&Value> = pods
-            .iter()
-            .filter(|p| selector.matches(labels(p)))
-            .collect();
-        let expected = covered.len() as i64;
-        let healthy = covered
-            .iter()
-            .filter(|p| is_healthy(p) && !objects::is_deleting(p))
-            .count() as i64;
-        let desired = desired_healthy(&budget, expected);
+        let Assessment {
+            healthy, desired, ..
+        } = assess(&budget, &selector, &pods);
         if healthy - 1 < desired {
             let budget_name = meta_str(&budget, "name").to_string();
             let mut e = ApiError::new(
@@ -147,6 +141,113 @@ fn is_healthy(pod: &Value) -> bool {
 fn selector_of(budget: &Value) -> Option<LabelSelector> {
     let selector = budget.pointer("/spec/selector")?;
     LabelSelector::parse(&crate::scale::format_label_selector(Some(selector))).ok()
+}
+
+/// A budget's pods as its status counts them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Assessment {
+    /// The pods it selects.
+    pub expected: i64,
+    /// Those Ready and not being deleted.
+    pub healthy: i64,
+    /// How many must stay healthy.
+    pub desired: i64,
+}
+
+fn assess(budget: &Value, selector: &LabelSelector, pods: &[Value]) -> Assessment {
+    let covered: Vec<&Value> = pods
+        .iter()
+        .filter(|p| selector.matches(labels(p)))
+        .collect();
+    let expected = covered.len() as i64;
+    let healthy = covered
+        .iter()
+        .filter(|p| is_healthy(p) && !objects::is_deleting(p))
+        .count() as i64;
+    Assessment {
+        expected,
+        healthy,
+        desired: desired_healthy(budget, expected),
+    }
+}
+
+/// Keeps every PodDisruptionBudget's status (what `kubectl get pdb` shows
+/// as ALLOWED DISRUPTIONS), as upstream's disruption controller, every 5 s.
+pub fn spawn_status(api: std::sync::Arc<crate::server::ApiServer>) {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            let (Some(pdbs), Some(pods_r)) = (
+                api.registry.get("policy", "v1", "poddisruptionbudgets"),
+                api.registry.get("", "v1", "pods"),
+            ) else {
+                continue;
+            };
+            let listed = match api.store.list(&pdbs.prefix(), &Default::default()) {
+                Ok(l) => l,
+                Err(flotilla_store::StoreError::Closed) => return,
+                Err(_) => continue,
+            };
+            for kv in listed.items {
+                let Ok(mut budget) = serde_json::from_slice::<Value>(&kv.value) else {
+                    continue;
+                };
+                let ns = meta_str(&budget, "namespace").to_string();
+                let Some(selector) = selector_of(&budget) else {
+                    continue;
+                };
+                let pods: Vec<Value> = api
+                    .store
+                    .list(&pods_r.collection_prefix(Some(&ns)), &Default::default())
+                    .map(|l| {
+                        l.items
+                            .iter()
+                            .filter_map(|kv| serde_json::from_slice(&kv.value).ok())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let a = assess(&budget, &selector, &pods);
+                let allowed = (a.healthy - a.desired).max(0);
+                let generation = budget
+                    .pointer("/metadata/generation")
+                    .cloned()
+                    .unwrap_or(json!(1));
+                let (condition, reason) = if allowed > 0 {
+                    ("True", "SufficientPods")
+                } else {
+                    ("False", "InsufficientPods")
+                };
+                let old = budget.get("status").cloned().unwrap_or(json!({}));
+                let unchanged = old.get("disruptionsAllowed") == Some(&json!(allowed))
+                    && old.get("currentHealthy") == Some(&json!(a.healthy))
+                    && old.get("desiredHealthy") == Some(&json!(a.desired))
+                    && old.get("expectedPods") == Some(&json!(a.expected))
+                    && old.get("observedGeneration") == Some(&generation);
+                if unchanged {
+                    continue;
+                }
+                budget["status"] = json!({
+                    "observedGeneration": generation,
+                    "disruptionsAllowed": allowed,
+                    "currentHealthy": a.healthy,
+                    "desiredHealthy": a.desired,
+                    "expectedPods": a.expected,
+                    "conditions": [{"type": "DisruptionAllowed", "status": condition,
+                                    "reason": reason, "message": "",
+                                    "observedGeneration": generation,
+                                    "lastTransitionTime": crate::meta::now()}],
+                });
+                let Ok(bytes) = serde_json::to_vec(&budget) else {
+                    continue;
+                };
+                // A lost race is settled at the next pass.
+                let _ = api
+                    .store
+                    .update(&kv.key, bytes.into(), kv.mod_revision)
+                    .await;
+            }
+        }
+    });
 }
 
 /// How many of `expected` pods the budget keeps healthy.

@@ -113,6 +113,7 @@ impl ApiServer {
         crate::serviceaccounts::spawn(api.clone());
         crate::apiservices::spawn(api.clone());
         crate::admission::spawn_status(api.clone());
+        crate::eviction::spawn_status(api.clone());
         Ok(api)
     }
 

@@ -160,6 +160,13 @@ fn builtin_columns(r: &ResourceInfo) -> Vec<Column> {
             col("Images", "string", 1),
             col("Selector", "string", 1),
         ],
+        ("policy", "poddisruptionbudgets") => vec![
+            NAME,
+            col("Min Available", "string", 0),
+            col("Max Unavailable", "string", 0),
+            col("Allowed Disruptions", "integer", 0),
+            AGE,
+        ],
         ("", "componentstatuses") => vec![
             NAME,
             col("Status", "string", 0),
@@ -626,6 +633,20 @@ fn builtin_cells(r: &ResourceInfo, o: &Value) -> Vec<Value> {
                 json!(c),
                 json!(im),
                 json!(selector_string(o, "/spec/selector")),
+            ]
+        }
+        ("policy", "poddisruptionbudgets") => {
+            let shown = |p: &str| match o.pointer(p) {
+                Some(Value::String(v)) => v.clone(),
+                Some(Value::Number(n)) => n.to_string(),
+                _ => "N/A".to_string(),
+            };
+            vec![
+                name,
+                json!(shown("/spec/minAvailable")),
+                json!(shown("/spec/maxUnavailable")),
+                json!(i(o, "/status/disruptionsAllowed")),
+                json!(created),
             ]
         }
         ("", "componentstatuses") => {

@@ -76,6 +76,20 @@ fn evictions_honour_budgets_and_rollouts_go_forth_and_back() {
         "-p",
         r#"{"spec":{"minAvailable":2}}"#,
     ]);
+    // The budget's status says as much, as the disruption controller does.
+    wait_for(Duration::from_secs(20), "the budget's status", || {
+        s.ok(&[
+            "get",
+            "pdb",
+            "web",
+            "-o",
+            "jsonpath={.status.currentHealthy} {.status.disruptionsAllowed}",
+        ]) == "3 1"
+    });
+    assert_has(
+        &s.ok(&["get", "pdb", "web"]),
+        &["ALLOWED DISRUPTIONS", "2", "N/A", "1"],
+    );
     let out = evict(&s, &victim);
     assert!(
         out.status.success(),
