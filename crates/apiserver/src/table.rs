@@ -203,6 +203,53 @@ fn builtin_columns(r: &ResourceInfo) -> Vec<Column> {
         ("rbac.authorization.k8s.io", "roles" | "clusterroles") => {
             vec![NAME, col("Created At", "date", 0)]
         }
+        ("", "resourcequotas") => vec![
+            NAME,
+            AGE,
+            col("Request", "string", 0),
+            col("Limit", "string", 0),
+        ],
+        ("autoscaling", "horizontalpodautoscalers") => vec![
+            NAME,
+            col("Reference", "string", 0),
+            col("Targets", "string", 0),
+            col("MinPods", "string", 0),
+            col("MaxPods", "integer", 0),
+            col("Replicas", "integer", 0),
+            AGE,
+        ],
+        ("networking.k8s.io", "ingressclasses") => vec![
+            NAME,
+            col("Controller", "string", 0),
+            col("Parameters", "string", 0),
+            AGE,
+        ],
+        ("networking.k8s.io", "networkpolicies") => {
+            vec![NAME, col("Pod-Selector", "string", 0), AGE]
+        }
+        ("storage.k8s.io", "storageclasses") => vec![
+            NAME,
+            col("Provisioner", "string", 0),
+            col("ReclaimPolicy", "string", 0),
+            col("VolumeBindingMode", "string", 0),
+            col("AllowVolumeExpansion", "string", 0),
+            AGE,
+        ],
+        ("node.k8s.io", "runtimeclasses") => vec![NAME, col("Handler", "string", 0), AGE],
+        ("certificates.k8s.io", "certificatesigningrequests") => vec![
+            NAME,
+            AGE,
+            col("SignerName", "string", 0),
+            col("Requestor", "string", 0),
+            col("RequestedDuration", "string", 0),
+            col("Condition", "string", 0),
+        ],
+        ("apiregistration.k8s.io", "apiservices") => vec![
+            NAME,
+            col("Service", "string", 0),
+            col("Available", "string", 0),
+            AGE,
+        ],
         ("coordination.k8s.io", "leases") => vec![NAME, col("Holder", "string", 0), AGE],
         ("discovery.k8s.io", "endpointslices") => vec![
             NAME,
@@ -722,6 +769,140 @@ fn builtin_cells(r: &ResourceInfo, o: &Value) -> Vec<Value> {
         }
         ("rbac.authorization.k8s.io", "roles" | "clusterroles") => {
             vec![name, json!(s(o, "/metadata/creationTimestamp"))]
+        }
+        ("", "resourcequotas") => {
+            // "pods: 2/5, requests.cpu: 750m/1", limits apart, as kubectl.
+            let (mut request, mut limit) = (Vec::new(), Vec::new());
+            if let Some(hard) = o.pointer("/status/hard").and_then(Value::as_object) {
+                for (k, v) in hard {
+                    let used = o
+                        .pointer(&format!("/status/used/{}", k.replace('/', "~1")))
+                        .and_then(Value::as_str)
+                        .unwrap_or("0");
+                    let entry = format!("{k}: {used}/{}", v.as_str().unwrap_or_default());
+                    if k.starts_with("limits.") {
+                        limit.push(entry);
+                    } else {
+                        request.push(entry);
+                    }
+                }
+            }
+            vec![
+                name,
+                json!(created),
+                json!(request.join(", ")),
+                json!(limit.join(", ")),
+            ]
+        }
+        ("autoscaling", "horizontalpodautoscalers") => {
+            let targets: Vec<String> = arr(o, "/spec/metrics")
+                .iter()
+                .map(|m| {
+                    let resource = s(m, "/resource/name");
+                    match m.pointer("/resource/target/averageUtilization") {
+                        Some(t) => format!("{resource}: <unknown>/{t}%"),
+                        None => format!(
+                            "{resource}: <unknown>/{}",
+                            s(m, "/resource/target/averageValue")
+                        ),
+                    }
+                })
+                .collect();
+            vec![
+                name,
+                json!(format!(
+                    "{}/{}",
+                    s(o, "/spec/scaleTargetRef/kind"),
+                    s(o, "/spec/scaleTargetRef/name")
+                )),
+                json!(or_none(targets.join(", "))),
+                json!(
+                    o.pointer("/spec/minReplicas")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(1)
+                        .to_string()
+                ),
+                json!(i(o, "/spec/maxReplicas")),
+                json!(i(o, "/status/currentReplicas")),
+                json!(created),
+            ]
+        }
+        ("networking.k8s.io", "ingressclasses") => vec![
+            name,
+            json!(s(o, "/spec/controller")),
+            json!(match s(o, "/spec/parameters/name") {
+                "" => "<none>".to_string(),
+                p => format!("{}/{p}", s(o, "/spec/parameters/kind")),
+            }),
+            json!(created),
+        ],
+        ("networking.k8s.io", "networkpolicies") => {
+            let selector = selector_string(o, "/spec/podSelector");
+            vec![name, json!(or_none(selector)), json!(created)]
+        }
+        ("storage.k8s.io", "storageclasses") => {
+            let default = o
+                .pointer("/metadata/annotations/storageclass.kubernetes.io~1is-default-class")
+                .and_then(Value::as_str)
+                == Some("true");
+            let shown = if default {
+                json!(format!("{} (default)", s(o, "/metadata/name")))
+            } else {
+                name
+            };
+            vec![
+                shown,
+                json!(s(o, "/provisioner")),
+                json!(match s(o, "/reclaimPolicy") {
+                    "" => "Delete",
+                    p => p,
+                }),
+                json!(match s(o, "/volumeBindingMode") {
+                    "" => "Immediate",
+                    m => m,
+                }),
+                json!(
+                    o.pointer("/allowVolumeExpansion")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false)
+                        .to_string()
+                ),
+                json!(created),
+            ]
+        }
+        ("node.k8s.io", "runtimeclasses") => vec![name, json!(s(o, "/handler")), json!(created)],
+        ("certificates.k8s.io", "certificatesigningrequests") => {
+            let conditions: Vec<&str> = arr(o, "/status/conditions")
+                .iter()
+                .map(|c| s(c, "/type"))
+                .collect();
+            let duration = o
+                .pointer("/spec/expirationSeconds")
+                .and_then(Value::as_i64)
+                .map_or("<none>".to_string(), human_duration);
+            vec![
+                name,
+                json!(created),
+                json!(s(o, "/spec/signerName")),
+                json!(s(o, "/spec/username")),
+                json!(duration),
+                json!(if conditions.is_empty() {
+                    "Pending".to_string()
+                } else {
+                    conditions.join(",")
+                }),
+            ]
+        }
+        ("apiregistration.k8s.io", "apiservices") => {
+            let service = match s(o, "/spec/service/name") {
+                "" => "Local".to_string(),
+                n => format!("{}/{n}", s(o, "/spec/service/namespace")),
+            };
+            let available = arr(o, "/status/conditions")
+                .iter()
+                .find(|c| s(c, "/type") == "Available")
+                .map_or("Unknown".to_string(), |c| s(c, "/status").to_string());
+            vec![name, json!(service), json!(available), json!(created)]
         }
         ("coordination.k8s.io", "leases") => {
             vec![name, json!(s(o, "/spec/holderIdentity")), json!(created)]

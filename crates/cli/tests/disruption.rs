@@ -151,6 +151,14 @@ fn a_csr_is_approved_through_approval() {
         &["certificatesigningrequest.certificates.k8s.io/jane approved"],
     );
     let csr: Value = serde_json::from_str(&s.ok(&["get", "csr", "jane", "-o", "json"])).unwrap();
+    assert_has(
+        &s.ok(&["get", "csr", "jane"]),
+        &[
+            "SIGNERNAME",
+            "kubernetes.io/kube-apiserver-client",
+            "Approved",
+        ],
+    );
     let condition = &csr["status"]["conditions"][0];
     assert_eq!(
         (condition["type"].as_str(), condition["status"].as_str()),

@@ -315,6 +315,25 @@ fn the_built_in_kinds_of_a_1_32_cluster_are_served() {
         ]),
         "autoscaling/v1 70"
     );
+    // kubectl get shows upstream's columns for them.
+    assert_has(
+        &s.ok(&["get", "hpa", "web"]),
+        &[
+            "REFERENCE",
+            "Deployment/web",
+            "cpu: <unknown>/70%",
+            "MAXPODS",
+        ],
+    );
+    assert_has(
+        &s.ok(&["get", "apiservice", "v1.apps"]),
+        &["SERVICE", "AVAILABLE", "Local", "True"],
+    );
+    assert_has(
+        &s.ok(&["get", "rolebinding", "read-pods", "-o", "wide"]),
+        &["Role/pod-reader", "jane"],
+    );
+    assert_has(&s.ok(&["get", "sa", "default"]), &["SECRETS"]);
     // A bad one is refused against its schema, as upstream.
     let out = s.kubectl_stdin(
         &["apply", "-f", "-"],
