@@ -258,6 +258,13 @@ where
         crate::admission::mutate(&req.api, &admission, &mut obj)?;
         objects::prepare_update(&r, &mut obj, &old, scope);
         crate::crd::refresh_status(&r, &mut obj);
+        if scope == WriteScope::Main {
+            // What may not change once set (immutable fields).
+            let causes = crate::kinds::strategy(&r).validate_update(&obj, &old);
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(&r.group, &r.kind, &name, causes));
+            }
+        }
         crate::admission::validate(&req.api, &admission, &obj)?;
         if r.is_service() {
             let network = &req.api.config.service_network;

@@ -101,3 +101,72 @@ fn limit_ranges_default_and_bound_and_quotas_refuse_what_exceeds_them() {
         ]) == "2 750m"
     });
 }
+
+/// What may not change once set, with upstream's 422s; what may, does.
+#[test]
+fn immutable_fields_stay_as_they_were() {
+    let s = Server::start();
+    let patch = |what: &str, body: &str| s.kubectl(&["patch", what, "--type=merge", "-p", body]);
+    let refused = |out: std::process::Output, needles: &[&str]| {
+        assert!(!out.status.success(), "accepted");
+        assert_has(&String::from_utf8_lossy(&out.stderr), needles);
+    };
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: frozen}\nimmutable: true\ndata: {a: b}\n",
+    );
+    refused(
+        patch("configmap/frozen", r#"{"data":{"a":"c"}}"#),
+        &["data: Forbidden: field is immutable when `immutable` is set"],
+    );
+    refused(
+        patch("configmap/frozen", r#"{"immutable":false}"#),
+        &["immutable: Forbidden: field is immutable when `immutable` is set"],
+    );
+    assert!(
+        patch("configmap/frozen", r#"{"metadata":{"labels":{"x":"y"}}}"#)
+            .status
+            .success()
+    );
+
+    s.ok(&["create", "secret", "generic", "s1", "--from-literal=a=b"]);
+    refused(
+        patch("secret/s1", r#"{"type":"kubernetes.io/tls"}"#),
+        &["type: Invalid value: \"kubernetes.io/tls\": field is immutable"],
+    );
+
+    s.ok(&["create", "deployment", "web", "--image=nginx"]);
+    refused(
+        patch(
+            "deployment/web",
+            r#"{"spec":{"selector":{"matchLabels":{"app":"other"}},"template":{"metadata":{"labels":{"app":"other"}}}}}"#,
+        ),
+        &["spec.selector: Invalid value", "field is immutable"],
+    );
+    assert!(
+        patch("deployment/web", r#"{"spec":{"replicas":3}}"#)
+            .status
+            .success()
+    );
+
+    s.ok(&["run", "p1", "--image=nginx"]);
+    refused(
+        patch("pod/p1", r#"{"spec":{"restartPolicy":"Never"}}"#),
+        &["pod updates may not change fields other than"],
+    );
+    assert!(
+        s.kubectl(&["set", "image", "pod/p1", "p1=nginx:1.27"])
+            .status
+            .success()
+    );
+    assert_eq!(
+        s.ok(&[
+            "get",
+            "pod",
+            "p1",
+            "-o",
+            "jsonpath={.spec.containers[0].image} {.spec.restartPolicy}"
+        ]),
+        "nginx:1.27 Always"
+    );
+}

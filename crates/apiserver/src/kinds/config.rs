@@ -1,5 +1,6 @@
-//! ConfigMaps and Secrets: at most 1 MiB of data, as upstream validates
-//! them; Secrets are selectable by type.
+//! ConfigMaps and Secrets: at most 1 MiB of data, frozen once
+//! `immutable: true`, as upstream validates them; a Secret's type never
+//! changes, and Secrets are selectable by type.
 
 use base64::Engine as _;
 use serde_json::Value;
@@ -18,6 +19,32 @@ impl Strategy for ConfigMaps {
     fn validate(&self, obj: &Value) -> Vec<Cause> {
         too_large(obj, "").into_iter().collect()
     }
+
+    fn validate_update(&self, new: &Value, old: &Value) -> Vec<Cause> {
+        frozen(new, old, &["data", "binaryData"])
+    }
+}
+
+/// An `immutable: true` object keeps its data and stays immutable.
+fn frozen(new: &Value, old: &Value, fields: &[&str]) -> Vec<Cause> {
+    if old.get("immutable").and_then(Value::as_bool) != Some(true) {
+        return Vec::new();
+    }
+    let forbidden = |field: &str| Cause {
+        reason: "FieldValueForbidden",
+        field: field.into(),
+        message: "Forbidden: field is immutable when `immutable` is set".into(),
+    };
+    let mut causes = Vec::new();
+    if new.get("immutable").and_then(Value::as_bool) != Some(true) {
+        causes.push(forbidden("immutable"));
+    }
+    for field in fields {
+        if new.get(*field) != old.get(*field) {
+            causes.push(forbidden(field));
+        }
+    }
+    causes
 }
 
 impl Strategy for Secrets {
@@ -28,6 +55,25 @@ impl Strategy for Secrets {
     /// Upstream's cause names `data`; values count decoded.
     fn validate(&self, obj: &Value) -> Vec<Cause> {
         too_large(obj, "data").into_iter().collect()
+    }
+
+    fn validate_update(&self, new: &Value, old: &Value) -> Vec<Cause> {
+        let mut causes = frozen(new, old, &["data"]);
+        // A Secret's type never changes (an absent one is Opaque).
+        let kind = |o: &Value| {
+            o.get("type")
+                .and_then(Value::as_str)
+                .unwrap_or("Opaque")
+                .to_string()
+        };
+        if kind(new) != kind(old) {
+            causes.push(Cause {
+                reason: "FieldValueInvalid",
+                field: "type".into(),
+                message: format!("Invalid value: \"{}\": field is immutable", kind(new)),
+            });
+        }
+        causes
     }
 }
 

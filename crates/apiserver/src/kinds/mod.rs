@@ -8,6 +8,7 @@
 mod config;
 mod namespace;
 pub mod pod;
+mod workloads;
 
 use serde_json::Value;
 
@@ -28,6 +29,13 @@ pub trait Strategy: Sync {
 
     /// Why the object is invalid beyond its schema (422 causes).
     fn validate(&self, _obj: &Value) -> Vec<Cause> {
+        Vec::new()
+    }
+
+    /// Why an update of the main resource may not make `new` of `old`
+    /// (immutable fields; 422 causes), after defaulting and server-owned
+    /// fields are carried over.
+    fn validate_update(&self, _new: &Value, _old: &Value) -> Vec<Cause> {
         Vec::new()
     }
 
@@ -59,8 +67,10 @@ pub fn strategy(r: &ResourceInfo) -> &'static dyn Strategy {
             | "persistentvolumeclaims"
             | "podtemplates",
         ) => &ReturnsDeleted,
-        ("apps", "replicasets") => &Selectable(&["status.replicas"]),
-        ("batch", "jobs") => &Selectable(&["status.successful"]),
+        ("apps", "deployments" | "daemonsets") => &workloads::SelectorImmutable(&[]),
+        ("apps", "replicasets") => &workloads::SelectorImmutable(&["status.replicas"]),
+        ("apps", "statefulsets") => &workloads::StatefulSets,
+        ("batch", "jobs") => &workloads::Jobs,
         _ => &Plain,
     }
 }
@@ -79,6 +89,20 @@ impl Strategy for ReturnsDeleted {
 
 /// Only field selectors beyond the metadata.
 struct Selectable(&'static [&'static str]);
+
+/// 422 `field is immutable` for `field` (a JSON pointer into the object,
+/// named `path` in the cause) when an update changes it.
+pub(crate) fn immutable(new: &Value, old: &Value, pointer: &str, path: &str) -> Option<Cause> {
+    let (before, after) = (old.pointer(pointer), new.pointer(pointer));
+    (before != after).then(|| Cause {
+        reason: "FieldValueInvalid",
+        field: path.into(),
+        message: format!(
+            "Invalid value: {}: field is immutable",
+            after.map_or("null".to_string(), Value::to_string)
+        ),
+    })
+}
 impl Strategy for Selectable {
     fn selectable_fields(&self) -> &'static [&'static str] {
         self.0

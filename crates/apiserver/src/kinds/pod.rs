@@ -6,6 +6,7 @@
 use serde_json::{Value, json};
 
 use super::Strategy;
+use crate::error::Cause;
 use crate::quantity;
 
 pub struct Pods;
@@ -30,6 +31,47 @@ impl Strategy for Pods {
 
     fn returns_deleted_object(&self) -> bool {
         true
+    }
+
+    /// Upstream lets an update change only images, `activeDeadlineSeconds`,
+    /// tolerations and `terminationGracePeriodSeconds` of a pod's spec (and
+    /// remove scheduling gates); the node comes through `/binding`.
+    fn validate_update(&self, new: &Value, old: &Value) -> Vec<Cause> {
+        let fixed = |pod: &Value| {
+            let mut spec = pod.get("spec").cloned().unwrap_or(Value::Null);
+            if let Some(s) = spec.as_object_mut() {
+                for field in [
+                    "activeDeadlineSeconds",
+                    "tolerations",
+                    "terminationGracePeriodSeconds",
+                    "schedulingGates",
+                    "nodeName",
+                ] {
+                    s.remove(field);
+                }
+                for list in ["containers", "initContainers"] {
+                    for c in s
+                        .get_mut(list)
+                        .and_then(Value::as_array_mut)
+                        .into_iter()
+                        .flatten()
+                    {
+                        if let Some(c) = c.as_object_mut() {
+                            c.remove("image");
+                        }
+                    }
+                }
+            }
+            spec
+        };
+        if fixed(new) == fixed(old) {
+            return Vec::new();
+        }
+        vec![Cause {
+            reason: "FieldValueForbidden",
+            field: "spec".into(),
+            message: "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)".into(),
+        }]
     }
 }
 
