@@ -69,7 +69,34 @@ pub fn apply(r: &ResourceInfo, obj: &mut Value) {
             set(obj, "/spec", "failedJobsHistoryLimit", json!(1));
             template(obj, "/spec/jobTemplate/spec/template/spec", false);
         }
+        ("scheduling.k8s.io", "priorityclasses") => {
+            top(obj, "preemptionPolicy", json!("PreemptLowerPriority"));
+        }
+        ("storage.k8s.io", "storageclasses") => {
+            top(obj, "reclaimPolicy", json!("Delete"));
+            top(obj, "volumeBindingMode", json!("Immediate"));
+        }
+        ("networking.k8s.io", "networkpolicies") => {
+            // Ingress always; Egress too when egress rules are given.
+            let egress = obj.pointer("/spec/egress").is_some();
+            let types = if egress {
+                json!(["Ingress", "Egress"])
+            } else {
+                json!(["Ingress"])
+            };
+            set(obj, "/spec", "policyTypes", types);
+        }
+        ("autoscaling", "horizontalpodautoscalers") => {
+            set(obj, "/spec", "minReplicas", json!(1));
+        }
         _ => {}
+    }
+}
+
+/// Sets a top-level field of `obj` unless it is set.
+fn top(obj: &mut Value, field: &str, value: Value) {
+    if let Some(o) = obj.as_object_mut() {
+        o.entry(field).or_insert(value);
     }
 }
 

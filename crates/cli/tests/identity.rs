@@ -282,8 +282,15 @@ fn the_built_in_kinds_of_a_1_32_cluster_are_served() {
         "jane"
     );
     assert_eq!(
-        s.ok(&["get", "pc", "high", "-o", "jsonpath={.value}"]),
-        "1000"
+        s.ok(&[
+            "get",
+            "pc",
+            "high",
+            "-o",
+            "jsonpath={.value} {.preemptionPolicy}"
+        ]),
+        "1000 PreemptLowerPriority",
+        "upstream's default"
     );
     // kubectl autoscale writes autoscaling/v1; the HPA reads back at v2
     // (the preferred version) and at v1.
@@ -343,4 +350,60 @@ fn the_built_in_kinds_of_a_1_32_cluster_are_served() {
     wait_for(Duration::from_secs(1), "nothing stored", || {
         !s.kubectl(&["get", "pc", "bad"]).status.success()
     });
+}
+
+/// The same clients against the hub (`flotilla controlplane`, whose
+/// authorizer chain confines Pull agents): kubectl's generators over
+/// protobuf, tokens, reviews and the built-in kinds, beside Karmada's API.
+#[test]
+fn the_hub_serves_kubectl_as_any_cluster() {
+    let s = Server::controlplane(&[]);
+    s.ok(&["create", "namespace", "demo"]);
+    let n = ["-n", "demo"];
+    let run = |args: &[&str]| s.ok(&[&n[..], args].concat());
+    run(&["create", "configmap", "c1", "--from-literal=a=b"]);
+    run(&["create", "deployment", "d1", "--image=nginx"]);
+    run(&["expose", "deployment", "d1", "--port=80"]);
+    run(&["create", "role", "reader", "--verb=get", "--resource=pods"]);
+    run(&["autoscale", "deployment", "d1", "--max=2"]);
+    wait_for(
+        Duration::from_secs(20),
+        "the default ServiceAccount",
+        || {
+            s.kubectl(&["-n", "demo", "get", "sa", "default"])
+                .status
+                .success()
+        },
+    );
+    let token = run(&["create", "token", "default"]);
+    let out = s.kubectl(&[
+        "--token",
+        token.trim(),
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "system:serviceaccount:demo:default"
+    );
+    assert_eq!(
+        run(&["auth", "can-i", "create", "deployments"]).trim(),
+        "yes"
+    );
+    let kinds = s.ok(&["api-resources", "-o", "name"]);
+    assert!(
+        kinds
+            .lines()
+            .any(|k| k == "propagationpolicies.policy.karmada.io"),
+        "{kinds}"
+    );
+    assert!(
+        kinds
+            .lines()
+            .any(|k| k == "clusterroles.rbac.authorization.k8s.io"),
+        "{kinds}"
+    );
+    assert_eq!(run(&["get", "pc", "-o", "name"]).lines().count(), 2);
 }
