@@ -1,96 +1,102 @@
-//! Upstream's defaulting of built-in kinds, applied on create and update:
+//! Upstream's defaulting of built-in kinds, applied on create and update
+//! by each kind's strategy (`kinds/`):
 //! the values kube-apiserver fills in when a client leaves them out, so
 //! clients (and controllers comparing desired with actual state) see the
 //! same objects here as on any cluster.
 
 use serde_json::{Map, Value, json};
 
-use crate::resources::ResourceInfo;
+// Each kind's defaults, called by its strategy (`kinds/`). None overwrites
+// a set field.
 
-/// Fills in the defaults of `obj`'s kind. Never overwrites a set field.
-pub fn apply(r: &ResourceInfo, obj: &mut Value) {
-    match (r.group.as_str(), r.plural.as_str()) {
-        ("", "pods") => {
-            if let Some(spec) = obj.get_mut("spec") {
-                pod_spec(spec, true);
-                default_tolerations(spec);
-            }
-        }
-        ("", "services") => service(obj),
-        ("", "replicationcontrollers") => {
-            set(obj, "/spec", "replicas", json!(1));
-            template(obj, "/spec/template/spec", true);
-        }
-        ("apps", "deployments") => {
-            set(obj, "/spec", "replicas", json!(1));
-            set(obj, "/spec", "revisionHistoryLimit", json!(10));
-            set(obj, "/spec", "progressDeadlineSeconds", json!(600));
-            rolling_update(
-                obj,
-                "strategy",
-                [("maxSurge", json!("25%")), ("maxUnavailable", json!("25%"))],
-            );
-            template(obj, "/spec/template/spec", true);
-        }
-        ("apps", "replicasets") => {
-            set(obj, "/spec", "replicas", json!(1));
-            template(obj, "/spec/template/spec", true);
-        }
-        ("apps", "statefulsets") => {
-            set(obj, "/spec", "replicas", json!(1));
-            set(obj, "/spec", "revisionHistoryLimit", json!(10));
-            set(obj, "/spec", "podManagementPolicy", json!("OrderedReady"));
-            rolling_update(obj, "updateStrategy", [("partition", json!(0))]);
-            set(
-                obj,
-                "/spec",
-                "persistentVolumeClaimRetentionPolicy",
-                json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
-            );
-            template(obj, "/spec/template/spec", true);
-        }
-        ("apps", "daemonsets") => {
-            set(obj, "/spec", "revisionHistoryLimit", json!(10));
-            rolling_update(
-                obj,
-                "updateStrategy",
-                [("maxUnavailable", json!(1)), ("maxSurge", json!(0))],
-            );
-            template(obj, "/spec/template/spec", true);
-        }
-        ("batch", "jobs") => {
-            job_spec(obj, "/spec");
-            template(obj, "/spec/template/spec", false);
-        }
-        ("batch", "cronjobs") => {
-            set(obj, "/spec", "concurrencyPolicy", json!("Allow"));
-            set(obj, "/spec", "suspend", json!(false));
-            set(obj, "/spec", "successfulJobsHistoryLimit", json!(3));
-            set(obj, "/spec", "failedJobsHistoryLimit", json!(1));
-            template(obj, "/spec/jobTemplate/spec/template/spec", false);
-        }
-        ("scheduling.k8s.io", "priorityclasses") => {
-            top(obj, "preemptionPolicy", json!("PreemptLowerPriority"));
-        }
-        ("storage.k8s.io", "storageclasses") => {
-            top(obj, "reclaimPolicy", json!("Delete"));
-            top(obj, "volumeBindingMode", json!("Immediate"));
-        }
-        ("networking.k8s.io", "networkpolicies") => {
-            // Ingress always; Egress too when egress rules are given.
-            let egress = obj.pointer("/spec/egress").is_some();
-            let types = if egress {
-                json!(["Ingress", "Egress"])
-            } else {
-                json!(["Ingress"])
-            };
-            set(obj, "/spec", "policyTypes", types);
-        }
-        ("autoscaling", "horizontalpodautoscalers") => {
-            set(obj, "/spec", "minReplicas", json!(1));
-        }
-        _ => {}
+pub fn pod(obj: &mut Value) {
+    if let Some(spec) = obj.get_mut("spec") {
+        pod_spec(spec, true);
+        default_tolerations(spec);
     }
+}
+
+pub fn replication_controller(obj: &mut Value) {
+    set(obj, "/spec", "replicas", json!(1));
+    template(obj, "/spec/template/spec", true);
+}
+
+pub fn deployment(obj: &mut Value) {
+    set(obj, "/spec", "replicas", json!(1));
+    set(obj, "/spec", "revisionHistoryLimit", json!(10));
+    set(obj, "/spec", "progressDeadlineSeconds", json!(600));
+    rolling_update(
+        obj,
+        "strategy",
+        [("maxSurge", json!("25%")), ("maxUnavailable", json!("25%"))],
+    );
+    template(obj, "/spec/template/spec", true);
+}
+
+pub fn replica_set(obj: &mut Value) {
+    set(obj, "/spec", "replicas", json!(1));
+    template(obj, "/spec/template/spec", true);
+}
+
+pub fn stateful_set(obj: &mut Value) {
+    set(obj, "/spec", "replicas", json!(1));
+    set(obj, "/spec", "revisionHistoryLimit", json!(10));
+    set(obj, "/spec", "podManagementPolicy", json!("OrderedReady"));
+    rolling_update(obj, "updateStrategy", [("partition", json!(0))]);
+    set(
+        obj,
+        "/spec",
+        "persistentVolumeClaimRetentionPolicy",
+        json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+    );
+    template(obj, "/spec/template/spec", true);
+}
+
+pub fn daemon_set(obj: &mut Value) {
+    set(obj, "/spec", "revisionHistoryLimit", json!(10));
+    rolling_update(
+        obj,
+        "updateStrategy",
+        [("maxUnavailable", json!(1)), ("maxSurge", json!(0))],
+    );
+    template(obj, "/spec/template/spec", true);
+}
+
+pub fn job(obj: &mut Value) {
+    job_spec(obj, "/spec");
+    template(obj, "/spec/template/spec", false);
+}
+
+pub fn cron_job(obj: &mut Value) {
+    set(obj, "/spec", "concurrencyPolicy", json!("Allow"));
+    set(obj, "/spec", "suspend", json!(false));
+    set(obj, "/spec", "successfulJobsHistoryLimit", json!(3));
+    set(obj, "/spec", "failedJobsHistoryLimit", json!(1));
+    template(obj, "/spec/jobTemplate/spec/template/spec", false);
+}
+
+pub fn priority_class(obj: &mut Value) {
+    top(obj, "preemptionPolicy", json!("PreemptLowerPriority"));
+}
+
+pub fn storage_class(obj: &mut Value) {
+    top(obj, "reclaimPolicy", json!("Delete"));
+    top(obj, "volumeBindingMode", json!("Immediate"));
+}
+
+pub fn network_policy(obj: &mut Value) {
+    // Ingress always; Egress too when egress rules are given.
+    let egress = obj.pointer("/spec/egress").is_some();
+    let types = if egress {
+        json!(["Ingress", "Egress"])
+    } else {
+        json!(["Ingress"])
+    };
+    set(obj, "/spec", "policyTypes", types);
+}
+
+pub fn horizontal_pod_autoscaler(obj: &mut Value) {
+    set(obj, "/spec", "minReplicas", json!(1));
 }
 
 /// Sets a top-level field of `obj` unless it is set.
@@ -103,10 +109,7 @@ fn top(obj: &mut Value, field: &str, value: Value) {
 /// What upstream's Job strategy does on create, once the uid is known: a
 /// selector on the controller uid and the matching template labels, unless
 /// the Job sets `manualSelector`.
-pub fn job_selector(r: &ResourceInfo, obj: &mut Value) {
-    if !(r.group == "batch" && r.plural == "jobs") {
-        return;
-    }
+pub fn job_selector(obj: &mut Value) {
     let uid = obj
         .pointer("/metadata/uid")
         .and_then(Value::as_str)
@@ -291,7 +294,7 @@ fn default_tolerations(spec: &mut Value) {
     }
 }
 
-fn service(obj: &mut Value) {
+pub fn service(obj: &mut Value) {
     let Some(s) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
@@ -340,29 +343,30 @@ mod tests {
 
     #[test]
     fn update_strategies_default_only_when_rolling() {
-        let r = |plural: &str| {
-            crate::builtin::resources()
+        let apply = |plural: &str, obj: &mut Value| {
+            let r = crate::builtin::resources()
                 .into_iter()
                 .find(|r| r.group == "apps" && r.plural == plural)
-                .expect("built-in")
+                .expect("built-in");
+            crate::kinds::strategy(&r).default(obj);
         };
         let mut d = json!({"spec": {}});
-        apply(&r("deployments"), &mut d);
+        apply("deployments", &mut d);
         assert_eq!(
             d["spec"]["strategy"],
             json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}})
         );
         let mut recreate = json!({"spec": {"strategy": {"type": "Recreate"}}});
-        apply(&r("deployments"), &mut recreate);
+        apply("deployments", &mut recreate);
         assert_eq!(recreate["spec"]["strategy"], json!({"type": "Recreate"}));
         let mut ds = json!({"spec": {}});
-        apply(&r("daemonsets"), &mut ds);
+        apply("daemonsets", &mut ds);
         assert_eq!(
             ds["spec"]["updateStrategy"]["rollingUpdate"],
             json!({"maxUnavailable": 1, "maxSurge": 0})
         );
         let mut sts = json!({"spec": {"updateStrategy": {"type": "OnDelete"}}});
-        apply(&r("statefulsets"), &mut sts);
+        apply("statefulsets", &mut sts);
         assert_eq!(sts["spec"]["updateStrategy"], json!({"type": "OnDelete"}));
     }
 

@@ -320,7 +320,6 @@ pub fn prepare_create(r: &ResourceInfo, obj: &mut Value) {
     if r.uses_generation {
         m.insert("generation".into(), json!(1));
     }
-    crate::defaults::job_selector(r, obj);
     crate::kinds::strategy(r).prepare_create(obj);
 }
 
@@ -442,7 +441,7 @@ pub fn prepare_update(r: &ResourceInfo, obj: &mut Value, old: &Value, scope: Wri
 /// Write-only conveniences of built-in kinds, folded into what is stored:
 /// a Secret's `stringData` becomes base64 `data` (and wins over it).
 fn normalize(r: &ResourceInfo, obj: &mut Value) {
-    crate::defaults::apply(r, obj);
+    crate::kinds::strategy(r).default(obj);
     if !(r.group.is_empty() && r.plural == "secrets") {
         return;
     }

@@ -5,9 +5,11 @@
 //! store (`registry.rs`) and the handlers ask [`strategy`]; a kind without
 //! behaviour needs nothing here.
 
+mod classes;
 mod config;
 mod namespace;
 pub mod pod;
+mod service;
 mod workloads;
 
 use serde_json::Value;
@@ -23,6 +25,10 @@ pub trait Strategy: Sync {
     fn selectable_fields(&self) -> &'static [&'static str] {
         &[]
     }
+
+    /// Upstream's defaults for what the client left out, on create and
+    /// update (`defaults.rs` has the shared pieces).
+    fn default(&self, _obj: &mut Value) {}
 
     /// What the server sets on a new object, after its metadata is set.
     fn prepare_create(&self, _obj: &mut Value) {}
@@ -59,18 +65,22 @@ pub fn strategy(r: &ResourceInfo) -> &'static dyn Strategy {
         ("", "secrets") => &config::Secrets,
         ("", "events") => &Events,
         ("", "nodes") => &Selectable(&["spec.unschedulable"]),
+        ("", "services") => &service::Services,
+        ("", "replicationcontrollers") => &workloads::ReplicationControllers,
         (
             "",
-            "services"
-            | "serviceaccounts"
-            | "persistentvolumes"
-            | "persistentvolumeclaims"
-            | "podtemplates",
+            "serviceaccounts" | "persistentvolumes" | "persistentvolumeclaims" | "podtemplates",
         ) => &ReturnsDeleted,
-        ("apps", "deployments" | "daemonsets") => &workloads::SelectorImmutable(&[]),
-        ("apps", "replicasets") => &workloads::SelectorImmutable(&["status.replicas"]),
+        ("apps", "deployments") => &workloads::Deployments,
+        ("apps", "daemonsets") => &workloads::DaemonSets,
+        ("apps", "replicasets") => &workloads::ReplicaSets,
         ("apps", "statefulsets") => &workloads::StatefulSets,
         ("batch", "jobs") => &workloads::Jobs,
+        ("batch", "cronjobs") => &workloads::CronJobs,
+        ("scheduling.k8s.io", "priorityclasses") => &classes::PriorityClasses,
+        ("storage.k8s.io", "storageclasses") => &classes::StorageClasses,
+        ("networking.k8s.io", "networkpolicies") => &classes::NetworkPolicies,
+        ("autoscaling", "horizontalpodautoscalers") => &classes::HorizontalPodAutoscalers,
         _ => &Plain,
     }
 }

@@ -25,6 +25,10 @@ impl Strategy for Pods {
         ]
     }
 
+    fn default(&self, pod: &mut Value) {
+        crate::defaults::pod(pod);
+    }
+
     fn prepare_create(&self, pod: &mut Value) {
         pod["status"] = initial_status(pod);
     }

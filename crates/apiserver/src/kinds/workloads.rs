@@ -1,33 +1,81 @@
-//! Workloads' immutable fields, as upstream validates their updates:
-//! a Deployment's, ReplicaSet's or DaemonSet's `spec.selector`; a Job's
-//! `spec.selector` and `spec.template`; a StatefulSet's spec beyond the
-//! fields upstream lets change.
+//! Workloads: upstream's defaults, and their immutable fields as upstream
+//! validates updates: a Deployment's, ReplicaSet's or DaemonSet's
+//! `spec.selector`; a Job's `spec.selector` and `spec.template` (and its
+//! controller-uid selector, set at creation); a StatefulSet's spec beyond
+//! the fields upstream lets change.
 
 use serde_json::Value;
 
 use super::{Strategy, immutable};
+use crate::defaults;
 use crate::error::Cause;
 
-/// `spec.selector` may not change; the field selectors given.
-pub struct SelectorImmutable(pub &'static [&'static str]);
+pub struct ReplicationControllers;
+pub struct Deployments;
+pub struct ReplicaSets;
+pub struct DaemonSets;
+pub struct StatefulSets;
+pub struct Jobs;
+pub struct CronJobs;
 
-impl Strategy for SelectorImmutable {
-    fn selectable_fields(&self) -> &'static [&'static str] {
-        self.0
-    }
+fn selector_immutable(new: &Value, old: &Value) -> Vec<Cause> {
+    immutable(new, old, "/spec/selector", "spec.selector")
+        .into_iter()
+        .collect()
+}
 
-    fn validate_update(&self, new: &Value, old: &Value) -> Vec<Cause> {
-        immutable(new, old, "/spec/selector", "spec.selector")
-            .into_iter()
-            .collect()
+impl Strategy for ReplicationControllers {
+    fn default(&self, obj: &mut Value) {
+        defaults::replication_controller(obj);
     }
 }
 
-pub struct Jobs;
+impl Strategy for Deployments {
+    fn default(&self, obj: &mut Value) {
+        defaults::deployment(obj);
+    }
+
+    fn validate_update(&self, new: &Value, old: &Value) -> Vec<Cause> {
+        selector_immutable(new, old)
+    }
+}
+
+impl Strategy for ReplicaSets {
+    fn selectable_fields(&self) -> &'static [&'static str] {
+        &["status.replicas"]
+    }
+
+    fn default(&self, obj: &mut Value) {
+        defaults::replica_set(obj);
+    }
+
+    fn validate_update(&self, new: &Value, old: &Value) -> Vec<Cause> {
+        selector_immutable(new, old)
+    }
+}
+
+impl Strategy for DaemonSets {
+    fn default(&self, obj: &mut Value) {
+        defaults::daemon_set(obj);
+    }
+
+    fn validate_update(&self, new: &Value, old: &Value) -> Vec<Cause> {
+        selector_immutable(new, old)
+    }
+}
 
 impl Strategy for Jobs {
     fn selectable_fields(&self) -> &'static [&'static str] {
         &["status.successful"]
+    }
+
+    fn default(&self, obj: &mut Value) {
+        defaults::job(obj);
+    }
+
+    /// Upstream's Job strategy: a selector on the controller uid.
+    fn prepare_create(&self, obj: &mut Value) {
+        defaults::job_selector(obj);
     }
 
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<Cause> {
@@ -42,7 +90,11 @@ impl Strategy for Jobs {
     }
 }
 
-pub struct StatefulSets;
+impl Strategy for CronJobs {
+    fn default(&self, obj: &mut Value) {
+        defaults::cron_job(obj);
+    }
+}
 
 /// What an update may change in a StatefulSet's spec.
 const STATEFULSET_MUTABLE: &[&str] = &[
@@ -55,6 +107,10 @@ const STATEFULSET_MUTABLE: &[&str] = &[
 ];
 
 impl Strategy for StatefulSets {
+    fn default(&self, obj: &mut Value) {
+        defaults::stateful_set(obj);
+    }
+
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<Cause> {
         let rest = |o: &Value| {
             let mut spec = o.get("spec").cloned().unwrap_or(Value::Null);
