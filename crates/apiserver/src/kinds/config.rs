@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::Strategy;
 use crate::error::Cause;
+use crate::table::prelude::*;
 
 /// What a ConfigMap or Secret may hold, keys and values together: 1 MiB.
 pub const MAX_DATA_BYTES: usize = 1024 * 1024;
@@ -22,6 +23,23 @@ impl Strategy for ConfigMaps {
 
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<Cause> {
         frozen(new, old, &["data", "binaryData"])
+    }
+
+    fn columns(&self) -> Option<Vec<Column>> {
+        Some(vec![NAME, col("Data", "integer", 0), AGE])
+    }
+
+    fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
+        {
+            let n = o
+                .get("data")
+                .and_then(Value::as_object)
+                .map_or(0, |m| m.len())
+                + o.get("binaryData")
+                    .and_then(Value::as_object)
+                    .map_or(0, |m| m.len());
+            vec![name, json!(n), json!(created)]
+        }
     }
 }
 
@@ -74,6 +92,29 @@ impl Strategy for Secrets {
             });
         }
         causes
+    }
+
+    fn columns(&self) -> Option<Vec<Column>> {
+        Some(vec![
+            NAME,
+            col("Type", "string", 0),
+            col("Data", "integer", 0),
+            AGE,
+        ])
+    }
+
+    fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
+        {
+            let n = o
+                .get("data")
+                .and_then(Value::as_object)
+                .map_or(0, |m| m.len());
+            let t = match s(o, "/type") {
+                "" => "Opaque",
+                t => t,
+            };
+            vec![name, json!(t), json!(n), json!(created)]
+        }
     }
 }
 

@@ -1,14 +1,18 @@
 //! What each built-in kind does beyond storage, declared in one place per
 //! kind, as upstream's registry strategies: the fields its field
-//! selectors may use, what the server sets on a new object, what makes it
-//! invalid beyond its schema, and what its deletion answers. The generic
+//! selectors may use, its defaults, what the server sets on a new object,
+//! what makes it invalid beyond its schema or in an update (immutable
+//! fields), what its deletion answers, and `kubectl get`'s columns. The generic
 //! store (`registry.rs`) and the handlers ask [`strategy`]; a kind without
 //! behaviour needs nothing here.
 
 mod classes;
+mod cluster;
 mod config;
+mod core;
 mod namespace;
 pub mod pod;
+mod rbac;
 mod service;
 mod workloads;
 
@@ -45,6 +49,18 @@ pub trait Strategy: Sync {
         Vec::new()
     }
 
+    /// `kubectl get`'s columns (NAME first, `-o wide` ones at priority 1),
+    /// when the kind has more than NAME and AGE.
+    fn columns(&self) -> Option<Vec<crate::table::Column>> {
+        None
+    }
+
+    /// A row's cells, aligned with [`Strategy::columns`]; `name` and
+    /// `created` (the age) are ready-made.
+    fn cells(&self, _obj: &Value, name: Value, created: String) -> Vec<Value> {
+        vec![name, Value::String(created)]
+    }
+
     /// Whether an immediate deletion answers the deleted object, as
     /// upstream's stores with `ReturnDeletedObject`; otherwise a Success
     /// Status naming it.
@@ -63,14 +79,17 @@ pub fn strategy(r: &ResourceInfo) -> &'static dyn Strategy {
         ("", "namespaces") => &namespace::Namespaces,
         ("", "configmaps") => &config::ConfigMaps,
         ("", "secrets") => &config::Secrets,
-        ("", "events") => &Events,
-        ("", "nodes") => &Selectable(&["spec.unschedulable"]),
+        ("", "events") => &core::Events,
+        ("", "nodes") => &core::Nodes,
+        ("", "serviceaccounts") => &core::ServiceAccounts,
+        ("", "persistentvolumeclaims") => &core::PersistentVolumeClaims,
+        ("", "componentstatuses") => &core::ComponentStatuses,
+        ("", "resourcequotas") => &core::ResourceQuotas,
+        ("", "persistentvolumes" | "podtemplates") => &ReturnsDeleted,
         ("", "services") => &service::Services,
+        ("", "endpoints") => &service::Endpoints,
+        ("discovery.k8s.io", "endpointslices") => &service::EndpointSlices,
         ("", "replicationcontrollers") => &workloads::ReplicationControllers,
-        (
-            "",
-            "serviceaccounts" | "persistentvolumes" | "persistentvolumeclaims" | "podtemplates",
-        ) => &ReturnsDeleted,
         ("apps", "deployments") => &workloads::Deployments,
         ("apps", "daemonsets") => &workloads::DaemonSets,
         ("apps", "replicasets") => &workloads::ReplicaSets,
@@ -80,7 +99,22 @@ pub fn strategy(r: &ResourceInfo) -> &'static dyn Strategy {
         ("scheduling.k8s.io", "priorityclasses") => &classes::PriorityClasses,
         ("storage.k8s.io", "storageclasses") => &classes::StorageClasses,
         ("networking.k8s.io", "networkpolicies") => &classes::NetworkPolicies,
+        ("networking.k8s.io", "ingressclasses") => &classes::IngressClasses,
+        ("node.k8s.io", "runtimeclasses") => &classes::RuntimeClasses,
+        ("policy", "poddisruptionbudgets") => &classes::PodDisruptionBudgets,
         ("autoscaling", "horizontalpodautoscalers") => &classes::HorizontalPodAutoscalers,
+        ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => {
+            &rbac::RoleBindings
+        }
+        ("rbac.authorization.k8s.io", "roles" | "clusterroles") => &rbac::Roles,
+        ("certificates.k8s.io", "certificatesigningrequests") => {
+            &cluster::CertificateSigningRequests
+        }
+        ("apiregistration.k8s.io", "apiservices") => &cluster::ApiServices,
+        ("coordination.k8s.io", "leases") => &cluster::Leases,
+        ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            &cluster::CustomResourceDefinitions
+        }
         _ => &Plain,
     }
 }
@@ -97,9 +131,6 @@ impl Strategy for ReturnsDeleted {
     }
 }
 
-/// Only field selectors beyond the metadata.
-struct Selectable(&'static [&'static str]);
-
 /// 422 `field is immutable` for `field` (a JSON pointer into the object,
 /// named `path` in the cause) when an update changes it.
 pub(crate) fn immutable(new: &Value, old: &Value, pointer: &str, path: &str) -> Option<Cause> {
@@ -112,29 +143,4 @@ pub(crate) fn immutable(new: &Value, old: &Value, pointer: &str, path: &str) -> 
             after.map_or("null".to_string(), Value::to_string)
         ),
     })
-}
-impl Strategy for Selectable {
-    fn selectable_fields(&self) -> &'static [&'static str] {
-        self.0
-    }
-}
-
-/// Core Events: selected by what they are about (`kubectl describe`).
-struct Events;
-impl Strategy for Events {
-    fn selectable_fields(&self) -> &'static [&'static str] {
-        &[
-            "involvedObject.kind",
-            "involvedObject.namespace",
-            "involvedObject.name",
-            "involvedObject.uid",
-            "involvedObject.apiVersion",
-            "involvedObject.resourceVersion",
-            "involvedObject.fieldPath",
-            "reason",
-            "reportingComponent",
-            "source",
-            "type",
-        ]
-    }
 }

@@ -6,6 +6,7 @@
 use serde_json::{Value, json};
 
 use super::Strategy;
+use crate::table::prelude::*;
 
 pub struct Namespaces;
 
@@ -29,5 +30,13 @@ impl Strategy for Namespaces {
 
     fn returns_deleted_object(&self) -> bool {
         true
+    }
+
+    fn columns(&self) -> Option<Vec<Column>> {
+        Some(vec![NAME, col("Status", "string", 0), AGE])
+    }
+
+    fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
+        vec![name, json!(s(o, "/status/phase")), json!(created)]
     }
 }

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use super::Strategy;
 use crate::error::Cause;
 use crate::quantity;
+use crate::table::prelude::*;
 
 pub struct Pods;
 
@@ -76,6 +77,53 @@ impl Strategy for Pods {
             field: "spec".into(),
             message: "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)".into(),
         }]
+    }
+
+    fn columns(&self) -> Option<Vec<Column>> {
+        Some(vec![
+            NAME,
+            col("Ready", "string", 0),
+            col("Status", "string", 0),
+            col("Restarts", "string", 0),
+            AGE,
+            col("IP", "string", 1),
+            col("Node", "string", 1),
+            col("Nominated Node", "string", 1),
+            col("Readiness Gates", "string", 1),
+        ])
+    }
+
+    fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
+        {
+            let statuses = arr(o, "/status/containerStatuses");
+            let total = arr(o, "/spec/containers").len();
+            let ready = statuses
+                .iter()
+                .filter(|c| c.get("ready").and_then(Value::as_bool) == Some(true))
+                .count();
+            let restarts: i64 = statuses.iter().map(|c| i(c, "/restartCount")).sum();
+            let mut status = s(o, "/status/reason").to_string();
+            if status.is_empty() {
+                status = s(o, "/status/phase").to_string();
+            }
+            if o.pointer("/metadata/deletionTimestamp").is_some() {
+                status = "Terminating".into();
+            }
+            if status.is_empty() {
+                status = "Pending".into();
+            }
+            vec![
+                name,
+                json!(format!("{ready}/{total}")),
+                json!(status),
+                json!(restarts.to_string()),
+                json!(created),
+                json!(or_none(s(o, "/status/podIP").to_string())),
+                json!(or_none(s(o, "/spec/nodeName").to_string())),
+                json!(or_none(s(o, "/status/nominatedNodeName").to_string())),
+                json!("<none>"),
+            ]
+        }
     }
 }
 

@@ -1,10 +1,12 @@
-//! Services: upstream's defaults (type, session affinity, IP families,
-//! target ports, ...), answered with themselves on deletion. Their
-//! ClusterIPs and NodePorts are `allocation.rs`'s.
+//! Services (upstream's defaults: type, session affinity, IP families,
+//! target ports, ...; answered with themselves on deletion; their
+//! ClusterIPs and NodePorts are `allocation.rs`'s), and the Endpoints and
+//! EndpointSlices behind them, with `kubectl get`'s columns.
 
 use serde_json::Value;
 
 use super::Strategy;
+use crate::table::prelude::*;
 
 pub struct Services;
 
@@ -15,5 +17,110 @@ impl Strategy for Services {
 
     fn returns_deleted_object(&self) -> bool {
         true
+    }
+
+    fn columns(&self) -> Option<Vec<Column>> {
+        Some(vec![
+            NAME,
+            col("Type", "string", 0),
+            col("Cluster-IP", "string", 0),
+            col("External-IP", "string", 0),
+            col("Port(s)", "string", 0),
+            AGE,
+            col("Selector", "string", 1),
+        ])
+    }
+
+    fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
+        {
+            let external: Vec<String> = arr(o, "/status/loadBalancer/ingress")
+                .iter()
+                .map(|i| s(i, "/ip").to_string())
+                .chain(
+                    arr(o, "/spec/externalIPs")
+                        .iter()
+                        .filter_map(|v| v.as_str().map(String::from)),
+                )
+                .collect();
+            let t = match s(o, "/spec/type") {
+                "" => "ClusterIP",
+                t => t,
+            };
+            let external = if external.is_empty() {
+                if t == "LoadBalancer" {
+                    "<pending>".to_string()
+                } else {
+                    "<none>".to_string()
+                }
+            } else {
+                external.join(",")
+            };
+            vec![
+                name,
+                json!(t),
+                json!(or_none(s(o, "/spec/clusterIP").to_string())),
+                json!(external),
+                json!(ports_string(o)),
+                json!(created),
+                json!(map_selector(o, "/spec/selector")),
+            ]
+        }
+    }
+}
+
+pub struct Endpoints;
+
+impl Strategy for Endpoints {
+    fn columns(&self) -> Option<Vec<Column>> {
+        Some(vec![NAME, col("Endpoints", "string", 0), AGE])
+    }
+
+    fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
+        {
+            let mut eps = Vec::new();
+            for subset in arr(o, "/subsets") {
+                for a in arr(subset, "/addresses") {
+                    for p in arr(subset, "/ports") {
+                        eps.push(format!("{}:{}", s(a, "/ip"), i(p, "/port")));
+                    }
+                }
+            }
+            vec![name, json!(or_none(eps.join(","))), json!(created)]
+        }
+    }
+}
+
+pub struct EndpointSlices;
+
+impl Strategy for EndpointSlices {
+    fn columns(&self) -> Option<Vec<Column>> {
+        Some(vec![
+            NAME,
+            col("AddressType", "string", 0),
+            col("Ports", "string", 0),
+            col("Endpoints", "string", 0),
+            AGE,
+        ])
+    }
+
+    fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
+        {
+            let ports: Vec<String> = arr(o, "/ports")
+                .iter()
+                .map(|p| i(p, "/port").to_string())
+                .collect();
+            let addrs: Vec<String> = arr(o, "/endpoints")
+                .iter()
+                .flat_map(|e| arr(e, "/addresses").iter())
+                .filter_map(|a| a.as_str().map(String::from))
+                .collect();
+            vec![
+                name,
+                json!(s(o, "/addressType")),
+                json!(or_none(ports.join(","))),
+                json!(or_none(addrs.join(","))),
+                json!(created),
+            ]
+        }
     }
 }

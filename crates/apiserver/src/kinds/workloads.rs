@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::{Strategy, immutable};
 use crate::defaults;
 use crate::error::Cause;
+use crate::table::prelude::*;
 
 pub struct ReplicationControllers;
 pub struct Deployments;
@@ -38,6 +39,39 @@ impl Strategy for Deployments {
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<Cause> {
         selector_immutable(new, old)
     }
+
+    fn columns(&self) -> Option<Vec<Column>> {
+        Some(vec![
+            NAME,
+            col("Ready", "string", 0),
+            col("Up-to-date", "string", 0),
+            col("Available", "string", 0),
+            AGE,
+            col("Containers", "string", 1),
+            col("Images", "string", 1),
+            col("Selector", "string", 1),
+        ])
+    }
+
+    fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
+        {
+            let (c, im) = containers_images(o, "/spec/template/spec");
+            let desired = o
+                .pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            vec![
+                name,
+                json!(format!("{}/{desired}", i(o, "/status/readyReplicas"))),
+                json!(i(o, "/status/updatedReplicas")),
+                json!(i(o, "/status/availableReplicas")),
+                json!(created),
+                json!(c),
+                json!(im),
+                json!(selector_string(o, "/spec/selector")),
+            ]
+        }
+    }
 }
 
 impl Strategy for ReplicaSets {
@@ -52,6 +86,39 @@ impl Strategy for ReplicaSets {
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<Cause> {
         selector_immutable(new, old)
     }
+
+    fn columns(&self) -> Option<Vec<Column>> {
+        Some(vec![
+            NAME,
+            col("Desired", "integer", 0),
+            col("Current", "integer", 0),
+            col("Ready", "integer", 0),
+            AGE,
+            col("Containers", "string", 1),
+            col("Images", "string", 1),
+            col("Selector", "string", 1),
+        ])
+    }
+
+    fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
+        {
+            let (c, im) = containers_images(o, "/spec/template/spec");
+            vec![
+                name,
+                json!(
+                    o.pointer("/spec/replicas")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(1)
+                ),
+                json!(i(o, "/status/replicas")),
+                json!(i(o, "/status/readyReplicas")),
+                json!(created),
+                json!(c),
+                json!(im),
+                json!(selector_string(o, "/spec/selector")),
+            ]
+        }
+    }
 }
 
 impl Strategy for DaemonSets {
@@ -61,6 +128,41 @@ impl Strategy for DaemonSets {
 
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<Cause> {
         selector_immutable(new, old)
+    }
+
+    fn columns(&self) -> Option<Vec<Column>> {
+        Some(vec![
+            NAME,
+            col("Desired", "integer", 0),
+            col("Current", "integer", 0),
+            col("Ready", "integer", 0),
+            col("Up-to-date", "integer", 0),
+            col("Available", "integer", 0),
+            col("Node Selector", "string", 0),
+            AGE,
+            col("Containers", "string", 1),
+            col("Images", "string", 1),
+            col("Selector", "string", 1),
+        ])
+    }
+
+    fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
+        {
+            let (c, im) = containers_images(o, "/spec/template/spec");
+            vec![
+                name,
+                json!(i(o, "/status/desiredNumberScheduled")),
+                json!(i(o, "/status/currentNumberScheduled")),
+                json!(i(o, "/status/numberReady")),
+                json!(i(o, "/status/updatedNumberScheduled")),
+                json!(i(o, "/status/numberAvailable")),
+                json!(map_selector(o, "/spec/template/spec/nodeSelector")),
+                json!(created),
+                json!(c),
+                json!(im),
+                json!(selector_string(o, "/spec/selector")),
+            ]
+        }
     }
 }
 
@@ -88,11 +190,110 @@ impl Strategy for Jobs {
         .flatten()
         .collect()
     }
+
+    fn columns(&self) -> Option<Vec<Column>> {
+        Some(vec![
+            NAME,
+            col("Status", "string", 0),
+            col("Completions", "string", 0),
+            col("Duration", "string", 0),
+            AGE,
+            col("Containers", "string", 1),
+            col("Images", "string", 1),
+            col("Selector", "string", 1),
+        ])
+    }
+
+    fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
+        {
+            let (c, im) = containers_images(o, "/spec/template/spec");
+            let conditions = arr(o, "/status/conditions");
+            let has = |t: &str| {
+                conditions
+                    .iter()
+                    .any(|c| s(c, "/type") == t && s(c, "/status") == "True")
+            };
+            let status = if has("Complete") {
+                "Complete"
+            } else if has("Failed") {
+                "Failed"
+            } else if o.pointer("/metadata/deletionTimestamp").is_some() {
+                "Terminating"
+            } else {
+                "Running"
+            };
+            let completions = match o.pointer("/spec/completions").and_then(Value::as_i64) {
+                Some(n) => format!("{}/{n}", i(o, "/status/succeeded")),
+                None => format!("{}/1", i(o, "/status/succeeded")),
+            };
+            let duration = match (
+                s(o, "/status/startTime").parse::<jiff::Timestamp>(),
+                s(o, "/status/completionTime").parse::<jiff::Timestamp>(),
+            ) {
+                (Ok(start), Ok(end)) => human_duration(end.as_second() - start.as_second()),
+                (Ok(start), Err(_)) => {
+                    human_duration(jiff::Timestamp::now().as_second() - start.as_second())
+                }
+                _ => String::new(),
+            };
+            vec![
+                name,
+                json!(status),
+                json!(completions),
+                json!(duration),
+                json!(created),
+                json!(c),
+                json!(im),
+                json!(selector_string(o, "/spec/selector")),
+            ]
+        }
+    }
 }
 
 impl Strategy for CronJobs {
     fn default(&self, obj: &mut Value) {
         defaults::cron_job(obj);
+    }
+
+    fn columns(&self) -> Option<Vec<Column>> {
+        Some(vec![
+            NAME,
+            col("Schedule", "string", 0),
+            col("Timezone", "string", 0),
+            col("Suspend", "boolean", 0),
+            col("Active", "integer", 0),
+            col("Last Schedule", "date", 0),
+            AGE,
+            col("Containers", "string", 1),
+            col("Images", "string", 1),
+            col("Selector", "string", 1),
+        ])
+    }
+
+    fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
+        {
+            let (c, im) = containers_images(o, "/spec/jobTemplate/spec/template/spec");
+            let last = match s(o, "/status/lastScheduleTime") {
+                "" => "<none>".to_string(),
+                _ => age(o, "/status/lastScheduleTime"),
+            };
+            vec![
+                name,
+                json!(s(o, "/spec/schedule")),
+                json!(or_none(s(o, "/spec/timeZone").to_string())),
+                json!(
+                    o.pointer("/spec/suspend")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false)
+                ),
+                json!(arr(o, "/status/active").len()),
+                json!(last),
+                json!(created),
+                json!(c),
+                json!(im),
+                json!(selector_string(o, "/spec/jobTemplate/spec/selector")),
+            ]
+        }
     }
 }
 
@@ -127,5 +328,32 @@ impl Strategy for StatefulSets {
             field: "spec".into(),
             message: "Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden".into(),
         }]
+    }
+
+    fn columns(&self) -> Option<Vec<Column>> {
+        Some(vec![
+            NAME,
+            col("Ready", "string", 0),
+            AGE,
+            col("Containers", "string", 1),
+            col("Images", "string", 1),
+        ])
+    }
+
+    fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
+        {
+            let (c, im) = containers_images(o, "/spec/template/spec");
+            let desired = o
+                .pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            vec![
+                name,
+                json!(format!("{}/{desired}", i(o, "/status/readyReplicas"))),
+                json!(created),
+                json!(c),
+                json!(im),
+            ]
+        }
     }
 }
