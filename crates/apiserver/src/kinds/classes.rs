@@ -62,36 +62,34 @@ impl Strategy for StorageClasses {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        {
-            let default = o
-                .pointer("/metadata/annotations/storageclass.kubernetes.io~1is-default-class")
-                .and_then(Value::as_str)
-                == Some("true");
-            let shown = if default {
-                json!(format!("{} (default)", s(o, "/metadata/name")))
-            } else {
-                name
-            };
-            vec![
-                shown,
-                json!(s(o, "/provisioner")),
-                json!(match s(o, "/reclaimPolicy") {
-                    "" => "Delete",
-                    p => p,
-                }),
-                json!(match s(o, "/volumeBindingMode") {
-                    "" => "Immediate",
-                    m => m,
-                }),
-                json!(
-                    o.pointer("/allowVolumeExpansion")
-                        .and_then(Value::as_bool)
-                        .unwrap_or(false)
-                        .to_string()
-                ),
-                json!(created),
-            ]
-        }
+        let default = o
+            .pointer("/metadata/annotations/storageclass.kubernetes.io~1is-default-class")
+            .and_then(Value::as_str)
+            == Some("true");
+        let shown = if default {
+            json!(format!("{} (default)", s(o, "/metadata/name")))
+        } else {
+            name
+        };
+        vec![
+            shown,
+            json!(s(o, "/provisioner")),
+            json!(match s(o, "/reclaimPolicy") {
+                "" => "Delete",
+                p => p,
+            }),
+            json!(match s(o, "/volumeBindingMode") {
+                "" => "Immediate",
+                m => m,
+            }),
+            json!(
+                o.pointer("/allowVolumeExpansion")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false)
+                    .to_string()
+            ),
+            json!(created),
+        ]
     }
 }
 
@@ -105,10 +103,8 @@ impl Strategy for NetworkPolicies {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        {
-            let selector = selector_string(o, "/spec/podSelector");
-            vec![name, json!(or_none(selector)), json!(created)]
-        }
+        let selector = selector_string(o, "/spec/podSelector");
+        vec![name, json!(or_none(selector)), json!(created)]
     }
 }
 
@@ -130,39 +126,37 @@ impl Strategy for HorizontalPodAutoscalers {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        {
-            let targets: Vec<String> = arr(o, "/spec/metrics")
-                .iter()
-                .map(|m| {
-                    let resource = s(m, "/resource/name");
-                    match m.pointer("/resource/target/averageUtilization") {
-                        Some(t) => format!("{resource}: <unknown>/{t}%"),
-                        None => format!(
-                            "{resource}: <unknown>/{}",
-                            s(m, "/resource/target/averageValue")
-                        ),
-                    }
-                })
-                .collect();
-            vec![
-                name,
-                json!(format!(
-                    "{}/{}",
-                    s(o, "/spec/scaleTargetRef/kind"),
-                    s(o, "/spec/scaleTargetRef/name")
-                )),
-                json!(or_none(targets.join(", "))),
-                json!(
-                    o.pointer("/spec/minReplicas")
-                        .and_then(Value::as_i64)
-                        .unwrap_or(1)
-                        .to_string()
-                ),
-                json!(i(o, "/spec/maxReplicas")),
-                json!(i(o, "/status/currentReplicas")),
-                json!(created),
-            ]
-        }
+        let targets: Vec<String> = arr(o, "/spec/metrics")
+            .iter()
+            .map(|m| {
+                let resource = s(m, "/resource/name");
+                match m.pointer("/resource/target/averageUtilization") {
+                    Some(t) => format!("{resource}: <unknown>/{t}%"),
+                    None => format!(
+                        "{resource}: <unknown>/{}",
+                        s(m, "/resource/target/averageValue")
+                    ),
+                }
+            })
+            .collect();
+        vec![
+            name,
+            json!(format!(
+                "{}/{}",
+                s(o, "/spec/scaleTargetRef/kind"),
+                s(o, "/spec/scaleTargetRef/name")
+            )),
+            json!(or_none(targets.join(", "))),
+            json!(
+                o.pointer("/spec/minReplicas")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(1)
+                    .to_string()
+            ),
+            json!(i(o, "/spec/maxReplicas")),
+            json!(i(o, "/status/currentReplicas")),
+            json!(created),
+        ]
     }
 }
 
@@ -180,20 +174,18 @@ impl Strategy for PodDisruptionBudgets {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        {
-            let shown = |p: &str| match o.pointer(p) {
-                Some(Value::String(v)) => v.clone(),
-                Some(Value::Number(n)) => n.to_string(),
-                _ => "N/A".to_string(),
-            };
-            vec![
-                name,
-                json!(shown("/spec/minAvailable")),
-                json!(shown("/spec/maxUnavailable")),
-                json!(i(o, "/status/disruptionsAllowed")),
-                json!(created),
-            ]
-        }
+        let shown = |p: &str| match o.pointer(p) {
+            Some(Value::String(v)) => v.clone(),
+            Some(Value::Number(n)) => n.to_string(),
+            _ => "N/A".to_string(),
+        };
+        vec![
+            name,
+            json!(shown("/spec/minAvailable")),
+            json!(shown("/spec/maxUnavailable")),
+            json!(i(o, "/status/disruptionsAllowed")),
+            json!(created),
+        ]
     }
 }
 

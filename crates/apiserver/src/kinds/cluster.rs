@@ -20,28 +20,26 @@ impl Strategy for CertificateSigningRequests {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        {
-            let conditions: Vec<&str> = arr(o, "/status/conditions")
-                .iter()
-                .map(|c| s(c, "/type"))
-                .collect();
-            let duration = o
-                .pointer("/spec/expirationSeconds")
-                .and_then(Value::as_i64)
-                .map_or("<none>".to_string(), human_duration);
-            vec![
-                name,
-                json!(created),
-                json!(s(o, "/spec/signerName")),
-                json!(s(o, "/spec/username")),
-                json!(duration),
-                json!(if conditions.is_empty() {
-                    "Pending".to_string()
-                } else {
-                    conditions.join(",")
-                }),
-            ]
-        }
+        let conditions: Vec<&str> = arr(o, "/status/conditions")
+            .iter()
+            .map(|c| s(c, "/type"))
+            .collect();
+        let duration = o
+            .pointer("/spec/expirationSeconds")
+            .and_then(Value::as_i64)
+            .map_or("<none>".to_string(), human_duration);
+        vec![
+            name,
+            json!(created),
+            json!(s(o, "/spec/signerName")),
+            json!(s(o, "/spec/username")),
+            json!(duration),
+            json!(if conditions.is_empty() {
+                "Pending".to_string()
+            } else {
+                conditions.join(",")
+            }),
+        ]
     }
 }
 
@@ -58,17 +56,15 @@ impl Strategy for ApiServices {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        {
-            let service = match s(o, "/spec/service/name") {
-                "" => "Local".to_string(),
-                n => format!("{}/{n}", s(o, "/spec/service/namespace")),
-            };
-            let available = arr(o, "/status/conditions")
-                .iter()
-                .find(|c| s(c, "/type") == "Available")
-                .map_or("Unknown".to_string(), |c| s(c, "/status").to_string());
-            vec![name, json!(service), json!(available), json!(created)]
-        }
+        let service = match s(o, "/spec/service/name") {
+            "" => "Local".to_string(),
+            n => format!("{}/{n}", s(o, "/spec/service/namespace")),
+        };
+        let available = arr(o, "/status/conditions")
+            .iter()
+            .find(|c| s(c, "/type") == "Available")
+            .map_or("Unknown".to_string(), |c| s(c, "/status").to_string());
+        vec![name, json!(service), json!(available), json!(created)]
     }
 }
 

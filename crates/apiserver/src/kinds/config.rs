@@ -30,16 +30,14 @@ impl Strategy for ConfigMaps {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        {
-            let n = o
-                .get("data")
+        let n = o
+            .get("data")
+            .and_then(Value::as_object)
+            .map_or(0, |m| m.len())
+            + o.get("binaryData")
                 .and_then(Value::as_object)
-                .map_or(0, |m| m.len())
-                + o.get("binaryData")
-                    .and_then(Value::as_object)
-                    .map_or(0, |m| m.len());
-            vec![name, json!(n), json!(created)]
-        }
+                .map_or(0, |m| m.len());
+        vec![name, json!(n), json!(created)]
     }
 }
 
@@ -104,17 +102,15 @@ impl Strategy for Secrets {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        {
-            let n = o
-                .get("data")
-                .and_then(Value::as_object)
-                .map_or(0, |m| m.len());
-            let t = match s(o, "/type") {
-                "" => "Opaque",
-                t => t,
-            };
-            vec![name, json!(t), json!(n), json!(created)]
-        }
+        let n = o
+            .get("data")
+            .and_then(Value::as_object)
+            .map_or(0, |m| m.len());
+        let t = match s(o, "/type") {
+            "" => "Opaque",
+            t => t,
+        };
+        vec![name, json!(t), json!(n), json!(created)]
     }
 }
 

@@ -59,39 +59,37 @@ impl Strategy for Events {
     }
 
     fn cells(&self, o: &Value, name: Value, _created: String) -> Vec<Value> {
-        {
-            let last = [
-                "/lastTimestamp",
-                "/eventTime",
-                "/firstTimestamp",
-                "/metadata/creationTimestamp",
-            ]
-            .iter()
-            .find(|p| !s(o, p).is_empty())
-            .map_or("<unknown>".to_string(), |p| age(o, p));
-            let object = format!(
-                "{}/{}",
-                s(o, "/involvedObject/kind").to_lowercase(),
-                s(o, "/involvedObject/name")
-            );
-            let source = s(o, "/source/component");
-            vec![
-                json!(last),
-                json!(s(o, "/type")),
-                json!(s(o, "/reason")),
-                json!(object),
-                json!(s(o, "/involvedObject/fieldPath")),
-                json!(source),
-                json!(s(o, "/message")),
-                json!(if s(o, "/firstTimestamp").is_empty() {
-                    "<unknown>".to_string()
-                } else {
-                    age(o, "/firstTimestamp")
-                }),
-                json!(i(o, "/count").max(1).to_string()),
-                name,
-            ]
-        }
+        let last = [
+            "/lastTimestamp",
+            "/eventTime",
+            "/firstTimestamp",
+            "/metadata/creationTimestamp",
+        ]
+        .iter()
+        .find(|p| !s(o, p).is_empty())
+        .map_or("<unknown>".to_string(), |p| age(o, p));
+        let object = format!(
+            "{}/{}",
+            s(o, "/involvedObject/kind").to_lowercase(),
+            s(o, "/involvedObject/name")
+        );
+        let source = s(o, "/source/component");
+        vec![
+            json!(last),
+            json!(s(o, "/type")),
+            json!(s(o, "/reason")),
+            json!(object),
+            json!(s(o, "/involvedObject/fieldPath")),
+            json!(source),
+            json!(s(o, "/message")),
+            json!(if s(o, "/firstTimestamp").is_empty() {
+                "<unknown>".to_string()
+            } else {
+                age(o, "/firstTimestamp")
+            }),
+            json!(i(o, "/count").max(1).to_string()),
+            name,
+        ]
     }
 }
 
@@ -118,48 +116,46 @@ impl Strategy for Nodes {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        {
-            let ready = arr(o, "/status/conditions")
-                .iter()
-                .find(|c| s(c, "/type") == "Ready")
-                .map(|c| s(c, "/status"));
-            let mut status = match ready {
-                Some("True") => "Ready".to_string(),
-                _ => "NotReady".to_string(),
-            };
-            if o.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
-                status.push_str(",SchedulingDisabled");
-            }
-            let roles: Vec<String> = o
-                .pointer("/metadata/labels")
-                .and_then(Value::as_object)
-                .map(|m| {
-                    m.keys()
-                        .filter_map(|k| k.strip_prefix("node-role.kubernetes.io/"))
-                        .map(String::from)
-                        .collect()
-                })
-                .unwrap_or_default();
-            let addr = |t: &str| {
-                arr(o, "/status/addresses")
-                    .iter()
-                    .find(|a| s(a, "/type") == t)
-                    .map(|a| s(a, "/address").to_string())
-                    .unwrap_or_else(|| "<none>".into())
-            };
-            vec![
-                name,
-                json!(status),
-                json!(or_none(roles.join(","))),
-                json!(created),
-                json!(s(o, "/status/nodeInfo/kubeletVersion")),
-                json!(addr("InternalIP")),
-                json!(addr("ExternalIP")),
-                json!(s(o, "/status/nodeInfo/osImage")),
-                json!(s(o, "/status/nodeInfo/kernelVersion")),
-                json!(s(o, "/status/nodeInfo/containerRuntimeVersion")),
-            ]
+        let ready = arr(o, "/status/conditions")
+            .iter()
+            .find(|c| s(c, "/type") == "Ready")
+            .map(|c| s(c, "/status"));
+        let mut status = match ready {
+            Some("True") => "Ready".to_string(),
+            _ => "NotReady".to_string(),
+        };
+        if o.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+            status.push_str(",SchedulingDisabled");
         }
+        let roles: Vec<String> = o
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.keys()
+                    .filter_map(|k| k.strip_prefix("node-role.kubernetes.io/"))
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let addr = |t: &str| {
+            arr(o, "/status/addresses")
+                .iter()
+                .find(|a| s(a, "/type") == t)
+                .map(|a| s(a, "/address").to_string())
+                .unwrap_or_else(|| "<none>".into())
+        };
+        vec![
+            name,
+            json!(status),
+            json!(or_none(roles.join(","))),
+            json!(created),
+            json!(s(o, "/status/nodeInfo/kubeletVersion")),
+            json!(addr("InternalIP")),
+            json!(addr("ExternalIP")),
+            json!(s(o, "/status/nodeInfo/osImage")),
+            json!(s(o, "/status/nodeInfo/kernelVersion")),
+            json!(s(o, "/status/nodeInfo/containerRuntimeVersion")),
+        ]
     }
 }
 
@@ -185,33 +181,31 @@ impl Strategy for PersistentVolumeClaims {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        {
-            let modes: Vec<&str> = arr(o, "/status/accessModes")
-                .iter()
-                .filter_map(Value::as_str)
-                .map(|m| match m {
-                    "ReadWriteOnce" => "RWO",
-                    "ReadOnlyMany" => "ROX",
-                    "ReadWriteMany" => "RWX",
-                    "ReadWriteOncePod" => "RWOP",
-                    other => other,
-                })
-                .collect();
-            vec![
-                name,
-                json!(s(o, "/status/phase")),
-                json!(s(o, "/spec/volumeName")),
-                json!(s(o, "/status/capacity/storage")),
-                json!(modes.join(",")),
-                json!(or_none(s(o, "/spec/storageClassName").to_string())),
-                json!(or_none(s(o, "/spec/volumeAttributesClassName").to_string())),
-                json!(created),
-                json!(match s(o, "/spec/volumeMode") {
-                    "" => "Filesystem",
-                    m => m,
-                }),
-            ]
-        }
+        let modes: Vec<&str> = arr(o, "/status/accessModes")
+            .iter()
+            .filter_map(Value::as_str)
+            .map(|m| match m {
+                "ReadWriteOnce" => "RWO",
+                "ReadOnlyMany" => "ROX",
+                "ReadWriteMany" => "RWX",
+                "ReadWriteOncePod" => "RWOP",
+                other => other,
+            })
+            .collect();
+        vec![
+            name,
+            json!(s(o, "/status/phase")),
+            json!(s(o, "/spec/volumeName")),
+            json!(s(o, "/status/capacity/storage")),
+            json!(modes.join(",")),
+            json!(or_none(s(o, "/spec/storageClassName").to_string())),
+            json!(or_none(s(o, "/spec/volumeAttributesClassName").to_string())),
+            json!(created),
+            json!(match s(o, "/spec/volumeMode") {
+                "" => "Filesystem",
+                m => m,
+            }),
+        ]
     }
 }
 
@@ -228,18 +222,16 @@ impl Strategy for ComponentStatuses {
     }
 
     fn cells(&self, o: &Value, name: Value, _created: String) -> Vec<Value> {
-        {
-            let healthy = arr(o, "/conditions")
-                .iter()
-                .any(|c| s(c, "/type") == "Healthy" && s(c, "/status") == "True");
-            let condition = arr(o, "/conditions").first().cloned().unwrap_or_default();
-            vec![
-                name,
-                json!(if healthy { "Healthy" } else { "Unhealthy" }),
-                json!(s(&condition, "/message")),
-                json!(s(&condition, "/error")),
-            ]
-        }
+        let healthy = arr(o, "/conditions")
+            .iter()
+            .any(|c| s(c, "/type") == "Healthy" && s(c, "/status") == "True");
+        let condition = arr(o, "/conditions").first().cloned().unwrap_or_default();
+        vec![
+            name,
+            json!(if healthy { "Healthy" } else { "Unhealthy" }),
+            json!(s(&condition, "/message")),
+            json!(s(&condition, "/error")),
+        ]
     }
 }
 
@@ -256,29 +248,27 @@ impl Strategy for ResourceQuotas {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        {
-            // "pods: 2/5, requests.cpu: 750m/1", limits apart, as kubectl.
-            let (mut request, mut limit) = (Vec::new(), Vec::new());
-            if let Some(hard) = o.pointer("/status/hard").and_then(Value::as_object) {
-                for (k, v) in hard {
-                    let used = o
-                        .pointer(&format!("/status/used/{}", k.replace('/', "~1")))
-                        .and_then(Value::as_str)
-                        .unwrap_or("0");
-                    let entry = format!("{k}: {used}/{}", v.as_str().unwrap_or_default());
-                    if k.starts_with("limits.") {
-                        limit.push(entry);
-                    } else {
-                        request.push(entry);
-                    }
+        // "pods: 2/5, requests.cpu: 750m/1", limits apart, as kubectl.
+        let (mut request, mut limit) = (Vec::new(), Vec::new());
+        if let Some(hard) = o.pointer("/status/hard").and_then(Value::as_object) {
+            for (k, v) in hard {
+                let used = o
+                    .pointer(&format!("/status/used/{}", k.replace('/', "~1")))
+                    .and_then(Value::as_str)
+                    .unwrap_or("0");
+                let entry = format!("{k}: {used}/{}", v.as_str().unwrap_or_default());
+                if k.starts_with("limits.") {
+                    limit.push(entry);
+                } else {
+                    request.push(entry);
                 }
             }
-            vec![
-                name,
-                json!(created),
-                json!(request.join(", ")),
-                json!(limit.join(", ")),
-            ]
         }
+        vec![
+            name,
+            json!(created),
+            json!(request.join(", ")),
+            json!(limit.join(", ")),
+        ]
     }
 }

@@ -94,36 +94,34 @@ impl Strategy for Pods {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        {
-            let statuses = arr(o, "/status/containerStatuses");
-            let total = arr(o, "/spec/containers").len();
-            let ready = statuses
-                .iter()
-                .filter(|c| c.get("ready").and_then(Value::as_bool) == Some(true))
-                .count();
-            let restarts: i64 = statuses.iter().map(|c| i(c, "/restartCount")).sum();
-            let mut status = s(o, "/status/reason").to_string();
-            if status.is_empty() {
-                status = s(o, "/status/phase").to_string();
-            }
-            if o.pointer("/metadata/deletionTimestamp").is_some() {
-                status = "Terminating".into();
-            }
-            if status.is_empty() {
-                status = "Pending".into();
-            }
-            vec![
-                name,
-                json!(format!("{ready}/{total}")),
-                json!(status),
-                json!(restarts.to_string()),
-                json!(created),
-                json!(or_none(s(o, "/status/podIP").to_string())),
-                json!(or_none(s(o, "/spec/nodeName").to_string())),
-                json!(or_none(s(o, "/status/nominatedNodeName").to_string())),
-                json!("<none>"),
-            ]
+        let statuses = arr(o, "/status/containerStatuses");
+        let total = arr(o, "/spec/containers").len();
+        let ready = statuses
+            .iter()
+            .filter(|c| c.get("ready").and_then(Value::as_bool) == Some(true))
+            .count();
+        let restarts: i64 = statuses.iter().map(|c| i(c, "/restartCount")).sum();
+        let mut status = s(o, "/status/reason").to_string();
+        if status.is_empty() {
+            status = s(o, "/status/phase").to_string();
         }
+        if o.pointer("/metadata/deletionTimestamp").is_some() {
+            status = "Terminating".into();
+        }
+        if status.is_empty() {
+            status = "Pending".into();
+        }
+        vec![
+            name,
+            json!(format!("{ready}/{total}")),
+            json!(status),
+            json!(restarts.to_string()),
+            json!(created),
+            json!(or_none(s(o, "/status/podIP").to_string())),
+            json!(or_none(s(o, "/spec/nodeName").to_string())),
+            json!(or_none(s(o, "/status/nominatedNodeName").to_string())),
+            json!("<none>"),
+        ]
     }
 }
 

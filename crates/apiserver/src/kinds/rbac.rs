@@ -18,31 +18,29 @@ impl Strategy for RoleBindings {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        {
-            let subjects = |kind: &str| {
-                let names: Vec<String> = arr(o, "/subjects")
-                    .iter()
-                    .filter(|x| s(x, "/kind") == kind)
-                    .map(|x| match (kind, s(x, "/namespace")) {
-                        ("ServiceAccount", ns) => format!("{ns}/{}", s(x, "/name")),
-                        _ => s(x, "/name").to_string(),
-                    })
-                    .collect();
-                names.join(", ")
-            };
-            vec![
-                name,
-                json!(format!(
-                    "{}/{}",
-                    s(o, "/roleRef/kind"),
-                    s(o, "/roleRef/name")
-                )),
-                json!(created),
-                json!(subjects("User")),
-                json!(subjects("Group")),
-                json!(subjects("ServiceAccount")),
-            ]
-        }
+        let subjects = |kind: &str| {
+            let names: Vec<String> = arr(o, "/subjects")
+                .iter()
+                .filter(|x| s(x, "/kind") == kind)
+                .map(|x| match (kind, s(x, "/namespace")) {
+                    ("ServiceAccount", ns) => format!("{ns}/{}", s(x, "/name")),
+                    _ => s(x, "/name").to_string(),
+                })
+                .collect();
+            names.join(", ")
+        };
+        vec![
+            name,
+            json!(format!(
+                "{}/{}",
+                s(o, "/roleRef/kind"),
+                s(o, "/roleRef/name")
+            )),
+            json!(created),
+            json!(subjects("User")),
+            json!(subjects("Group")),
+            json!(subjects("ServiceAccount")),
+        ]
     }
 }
 

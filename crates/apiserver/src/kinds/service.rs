@@ -32,39 +32,37 @@ impl Strategy for Services {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        {
-            let external: Vec<String> = arr(o, "/status/loadBalancer/ingress")
-                .iter()
-                .map(|i| s(i, "/ip").to_string())
-                .chain(
-                    arr(o, "/spec/externalIPs")
-                        .iter()
-                        .filter_map(|v| v.as_str().map(String::from)),
-                )
-                .collect();
-            let t = match s(o, "/spec/type") {
-                "" => "ClusterIP",
-                t => t,
-            };
-            let external = if external.is_empty() {
-                if t == "LoadBalancer" {
-                    "<pending>".to_string()
-                } else {
-                    "<none>".to_string()
-                }
+        let external: Vec<String> = arr(o, "/status/loadBalancer/ingress")
+            .iter()
+            .map(|i| s(i, "/ip").to_string())
+            .chain(
+                arr(o, "/spec/externalIPs")
+                    .iter()
+                    .filter_map(|v| v.as_str().map(String::from)),
+            )
+            .collect();
+        let t = match s(o, "/spec/type") {
+            "" => "ClusterIP",
+            t => t,
+        };
+        let external = if external.is_empty() {
+            if t == "LoadBalancer" {
+                "<pending>".to_string()
             } else {
-                external.join(",")
-            };
-            vec![
-                name,
-                json!(t),
-                json!(or_none(s(o, "/spec/clusterIP").to_string())),
-                json!(external),
-                json!(ports_string(o)),
-                json!(created),
-                json!(map_selector(o, "/spec/selector")),
-            ]
-        }
+                "<none>".to_string()
+            }
+        } else {
+            external.join(",")
+        };
+        vec![
+            name,
+            json!(t),
+            json!(or_none(s(o, "/spec/clusterIP").to_string())),
+            json!(external),
+            json!(ports_string(o)),
+            json!(created),
+            json!(map_selector(o, "/spec/selector")),
+        ]
     }
 }
 
@@ -76,17 +74,15 @@ impl Strategy for Endpoints {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        {
-            let mut eps = Vec::new();
-            for subset in arr(o, "/subsets") {
-                for a in arr(subset, "/addresses") {
-                    for p in arr(subset, "/ports") {
-                        eps.push(format!("{}:{}", s(a, "/ip"), i(p, "/port")));
-                    }
+        let mut eps = Vec::new();
+        for subset in arr(o, "/subsets") {
+            for a in arr(subset, "/addresses") {
+                for p in arr(subset, "/ports") {
+                    eps.push(format!("{}:{}", s(a, "/ip"), i(p, "/port")));
                 }
             }
-            vec![name, json!(or_none(eps.join(","))), json!(created)]
         }
+        vec![name, json!(or_none(eps.join(","))), json!(created)]
     }
 }
 
@@ -104,23 +100,21 @@ impl Strategy for EndpointSlices {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        {
-            let ports: Vec<String> = arr(o, "/ports")
-                .iter()
-                .map(|p| i(p, "/port").to_string())
-                .collect();
-            let addrs: Vec<String> = arr(o, "/endpoints")
-                .iter()
-                .flat_map(|e| arr(e, "/addresses").iter())
-                .filter_map(|a| a.as_str().map(String::from))
-                .collect();
-            vec![
-                name,
-                json!(s(o, "/addressType")),
-                json!(or_none(ports.join(","))),
-                json!(or_none(addrs.join(","))),
-                json!(created),
-            ]
-        }
+        let ports: Vec<String> = arr(o, "/ports")
+            .iter()
+            .map(|p| i(p, "/port").to_string())
+            .collect();
+        let addrs: Vec<String> = arr(o, "/endpoints")
+            .iter()
+            .flat_map(|e| arr(e, "/addresses").iter())
+            .filter_map(|a| a.as_str().map(String::from))
+            .collect();
+        vec![
+            name,
+            json!(s(o, "/addressType")),
+            json!(or_none(ports.join(","))),
+            json!(or_none(addrs.join(","))),
+            json!(created),
+        ]
     }
 }

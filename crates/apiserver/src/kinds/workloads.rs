@@ -54,23 +54,21 @@ impl Strategy for Deployments {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        {
-            let (c, im) = containers_images(o, "/spec/template/spec");
-            let desired = o
-                .pointer("/spec/replicas")
-                .and_then(Value::as_i64)
-                .unwrap_or(1);
-            vec![
-                name,
-                json!(format!("{}/{desired}", i(o, "/status/readyReplicas"))),
-                json!(i(o, "/status/updatedReplicas")),
-                json!(i(o, "/status/availableReplicas")),
-                json!(created),
-                json!(c),
-                json!(im),
-                json!(selector_string(o, "/spec/selector")),
-            ]
-        }
+        let (c, im) = containers_images(o, "/spec/template/spec");
+        let desired = o
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        vec![
+            name,
+            json!(format!("{}/{desired}", i(o, "/status/readyReplicas"))),
+            json!(i(o, "/status/updatedReplicas")),
+            json!(i(o, "/status/availableReplicas")),
+            json!(created),
+            json!(c),
+            json!(im),
+            json!(selector_string(o, "/spec/selector")),
+        ]
     }
 }
 
@@ -101,23 +99,21 @@ impl Strategy for ReplicaSets {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        {
-            let (c, im) = containers_images(o, "/spec/template/spec");
-            vec![
-                name,
-                json!(
-                    o.pointer("/spec/replicas")
-                        .and_then(Value::as_i64)
-                        .unwrap_or(1)
-                ),
-                json!(i(o, "/status/replicas")),
-                json!(i(o, "/status/readyReplicas")),
-                json!(created),
-                json!(c),
-                json!(im),
-                json!(selector_string(o, "/spec/selector")),
-            ]
-        }
+        let (c, im) = containers_images(o, "/spec/template/spec");
+        vec![
+            name,
+            json!(
+                o.pointer("/spec/replicas")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(1)
+            ),
+            json!(i(o, "/status/replicas")),
+            json!(i(o, "/status/readyReplicas")),
+            json!(created),
+            json!(c),
+            json!(im),
+            json!(selector_string(o, "/spec/selector")),
+        ]
     }
 }
 
@@ -147,22 +143,20 @@ impl Strategy for DaemonSets {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        {
-            let (c, im) = containers_images(o, "/spec/template/spec");
-            vec![
-                name,
-                json!(i(o, "/status/desiredNumberScheduled")),
-                json!(i(o, "/status/currentNumberScheduled")),
-                json!(i(o, "/status/numberReady")),
-                json!(i(o, "/status/updatedNumberScheduled")),
-                json!(i(o, "/status/numberAvailable")),
-                json!(map_selector(o, "/spec/template/spec/nodeSelector")),
-                json!(created),
-                json!(c),
-                json!(im),
-                json!(selector_string(o, "/spec/selector")),
-            ]
-        }
+        let (c, im) = containers_images(o, "/spec/template/spec");
+        vec![
+            name,
+            json!(i(o, "/status/desiredNumberScheduled")),
+            json!(i(o, "/status/currentNumberScheduled")),
+            json!(i(o, "/status/numberReady")),
+            json!(i(o, "/status/updatedNumberScheduled")),
+            json!(i(o, "/status/numberAvailable")),
+            json!(map_selector(o, "/spec/template/spec/nodeSelector")),
+            json!(created),
+            json!(c),
+            json!(im),
+            json!(selector_string(o, "/spec/selector")),
+        ]
     }
 }
 
@@ -205,48 +199,46 @@ impl Strategy for Jobs {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        {
-            let (c, im) = containers_images(o, "/spec/template/spec");
-            let conditions = arr(o, "/status/conditions");
-            let has = |t: &str| {
-                conditions
-                    .iter()
-                    .any(|c| s(c, "/type") == t && s(c, "/status") == "True")
-            };
-            let status = if has("Complete") {
-                "Complete"
-            } else if has("Failed") {
-                "Failed"
-            } else if o.pointer("/metadata/deletionTimestamp").is_some() {
-                "Terminating"
-            } else {
-                "Running"
-            };
-            let completions = match o.pointer("/spec/completions").and_then(Value::as_i64) {
-                Some(n) => format!("{}/{n}", i(o, "/status/succeeded")),
-                None => format!("{}/1", i(o, "/status/succeeded")),
-            };
-            let duration = match (
-                s(o, "/status/startTime").parse::<jiff::Timestamp>(),
-                s(o, "/status/completionTime").parse::<jiff::Timestamp>(),
-            ) {
-                (Ok(start), Ok(end)) => human_duration(end.as_second() - start.as_second()),
-                (Ok(start), Err(_)) => {
-                    human_duration(jiff::Timestamp::now().as_second() - start.as_second())
-                }
-                _ => String::new(),
-            };
-            vec![
-                name,
-                json!(status),
-                json!(completions),
-                json!(duration),
-                json!(created),
-                json!(c),
-                json!(im),
-                json!(selector_string(o, "/spec/selector")),
-            ]
-        }
+        let (c, im) = containers_images(o, "/spec/template/spec");
+        let conditions = arr(o, "/status/conditions");
+        let has = |t: &str| {
+            conditions
+                .iter()
+                .any(|c| s(c, "/type") == t && s(c, "/status") == "True")
+        };
+        let status = if has("Complete") {
+            "Complete"
+        } else if has("Failed") {
+            "Failed"
+        } else if o.pointer("/metadata/deletionTimestamp").is_some() {
+            "Terminating"
+        } else {
+            "Running"
+        };
+        let completions = match o.pointer("/spec/completions").and_then(Value::as_i64) {
+            Some(n) => format!("{}/{n}", i(o, "/status/succeeded")),
+            None => format!("{}/1", i(o, "/status/succeeded")),
+        };
+        let duration = match (
+            s(o, "/status/startTime").parse::<jiff::Timestamp>(),
+            s(o, "/status/completionTime").parse::<jiff::Timestamp>(),
+        ) {
+            (Ok(start), Ok(end)) => human_duration(end.as_second() - start.as_second()),
+            (Ok(start), Err(_)) => {
+                human_duration(jiff::Timestamp::now().as_second() - start.as_second())
+            }
+            _ => String::new(),
+        };
+        vec![
+            name,
+            json!(status),
+            json!(completions),
+            json!(duration),
+            json!(created),
+            json!(c),
+            json!(im),
+            json!(selector_string(o, "/spec/selector")),
+        ]
     }
 }
 
@@ -271,29 +263,27 @@ impl Strategy for CronJobs {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        {
-            let (c, im) = containers_images(o, "/spec/jobTemplate/spec/template/spec");
-            let last = match s(o, "/status/lastScheduleTime") {
-                "" => "<none>".to_string(),
-                _ => age(o, "/status/lastScheduleTime"),
-            };
-            vec![
-                name,
-                json!(s(o, "/spec/schedule")),
-                json!(or_none(s(o, "/spec/timeZone").to_string())),
-                json!(
-                    o.pointer("/spec/suspend")
-                        .and_then(Value::as_bool)
-                        .unwrap_or(false)
-                ),
-                json!(arr(o, "/status/active").len()),
-                json!(last),
-                json!(created),
-                json!(c),
-                json!(im),
-                json!(selector_string(o, "/spec/jobTemplate/spec/selector")),
-            ]
-        }
+        let (c, im) = containers_images(o, "/spec/jobTemplate/spec/template/spec");
+        let last = match s(o, "/status/lastScheduleTime") {
+            "" => "<none>".to_string(),
+            _ => age(o, "/status/lastScheduleTime"),
+        };
+        vec![
+            name,
+            json!(s(o, "/spec/schedule")),
+            json!(or_none(s(o, "/spec/timeZone").to_string())),
+            json!(
+                o.pointer("/spec/suspend")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false)
+            ),
+            json!(arr(o, "/status/active").len()),
+            json!(last),
+            json!(created),
+            json!(c),
+            json!(im),
+            json!(selector_string(o, "/spec/jobTemplate/spec/selector")),
+        ]
     }
 }
 
@@ -341,19 +331,17 @@ impl Strategy for StatefulSets {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        {
-            let (c, im) = containers_images(o, "/spec/template/spec");
-            let desired = o
-                .pointer("/spec/replicas")
-                .and_then(Value::as_i64)
-                .unwrap_or(1);
-            vec![
-                name,
-                json!(format!("{}/{desired}", i(o, "/status/readyReplicas"))),
-                json!(created),
-                json!(c),
-                json!(im),
-            ]
-        }
+        let (c, im) = containers_images(o, "/spec/template/spec");
+        let desired = o
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        vec![
+            name,
+            json!(format!("{}/{desired}", i(o, "/status/readyReplicas"))),
+            json!(created),
+            json!(c),
+            json!(im),
+        ]
     }
 }
