@@ -226,7 +226,8 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         scheduler: loopback::in_process(&p.api, &p.admin_token, "kube-scheduler"),
         kubelet: loopback::in_process(&p.api, &p.admin_token, "kubelet"),
     };
-    let simulator = Simulator::start(clients, sim.clone(), faults.clone())
+    let runtime = flotilla_member::runtime::RuntimeHandle::sim(&sim);
+    let simulator = Simulator::start(clients, sim.clone(), faults.clone(), runtime)
         .await
         .context("cannot start the simulated nodes and controllers")?;
 

@@ -9,6 +9,7 @@ pub mod informer;
 pub mod placement;
 pub mod pod;
 pub mod podutil;
+pub mod runtime;
 pub use flotilla_apiserver::quantity;
 pub mod sim;
 

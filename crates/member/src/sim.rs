@@ -21,6 +21,7 @@ use crate::config::SimConfig;
 use crate::controllers;
 use crate::faults::Faults;
 use crate::informer::{Index, Informer, Watched, controller_uid};
+use crate::runtime::RuntimeHandle;
 
 /// Why a reconcile failed; it is retried after a pause.
 #[derive(Debug, thiserror::Error)]
@@ -98,7 +99,12 @@ impl Drop for Simulator {
 impl Simulator {
     /// Starts the nodes and controllers of the cluster `config` describes
     /// against the API behind `clients`; returns once the caches are synced.
-    pub async fn start(clients: Clients, config: SimConfig, faults: Faults) -> Result<Simulator> {
+    pub async fn start(
+        clients: Clients,
+        config: SimConfig,
+        faults: Faults,
+        runtime: RuntimeHandle,
+    ) -> Result<Simulator> {
         let client = clients.controller_manager.clone();
         let mut inf = Informers {
             pods: Informer::new(Api::all(client.clone())),
@@ -137,7 +143,7 @@ impl Simulator {
         let controllers: Vec<TaskBox> = vec![
             controllers::nodes::start(cluster.clone(), &mut inf),
             controllers::scheduler::start(cluster.clone(), &mut inf),
-            controllers::kubelet::start(cluster.clone(), &mut inf),
+            controllers::kubelet::start(cluster.clone(), &mut inf, runtime),
             controllers::replicaset::start(cluster.clone(), &mut inf),
             controllers::deployment::start(cluster.clone(), &mut inf),
             controllers::statefulset::start(cluster.clone(), &mut inf),

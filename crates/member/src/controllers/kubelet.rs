@@ -1,52 +1,38 @@
-//! Simulated kubelets, the pod side: a bound pod goes Pending with its
-//! containers being created, then Running and Ready after the startup
-//! delay with a pod IP from its node's block; pods that run to completion
-//! (restartPolicy Never or OnFailure) succeed or fail after their run
-//! duration. Readiness follows the node's health and the injected faults.
-//!
-//! Annotations on a pod (or its template) tune the simulation:
-//! `simulation.flotilla.io/run-duration` (e.g. `30s`) and
-//! `simulation.flotilla.io/exit-code` (non-zero makes the pod fail).
+//! The kubelets, the pod side: each bound pod's sandbox is asked of the
+//! container runtime (`runtime/`), whose state this maps onto the
+//! PodStatus a kubelet writes: Pending while its containers are created,
+//! Running (with a pod IP from its node's block, `runtime::addressing`)
+//! until they exit, then Succeeded or Failed by their exit code.
+//! Readiness follows the node's health and the injected faults.
 
-use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::pod::{Pod, PodStatus};
 use futures::StreamExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use ipnet::Ipv4Net;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
-use parking_lot::Mutex;
 use serde_json::{Value, json};
-use tokio_stream::wrappers::WatchStream;
+use tokio_stream::wrappers::{UnboundedReceiverStream, WatchStream};
 
 use crate::controllers::status;
 use crate::informer::Change;
 use crate::podutil;
+use crate::runtime::addressing::PodAddresses;
+use crate::runtime::{
+    ContainerRun, ContainerState, PodPhase, PodRun, Runtime, RuntimeHandle, Sandbox, key,
+};
 use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, run_controller};
 
-pub const RUN_DURATION: &str = "simulation.flotilla.io/run-duration";
-pub const EXIT_CODE: &str = "simulation.flotilla.io/exit-code";
-
-/// Pod IPs handed out per node (node → pod key → IP).
-#[derive(Default)]
-struct IpPool {
-    by_node: HashMap<String, HashMap<String, Ipv4Addr>>,
-}
+pub use crate::runtime::sim::{EXIT_CODE, RUN_DURATION};
 
 struct Kubelet {
     cluster: Arc<Cluster>,
-    ips: Mutex<IpPool>,
-    /// When this process started each pod's containers: startTime has
-    /// whole-second precision, too coarse for sub-second startup delays.
-    started: Mutex<HashMap<String, std::time::Instant>>,
-}
-
-fn key(pod: &Pod) -> String {
-    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
+    runtime: Arc<dyn Runtime>,
+    addresses: PodAddresses,
 }
 
 fn node_of(pod: &Pod) -> Option<&str> {
@@ -57,16 +43,15 @@ fn node_of(pod: &Pod) -> Option<&str> {
         .filter(|n| !n.is_empty())
 }
 
-pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
+pub fn start(cluster: Arc<Cluster>, inf: &mut Informers, runtime: RuntimeHandle) -> TaskBox {
     let kubelet = Arc::new(Kubelet {
+        runtime: runtime.runtime,
         cluster: cluster.clone(),
-        ips: Mutex::default(),
-        started: Mutex::default(),
+        addresses: PodAddresses::default(),
     });
     let k = kubelet.clone();
     inf.pods.on_change(move |change| {
         let pod = change.object();
-        let mut pool = k.ips.lock();
         let Some(node) = node_of(pod) else {
             return;
         };
@@ -78,17 +63,16 @@ pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
                     .and_then(|s| s.pod_ip.as_deref())
                     .and_then(|ip| ip.parse().ok());
                 if let Some(ip) = ip {
-                    pool.by_node
-                        .entry(node.to_string())
-                        .or_default()
-                        .insert(key(p), ip);
+                    k.addresses.observe(node, &key(p), ip);
                 }
             }
             Change::Deleted(p) => {
-                if let Some(m) = pool.by_node.get_mut(node) {
-                    m.remove(&key(p));
-                }
-                k.started.lock().remove(&key(p));
+                // The address is free once nothing of the pod runs.
+                let (k, node, pod_key) = (k.clone(), node.to_string(), key(p));
+                tokio::spawn(async move {
+                    k.runtime.remove(&pod_key).await;
+                    k.addresses.release(&node, &pod_key);
+                });
             }
         }
     });
@@ -106,10 +90,15 @@ pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
             .collect();
         futures::stream::iter(refs)
     });
+    // The runtime's events: a process exited, a probe changed.
+    let on_event = UnboundedReceiverStream::new(runtime.events).filter_map(|pod_key| async move {
+        let (ns, name) = pod_key.split_once('/')?;
+        Some(ObjectRef::<Pod>::new(name).within(ns))
+    });
     run_controller(
         "kubelet",
         cluster.pods.clone(),
-        vec![boxed(bound), boxed(on_fault)],
+        vec![boxed(bound), boxed(on_fault), boxed(on_event)],
         cluster,
         8,
         move |pod, _| {
@@ -119,46 +108,12 @@ pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
     )
 }
 
-fn annotation<'a>(pod: &'a Pod, name: &str) -> Option<&'a str> {
-    pod.metadata
-        .annotations
-        .as_ref()?
-        .get(name)
-        .map(String::as_str)
-}
-
 impl Kubelet {
-    /// How long the pod's containers run before exiting, if they do.
-    fn run_duration(&self, pod: &Pod) -> Option<Duration> {
-        let policy = pod
-            .spec
-            .as_ref()?
-            .restart_policy
-            .as_deref()
-            .unwrap_or("Always");
-        if policy == "Always" {
-            return None;
-        }
-        Some(
-            annotation(pod, RUN_DURATION)
-                .and_then(|d| humantime::parse_duration(d).ok())
-                .unwrap_or(self.cluster.config.job_duration),
-        )
-    }
-
-    fn allocate_ip(&self, pod: &Pod, node: &str) -> Option<Ipv4Addr> {
+    /// The pod's address on `node`, with the node's block.
+    fn address(&self, pod: &Pod, node: &str) -> Option<(Ipv4Addr, Ipv4Net)> {
         let i = self.cluster.config.node_index(node)?;
         let block = self.cluster.config.node_pod_cidr(i)?;
-        let mut pool = self.ips.lock();
-        let used = pool.by_node.entry(node.to_string()).or_default();
-        if let Some(ip) = used.get(&key(pod)) {
-            return Some(*ip);
-        }
-        let taken: HashSet<Ipv4Addr> = used.values().copied().collect();
-        // .1 is the node's gateway.
-        let ip = block.hosts().skip(1).find(|ip| !taken.contains(ip))?;
-        used.insert(key(pod), ip);
-        Some(ip)
+        Some((self.addresses.allocate(node, &key(pod), block)?, block))
     }
 
     async fn sync(&self, pod: Arc<Pod>) -> Result<Action> {
@@ -171,50 +126,18 @@ impl Kubelet {
         if self.cluster.config.node_index(&node).is_none() {
             return Ok(Action::await_change());
         }
+        // A node that is not ready starts no containers.
         let node_ready = !self.cluster.faults.node_not_ready(&node);
-        let startup = self.cluster.config.pod_startup;
-        let status = pod.status.clone().unwrap_or_default();
-        let started = status.start_time.clone();
-        let phase = podutil::phase(&pod).to_string();
-        let (next, wait) = match (&started, phase.as_str()) {
-            (None, _) if !node_ready => return Ok(Action::requeue(Duration::from_secs(2))),
-            (None, _) => {
-                self.started
-                    .lock()
-                    .insert(key(&pod), std::time::Instant::now());
-                (self.pending(&pod, &node), Some(startup))
-            }
-            (Some(t), "Pending") => {
-                let elapsed = match self.started.lock().get(&key(&pod)) {
-                    Some(at) => at.elapsed(),
-                    None => podutil::since(t),
-                };
-                if elapsed < startup {
-                    return Ok(Action::requeue(startup - elapsed));
-                }
-                if !node_ready {
-                    return Ok(Action::requeue(Duration::from_secs(2)));
-                }
-                self.started.lock().remove(&key(&pod));
-                (
-                    self.running(&pod, &node, &podutil::now()),
-                    self.run_duration(&pod),
-                )
-            }
-            (Some(_), _) => {
-                let running_since = container_started(&pod).unwrap_or_else(podutil::now);
-                if let Some(d) = self.run_duration(&pod) {
-                    let ran = podutil::since(&running_since);
-                    if ran >= d {
-                        (self.finished(&pod, &running_since), None)
-                    } else {
-                        (self.running(&pod, &node, &running_since), Some(d - ran))
-                    }
-                } else {
-                    (self.running(&pod, &node, &running_since), None)
-                }
-            }
+        let starting = matches!(podutil::phase(&pod), "Pending" | "");
+        if starting && !node_ready {
+            return Ok(Action::requeue(Duration::from_secs(2)));
+        }
+        let sandbox = Sandbox {
+            ip: self.address(&pod, &node),
+            node,
         };
+        let run = self.runtime.sync(&pod, &sandbox).await;
+        let next = self.status(&pod, &sandbox, &run);
         // Compare as the view sees them: every status the kubelet writes
         // differs from the last one in a field the view keeps.
         let desired: PodStatus = serde_json::from_value(next.clone()).unwrap_or_default();
@@ -227,125 +150,121 @@ impl Kubelet {
                 return Ok(Action::await_change());
             }
         }
-        Ok(match wait {
+        Ok(match run.recheck {
             Some(d) => Action::requeue(d.max(Duration::from_millis(10))),
             None => Action::await_change(),
         })
     }
 
-    fn host_ip(&self, node: &str) -> String {
+    fn host_ip(&self, node: &str) -> Option<String> {
         self.cluster
             .config
             .node_index(node)
             .and_then(|i| self.cluster.config.node_ip(i))
             .map(|ip| ip.to_string())
-            .unwrap_or_default()
     }
 
-    fn pending(&self, pod: &Pod, node: &str) -> Value {
-        let now = podutil::now();
-        let containers: Vec<Value> = containers(pod)
-            .map(|(name, image)| {
-                json!({"name": name, "image": image, "imageID": "", "ready": false, "started": false,
-                       "restartCount": 0, "state": {"waiting": {"reason": "ContainerCreating"}}})
-            })
-            .collect();
-        let host_ip = self.host_ip(node);
-        json!({
-            "phase": "Pending",
-            "hostIP": host_ip,
-            "hostIPs": [{"ip": host_ip}],
-            "startTime": now,
-            "qosClass": qos_class(pod),
-            "conditions": conditions(pod, &[
-                ("PodReadyToStartContainers", "False", ""),
-                ("Initialized", "True", ""),
-                ("Ready", "False", "ContainersNotReady"),
-                ("ContainersReady", "False", "ContainersNotReady"),
-                ("PodScheduled", "True", ""),
-            ]),
-            "containerStatuses": containers,
-        })
-    }
-
-    fn running(&self, pod: &Pod, node: &str, since: &Time) -> Value {
-        let ready = !self.cluster.faults.node_not_ready(node)
+    /// The PodStatus a kubelet writes for what the runtime reports.
+    fn status(&self, pod: &Pod, sandbox: &Sandbox, run: &PodRun) -> Value {
+        let recorded = pod.status.as_ref();
+        let finished = matches!(run.phase, PodPhase::Succeeded | PodPhase::Failed);
+        // Faults make running containers unready.
+        let healthy = !self.cluster.faults.node_not_ready(&sandbox.node)
             && !self
                 .cluster
                 .faults
                 .pod_unready(&pod.namespace().unwrap_or_default(), &labels_json(pod));
-        let ip = self
-            .allocate_ip(pod, node)
-            .map(|ip| ip.to_string())
-            .unwrap_or_default();
-        let host_ip = self.host_ip(node);
-        let containers: Vec<Value> = containers(pod)
-            .map(|(name, image)| {
-                json!({"name": name, "image": image, "imageID": format!("flotilla://{image}"),
-                       "containerID": format!("flotilla://{}", container_id(pod, &name)),
-                       "ready": ready, "started": true, "restartCount": 0,
-                       "state": {"running": {"startedAt": since}}})
-            })
-            .collect();
-        let (r, reason) = if ready {
-            ("True", "")
-        } else {
-            ("False", "ContainersNotReady")
+        let ready = |c: &ContainerRun| {
+            healthy && c.ready && matches!(c.state, ContainerState::Running { .. })
         };
-        json!({
-            "phase": "Running",
+        let all_ready = !run.containers.is_empty() && run.containers.iter().all(ready);
+        let images: Vec<(String, String)> = containers(pod).collect();
+        let image_of = |name: &str| {
+            images
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, i)| i.clone())
+                .unwrap_or_default()
+        };
+        let container_json = |c: &ContainerRun| {
+            let image = image_of(&c.name);
+            let mut v = json!({
+                "name": c.name, "image": image,
+                "imageID": if c.id.is_some() { format!("flotilla://{image}") } else { String::new() },
+                "ready": ready(c), "started": c.started && matches!(c.state, ContainerState::Running { .. }),
+                "restartCount": c.restarts, "state": state_json(&c.state),
+            });
+            if let Some(id) = &c.id {
+                v["containerID"] = json!(id);
+            }
+            if let Some(last) = &c.last {
+                v["lastState"] = state_json(last);
+            }
+            v
+        };
+        let pod_ip = match (&sandbox.ip, run.sandbox_ready) {
+            (Some((ip, _)), true) => Some(ip.to_string()),
+            _ => recorded.and_then(|s| s.pod_ip.clone()),
+        };
+        let host_ip = self.host_ip(&sandbox.node);
+        let (ready_status, ready_reason) = match (finished, all_ready) {
+            (true, _) => ("False", "PodCompleted"),
+            (false, true) => ("True", ""),
+            (false, false) => ("False", "ContainersNotReady"),
+        };
+        let tf = |b: bool| if b { "True" } else { "False" };
+        let mut status = json!({
+            "phase": match run.phase {
+                PodPhase::Pending => "Pending",
+                PodPhase::Running => "Running",
+                PodPhase::Succeeded => "Succeeded",
+                PodPhase::Failed => "Failed",
+            },
             "hostIP": host_ip,
-            "hostIPs": [{"ip": host_ip}],
-            "podIP": ip,
-            "podIPs": [{"ip": ip}],
-            "startTime": pod.status.as_ref().and_then(|s| s.start_time.clone()),
+            "podIP": pod_ip,
+            "startTime": recorded.and_then(|s| s.start_time.clone()).unwrap_or_else(podutil::now),
             "qosClass": qos_class(pod),
             "conditions": conditions(pod, &[
-                ("PodReadyToStartContainers", "True", ""),
-                ("Initialized", "True", ""),
-                ("Ready", r, reason),
-                ("ContainersReady", r, reason),
+                ("PodReadyToStartContainers", tf(run.sandbox_ready), ""),
+                ("Initialized", tf(run.initialized), if run.initialized { "" } else { "ContainersNotInitialized" }),
+                ("Ready", ready_status, ready_reason),
+                ("ContainersReady", ready_status, ready_reason),
                 ("PodScheduled", "True", ""),
             ]),
-            "containerStatuses": containers,
-        })
+            "containerStatuses": run.containers.iter().map(container_json).collect::<Vec<_>>(),
+        });
+        if let Some(ip) = &host_ip {
+            status["hostIPs"] = json!([{ "ip": ip }]);
+        }
+        if let Some(ip) = &pod_ip {
+            status["podIPs"] = json!([{ "ip": ip }]);
+        }
+        if !run.init_containers.is_empty() {
+            status["initContainerStatuses"] = json!(
+                run.init_containers
+                    .iter()
+                    .map(container_json)
+                    .collect::<Vec<_>>()
+            );
+        }
+        status
     }
+}
 
-    fn finished(&self, pod: &Pod, since: &Time) -> Value {
-        let code: i32 = annotation(pod, EXIT_CODE)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let (phase, reason) = if code == 0 {
-            ("Succeeded", "Completed")
-        } else {
-            ("Failed", "Error")
-        };
-        let now = podutil::now();
-        let containers: Vec<Value> = containers(pod)
-            .map(|(name, image)| {
-                json!({"name": name, "image": image, "imageID": format!("flotilla://{image}"),
-                       "containerID": format!("flotilla://{}", container_id(pod, &name)),
-                       "ready": false, "started": false, "restartCount": 0,
-                       "state": {"terminated": {"exitCode": code, "reason": reason, "startedAt": since, "finishedAt": now}}})
-            })
-            .collect();
-        // A merge patch: the IPs and startTime stay as they are.
-        let status = pod.status.as_ref();
-        json!({
-            "phase": phase,
-            "hostIP": status.and_then(|s| s.host_ip.clone()),
-            "podIP": status.and_then(|s| s.pod_ip.clone()),
-            "startTime": status.and_then(|s| s.start_time.clone()),
-            "qosClass": qos_class(pod),
-            "conditions": conditions(pod, &[
-                ("PodReadyToStartContainers", "False", ""),
-                ("Initialized", "True", ""),
-                ("Ready", "False", "PodCompleted"),
-                ("ContainersReady", "False", "PodCompleted"),
-                ("PodScheduled", "True", ""),
-            ]),
-            "containerStatuses": containers,
-        })
+fn state_json(state: &ContainerState) -> Value {
+    match state {
+        ContainerState::Waiting { reason, message } => {
+            json!({"waiting": {"reason": reason, "message": message}})
+        }
+        ContainerState::Running { since } => json!({"running": {"startedAt": since}}),
+        ContainerState::Terminated {
+            code,
+            reason,
+            message,
+            started,
+            finished,
+        } => json!({"terminated": {"exitCode": code, "reason": reason, "message": message,
+                                   "startedAt": started, "finishedAt": finished}}),
     }
 }
 
@@ -354,19 +273,6 @@ fn containers(pod: &Pod) -> impl Iterator<Item = (String, String)> + '_ {
         .iter()
         .flat_map(|s| s.containers.iter())
         .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default()))
-}
-
-fn container_id(pod: &Pod, container: &str) -> String {
-    format!("{}-{container}", pod.uid().unwrap_or_default())
-}
-
-fn container_started(pod: &Pod) -> Option<Time> {
-    pod.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .iter()
-        .find_map(|c| c.state.as_ref()?.running.as_ref()?.started_at.clone())
 }
 
 fn labels_json(pod: &Pod) -> serde_json::Map<String, Value> {
