@@ -80,6 +80,15 @@ enum Command {
     /// Measure performance.
     #[command(subcommand)]
     Bench(bench::Bench),
+    /// The netns runtime's container shim (started by `member --runtime netns`).
+    #[command(name = "__container-shim", hide = true)]
+    ContainerShim { launch: std::path::PathBuf },
+    /// The stand-in workload of containers without a command.
+    #[command(name = "__standin", hide = true)]
+    Standin {
+        #[arg(long = "port")]
+        ports: Vec<u16>,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -91,6 +100,11 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    // The shim must enter namespaces while it has one thread: before tokio.
+    if let Command::ContainerShim { launch } = &cli.command {
+        let code = flotilla_member::runtime::netns::shim::main(launch);
+        return std::process::ExitCode::from(code.clamp(0, 255) as u8);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -124,6 +138,10 @@ fn main() -> std::process::ExitCode {
             Command::Member(m) => member::run(*m).await,
             Command::Token(t) => token::run(t).await,
             Command::Store(cmd) => store_migrate::run(cmd).await,
+            Command::Standin { ports } => flotilla_member::runtime::netns::standin::serve(ports)
+                .await
+                .map_err(anyhow::Error::from),
+            Command::ContainerShim { .. } => Ok(()),
         }
     });
     match result {

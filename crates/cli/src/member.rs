@@ -12,7 +12,10 @@ use clap::Subcommand;
 use flotilla_apiserver::Config;
 use flotilla_apiserver::allocation::ServiceNetwork;
 use flotilla_apiserver::loopback;
+use flotilla_member::runtime::netns::{NetnsConfig, NetnsRuntime};
+use flotilla_member::runtime::{Events, Runtime, RuntimeHandle};
 use flotilla_member::{Clients, Faults, SimConfig, Simulator, admin, front_door};
+use std::sync::Arc;
 use tracing::info;
 
 use crate::apiserver::{self, ServeArgs, StorageArgs};
@@ -90,9 +93,19 @@ struct RunArgs {
     /// Range Service ClusterIPs come from.
     #[arg(long, default_value = "10.96.0.0/12")]
     service_cidr: ipnet::Ipv4Net,
-    /// Range pod IPs come from; each node gets a block.
-    #[arg(long, default_value = "10.128.0.0/9")]
-    pod_cidr: ipnet::Ipv4Net,
+    /// Range pod IPs come from; each node gets a block [default: a /16
+    /// in 10.128.0.0/9 chosen by the cluster's name, so members differ].
+    /// Members may overlap.
+    #[arg(long)]
+    pod_cidr: Option<ipnet::Ipv4Net>,
+    /// sim: pods are bookkeeping (Running after --pod-startup); netns:
+    /// pods are network namespaces with real processes (needs root).
+    #[arg(long, value_enum, default_value = "sim")]
+    runtime: RuntimeKind,
+    /// With --runtime netns, serve the API on a non-loopback --listen even
+    /// though `kubectl exec` then runs commands on this host as root can.
+    #[arg(long)]
+    allow_remote_exec: bool,
     /// Loopback address of the admin (fault injection) endpoint.
     #[arg(long, default_value = "127.0.0.1:0")]
     admin_listen: SocketAddr,
@@ -150,6 +163,21 @@ enum Fault {
     List,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum RuntimeKind {
+    Sim,
+    Netns,
+}
+
+/// A member's default pod CIDR: a /16 of 10.128.0.0/9 picked by name.
+fn default_pod_cidr(name: &str) -> ipnet::Ipv4Net {
+    let h = name.bytes().fold(2166136261u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(16777619)
+    });
+    let second = 128 + (h % 128) as u8;
+    ipnet::Ipv4Net::new(std::net::Ipv4Addr::new(10, second, 0, 0), 16).unwrap_or_default()
+}
+
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum Mode {
     Refuse,
@@ -198,10 +226,19 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         pod_startup: args.pod_startup,
         job_duration: args.job_duration,
         heartbeat: args.node_heartbeat,
-        pod_cidr: args.pod_cidr,
+        pod_cidr: args.pod_cidr.unwrap_or_else(|| default_pod_cidr(&name)),
         ..SimConfig::default()
     };
     sim.validate().map_err(anyhow::Error::msg)?;
+    if args.runtime == RuntimeKind::Netns
+        && !args.listen.ip().is_loopback()
+        && !args.allow_remote_exec
+    {
+        bail!(
+            "--runtime netns runs pod commands on this host, and `kubectl exec` reaches them: --listen {} is not loopback (use 127.0.0.1, or add --allow-remote-exec)",
+            args.listen
+        );
+    }
     let serve_args = ServeArgs {
         listen: args.listen,
         watch_history: args.watch_history,
@@ -226,7 +263,31 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         scheduler: loopback::in_process(&p.api, &p.admin_token, "kube-scheduler"),
         kubelet: loopback::in_process(&p.api, &p.admin_token, "kubelet"),
     };
-    let runtime = flotilla_member::runtime::RuntimeHandle::sim(&sim);
+    let (runtime, netns) = match args.runtime {
+        RuntimeKind::Sim => (RuntimeHandle::sim(&sim), None),
+        RuntimeKind::Netns => {
+            let (events, rx) = Events::channel();
+            let config = NetnsConfig {
+                data_dir: data_dir.clone(),
+                helper: std::env::current_exe()
+                    .context("cannot find this binary, which pods' containers run through")?,
+                shape: sim.clone(),
+                dns_ip: dns_ip(args.service_cidr),
+                client: clients.kubelet.clone(),
+            };
+            let netns = NetnsRuntime::start(config, events)
+                .await
+                .map_err(anyhow::Error::msg)?;
+            let runtime: Arc<dyn Runtime> = netns.clone();
+            (
+                RuntimeHandle {
+                    runtime,
+                    events: rx,
+                },
+                Some(netns),
+            )
+        }
+    };
     let simulator = Simulator::start(clients, sim.clone(), faults.clone(), runtime)
         .await
         .context("cannot start the simulated nodes and controllers")?;
@@ -263,10 +324,19 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         kubeconfig_path.display(),
         data_dir.display()
     );
-    server.await.context("the server task failed")??;
+    let served = server.await.context("the server task failed");
     drop(simulator);
+    if let Some(netns) = netns {
+        netns.shutdown().await;
+    }
+    served??;
     info!("shut down cleanly");
     Ok(())
+}
+
+/// The cluster DNS address: the service range's tenth, as kubeadm picks.
+fn dns_ip(service_cidr: ipnet::Ipv4Net) -> std::net::Ipv4Addr {
+    std::net::Ipv4Addr::from(u32::from(service_cidr.network()).saturating_add(10))
 }
 
 /// Where a running member says its admin endpoint listens.

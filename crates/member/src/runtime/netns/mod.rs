@@ -1,1 +1,667 @@
-//! The netns runtime.
+//! The netns runtime: pods are Linux network namespaces on the member's
+//! own bridged network (`network`), their containers host processes
+//! started by a shim (`shim`) in a private mount namespace with the pod's
+//! volumes, environment and user (`spec`), logged and stopped as a
+//! kubelet does (`process`). A container without a command runs the
+//! stand-in workload (`standin`).
+//!
+//! It is a test bed, not a container runtime: commands are the host's
+//! binaries and run on the host's kernel with its filesystem visible.
+
+pub mod host;
+pub mod network;
+pub mod process;
+pub mod shim;
+pub mod spec;
+pub mod standin;
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Container, Pod as FullPod};
+use kube::{Api, Client, ResourceExt};
+use tracing::{info, warn};
+
+use super::{ContainerRun, ContainerState, Events, PodPhase, PodRun, Runtime, Sandbox};
+use crate::config::SimConfig;
+use crate::pod::Pod;
+use crate::podutil;
+use network::{MemberNetwork, NodeNetwork};
+use process::Process;
+use spec::{ConfigError, PodIdentity, Resolver};
+
+/// What the netns runtime is given.
+pub struct NetnsConfig {
+    /// The member's data dir; pods live under `pods/`.
+    pub data_dir: PathBuf,
+    /// The flotilla binary: the shim and the stand-in workload.
+    pub helper: PathBuf,
+    pub shape: SimConfig,
+    /// The cluster DNS address written into pods' resolv.conf.
+    pub dns_ip: Ipv4Addr,
+    /// Reads pods, ConfigMaps and Secrets, and requests tokens.
+    pub client: Client,
+}
+
+/// Upstream's CrashLoopBackOff: 10 s doubling to 5 min.
+const BACKOFF_START: Duration = Duration::from_secs(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// How soon a pod whose configuration did not resolve is tried again.
+const CONFIG_RETRY: Duration = Duration::from_secs(2);
+
+pub struct NetnsRuntime {
+    config: NetnsConfig,
+    network: MemberNetwork,
+    events: Events,
+    pods: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<PodSandbox>>>>,
+}
+
+/// One container of a sandbox.
+struct ContainerSlot {
+    spec: Container,
+    state: ContainerState,
+    last: Option<ContainerState>,
+    restarts: i32,
+    process: Option<Process>,
+    /// When the current process started.
+    started: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// Not restarted before this (CrashLoopBackOff).
+    backoff_until: Option<Instant>,
+    backoff: Duration,
+    /// Its launches so far (for log file names).
+    runs: u32,
+}
+
+struct PodSandbox {
+    uid: String,
+    netns: String,
+    node: NodeNetwork,
+    ip: Ipv4Addr,
+    dir: PathBuf,
+    pod: FullPod,
+    volumes: Option<std::collections::BTreeMap<String, PathBuf>>,
+    init: Vec<ContainerSlot>,
+    containers: Vec<ContainerSlot>,
+    grace: Duration,
+    /// Set once the pod has finished (nothing restarts any more).
+    done: bool,
+}
+
+fn slot(spec: &Container) -> ContainerSlot {
+    ContainerSlot {
+        spec: spec.clone(),
+        state: ContainerState::Waiting {
+            reason: "ContainerCreating".into(),
+            message: None,
+        },
+        last: None,
+        restarts: 0,
+        process: None,
+        started: None,
+        backoff_until: None,
+        backoff: BACKOFF_START,
+        runs: 0,
+    }
+}
+
+impl NetnsRuntime {
+    /// Checks the host, removes what an earlier run left and builds the
+    /// member's network.
+    pub async fn start(config: NetnsConfig, events: Events) -> Result<Arc<NetnsRuntime>, String> {
+        let identity = std::fs::canonicalize(&config.data_dir)
+            .unwrap_or_else(|_| config.data_dir.clone())
+            .to_string_lossy()
+            .into_owned();
+        let network = MemberNetwork::plan(&config.shape, &identity)?;
+        host::check(&format!("{}-probe", network.prefix))
+            .await
+            .map_err(|e| e.to_string())?;
+        let left = network.leftovers();
+        if !left.is_empty() {
+            info!(
+                namespaces = left.len(),
+                "removing the pod network an earlier run left"
+            );
+        }
+        network.clean().await;
+        let pods_dir = config.data_dir.join("pods");
+        let _ = std::fs::remove_dir_all(&pods_dir);
+        std::fs::create_dir_all(&pods_dir)
+            .map_err(|e| format!("cannot make {}: {e}", pods_dir.display()))?;
+        if let Err(e) = network.create().await {
+            network.destroy().await;
+            return Err(format!("cannot build the member's pod network: {e}"));
+        }
+        warn!(
+            prefix = %network.prefix,
+            "the netns runtime runs pod commands as host processes: a test bed, not a container runtime"
+        );
+        Ok(Arc::new(NetnsRuntime {
+            config,
+            network,
+            events,
+            pods: Default::default(),
+        }))
+    }
+
+    /// The network namespace prefix of this member (for tests and tools).
+    pub fn prefix(&self) -> &str {
+        &self.network.prefix
+    }
+
+    /// The node namespace a pod IP is reached from.
+    pub fn node_netns(&self, node: &str) -> Option<String> {
+        self.network.node(node).map(|n| n.netns.clone())
+    }
+
+    async fn create(&self, pod: &Pod, sandbox: &Sandbox) -> Result<PodSandbox, ConfigError> {
+        let namespace = pod.namespace().unwrap_or_default();
+        let api: Api<FullPod> = Api::namespaced(self.config.client.clone(), &namespace);
+        let full = api
+            .get(&pod.name_any())
+            .await
+            .map_err(|e| sandbox_error(format!("cannot read the pod: {e}")))?;
+        let node = self
+            .network
+            .node(&sandbox.node)
+            .cloned()
+            .ok_or_else(|| sandbox_error(format!("no node {} here", sandbox.node)))?;
+        let Some((ip, _)) = sandbox.ip else {
+            return Err(sandbox_error(format!(
+                "no pod IP left in node {}'s block {}",
+                node.name, node.pod_block
+            )));
+        };
+        let uid = full.uid().unwrap_or_default();
+        let netns = self.network.pod_netns(&uid);
+        let dir = self.config.data_dir.join("pods").join(&uid);
+        std::fs::create_dir_all(dir.join("etc"))
+            .map_err(|e| sandbox_error(format!("cannot make {}: {e}", dir.display())))?;
+        let write = |name: &str, contents: String| {
+            std::fs::write(dir.join("etc").join(name), contents)
+                .map_err(|e| sandbox_error(format!("cannot write {name}: {e}")))
+        };
+        write("hosts", spec::hosts_file(&full, ip))?;
+        write("resolv.conf", spec::resolv_file(&full, self.config.dns_ip))?;
+        write(
+            "hostname",
+            format!(
+                "{}\n",
+                full.spec
+                    .as_ref()
+                    .and_then(|s| s.hostname.clone())
+                    .unwrap_or_else(|| full.name_any())
+            ),
+        )?;
+        if let Err(e) = self.network.create_pod(&node, &netns, ip).await {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(sandbox_error(e.to_string()));
+        }
+        let spec = full.spec.clone().unwrap_or_default();
+        let grace = spec.termination_grace_period_seconds.unwrap_or(30).max(0) as u64;
+        Ok(PodSandbox {
+            uid,
+            netns,
+            node,
+            ip,
+            dir,
+            init: spec.init_containers.iter().flatten().map(slot).collect(),
+            containers: spec.containers.iter().map(slot).collect(),
+            pod: full,
+            volumes: None,
+            grace: Duration::from_secs(grace),
+            done: false,
+        })
+    }
+
+    /// Starts one container of `sb` (init when `init`), or records why not.
+    async fn launch(&self, sb: &mut PodSandbox, key: &str, init: bool, index: usize) {
+        let namespace = sb.pod.namespace().unwrap_or_default();
+        let resolver = Resolver::new(self.config.client.clone(), &namespace);
+        let host_ip = self
+            .config
+            .shape
+            .node_index(&sb.node.name)
+            .and_then(|i| self.config.shape.node_ip(i))
+            .unwrap_or(Ipv4Addr::UNSPECIFIED);
+        let cluster = self.config.shape.cluster_name.clone();
+        let id = PodIdentity {
+            pod: &sb.pod,
+            ip: sb.ip,
+            host_ip,
+            node: &sb.node.name,
+            cluster: &cluster,
+        };
+        let prepared = async {
+            if sb.volumes.is_none() {
+                sb.volumes = Some(spec::volumes(&resolver, &id, &sb.dir.join("volumes")).await?);
+            }
+            let slots = if init { &sb.init } else { &sb.containers };
+            let c = &slots[index].spec;
+            let env = spec::environment(&resolver, c, &id).await?;
+            let root = sb.dir.join("rootfs").join(&c.name);
+            let tmp = sb.dir.join("tmp").join(&c.name);
+            for d in [&root, &tmp] {
+                std::fs::create_dir_all(d).map_err(|e| sandbox_error(e.to_string()))?;
+            }
+            // A private /tmp as the host's: anyone may write, sticky.
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777));
+            let etc = [
+                (sb.dir.join("etc/hosts"), "/etc/hosts"),
+                (sb.dir.join("etc/resolv.conf"), "/etc/resolv.conf"),
+                (sb.dir.join("etc/hostname"), "/etc/hostname"),
+            ];
+            let launch = spec::launch(
+                &id,
+                c,
+                env,
+                sb.volumes.as_ref().unwrap_or(&Default::default()),
+                &etc,
+                &self.config.helper,
+                host::netns_path(&sb.netns),
+                root,
+                tmp,
+            )?;
+            let file = sb.dir.join("launch").join(format!("{}.json", c.name));
+            write_private(
+                &file,
+                &serde_json::to_vec(&launch.launch).unwrap_or_default(),
+            )
+            .map_err(|e| sandbox_error(format!("cannot write {}: {e}", file.display())))?;
+            Ok::<PathBuf, ConfigError>(file)
+        }
+        .await;
+        let dir = sb.dir.clone();
+        let slots = if init {
+            &mut sb.init
+        } else {
+            &mut sb.containers
+        };
+        let slot = &mut slots[index];
+        let file = match prepared {
+            Ok(f) => f,
+            Err(e) if e.reason == "StartError" => {
+                // As containerd: the container is created and fails to start.
+                let now = podutil::now();
+                record_exit(
+                    slot,
+                    ContainerState::Terminated {
+                        code: shim::START_ERROR,
+                        reason: "StartError".into(),
+                        message: Some(e.message),
+                        started: now.clone(),
+                        finished: now,
+                    },
+                );
+                return;
+            }
+            Err(e) => {
+                slot.state = ContainerState::Waiting {
+                    reason: e.reason.into(),
+                    message: Some(e.message),
+                };
+                return;
+            }
+        };
+        let log = log_path(&dir, &slot.spec.name, slot.runs);
+        let events = self.events.clone();
+        let key = key.to_string();
+        match process::spawn(&self.config.helper, &file, log, move || {
+            events.changed(&key)
+        }) {
+            Ok(p) => {
+                let now = podutil::now();
+                if slot.runs > 0 {
+                    slot.restarts += 1;
+                    slot.last = Some(slot.state.clone());
+                }
+                slot.runs += 1;
+                slot.process = Some(p);
+                slot.started = Some(now.clone());
+                slot.state = ContainerState::Running { since: now };
+            }
+            Err(e) => {
+                slot.state = ContainerState::Waiting {
+                    reason: "RunContainerError".into(),
+                    message: Some(format!("cannot start the container: {e}")),
+                };
+            }
+        }
+    }
+
+    /// Drives one pod towards its spec; returns what to report.
+    async fn drive(&self, sb: &mut PodSandbox, key: &str) -> PodRun {
+        let policy = sb
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.clone())
+            .unwrap_or_else(|| "Always".into());
+        let mut recheck: Option<Duration> = None;
+        let mut soonest = |d: Duration| {
+            recheck = Some(recheck.map_or(d, |r: Duration| r.min(d)));
+        };
+        reap(&mut sb.init);
+        reap(&mut sb.containers);
+        // Init containers, one at a time, each to success.
+        let mut initialized = true;
+        let mut failed_init = false;
+        for i in 0..sb.init.len() {
+            match &sb.init[i].state {
+                ContainerState::Terminated { code: 0, .. } => continue,
+                ContainerState::Running { .. } => {}
+                ContainerState::Terminated { .. } if policy == "Never" => failed_init = true,
+                _ => match ready_to_start(&sb.init[i]) {
+                    Ok(()) => self.launch(sb, key, true, i).await,
+                    Err(wait) => soonest(wait),
+                },
+            }
+            initialized = false;
+            if matches!(sb.init[i].state, ContainerState::Waiting { .. }) {
+                soonest(CONFIG_RETRY);
+            }
+            break;
+        }
+        if initialized && !sb.done {
+            for i in 0..sb.containers.len() {
+                let restart = match &sb.containers[i].state {
+                    ContainerState::Running { .. } => false,
+                    ContainerState::Waiting { .. } => true,
+                    ContainerState::Terminated { code, .. } => {
+                        policy == "Always" || (policy == "OnFailure" && *code != 0)
+                    }
+                };
+                if !restart {
+                    continue;
+                }
+                match ready_to_start(&sb.containers[i]) {
+                    Ok(()) => self.launch(sb, key, false, i).await,
+                    Err(wait) => soonest(wait),
+                }
+                if matches!(sb.containers[i].state, ContainerState::Waiting { .. })
+                    && sb.containers[i].backoff_until.is_none()
+                {
+                    soonest(CONFIG_RETRY);
+                }
+            }
+        }
+        let all_terminated = sb
+            .containers
+            .iter()
+            .all(|c| matches!(c.state, ContainerState::Terminated { .. }));
+        let any_failed = sb
+            .containers
+            .iter()
+            .any(|c| matches!(c.state, ContainerState::Terminated { code, .. } if code != 0));
+        let will_restart = |c: &ContainerSlot| match c.state {
+            ContainerState::Terminated { code, .. } => {
+                policy == "Always" || (policy == "OnFailure" && code != 0)
+            }
+            _ => true,
+        };
+        let phase =
+            if failed_init {
+                PodPhase::Failed
+            } else if !initialized {
+                PodPhase::Pending
+            } else if all_terminated && !sb.containers.iter().any(will_restart) {
+                if any_failed {
+                    PodPhase::Failed
+                } else {
+                    PodPhase::Succeeded
+                }
+            } else if sb.containers.iter().any(|c| {
+                c.started.is_some() || matches!(c.state, ContainerState::Terminated { .. })
+            }) {
+                PodPhase::Running
+            } else {
+                PodPhase::Pending
+            };
+        if matches!(phase, PodPhase::Succeeded | PodPhase::Failed) {
+            sb.done = true;
+        }
+        let report = |c: &ContainerSlot| ContainerRun {
+            name: c.spec.name.clone(),
+            state: c.state.clone(),
+            last: c.last.clone(),
+            restarts: c.restarts,
+            ready: matches!(c.state, ContainerState::Running { .. }),
+            started: matches!(c.state, ContainerState::Running { .. }),
+            id: c
+                .started
+                .as_ref()
+                .map(|_| format!("flotilla://{}/{}-{}", sb.uid, c.spec.name, c.runs)),
+        };
+        PodRun {
+            phase,
+            sandbox_ready: !sb.done,
+            initialized,
+            init_containers: sb.init.iter().map(report).collect(),
+            containers: sb.containers.iter().map(report).collect(),
+            recheck,
+        }
+    }
+
+    async fn teardown(&self, sb: &mut PodSandbox) {
+        let grace = sb.grace;
+        let stops = sb
+            .init
+            .iter()
+            .chain(sb.containers.iter())
+            .filter_map(|c| c.process.as_ref())
+            .map(|p| process::stop(p, grace));
+        futures::future::join_all(stops).await;
+        self.network.remove_pod(&sb.node, &sb.netns).await;
+        if let Err(error) = std::fs::remove_dir_all(&sb.dir) {
+            warn!(%error, dir = %sb.dir.display(), "cannot remove a pod's directory");
+        }
+    }
+
+    /// Stops every pod and removes the member's network.
+    pub async fn shutdown(&self) {
+        let all: Vec<_> = self.pods.lock().drain().map(|(_, p)| p).collect();
+        for pod in all {
+            let mut sb = pod.lock().await;
+            // The member is going away: a short grace, as a node shutdown.
+            sb.grace = sb.grace.min(Duration::from_secs(2));
+            self.teardown(&mut sb).await;
+        }
+        self.network.destroy().await;
+    }
+
+    /// The log file of a container: its current run, or the one before.
+    pub fn log_file(
+        &self,
+        pod_key: &str,
+        container: Option<&str>,
+        previous: bool,
+    ) -> Result<PathBuf, String> {
+        let pods = self.pods.lock();
+        let Some(sb) = pods.get(pod_key) else {
+            return Err(format!("pod {pod_key} has no containers on this member"));
+        };
+        let Ok(sb) = sb.try_lock() else {
+            return Err("the pod is busy; try again".into());
+        };
+        let names: Vec<&str> = sb
+            .containers
+            .iter()
+            .chain(sb.init.iter())
+            .map(|c| c.spec.name.as_str())
+            .collect();
+        let name = match container {
+            Some(c) => c,
+            None if sb.containers.len() == 1 => &sb.containers[0].spec.name,
+            None => {
+                return Err(format!(
+                    "a container name must be specified for pod {}, choose one of: [{}]",
+                    sb.pod.name_any(),
+                    names.join(" ")
+                ));
+            }
+        };
+        let slot = sb
+            .containers
+            .iter()
+            .chain(sb.init.iter())
+            .find(|c| c.spec.name == name)
+            .ok_or_else(|| {
+                format!(
+                    "container {name} is not valid for pod {}",
+                    sb.pod.name_any()
+                )
+            })?;
+        let run = match (previous, slot.runs) {
+            (false, 0) => {
+                return Err(format!(
+                    "container \"{name}\" in pod \"{}\" is waiting to start",
+                    sb.pod.name_any()
+                ));
+            }
+            (false, n) => n - 1,
+            (true, n) if n >= 2 => n - 2,
+            (true, _) => {
+                return Err(format!(
+                    "previous terminated container \"{name}\" in pod \"{}\" not found",
+                    sb.pod.name_any()
+                ));
+            }
+        };
+        Ok(log_path(&sb.dir, name, run))
+    }
+}
+
+fn log_path(dir: &Path, container: &str, run: u32) -> PathBuf {
+    dir.join("logs").join(container).join(format!("{run}.log"))
+}
+
+fn sandbox_error(message: String) -> ConfigError {
+    ConfigError {
+        reason: "FailedCreatePodSandBox",
+        message,
+    }
+}
+
+fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(data)
+}
+
+/// Whether a container may start now, or how long its back-off lasts.
+fn ready_to_start(c: &ContainerSlot) -> Result<(), Duration> {
+    match c.backoff_until {
+        Some(t) if t > Instant::now() => Err(t - Instant::now()),
+        _ => Ok(()),
+    }
+}
+
+/// Turns exited processes into Terminated states.
+fn reap(slots: &mut [ContainerSlot]) {
+    for c in slots {
+        let Some(code) = c.process.as_ref().and_then(|p| *p.exit.borrow()) else {
+            continue;
+        };
+        c.process = None;
+        let started = c.started.clone().unwrap_or_else(podutil::now);
+        record_exit(
+            c,
+            ContainerState::Terminated {
+                code,
+                reason: if code == 0 { "Completed" } else { "Error" }.into(),
+                message: None,
+                started,
+                finished: podutil::now(),
+            },
+        );
+    }
+}
+
+/// Records an exit and schedules the restart back-off, should it restart.
+fn record_exit(c: &mut ContainerSlot, state: ContainerState) {
+    c.state = state;
+    c.backoff_until = Some(Instant::now() + c.backoff);
+    c.backoff = (c.backoff * 2).min(BACKOFF_MAX);
+}
+
+#[async_trait]
+impl Runtime for NetnsRuntime {
+    async fn sync(&self, pod: &Pod, sandbox: &Sandbox) -> PodRun {
+        let key = super::key(pod);
+        let uid = pod.uid().unwrap_or_default();
+        let existing = self.pods.lock().get(&key).cloned();
+        let entry = match existing {
+            Some(e) if e.lock().await.uid == uid => e,
+            other => {
+                // A pod of the same name that went away: its sandbox goes first.
+                if let Some(old) = other {
+                    self.pods.lock().remove(&key);
+                    self.teardown(&mut *old.lock().await).await;
+                }
+                match self.create(pod, sandbox).await {
+                    Ok(sb) => {
+                        let e = Arc::new(tokio::sync::Mutex::new(sb));
+                        self.pods.lock().insert(key.clone(), e.clone());
+                        e
+                    }
+                    Err(e) => {
+                        warn!(pod = %key, reason = e.reason, error = %e.message, "cannot make the pod's sandbox");
+                        return waiting_run(pod, &e);
+                    }
+                }
+            }
+        };
+        let mut sb = entry.lock().await;
+        self.drive(&mut sb, &key).await
+    }
+
+    async fn remove(&self, pod_key: &str) {
+        let entry = self.pods.lock().remove(pod_key);
+        if let Some(e) = entry {
+            self.teardown(&mut *e.lock().await).await;
+        }
+    }
+}
+
+/// A pod whose sandbox could not be made: Pending, retried.
+fn waiting_run(pod: &Pod, e: &ConfigError) -> PodRun {
+    let containers = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .map(|c| ContainerRun {
+            name: c.name.clone(),
+            state: ContainerState::Waiting {
+                reason: "ContainerCreating".into(),
+                message: Some(format!("{}: {}", e.reason, e.message)),
+            },
+            last: None,
+            restarts: 0,
+            ready: false,
+            started: false,
+            id: None,
+        })
+        .collect();
+    PodRun {
+        phase: PodPhase::Pending,
+        sandbox_ready: false,
+        initialized: false,
+        init_containers: Vec::new(),
+        containers,
+        recheck: Some(Duration::from_secs(5)),
+    }
+}

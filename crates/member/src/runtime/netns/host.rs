@@ -1,0 +1,221 @@
+//! The host side of the netns runtime: the tools it drives (iproute2's
+//! `ip`), the checks that it may use them, and sockets opened inside a
+//! network namespace.
+//!
+//! Links and addresses are made with `ip` rather than netlink from this
+//! process: every step is then one command a reader can run by hand, and
+//! a namespace is entered only by the child that needs it.
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::process::Command;
+
+/// Why a host step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("cannot run {tool}: {source}")]
+    Spawn {
+        tool: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("`{command}` failed: {stderr}")]
+    Failed { command: String, stderr: String },
+    #[error("{0}")]
+    Missing(String),
+}
+
+/// Where iproute2 keeps named network namespaces.
+pub const NETNS_DIR: &str = "/run/netns";
+
+pub fn netns_path(name: &str) -> PathBuf {
+    Path::new(NETNS_DIR).join(name)
+}
+
+/// Runs `ip ARGS`, failing with its stderr.
+pub async fn ip(args: &[&str]) -> Result<String, HostError> {
+    run("ip", args, None).await
+}
+
+/// Runs `ip -n NETNS -batch -` over `lines`, one command per line.
+pub async fn ip_batch(netns: &str, lines: &[String]) -> Result<(), HostError> {
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let script = lines.join("\n") + "\n";
+    run("ip", &["-n", netns, "-batch", "-"], Some(script)).await?;
+    Ok(())
+}
+
+/// Sets sysctls (`key=value`) inside a network namespace.
+pub async fn sysctl(netns: &str, settings: &[&str]) -> Result<(), HostError> {
+    let mut args = vec!["netns", "exec", netns, "sysctl", "-q", "-w"];
+    args.extend_from_slice(settings);
+    run("ip", &args, None).await?;
+    Ok(())
+}
+
+async fn run(tool: &str, args: &[&str], stdin: Option<String>) -> Result<String, HostError> {
+    use tokio::io::AsyncWriteExt;
+    let mut cmd = Command::new(tool);
+    cmd.args(args)
+        .stdin(if stdin.is_some() {
+            std::process::Stdio::piped()
+        } else {
+            std::process::Stdio::null()
+        })
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let spawn_error = |source| HostError::Spawn {
+        tool: tool.to_string(),
+        source,
+    };
+    let mut child = cmd.spawn().map_err(spawn_error)?;
+    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(input.as_bytes())
+            .await
+            .map_err(spawn_error)?;
+    }
+    let out = child.wait_with_output().await.map_err(spawn_error)?;
+    if !out.status.success() {
+        return Err(HostError::Failed {
+            command: format!("{tool} {}", args.join(" ")),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Checks that this process may build pod networks: root (or
+/// CAP_SYS_ADMIN and CAP_NET_ADMIN), iproute2, and a kernel that lets it
+/// make a network namespace. The error is the one line a user reads.
+pub async fn check(probe_name: &str) -> Result<(), HostError> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err(HostError::Missing(
+            "--runtime netns needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to make network namespaces; run as root or use --runtime sim".into(),
+        ));
+    }
+    if which("ip").is_none() {
+        return Err(HostError::Missing(
+            "--runtime netns needs iproute2's `ip` on PATH (apt-get install iproute2)".into(),
+        ));
+    }
+    if which("sysctl").is_none() {
+        return Err(HostError::Missing(
+            "--runtime netns needs procps's `sysctl` on PATH (apt-get install procps)".into(),
+        ));
+    }
+    // A namespace made and removed at once proves the kernel allows it.
+    let _ = ip(&["netns", "del", probe_name]).await;
+    ip(&["netns", "add", probe_name]).await.map_err(|e| {
+        HostError::Missing(format!(
+            "--runtime netns cannot make a network namespace here ({e}); is this a container without CAP_SYS_ADMIN?"
+        ))
+    })?;
+    let _ = ip(&["netns", "del", probe_name]).await;
+    Ok(())
+}
+
+/// The first `name` on PATH.
+pub fn which(name: &str) -> Option<PathBuf> {
+    if name.contains('/') {
+        let p = PathBuf::from(name);
+        return is_executable(&p).then_some(p);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| DEFAULT_PATH.into());
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| is_executable(p))
+}
+
+/// Looks `name` up on a container's PATH.
+pub fn which_in(name: &str, path: &str) -> Option<PathBuf> {
+    if name.contains('/') {
+        let p = PathBuf::from(name);
+        return is_executable(&p).then_some(p);
+    }
+    path.split(':')
+        .filter(|d| !d.is_empty())
+        .map(|dir| Path::new(dir).join(name))
+        .find(|p| is_executable(p))
+}
+
+/// The PATH a container gets when its image would set one.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Named network namespaces whose names start with `prefix`.
+pub fn namespaces_with_prefix(prefix: &str) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(NETNS_DIR) else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n == prefix || n.starts_with(&format!("{prefix}-")))
+        .collect()
+}
+
+/// Processes inside a network namespace.
+pub async fn pids_in(netns: &str) -> Vec<i32> {
+    ip(&["netns", "pids", netns])
+        .await
+        .map(|out| {
+            out.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Kills every process in a namespace and removes it.
+pub async fn remove_netns(netns: &str) {
+    for _ in 0..50 {
+        let pids = pids_in(netns).await;
+        if pids.is_empty() {
+            break;
+        }
+        for pid in pids {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if let Err(error) = ip(&["netns", "del", netns]).await {
+        tracing::warn!(%error, netns, "cannot remove a network namespace");
+    }
+}
+
+/// Connects to `addr` from inside the named network namespace: the
+/// socket is made by a thread that entered it, and stays there.
+pub async fn connect_in(
+    netns: &str,
+    addr: SocketAddr,
+    timeout: Duration,
+) -> io::Result<tokio::net::TcpStream> {
+    let path = netns_path(netns);
+    let stream = tokio::task::spawn_blocking(move || -> io::Result<std::net::TcpStream> {
+        // A thread of its own: it never goes back to the host namespace,
+        // so no other task runs in the pod's network by mistake.
+        std::thread::spawn(move || {
+            let file = std::fs::File::open(&path)?;
+            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+                .map_err(io::Error::from)?;
+            std::net::TcpStream::connect_timeout(&addr, timeout)
+        })
+        .join()
+        .map_err(|_| io::Error::other("the namespace thread panicked"))?
+    })
+    .await
+    .map_err(io::Error::other)??;
+    stream.set_nonblocking(true)?;
+    tokio::net::TcpStream::from_std(stream)
+}

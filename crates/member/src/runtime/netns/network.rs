@@ -1,0 +1,242 @@
+//! A member's pod network, made of network namespaces:
+//!
+//! ```text
+//!  <prefix>            the member's own network: bridge br0 (node CIDR .1),
+//!   │                  a route to each node's pod block via that node
+//!   ├─ <prefix>-n0     node 0: eth0 (its InternalIP) on br0, bridge cbr0
+//!   │   ├─ <prefix>-p… (its pod block's .1), one veth per pod
+//!   │   └─ <prefix>-p…
+//!   └─ <prefix>-n1 …
+//! ```
+//!
+//! Each pod is a namespace of its own whose `eth0` is on its node's
+//! `cbr0`, with its IP from the node's block and the default route via
+//! `.1`. Nothing is made in the host's own network namespace, so members
+//! on one machine may use the same (overlapping) CIDRs.
+
+use std::net::Ipv4Addr;
+
+use ipnet::Ipv4Net;
+use sha2::{Digest, Sha256};
+
+use super::host::{self, HostError};
+use crate::config::SimConfig;
+
+/// The names and addresses of one member's network.
+#[derive(Clone, Debug)]
+pub struct MemberNetwork {
+    /// Every namespace of this member starts with it (`flt-` and a hash
+    /// of the member's data dir, so two members never share one).
+    pub prefix: String,
+    pub node_cidr: Ipv4Net,
+    pub nodes: Vec<NodeNetwork>,
+}
+
+#[derive(Clone, Debug)]
+pub struct NodeNetwork {
+    pub name: String,
+    pub netns: String,
+    pub ip: Ipv4Addr,
+    pub pod_block: Ipv4Net,
+}
+
+impl NodeNetwork {
+    /// The pods' gateway: the block's first address, on cbr0.
+    pub fn gateway(&self) -> Ipv4Addr {
+        first_host(self.pod_block)
+    }
+}
+
+fn first_host(net: Ipv4Net) -> Ipv4Addr {
+    Ipv4Addr::from(u32::from(net.network()).saturating_add(1))
+}
+
+/// Short hex of a hash, for names that must fit in 15 characters.
+pub fn short_hash(input: &str, chars: usize) -> String {
+    let digest = Sha256::digest(input.as_bytes());
+    digest
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>()
+        .chars()
+        .take(chars)
+        .collect()
+}
+
+impl MemberNetwork {
+    /// The network a member of `config` whose data lives in `identity`
+    /// gets.
+    pub fn plan(config: &SimConfig, identity: &str) -> Result<MemberNetwork, String> {
+        let prefix = format!("flt-{}", short_hash(identity, 8));
+        let nodes = (0..config.nodes)
+            .map(|i| {
+                Some(NodeNetwork {
+                    name: config.node_name(i),
+                    netns: format!("{prefix}-n{i}"),
+                    ip: config.node_ip(i)?,
+                    pod_block: config.node_pod_cidr(i)?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or("the node or pod CIDR is too small for the nodes")?;
+        Ok(MemberNetwork {
+            prefix,
+            node_cidr: config.node_cidr,
+            nodes,
+        })
+    }
+
+    pub fn node(&self, name: &str) -> Option<&NodeNetwork> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+
+    /// The namespace of a pod with `uid`.
+    pub fn pod_netns(&self, uid: &str) -> String {
+        format!("{}-p{}", self.prefix, short_hash(uid, 10))
+    }
+
+    /// Every namespace this member has, from this run or an earlier one.
+    pub fn leftovers(&self) -> Vec<String> {
+        host::namespaces_with_prefix(&self.prefix)
+    }
+
+    /// Removes whatever an earlier run left (its processes included).
+    pub async fn clean(&self) {
+        // Pods first: their veths' peers live in the nodes.
+        let mut all = self.leftovers();
+        all.sort_by_key(|n| std::cmp::Reverse(n.len()));
+        for ns in all {
+            host::remove_netns(&ns).await;
+        }
+    }
+
+    /// Makes the member's bridge and its nodes.
+    pub async fn create(&self) -> Result<(), HostError> {
+        let member = &self.prefix;
+        host::ip(&["netns", "add", member]).await?;
+        let bridge_ip = first_host(self.node_cidr);
+        let len = self.node_cidr.prefix_len();
+        let mut lines = vec![
+            "link set lo up".to_string(),
+            "link add br0 type bridge".into(),
+            format!("addr add {bridge_ip}/{len} dev br0"),
+            "link set br0 up".into(),
+        ];
+        for (i, node) in self.nodes.iter().enumerate() {
+            host::ip(&["netns", "add", &node.netns]).await?;
+            lines.push(format!(
+                "link add n{i} type veth peer name eth0 netns {}",
+                node.netns
+            ));
+            lines.push(format!("link set n{i} master br0 up"));
+            lines.push(format!("route add {} via {}", node.pod_block, node.ip));
+        }
+        host::ip_batch(member, &lines).await?;
+        host::sysctl(member, &["net.ipv4.ip_forward=1"]).await?;
+        for node in &self.nodes {
+            let gw = node.gateway();
+            host::ip_batch(
+                &node.netns,
+                &[
+                    "link set lo up".into(),
+                    format!("addr add {}/{len} dev eth0", node.ip),
+                    "link set eth0 up".into(),
+                    format!("route add default via {bridge_ip}"),
+                    "link add cbr0 type bridge".into(),
+                    format!("addr add {gw}/{} dev cbr0", node.pod_block.prefix_len()),
+                    "link set cbr0 up".into(),
+                ],
+            )
+            .await?;
+            host::sysctl(&node.netns, &["net.ipv4.ip_forward=1"]).await?;
+        }
+        Ok(())
+    }
+
+    /// Makes a pod's namespace, with `ip` on its node's bridge. On
+    /// failure nothing of it is left.
+    pub async fn create_pod(
+        &self,
+        node: &NodeNetwork,
+        netns: &str,
+        ip: Ipv4Addr,
+    ) -> Result<(), HostError> {
+        let made = async {
+            host::ip(&["netns", "add", netns]).await?;
+            // The node's end is named after the pod's namespace (15 chars max).
+            let veth = veth_name(netns);
+            host::ip_batch(
+                &node.netns,
+                &[
+                    format!("link add {veth} type veth peer name eth0 netns {netns}"),
+                    format!("link set {veth} master cbr0 up"),
+                ],
+            )
+            .await?;
+            host::ip_batch(
+                netns,
+                &[
+                    "link set lo up".into(),
+                    format!("addr add {ip}/{} dev eth0", node.pod_block.prefix_len()),
+                    "link set eth0 up".into(),
+                    format!("route add default via {}", node.gateway()),
+                ],
+            )
+            .await?;
+            // Containers run as users other than root and still bind the
+            // ports their manifests declare, as with a container runtime.
+            host::sysctl(
+                netns,
+                &[
+                    "net.ipv4.ip_unprivileged_port_start=0",
+                    "net.ipv4.ping_group_range=0 2147483647",
+                ],
+            )
+            .await
+        };
+        match made.await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.remove_pod(node, netns).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes a pod's namespace and its veth, killing what runs there.
+    pub async fn remove_pod(&self, node: &NodeNetwork, netns: &str) {
+        host::remove_netns(netns).await;
+        // The veth goes with the namespace; this catches a half-made one.
+        let _ = host::ip(&["-n", &node.netns, "link", "del", &veth_name(netns)]).await;
+    }
+
+    /// Removes the whole network.
+    pub async fn destroy(&self) {
+        self.clean().await;
+    }
+}
+
+fn veth_name(netns: &str) -> String {
+    format!("v{}", short_hash(netns, 12))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_fit_the_kernels_limits_and_differ_per_member() {
+        let config = SimConfig {
+            cluster_name: "a-rather-long-cluster-name".into(),
+            ..SimConfig::default()
+        };
+        let a = MemberNetwork::plan(&config, "/data/one").unwrap();
+        let b = MemberNetwork::plan(&config, "/data/two").unwrap();
+        assert_ne!(a.prefix, b.prefix);
+        assert_eq!(a.nodes.len(), 3);
+        assert_eq!(a.nodes[1].gateway().to_string(), "10.128.1.1");
+        let pod = a.pod_netns("0f1e2d3c-uid");
+        assert!(pod.starts_with(&format!("{}-p", a.prefix)));
+        assert!(veth_name(&pod).len() <= 15);
+    }
+}

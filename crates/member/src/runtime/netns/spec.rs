@@ -1,0 +1,810 @@
+//! From a pod's spec to what its processes need: environment (values,
+//! ConfigMap and Secret keys, the downward API), volumes written out as
+//! files, the user to run as, the command resolved on the host, and the
+//! pod's own /etc/hosts and /etc/resolv.conf.
+//!
+//! A reference that cannot be resolved is a [`ConfigError`], which the
+//! kubelet reports as upstream does (`CreateContainerConfigError`, a
+//! failed volume mount) while it keeps retrying.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, ObjectFieldSelector, Pod, ResourceFieldSelector, Secret, Volume,
+};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+use super::host::{DEFAULT_PATH, which_in};
+use super::shim::{Launch, Mount};
+
+/// The user pods run as when they name none: nobody.
+pub const DEFAULT_UID: u32 = 65534;
+pub const DEFAULT_GID: u32 = 65534;
+
+/// A pod reference that does not resolve (yet).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct ConfigError {
+    /// Upstream's reason: CreateContainerConfigError, FailedMount, ...
+    pub reason: &'static str,
+    pub message: String,
+}
+
+fn config_error(message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        reason: "CreateContainerConfigError",
+        message: message.into(),
+    }
+}
+
+fn mount_error(message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        reason: "FailedMount",
+        message: message.into(),
+    }
+}
+
+/// What the pod is, for the downward API and the stand-in workload.
+pub struct PodIdentity<'a> {
+    pub pod: &'a Pod,
+    pub ip: Ipv4Addr,
+    pub host_ip: Ipv4Addr,
+    pub node: &'a str,
+    pub cluster: &'a str,
+}
+
+/// Reads ConfigMaps, Secrets and tokens the pod refers to.
+pub struct Resolver {
+    client: Client,
+    namespace: String,
+}
+
+impl Resolver {
+    pub fn new(client: Client, namespace: &str) -> Self {
+        Resolver {
+            client,
+            namespace: namespace.to_string(),
+        }
+    }
+
+    async fn config_map(&self, name: &str) -> Result<Option<ConfigMap>, ConfigError> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
+        api.get_opt(name)
+            .await
+            .map_err(|e| config_error(format!("cannot read configmap {name:?}: {e}")))
+    }
+
+    async fn secret(&self, name: &str) -> Result<Option<Secret>, ConfigError> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
+        api.get_opt(name)
+            .await
+            .map_err(|e| config_error(format!("cannot read secret {name:?}: {e}")))
+    }
+
+    /// A ConfigMap's or Secret's data as bytes per key.
+    async fn data(&self, kind: Source, name: &str) -> Result<Option<Data>, ConfigError> {
+        Ok(match kind {
+            Source::ConfigMap => self.config_map(name).await?.map(|cm| {
+                let mut out: Data = cm
+                    .data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.into_bytes()))
+                    .collect();
+                out.extend(
+                    cm.binary_data
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(k, v)| (k, v.0)),
+                );
+                out
+            }),
+            Source::Secret => self.secret(name).await?.map(|s| {
+                let mut out: Data = s
+                    .data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.0))
+                    .collect();
+                out.extend(
+                    s.string_data
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(k, v)| (k, v.into_bytes())),
+                );
+                out
+            }),
+        })
+    }
+
+    async fn token(
+        &self,
+        pod: &Pod,
+        audience: Option<&str>,
+        seconds: Option<i64>,
+    ) -> Result<String, ConfigError> {
+        let sa = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_else(|| "default".into());
+        let api: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(self.client.clone(), &self.namespace);
+        let request = json!({
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {
+                "audiences": audience.map(|a| vec![a]).unwrap_or_default(),
+                "expirationSeconds": seconds.unwrap_or(3607),
+                "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod.name_any(), "uid": pod.uid()},
+            },
+        });
+        let answer: TokenRequest = api
+            .create_subresource("token", &sa, &Default::default(), &request)
+            .await
+            .map_err(|e| {
+                mount_error(format!("cannot get a token for serviceaccount {sa:?}: {e}"))
+            })?;
+        Ok(answer.status.map(|s| s.token).unwrap_or_default())
+    }
+}
+
+type Data = BTreeMap<String, Vec<u8>>;
+
+#[derive(Clone, Copy)]
+enum Source {
+    ConfigMap,
+    Secret,
+}
+
+impl Source {
+    fn noun(self) -> &'static str {
+        match self {
+            Source::ConfigMap => "configmap",
+            Source::Secret => "secret",
+        }
+    }
+}
+
+/// A container's environment, in order, `$(VAR)` references expanded.
+pub async fn environment(
+    r: &Resolver,
+    container: &Container,
+    id: &PodIdentity<'_>,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut env: Vec<(String, String)> = vec![
+        ("PATH".into(), DEFAULT_PATH.into()),
+        ("HOSTNAME".into(), hostname(id.pod)),
+    ];
+    let set = |env: &mut Vec<(String, String)>, k: String, v: String| {
+        env.retain(|(name, _)| name != &k);
+        env.push((k, v));
+    };
+    for from in container.env_from.iter().flatten() {
+        let prefix = from.prefix.clone().unwrap_or_default();
+        let (kind, name, optional) = match (&from.config_map_ref, &from.secret_ref) {
+            (Some(c), _) => (Source::ConfigMap, c.name.clone(), c.optional),
+            (None, Some(s)) => (Source::Secret, s.name.clone(), s.optional),
+            (None, None) => continue,
+        };
+        match r.data(kind, &name).await? {
+            Some(data) => {
+                for (k, v) in data {
+                    set(
+                        &mut env,
+                        format!("{prefix}{k}"),
+                        String::from_utf8_lossy(&v).into_owned(),
+                    );
+                }
+            }
+            None if optional == Some(true) => {}
+            None => return Err(config_error(format!("{} {name:?} not found", kind.noun()))),
+        }
+    }
+    for var in container.env.iter().flatten() {
+        let value = match (&var.value, &var.value_from) {
+            (Some(v), _) => expand(v, &env),
+            (None, Some(from)) => {
+                if let Some(f) = &from.field_ref {
+                    field(id, f)?
+                } else if let Some(f) = &from.resource_field_ref {
+                    resource_field(container_named(id.pod, f, container), f)?
+                } else {
+                    let (kind, name, key, optional) =
+                        match (&from.config_map_key_ref, &from.secret_key_ref) {
+                            (Some(c), _) => (Source::ConfigMap, &c.name, &c.key, c.optional),
+                            (None, Some(s)) => (Source::Secret, &s.name, &s.key, s.optional),
+                            (None, None) => continue,
+                        };
+                    match r.data(kind, name).await? {
+                        Some(data) => match data.get(key) {
+                            Some(v) => String::from_utf8_lossy(v).into_owned(),
+                            None if optional == Some(true) => continue,
+                            None => {
+                                return Err(config_error(format!(
+                                    "couldn't find key {key} in {} {}/{name}",
+                                    kind.noun()
+                                        .replace("configmap", "ConfigMap")
+                                        .replace("secret", "Secret"),
+                                    r.namespace
+                                )));
+                            }
+                        },
+                        None if optional == Some(true) => continue,
+                        None => {
+                            return Err(config_error(format!(
+                                "{} {name:?} not found",
+                                kind.noun()
+                            )));
+                        }
+                    }
+                }
+            }
+            (None, None) => String::new(),
+        };
+        set(&mut env, var.name.clone(), value);
+    }
+    Ok(env)
+}
+
+fn container_named<'a>(
+    pod: &'a Pod,
+    f: &ResourceFieldSelector,
+    default: &'a Container,
+) -> &'a Container {
+    match &f.container_name {
+        Some(name) if !name.is_empty() => pod
+            .spec
+            .iter()
+            .flat_map(|s| {
+                s.containers
+                    .iter()
+                    .chain(s.init_containers.iter().flatten())
+            })
+            .find(|c| &c.name == name)
+            .unwrap_or(default),
+        _ => default,
+    }
+}
+
+/// `$(VAR)` expands to an earlier variable; `$$(VAR)` is literal.
+pub fn expand(value: &str, env: &[(String, String)]) -> String {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(tail) = after.strip_prefix('(')
+            && let Some(end) = tail.find(')')
+        {
+            let name = &tail[..end];
+            match env.iter().rev().find(|(k, _)| k == name) {
+                Some((_, v)) => out.push_str(v),
+                None => out.push_str(&format!("$({name})")),
+            }
+            rest = &tail[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn field(id: &PodIdentity<'_>, f: &ObjectFieldSelector) -> Result<String, ConfigError> {
+    let pod = id.pod;
+    let path = f.field_path.as_str();
+    let spec = pod.spec.as_ref();
+    Ok(match path {
+        "metadata.name" => pod.name_any(),
+        "metadata.namespace" => pod.namespace().unwrap_or_default(),
+        "metadata.uid" => pod.uid().unwrap_or_default(),
+        "spec.nodeName" => id.node.to_string(),
+        "spec.serviceAccountName" => spec
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_else(|| "default".into()),
+        "status.hostIP" | "status.hostIPs" => id.host_ip.to_string(),
+        "status.podIP" | "status.podIPs" => id.ip.to_string(),
+        "metadata.labels" => format_map(pod.labels()),
+        "metadata.annotations" => format_map(pod.annotations()),
+        other => {
+            let map_key = |prefix: &str| {
+                other
+                    .strip_prefix(prefix)
+                    .and_then(|k| k.strip_prefix("['"))
+                    .and_then(|k| k.strip_suffix("']"))
+            };
+            if let Some(k) = map_key("metadata.labels") {
+                pod.labels().get(k).cloned().unwrap_or_default()
+            } else if let Some(k) = map_key("metadata.annotations") {
+                pod.annotations().get(k).cloned().unwrap_or_default()
+            } else {
+                return Err(config_error(format!(
+                    "unsupported fieldPath {other:?} in the downward API"
+                )));
+            }
+        }
+    })
+}
+
+/// `key="value"` lines, as the downward API writes labels.
+fn format_map(m: &BTreeMap<String, String>) -> String {
+    m.iter()
+        .map(|(k, v)| format!("{k}={}", serde_json::Value::String(v.clone())))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn resource_field(c: &Container, f: &ResourceFieldSelector) -> Result<String, ConfigError> {
+    use crate::quantity;
+    let resources = c.resources.as_ref();
+    let get = |limits: bool, name: &str| {
+        let map = if limits {
+            resources.and_then(|r| r.limits.as_ref())
+        } else {
+            resources.and_then(|r| r.requests.as_ref())
+        };
+        map.and_then(|m| m.get(name)).map(|q| q.0.clone())
+    };
+    let divisor = f.divisor.as_ref().map(|q| q.0.as_str()).unwrap_or("1");
+    let (limits, name) = match f.resource.split_once('.') {
+        Some(("limits", n)) => (true, n),
+        Some(("requests", n)) => (false, n),
+        _ => {
+            return Err(config_error(format!(
+                "unsupported resource {:?} in the downward API",
+                f.resource
+            )));
+        }
+    };
+    // Limits left out are the node's capacity; requests left out are 0.
+    let value = get(limits, name);
+    Ok(match name {
+        "cpu" => {
+            let m = value
+                .as_deref()
+                .and_then(quantity::millicores)
+                .unwrap_or(if limits { i64::from(i32::MAX) } else { 0 });
+            let d = quantity::millicores(divisor).unwrap_or(1000).max(1);
+            // Rounded up, as upstream does.
+            ((m + d - 1) / d).to_string()
+        }
+        _ => {
+            let b = value
+                .as_deref()
+                .and_then(quantity::units)
+                .unwrap_or(if limits { i64::MAX / 2 } else { 0 });
+            let d = quantity::units(divisor).unwrap_or(1).max(1);
+            ((b + d - 1) / d).to_string()
+        }
+    })
+}
+
+fn hostname(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.hostname.clone())
+        .unwrap_or_else(|| pod.name_any())
+}
+
+/// Writes `files` into `dir` with `mode` (the volume's contents).
+fn write_files(dir: &Path, files: &[(String, Vec<u8>, u32)]) -> Result<(), ConfigError> {
+    for (path, data, mode) in files {
+        let rel = Path::new(path);
+        if rel.is_absolute() || rel.components().any(|c| c.as_os_str() == "..") {
+            return Err(mount_error(format!("invalid path {path:?} in a volume")));
+        }
+        let target = dir.join(rel);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| mount_error(e.to_string()))?;
+        }
+        std::fs::write(&target, data).map_err(|e| mount_error(e.to_string()))?;
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(*mode))
+            .map_err(|e| mount_error(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// The files of a ConfigMap or Secret projection: `items` or every key.
+async fn key_files(
+    r: &Resolver,
+    kind: Source,
+    name: &str,
+    items: Option<&Vec<k8s_openapi::api::core::v1::KeyToPath>>,
+    optional: Option<bool>,
+    mode: u32,
+) -> Result<Vec<(String, Vec<u8>, u32)>, ConfigError> {
+    let Some(data) = r.data(kind, name).await? else {
+        if optional == Some(true) {
+            return Ok(Vec::new());
+        }
+        return Err(mount_error(format!(
+            "MountVolume.SetUp failed: {} {name:?} not found",
+            kind.noun()
+        )));
+    };
+    match items {
+        Some(items) => items
+            .iter()
+            .filter_map(|item| match data.get(&item.key) {
+                Some(v) => Some(Ok((
+                    item.path.clone(),
+                    v.clone(),
+                    item.mode.map(|m| m as u32).unwrap_or(mode),
+                ))),
+                None if optional == Some(true) => None,
+                None => Some(Err(mount_error(format!(
+                    "MountVolume.SetUp failed: key {:?} not in {} {name:?}",
+                    item.key,
+                    kind.noun()
+                )))),
+            })
+            .collect(),
+        None => Ok(data.into_iter().map(|(k, v)| (k, v, mode)).collect()),
+    }
+}
+
+/// Writes the pod's volumes under `dir`, one directory each; returns
+/// each volume's path on the host.
+pub async fn volumes(
+    r: &Resolver,
+    id: &PodIdentity<'_>,
+    dir: &Path,
+) -> Result<BTreeMap<String, PathBuf>, ConfigError> {
+    let mut out = BTreeMap::new();
+    let spec_volumes: &[Volume] = id
+        .pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_deref())
+        .unwrap_or(&[]);
+    for v in spec_volumes {
+        let path = dir.join(&v.name);
+        std::fs::create_dir_all(&path).map_err(|e| mount_error(e.to_string()))?;
+        let mode = |m: Option<i32>| m.map(|m| m as u32).unwrap_or(0o644);
+        let files = if v.empty_dir.is_some() {
+            // Writable by whichever user the containers run as.
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777))
+                .map_err(|e| mount_error(e.to_string()))?;
+            Vec::new()
+        } else if let Some(cm) = &v.config_map {
+            key_files(
+                r,
+                Source::ConfigMap,
+                &cm.name,
+                cm.items.as_ref(),
+                cm.optional,
+                mode(cm.default_mode),
+            )
+            .await?
+        } else if let Some(s) = &v.secret {
+            let name = s.secret_name.clone().unwrap_or_default();
+            key_files(
+                r,
+                Source::Secret,
+                &name,
+                s.items.as_ref(),
+                s.optional,
+                mode(s.default_mode),
+            )
+            .await?
+        } else if let Some(d) = &v.downward_api {
+            downward_files(id, d.items.as_deref().unwrap_or(&[]), mode(d.default_mode))?
+        } else if let Some(p) = &v.projected {
+            let mut files = Vec::new();
+            let default = mode(p.default_mode);
+            for source in p.sources.iter().flatten() {
+                if let Some(cm) = &source.config_map {
+                    files.extend(
+                        key_files(
+                            r,
+                            Source::ConfigMap,
+                            &cm.name,
+                            cm.items.as_ref(),
+                            cm.optional,
+                            default,
+                        )
+                        .await?,
+                    );
+                } else if let Some(s) = &source.secret {
+                    files.extend(
+                        key_files(
+                            r,
+                            Source::Secret,
+                            &s.name,
+                            s.items.as_ref(),
+                            s.optional,
+                            default,
+                        )
+                        .await?,
+                    );
+                } else if let Some(d) = &source.downward_api {
+                    files.extend(downward_files(
+                        id,
+                        d.items.as_deref().unwrap_or(&[]),
+                        default,
+                    )?);
+                } else if let Some(t) = &source.service_account_token {
+                    let token = r
+                        .token(id.pod, t.audience.as_deref(), t.expiration_seconds)
+                        .await?;
+                    files.push((t.path.clone(), token.into_bytes(), default));
+                }
+            }
+            files
+        } else if let Some(h) = &v.host_path {
+            // The host's own directory, as upstream binds it.
+            out.insert(v.name.clone(), PathBuf::from(&h.path));
+            continue;
+        } else {
+            return Err(mount_error(format!(
+                "volume {:?} is of a type this runtime does not support (emptyDir, configMap, secret, downwardAPI, projected, hostPath)",
+                v.name
+            )));
+        };
+        write_files(&path, &files)?;
+        out.insert(v.name.clone(), path);
+    }
+    Ok(out)
+}
+
+fn downward_files(
+    id: &PodIdentity<'_>,
+    items: &[k8s_openapi::api::core::v1::DownwardAPIVolumeFile],
+    mode: u32,
+) -> Result<Vec<(String, Vec<u8>, u32)>, ConfigError> {
+    let first = id.pod.spec.as_ref().and_then(|s| s.containers.first());
+    items
+        .iter()
+        .map(|item| {
+            let value = if let Some(f) = &item.field_ref {
+                field(id, f)?
+            } else if let (Some(f), Some(c)) = (&item.resource_field_ref, first) {
+                resource_field(container_named(id.pod, f, c), f)?
+            } else {
+                String::new()
+            };
+            Ok((
+                item.path.clone(),
+                value.into_bytes(),
+                item.mode.map(|m| m as u32).unwrap_or(mode),
+            ))
+        })
+        .collect()
+}
+
+/// The user and groups a container runs as.
+pub fn user(pod: &Pod, c: &Container) -> (u32, u32, Vec<u32>) {
+    let pod_sc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let sc = c.security_context.as_ref();
+    let uid = sc
+        .and_then(|s| s.run_as_user)
+        .or(pod_sc.and_then(|s| s.run_as_user))
+        .map(|u| u as u32)
+        .unwrap_or(DEFAULT_UID);
+    let gid = sc
+        .and_then(|s| s.run_as_group)
+        .or(pod_sc.and_then(|s| s.run_as_group))
+        .map(|g| g as u32)
+        .unwrap_or(if uid == 0 { 0 } else { DEFAULT_GID });
+    let mut groups: Vec<u32> = pod_sc
+        .and_then(|s| s.supplemental_groups.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|g| g as u32)
+        .collect();
+    if let Some(fs) = pod_sc.and_then(|s| s.fs_group) {
+        groups.push(fs as u32);
+    }
+    (uid, gid, groups)
+}
+
+/// The pod's /etc/hosts.
+pub fn hosts_file(pod: &Pod, ip: Ipv4Addr) -> String {
+    let host = hostname(pod);
+    let ns = pod.namespace().unwrap_or_default();
+    let mut names = Vec::new();
+    if let Some(sub) = pod.spec.as_ref().and_then(|s| s.subdomain.as_deref()) {
+        names.push(format!("{host}.{sub}.{ns}.svc.cluster.local"));
+    }
+    names.push(host);
+    let mut out = format!(
+        "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n{ip}\t{}\n",
+        names.join("\t")
+    );
+    for alias in pod
+        .spec
+        .iter()
+        .flat_map(|s| s.host_aliases.iter().flatten())
+    {
+        out.push_str(&format!(
+            "{}\t{}\n",
+            alias.ip,
+            alias.hostnames.clone().unwrap_or_default().join("\t")
+        ));
+    }
+    out
+}
+
+/// The pod's /etc/resolv.conf: cluster DNS with upstream's search path.
+pub fn resolv_file(pod: &Pod, nameserver: Ipv4Addr) -> String {
+    let ns = pod.namespace().unwrap_or_default();
+    format!(
+        "search {ns}.svc.cluster.local svc.cluster.local cluster.local\nnameserver {nameserver}\noptions ndots:5\n"
+    )
+}
+
+/// How one container is started: the shim's launch, or why it cannot be.
+pub struct ContainerLaunch {
+    pub launch: Launch,
+    /// Whether it runs the stand-in workload instead of a command.
+    pub standin: bool,
+}
+
+/// Builds the launch of container `c`, with its environment and volume
+/// paths already resolved.
+#[allow(clippy::too_many_arguments)]
+pub fn launch(
+    id: &PodIdentity<'_>,
+    c: &Container,
+    env: Vec<(String, String)>,
+    volumes: &BTreeMap<String, PathBuf>,
+    etc: &[(PathBuf, &str)],
+    helper: &Path,
+    netns: PathBuf,
+    root: PathBuf,
+    tmp: PathBuf,
+) -> Result<ContainerLaunch, ConfigError> {
+    let (uid, gid, groups) = user(id.pod, c);
+    let mut mounts = Vec::new();
+    for m in c.volume_mounts.iter().flatten() {
+        let Some(source) = volumes.get(&m.name) else {
+            return Err(config_error(format!(
+                "volumeMount {:?} refers to no volume of the pod",
+                m.name
+            )));
+        };
+        let source = match &m.sub_path {
+            Some(sub) if !sub.is_empty() => {
+                if Path::new(sub).components().any(|c| c.as_os_str() == "..") {
+                    return Err(config_error(format!("subPath {sub:?} leaves the volume")));
+                }
+                source.join(sub)
+            }
+            _ => source.clone(),
+        };
+        mounts.push(Mount {
+            source,
+            target: m.mount_path.clone(),
+            read_only: m.read_only == Some(true),
+        });
+    }
+    for (source, target) in etc {
+        mounts.push(Mount {
+            source: source.clone(),
+            target: target.to_string(),
+            read_only: false,
+        });
+    }
+    let command = c.command.clone().unwrap_or_default();
+    let standin = command.is_empty();
+    let argv = if standin {
+        // Images are not pulled: the stand-in serves the declared ports.
+        mounts.push(Mount {
+            source: helper.to_path_buf(),
+            target: STANDIN_PATH.into(),
+            read_only: true,
+        });
+        let mut argv = vec![STANDIN_PATH.to_string(), "__standin".into()];
+        let ports: Vec<i32> = c
+            .ports
+            .iter()
+            .flatten()
+            .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
+            .map(|p| p.container_port)
+            .collect();
+        for p in if ports.is_empty() { vec![8080] } else { ports } {
+            argv.push("--port".into());
+            argv.push(p.to_string());
+        }
+        argv
+    } else {
+        let mut argv: Vec<String> = command
+            .iter()
+            .chain(c.args.iter().flatten())
+            .map(|a| expand(a, &env))
+            .collect();
+        let path = env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_str())
+            .unwrap_or(DEFAULT_PATH);
+        let Some(resolved) = which_in(&argv[0], path) else {
+            return Err(ConfigError {
+                reason: "StartError",
+                message: format!(
+                    "failed to create containerd task: exec: {:?}: executable file not found in $PATH",
+                    argv[0]
+                ),
+            });
+        };
+        argv[0] = resolved.to_string_lossy().into_owned();
+        argv
+    };
+    let mut env = env;
+    if standin {
+        for (k, v) in [
+            ("FLOTILLA_POD_NAME", id.pod.name_any()),
+            (
+                "FLOTILLA_POD_NAMESPACE",
+                id.pod.namespace().unwrap_or_default(),
+            ),
+            ("FLOTILLA_POD_IP", id.ip.to_string()),
+            ("FLOTILLA_CLUSTER", id.cluster.to_string()),
+            ("FLOTILLA_NODE", id.node.to_string()),
+            ("FLOTILLA_CONTAINER", c.name.clone()),
+        ] {
+            env.push((k.into(), v));
+        }
+    }
+    Ok(ContainerLaunch {
+        launch: Launch {
+            netns,
+            join_pid: None,
+            root,
+            tmp,
+            hostname: hostname(id.pod),
+            mounts,
+            uid,
+            gid,
+            supplemental_groups: groups,
+            working_dir: c.working_dir.clone().filter(|w| !w.is_empty()),
+            argv,
+            env,
+        },
+        standin,
+    })
+}
+
+/// Where the stand-in binary appears inside a container.
+pub const STANDIN_PATH: &str = "/.flotilla/standin";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dollar_references_expand_like_the_kubelet() {
+        let env = vec![("A".to_string(), "1".to_string())];
+        assert_eq!(expand("x$(A)y", &env), "x1y");
+        assert_eq!(expand("$$(A)", &env), "$(A)");
+        assert_eq!(expand("$(B)", &env), "$(B)");
+        assert_eq!(expand("cost $5", &env), "cost $5");
+        assert_eq!(expand("$(A", &env), "$(A");
+    }
+
+    #[test]
+    fn hosts_and_resolv_name_the_pod_and_its_namespace() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "web-0", "namespace": "shop"},
+            "spec": {"containers": [], "hostname": "web-0", "subdomain": "web",
+                     "hostAliases": [{"ip": "10.1.2.3", "hostnames": ["foo.local"]}]},
+        }))
+        .unwrap();
+        let hosts = hosts_file(&pod, "10.128.0.5".parse().unwrap());
+        assert!(hosts.contains("10.128.0.5\tweb-0.web.shop.svc.cluster.local\tweb-0\n"));
+        assert!(hosts.contains("10.1.2.3\tfoo.local\n"));
+        let resolv = resolv_file(&pod, "10.96.0.10".parse().unwrap());
+        assert!(resolv.starts_with("search shop.svc.cluster.local svc.cluster.local"));
+        assert!(resolv.contains("nameserver 10.96.0.10\n"));
+    }
+}
