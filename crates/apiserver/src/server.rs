@@ -82,9 +82,17 @@ pub struct ApiServer {
     pub(crate) service_allocation: tokio::sync::Mutex<()>,
     /// Active namespaces, so that writes need not read theirs.
     pub(crate) namespaces: crate::namespace::ActiveNamespaces,
+    /// What runs this cluster's pods, for their log, exec, attach and
+    /// portforward subresources; unset where nothing runs them.
+    pub(crate) kubelet: std::sync::OnceLock<Arc<dyn crate::kubelet::Kubelet>>,
 }
 
 impl ApiServer {
+    /// Puts `kubelet` behind pods' connect subresources (once).
+    pub fn set_kubelet(&self, kubelet: Arc<dyn crate::kubelet::Kubelet>) {
+        let _ = self.kubelet.set(kubelet);
+    }
+
     /// Creates the server over `store`: ensures the system namespaces and
     /// serves the CRDs already stored.
     pub async fn new(store: Arc<dyn Store>, config: Config) -> Result<Arc<Self>, ApiError> {
@@ -103,6 +111,7 @@ impl ApiServer {
             address: RwLock::new(String::new()),
             service_allocation: tokio::sync::Mutex::new(()),
             namespaces: Default::default(),
+            kubelet: Default::default(),
         });
         crate::crd::restore(&api)?;
         crate::crd::spawn_follower(api.clone());
@@ -219,7 +228,7 @@ fn text(body: &'static str) -> Response {
 }
 
 async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let path = parts.uri.path().trim_end_matches('/').to_string();
     let query = Query::parse(parts.uri.query());
     let segments: Vec<String> = path
@@ -398,6 +407,10 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
             if resource.group.is_empty()
                 && resource.plural == "pods"
                 && parts.method == Method::POST => {}
+        Some("log" | "exec" | "attach" | "portforward")
+            if resource.group.is_empty()
+                && resource.plural == "pods"
+                && api.kubelet.get().is_some() => {}
         Some(sub @ ("log" | "exec" | "attach" | "portforward"))
             if resource.group.is_empty() && resource.plural == "pods" =>
         {
@@ -434,6 +447,11 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
             (&Method::DELETE, false) => Verb::DeleteCollection,
             (other, _) => Verb::Other(other.as_str().to_ascii_lowercase()),
         };
+        // Running something in a pod is creating, whichever the method.
+        let verb = match rp.subresource.as_deref() {
+            Some("exec" | "attach" | "portforward") => Verb::Create,
+            _ => verb,
+        };
         api.config.authorizers.check(
             user,
             &crate::authz::Attributes {
@@ -448,6 +466,18 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
             },
         )?;
     }
+    let connect = match (rp.subresource.as_deref(), api.kubelet.get()) {
+        (Some("log" | "exec" | "attach" | "portforward"), Some(k)) => Some(k.clone()),
+        _ => None,
+    };
+    let upgrade = if connect.is_some() {
+        use axum::extract::FromRequestParts;
+        axum::extract::ws::WebSocketUpgrade::from_request_parts(&mut parts, &())
+            .await
+            .ok()
+    } else {
+        None
+    };
     let ctx = Ctx {
         api: api.clone(),
         resource,
@@ -486,6 +516,9 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
             (Computed::ComponentStatus, &Method::GET, _) => crate::componentstatus::get(&ctx).await,
             _ => Err(not_allowed()),
         };
+    }
+    if let Some(kubelet) = connect {
+        return crate::connect::serve(&ctx, kubelet, parts.uri.query(), upgrade).await;
     }
     match ctx.subresource.as_deref() {
         Some("token") => return crate::reviews::token_request(&ctx, &body).await,

@@ -278,6 +278,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
             let netns = NetnsRuntime::start(config, events)
                 .await
                 .map_err(anyhow::Error::msg)?;
+            p.api.set_kubelet(netns.clone());
             let runtime: Arc<dyn Runtime> = netns.clone();
             (
                 RuntimeHandle {

@@ -14,6 +14,7 @@ pub mod process;
 pub mod shim;
 pub mod spec;
 pub mod standin;
+pub mod streams;
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -474,66 +475,123 @@ impl NetnsRuntime {
         self.network.destroy().await;
     }
 
-    /// The log file of a container: its current run, or the one before.
-    pub fn log_file(
+    /// A container's log: the file of its current run (with that run's
+    /// exit, to follow it) or of the one before.
+    pub fn log_of(
         &self,
         pod_key: &str,
-        container: Option<&str>,
+        uid: &str,
+        container: &str,
         previous: bool,
-    ) -> Result<PathBuf, String> {
-        let pods = self.pods.lock();
-        let Some(sb) = pods.get(pod_key) else {
-            return Err(format!("pod {pod_key} has no containers on this member"));
-        };
+    ) -> Result<LogRun, String> {
+        let sb = self.sandbox(pod_key, uid)?;
         let Ok(sb) = sb.try_lock() else {
-            return Err("the pod is busy; try again".into());
-        };
-        let names: Vec<&str> = sb
-            .containers
-            .iter()
-            .chain(sb.init.iter())
-            .map(|c| c.spec.name.as_str())
-            .collect();
-        let name = match container {
-            Some(c) => c,
-            None if sb.containers.len() == 1 => &sb.containers[0].spec.name,
-            None => {
-                return Err(format!(
-                    "a container name must be specified for pod {}, choose one of: [{}]",
-                    sb.pod.name_any(),
-                    names.join(" ")
-                ));
-            }
+            return Err("the pod is changing; try again".into());
         };
         let slot = sb
             .containers
             .iter()
             .chain(sb.init.iter())
-            .find(|c| c.spec.name == name)
+            .find(|c| c.spec.name == container)
             .ok_or_else(|| {
                 format!(
-                    "container {name} is not valid for pod {}",
+                    "container {container} is not valid for pod {}",
                     sb.pod.name_any()
                 )
             })?;
-        let run = match (previous, slot.runs) {
-            (false, 0) => {
-                return Err(format!(
-                    "container \"{name}\" in pod \"{}\" is waiting to start",
-                    sb.pod.name_any()
-                ));
-            }
-            (false, n) => n - 1,
-            (true, n) if n >= 2 => n - 2,
-            (true, _) => {
-                return Err(format!(
-                    "previous terminated container \"{name}\" in pod \"{}\" not found",
-                    sb.pod.name_any()
-                ));
-            }
-        };
-        Ok(log_path(&sb.dir, name, run))
+        let pod = sb.pod.name_any();
+        match (previous, slot.runs) {
+            (false, 0) => Err(format!(
+                "container \"{container}\" in pod \"{pod}\" is waiting to start: {}",
+                match &slot.state {
+                    ContainerState::Waiting { reason, .. } => reason.as_str(),
+                    _ => "ContainerCreating",
+                }
+            )),
+            (false, n) => Ok(LogRun {
+                path: log_path(&sb.dir, container, n - 1),
+                exit: slot.process.as_ref().map(|p| p.exit.clone()),
+            }),
+            (true, n) if n >= 2 => Ok(LogRun {
+                path: log_path(&sb.dir, container, n - 2),
+                exit: None,
+            }),
+            (true, _) => Err(format!(
+                "previous terminated container \"{container}\" in pod \"{pod}\" not found"
+            )),
+        }
     }
+
+    /// What `exec` needs of a running container: its process, launch and
+    /// the pod's directory.
+    pub fn exec_target(
+        &self,
+        pod_key: &str,
+        uid: &str,
+        container: &str,
+    ) -> Result<ExecTarget, String> {
+        let sb = self.sandbox(pod_key, uid)?;
+        let Ok(sb) = sb.try_lock() else {
+            return Err("the pod is changing; try again".into());
+        };
+        let slot = sb
+            .containers
+            .iter()
+            .chain(sb.init.iter())
+            .find(|c| c.spec.name == container)
+            .ok_or_else(|| {
+                format!(
+                    "container {container} is not valid for pod {}",
+                    sb.pod.name_any()
+                )
+            })?;
+        let Some(p) = slot.process.as_ref().filter(|p| p.exit.borrow().is_none()) else {
+            return Err(format!("container {container} is not running"));
+        };
+        Ok(ExecTarget {
+            pid: p.pid,
+            launch: sb.dir.join("launch").join(format!("{container}.json")),
+            dir: sb.dir.clone(),
+            netns: sb.netns.clone(),
+            helper: self.config.helper.clone(),
+        })
+    }
+
+    /// The network namespace of a pod's sandbox.
+    pub fn pod_netns(&self, pod_key: &str) -> Result<String, String> {
+        let sb = self.sandbox(pod_key, "")?;
+        let netns = sb.try_lock().map(|s| s.netns.clone());
+        netns.map_err(|_| "the pod is changing; try again".into())
+    }
+
+    fn sandbox(
+        &self,
+        pod_key: &str,
+        uid: &str,
+    ) -> Result<Arc<tokio::sync::Mutex<PodSandbox>>, String> {
+        let sb = self.pods.lock().get(pod_key).cloned();
+        let sb = sb.ok_or_else(|| format!("pod {pod_key} has no sandbox on its node yet"))?;
+        if !uid.is_empty() && sb.try_lock().is_ok_and(|s| s.uid != uid) {
+            return Err(format!("pod {pod_key} has no sandbox on its node yet"));
+        }
+        Ok(sb)
+    }
+}
+
+/// A container run's log file.
+pub struct LogRun {
+    pub path: PathBuf,
+    /// The run's exit, while it may still write.
+    pub exit: Option<tokio::sync::watch::Receiver<Option<i32>>>,
+}
+
+/// A running container, for `exec`.
+pub struct ExecTarget {
+    pub pid: i32,
+    pub launch: PathBuf,
+    pub dir: PathBuf,
+    pub netns: String,
+    pub helper: PathBuf,
 }
 
 fn log_path(dir: &Path, container: &str, run: u32) -> PathBuf {

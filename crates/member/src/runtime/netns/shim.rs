@@ -48,6 +48,9 @@ pub struct Launch {
     /// The resolved command and its arguments.
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// Whether stdin is a terminal to make the controlling TTY (`exec -t`).
+    #[serde(default)]
+    pub tty: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -85,6 +88,9 @@ fn enter(launch: &Launch) -> Result<Never, String> {
         let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
         setns(&file, flag).map_err(|e| format!("cannot enter {}: {e}", path.display()))
     };
+    if launch.tty {
+        take_terminal()?;
+    }
     ns(&launch.netns, CloneFlags::CLONE_NEWNET)?;
     match launch.join_pid {
         Some(pid) => {
@@ -116,6 +122,17 @@ fn enter(launch: &Launch) -> Result<Never, String> {
     setuid(Uid::from_raw(launch.uid)).map_err(|e| format!("cannot set uid: {e}"))?;
     let cstr = |s: &str| CString::new(s).map_err(|_| format!("{s:?} contains a NUL byte"));
     let program = launch.argv.first().ok_or("no command to run")?;
+    // Looked up inside the container, on its PATH, as a runtime does.
+    let path = launch
+        .env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or(super::host::DEFAULT_PATH);
+    let resolved = super::host::which_in(program, path)
+        .ok_or_else(|| format!("exec: {program:?}: executable file not found in $PATH"))?;
+    let program = &resolved.to_string_lossy().into_owned();
     let argv = launch
         .argv
         .iter()
@@ -131,6 +148,13 @@ fn enter(launch: &Launch) -> Result<Never, String> {
         "exec: {program:?}: {}",
         error.map(|e| e.desc()).unwrap_or("failed")
     ))
+}
+
+/// Makes the terminal on stdin this process's controlling TTY.
+fn take_terminal() -> Result<(), String> {
+    rustix::process::setsid().map_err(|e| format!("cannot start a session: {e}"))?;
+    rustix::process::ioctl_tiocsctty(std::io::stdin())
+        .map_err(|e| format!("cannot take the terminal: {e}"))
 }
 
 fn bind(source: &Path, target: &Path, read_only: bool) -> Result<(), String> {

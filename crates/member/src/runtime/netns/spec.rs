@@ -770,6 +770,7 @@ pub fn launch(
             working_dir: c.working_dir.clone().filter(|w| !w.is_empty()),
             argv,
             env,
+            tty: false,
         },
         standin,
     })
