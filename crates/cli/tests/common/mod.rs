@@ -18,6 +18,8 @@ pub struct Server {
     env: Vec<(String, String)>,
     /// The etcd the server stores its objects in, with `--store etcd`.
     pub etcd: Option<flotilla_store::testing::Etcd>,
+    /// Stopped with SIGTERM on drop (a netns member removes its network).
+    graceful: bool,
 }
 
 /// Which store a test's API server runs on.
@@ -125,6 +127,36 @@ impl Server {
         Self::start_command(&["member", "--name", name], &args, &[])
     }
 
+    /// A member whose pods run (`--runtime netns`); it is stopped with
+    /// SIGTERM when dropped, so that it removes its pod network.
+    pub fn netns_member(name: &str, extra: &[&str]) -> Server {
+        let mut args = vec!["--runtime", "netns"];
+        args.extend_from_slice(extra);
+        let mut s = Self::prepare(&["member", "--name", name], &args, &[]);
+        s.graceful = true;
+        s.spawn();
+        s
+    }
+
+    /// Sends SIGTERM and waits (30 s at most) for the process to end.
+    pub fn stop(&mut self) {
+        let Some(mut c) = self.child.take() else {
+            return;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = c.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+
     /// The control plane (`flotilla controlplane`) with extra flags.
     pub fn controlplane(extra: &[&str]) -> Server {
         Self::start_command(&["controlplane"], extra, &[])
@@ -149,6 +181,7 @@ impl Server {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             etcd: None,
+            graceful: false,
         }
     }
 
@@ -280,6 +313,9 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if self.graceful {
+            self.stop();
+        }
         self.kill9();
     }
 }

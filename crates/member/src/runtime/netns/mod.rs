@@ -133,6 +133,8 @@ impl NetnsRuntime {
         let _ = std::fs::remove_dir_all(&pods_dir);
         std::fs::create_dir_all(&pods_dir)
             .map_err(|e| format!("cannot make {}: {e}", pods_dir.display()))?;
+        // Says which namespaces are this member's, to people and tests.
+        let _ = std::fs::write(config.data_dir.join("netns-prefix"), &network.prefix);
         if let Err(e) = network.create().await {
             network.destroy().await;
             return Err(format!("cannot build the member's pod network: {e}"));
@@ -289,6 +291,10 @@ impl NetnsRuntime {
             Err(e) if e.reason == "StartError" => {
                 // As containerd: the container is created and fails to start.
                 let now = podutil::now();
+                if slot.runs > 0 {
+                    slot.restarts += 1;
+                }
+                slot.runs += 1;
                 record_exit(
                     slot,
                     ContainerState::Terminated {
@@ -391,6 +397,17 @@ impl NetnsRuntime {
                 }
             }
         }
+        // Restarts still to come wake this pod when their back-off ends.
+        for c in sb.init.iter().chain(sb.containers.iter()) {
+            if let (ContainerState::Terminated { code, .. }, Some(t)) = (&c.state, c.backoff_until)
+                && (policy == "Always" || (policy == "OnFailure" && *code != 0))
+            {
+                soonest(
+                    t.saturating_duration_since(Instant::now())
+                        .max(Duration::from_millis(10)),
+                );
+            }
+        }
         let all_terminated = sb
             .containers
             .iter()
@@ -426,17 +443,50 @@ impl NetnsRuntime {
         if matches!(phase, PodPhase::Succeeded | PodPhase::Failed) {
             sb.done = true;
         }
-        let report = |c: &ContainerSlot| ContainerRun {
-            name: c.spec.name.clone(),
-            state: c.state.clone(),
-            last: c.last.clone(),
-            restarts: c.restarts,
-            ready: matches!(c.state, ContainerState::Running { .. }),
-            started: matches!(c.state, ContainerState::Running { .. }),
-            id: c
-                .started
-                .as_ref()
-                .map(|_| format!("flotilla://{}/{}-{}", sb.uid, c.spec.name, c.runs)),
+        let pod_name = format!(
+            "{}_{}({})",
+            sb.pod.name_any(),
+            sb.pod.namespace().unwrap_or_default(),
+            sb.uid
+        );
+        let done = sb.done;
+        let report = |c: &ContainerSlot| {
+            // Between a crash and its restart: CrashLoopBackOff, as upstream.
+            let backing_off = !done
+                && will_restart(c)
+                && matches!(c.state, ContainerState::Terminated { .. })
+                && c.backoff_until.is_some_and(|t| t > Instant::now());
+            let (state, last) = if backing_off {
+                let wait = c
+                    .backoff_until
+                    .map(|t| t - Instant::now())
+                    .unwrap_or_default();
+                (
+                    ContainerState::Waiting {
+                        reason: "CrashLoopBackOff".into(),
+                        message: Some(format!(
+                            "back-off {}s restarting failed container={} pod={pod_name}",
+                            wait.as_secs().max(1),
+                            c.spec.name
+                        )),
+                    },
+                    Some(c.state.clone()),
+                )
+            } else {
+                (c.state.clone(), c.last.clone())
+            };
+            ContainerRun {
+                name: c.spec.name.clone(),
+                ready: matches!(state, ContainerState::Running { .. }),
+                started: matches!(state, ContainerState::Running { .. }),
+                state,
+                last,
+                restarts: c.restarts,
+                id: c
+                    .started
+                    .as_ref()
+                    .map(|_| format!("flotilla://{}/{}-{}", sb.uid, c.spec.name, c.runs)),
+            }
         };
         PodRun {
             phase,
@@ -652,8 +702,15 @@ fn reap(slots: &mut [ContainerSlot]) {
 /// Records an exit and schedules the restart back-off, should it restart.
 fn record_exit(c: &mut ContainerSlot, state: ContainerState) {
     c.state = state;
-    c.backoff_until = Some(Instant::now() + c.backoff);
-    c.backoff = (c.backoff * 2).min(BACKOFF_MAX);
+    // The first restart is at once; then 10 s, 20 s, ... up to 5 min.
+    let delay = if c.runs <= 1 {
+        Duration::ZERO
+    } else {
+        let d = c.backoff;
+        c.backoff = (c.backoff * 2).min(BACKOFF_MAX);
+        d
+    };
+    c.backoff_until = Some(Instant::now() + delay);
 }
 
 #[async_trait]

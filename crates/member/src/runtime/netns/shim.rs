@@ -223,20 +223,65 @@ fn build_root(launch: &Launch) -> Result<(), String> {
     std::fs::create_dir_all(root.dir.join("tmp")).map_err(|e| e.to_string())?;
     bind(&launch.tmp, &root.dir.join("tmp"), false)?;
     for m in &launch.mounts {
-        let target = Path::new(&m.target);
-        if !target.is_absolute() {
+        if !Path::new(&m.target).is_absolute() {
             return Err(format!("mountPath {:?} is not absolute", m.target));
         }
-        root.make_mount_point(target, m.source.is_dir())?;
-        bind(&m.source, &root.host_path(target), m.read_only)?;
+        let target = root.resolve(Path::new(&m.target));
+        root.make_mount_point(&target, m.source.is_dir())?;
+        bind(&m.source, &root.host_path(&target), m.read_only)?;
     }
     if let Some(dir) = &launch.working_dir {
-        root.make_dir(Path::new(dir))?;
+        let dir = root.resolve(Path::new(dir));
+        root.make_dir(&dir)?;
     }
     Ok(())
 }
 
 impl Root {
+    /// `path` with the root's symbolic links followed (`/var/run` is
+    /// `/run` on most hosts), as the container will see it.
+    fn resolve(&self, path: &Path) -> PathBuf {
+        let mut out = PathBuf::from("/");
+        let mut rest: std::collections::VecDeque<std::ffi::OsString> = path
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(n.to_os_string()),
+                Component::ParentDir => Some("..".into()),
+                _ => None,
+            })
+            .collect();
+        let mut hops = 0;
+        while let Some(part) = rest.pop_front() {
+            if part == ".." {
+                out.pop();
+                continue;
+            }
+            let candidate = out.join(&part);
+            let host = self.host_path(&candidate);
+            let link = std::fs::symlink_metadata(&host)
+                .ok()
+                .filter(|m| m.file_type().is_symlink())
+                .and_then(|_| std::fs::read_link(&host).ok());
+            match link {
+                Some(link) if hops < 40 => {
+                    hops += 1;
+                    if link.is_absolute() {
+                        out = PathBuf::from("/");
+                    }
+                    for c in link.components().rev() {
+                        match c {
+                            Component::Normal(n) => rest.push_front(n.to_os_string()),
+                            Component::ParentDir => rest.push_front("..".into()),
+                            _ => {}
+                        }
+                    }
+                }
+                _ => out = candidate,
+            }
+        }
+        out
+    }
+
     fn host_path(&self, container_path: &Path) -> PathBuf {
         let rel = container_path.strip_prefix("/").unwrap_or(container_path);
         self.dir.join(rel)

@@ -1,0 +1,667 @@
+//! `flotilla member --runtime netns`: pods that run, seen through kubectl
+//! as a user sees them. The runtime makes network namespaces, so these
+//! tests need root (CI has it); they are skipped only when
+//! FLOTILLA_SKIP_NETNS_AS_ROOT=1 says so.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Server, assert_has, wait_for};
+
+fn can_run() -> bool {
+    if std::env::var("FLOTILLA_SKIP_NETNS_AS_ROOT").as_deref() == Ok("1") {
+        eprintln!("skipped: FLOTILLA_SKIP_NETNS_AS_ROOT=1");
+        return false;
+    }
+    let uid = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    assert_eq!(
+        uid, "0",
+        "the netns runtime tests need root (or FLOTILLA_SKIP_NETNS_AS_ROOT=1)"
+    );
+    true
+}
+
+fn jsonpath(m: &Server, what: &[&str], path: &str) -> String {
+    let mut args = vec!["get"];
+    args.extend_from_slice(what);
+    let out = format!("-o=jsonpath={path}");
+    args.push(&out);
+    let o = m.kubectl(&args);
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn wait_phase(m: &Server, pod: &str, phase: &str) {
+    let mut last = String::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        last = jsonpath(m, &["pod", pod], "{.status.phase}");
+        if last == phase {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let describe = m.kubectl(&["get", "pod", pod, "-o", "yaml"]);
+    panic!(
+        "pod {pod} is {last:?}, not {phase}:\n{}\nmember log:\n{}",
+        String::from_utf8_lossy(&describe.stdout),
+        m.log()
+    );
+}
+
+/// The namespaces (`ip netns`) the member made, by the prefix it wrote.
+fn namespaces_of(m: &Server) -> Vec<String> {
+    let prefix = std::fs::read_to_string(m.data_dir().join("netns-prefix")).unwrap_or_default();
+    assert!(
+        !prefix.is_empty(),
+        "the member says which namespaces are its own"
+    );
+    std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.starts_with(prefix.trim()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Host processes whose command line names the member's data dir (its
+/// containers' shims and what they exec keep their launch path or cwd).
+fn processes_in_netns(namespaces: &[String]) -> usize {
+    namespaces
+        .iter()
+        .map(|ns| {
+            let o = std::process::Command::new("ip")
+                .args(["netns", "pids", ns])
+                .output()
+                .expect("ip netns pids");
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .count()
+        })
+        .sum()
+}
+
+const APP: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: app-config}
+data: {greeting: hello, app.conf: "mode=test\n"}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: app-secret}
+stringData: {password: s3cret}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      nodeSelector: {kubernetes.io/hostname: rt-talk-node-1}
+      containers:
+      - name: nginx
+        image: nginx:1.27
+        ports: [{containerPort: 80}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: client, labels: {app: client, tier: test}}
+spec:
+  nodeName: rt-talk-node-0
+  containers:
+  - name: main
+    image: busybox
+    command: ["sh", "-c", "echo started as $(id -u) with $GREETING; while true; do sleep 1; done"]
+    workingDir: /work/here
+    env:
+    - {name: GREETING, valueFrom: {configMapKeyRef: {name: app-config, key: greeting}}}
+    - {name: PASSWORD, valueFrom: {secretKeyRef: {name: app-secret, key: password}}}
+    - {name: MY_POD, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
+    - {name: MY_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}
+    - {name: MEM_LIMIT, valueFrom: {resourceFieldRef: {resource: limits.memory, divisor: 1Mi}}}
+    - {name: COMBINED, value: "$(MY_POD)-$(GREETING)"}
+    resources: {limits: {memory: 64Mi}}
+    volumeMounts:
+    - {name: config, mountPath: /etc/app}
+    - {name: secret, mountPath: /var/run/secret, readOnly: true}
+    - {name: info, mountPath: /etc/podinfo}
+    - {name: scratch, mountPath: /scratch}
+    - {name: token, mountPath: /var/run/secrets/tokens}
+  - name: sidecar
+    image: busybox
+    command: ["sh", "-c", "echo from-sidecar > /scratch/note; while true; do sleep 1; done"]
+    securityContext: {runAsUser: 1234}
+    volumeMounts: [{name: scratch, mountPath: /scratch}]
+  volumes:
+  - {name: config, configMap: {name: app-config}}
+  - {name: secret, secret: {secretName: app-secret}}
+  - {name: info, downwardAPI: {items: [{path: labels, fieldRef: {fieldPath: metadata.labels}}]}}
+  - {name: scratch, emptyDir: {}}
+  - name: token
+    projected:
+      sources:
+      - serviceAccountToken: {path: token, audience: vault, expirationSeconds: 3600}
+"#;
+
+#[test]
+fn pods_run_processes_that_talk_log_and_take_exec() {
+    if !can_run() {
+        return;
+    }
+    let hosts_before = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    let m = Server::netns_member("rt-talk", &["--nodes", "2"]);
+    m.ok_stdin(&["apply", "-f", "-"], APP);
+    wait_phase(&m, "client", "Running");
+    wait_for(Duration::from_secs(60), "two web pods running", || {
+        jsonpath(&m, &["pods", "-l", "app=web"], "{.items[*].status.podIP}")
+            .split_whitespace()
+            .count()
+            == 2
+    });
+
+    // Each pod has an address from its node's podCIDR, and hostIP.
+    let node = jsonpath(&m, &["pod", "client"], "{.spec.nodeName}");
+    let cidr = jsonpath(&m, &["node", &node], "{.spec.podCIDR}");
+    let ip = jsonpath(&m, &["pod", "client"], "{.status.podIP}");
+    let prefix = cidr
+        .rsplit_once('.')
+        .map(|x| x.0)
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        ip.starts_with(&prefix),
+        "pod IP {ip} is in node CIDR {cidr}"
+    );
+    assert!(!jsonpath(&m, &["pod", "client"], "{.status.hostIP}").is_empty());
+
+    // A pod calls each web pod (on the other node) at its IP: the
+    // stand-in workload answers with who it is.
+    let web: Vec<String> = jsonpath(&m, &["pods", "-l", "app=web"], "{.items[*].metadata.name}")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    for name in &web {
+        let ip = jsonpath(&m, &["pod", name], "{.status.podIP}");
+        let answer = m.ok(&[
+            "exec",
+            "client",
+            "-c",
+            "main",
+            "--",
+            "curl",
+            "-s",
+            "-m",
+            "5",
+            &format!("http://{ip}:80/hello"),
+        ]);
+        assert_has(
+            &answer,
+            &[
+                &format!("\"pod\":\"{name}\""),
+                "\"cluster\":\"rt-talk\"",
+                &ip,
+            ],
+        );
+        let health = m.ok(&[
+            "exec",
+            "client",
+            "-c",
+            "main",
+            "--",
+            "curl",
+            "-s",
+            &format!("{ip}/health"),
+        ]);
+        assert_eq!(health.trim(), "ok");
+    }
+
+    // Environment, user, working directory, volumes.
+    let env = m.ok(&["exec", "client", "-c", "main", "--", "env"]);
+    assert_has(
+        &env,
+        &[
+            "GREETING=hello",
+            "PASSWORD=s3cret",
+            "MY_POD=client",
+            &format!("MY_IP={ip}"),
+            "MEM_LIMIT=64",
+            "COMBINED=client-hello",
+            "HOSTNAME=client",
+        ],
+    );
+    assert_eq!(
+        m.ok(&["exec", "client", "-c", "main", "--", "id", "-u"])
+            .trim(),
+        "65534"
+    );
+    assert_eq!(
+        m.ok(&["exec", "client", "-c", "sidecar", "--", "id", "-u"])
+            .trim(),
+        "1234"
+    );
+    assert_eq!(
+        m.ok(&["exec", "client", "-c", "main", "--", "pwd"]).trim(),
+        "/work/here"
+    );
+    assert_eq!(
+        m.ok(&[
+            "exec",
+            "client",
+            "-c",
+            "main",
+            "--",
+            "cat",
+            "/etc/app/app.conf"
+        ]),
+        "mode=test\n"
+    );
+    assert_eq!(
+        m.ok(&[
+            "exec",
+            "client",
+            "-c",
+            "main",
+            "--",
+            "cat",
+            "/var/run/secret/password"
+        ]),
+        "s3cret"
+    );
+    assert_has(
+        &m.ok(&[
+            "exec",
+            "client",
+            "-c",
+            "main",
+            "--",
+            "cat",
+            "/etc/podinfo/labels",
+        ]),
+        &["app=\"client\"", "tier=\"test\""],
+    );
+    let token = m.ok(&[
+        "exec",
+        "client",
+        "-c",
+        "main",
+        "--",
+        "cat",
+        "/var/run/secrets/tokens/token",
+    ]);
+    assert_eq!(token.split('.').count(), 3, "a JWT: {token}");
+    let failed_write = m.kubectl(&[
+        "exec",
+        "client",
+        "-c",
+        "main",
+        "--",
+        "sh",
+        "-c",
+        "echo x > /var/run/secret/x",
+    ]);
+    assert!(
+        !failed_write.status.success(),
+        "a readOnly volume refuses writes"
+    );
+    // emptyDir is shared by the pod's containers.
+    assert_eq!(
+        m.ok(&["exec", "client", "-c", "main", "--", "cat", "/scratch/note"])
+            .trim(),
+        "from-sidecar"
+    );
+    // The pod's own /etc/hosts and resolv.conf; the host's are untouched.
+    let hosts = m.ok(&["exec", "client", "-c", "main", "--", "cat", "/etc/hosts"]);
+    assert_has(&hosts, &[&format!("{ip}\tclient")]);
+    assert_has(
+        &m.ok(&[
+            "exec",
+            "client",
+            "-c",
+            "main",
+            "--",
+            "cat",
+            "/etc/resolv.conf",
+        ]),
+        &[
+            "search default.svc.cluster.local svc.cluster.local cluster.local",
+            "options ndots:5",
+        ],
+    );
+    assert_eq!(
+        std::fs::read_to_string("/etc/hosts").unwrap_or_default(),
+        hosts_before
+    );
+    assert_eq!(
+        m.ok(&["exec", "client", "-c", "main", "--", "hostname"])
+            .trim(),
+        "client"
+    );
+
+    // exec: stdin, and the exit code of the command.
+    assert_eq!(
+        m.ok_stdin(
+            &[
+                "exec", "-i", "client", "-c", "main", "--", "tr", "a-z", "A-Z"
+            ],
+            "shout\n"
+        ),
+        "SHOUT\n"
+    );
+    let failed = m.kubectl(&["exec", "client", "-c", "main", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(
+        failed.status.code(),
+        Some(7),
+        "kubectl exits with the command's code"
+    );
+    let missing = m.kubectl(&["exec", "client", "-c", "main", "--", "no-such-command"]);
+    assert!(!missing.status.success());
+    assert_has(
+        &String::from_utf8_lossy(&missing.stderr),
+        &["no-such-command", "not found"],
+    );
+
+    // logs: the container's output, -c, --tail, --timestamps; errors as upstream.
+    let logs = m.ok(&["logs", "client", "-c", "main"]);
+    assert_has(&logs, &["started as 65534 with hello"]);
+    let web_logs = m.ok(&["logs", &web[0]]);
+    assert_has(&web_logs, &["serving HTTP on :80", "GET /hello"]);
+    assert_eq!(m.ok(&["logs", &web[0], "--tail", "1"]).lines().count(), 1);
+    let stamped = m.ok(&["logs", "client", "-c", "main", "--timestamps"]);
+    assert!(stamped.starts_with("20"), "RFC 3339 timestamps: {stamped}");
+    let wrong_container = m.kubectl(&["logs", "client", "-c", "nope"]);
+    assert_has(
+        &String::from_utf8_lossy(&wrong_container.stderr),
+        &["container nope is not valid for pod client"],
+    );
+    let previous = m.kubectl(&["logs", "client", "-c", "main", "--previous"]);
+    assert_has(
+        &String::from_utf8_lossy(&previous.stderr),
+        &["previous terminated container \"main\" in pod \"client\" not found"],
+    );
+}
+
+#[test]
+fn exit_codes_become_container_states_jobs_and_restarts() {
+    if !can_run() {
+        return;
+    }
+    let m = Server::netns_member("rt-exit", &["--nodes", "1"]);
+    m.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: batch/v1
+kind: Job
+metadata: {name: works}
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: task, image: busybox, command: ["sh", "-c", "echo done"]}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: fails}
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: task, image: busybox, command: ["sh", "-c", "echo failing >&2; exit 3"]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: crasher}
+spec:
+  containers: [{name: c, image: busybox, command: ["sh", "-c", "echo run; exit 1"]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: init-first}
+spec:
+  initContainers: [{name: setup, image: busybox, command: ["sh", "-c", "echo ready > /shared/flag"], volumeMounts: [{name: s, mountPath: /shared}]}]
+  containers: [{name: app, image: busybox, command: ["sh", "-c", "cat /shared/flag; sleep 3600"], volumeMounts: [{name: s, mountPath: /shared}]}]
+  volumes: [{name: s, emptyDir: {}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: missing-binary}
+spec:
+  restartPolicy: Never
+  containers: [{name: c, image: busybox, command: ["definitely-not-a-binary"]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: missing-config}
+spec:
+  containers:
+  - name: c
+    image: busybox
+    command: ["sleep", "3600"]
+    env: [{name: X, valueFrom: {configMapKeyRef: {name: nowhere, key: k}}}]
+"#,
+    );
+    wait_for(Duration::from_secs(60), "job works to complete", || {
+        jsonpath(&m, &["job", "works"], "{.status.succeeded}") == "1"
+    });
+    wait_for(Duration::from_secs(60), "job fails to fail", || {
+        jsonpath(
+            &m,
+            &["job", "fails"],
+            "{.status.conditions[?(@.type==\"Failed\")].status}",
+        ) == "True"
+    });
+    let failed_pod = jsonpath(
+        &m,
+        &["pods", "-l", "job-name=fails"],
+        "{.items[0].metadata.name}",
+    );
+    let terminated = jsonpath(
+        &m,
+        &["pod", &failed_pod],
+        "{.status.containerStatuses[0].state.terminated.exitCode} {.status.containerStatuses[0].state.terminated.reason} {.status.phase}",
+    );
+    assert_eq!(terminated, "3 Error Failed");
+    assert_has(&m.ok(&["logs", &failed_pod]), &["failing"]);
+
+    // restartPolicy Always: restarted, with the last state kept, then backed off.
+    wait_for(Duration::from_secs(60), "crasher restarted", || {
+        jsonpath(
+            &m,
+            &["pod", "crasher"],
+            "{.status.containerStatuses[0].restartCount}",
+        )
+        .parse::<i32>()
+        .is_ok_and(|n| n >= 1)
+    });
+    wait_for(
+        Duration::from_secs(60),
+        "crasher in CrashLoopBackOff",
+        || {
+            jsonpath(
+                &m,
+                &["pod", "crasher"],
+                "{.status.containerStatuses[0].state.waiting.reason}",
+            ) == "CrashLoopBackOff"
+        },
+    );
+    assert_eq!(
+        jsonpath(
+            &m,
+            &["pod", "crasher"],
+            "{.status.containerStatuses[0].lastState.terminated.exitCode}"
+        ),
+        "1"
+    );
+    assert_has(&m.ok(&["logs", "crasher", "--previous"]), &["run"]);
+
+    // Init containers run first, to completion.
+    wait_phase(&m, "init-first", "Running");
+    assert_eq!(
+        jsonpath(
+            &m,
+            &["pod", "init-first"],
+            "{.status.initContainerStatuses[0].state.terminated.reason}"
+        ),
+        "Completed"
+    );
+    wait_for(
+        Duration::from_secs(20),
+        "the app saw the init container's file",
+        || {
+            m.kubectl(&["logs", "init-first"])
+                .stdout
+                .starts_with(b"ready")
+        },
+    );
+
+    // Bad input: a status and a reason, never a crash.
+    wait_phase(&m, "missing-binary", "Failed");
+    let state = jsonpath(
+        &m,
+        &["pod", "missing-binary"],
+        "{.status.containerStatuses[0].state.terminated.reason}: {.status.containerStatuses[0].state.terminated.message}",
+    );
+    assert_has(
+        &state,
+        &[
+            "StartError",
+            "definitely-not-a-binary",
+            "not found in $PATH",
+        ],
+    );
+    wait_for(Duration::from_secs(30), "missing-config waiting", || {
+        jsonpath(
+            &m,
+            &["pod", "missing-config"],
+            "{.status.containerStatuses[0].state.waiting.reason}",
+        ) == "CreateContainerConfigError"
+    });
+    assert_has(
+        &jsonpath(
+            &m,
+            &["pod", "missing-config"],
+            "{.status.containerStatuses[0].state.waiting.message}",
+        ),
+        &["nowhere", "not found"],
+    );
+    // Given the ConfigMap, it starts.
+    m.ok(&["create", "configmap", "nowhere", "--from-literal=k=v"]);
+    wait_phase(&m, "missing-config", "Running");
+    wait_for(Duration::from_secs(30), "missing-config ready", || {
+        jsonpath(
+            &m,
+            &["pod", "missing-config"],
+            "{.status.containerStatuses[0].ready}",
+        ) == "true"
+    });
+}
+
+#[test]
+fn a_member_leaves_nothing_behind_even_after_kill_9() {
+    if !can_run() {
+        return;
+    }
+    let mut m = Server::netns_member("rt-clean", &["--nodes", "2"]);
+    m.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: sleepers}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: s}}
+  template:
+    metadata: {labels: {app: s}}
+    spec:
+      containers: [{name: c, image: busybox, command: ["sleep", "3600"]}]
+"#,
+    );
+    wait_for(Duration::from_secs(60), "three sleepers running", || {
+        jsonpath(&m, &["pods"], "{.items[*].status.phase}")
+            .split_whitespace()
+            .filter(|p| *p == "Running")
+            .count()
+            == 3
+    });
+    // The member, two nodes, three pods; a process in each pod.
+    let made = namespaces_of(&m);
+    assert_eq!(made.len(), 1 + 2 + 3, "namespaces: {made:?}");
+    assert_eq!(processes_in_netns(&made), 3);
+
+    // kill -9: the pods' processes outlive the member...
+    m.kill9();
+    assert_eq!(processes_in_netns(&made), 3);
+    // ...and its next start removes them before making its network anew.
+    m.spawn();
+    wait_for(
+        Duration::from_secs(60),
+        "the sleepers running again",
+        || {
+            jsonpath(
+                &m,
+                &["pods"],
+                "{.items[*].status.containerStatuses[*].ready}",
+            )
+            .split_whitespace()
+            .filter(|r| *r == "true")
+            .count()
+                == 3
+                && processes_in_netns(&namespaces_of(&m)) == 3
+        },
+    );
+    assert!(
+        made.iter()
+            .all(|ns| namespaces_of(&m).contains(ns) || ns.contains("-p")),
+        "node namespaces keep their names"
+    );
+
+    // Deleting a pod ends its process and removes its namespace.
+    let victim = jsonpath(&m, &["pods"], "{.items[0].metadata.name}");
+    m.ok(&["delete", "pod", &victim]);
+    wait_for(
+        Duration::from_secs(60),
+        "a replacement, and no more than 3 pods",
+        || {
+            let ns = namespaces_of(&m);
+            ns.len() == 6 && processes_in_netns(&ns) == 3
+        },
+    );
+
+    // A stop removes everything.
+    let before_stop = namespaces_of(&m);
+    m.stop();
+    assert_eq!(namespaces_of(&m), Vec::<String>::new());
+    assert_eq!(processes_in_netns(&before_stop), 0);
+}
+
+#[test]
+fn a_netns_member_refuses_what_it_cannot_do_safely() {
+    // A non-loopback listen without the acknowledgement: refused at once.
+    let out = common::flotilla(&[
+        "member",
+        "--name",
+        "exposed",
+        "--runtime",
+        "netns",
+        "--listen",
+        "0.0.0.0:0",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_has(
+        &err,
+        &["--listen 0.0.0.0:0 is not loopback", "--allow-remote-exec"],
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+}
