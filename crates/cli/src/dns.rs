@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context;
 use flotilla_dns::server::{self, Caches};
@@ -67,8 +68,8 @@ pub async fn serve(hub: kube::Client, sockets: Sockets) -> anyhow::Result<()> {
         .context("cannot follow the hub's ServiceImports (is this a Flotilla control plane?)")?;
     eprintln!("flotilla dns serving clusterset.local on {addr} (UDP and TCP)");
     tokio::join!(
-        server::serve_udp(sockets.udp, caches.clone()),
-        server::serve_tcp(sockets.tcp, caches)
+        server::serve_udp(sockets.udp, Arc::new(caches.clone())),
+        server::serve_tcp(sockets.tcp, Arc::new(caches))
     );
     Ok(())
 }

@@ -61,9 +61,30 @@ impl Caches {
     }
 }
 
+/// A zone the server answers from: `clusterset.local` ([`Caches`]) or a
+/// cluster's own `cluster.local` ([`crate::cluster::ClusterZone`]).
+pub trait Zone: Send + Sync + 'static {
+    /// The answer to one question, or `None` when the name is not ours.
+    fn answer(
+        &self,
+        qname: &hickory_proto::rr::Name,
+        qtype: hickory_proto::rr::RecordType,
+    ) -> Option<zone::Answer>;
+}
+
+impl Zone for Caches {
+    fn answer(
+        &self,
+        qname: &hickory_proto::rr::Name,
+        qtype: hickory_proto::rr::RecordType,
+    ) -> Option<zone::Answer> {
+        zone::answer(&self.snapshot(), qname, qtype)
+    }
+}
+
 /// The response to one query message (its bytes), or None when it cannot
 /// even be read as one.
-pub fn respond(caches: &Snapshot, query: &[u8]) -> Option<Vec<u8>> {
+pub fn respond(zone: &dyn Zone, query: &[u8]) -> Option<Vec<u8>> {
     let request = match Message::from_bytes(query) {
         Ok(m) => m,
         Err(error) => {
@@ -84,7 +105,7 @@ pub fn respond(caches: &Snapshot, query: &[u8]) -> Option<Vec<u8>> {
         ResponseCode::NotImp
     } else {
         let q = &request.queries[0];
-        match zone::answer(caches, q.name(), q.query_type()) {
+        match zone.answer(q.name(), q.query_type()) {
             Some(a) => {
                 response.add_answers(a.records);
                 response.authorities.extend(a.authority);
@@ -101,7 +122,7 @@ pub fn respond(caches: &Snapshot, query: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Serves UDP queries on `socket` for ever.
-pub async fn serve_udp(socket: UdpSocket, caches: Caches) {
+pub async fn serve_udp(socket: UdpSocket, zone: Arc<dyn Zone>) {
     let socket = Arc::new(socket);
     let mut buf = vec![0u8; 4096];
     loop {
@@ -113,7 +134,7 @@ pub async fn serve_udp(socket: UdpSocket, caches: Caches) {
                 continue;
             }
         };
-        let Some(mut out) = respond(&caches.snapshot(), &buf[..n]) else {
+        let Some(mut out) = respond(zone.as_ref(), &buf[..n]) else {
             continue;
         };
         if out.len() > 512 {
@@ -129,11 +150,11 @@ pub async fn serve_udp(socket: UdpSocket, caches: Caches) {
 }
 
 /// Serves TCP connections on `listener` for ever.
-pub async fn serve_tcp(listener: TcpListener, caches: Caches) {
+pub async fn serve_tcp(listener: TcpListener, zone: Arc<dyn Zone>) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                tokio::spawn(connection(stream, caches.clone()));
+                tokio::spawn(connection(stream, zone.clone()));
             }
             Err(error) => {
                 warn!(%error, "DNS over TCP: accept failed");
@@ -143,7 +164,7 @@ pub async fn serve_tcp(listener: TcpListener, caches: Caches) {
     }
 }
 
-async fn connection(mut stream: TcpStream, caches: Caches) {
+async fn connection(mut stream: TcpStream, zone: Arc<dyn Zone>) {
     loop {
         let read = async {
             let len = stream.read_u16().await? as usize;
@@ -155,7 +176,7 @@ async fn connection(mut stream: TcpStream, caches: Caches) {
         let Ok(Ok(query)) = tokio::time::timeout(Duration::from_secs(10), read).await else {
             return;
         };
-        let Some(out) = respond(&caches.snapshot(), &query) else {
+        let Some(out) = respond(zone.as_ref(), &query) else {
             return;
         };
         let Ok(len) = u16::try_from(out.len()) else {
