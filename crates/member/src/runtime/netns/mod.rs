@@ -10,6 +10,7 @@
 
 pub mod host;
 pub mod network;
+pub mod probes;
 pub mod process;
 pub mod shim;
 pub mod spec;
@@ -75,6 +76,9 @@ struct ContainerSlot {
     backoff: Duration,
     /// Its launches so far (for log file names).
     runs: u32,
+    /// What the current run's probes say, and their task.
+    probes: Option<probes::ProbeState>,
+    prober: Option<tokio::task::JoinHandle<()>>,
 }
 
 struct PodSandbox {
@@ -106,6 +110,8 @@ fn slot(spec: &Container) -> ContainerSlot {
         backoff_until: None,
         backoff: BACKOFF_START,
         runs: 0,
+        probes: None,
+        prober: None,
     }
 }
 
@@ -280,6 +286,8 @@ impl NetnsRuntime {
         }
         .await;
         let dir = sb.dir.clone();
+        let (netns, node_netns, ip, grace) =
+            (sb.netns.clone(), sb.node.netns.clone(), sb.ip, sb.grace);
         let slots = if init {
             &mut sb.init
         } else {
@@ -317,11 +325,24 @@ impl NetnsRuntime {
         };
         let log = log_path(&dir, &slot.spec.name, slot.runs);
         let events = self.events.clone();
-        let key = key.to_string();
+        let pod_key = key.to_string();
         match process::spawn(&self.config.helper, &file, log, move || {
-            events.changed(&key)
+            events.changed(&pod_key)
         }) {
             Ok(p) => {
+                let target = probes::ProbeTarget {
+                    netns: netns.clone(),
+                    node_netns: node_netns.clone(),
+                    ip,
+                    pid: p.pid,
+                    launch: file.clone(),
+                    helper: self.config.helper.clone(),
+                    grace,
+                };
+                let (state, task) =
+                    probes::start(&slot.spec, target, &p, self.events.clone(), key.to_string());
+                slot.probes = Some(state);
+                slot.prober = task;
                 let now = podutil::now();
                 if slot.runs > 0 {
                     slot.restarts += 1;
@@ -475,10 +496,12 @@ impl NetnsRuntime {
             } else {
                 (c.state.clone(), c.last.clone())
             };
+            let running = matches!(state, ContainerState::Running { .. });
+            let probed = |f: fn(&probes::ProbeState) -> bool| c.probes.as_ref().is_none_or(f);
             ContainerRun {
                 name: c.spec.name.clone(),
-                ready: matches!(state, ContainerState::Running { .. }),
-                started: matches!(state, ContainerState::Running { .. }),
+                ready: running && probed(|p| p.ready.load(std::sync::atomic::Ordering::SeqCst)),
+                started: running && probed(|p| p.started.load(std::sync::atomic::Ordering::SeqCst)),
                 state,
                 last,
                 restarts: c.restarts,
@@ -507,6 +530,11 @@ impl NetnsRuntime {
             .filter_map(|c| c.process.as_ref())
             .map(|p| process::stop(p, grace));
         futures::future::join_all(stops).await;
+        for c in sb.init.iter_mut().chain(sb.containers.iter_mut()) {
+            if let Some(task) = c.prober.take() {
+                task.abort();
+            }
+        }
         self.network.remove_pod(&sb.node, &sb.netns).await;
         if let Err(error) = std::fs::remove_dir_all(&sb.dir) {
             warn!(%error, dir = %sb.dir.display(), "cannot remove a pod's directory");
@@ -685,13 +713,20 @@ fn reap(slots: &mut [ContainerSlot]) {
             continue;
         };
         c.process = None;
+        if let Some(task) = c.prober.take() {
+            task.abort();
+        }
+        let killed = c
+            .probes
+            .as_ref()
+            .and_then(|p| p.killed_because.lock().take());
         let started = c.started.clone().unwrap_or_else(podutil::now);
         record_exit(
             c,
             ContainerState::Terminated {
                 code,
                 reason: if code == 0 { "Completed" } else { "Error" }.into(),
-                message: None,
+                message: killed,
                 started,
                 finished: podutil::now(),
             },

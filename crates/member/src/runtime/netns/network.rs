@@ -3,16 +3,20 @@
 //! ```text
 //!  <prefix>            the member's own network: bridge br0 (node CIDR .1),
 //!   │                  a route to each node's pod block via that node
-//!   ├─ <prefix>-n0     node 0: eth0 (its InternalIP) on br0, bridge cbr0
-//!   │   ├─ <prefix>-p… (its pod block's .1), one veth per pod
+//!   ├─ <prefix>-n0     node 0: eth0 (its InternalIP) on br0, a veth and
+//!   │   ├─ <prefix>-p… a /32 route per pod
 //!   │   └─ <prefix>-p…
 //!   └─ <prefix>-n1 …
 //! ```
 //!
-//! Each pod is a namespace of its own whose `eth0` is on its node's
-//! `cbr0`, with its IP from the node's block and the default route via
-//! `.1`. Nothing is made in the host's own network namespace, so members
-//! on one machine may use the same (overlapping) CIDRs.
+//! Pods are routed, not bridged (as Calico does): a pod's `eth0` has its
+//! IP as a /32 and a default route via the link-local 169.254.1.1, which
+//! the node's end of the veth answers by proxy ARP. Every packet to or
+//! from a pod is then routed by its node, where Services (DNAT) and
+//! NetworkPolicy (filter) see it with its real addresses, whether the
+//! peer is on the same node or not. Nothing is made in the host's own
+//! network namespace, so members on one machine may use the same
+//! (overlapping) CIDRs.
 
 use std::net::Ipv4Addr;
 
@@ -40,12 +44,8 @@ pub struct NodeNetwork {
     pub pod_block: Ipv4Net,
 }
 
-impl NodeNetwork {
-    /// The pods' gateway: the block's first address, on cbr0.
-    pub fn gateway(&self) -> Ipv4Addr {
-        first_host(self.pod_block)
-    }
-}
+/// Every pod's default gateway: its node's end of the veth, by proxy ARP.
+pub const POD_GATEWAY: &str = "169.254.1.1";
 
 fn first_host(net: Ipv4Net) -> Ipv4Addr {
     Ipv4Addr::from(u32::from(net.network()).saturating_add(1))
@@ -134,7 +134,6 @@ impl MemberNetwork {
         host::ip_batch(member, &lines).await?;
         host::sysctl(member, &["net.ipv4.ip_forward=1"]).await?;
         for node in &self.nodes {
-            let gw = node.gateway();
             host::ip_batch(
                 &node.netns,
                 &[
@@ -142,13 +141,15 @@ impl MemberNetwork {
                     format!("addr add {}/{len} dev eth0", node.ip),
                     "link set eth0 up".into(),
                     format!("route add default via {bridge_ip}"),
-                    "link add cbr0 type bridge".into(),
-                    format!("addr add {gw}/{} dev cbr0", node.pod_block.prefix_len()),
-                    "link set cbr0 up".into(),
                 ],
             )
             .await?;
-            host::sysctl(&node.netns, &["net.ipv4.ip_forward=1"]).await?;
+            // Pods' veths, made later, answer ARP for their gateway.
+            host::sysctl(
+                &node.netns,
+                &["net.ipv4.ip_forward=1", "net.ipv4.conf.default.proxy_arp=1"],
+            )
+            .await?;
         }
         Ok(())
     }
@@ -169,7 +170,8 @@ impl MemberNetwork {
                 &node.netns,
                 &[
                     format!("link add {veth} type veth peer name eth0 netns {netns}"),
-                    format!("link set {veth} master cbr0 up"),
+                    format!("link set {veth} up"),
+                    format!("route add {ip}/32 dev {veth}"),
                 ],
             )
             .await?;
@@ -177,9 +179,10 @@ impl MemberNetwork {
                 netns,
                 &[
                     "link set lo up".into(),
-                    format!("addr add {ip}/{} dev eth0", node.pod_block.prefix_len()),
+                    format!("addr add {ip}/32 dev eth0"),
                     "link set eth0 up".into(),
-                    format!("route add default via {}", node.gateway()),
+                    format!("route add {POD_GATEWAY} dev eth0 scope link"),
+                    format!("route add default via {POD_GATEWAY} dev eth0"),
                 ],
             )
             .await?;
@@ -234,7 +237,7 @@ mod tests {
         let b = MemberNetwork::plan(&config, "/data/two").unwrap();
         assert_ne!(a.prefix, b.prefix);
         assert_eq!(a.nodes.len(), 3);
-        assert_eq!(a.nodes[1].gateway().to_string(), "10.128.1.1");
+        assert_eq!(a.nodes[1].pod_block.to_string(), "10.128.1.0/24");
         let pod = a.pod_netns("0f1e2d3c-uid");
         assert!(pod.starts_with(&format!("{}-p", a.prefix)));
         assert!(veth_name(&pod).len() <= 15);

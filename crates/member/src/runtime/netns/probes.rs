@@ -1,0 +1,340 @@
+//! Container probes, run against the process as a kubelet runs them:
+//! `httpGet` (a request to the pod's IP from its node), `tcpSocket` (a
+//! connection), `exec` (a command in the container, success on exit 0).
+//! The startup probe gates the other two; readiness sets the container's
+//! `ready`; a failed liveness (or startup) probe stops the process, which
+//! then restarts by the pod's restartPolicy.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Probe};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tracing::info;
+
+use super::host;
+use super::process::{self, Process};
+use super::shim::Launch;
+use crate::runtime::Events;
+
+/// What probes report about one container run.
+#[derive(Clone)]
+pub struct ProbeState {
+    pub ready: Arc<AtomicBool>,
+    pub started: Arc<AtomicBool>,
+    /// Set when a probe failed and stopped the process (why, for its state).
+    pub killed_because: Arc<parking_lot::Mutex<Option<String>>>,
+}
+
+/// Where probes reach the container.
+pub struct ProbeTarget {
+    pub netns: String,
+    pub node_netns: String,
+    pub ip: Ipv4Addr,
+    pub pid: i32,
+    pub launch: PathBuf,
+    pub helper: PathBuf,
+    pub grace: Duration,
+}
+
+/// Starts the probes of `c` (if any); returns their state and the task,
+/// to abort when the process ends.
+pub fn start(
+    c: &Container,
+    target: ProbeTarget,
+    process: &Process,
+    events: Events,
+    pod_key: String,
+) -> (ProbeState, Option<tokio::task::JoinHandle<()>>) {
+    let state = ProbeState {
+        ready: Arc::new(AtomicBool::new(c.readiness_probe.is_none())),
+        started: Arc::new(AtomicBool::new(c.startup_probe.is_none())),
+        killed_because: Default::default(),
+    };
+    if c.readiness_probe.is_none() && c.liveness_probe.is_none() && c.startup_probe.is_none() {
+        return (state, None);
+    }
+    let c = c.clone();
+    let s = state.clone();
+    let exit = process.exit.clone();
+    let pid = process.pid;
+    let task = tokio::spawn(async move {
+        let target = Arc::new(target);
+        let changed = || events.changed(&pod_key);
+        if let Some(p) = &c.startup_probe {
+            match run_until(&c, p, &target, true).await {
+                true => {
+                    s.started.store(true, Ordering::SeqCst);
+                    changed();
+                }
+                false => {
+                    kill(&s, "startup", &c.name, pid, exit, target.grace).await;
+                    return;
+                }
+            }
+        }
+        let readiness = c.readiness_probe.clone().map(|p| {
+            let (c, s, target, events, key) = (
+                c.clone(),
+                s.clone(),
+                target.clone(),
+                events.clone(),
+                pod_key.clone(),
+            );
+            tokio::spawn(async move {
+                let mut last = s.ready.load(Ordering::SeqCst);
+                let mut counter = Counter::new(&p);
+                tokio::time::sleep(secs(p.initial_delay_seconds, 0)).await;
+                loop {
+                    let ok = check(&c, &p, &target).await;
+                    if let Some(now) = counter.observe(ok, last)
+                        && now != last
+                    {
+                        last = now;
+                        s.ready.store(now, Ordering::SeqCst);
+                        events.changed(&key);
+                    }
+                    tokio::time::sleep(secs(p.period_seconds, 10)).await;
+                }
+            })
+        });
+        if let Some(p) = &c.liveness_probe {
+            if !run_until(&c, p, &target, false).await {
+                kill(&s, "liveness", &c.name, pid, exit, target.grace).await;
+            }
+        } else {
+            std::future::pending::<()>().await;
+        }
+        if let Some(r) = readiness {
+            r.abort();
+        }
+    });
+    (state, Some(task))
+}
+
+async fn kill(
+    s: &ProbeState,
+    which: &str,
+    container: &str,
+    pid: i32,
+    exit: tokio::sync::watch::Receiver<Option<i32>>,
+    grace: Duration,
+) {
+    info!(
+        container,
+        probe = which,
+        "probe failed; the container will be restarted"
+    );
+    *s.killed_because.lock() = Some(format!(
+        "Container {container} failed {which} probe, will be restarted"
+    ));
+    process::stop(&Process { pid, exit }, grace).await;
+}
+
+fn secs(v: Option<i32>, default: i32) -> Duration {
+    Duration::from_secs(v.unwrap_or(default).max(0) as u64)
+}
+
+/// Consecutive successes and failures against the thresholds.
+struct Counter {
+    success_threshold: u32,
+    failure_threshold: u32,
+    successes: u32,
+    failures: u32,
+}
+
+impl Counter {
+    fn new(p: &Probe) -> Self {
+        Counter {
+            success_threshold: p.success_threshold.unwrap_or(1).max(1) as u32,
+            failure_threshold: p.failure_threshold.unwrap_or(3).max(1) as u32,
+            successes: 0,
+            failures: 0,
+        }
+    }
+
+    /// The verdict once a threshold is crossed: Some(true) passing,
+    /// Some(false) failing; None while undecided.
+    fn observe(&mut self, ok: bool, current: bool) -> Option<bool> {
+        if ok {
+            self.failures = 0;
+            self.successes += 1;
+            (self.successes >= self.success_threshold || current).then_some(true)
+        } else {
+            self.successes = 0;
+            self.failures += 1;
+            (self.failures >= self.failure_threshold).then_some(false)
+        }
+    }
+}
+
+/// Probes until the probe passes (`until_success`) or fails for good;
+/// returns whether it passed. A liveness probe (`!until_success`) runs
+/// until it fails.
+async fn run_until(c: &Container, p: &Probe, target: &ProbeTarget, until_success: bool) -> bool {
+    let mut counter = Counter::new(p);
+    tokio::time::sleep(secs(p.initial_delay_seconds, 0)).await;
+    loop {
+        let ok = check(c, p, target).await;
+        match counter.observe(ok, false) {
+            Some(true) if until_success => return true,
+            Some(false) => return false,
+            _ => {}
+        }
+        tokio::time::sleep(secs(p.period_seconds, 10)).await;
+    }
+}
+
+fn port(c: &Container, port: &IntOrString) -> Option<u16> {
+    match port {
+        IntOrString::Int(n) => u16::try_from(*n).ok(),
+        IntOrString::String(name) => c
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref() == Some(name.as_str()))
+            .and_then(|p| u16::try_from(p.container_port).ok())
+            .or_else(|| name.parse().ok()),
+    }
+}
+
+/// One probe attempt, within its timeout.
+async fn check(c: &Container, p: &Probe, target: &ProbeTarget) -> bool {
+    let timeout = secs(p.timeout_seconds, 1).max(Duration::from_secs(1));
+    let attempt = async {
+        if let Some(h) = &p.http_get {
+            let Some(port) = port(c, &h.port) else {
+                return false;
+            };
+            let host = h
+                .host
+                .as_deref()
+                .and_then(|h| h.parse().ok())
+                .unwrap_or(target.ip);
+            let path = h.path.as_deref().unwrap_or("/");
+            let mut headers = String::new();
+            for hd in h.http_headers.iter().flatten() {
+                headers.push_str(&format!("{}: {}\r\n", hd.name, hd.value));
+            }
+            http_get(
+                target,
+                SocketAddr::from((host, port)),
+                path,
+                &headers,
+                timeout,
+            )
+            .await
+        } else if let Some(t) = &p.tcp_socket {
+            let Some(port) = port(c, &t.port) else {
+                return false;
+            };
+            let addr = SocketAddr::from((target.ip, port));
+            host::connect_in(&target.node_netns, addr, timeout)
+                .await
+                .is_ok()
+        } else if let Some(e) = &p.exec {
+            exec(target, e.command.clone().unwrap_or_default(), timeout).await
+        } else {
+            // gRPC probes are not run here: counted as passing.
+            true
+        }
+    };
+    tokio::time::timeout(timeout, attempt)
+        .await
+        .unwrap_or(false)
+}
+
+async fn http_get(
+    target: &ProbeTarget,
+    addr: SocketAddr,
+    path: &str,
+    headers: &str,
+    timeout: Duration,
+) -> bool {
+    let Ok(mut stream) = host::connect_in(&target.node_netns, addr, timeout).await else {
+        return false;
+    };
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: kube-probe/1.33\r\nAccept: */*\r\n{headers}Connection: close\r\n\r\n"
+    );
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut head = [0u8; 32];
+    let Ok(n) = stream.read(&mut head).await else {
+        return false;
+    };
+    // "HTTP/1.1 200 OK": success is 200 to 399.
+    std::str::from_utf8(&head[..n])
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1))
+        .and_then(|code| code.parse::<u16>().ok())
+        .is_some_and(|code| (200..400).contains(&code))
+}
+
+async fn exec(target: &ProbeTarget, command: Vec<String>, timeout: Duration) -> bool {
+    if command.is_empty() {
+        return false;
+    }
+    let Some(base) = std::fs::read(&target.launch)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Launch>(&b).ok())
+    else {
+        return false;
+    };
+    let launch = Launch {
+        join_pid: Some(target.pid),
+        argv: command,
+        mounts: Vec::new(),
+        ..base
+    };
+    let file = target
+        .launch
+        .with_extension(format!("probe-{:08x}.json", rand::random::<u32>()));
+    if super::write_private(&file, &serde_json::to_vec(&launch).unwrap_or_default()).is_err() {
+        return false;
+    }
+    let child = tokio::process::Command::new(&target.helper)
+        .arg("__container-shim")
+        .arg(&file)
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn();
+    let ok = match child {
+        Ok(mut child) => matches!(
+            tokio::time::timeout(timeout, child.wait()).await,
+            Ok(Ok(status)) if status.success()
+        ),
+        Err(_) => false,
+    };
+    let _ = std::fs::remove_file(&file);
+    ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thresholds_decide_as_upstream() {
+        let p = Probe {
+            failure_threshold: Some(2),
+            success_threshold: Some(2),
+            ..Probe::default()
+        };
+        let mut c = Counter::new(&p);
+        assert_eq!(c.observe(true, false), None, "one success of two");
+        assert_eq!(c.observe(true, false), Some(true));
+        assert_eq!(c.observe(false, true), None, "one failure of two");
+        assert_eq!(c.observe(true, true), Some(true), "still passing");
+        assert_eq!(c.observe(false, true), None);
+        assert_eq!(c.observe(false, true), Some(false));
+    }
+}
