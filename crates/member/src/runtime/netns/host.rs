@@ -104,6 +104,11 @@ pub async fn check(probe_name: &str) -> Result<(), HostError> {
             "--runtime netns needs iproute2's `ip` on PATH (apt-get install iproute2)".into(),
         ));
     }
+    if which("nft").is_none() {
+        return Err(HostError::Missing(
+            "--runtime netns needs nftables's `nft` on PATH for Services and NetworkPolicy (apt-get install nftables)".into(),
+        ));
+    }
     if which("sysctl").is_none() {
         return Err(HostError::Missing(
             "--runtime netns needs procps's `sysctl` on PATH (apt-get install procps)".into(),
@@ -201,21 +206,43 @@ pub async fn connect_in(
     addr: SocketAddr,
     timeout: Duration,
 ) -> io::Result<tokio::net::TcpStream> {
+    let stream = in_netns(netns, move || {
+        std::net::TcpStream::connect_timeout(&addr, timeout)
+    })
+    .await?;
+    stream.set_nonblocking(true)?;
+    tokio::net::TcpStream::from_std(stream)
+}
+
+/// Applies an nftables script inside a network namespace, atomically.
+pub async fn nft(netns: &str, script: &str) -> Result<(), HostError> {
+    run(
+        "ip",
+        &["netns", "exec", netns, "nft", "-f", "-"],
+        Some(script.to_string()),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Runs `make` on a thread inside the named network namespace: sockets
+/// it opens belong to that namespace for their whole life.
+pub async fn in_netns<T, F>(netns: &str, make: F) -> io::Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> io::Result<T> + Send + 'static,
+{
     let path = netns_path(netns);
-    let stream = tokio::task::spawn_blocking(move || -> io::Result<std::net::TcpStream> {
-        // A thread of its own: it never goes back to the host namespace,
-        // so no other task runs in the pod's network by mistake.
+    tokio::task::spawn_blocking(move || {
         std::thread::spawn(move || {
             let file = std::fs::File::open(&path)?;
             nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
                 .map_err(io::Error::from)?;
-            std::net::TcpStream::connect_timeout(&addr, timeout)
+            make()
         })
         .join()
         .map_err(|_| io::Error::other("the namespace thread panicked"))?
     })
     .await
-    .map_err(io::Error::other)??;
-    stream.set_nonblocking(true)?;
-    tokio::net::TcpStream::from_std(stream)
+    .map_err(io::Error::other)?
 }

@@ -8,10 +8,13 @@
 //! It is a test bed, not a container runtime: commands are the host's
 //! binaries and run on the host's kernel with its filesystem visible.
 
+pub mod cluster_dns;
 pub mod host;
 pub mod network;
+pub mod policy;
 pub mod probes;
 pub mod process;
+pub mod proxy;
 pub mod shim;
 pub mod spec;
 pub mod standin;
@@ -144,6 +147,20 @@ impl NetnsRuntime {
         if let Err(e) = network.create().await {
             network.destroy().await;
             return Err(format!("cannot build the member's pod network: {e}"));
+        }
+        // Services and cluster DNS, as kube-proxy and CoreDNS provide them.
+        let shared = Arc::new(network.clone());
+        tokio::spawn(proxy::run(config.client.clone(), shared));
+        if let Err(e) = cluster_dns::start(
+            config.client.clone(),
+            &network.prefix,
+            network.bridge_ip(),
+            config.dns_ip,
+        )
+        .await
+        {
+            network.destroy().await;
+            return Err(e);
         }
         warn!(
             prefix = %network.prefix,

@@ -86,6 +86,11 @@ impl MemberNetwork {
         })
     }
 
+    /// The member's address on its bridge (where cluster DNS listens).
+    pub fn bridge_ip(&self) -> Ipv4Addr {
+        first_host(self.node_cidr)
+    }
+
     pub fn node(&self, name: &str) -> Option<&NodeNetwork> {
         self.nodes.iter().find(|n| n.name == name)
     }
