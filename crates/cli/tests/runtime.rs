@@ -665,3 +665,256 @@ fn a_netns_member_refuses_what_it_cannot_do_safely() {
     );
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
 }
+
+const SERVICES: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: payment-api}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: payment-api}}
+  template:
+    metadata: {labels: {app: payment-api}}
+    spec:
+      containers:
+      - name: api
+        image: example/payment-api:1.0
+        ports: [{name: http, containerPort: 8080}]
+        readinessProbe: {httpGet: {path: /health, port: http}, periodSeconds: 1}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: never-ready, labels: {app: payment-api}}
+spec:
+  containers:
+  - name: api
+    image: example/payment-api:1.0
+    ports: [{name: http, containerPort: 8080}]
+    readinessProbe: {tcpSocket: {port: 9999}, periodSeconds: 1}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: payment-api}
+spec:
+  type: NodePort
+  selector: {app: payment-api}
+  ports: [{name: http, port: 80, targetPort: http}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: payment-api-pods}
+spec:
+  clusterIP: None
+  selector: {app: payment-api}
+  ports: [{name: http, port: 8080}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: client, labels: {app: client}}
+spec:
+  containers: [{name: c, image: busybox, command: ["sleep", "3600"]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: frontend, labels: {role: frontend}}
+spec:
+  containers: [{name: c, image: busybox, command: ["sleep", "3600"]}]
+"#;
+
+#[test]
+fn services_dns_and_network_policy_work_inside_a_member() {
+    if !can_run() {
+        return;
+    }
+    let m = Server::netns_member("rt-svc", &["--nodes", "2"]);
+    m.ok_stdin(&["apply", "-f", "-"], SERVICES);
+    wait_for(
+        Duration::from_secs(60),
+        "two ready payment-api pods",
+        || {
+            jsonpath(
+                &m,
+                &["deployment", "payment-api"],
+                "{.status.readyReplicas}",
+            ) == "2"
+        },
+    );
+    wait_phase(&m, "client", "Running");
+    wait_phase(&m, "frontend", "Running");
+    wait_phase(&m, "never-ready", "Running");
+    assert_eq!(
+        jsonpath(
+            &m,
+            &["pod", "never-ready"],
+            "{.status.containerStatuses[0].ready}"
+        ),
+        "false",
+        "its readiness probe fails"
+    );
+    let ready: Vec<String> = jsonpath(
+        &m,
+        &["pods", "-l", "app=payment-api"],
+        "{.items[?(@.status.containerStatuses[0].ready==true)].metadata.name}",
+    )
+    .split_whitespace()
+    .map(str::to_string)
+    .collect();
+    assert_eq!(ready.len(), 2);
+
+    // By name, through cluster DNS and the Service: only ready pods
+    // answer, and both of them do.
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..30 {
+        let answer = m.ok(&[
+            "exec",
+            "client",
+            "--",
+            "curl",
+            "-s",
+            "-m",
+            "5",
+            "http://payment-api/",
+        ]);
+        let pod = answer
+            .split("\"pod\":\"")
+            .nth(1)
+            .and_then(|s| s.split('"').next())
+            .unwrap_or_default()
+            .to_string();
+        assert!(ready.contains(&pod), "{pod:?} answered: {answer}");
+        seen.insert(pod);
+        if seen.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(
+        seen.len(),
+        2,
+        "requests are spread over the ready endpoints"
+    );
+    let fqdn = m.ok(&[
+        "exec",
+        "client",
+        "--",
+        "curl",
+        "-s",
+        "-m",
+        "5",
+        "payment-api.default.svc.cluster.local/x",
+    ]);
+    assert_has(&fqdn, &["\"path\":\"/x\""]);
+
+    // DNS records as CoreDNS serves them.
+    let cluster_ip = jsonpath(&m, &["svc", "payment-api"], "{.spec.clusterIP}");
+    let dns_ip = jsonpath(
+        &m,
+        &["svc", "kube-dns", "-n", "kube-system"],
+        "{.spec.clusterIP}",
+    );
+    assert_eq!(dns_ip, "10.96.0.10");
+    let dig = |args: &[&str]| {
+        let mut all = vec!["exec", "client", "--", "dig", "+short", "@10.96.0.10"];
+        all.extend_from_slice(args);
+        m.ok(&all)
+    };
+    assert_eq!(
+        dig(&["payment-api.default.svc.cluster.local"]).trim(),
+        cluster_ip
+    );
+    let mut headless: Vec<String> = dig(&["payment-api-pods.default.svc.cluster.local"])
+        .lines()
+        .map(str::to_string)
+        .collect();
+    headless.sort();
+    let mut ready_ips: Vec<String> = ready
+        .iter()
+        .map(|p| jsonpath(&m, &["pod", p], "{.status.podIP}"))
+        .collect();
+    ready_ips.sort();
+    assert_eq!(
+        headless, ready_ips,
+        "a headless Service has one A per ready pod"
+    );
+    assert_eq!(
+        dig(&["SRV", "_http._tcp.payment-api.default.svc.cluster.local"]).trim(),
+        "0 100 80 payment-api.default.svc.cluster.local."
+    );
+
+    // NodePort, on another node's address.
+    let node_port = jsonpath(&m, &["svc", "payment-api"], "{.spec.ports[0].nodePort}");
+    let node_ip = jsonpath(
+        &m,
+        &["node", "rt-svc-node-1"],
+        "{.status.addresses[?(@.type==\"InternalIP\")].address}",
+    );
+    let via_node = m.ok(&[
+        "exec",
+        "client",
+        "--",
+        "curl",
+        "-s",
+        "-m",
+        "5",
+        &format!("http://{node_ip}:{node_port}/"),
+    ]);
+    assert_has(&via_node, &["\"namespace\":\"default\""]);
+
+    // A NetworkPolicy lets only the frontend in; the client is cut off.
+    m.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: only-frontend}
+spec:
+  podSelector: {matchLabels: {app: payment-api}}
+  policyTypes: [Ingress]
+  ingress:
+  - from: [{podSelector: {matchLabels: {role: frontend}}}]
+    ports: [{port: http}]
+"#,
+    );
+    wait_for(Duration::from_secs(30), "the client blocked", || {
+        !m.kubectl(&[
+            "exec",
+            "client",
+            "--",
+            "curl",
+            "-s",
+            "-m",
+            "1",
+            "http://payment-api/",
+        ])
+        .status
+        .success()
+    });
+    assert_has(
+        &m.ok(&[
+            "exec",
+            "frontend",
+            "--",
+            "curl",
+            "-s",
+            "-m",
+            "5",
+            "http://payment-api/",
+        ]),
+        &["\"namespace\":\"default\""],
+    );
+    // Deleting it opens the way again.
+    m.ok(&["delete", "networkpolicy", "only-frontend"]);
+    wait_for(Duration::from_secs(30), "the client let through", || {
+        m.kubectl(&[
+            "exec",
+            "client",
+            "--",
+            "curl",
+            "-s",
+            "-m",
+            "2",
+            "http://payment-api/",
+        ])
+        .status
+        .success()
+    });
+}
