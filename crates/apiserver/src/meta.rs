@@ -197,6 +197,14 @@ pub fn generate_name(prefix: &str) -> String {
     format!("{prefix}{suffix}")
 }
 
+/// A time, as RFC 3339 UTC with second precision.
+pub fn format_time(t: jiff::Timestamp) -> String {
+    t.round(jiff::Unit::Second)
+        .unwrap_or(t)
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
 /// Now, as RFC 3339 UTC with second precision.
 pub fn now() -> String {
     jiff::Timestamp::now()

@@ -326,9 +326,8 @@ pub struct DeleteOptions {
     /// Deprecated for propagationPolicy; true is Orphan. false also asks
     /// for 202 while the deletion waits (upstream's rule).
     pub(crate) orphan_dependents: Option<bool>,
-    /// Parsed for validation only: no kubelet waits on a grace period here,
-    /// so deletions complete at once (deletionGracePeriodSeconds 0).
-    #[allow(dead_code)]
+    /// How long a pod's kubelet gets to stop it (where a kubelet runs
+    /// the pods: `ApiServer::set_kubelet`); other deletions are at once.
     pub(crate) grace_period_seconds: Option<i64>,
     preconditions: Option<Preconditions>,
     #[serde(default)]
@@ -384,6 +383,42 @@ pub async fn delete(req: &Request, name: &str, opts: &DeleteOptions) -> ApiResul
             "Orphan" if !r.is_namespace() => Some(objects::ORPHAN_FINALIZER),
             _ => None,
         };
+        let grace = if req.api.kubelet.get().is_some() {
+            crate::kinds::strategy(&r).deletion_grace(&obj, opts.grace_period_seconds)
+        } else {
+            0
+        };
+        let waiting = obj
+            .pointer("/metadata/deletionGracePeriodSeconds")
+            .and_then(Value::as_i64);
+        if grace > 0 && waiting.is_none_or(|w| grace < w) {
+            // Graceful: the kubelet stops it, then deletes it with grace 0.
+            let m = objects::meta_mut(&mut obj);
+            let at = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(grace);
+            m.insert("deletionTimestamp".into(), json!(meta::format_time(at)));
+            m.insert("deletionGracePeriodSeconds".into(), json!(grace));
+            if dry_run {
+                return Ok((obj, false));
+            }
+            match store
+                .update(
+                    &key,
+                    objects::encode_as_stored(&r, &mut obj)?,
+                    current.mod_revision,
+                )
+                .await
+            {
+                Ok(kv) => return Ok((objects::stamp(&r, obj, kv.mod_revision), false)),
+                Err(e) => match retry_or_fail(req, name, e, true) {
+                    Some(err) => return Err(err),
+                    None => continue,
+                },
+            }
+        }
+        if grace > 0 {
+            // Already waiting for its kubelet, no sooner than asked.
+            return Ok((obj, false));
+        }
         if objects::has_finalizers(&obj) || gc_finalizer.is_some() {
             // Graceful: mark for deletion; finalizers (or the namespace
             // controller) remove the object later.

@@ -918,3 +918,68 @@ spec:
         .success()
     });
 }
+
+#[test]
+fn deletion_stops_the_process_within_its_grace_period() {
+    if !can_run() {
+        return;
+    }
+    let m = Server::netns_member("rt-grace", &["--nodes", "1"]);
+    m.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: stubborn}
+spec:
+  terminationGracePeriodSeconds: 3
+  containers: [{name: c, image: busybox, command: ["sh", "-c", "trap 'echo ignoring TERM' TERM; while true; do sleep 0.2; done"]}]
+"#,
+    );
+    wait_phase(&m, "stubborn", "Running");
+    let namespaces = namespaces_of(&m);
+    assert_eq!(
+        processes_in_netns(&namespaces),
+        2,
+        "the shell and its sleep"
+    );
+    // kubectl delete waits: meanwhile the pod is Terminating, its process
+    // alive (it ignores SIGTERM) until SIGKILL at the end of the grace.
+    let mut delete = std::process::Command::new("kubectl")
+        .args(["--kubeconfig"])
+        .arg(&m.kubeconfig)
+        .args(["delete", "pod", "stubborn"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl");
+    wait_for(
+        Duration::from_secs(10),
+        "the pod marked for deletion",
+        || {
+            jsonpath(
+                &m,
+                &["pod", "stubborn"],
+                "{.metadata.deletionGracePeriodSeconds}",
+            ) == "3"
+        },
+    );
+    assert!(
+        processes_in_netns(&namespaces) > 0,
+        "still running within its grace"
+    );
+    assert!(delete.wait().expect("kubectl delete").success());
+    assert_eq!(
+        processes_in_netns(&namespaces),
+        0,
+        "killed once the grace ran out"
+    );
+    assert!(
+        !m.kubectl(&["get", "pod", "stubborn"]).status.success(),
+        "gone from the API"
+    );
+    assert_eq!(
+        namespaces_of(&m).len(),
+        2,
+        "the member's and the node's namespaces only"
+    );
+}

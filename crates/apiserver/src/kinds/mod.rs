@@ -67,6 +67,13 @@ pub trait Strategy: Sync {
     fn returns_deleted_object(&self) -> bool {
         false
     }
+
+    /// How long a deletion of `obj` waits for whoever runs it (upstream's
+    /// CheckGracefulDelete), given the grace the request asked for; 0 is
+    /// at once. Only kinds something runs (pods) wait.
+    fn deletion_grace(&self, _obj: &Value, _requested: Option<i64>) -> i64 {
+        0
+    }
 }
 
 /// The strategy of `r`'s kind.

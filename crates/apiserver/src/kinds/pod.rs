@@ -13,6 +13,30 @@ use crate::table::prelude::*;
 pub struct Pods;
 
 impl Strategy for Pods {
+    /// A pod on a node is stopped by its kubelet first: the grace is the
+    /// request's, or the pod's terminationGracePeriodSeconds (30). One not
+    /// scheduled, or already finished, goes at once.
+    fn deletion_grace(&self, obj: &Value, requested: Option<i64>) -> i64 {
+        let bound = obj
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .is_some_and(|n| !n.is_empty());
+        let finished = matches!(
+            obj.pointer("/status/phase").and_then(Value::as_str),
+            Some("Succeeded" | "Failed")
+        );
+        if !bound || finished {
+            return 0;
+        }
+        requested
+            .or_else(|| {
+                obj.pointer("/spec/terminationGracePeriodSeconds")
+                    .and_then(Value::as_i64)
+            })
+            .unwrap_or(30)
+            .max(0)
+    }
+
     fn selectable_fields(&self) -> &'static [&'static str] {
         &[
             "spec.nodeName",

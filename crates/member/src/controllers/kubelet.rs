@@ -70,15 +70,15 @@ pub fn start(cluster: Arc<Cluster>, inf: &mut Informers, runtime: RuntimeHandle)
                 // The address is free once nothing of the pod runs.
                 let (k, node, pod_key) = (k.clone(), node.to_string(), key(p));
                 tokio::spawn(async move {
-                    k.runtime.remove(&pod_key).await;
+                    k.runtime.remove(&pod_key, None).await;
                     k.addresses.release(&node, &pod_key);
                 });
             }
         }
     });
-    let bound = inf
-        .pods
-        .own_triggers(|p| node_of(p).is_some() && podutil::is_active(p));
+    let bound = inf.pods.own_triggers(|p| {
+        node_of(p).is_some() && (podutil::is_active(p) || p.metadata.deletion_timestamp.is_some())
+    });
     // Faults change readiness: revisit every pod when they do.
     let store = cluster.pods.clone();
     let on_fault = WatchStream::from_changes(cluster.faults.subscribe()).flat_map(move |_| {
@@ -120,6 +120,9 @@ impl Kubelet {
         let Some(node) = node_of(&pod).map(str::to_string) else {
             return Ok(Action::await_change());
         };
+        if pod.metadata.deletion_timestamp.is_some() {
+            return self.terminate(&pod).await;
+        }
         if !podutil::is_active(&pod) {
             return Ok(Action::await_change());
         }
@@ -154,6 +157,35 @@ impl Kubelet {
             Some(d) => Action::requeue(d.max(Duration::from_millis(10))),
             None => Action::await_change(),
         })
+    }
+
+    /// A pod being deleted: its containers are stopped within its grace
+    /// period, then the kubelet deletes it for good, as upstream's does.
+    async fn terminate(&self, pod: &Pod) -> Result<Action> {
+        let grace = pod
+            .metadata
+            .deletion_grace_period_seconds
+            .map(|s| Duration::from_secs(s.max(0) as u64));
+        self.runtime.remove(&key(pod), grace).await;
+        let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(
+            self.cluster.clients.kubelet.clone(),
+            &pod.namespace().unwrap_or_default(),
+        );
+        let params = kube::api::DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: pod.uid().map(|uid| kube::api::Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api.delete(&pod.name_any(), &params).await {
+            Ok(_) => {}
+            // Gone already, or a new pod of the same name: nothing to do.
+            Err(e) if crate::sim::is_status(&e, 404) || crate::sim::is_status(&e, 409) => {}
+            Err(e) => return Err(e.into()),
+        }
+        Ok(Action::await_change())
     }
 
     fn host_ip(&self, node: &str) -> Option<String> {

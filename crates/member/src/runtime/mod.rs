@@ -113,9 +113,10 @@ pub trait Runtime: Send + Sync {
     /// Brings `pod`'s sandbox and containers towards its spec (creating
     /// them when it is new) and reports how they are.
     async fn sync(&self, pod: &Pod, sandbox: &Sandbox) -> PodRun;
-    /// Stops a pod's containers (within its grace period) and removes its
-    /// sandbox; returns once nothing of it runs.
-    async fn remove(&self, pod_key: &str);
+    /// Stops a pod's containers (within `grace`, else the pod's own
+    /// terminationGracePeriodSeconds) and removes its sandbox; returns
+    /// once nothing of it runs.
+    async fn remove(&self, pod_key: &str, grace: Option<Duration>);
 }
 
 /// The key runtimes know a pod by.

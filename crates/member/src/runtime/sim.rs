@@ -165,7 +165,7 @@ impl Runtime for SimRuntime {
         report(pod, phase, terminated, None)
     }
 
-    async fn remove(&self, pod_key: &str) {
+    async fn remove(&self, pod_key: &str, _grace: Option<Duration>) {
         self.creating.lock().remove(pod_key);
     }
 }

@@ -796,10 +796,14 @@ impl Runtime for NetnsRuntime {
         self.drive(&mut sb, &key).await
     }
 
-    async fn remove(&self, pod_key: &str) {
+    async fn remove(&self, pod_key: &str, grace: Option<Duration>) {
         let entry = self.pods.lock().remove(pod_key);
         if let Some(e) = entry {
-            self.teardown(&mut *e.lock().await).await;
+            let mut sb = e.lock().await;
+            if let Some(g) = grace {
+                sb.grace = sb.grace.min(g);
+            }
+            self.teardown(&mut sb).await;
         }
     }
 }
