@@ -137,6 +137,9 @@ const EXPECTED: &[(&str, &str)] = &[
         "successfully rolled out",
     ),
     ("kubectl get pods -o wide", "Running"),
+    ("kubectl exec client -- curl -s payment-api/", "\"cluster\":\"east\""),
+    ("kubectl exec client -- cat /etc/resolv.conf", "nameserver 10.96.0.10"),
+    ("kubectl logs deployment/payment-api", "serving HTTP on :8080"),
 ];
 
 fn expected(command: &str) -> &'static str {
