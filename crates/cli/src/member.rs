@@ -163,10 +163,20 @@ enum Fault {
     List,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum RuntimeKind {
+/// What runs a member's pods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RuntimeKind {
     Sim,
     Netns,
+}
+
+impl RuntimeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuntimeKind::Sim => "sim",
+            RuntimeKind::Netns => "netns",
+        }
+    }
 }
 
 /// A member's default pod CIDR: a /16 of 10.128.0.0/9 picked by name.

@@ -38,6 +38,11 @@ pub struct UpArgs {
     /// Write the fleet's kubeconfig here [default: <data dir>/kubeconfig]
     #[arg(long)]
     pub write_kubeconfig: Option<PathBuf>,
+    /// What runs the members' pods: sim (bookkeeping) or netns (network
+    /// namespaces with real processes; needs root) [default: sim, or what
+    /// the fleet in --data-dir was started with]
+    #[arg(long, value_enum)]
+    pub runtime: Option<crate::member::RuntimeKind>,
 }
 
 /// Regions given to members in turn.
@@ -68,6 +73,13 @@ struct Shape {
     format: u32,
     hub_port: u16,
     members: Vec<MemberShape>,
+    /// The members' `--runtime`.
+    #[serde(default = "sim_runtime")]
+    runtime: String,
+}
+
+fn sim_runtime() -> String {
+    "sim".into()
 }
 
 #[derive(Serialize, Deserialize, Debug)]
@@ -90,7 +102,7 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 impl Shape {
-    fn new(members: u16) -> anyhow::Result<Shape> {
+    fn new(members: u16, runtime: &str) -> anyhow::Result<Shape> {
         let members = (1..=members)
             .map(|i| {
                 Ok(MemberShape {
@@ -105,6 +117,7 @@ impl Shape {
             format: SHAPE_FORMAT,
             hub_port: free_port()?,
             members,
+            runtime: runtime.to_string(),
         })
     }
 
@@ -284,11 +297,22 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
                     shape.members.len()
                 );
             }
+            if let Some(r) = args.runtime
+                && r.as_str() != shape.runtime
+            {
+                bail!(
+                    "the fleet in {} runs its pods with --runtime {}, not {}: use another --data-dir, or remove that one",
+                    dir.display(),
+                    shape.runtime,
+                    r.as_str()
+                );
+            }
             check_ports_free(&shape, &shape_path)?;
             (shape, true)
         }
         None => {
-            let shape = Shape::new(args.members.unwrap_or(3))?;
+            let runtime = args.runtime.map_or("sim", |r| r.as_str());
+            let shape = Shape::new(args.members.unwrap_or(3), runtime)?;
             let text = serde_json::to_string_pretty(&shape)?;
             std::fs::write(&shape_path, text)
                 .with_context(|| format!("cannot write {}", shape_path.display()))?;
@@ -363,6 +387,8 @@ async fn start(
         let _ = std::fs::remove_file(&kubeconfig);
         let args = vec![
             s("member"),
+            s("--runtime"),
+            shape.runtime.clone(),
             s("--name"),
             m.name.clone(),
             s("--data-dir"),

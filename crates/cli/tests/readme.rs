@@ -137,9 +137,18 @@ const EXPECTED: &[(&str, &str)] = &[
         "successfully rolled out",
     ),
     ("kubectl get pods -o wide", "Running"),
-    ("kubectl exec client -- curl -s payment-api/", "\"cluster\":\"east\""),
-    ("kubectl exec client -- cat /etc/resolv.conf", "nameserver 10.96.0.10"),
-    ("kubectl logs deployment/payment-api", "serving HTTP on :8080"),
+    (
+        "kubectl exec client -- curl -s payment-api/",
+        "\"cluster\":\"east\"",
+    ),
+    (
+        "kubectl exec client -- cat /etc/resolv.conf",
+        "nameserver 10.96.0.10",
+    ),
+    (
+        "kubectl logs deployment/payment-api",
+        "serving HTTP on :8080",
+    ),
 ];
 
 fn expected(command: &str) -> &'static str {
@@ -167,6 +176,8 @@ cp {readme} /mnt/work/README.md
 touch /mnt/work/target/release/flotilla
 mount --bind {binary} /mnt/work/target/release/flotilla
 mount -t tmpfs tmpfs /tmp
+# Named network namespaces (a netns member's) are files here.
+mkdir -p /run/netns && mount -t tmpfs tmpfs /run/netns
 [ -d /etc/bash_completion.d ] && mount -t tmpfs tmpfs /etc/bash_completion.d
 export HOME=/mnt/home
 unset KUBECONFIG XDG_DATA_HOME XDG_CONFIG_HOME

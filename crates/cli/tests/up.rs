@@ -19,10 +19,15 @@ struct Up {
 
 impl Up {
     fn start(dir: &Path) -> Up {
+        Self::start_with(dir, &[])
+    }
+
+    fn start_with(dir: &Path, extra: &[&str]) -> Up {
         let out = dir.with_extension(format!("out-{}", rand_suffix()));
         let file = std::fs::File::create(&out).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_flotilla"))
             .args(["up", "--data-dir", dir.to_str().unwrap()])
+            .args(extra)
             .stdout(file.try_clone().unwrap())
             .stderr(file)
             .stdin(Stdio::null())
@@ -549,4 +554,129 @@ fn a_store_in_an_unknown_format_is_refused_and_left_untouched() {
     let _ = server.kill();
     let _ = server.wait();
     assert_eq!(version(), "1");
+}
+
+/// `flotilla up --runtime netns`: the fleet's pods run, and Ctrl-C leaves
+/// no namespace behind. Needs root, as the netns runtime does (CI has it;
+/// FLOTILLA_SKIP_NETNS_AS_ROOT=1 skips it elsewhere).
+#[test]
+fn up_with_the_netns_runtime_runs_pods_that_answer() {
+    if std::env::var("FLOTILLA_SKIP_NETNS_AS_ROOT").as_deref() == Ok("1") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("fleet");
+    let mut up = Up::start_with(&dir, &["--runtime", "netns", "--members", "2"]);
+    wait_for(WAIT, "the fleet to be ready", || {
+        up.output().contains("The fleet is ready")
+    });
+    let kubeconfig = dir.join("kubeconfig");
+    ok(
+        &kubeconfig,
+        &[
+            "--context",
+            "member2",
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx:1.27",
+            "--port=80",
+        ],
+    );
+    ok(
+        &kubeconfig,
+        &[
+            "--context",
+            "member2",
+            "expose",
+            "deployment",
+            "web",
+            "--port=80",
+        ],
+    );
+    ok(
+        &kubeconfig,
+        &[
+            "--context",
+            "member2",
+            "run",
+            "client",
+            "--image=busybox",
+            "--command",
+            "--",
+            "sleep",
+            "3600",
+        ],
+    );
+    ok(
+        &kubeconfig,
+        &[
+            "--context",
+            "member2",
+            "rollout",
+            "status",
+            "deployment/web",
+            "--timeout=60s",
+        ],
+    );
+    ok(
+        &kubeconfig,
+        &[
+            "--context",
+            "member2",
+            "wait",
+            "--for=condition=Ready",
+            "pod/client",
+            "--timeout=60s",
+        ],
+    );
+    let answer = ok(
+        &kubeconfig,
+        &[
+            "--context",
+            "member2",
+            "exec",
+            "client",
+            "--",
+            "curl",
+            "-s",
+            "-m",
+            "5",
+            "web/",
+        ],
+    );
+    assert_has(&answer, &["\"cluster\":\"member2\"", "\"pod\":\"web-"]);
+    // Members' pod networks do not collide: their pod CIDRs differ.
+    let cidr = |m: &str| {
+        ok(
+            &kubeconfig,
+            &[
+                "--context",
+                m,
+                "get",
+                "node",
+                &format!("{m}-node-0"),
+                "-o=jsonpath={.spec.podCIDR}",
+            ],
+        )
+    };
+    assert_ne!(cidr("member1"), cidr("member2"));
+    let prefixes: Vec<String> = ["member1", "member2"]
+        .iter()
+        .map(|m| std::fs::read_to_string(dir.join(m).join("netns-prefix")).unwrap())
+        .collect();
+    up.signal("-INT");
+    assert!(up.wait().success(), "{}", up.output());
+    let left: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| prefixes.iter().any(|p| n.starts_with(p.as_str())))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        left,
+        Vec::<String>::new(),
+        "Ctrl-C removes the members' namespaces"
+    );
 }
