@@ -262,8 +262,11 @@ async fn pump(socket: WebSocket, session: Session, options: ExecOptions) {
     let input = tokio::spawn(async move {
         let mut stdin = stdin;
         while let Some(Ok(message)) = incoming.next().await {
+            // Clients send text frames too (the Python client does for
+            // str data): the first byte is the channel all the same.
             let data = match message {
                 Message::Binary(b) => b,
+                Message::Text(t) => Bytes::copy_from_slice(t.as_str().as_bytes()),
                 Message::Close(_) => break,
                 _ => continue,
             };

@@ -983,3 +983,54 @@ spec:
         "the member's and the node's namespaces only"
     );
 }
+
+#[test]
+fn the_python_client_execs_and_port_forwards() {
+    if !can_run() {
+        return;
+    }
+    let m = Server::netns_member("rt-py", &["--nodes", "1"]);
+    m.ok(&[
+        "run",
+        "shell",
+        "--image=busybox",
+        "--command",
+        "--",
+        "sleep",
+        "3600",
+    ]);
+    m.ok(&["run", "web", "--image=nginx:1.27", "--port=80"]);
+    wait_phase(&m, "shell", "Running");
+    wait_phase(&m, "web", "Running");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python_streams.py");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .arg(&m.kubeconfig)
+        .output()
+        .expect("python3 runs (pip install kubernetes, or bash .ci/run)");
+    assert!(
+        out.status.success(),
+        "python client failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_has(
+        &String::from_utf8_lossy(&out.stdout),
+        &["python streams ok"],
+    );
+    // kubectl attach streams a running container's output.
+    m.ok(&[
+        "run",
+        "ticker",
+        "--image=busybox",
+        "--restart=Never",
+        "--command",
+        "--",
+        "sh",
+        "-c",
+        "sleep 1; for i in 1 2 3; do echo tick $i; sleep 0.3; done",
+    ]);
+    wait_phase(&m, "ticker", "Running");
+    let attached = m.kubectl(&["attach", "ticker"]);
+    assert_has(&String::from_utf8_lossy(&attached.stdout), &["tick 3"]);
+}

@@ -165,6 +165,9 @@ impl Kubelet for NetnsRuntime {
 
     async fn exec(&self, target: &Target, options: &ExecOptions) -> Result<Session, ApiError> {
         let key = format!("{}/{}", target.namespace, target.pod);
+        if options.command.is_empty() {
+            return self.attach(&key, target).await;
+        }
         let t = self
             .exec_target(&key, &target.uid, &target.container)
             .map_err(bad_request)?;
@@ -286,6 +289,55 @@ impl Kubelet for NetnsRuntime {
                 ))
             })?;
         Ok(Box::pin(stream))
+    }
+}
+
+impl NetnsRuntime {
+    /// `attach`: the container's output from now on, until it exits. Its
+    /// stdin is not connected (containers here start without one).
+    async fn attach(&self, key: &str, target: &Target) -> Result<Session, ApiError> {
+        let run = self
+            .log_of(key, &target.uid, &target.container, false)
+            .map_err(bad_request)?;
+        let Some(exit) = run.exit else {
+            return Err(bad_request(format!(
+                "container {} is not running",
+                target.container
+            )));
+        };
+        let from = tokio::fs::metadata(&run.path)
+            .await
+            .map(|m| m.len())
+            .unwrap_or(0);
+        let (mut writer, reader) = tokio::io::duplex(64 * 1024);
+        let (tx, mut rx) = mpsc::channel(16);
+        let followed = exit.clone();
+        tokio::spawn(async move {
+            follow(&run.path, from, followed, &LogOptions::default(), &tx, None).await;
+        });
+        tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            while let Some(Ok(chunk)) = rx.recv().await {
+                if writer.write_all(&chunk).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let mut exit = exit;
+        Ok(Session {
+            stdin: None,
+            stdout: Some(Box::pin(reader)),
+            stderr: None,
+            resize: None,
+            exit: Box::pin(async move {
+                let code = exit
+                    .wait_for(Option::is_some)
+                    .await
+                    .map(|c| c.unwrap_or(-1))
+                    .map_err(|e| e.to_string())?;
+                Ok(code)
+            }),
+        })
     }
 }
 
