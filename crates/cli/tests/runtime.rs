@@ -35,6 +35,26 @@ fn jsonpath(m: &Server, what: &[&str], path: &str) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// Waits for an Event about `pod` with `reason` whose message has `text`.
+fn wait_event(m: &Server, pod: &str, reason: &str, text: &str) {
+    let path = format!(
+        "{{range .items[?(@.involvedObject.name==\"{pod}\")]}}{{.reason}}: {{.message}}{{\"\\n\"}}{{end}}"
+    );
+    let mut last = String::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        last = jsonpath(m, &["events"], &path);
+        if last
+            .lines()
+            .any(|l| l.starts_with(&format!("{reason}: ")) && l.contains(text))
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("no {reason} event about {pod} saying {text:?}; events:\n{last}");
+}
+
 fn wait_phase(m: &Server, pod: &str, phase: &str) {
     let mut last = String::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -503,6 +523,13 @@ spec:
         "1"
     );
     assert_has(&m.ok(&["logs", "crasher", "--previous"]), &["run"]);
+    wait_event(
+        &m,
+        "crasher",
+        "BackOff",
+        "Back-off restarting failed container c",
+    );
+    wait_event(&m, "crasher", "Started", "Started container c");
 
     // Init containers run first, to completion.
     wait_phase(&m, "init-first", "Running");
@@ -554,6 +581,8 @@ spec:
         ),
         &["nowhere", "not found"],
     );
+    wait_event(&m, "missing-config", "Failed", "nowhere");
+    wait_event(&m, "missing-binary", "Failed", "definitely-not-a-binary");
     // Given the ConfigMap, it starts.
     m.ok(&["create", "configmap", "nowhere", "--from-literal=k=v"]);
     wait_phase(&m, "missing-config", "Running");

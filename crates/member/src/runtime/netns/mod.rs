@@ -9,6 +9,7 @@
 //! binaries and run on the host's kernel with its filesystem visible.
 
 pub mod cluster_dns;
+pub mod events;
 pub mod host;
 pub mod network;
 pub mod policy;
@@ -62,6 +63,7 @@ pub struct NetnsRuntime {
     config: NetnsConfig,
     network: MemberNetwork,
     events: Events,
+    recorder: events::KubeletEvents,
     pods: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<PodSandbox>>>>,
 }
 
@@ -166,10 +168,13 @@ impl NetnsRuntime {
             prefix = %network.prefix,
             "the netns runtime runs pod commands as host processes: a test bed, not a container runtime"
         );
+        let recorder =
+            events::KubeletEvents::new(config.client.clone(), &config.shape.cluster_name);
         Ok(Arc::new(NetnsRuntime {
             config,
             network,
             events,
+            recorder,
             pods: Default::default(),
         }))
     }
@@ -305,6 +310,7 @@ impl NetnsRuntime {
         let dir = sb.dir.clone();
         let (netns, node_netns, ip, grace) =
             (sb.netns.clone(), sb.node.netns.clone(), sb.ip, sb.grace);
+        let reference = kube::Resource::object_ref(&sb.pod, &());
         let slots = if init {
             &mut sb.init
         } else {
@@ -315,6 +321,8 @@ impl NetnsRuntime {
             Ok(f) => f,
             Err(e) if e.reason == "StartError" => {
                 // As containerd: the container is created and fails to start.
+                self.recorder
+                    .emit(&reference, "Failed", format!("Error: {}", e.message));
                 let now = podutil::now();
                 if slot.runs > 0 {
                     slot.restarts += 1;
@@ -333,6 +341,13 @@ impl NetnsRuntime {
                 return;
             }
             Err(e) => {
+                let reason = if e.reason == "FailedMount" {
+                    "FailedMount"
+                } else {
+                    "Failed"
+                };
+                self.recorder
+                    .emit(&reference, reason, format!("Error: {}", e.message));
                 slot.state = ContainerState::Waiting {
                     reason: e.reason.into(),
                     message: Some(e.message),
@@ -356,8 +371,20 @@ impl NetnsRuntime {
                     helper: self.config.helper.clone(),
                     grace,
                 };
-                let (state, task) =
-                    probes::start(&slot.spec, target, &p, self.events.clone(), key.to_string());
+                let name = slot.spec.name.clone();
+                self.recorder
+                    .emit(&reference, "Created", format!("Created container {name}"));
+                self.recorder
+                    .emit(&reference, "Started", format!("Started container {name}"));
+                let notify = self.recorder.for_pod(reference.clone());
+                let (state, task) = probes::start(
+                    &slot.spec,
+                    target,
+                    &p,
+                    self.events.clone(),
+                    key.to_string(),
+                    notify,
+                );
                 slot.probes = Some(state);
                 slot.prober = task;
                 let now = podutil::now();
@@ -371,9 +398,12 @@ impl NetnsRuntime {
                 slot.state = ContainerState::Running { since: now };
             }
             Err(e) => {
+                let message = format!("cannot start the container: {e}");
+                self.recorder
+                    .emit(&reference, "Failed", format!("Error: {message}"));
                 slot.state = ContainerState::Waiting {
                     reason: "RunContainerError".into(),
-                    message: Some(format!("cannot start the container: {e}")),
+                    message: Some(message),
                 };
             }
         }
@@ -426,7 +456,18 @@ impl NetnsRuntime {
                 }
                 match ready_to_start(&sb.containers[i]) {
                     Ok(()) => self.launch(sb, key, false, i).await,
-                    Err(wait) => soonest(wait),
+                    Err(wait) => {
+                        self.recorder.emit(
+                            &kube::Resource::object_ref(&sb.pod, &()),
+                            "BackOff",
+                            format!(
+                                "Back-off restarting failed container {} in pod {}",
+                                sb.containers[i].spec.name,
+                                sb.pod.name_any()
+                            ),
+                        );
+                        soonest(wait)
+                    }
                 }
                 if matches!(sb.containers[i].state, ContainerState::Waiting { .. })
                     && sb.containers[i].backoff_until.is_none()
@@ -540,6 +581,19 @@ impl NetnsRuntime {
 
     async fn teardown(&self, sb: &mut PodSandbox) {
         let grace = sb.grace;
+        let reference = kube::Resource::object_ref(&sb.pod, &());
+        for c in sb.init.iter().chain(sb.containers.iter()) {
+            if c.process
+                .as_ref()
+                .is_some_and(|p| p.exit.borrow().is_none())
+            {
+                self.recorder.emit(
+                    &reference,
+                    "Killing",
+                    format!("Stopping container {}", c.spec.name),
+                );
+            }
+        }
         let stops = sb
             .init
             .iter()
@@ -787,6 +841,11 @@ impl Runtime for NetnsRuntime {
                     }
                     Err(e) => {
                         warn!(pod = %key, reason = e.reason, error = %e.message, "cannot make the pod's sandbox");
+                        self.recorder.emit(
+                            &kube::Resource::object_ref(pod, &()),
+                            "FailedCreatePodSandBox",
+                            format!("Failed to create pod sandbox: {}", e.message),
+                        );
                         return waiting_run(pod, &e);
                     }
                 }

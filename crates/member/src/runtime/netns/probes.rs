@@ -16,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::info;
 
+use super::events::Notify;
 use super::host;
 use super::process::{self, Process};
 use super::shim::Launch;
@@ -49,6 +50,7 @@ pub fn start(
     process: &Process,
     events: Events,
     pod_key: String,
+    notify: Notify,
 ) -> (ProbeState, Option<tokio::task::JoinHandle<()>>) {
     let state = ProbeState {
         ready: Arc::new(AtomicBool::new(c.readiness_probe.is_none())),
@@ -66,32 +68,36 @@ pub fn start(
         let target = Arc::new(target);
         let changed = || events.changed(&pod_key);
         if let Some(p) = &c.startup_probe {
-            match run_until(&c, p, &target, true).await {
+            match run_until(&c, p, &target, true, "Startup", &notify).await {
                 true => {
                     s.started.store(true, Ordering::SeqCst);
                     changed();
                 }
                 false => {
-                    kill(&s, "startup", &c.name, pid, exit, target.grace).await;
+                    kill(&s, "startup", &c.name, pid, exit, target.grace, &notify).await;
                     return;
                 }
             }
         }
         let readiness = c.readiness_probe.clone().map(|p| {
-            let (c, s, target, events, key) = (
+            let (c, s, target, events, key, notify) = (
                 c.clone(),
                 s.clone(),
                 target.clone(),
                 events.clone(),
                 pod_key.clone(),
+                notify.clone(),
             );
             tokio::spawn(async move {
                 let mut last = s.ready.load(Ordering::SeqCst);
                 let mut counter = Counter::new(&p);
                 tokio::time::sleep(secs(p.initial_delay_seconds, 0)).await;
                 loop {
-                    let ok = check(&c, &p, &target).await;
-                    if let Some(now) = counter.observe(ok, last)
+                    let result = check(&c, &p, &target).await;
+                    if let Err(why) = &result {
+                        notify("Unhealthy", format!("Readiness probe failed: {why}"));
+                    }
+                    if let Some(now) = counter.observe(result.is_ok(), last)
                         && now != last
                     {
                         last = now;
@@ -103,8 +109,8 @@ pub fn start(
             })
         });
         if let Some(p) = &c.liveness_probe {
-            if !run_until(&c, p, &target, false).await {
-                kill(&s, "liveness", &c.name, pid, exit, target.grace).await;
+            if !run_until(&c, p, &target, false, "Liveness", &notify).await {
+                kill(&s, "liveness", &c.name, pid, exit, target.grace, &notify).await;
             }
         } else {
             std::future::pending::<()>().await;
@@ -123,15 +129,16 @@ async fn kill(
     pid: i32,
     exit: tokio::sync::watch::Receiver<Option<i32>>,
     grace: Duration,
+    notify: &Notify,
 ) {
     info!(
         container,
         probe = which,
         "probe failed; the container will be restarted"
     );
-    *s.killed_because.lock() = Some(format!(
-        "Container {container} failed {which} probe, will be restarted"
-    ));
+    let message = format!("Container {container} failed {which} probe, will be restarted");
+    notify("Killing", message.clone());
+    *s.killed_because.lock() = Some(message);
     process::stop(&Process { pid, exit }, grace).await;
 }
 
@@ -175,12 +182,22 @@ impl Counter {
 /// Probes until the probe passes (`until_success`) or fails for good;
 /// returns whether it passed. A liveness probe (`!until_success`) runs
 /// until it fails.
-async fn run_until(c: &Container, p: &Probe, target: &ProbeTarget, until_success: bool) -> bool {
+async fn run_until(
+    c: &Container,
+    p: &Probe,
+    target: &ProbeTarget,
+    until_success: bool,
+    which: &str,
+    notify: &Notify,
+) -> bool {
     let mut counter = Counter::new(p);
     tokio::time::sleep(secs(p.initial_delay_seconds, 0)).await;
     loop {
-        let ok = check(c, p, target).await;
-        match counter.observe(ok, false) {
+        let result = check(c, p, target).await;
+        if let Err(why) = &result {
+            notify("Unhealthy", format!("{which} probe failed: {why}"));
+        }
+        match counter.observe(result.is_ok(), false) {
             Some(true) if until_success => return true,
             Some(false) => return false,
             _ => {}
@@ -202,13 +219,13 @@ fn port(c: &Container, port: &IntOrString) -> Option<u16> {
     }
 }
 
-/// One probe attempt, within its timeout.
-async fn check(c: &Container, p: &Probe, target: &ProbeTarget) -> bool {
+/// One probe attempt, within its timeout; why it failed, as upstream words it.
+async fn check(c: &Container, p: &Probe, target: &ProbeTarget) -> Result<(), String> {
     let timeout = secs(p.timeout_seconds, 1).max(Duration::from_secs(1));
     let attempt = async {
         if let Some(h) = &p.http_get {
             let Some(port) = port(c, &h.port) else {
-                return false;
+                return Err(format!("no port {:?} in the container", h.port));
             };
             let host = h
                 .host
@@ -230,22 +247,23 @@ async fn check(c: &Container, p: &Probe, target: &ProbeTarget) -> bool {
             .await
         } else if let Some(t) = &p.tcp_socket {
             let Some(port) = port(c, &t.port) else {
-                return false;
+                return Err(format!("no port {:?} in the container", t.port));
             };
             let addr = SocketAddr::from((target.ip, port));
             host::connect_in(&target.node_netns, addr, timeout)
                 .await
-                .is_ok()
+                .map(|_| ())
+                .map_err(|e| format!("dial tcp {addr}: {e}"))
         } else if let Some(e) = &p.exec {
             exec(target, e.command.clone().unwrap_or_default(), timeout).await
         } else {
             // gRPC probes are not run here: counted as passing.
-            true
+            Ok(())
         }
     };
     tokio::time::timeout(timeout, attempt)
         .await
-        .unwrap_or(false)
+        .unwrap_or_else(|_| Err(format!("timeout after {}s", timeout.as_secs())))
 }
 
 async fn http_get(
@@ -254,37 +272,44 @@ async fn http_get(
     path: &str,
     headers: &str,
     timeout: Duration,
-) -> bool {
-    let Ok(mut stream) = host::connect_in(&target.node_netns, addr, timeout).await else {
-        return false;
-    };
+) -> Result<(), String> {
+    let url = format!("http://{addr}{path}");
+    let mut stream = host::connect_in(&target.node_netns, addr, timeout)
+        .await
+        .map_err(|e| format!("Get \"{url}\": dial tcp {addr}: {e}"))?;
     let request = format!(
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: kube-probe/1.33\r\nAccept: */*\r\n{headers}Connection: close\r\n\r\n"
     );
-    if stream.write_all(request.as_bytes()).await.is_err() {
-        return false;
-    }
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|e| format!("Get \"{url}\": {e}"))?;
     let mut head = [0u8; 32];
-    let Ok(n) = stream.read(&mut head).await else {
-        return false;
-    };
+    let n = stream
+        .read(&mut head)
+        .await
+        .map_err(|e| format!("Get \"{url}\": {e}"))?;
     // "HTTP/1.1 200 OK": success is 200 to 399.
-    std::str::from_utf8(&head[..n])
+    let code = std::str::from_utf8(&head[..n])
         .ok()
         .and_then(|s| s.split_whitespace().nth(1))
-        .and_then(|code| code.parse::<u16>().ok())
-        .is_some_and(|code| (200..400).contains(&code))
+        .and_then(|code| code.parse::<u16>().ok());
+    match code {
+        Some(code) if (200..400).contains(&code) => Ok(()),
+        Some(code) => Err(format!("HTTP probe failed with statuscode: {code}")),
+        None => Err(format!("Get \"{url}\": malformed HTTP response")),
+    }
 }
 
-async fn exec(target: &ProbeTarget, command: Vec<String>, timeout: Duration) -> bool {
+async fn exec(target: &ProbeTarget, command: Vec<String>, timeout: Duration) -> Result<(), String> {
     if command.is_empty() {
-        return false;
+        return Err("no command to run".into());
     }
     let Some(base) = std::fs::read(&target.launch)
         .ok()
         .and_then(|b| serde_json::from_slice::<Launch>(&b).ok())
     else {
-        return false;
+        return Err("the container's launch record is gone".into());
     };
     let launch = Launch {
         join_pid: Some(target.pid),
@@ -295,9 +320,8 @@ async fn exec(target: &ProbeTarget, command: Vec<String>, timeout: Duration) -> 
     let file = target
         .launch
         .with_extension(format!("probe-{:08x}.json", rand::random::<u32>()));
-    if super::write_private(&file, &serde_json::to_vec(&launch).unwrap_or_default()).is_err() {
-        return false;
-    }
+    super::write_private(&file, &serde_json::to_vec(&launch).unwrap_or_default())
+        .map_err(|e| format!("cannot write the probe's launch: {e}"))?;
     let child = tokio::process::Command::new(&target.helper)
         .arg("__container-shim")
         .arg(&file)
@@ -307,15 +331,21 @@ async fn exec(target: &ProbeTarget, command: Vec<String>, timeout: Duration) -> 
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
         .spawn();
-    let ok = match child {
-        Ok(mut child) => matches!(
-            tokio::time::timeout(timeout, child.wait()).await,
-            Ok(Ok(status)) if status.success()
-        ),
-        Err(_) => false,
+    let result = match child {
+        Ok(mut child) => match tokio::time::timeout(timeout, child.wait()).await {
+            Ok(Ok(status)) if status.success() => Ok(()),
+            Ok(Ok(status)) => Err(format!(
+                "command {:?} exited with {}",
+                launch.argv,
+                status.code().unwrap_or(-1)
+            )),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("command timed out after {}s", timeout.as_secs())),
+        },
+        Err(e) => Err(format!("cannot run the probe: {e}")),
     };
     let _ = std::fs::remove_file(&file);
-    ok
+    result
 }
 
 #[cfg(test)]
