@@ -16,13 +16,13 @@ use crate::bench::{ServerProcess, client_when_ready, peak_rss_kib, print_machine
 pub struct MemberArgs {
     /// Members started side by side.
     #[arg(long, default_value_t = 1)]
-    members: usize,
+    pub(crate) members: usize,
     /// Nodes per member.
     #[arg(long, default_value_t = 1000)]
-    nodes: usize,
+    pub(crate) nodes: usize,
     /// Pods per member (spread over --deployments Deployments).
     #[arg(long, default_value_t = 10_000)]
-    pods: usize,
+    pub(crate) pods: usize,
     /// Deployments per member.
     #[arg(long, default_value_t = 10)]
     deployments: usize,
@@ -32,14 +32,19 @@ pub struct MemberArgs {
     /// How long to sample idle CPU once everything is Ready.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     idle: Duration,
+    /// sim, or netns: pods as network namespaces running the stand-in
+    /// workload (needs root); adds per-pod start latency, memory per pod
+    /// and Service latency and throughput (`bench_netns`).
+    #[arg(long, value_enum, default_value = "sim")]
+    runtime: crate::member::RuntimeKind,
 }
 
-struct Member {
-    process: ServerProcess,
-    client: kube::Client,
+pub(crate) struct Member {
+    pub(crate) process: ServerProcess,
+    pub(crate) client: kube::Client,
 }
 
-fn rss_kib(pid: u32, field: &str) -> u64 {
+pub(crate) fn rss_kib(pid: u32, field: &str) -> u64 {
     if field == "VmHWM:" {
         return peak_rss_kib(pid).unwrap_or(0);
     }
@@ -66,7 +71,7 @@ fn cpu_seconds(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-async fn start(i: usize, args: &MemberArgs, dir: &Path) -> anyhow::Result<Member> {
+pub(crate) async fn start(i: usize, args: &MemberArgs, dir: &Path) -> anyhow::Result<Member> {
     let data = dir.join(format!("member{i}"));
     let kubeconfig = data.join("kubeconfig");
     let child = Command::new(std::env::current_exe()?)
@@ -79,6 +84,7 @@ async fn start(i: usize, args: &MemberArgs, dir: &Path) -> anyhow::Result<Member
         ])
         .args(["--nodes", &args.nodes.to_string(), "--pod-startup", "1s"])
         .args(["--watch-history", &args.watch_history.to_string()])
+        .args(["--runtime", args.runtime.as_str()])
         .arg("--data-dir")
         .arg(&data)
         .env("FLOTILLA_LOG", "warn")
@@ -121,6 +127,9 @@ async fn ready_pods(client: &kube::Client) -> usize {
 }
 
 pub async fn run(args: MemberArgs) -> anyhow::Result<()> {
+    if args.runtime == crate::member::RuntimeKind::Netns {
+        return crate::bench_netns::run(&args).await;
+    }
     let dir = tempfile::tempdir()?;
     println!(
         "flotilla bench member: {} member(s) x {} nodes x {} pods in {} Deployments",

@@ -5,6 +5,7 @@ mod agent;
 mod apiserver;
 mod bench;
 mod bench_member;
+mod bench_netns;
 mod bench_propagation;
 mod controlplane;
 mod dns;

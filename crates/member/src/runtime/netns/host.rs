@@ -50,12 +50,28 @@ pub async fn ip_batch(netns: &str, lines: &[String]) -> Result<(), HostError> {
     Ok(())
 }
 
-/// Sets sysctls (`key=value`) inside a network namespace.
+/// Sets sysctls (`net.ipv4.x=value`) inside a network namespace: a
+/// thread that entered it writes `/proc/sys/...`, which is per namespace
+/// for `net.*` (no process to spawn).
 pub async fn sysctl(netns: &str, settings: &[&str]) -> Result<(), HostError> {
-    let mut args = vec!["netns", "exec", netns, "sysctl", "-q", "-w"];
-    args.extend_from_slice(settings);
-    run("ip", &args, None).await?;
-    Ok(())
+    let writes: Vec<(String, String)> = settings
+        .iter()
+        .filter_map(|s| s.split_once('='))
+        .map(|(k, v)| (format!("/proc/sys/{}", k.replace('.', "/")), v.to_string()))
+        .collect();
+    let name = netns.to_string();
+    in_netns(netns, move || {
+        for (path, value) in &writes {
+            std::fs::write(path, value)
+                .map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| HostError::Failed {
+        command: format!("sysctl in {name}"),
+        stderr: e.to_string(),
+    })
 }
 
 async fn run(tool: &str, args: &[&str], stdin: Option<String>) -> Result<String, HostError> {
@@ -107,11 +123,6 @@ pub async fn check(probe_name: &str) -> Result<(), HostError> {
     if which("nft").is_none() {
         return Err(HostError::Missing(
             "--runtime netns needs nftables's `nft` on PATH for Services and NetworkPolicy (apt-get install nftables)".into(),
-        ));
-    }
-    if which("sysctl").is_none() {
-        return Err(HostError::Missing(
-            "--runtime netns needs procps's `sysctl` on PATH (apt-get install procps)".into(),
         ));
     }
     // A namespace made and removed at once proves the kernel allows it.
