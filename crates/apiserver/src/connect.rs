@@ -229,10 +229,29 @@ fn frame(channel: u8, data: &[u8]) -> Message {
     Message::Binary(Bytes::from(out))
 }
 
+/// Sends what comes on `rx` until it ends, then closes the WebSocket
+/// normally (clients read a close without a status, 1005, as an error).
+pub(crate) async fn send_all_then_close(
+    mut sink: futures::stream::SplitSink<WebSocket, Message>,
+    mut rx: mpsc::Receiver<Message>,
+) {
+    while let Some(m) = rx.recv().await {
+        if sink.send(m).await.is_err() {
+            break;
+        }
+    }
+    let _ = sink
+        .send(Message::Close(Some(axum::extract::ws::CloseFrame {
+            code: axum::extract::ws::close_code::NORMAL,
+            reason: "".into(),
+        })))
+        .await;
+}
+
 /// Moves bytes between the WebSocket and the process until it exits.
 async fn pump(socket: WebSocket, session: Session, options: ExecOptions) {
-    let (mut sink, mut incoming) = socket.split();
-    let (out_tx, mut out_rx) = mpsc::channel::<Message>(64);
+    let (sink, mut incoming) = socket.split();
+    let (out_tx, out_rx) = mpsc::channel::<Message>(64);
     let Session {
         stdin,
         stdout,
@@ -298,20 +317,7 @@ async fn pump(socket: WebSocket, session: Session, options: ExecOptions) {
             }
         }
     });
-    let writer = tokio::spawn(async move {
-        while let Some(m) = out_rx.recv().await {
-            if sink.send(m).await.is_err() {
-                break;
-            }
-        }
-        // A normal closure: clients read 1005 (no status) as an error.
-        let _ = sink
-            .send(Message::Close(Some(axum::extract::ws::CloseFrame {
-                code: axum::extract::ws::close_code::NORMAL,
-                reason: "".into(),
-            })))
-            .await;
-    });
+    let writer = tokio::spawn(send_all_then_close(sink, out_rx));
     let code = exit.await;
     for r in readers {
         let _ = r.await;

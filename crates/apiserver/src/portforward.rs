@@ -9,7 +9,7 @@ use std::sync::Arc;
 use axum::extract::ws::{Message, WebSocketUpgrade};
 use axum::response::Response;
 use bytes::Bytes;
-use futures::{SinkExt, StreamExt};
+use futures::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -56,8 +56,8 @@ pub async fn serve(
     Ok(upgrade
         .protocols(PROTOCOLS)
         .on_upgrade(move |socket| async move {
-            let (mut sink, mut incoming) = socket.split();
-            let (tx, mut rx) = mpsc::channel::<Message>(64);
+            let (sink, mut incoming) = socket.split();
+            let (tx, rx) = mpsc::channel::<Message>(64);
             let mut writers = Vec::new();
             for (i, (stream, port)) in streams.into_iter().zip(ports.iter()).enumerate() {
                 let data = (2 * i) as u8;
@@ -104,18 +104,7 @@ pub async fn serve(
                     }
                 }
             });
-            while let Some(m) = rx.recv().await {
-                if sink.send(m).await.is_err() {
-                    break;
-                }
-            }
-            // A normal closure: clients read 1005 (no status) as an error.
-            let _ = sink
-                .send(Message::Close(Some(axum::extract::ws::CloseFrame {
-                    code: axum::extract::ws::close_code::NORMAL,
-                    reason: "".into(),
-                })))
-                .await;
+            crate::connect::send_all_then_close(sink, rx).await;
             input.abort();
         }))
 }

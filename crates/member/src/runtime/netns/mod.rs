@@ -624,93 +624,100 @@ impl NetnsRuntime {
         self.network.destroy().await;
     }
 
+    /// Runs `f` on one container of a pod's sandbox; the errors are the
+    /// messages the API answers with.
+    async fn with_container<T>(
+        &self,
+        pod_key: &str,
+        uid: &str,
+        container: &str,
+        f: impl FnOnce(&PodSandbox, &ContainerSlot) -> Result<T, String>,
+    ) -> Result<T, String> {
+        let sb = self.sandbox(pod_key, uid)?;
+        // The kubelet holds a pod only briefly, but for a teardown's grace.
+        let Ok(sb) = tokio::time::timeout(Duration::from_secs(5), sb.lock()).await else {
+            return Err(format!("pod {pod_key} is busy (stopping?); try again"));
+        };
+        let slot = sb
+            .containers
+            .iter()
+            .chain(sb.init.iter())
+            .find(|c| c.spec.name == container)
+            .ok_or_else(|| {
+                format!(
+                    "container {container} is not valid for pod {}",
+                    sb.pod.name_any()
+                )
+            })?;
+        f(&sb, slot)
+    }
+
     /// A container's log: the file of its current run (with that run's
     /// exit, to follow it) or of the one before.
-    pub fn log_of(
+    pub async fn log_of(
         &self,
         pod_key: &str,
         uid: &str,
         container: &str,
         previous: bool,
     ) -> Result<LogRun, String> {
-        let sb = self.sandbox(pod_key, uid)?;
-        let Ok(sb) = sb.try_lock() else {
-            return Err("the pod is changing; try again".into());
-        };
-        let slot = sb
-            .containers
-            .iter()
-            .chain(sb.init.iter())
-            .find(|c| c.spec.name == container)
-            .ok_or_else(|| {
-                format!(
-                    "container {container} is not valid for pod {}",
-                    sb.pod.name_any()
-                )
-            })?;
-        let pod = sb.pod.name_any();
-        match (previous, slot.runs) {
-            (false, 0) => Err(format!(
-                "container \"{container}\" in pod \"{pod}\" is waiting to start: {}",
-                match &slot.state {
-                    ContainerState::Waiting { reason, .. } => reason.as_str(),
-                    _ => "ContainerCreating",
-                }
-            )),
-            (false, n) => Ok(LogRun {
-                path: log_path(&sb.dir, container, n - 1),
-                exit: slot.process.as_ref().map(|p| p.exit.clone()),
-            }),
-            (true, n) if n >= 2 => Ok(LogRun {
-                path: log_path(&sb.dir, container, n - 2),
-                exit: None,
-            }),
-            (true, _) => Err(format!(
-                "previous terminated container \"{container}\" in pod \"{pod}\" not found"
-            )),
-        }
+        self.with_container(pod_key, uid, container, |sb, slot| {
+            let pod = sb.pod.name_any();
+            match (previous, slot.runs) {
+                (false, 0) => Err(format!(
+                    "container \"{container}\" in pod \"{pod}\" is waiting to start: {}",
+                    match &slot.state {
+                        ContainerState::Waiting { reason, .. } => reason.as_str(),
+                        _ => "ContainerCreating",
+                    }
+                )),
+                (false, n) => Ok(LogRun {
+                    path: log_path(&sb.dir, container, n - 1),
+                    exit: slot.process.as_ref().map(|p| p.exit.clone()),
+                }),
+                (true, n) if n >= 2 => Ok(LogRun {
+                    path: log_path(&sb.dir, container, n - 2),
+                    exit: None,
+                }),
+                (true, _) => Err(format!(
+                    "previous terminated container \"{container}\" in pod \"{pod}\" not found"
+                )),
+            }
+        })
+        .await
     }
 
     /// What `exec` needs of a running container: its process, launch and
     /// the pod's directory.
-    pub fn exec_target(
+    pub async fn exec_target(
         &self,
         pod_key: &str,
         uid: &str,
         container: &str,
     ) -> Result<ExecTarget, String> {
-        let sb = self.sandbox(pod_key, uid)?;
-        let Ok(sb) = sb.try_lock() else {
-            return Err("the pod is changing; try again".into());
-        };
-        let slot = sb
-            .containers
-            .iter()
-            .chain(sb.init.iter())
-            .find(|c| c.spec.name == container)
-            .ok_or_else(|| {
-                format!(
-                    "container {container} is not valid for pod {}",
-                    sb.pod.name_any()
-                )
-            })?;
-        let Some(p) = slot.process.as_ref().filter(|p| p.exit.borrow().is_none()) else {
-            return Err(format!("container {container} is not running"));
-        };
-        Ok(ExecTarget {
-            pid: p.pid,
-            launch: sb.dir.join("launch").join(format!("{container}.json")),
-            dir: sb.dir.clone(),
-            netns: sb.netns.clone(),
-            helper: self.config.helper.clone(),
+        let helper = self.config.helper.clone();
+        self.with_container(pod_key, uid, container, |sb, slot| {
+            let Some(p) = slot.process.as_ref().filter(|p| p.exit.borrow().is_none()) else {
+                return Err(format!("container {container} is not running"));
+            };
+            Ok(ExecTarget {
+                pid: p.pid,
+                launch: sb.dir.join("launch").join(format!("{container}.json")),
+                dir: sb.dir.clone(),
+                netns: sb.netns.clone(),
+                helper,
+            })
         })
+        .await
     }
 
     /// The network namespace of a pod's sandbox.
-    pub fn pod_netns(&self, pod_key: &str) -> Result<String, String> {
+    pub async fn pod_netns(&self, pod_key: &str) -> Result<String, String> {
         let sb = self.sandbox(pod_key, "")?;
-        let netns = sb.try_lock().map(|s| s.netns.clone());
-        netns.map_err(|_| "the pod is changing; try again".into())
+        match tokio::time::timeout(Duration::from_secs(5), sb.lock()).await {
+            Ok(s) => Ok(s.netns.clone()),
+            Err(_) => Err(format!("pod {pod_key} is busy (stopping?); try again")),
+        }
     }
 
     fn sandbox(

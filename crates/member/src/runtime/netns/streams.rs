@@ -141,6 +141,7 @@ impl Kubelet for NetnsRuntime {
         let key = format!("{}/{}", target.namespace, target.pod);
         let run = self
             .log_of(&key, &target.uid, &target.container, options.previous)
+            .await
             .map_err(bad_request)?;
         let data = tokio::fs::read(&run.path).await.unwrap_or_default();
         let (mut first, used) = snapshot(&data, options);
@@ -170,6 +171,7 @@ impl Kubelet for NetnsRuntime {
         }
         let t = self
             .exec_target(&key, &target.uid, &target.container)
+            .await
             .map_err(bad_request)?;
         let base: Launch = std::fs::read(&t.launch)
             .ok()
@@ -278,7 +280,7 @@ impl Kubelet for NetnsRuntime {
 
     async fn port_forward(&self, target: &Target, port: u16) -> Result<Stream2, ApiError> {
         let key = format!("{}/{}", target.namespace, target.pod);
-        let netns = self.pod_netns(&key).map_err(bad_request)?;
+        let netns = self.pod_netns(&key).await.map_err(bad_request)?;
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
         let stream = host::connect_in(&netns, addr, Duration::from_secs(5))
             .await
@@ -298,6 +300,7 @@ impl NetnsRuntime {
     async fn attach(&self, key: &str, target: &Target) -> Result<Session, ApiError> {
         let run = self
             .log_of(key, &target.uid, &target.container, false)
+            .await
             .map_err(bad_request)?;
         let Some(exit) = run.exit else {
             return Err(bad_request(format!(
