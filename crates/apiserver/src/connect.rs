@@ -119,6 +119,7 @@ pub async fn serve(
     kubelet: Arc<dyn Kubelet>,
     raw_query: Option<&str>,
     upgrade: Option<WebSocketUpgrade>,
+    spdy: Option<hyper::upgrade::OnUpgrade>,
 ) -> ApiResult<Response> {
     let q = &ctx.query;
     match ctx.subresource.as_deref() {
@@ -155,9 +156,9 @@ pub async fn serve(
         }
         Some(sub @ ("exec" | "attach")) => {
             let (_, target) = target(ctx, q.get("container")).await?;
-            let Some(upgrade) = upgrade else {
+            let Some(upgrade) = upgrade.filter(|_| spdy.is_none()) else {
                 return Err(ApiError::bad_request(format!(
-                    "{sub} needs a WebSocket upgrade with one of the protocols {} (SPDY is not served)",
+                    "{sub} needs a WebSocket upgrade with one of the protocols {} (SPDY is served for portforward only)",
                     CHANNEL_PROTOCOLS.join(", ")
                 )));
             };
@@ -195,7 +196,7 @@ pub async fn serve(
                     Err(e)
                 }
             })?;
-            crate::portforward::serve(ctx, kubelet, target, raw_query, upgrade).await
+            crate::portforward::serve(ctx, kubelet, target, raw_query, upgrade, spdy).await
         }
         _ => Err(ApiError::path_not_found()),
     }

@@ -50,6 +50,7 @@ pub mod schema;
 pub mod selector;
 pub mod server;
 pub mod serviceaccounts;
+pub mod spdy;
 pub mod strategic;
 pub mod table;
 pub mod tls;

@@ -470,7 +470,19 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         (Some("log" | "exec" | "attach" | "portforward"), Some(k)) => Some(k.clone()),
         _ => None,
     };
-    let upgrade = if connect.is_some() {
+    // The connect subresources upgrade: to a WebSocket, or (kubectl's
+    // port-forward) to SPDY/3.1 on the raw connection.
+    let spdy_requested = parts
+        .headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().starts_with("spdy/"));
+    let spdy = if connect.is_some() && spdy_requested {
+        parts.extensions.remove::<hyper::upgrade::OnUpgrade>()
+    } else {
+        None
+    };
+    let upgrade = if connect.is_some() && !spdy_requested {
         use axum::extract::FromRequestParts;
         axum::extract::ws::WebSocketUpgrade::from_request_parts(&mut parts, &())
             .await
@@ -518,7 +530,7 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         };
     }
     if let Some(kubelet) = connect {
-        return crate::connect::serve(&ctx, kubelet, parts.uri.query(), upgrade).await;
+        return crate::connect::serve(&ctx, kubelet, parts.uri.query(), upgrade, spdy).await;
     }
     match ctx.subresource.as_deref() {
         Some("token") => return crate::reviews::token_request(&ctx, &body).await,

@@ -1063,3 +1063,89 @@ fn the_python_client_execs_and_port_forwards() {
     let attached = m.kubectl(&["attach", "ticker"]);
     assert_has(&String::from_utf8_lossy(&attached.stdout), &["tick 3"]);
 }
+
+/// `kubectl port-forward` running in the background, killed on drop.
+struct PortForward(std::process::Child, std::path::PathBuf);
+
+impl Drop for PortForward {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl PortForward {
+    fn start(m: &Server, target: &str, port: &str) -> PortForward {
+        let out = m.dir.path().join(format!("port-forward-{port}.log"));
+        let file = std::fs::File::create(&out).expect("log");
+        let child = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&m.kubeconfig)
+            .args(["port-forward", target, &format!(":{port}")])
+            .stdout(file.try_clone().expect("log"))
+            .stderr(file)
+            .spawn()
+            .expect("kubectl port-forward");
+        PortForward(child, out)
+    }
+
+    fn output(&self) -> String {
+        std::fs::read_to_string(&self.1).unwrap_or_default()
+    }
+
+    /// The local address kubectl picked.
+    fn local(&self) -> String {
+        let mut found = String::new();
+        wait_for(Duration::from_secs(30), "kubectl to listen", || {
+            found = self
+                .output()
+                .split_whitespace()
+                .find(|w| w.starts_with("127.0.0.1:"))
+                .unwrap_or_default()
+                .to_string();
+            !found.is_empty()
+        });
+        found
+    }
+}
+
+fn curl(url: &str) -> std::process::Output {
+    std::process::Command::new("curl")
+        .args(["-s", "-m", "5", url])
+        .output()
+        .expect("curl")
+}
+
+#[test]
+fn kubectl_port_forward_reaches_a_pods_port() {
+    if !can_run() {
+        return;
+    }
+    let m = Server::netns_member("rt-pf", &["--nodes", "1"]);
+    m.ok(&["run", "web", "--image=nginx:1.27", "--port=80"]);
+    wait_phase(&m, "web", "Running");
+    // kubectl speaks SPDY/3.1 (after asking for it in a WebSocket); each
+    // local connection is a stream to the pod's port.
+    let pf = PortForward::start(&m, "pod/web", "80");
+    let local = pf.local();
+    for path in ["/first", "/second"] {
+        let answer = curl(&format!("http://{local}{path}"));
+        assert_has(
+            &String::from_utf8_lossy(&answer.stdout),
+            &["\"pod\":\"web\"", &format!("\"path\":\"{path}\"")],
+        );
+    }
+    // A port nothing listens on: the error comes back on the error stream.
+    let closed = PortForward::start(&m, "pod/web", "9999");
+    let local = closed.local();
+    assert!(!curl(&format!("http://{local}/")).status.success());
+    wait_for(
+        Duration::from_secs(10),
+        "kubectl to report the error",
+        || {
+            closed
+                .output()
+                .contains("error forwarding port 9999 to pod web")
+        },
+    );
+}
