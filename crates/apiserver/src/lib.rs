@@ -15,6 +15,7 @@ pub mod auth;
 pub mod authz;
 pub mod bootstrap;
 pub mod builtin;
+pub mod cluster_proxy;
 mod codec;
 pub mod componentstatus;
 mod connect;

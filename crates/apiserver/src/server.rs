@@ -85,9 +85,16 @@ pub struct ApiServer {
     /// What runs this cluster's pods, for their log, exec, attach and
     /// portforward subresources; unset where nothing runs them.
     pub(crate) kubelet: std::sync::OnceLock<Arc<dyn crate::kubelet::Kubelet>>,
+    /// Karmada's `clusters/NAME/proxy` (the control plane sets it).
+    pub(crate) cluster_proxy: std::sync::OnceLock<Arc<dyn crate::cluster_proxy::ClusterProxy>>,
 }
 
 impl ApiServer {
+    /// Serves `clusters/NAME/proxy/...` through `proxy` (once).
+    pub fn set_cluster_proxy(&self, proxy: Arc<dyn crate::cluster_proxy::ClusterProxy>) {
+        let _ = self.cluster_proxy.set(proxy);
+    }
+
     /// Puts `kubelet` behind pods' connect subresources (once).
     pub fn set_kubelet(&self, kubelet: Arc<dyn crate::kubelet::Kubelet>) {
         let _ = self.kubelet.set(kubelet);
@@ -112,6 +119,7 @@ impl ApiServer {
             service_allocation: tokio::sync::Mutex::new(()),
             namespaces: Default::default(),
             kubelet: Default::default(),
+            cluster_proxy: Default::default(),
         });
         crate::crd::restore(&api)?;
         crate::crd::spawn_follower(api.clone());
@@ -227,6 +235,78 @@ fn text(body: &'static str) -> Response {
         .into_response()
 }
 
+/// `clusters/NAME/proxy/...`: authorised as that subresource, then handed
+/// to the control plane's proxy.
+async fn proxy_to_member(
+    api: &Arc<ApiServer>,
+    proxy: Arc<dyn crate::cluster_proxy::ClusterProxy>,
+    user: Option<&crate::auth::User>,
+    cluster: &str,
+    member_path: String,
+    mut parts: http::request::Parts,
+    body: Body,
+) -> ApiResult<Response> {
+    use crate::authz::Verb;
+    let upgrading = parts
+        .headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    let body = if upgrading {
+        drop(body);
+        bytes::Bytes::new()
+    } else {
+        request::read_body(body).await?
+    };
+    if let Some(user) = user {
+        let verb = match parts.method {
+            Method::GET | Method::HEAD => Verb::Get,
+            Method::POST => Verb::Create,
+            Method::PUT => Verb::Update,
+            Method::PATCH => Verb::Patch,
+            Method::DELETE => Verb::Delete,
+            ref other => Verb::Other(other.as_str().to_ascii_lowercase()),
+        };
+        api.config.authorizers.check(
+            user,
+            &crate::authz::Attributes {
+                verb,
+                group: "cluster.karmada.io",
+                resource: "clusters",
+                subresource: Some("proxy"),
+                namespace: None,
+                path_name: Some(cluster),
+                field_selector: None,
+                body: &body,
+            },
+        )?;
+    }
+    let upgrade = if upgrading {
+        use axum::extract::FromRequestParts;
+        axum::extract::ws::WebSocketUpgrade::from_request_parts(&mut parts, &())
+            .await
+            .ok()
+    } else {
+        None
+    };
+    let path_and_query = match parts.uri.query() {
+        Some(q) => format!("{member_path}?{q}"),
+        None => member_path,
+    };
+    proxy
+        .proxy(
+            cluster,
+            crate::cluster_proxy::ProxyRequest {
+                method: parts.method,
+                path_and_query,
+                headers: parts.headers,
+                body,
+                upgrade,
+            },
+        )
+        .await
+}
+
 async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
     let (mut parts, body) = req.into_parts();
     let path = parts.uri.path().trim_end_matches('/').to_string();
@@ -255,6 +335,20 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         }
         None => None,
     };
+    if let (Some(proxy), Some((cluster, member_path))) =
+        (api.cluster_proxy.get(), crate::cluster_proxy::parse(&segs))
+    {
+        return proxy_to_member(
+            &api,
+            proxy.clone(),
+            user.as_ref(),
+            cluster,
+            member_path,
+            parts,
+            body,
+        )
+        .await;
+    }
     match segs.as_slice() {
         ["version"] if is_get => return Ok(json_response(StatusCode::OK, &version::info())),
         ["metrics"] if is_get && api.config.metrics.is_some() => {

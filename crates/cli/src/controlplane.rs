@@ -105,6 +105,9 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
     };
     let p = prepare(&data_dir, &args.server.serve, config).await?;
     let client = loopback::in_process(&p.api, &p.admin_token, "flotilla-controlplane");
+    // Karmada's clusters/NAME/proxy, through the members' stored credentials.
+    p.api
+        .set_cluster_proxy(flotilla_federation::proxy::HubProxy::new(client.clone()));
     let server = tokio::spawn(p.api.serve(p.listener, Some(p.tls), shutdown_signal()));
     // Ready means the Karmada API is served: install before publishing.
     flotilla_federation::crds::install(&client)

@@ -1149,3 +1149,60 @@ fn kubectl_port_forward_reaches_a_pods_port() {
         },
     );
 }
+
+#[test]
+fn the_hub_reaches_a_members_pods_through_the_cluster_proxy() {
+    if !can_run() {
+        return;
+    }
+    let member = Server::netns_member("rt-proxied", &["--nodes", "1"]);
+    let hub = Server::controlplane(&[]);
+    let joined = common::flotilla(&[
+        "join",
+        "rt-proxied",
+        "--kubeconfig",
+        hub.kubeconfig.to_str().unwrap(),
+        "--cluster-kubeconfig",
+        member.kubeconfig.to_str().unwrap(),
+    ]);
+    assert!(
+        joined.status.success(),
+        "{}",
+        String::from_utf8_lossy(&joined.stderr)
+    );
+    member.ok(&["run", "web", "--image=nginx:1.27", "--port=80"]);
+    wait_phase(&member, "web", "Running");
+    // A kubeconfig whose server is the proxy URL drives the member
+    // through the hub: reads, logs and exec (WebSocket, joined end to end).
+    let server = std::fs::read_to_string(&hub.kubeconfig)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: ").map(str::to_string))
+        .expect("the hub's server");
+    let proxy = format!("{server}/apis/cluster.karmada.io/v1alpha1/clusters/rt-proxied/proxy");
+    let via_hub = |args: &[&str]| {
+        let mut all = vec!["--server", proxy.as_str()];
+        all.extend_from_slice(args);
+        hub.kubectl(&all)
+    };
+    let pods = via_hub(&["get", "pods", "-o", "name"]);
+    assert_eq!(String::from_utf8_lossy(&pods.stdout).trim(), "pod/web");
+    let logs = via_hub(&["logs", "web"]);
+    assert_has(
+        &String::from_utf8_lossy(&logs.stdout),
+        &["serving HTTP on :80"],
+    );
+    let exec = via_hub(&["exec", "web", "--", "sh", "-c", "echo via the hub; exit 5"]);
+    assert_has(&String::from_utf8_lossy(&exec.stdout), &["via the hub"]);
+    assert_eq!(exec.status.code(), Some(5));
+    // An unknown cluster is the hub's NotFound.
+    let missing = hub.kubectl(&[
+        "get",
+        "--raw",
+        "/apis/cluster.karmada.io/v1alpha1/clusters/nope/proxy/api",
+    ]);
+    assert_has(
+        &String::from_utf8_lossy(&missing.stderr),
+        &["clusters.cluster.karmada.io \"nope\" not found"],
+    );
+}

@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod names;
 pub mod overrides;
 pub mod packed;
+pub mod proxy;
 pub mod queue;
 pub mod rebalancer;
 pub mod scheduler;
