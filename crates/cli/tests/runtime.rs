@@ -1206,3 +1206,49 @@ fn the_hub_reaches_a_members_pods_through_the_cluster_proxy() {
         &["clusters.cluster.karmada.io \"nope\" not found"],
     );
 }
+
+#[test]
+fn memory_limits_are_enforced_where_cgroups_allow() {
+    if !can_run() {
+        return;
+    }
+    let v2 = std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
+        .is_ok_and(|c| c.contains("memory"));
+    let v1 = std::path::Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists();
+    if !v2 && !v1 {
+        eprintln!("skipped: this machine has no cgroup memory controller (docs/member.md)");
+        return;
+    }
+    let mut m = Server::netns_member("rt-oom", &["--nodes", "1"]);
+    m.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: hog}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: c
+    image: busybox
+    command: ["sh", "-c", "head -c 300000000 /dev/zero | tail"]
+    resources: {limits: {memory: 32Mi, cpu: 500m}}
+"#,
+    );
+    wait_phase(&m, "hog", "Failed");
+    assert_eq!(
+        jsonpath(
+            &m,
+            &["pod", "hog"],
+            "{.status.containerStatuses[0].state.terminated.reason} {.status.containerStatuses[0].state.terminated.exitCode}"
+        ),
+        "OOMKilled 137"
+    );
+    // The member's groups go with it.
+    let prefix = std::fs::read_to_string(m.data_dir().join("netns-prefix")).unwrap();
+    m.stop();
+    for hierarchy in ["", "/memory", "/cpu"] {
+        let dir = format!("/sys/fs/cgroup{hierarchy}/flotilla-{}", prefix.trim());
+        assert!(!std::path::Path::new(&dir).exists(), "{dir} is left");
+    }
+}

@@ -8,6 +8,7 @@
 //! It is a test bed, not a container runtime: commands are the host's
 //! binaries and run on the host's kernel with its filesystem visible.
 
+pub mod cgroups;
 pub mod cluster_dns;
 pub mod events;
 pub mod host;
@@ -62,6 +63,7 @@ const CONFIG_RETRY: Duration = Duration::from_secs(2);
 pub struct NetnsRuntime {
     config: NetnsConfig,
     network: MemberNetwork,
+    cgroups: cgroups::Cgroups,
     events: Events,
     recorder: events::KubeletEvents,
     pods: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<PodSandbox>>>>,
@@ -140,6 +142,12 @@ impl NetnsRuntime {
             );
         }
         network.clean().await;
+        // Limits go to whichever cgroup controllers there are; an earlier
+        // run's groups are emptied by now (their processes were in its
+        // namespaces) and go.
+        let cgroups = cgroups::Cgroups::detect(&network.prefix);
+        cgroups.destroy();
+        let cgroups = cgroups::Cgroups::detect(&network.prefix);
         let pods_dir = config.data_dir.join("pods");
         let _ = std::fs::remove_dir_all(&pods_dir);
         std::fs::create_dir_all(&pods_dir)
@@ -173,6 +181,7 @@ impl NetnsRuntime {
         Ok(Arc::new(NetnsRuntime {
             config,
             network,
+            cgroups,
             events,
             recorder,
             pods: Default::default(),
@@ -287,7 +296,7 @@ impl NetnsRuntime {
                 (sb.dir.join("etc/resolv.conf"), "/etc/resolv.conf"),
                 (sb.dir.join("etc/hostname"), "/etc/hostname"),
             ];
-            let launch = spec::launch(
+            let mut launch = spec::launch(
                 &id,
                 c,
                 env,
@@ -298,6 +307,9 @@ impl NetnsRuntime {
                 root,
                 tmp,
             )?;
+            launch.launch.cgroups = self
+                .cgroups
+                .create(&cgroup_id(&sb.netns, &c.name), spec::limits(c));
             let file = sb.dir.join("launch").join(format!("{}.json", c.name));
             write_private(
                 &file,
@@ -421,8 +433,9 @@ impl NetnsRuntime {
         let mut soonest = |d: Duration| {
             recheck = Some(recheck.map_or(d, |r: Duration| r.min(d)));
         };
-        reap(&mut sb.init);
-        reap(&mut sb.containers);
+        let oom = |c: &ContainerSlot| self.cgroups.oom_killed(&cgroup_id(&sb.netns, &c.spec.name));
+        reap(&mut sb.init, &oom);
+        reap(&mut sb.containers, &oom);
         // Init containers, one at a time, each to success.
         let mut initialized = true;
         let mut failed_init = false;
@@ -607,6 +620,9 @@ impl NetnsRuntime {
             }
         }
         self.network.remove_pod(&sb.node, &sb.netns).await;
+        for c in sb.init.iter().chain(sb.containers.iter()) {
+            self.cgroups.remove(&cgroup_id(&sb.netns, &c.spec.name));
+        }
         if let Err(error) = std::fs::remove_dir_all(&sb.dir) {
             warn!(%error, dir = %sb.dir.display(), "cannot remove a pod's directory");
         }
@@ -622,6 +638,7 @@ impl NetnsRuntime {
             self.teardown(&mut sb).await;
         }
         self.network.destroy().await;
+        self.cgroups.destroy();
     }
 
     /// Runs `f` on one container of a pod's sandbox; the errors are the
@@ -750,6 +767,11 @@ pub struct ExecTarget {
     pub helper: PathBuf,
 }
 
+/// A container's cgroup, by its pod's namespace and its name.
+fn cgroup_id(netns: &str, container: &str) -> String {
+    format!("{netns}-{container}")
+}
+
 fn log_path(dir: &Path, container: &str, run: u32) -> PathBuf {
     dir.join("logs").join(container).join(format!("{run}.log"))
 }
@@ -785,7 +807,7 @@ fn ready_to_start(c: &ContainerSlot) -> Result<(), Duration> {
 }
 
 /// Turns exited processes into Terminated states.
-fn reap(slots: &mut [ContainerSlot]) {
+fn reap(slots: &mut [ContainerSlot], oom_killed: &dyn Fn(&ContainerSlot) -> bool) {
     for c in slots {
         let Some(code) = c.process.as_ref().and_then(|p| *p.exit.borrow()) else {
             continue;
@@ -799,11 +821,17 @@ fn reap(slots: &mut [ContainerSlot]) {
             .as_ref()
             .and_then(|p| p.killed_because.lock().take());
         let started = c.started.clone().unwrap_or_else(podutil::now);
+        // SIGKILL with the group's OOM count up: the memory limit did it.
+        let reason = match code {
+            0 => "Completed",
+            137 if oom_killed(c) => "OOMKilled",
+            _ => "Error",
+        };
         record_exit(
             c,
             ContainerState::Terminated {
                 code,
-                reason: if code == 0 { "Completed" } else { "Error" }.into(),
+                reason: reason.into(),
                 message: killed,
                 started,
                 finished: podutil::now(),

@@ -51,6 +51,10 @@ pub struct Launch {
     /// Whether stdin is a terminal to make the controlling TTY (`exec -t`).
     #[serde(default)]
     pub tty: bool,
+    /// `cgroup.procs` files to join before anything else (the container's
+    /// limits; an exec joins its container's).
+    #[serde(default)]
+    pub cgroups: Vec<PathBuf>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -84,6 +88,10 @@ pub fn main(launch_file: &Path) -> i32 {
 enum Never {}
 
 fn enter(launch: &Launch) -> Result<Never, String> {
+    for procs in &launch.cgroups {
+        std::fs::write(procs, std::process::id().to_string())
+            .map_err(|e| format!("cannot join {}: {e}", procs.display()))?;
+    }
     let ns = |path: &Path, flag: CloneFlags| -> Result<(), String> {
         let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
         setns(&file, flag).map_err(|e| format!("cannot enter {}: {e}", path.display()))

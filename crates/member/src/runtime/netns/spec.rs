@@ -607,6 +607,22 @@ pub fn user(pod: &Pod, c: &Container) -> (u32, u32, Vec<u32>) {
     (uid, gid, groups)
 }
 
+/// A container's memory and CPU limits.
+pub fn limits(c: &Container) -> super::cgroups::Limits {
+    use crate::quantity;
+    let limit = |name: &str| {
+        c.resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.get(name))
+            .map(|q| q.0.clone())
+    };
+    super::cgroups::Limits {
+        memory: limit("memory").as_deref().and_then(quantity::units),
+        cpu_millis: limit("cpu").as_deref().and_then(quantity::millicores),
+    }
+}
+
 /// The pod's /etc/hosts.
 pub fn hosts_file(pod: &Pod, ip: Ipv4Addr) -> String {
     let host = hostname(pod);
@@ -771,6 +787,7 @@ pub fn launch(
             argv,
             env,
             tty: false,
+            cgroups: Vec::new(),
         },
         standin,
     })
