@@ -156,12 +156,6 @@ pub async fn serve(
         }
         Some(sub @ ("exec" | "attach")) => {
             let (_, target) = target(ctx, q.get("container")).await?;
-            let Some(upgrade) = upgrade.filter(|_| spdy.is_none()) else {
-                return Err(ApiError::bad_request(format!(
-                    "{sub} needs a WebSocket upgrade with one of the protocols {} (SPDY is served for portforward only)",
-                    CHANNEL_PROTOCOLS.join(", ")
-                )));
-            };
             let command = all_values(raw_query, "command");
             if sub == "exec" && command.is_empty() {
                 return Err(ApiError::bad_request(
@@ -174,6 +168,30 @@ pub async fn serve(
                 stdout: q.get("stdout").is_none_or(|v| v == "true" || v == "1"),
                 stderr: q.get("stderr").is_none_or(|v| v == "true" || v == "1"),
                 tty: q.flag("tty"),
+            };
+            if let Some(on_upgrade) = spdy {
+                // SPDY clients offer protocol versions; v4 is the one served.
+                let offered = ctx
+                    .headers
+                    .get_all("X-Stream-Protocol-Version")
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .flat_map(|v| v.split(','))
+                    .any(|v| v.trim() == crate::spdy_exec::PROTOCOL);
+                if !offered {
+                    return Err(ApiError::bad_request(format!(
+                        "{sub} over SPDY speaks {} only",
+                        crate::spdy_exec::PROTOCOL
+                    )));
+                }
+                let session = kubelet.exec(&target, &options).await?;
+                return Ok(crate::spdy_exec::serve(session, options, on_upgrade));
+            }
+            let Some(upgrade) = upgrade else {
+                return Err(ApiError::bad_request(format!(
+                    "{sub} needs a WebSocket upgrade with one of the protocols {}, or SPDY/3.1",
+                    CHANNEL_PROTOCOLS.join(", ")
+                )));
             };
             let session = kubelet.exec(&target, &options).await?;
             let upgrade = upgrade.protocols(CHANNEL_PROTOCOLS);
@@ -203,7 +221,7 @@ pub async fn serve(
 }
 
 /// The error channel's Status for an exit code, as the kubelet writes it.
-fn exit_status(code: Result<i32, String>, command: &[String]) -> Value {
+pub(crate) fn exit_status(code: Result<i32, String>, command: &[String]) -> Value {
     match code {
         Ok(0) => json!({"metadata": {}, "status": "Success"}),
         Ok(code) => json!({

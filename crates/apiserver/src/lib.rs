@@ -52,6 +52,7 @@ pub mod selector;
 pub mod server;
 pub mod serviceaccounts;
 pub mod spdy;
+mod spdy_exec;
 pub mod strategic;
 pub mod table;
 pub mod tls;

@@ -1117,7 +1117,7 @@ fn curl(url: &str) -> std::process::Output {
 }
 
 #[test]
-fn kubectl_port_forward_reaches_a_pods_port() {
+fn kubectl_port_forward_and_spdy_exec_reach_a_pod() {
     if !can_run() {
         return;
     }
@@ -1135,6 +1135,33 @@ fn kubectl_port_forward_reaches_a_pods_port() {
             &["\"pod\":\"web\"", &format!("\"path\":\"{path}\"")],
         );
     }
+    // exec over SPDY, as kubectl before 1.30 (or told to) speaks it.
+    let spdy = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&m.kubeconfig)
+        .args([
+            "exec",
+            "-i",
+            "web",
+            "--",
+            "sh",
+            "-c",
+            "cat; echo to-stderr >&2; exit 6",
+        ])
+        .env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().expect("stdin").write_all(b"over spdy\n")?;
+            c.wait_with_output()
+        })
+        .expect("kubectl exec");
+    assert_eq!(String::from_utf8_lossy(&spdy.stdout), "over spdy\n");
+    assert_has(&String::from_utf8_lossy(&spdy.stderr), &["to-stderr"]);
+    assert_eq!(spdy.status.code(), Some(6));
     // A port nothing listens on: the error comes back on the error stream.
     let closed = PortForward::start(&m, "pod/web", "9999");
     let local = closed.local();
