@@ -179,16 +179,8 @@ where
     use crate::spdy::{self, FLAG_FIN, Frame};
     use std::collections::HashMap;
 
-    let (mut reader, mut writer) = tokio::io::split(io);
-    let (out, mut out_rx) = mpsc::channel::<Vec<u8>>(256);
-    let write = tokio::spawn(async move {
-        while let Some(frame) = out_rx.recv().await {
-            if writer.write_all(&frame).await.is_err() {
-                break;
-            }
-        }
-        let _ = writer.shutdown().await;
-    });
+    let (mut reader, writer) = tokio::io::split(io);
+    let (out, write) = spdy::writer(writer);
     let mut codec = spdy::Codec::default();
     let mut buf = bytes::BytesMut::with_capacity(64 * 1024);
     // requestID -> the error stream's id; data stream id -> its pod writer.

@@ -7,7 +7,7 @@
 //! direction for the whole connection. No crate does SPDY; this module
 //! does nothing but frames, and is fuzzed by its tests.
 
-use bytes::{Buf, BytesMut};
+use bytes::BytesMut;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 
 pub const FLAG_FIN: u8 = 0x01;
@@ -332,9 +332,49 @@ pub fn goaway(last_stream: u32) -> Vec<u8> {
     control(GOAWAY, 0, &p)
 }
 
-/// Skips what `read` consumed (for tests of partial input).
-pub fn advance(buf: &mut BytesMut, n: usize) {
-    buf.advance(n.min(buf.len()));
+/// The 101 answer that upgrades a request to SPDY/3.1 with `protocol`
+/// (`X-Stream-Protocol-Version`).
+pub fn switching_protocols(protocol: &'static str) -> axum::response::Response {
+    let mut response = axum::response::Response::new(axum::body::Body::empty());
+    *response.status_mut() = http::StatusCode::SWITCHING_PROTOCOLS;
+    let h = response.headers_mut();
+    h.insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("Upgrade"),
+    );
+    h.insert(
+        http::header::UPGRADE,
+        http::HeaderValue::from_static("SPDY/3.1"),
+    );
+    h.insert(
+        "X-Stream-Protocol-Version",
+        http::HeaderValue::from_static(protocol),
+    );
+    response
+}
+
+/// One writer for a connection's frames: whoever has the sender writes;
+/// the connection is shut once every sender is gone.
+pub fn writer<W>(
+    mut writer: W,
+) -> (
+    tokio::sync::mpsc::Sender<Vec<u8>>,
+    tokio::task::JoinHandle<()>,
+)
+where
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use tokio::io::AsyncWriteExt;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(256);
+    let task = tokio::spawn(async move {
+        while let Some(frame) = rx.recv().await {
+            if writer.write_all(&frame).await.is_err() {
+                break;
+            }
+        }
+        let _ = writer.shutdown().await;
+    });
+    (tx, task)
 }
 
 #[cfg(test)]

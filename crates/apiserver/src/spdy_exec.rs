@@ -11,7 +11,6 @@ use std::time::Duration;
 use axum::response::Response;
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::mpsc;
 
 use crate::kubelet::{ExecOptions, Session};
 use crate::spdy::{self, FLAG_FIN, Frame};
@@ -51,16 +50,8 @@ async fn run<IO>(io: IO, session: Session, options: ExecOptions)
 where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
 {
-    let (mut reader, mut writer) = tokio::io::split(io);
-    let (out, mut out_rx) = mpsc::channel::<Vec<u8>>(256);
-    let write = tokio::spawn(async move {
-        while let Some(frame) = out_rx.recv().await {
-            if writer.write_all(&frame).await.is_err() {
-                break;
-            }
-        }
-        let _ = writer.shutdown().await;
-    });
+    let (mut reader, writer) = tokio::io::split(io);
+    let (out, write) = spdy::writer(writer);
     let Session {
         stdin,
         stdout,
