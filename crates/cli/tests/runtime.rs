@@ -1047,6 +1047,24 @@ fn the_python_client_execs_and_port_forwards() {
         &String::from_utf8_lossy(&out.stdout),
         &["python streams ok"],
     );
+    // attach -i to a container that keeps stdin open (stdinOnce: its EOF
+    // is the container's).
+    m.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: reader}
+spec:
+  restartPolicy: Never
+  containers:
+  - {name: c, image: busybox, stdin: true, stdinOnce: true, command: ["sh", "-c", "read line; echo got:$line"]}
+"#,
+    );
+    wait_phase(&m, "reader", "Running");
+    let attached = m.ok_stdin(&["attach", "-i", "reader"], "hello\n");
+    assert_has(&attached, &["got:hello"]);
+    wait_phase(&m, "reader", "Succeeded");
     // kubectl attach streams a running container's output.
     m.ok(&[
         "run",

@@ -132,7 +132,11 @@ impl NetnsRuntime {
         let log = log_path(&dir, &slot.spec.name, slot.runs);
         let events = self.events.clone();
         let pod_key = key.to_string();
-        match process::spawn(&self.config.helper, &file, log, move || {
+        let streams = process::Streams {
+            stdin: slot.spec.stdin == Some(true),
+            tty: slot.spec.tty == Some(true),
+        };
+        match process::spawn(&self.config.helper, &file, log, streams, move || {
             events.changed(&pod_key)
         }) {
             Ok(p) => {

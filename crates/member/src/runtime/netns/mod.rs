@@ -321,10 +321,14 @@ impl NetnsRuntime {
                 (false, n) => Ok(LogRun {
                     path: log_path(&sb.dir, container, n - 1),
                     exit: slot.process.as_ref().map(|p| p.exit.clone()),
+                    input: slot.process.as_ref().and_then(|p| p.input.clone()),
+                    stdin_once: slot.spec.stdin_once == Some(true),
                 }),
                 (true, n) if n >= 2 => Ok(LogRun {
                     path: log_path(&sb.dir, container, n - 2),
                     exit: None,
+                    input: None,
+                    stdin_once: false,
                 }),
                 (true, _) => Err(format!(
                     "previous terminated container \"{container}\" in pod \"{pod}\" not found"
@@ -386,6 +390,10 @@ pub struct LogRun {
     pub path: PathBuf,
     /// The run's exit, while it may still write.
     pub exit: Option<tokio::sync::watch::Receiver<Option<i32>>>,
+    /// Its stdin, when the container keeps one open (`stdin: true`).
+    pub input: Option<process::Input>,
+    /// Whether that stdin closes when the first attach ends.
+    pub stdin_once: bool,
 }
 
 /// A running container, for `exec`.

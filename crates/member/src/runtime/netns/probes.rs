@@ -139,7 +139,15 @@ async fn kill(
     let message = format!("Container {container} failed {which} probe, will be restarted");
     notify("Killing", message.clone());
     *s.killed_because.lock() = Some(message);
-    process::stop(&Process { pid, exit }, grace).await;
+    process::stop(
+        &Process {
+            pid,
+            exit,
+            input: None,
+        },
+        grace,
+    )
+    .await;
 }
 
 fn secs(v: Option<i32>, default: i32) -> Duration {
@@ -315,6 +323,7 @@ async fn exec(target: &ProbeTarget, command: Vec<String>, timeout: Duration) -> 
         join_pid: Some(target.pid),
         argv: command,
         mounts: Vec::new(),
+        tty: false,
         ..base
     };
     let file = target

@@ -19,6 +19,20 @@ pub struct Process {
     pub pid: i32,
     /// `None` while it runs, then its exit code (128+signal when killed).
     pub exit: watch::Receiver<Option<i32>>,
+    /// Its stdin, for `attach -i`, when its container asks for one.
+    pub input: Option<Input>,
+}
+
+/// A container's stdin (a pipe, or its terminal), shared by attaches.
+pub type Input = Arc<Mutex<std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>>>;
+
+/// What a container's spec asks of its standard streams.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Streams {
+    /// `stdin: true`: kept open for attaches.
+    pub stdin: bool,
+    /// `tty: true`: a terminal for stdin, stdout and stderr.
+    pub tty: bool,
 }
 
 /// Longest line written as one log entry; longer ones are split (`P`).
@@ -30,20 +44,40 @@ pub fn spawn(
     helper: &Path,
     launch_file: &Path,
     log: PathBuf,
+    streams: Streams,
     on_exit: impl FnOnce() + Send + 'static,
 ) -> std::io::Result<Process> {
     if let Some(dir) = log.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let mut child = Command::new(helper)
-        .arg("__container-shim")
-        .arg(launch_file)
-        .env_clear()
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()?;
+    let mut command = Command::new(helper);
+    command.arg("__container-shim").arg(launch_file).env_clear();
+    // Its own process group, to signal all it starts: with a terminal the
+    // shim's setsid makes one (and would fail on a group leader).
+    if !streams.tty {
+        command.process_group(0);
+    }
+    let terminal = if streams.tty {
+        let (master, slave) = open_pty()?;
+        command
+            .stdin(Stdio::from(slave.try_clone()?))
+            .stdout(Stdio::from(slave.try_clone()?))
+            .stderr(Stdio::from(slave));
+        Some(std::fs::File::from(master))
+    } else {
+        command
+            .stdin(if streams.stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        None
+    };
+    let mut child = command.spawn()?;
+    // Only the child holds the terminal's other end now.
+    drop(command);
     let pid = child.id().map(|p| p as i32).unwrap_or_default();
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -51,6 +85,21 @@ pub fn spawn(
         .open(&log)?;
     let file = Arc::new(Mutex::new(tokio::fs::File::from_std(file)));
     let mut copies = Vec::new();
+    let mut input: Option<Input> = None;
+    if let Some(master) = terminal {
+        let writer = master.try_clone()?;
+        copies.push(tokio::spawn(copy_lines(
+            PtyReader(tokio::fs::File::from_std(master)),
+            "stdout",
+            file.clone(),
+        )));
+        input = Some(Arc::new(Mutex::new(Box::pin(tokio::fs::File::from_std(
+            writer,
+        )))));
+    }
+    if let Some(stdin) = child.stdin.take() {
+        input = Some(Arc::new(Mutex::new(Box::pin(stdin))));
+    }
     if let Some(out) = child.stdout.take() {
         copies.push(tokio::spawn(copy_lines(out, "stdout", file.clone())));
     }
@@ -76,7 +125,45 @@ pub fn spawn(
         let _ = tx.send(Some(code));
         on_exit();
     });
-    Ok(Process { pid, exit: rx })
+    Ok(Process {
+        pid,
+        exit: rx,
+        input,
+    })
+}
+
+/// A pseudo-terminal: its master, and its slave opened.
+pub fn open_pty() -> std::io::Result<(std::os::fd::OwnedFd, std::fs::File)> {
+    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+    use std::os::unix::fs::OpenOptionsExt;
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC)?;
+    grantpt(&master)?;
+    unlockpt(&master)?;
+    let name = ptsname(&master, Vec::new())?;
+    let slave = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(rustix::fs::OFlags::NOCTTY.bits() as i32)
+        .open(name.to_string_lossy().as_ref())?;
+    Ok((master, slave))
+}
+
+/// A pty's master reads EIO once the other side has closed: that is EOF.
+pub struct PtyReader(pub tokio::fs::File);
+
+impl tokio::io::AsyncRead for PtyReader {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match std::pin::Pin::new(&mut self.0).poll_read(cx, buf) {
+            std::task::Poll::Ready(Err(e)) if e.raw_os_error() == Some(5) => {
+                std::task::Poll::Ready(Ok(()))
+            }
+            other => other,
+        }
+    }
 }
 
 async fn copy_lines(

@@ -786,7 +786,8 @@ pub fn launch(
             working_dir: c.working_dir.clone().filter(|w| !w.is_empty()),
             argv,
             env,
-            tty: false,
+            // A terminal on stdin for containers that ask for one.
+            tty: c.tty == Some(true),
             cgroups: Vec::new(),
         },
         standin,

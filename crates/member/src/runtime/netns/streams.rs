@@ -3,7 +3,6 @@
 //! (with a pseudo-terminal for `-t`), and port forwarding from inside the
 //! pod's network namespace.
 
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -167,7 +166,7 @@ impl Kubelet for NetnsRuntime {
     async fn exec(&self, target: &Target, options: &ExecOptions) -> Result<Session, ApiError> {
         let key = format!("{}/{}", target.namespace, target.pod);
         if options.command.is_empty() {
-            return self.attach(&key, target).await;
+            return self.attach(&key, target, options.stdin).await;
         }
         let t = self
             .exec_target(&key, &target.uid, &target.container)
@@ -181,12 +180,13 @@ impl Kubelet for NetnsRuntime {
             join_pid: Some(t.pid),
             argv: options.command.clone(),
             mounts: Vec::new(),
+            tty: false,
             ..base
         };
         let terminal = if options.tty {
             launch.tty = true;
             Some(
-                open_pty()
+                super::process::open_pty()
                     .map_err(|e| ApiError::internal(format!("cannot open a terminal: {e}")))?,
             )
         } else {
@@ -254,7 +254,9 @@ impl Kubelet for NetnsRuntime {
                     stdin: options
                         .stdin
                         .then(|| Box::pin(tokio::fs::File::from_std(writer)) as _),
-                    stdout: Some(Box::pin(PtyReader(tokio::fs::File::from_std(master)))),
+                    stdout: Some(Box::pin(super::process::PtyReader(
+                        tokio::fs::File::from_std(master),
+                    ))),
                     stderr: None,
                     resize: Some(Box::new(move |cols, rows| {
                         let size = rustix::termios::Winsize {
@@ -295,9 +297,9 @@ impl Kubelet for NetnsRuntime {
 }
 
 impl NetnsRuntime {
-    /// `attach`: the container's output from now on, until it exits. Its
-    /// stdin is not connected (containers here start without one).
-    async fn attach(&self, key: &str, target: &Target) -> Result<Session, ApiError> {
+    /// `attach`: the container's output from now on, until it exits, and
+    /// with `-i` its stdin, when its spec keeps one open (`stdin: true`).
+    async fn attach(&self, key: &str, target: &Target, stdin: bool) -> Result<Session, ApiError> {
         let run = self
             .log_of(key, &target.uid, &target.container, false)
             .await
@@ -326,9 +328,43 @@ impl NetnsRuntime {
                 }
             }
         });
+        let input = match (stdin, run.input) {
+            (true, Some(container_stdin)) => {
+                let (client, mut from_client) = tokio::io::duplex(16 * 1024);
+                let once = run.stdin_once;
+                tokio::spawn(async move {
+                    use tokio::io::AsyncWriteExt;
+                    let mut chunk = vec![0u8; 16 * 1024];
+                    while let Ok(n) = from_client.read(&mut chunk).await {
+                        if n == 0
+                            || container_stdin
+                                .lock()
+                                .await
+                                .write_all(&chunk[..n])
+                                .await
+                                .is_err()
+                        {
+                            break;
+                        }
+                    }
+                    // stdinOnce: the first attach's end is the container's EOF.
+                    if once {
+                        let _ = container_stdin.lock().await.shutdown().await;
+                    }
+                });
+                Some(Box::pin(client) as std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>)
+            }
+            (true, None) => {
+                return Err(bad_request(format!(
+                    "container {} is not set up for stdin (stdin: true in its spec)",
+                    target.container
+                )));
+            }
+            _ => None,
+        };
         let mut exit = exit;
         Ok(Session {
-            stdin: None,
+            stdin: input,
             stdout: Some(Box::pin(reader)),
             stderr: None,
             resize: None,
@@ -342,39 +378,6 @@ impl NetnsRuntime {
             }),
         })
     }
-}
-
-/// A pty's master reads EIO once the other side has closed: that is EOF.
-struct PtyReader(tokio::fs::File);
-
-impl tokio::io::AsyncRead for PtyReader {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        match std::pin::Pin::new(&mut self.0).poll_read(cx, buf) {
-            std::task::Poll::Ready(Err(e)) if e.raw_os_error() == Some(5) => {
-                std::task::Poll::Ready(Ok(()))
-            }
-            other => other,
-        }
-    }
-}
-
-/// A pseudo-terminal: its master, and its slave opened.
-fn open_pty() -> std::io::Result<(std::os::fd::OwnedFd, std::fs::File)> {
-    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
-    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC)?;
-    grantpt(&master)?;
-    unlockpt(&master)?;
-    let name = ptsname(&master, Vec::new())?;
-    let slave = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(rustix::fs::OFlags::NOCTTY.bits() as i32)
-        .open(name.to_string_lossy().as_ref())?;
-    Ok((master, slave))
 }
 
 fn uuid_like() -> String {
