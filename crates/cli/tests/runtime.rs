@@ -454,6 +454,14 @@ spec:
 ---
 apiVersion: v1
 kind: Pod
+metadata: {name: clash}
+spec:
+  containers:
+  - {name: first, image: example/web:1.0, ports: [{containerPort: 8080}]}
+  - {name: second, image: example/web:1.0, ports: [{containerPort: 8080}]}
+---
+apiVersion: v1
+kind: Pod
 metadata: {name: missing-binary}
 spec:
   restartPolicy: Never
@@ -550,6 +558,30 @@ spec:
                 .starts_with(b"ready")
         },
     );
+
+    // Two containers of a pod on one port: one of them cannot listen, and
+    // says so in its log while it is restarted.
+    wait_for(
+        Duration::from_secs(60),
+        "a clashing container restarted",
+        || {
+            jsonpath(
+                &m,
+                &["pod", "clash"],
+                "{.status.containerStatuses[*].restartCount}",
+            )
+            .split_whitespace()
+            .any(|n| n.parse::<i32>().is_ok_and(|n| n >= 1))
+        },
+    );
+    let logs: String = ["first", "second"]
+        .iter()
+        .map(|c| {
+            String::from_utf8_lossy(&m.kubectl(&["logs", "clash", "-c", c, "--previous"]).stdout)
+                .into_owned()
+        })
+        .collect();
+    assert_has(&logs, &["cannot listen on port 8080"]);
 
     // Bad input: a status and a reason, never a crash.
     wait_phase(&m, "missing-binary", "Failed");
