@@ -725,6 +725,44 @@ fn a_netns_member_refuses_what_it_cannot_do_safely() {
         &["--listen 0.0.0.0:0 is not loopback", "--allow-remote-exec"],
     );
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+
+    // Without root: one line naming what is missing, and nothing made.
+    if common::which("setpriv").is_none() || !can_run() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .expect("chmod");
+    let data = dir.path().join("data");
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_flotilla"))
+        .args([
+            "member",
+            "--name",
+            "unprivileged",
+            "--runtime",
+            "netns",
+            "--data-dir",
+        ])
+        .arg(&data)
+        .env("FLOTILLA_LOG", "error")
+        .output()
+        .expect("setpriv");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_has(
+        &err,
+        &["--runtime netns needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN)"],
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(
+        !data.join("netns-prefix").exists(),
+        "no network was started"
+    );
 }
 
 const SERVICES: &str = r#"
@@ -811,6 +849,12 @@ fn services_dns_and_network_policy_work_inside_a_member() {
         ),
         "false",
         "its readiness probe fails"
+    );
+    wait_event(
+        &m,
+        "never-ready",
+        "Unhealthy",
+        "Readiness probe failed: dial tcp",
     );
     let ready: Vec<String> = jsonpath(
         &m,
