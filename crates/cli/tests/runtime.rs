@@ -1141,6 +1141,23 @@ spec:
     let attached = m.ok_stdin(&["attach", "-i", "reader"], "hello\n");
     assert_has(&attached, &["got:hello"]);
     wait_phase(&m, "reader", "Succeeded");
+    // kubectl run -i --rm: a shell reading its script from stdin, gone after.
+    let ran = m.ok_stdin(
+        &[
+            "run",
+            "once",
+            "-i",
+            "--rm",
+            "--image=busybox",
+            "--restart=Never",
+            "--command",
+            "--",
+            "sh",
+        ],
+        "echo hi from run; id -u\n",
+    );
+    assert_has(&ran, &["hi from run", "65534", "pod \"once\" deleted"]);
+    assert!(!m.kubectl(&["get", "pod", "once"]).status.success());
     // kubectl attach streams a running container's output.
     m.ok(&[
         "run",

@@ -23,8 +23,9 @@ pub struct Process {
     pub input: Option<Input>,
 }
 
-/// A container's stdin (a pipe, or its terminal), shared by attaches.
-pub type Input = Arc<Mutex<std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>>>;
+/// A container's stdin (a pipe, or its terminal), shared by attaches;
+/// `None` once closed (dropping it is what closes a pipe).
+pub type Input = Arc<Mutex<Option<std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>>>>;
 
 /// What a container's spec asks of its standard streams.
 #[derive(Clone, Copy, Debug, Default)]
@@ -93,12 +94,12 @@ pub fn spawn(
             "stdout",
             file.clone(),
         )));
-        input = Some(Arc::new(Mutex::new(Box::pin(tokio::fs::File::from_std(
-            writer,
-        )))));
+        let terminal_input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>> =
+            Box::pin(tokio::fs::File::from_std(writer));
+        input = Some(Arc::new(Mutex::new(Some(terminal_input))));
     }
     if let Some(stdin) = child.stdin.take() {
-        input = Some(Arc::new(Mutex::new(Box::pin(stdin))));
+        input = Some(Arc::new(Mutex::new(Some(Box::pin(stdin)))));
     }
     if let Some(out) = child.stdout.take() {
         copies.push(tokio::spawn(copy_lines(out, "stdout", file.clone())));

@@ -336,20 +336,16 @@ impl NetnsRuntime {
                     use tokio::io::AsyncWriteExt;
                     let mut chunk = vec![0u8; 16 * 1024];
                     while let Ok(n) = from_client.read(&mut chunk).await {
-                        if n == 0
-                            || container_stdin
-                                .lock()
-                                .await
-                                .write_all(&chunk[..n])
-                                .await
-                                .is_err()
-                        {
+                        let mut input = container_stdin.lock().await;
+                        let Some(w) = input.as_mut() else { break };
+                        if n == 0 || w.write_all(&chunk[..n]).await.is_err() {
                             break;
                         }
                     }
-                    // stdinOnce: the first attach's end is the container's EOF.
-                    if once {
-                        let _ = container_stdin.lock().await.shutdown().await;
+                    // stdinOnce: the first attach's end is the container's
+                    // EOF (dropping the pipe closes it).
+                    if once && let Some(mut w) = container_stdin.lock().await.take() {
+                        let _ = w.shutdown().await;
                     }
                 });
                 Some(Box::pin(client) as std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>)
