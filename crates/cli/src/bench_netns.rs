@@ -30,21 +30,11 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// The processes whose network namespace is one of the member's pods'.
-fn pod_processes(prefix: &str) -> Vec<u32> {
+async fn pod_processes(prefix: &str) -> Vec<u32> {
     let mut pids = Vec::new();
     for ns in host::namespaces_with_prefix(prefix) {
-        if !ns.contains("-p") {
-            continue;
-        }
-        let out = std::process::Command::new("ip")
-            .args(["netns", "pids", &ns])
-            .output();
-        if let Ok(out) = out {
-            pids.extend(
-                String::from_utf8_lossy(&out.stdout)
-                    .split_whitespace()
-                    .filter_map(|p| p.parse::<u32>().ok()),
-            );
+        if ns.contains("-p") {
+            pids.extend(host::pids_in(&ns).await.into_iter().map(|p| p as u32));
         }
     }
     pids
@@ -215,7 +205,7 @@ async fn measure(
     );
 
     let after_kib = rss_kib(pid, "VmRSS:");
-    let pod_pids = pod_processes(prefix.trim());
+    let pod_pids = pod_processes(prefix.trim()).await;
     let pods_kib: u64 = pod_pids.iter().map(|p| rss_kib(*p, "VmRSS:")).sum();
     println!(
         "memory: the member {:.0} MiB before the pods, {:.0} MiB with them: {:.0} KiB per running pod above its process; the stand-in processes {:.1} MiB each",

@@ -138,14 +138,8 @@ pub async fn check(probe_name: &str) -> Result<(), HostError> {
 
 /// The first `name` on PATH.
 pub fn which(name: &str) -> Option<PathBuf> {
-    if name.contains('/') {
-        let p = PathBuf::from(name);
-        return is_executable(&p).then_some(p);
-    }
-    let path = std::env::var_os("PATH").unwrap_or_else(|| DEFAULT_PATH.into());
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| is_executable(p))
+    let path = std::env::var("PATH").unwrap_or_else(|_| DEFAULT_PATH.into());
+    which_in(name, &path)
 }
 
 /// Looks `name` up on a container's PATH.

@@ -313,18 +313,8 @@ async fn exec(target: &ProbeTarget, command: Vec<String>, timeout: Duration) -> 
     if command.is_empty() {
         return Err("no command to run".into());
     }
-    let Some(base) = std::fs::read(&target.launch)
-        .ok()
-        .and_then(|b| serde_json::from_slice::<Launch>(&b).ok())
-    else {
+    let Some(launch) = Launch::joining(&target.launch, target.pid, command) else {
         return Err("the container's launch record is gone".into());
-    };
-    let launch = Launch {
-        join_pid: Some(target.pid),
-        argv: command,
-        mounts: Vec::new(),
-        tty: false,
-        ..base
     };
     let file = target
         .launch

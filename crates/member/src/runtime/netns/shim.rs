@@ -65,6 +65,22 @@ pub struct Mount {
     pub read_only: bool,
 }
 
+impl Launch {
+    /// A launch that runs `argv` inside the running container `pid` was
+    /// started from `launch_file` (exec, exec probes): its namespaces, root,
+    /// user, environment and cgroups; no terminal unless asked.
+    pub fn joining(launch_file: &Path, pid: i32, argv: Vec<String>) -> Option<Launch> {
+        let base: Launch = serde_json::from_slice(&std::fs::read(launch_file).ok()?).ok()?;
+        Some(Launch {
+            join_pid: Some(pid),
+            argv,
+            mounts: Vec::new(),
+            tty: false,
+            ..base
+        })
+    }
+}
+
 /// The shim's entry point; never returns when the exec succeeds.
 pub fn main(launch_file: &Path) -> i32 {
     let launch = match std::fs::read(launch_file)

@@ -172,17 +172,8 @@ impl Kubelet for NetnsRuntime {
             .exec_target(&key, &target.uid, &target.container)
             .await
             .map_err(bad_request)?;
-        let base: Launch = std::fs::read(&t.launch)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
+        let mut launch = Launch::joining(&t.launch, t.pid, options.command.clone())
             .ok_or_else(|| ApiError::internal("the container's launch record is gone"))?;
-        let mut launch = Launch {
-            join_pid: Some(t.pid),
-            argv: options.command.clone(),
-            mounts: Vec::new(),
-            tty: false,
-            ..base
-        };
         let terminal = if options.tty {
             launch.tty = true;
             Some(
