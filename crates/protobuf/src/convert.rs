@@ -187,27 +187,22 @@ pub(crate) fn encode_object(object: &Value) -> Result<Vec<u8>, Error> {
     Ok(envelope::seal(api_version, kind, message.encode_to_vec()))
 }
 
-/// The WatchEvent message around an event's object, enveloped.
+/// The WatchEvent message around an event's (enveloped) object.
 pub(crate) fn encode_watch_event(event: &Value) -> Result<Vec<u8>, Error> {
     let type_ = event.get("type").and_then(Value::as_str).unwrap_or("");
     let object = event
         .get("object")
         .ok_or_else(|| Error::field("object", "a watch event has an object"))?;
-    let api_version = object
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("v1");
     let event = WatchEvent {
         r#type: Some(type_.to_string()),
         object: Some(RawExtension {
             raw: Some(encode_object(object)?),
         }),
     };
-    Ok(envelope::seal(
-        api_version,
-        "WatchEvent",
-        event.encode_to_vec(),
-    ))
+    // Frames of a watch stream are raw WatchEvents, without the `k8s\0`
+    // envelope (upstream's stream serializer is the raw one); only the
+    // object inside is enveloped.
+    Ok(event.encode_to_vec())
 }
 
 /// `meta.v1.WatchEvent`, for its frames.
@@ -521,9 +516,15 @@ pub(crate) fn decode_object(bytes: &[u8], depth: usize) -> Result<Value, Error> 
 }
 
 pub(crate) fn decode_watch_event(bytes: &[u8]) -> Result<Value, Error> {
-    let unknown = envelope::open(bytes)?;
-    let event = WatchEvent::decode(unknown.raw.as_deref().unwrap_or_default())
-        .map_err(|e| Error::Malformed(e.to_string()))?;
+    // Raw, as upstream frames them; an enveloped one is read too.
+    let unknown;
+    let raw_event = if bytes.starts_with(&envelope::MAGIC) {
+        unknown = envelope::open(bytes)?;
+        unknown.raw.as_deref().unwrap_or_default()
+    } else {
+        bytes
+    };
+    let event = WatchEvent::decode(raw_event).map_err(|e| Error::Malformed(e.to_string()))?;
     let raw = event.object.and_then(|o| o.raw).unwrap_or_default();
     let mut obj = Map::new();
     obj.insert(

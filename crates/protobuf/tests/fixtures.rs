@@ -114,6 +114,19 @@ fn a_watch_event_frame_round_trips_with_its_object() {
     let frame = flotilla_protobuf::encode_watch_event(&event).unwrap();
     let (payload, rest) = flotilla_protobuf::read_frame(&frame).unwrap();
     assert!(rest.is_empty());
+    // As upstream's raw stream serializer writes them (client-go reads
+    // the frame as a WatchEvent): no `k8s\0` envelope around the event,
+    // field 1 (type) first; the object inside is enveloped.
+    assert_eq!(
+        payload[0],
+        0x0a,
+        "field 1, length-delimited: {:?}",
+        &payload[..8]
+    );
+    assert!(
+        payload.windows(4).any(|w| w == b"k8s\0"),
+        "the object is enveloped"
+    );
     assert_eq!(
         flotilla_protobuf::decode_watch_event(payload).unwrap(),
         event
