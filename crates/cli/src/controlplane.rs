@@ -113,6 +113,11 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
     flotilla_federation::crds::install(&client)
         .await
         .context("cannot install the control plane's CRDs")?;
+    // The hub is the network fabric's broker too.
+    flotilla_fabric::broker::install(&client)
+        .await
+        .map_err(anyhow::Error::msg)
+        .context("cannot install the broker's CRDs")?;
     let options = Options {
         cluster_status_interval: args.probes.cluster_status_update_frequency,
         cluster_failure_threshold: args.probes.cluster_failure_threshold,

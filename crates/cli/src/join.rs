@@ -17,6 +17,20 @@ pub struct JoinArgs {
     pub kubeconfig: PathBuf,
     #[command(flatten)]
     pub member: MemberArgs,
+    #[command(flatten)]
+    pub fabric: FabricArgs,
+}
+
+/// How the member joins the network fabric (when it runs one).
+#[derive(clap::Args, Clone, Default)]
+pub struct FabricArgs {
+    /// Give the cluster a global CIDR (Globalnet): for members whose pod
+    /// or service CIDRs overlap another member's.
+    #[arg(long)]
+    pub globalnet: bool,
+    /// The global CIDR to use [default: the next free /16 of 242.0.0.0/8]
+    #[arg(long, requires = "globalnet")]
+    pub global_cidr: Option<ipnet::Ipv4Net>,
 }
 
 /// The member and what its Cluster says of it (`join` and `agent`).
@@ -98,13 +112,93 @@ pub async fn join(args: JoinArgs) -> anyhow::Result<()> {
         zones: args.member.zone,
         labels,
     };
+    let credentials = request.credentials.clone();
     join::join(&hub, &request).await?;
     println!("cluster {} joined (Push mode)", args.name);
+    let member = credentials
+        .client(&args.name)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let hub_credentials = join::credentials_from_kubeconfig(&args.kubeconfig, None)?;
+    join_fabric(&hub, &member, hub_credentials, &args.name, &args.fabric).await
+}
+
+/// Connects the member to the fleet's network fabric, if it runs one:
+/// writes its broker Secret (with, under Globalnet, its global CIDR).
+pub async fn join_fabric(
+    hub: &kube::Client,
+    member: &kube::Client,
+    hub_credentials: Credentials,
+    name: &str,
+    fabric: &FabricArgs,
+) -> anyhow::Result<()> {
+    use flotilla_fabric::broker::{self, BrokerAccess};
+    let has = broker::has_fabric(member)
+        .await
+        .with_context(|| format!("cannot reach cluster {name}"))?;
+    if !has {
+        if fabric.globalnet {
+            bail!(
+                "--globalnet: cluster {name} runs no network fabric (start it with `flotilla member --runtime netns --underlay NAME`)"
+            );
+        }
+        return Ok(());
+    }
+    broker::install(hub).await.map_err(anyhow::Error::msg)?;
+    let global_cidr = if fabric.globalnet {
+        Some(
+            broker::allocate_global_cidr(hub, name, fabric.global_cidr)
+                .await
+                .map_err(anyhow::Error::msg)?,
+        )
+    } else {
+        None
+    };
+    let access = BrokerAccess {
+        credentials: hub_credentials,
+        namespace: flotilla_fabric::api::BROKER_NAMESPACE.into(),
+        cluster_id: name.to_string(),
+        global_cidr,
+    };
+    broker::write(member, &access)
+        .await
+        .with_context(|| format!("cannot give cluster {name} its broker Secret"))?;
+    match global_cidr {
+        Some(cidr) => {
+            println!("cluster {name} joined the network fabric (Globalnet, global CIDR {cidr})")
+        }
+        None => println!("cluster {name} joined the network fabric"),
+    }
     Ok(())
+}
+
+/// Takes a member out of the fabric: its gateways stop (their Secret
+/// goes), and the broker forgets it, so every other cluster drops its
+/// tunnel and routes even if this one is unreachable.
+async fn leave_fabric(hub: &kube::Client, name: &str) {
+    use flotilla_federation::api::Cluster;
+    use flotilla_federation::members::Members;
+    let clusters: kube::Api<Cluster> = kube::Api::all(hub.clone());
+    if let Ok(Some(cluster)) = clusters.get_opt(name).await
+        && cluster.spec.sync_mode == flotilla_federation::api::sync_mode::PUSH
+        && let Ok(m) = Members::new(hub.clone()).get(&cluster).await
+        && let Err(error) = flotilla_fabric::broker::remove(&m.client).await
+    {
+        eprintln!(
+            "warning: cannot remove cluster {name}'s broker Secret ({error}); its gateways keep their tunnels until it is reachable"
+        );
+    }
+    if let Err(error) = flotilla_fabric::gateway::withdraw(hub, name).await {
+        eprintln!("warning: cannot remove cluster {name} from the broker: {error}");
+    }
+    if let Err(error) = flotilla_fabric::broker::release_global_cidr(hub, name).await {
+        eprintln!("warning: cannot release cluster {name}'s global CIDR: {error}");
+    }
 }
 
 pub async fn unjoin(args: UnjoinArgs) -> anyhow::Result<()> {
     let hub = hub_client(&args.kubeconfig).await?;
+    leave_fabric(&hub, &args.name).await;
     join::unjoin(&hub, &args.name, args.wait).await?;
     println!("cluster {} unjoined", args.name);
     Ok(())

@@ -13,6 +13,7 @@ mod inspect;
 mod join;
 mod kubeconfig;
 mod member;
+mod network;
 mod store_migrate;
 mod token;
 mod up;
@@ -59,6 +60,19 @@ enum Command {
     Member(Box<member::Args>),
     /// Run the pull-mode agent of a member the hub cannot reach.
     Agent(Box<agent::AgentArgs>),
+    /// The cross-cluster network fabric: connections, endpoints, gateways,
+    /// networks; verification and benchmarks.
+    #[command(subcommand)]
+    Network(network::NetworkCommand),
+    /// Export a member's Service to the fleet (creates its ServiceExport).
+    #[command(subcommand)]
+    Export(network::export::ExportCommand),
+    /// Run one gateway of a member's network fabric (the member starts
+    /// them on its gateway nodes).
+    Gateway(Box<network::gateway::GatewayArgs>),
+    /// The underlay network gateways meet on (a stand-in for the internet).
+    #[command(subcommand)]
+    Underlay(network::underlay::UnderlayCommand),
     /// Serve the fleet's clusterset.local DNS zone (multi-cluster services).
     Dns(dns::DnsArgs),
     /// Move a control plane's objects between stores (embedded, etcd).
@@ -120,6 +134,10 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Up(args) => up::run(args).await,
             Command::Dns(args) => dns::run(args).await,
+            Command::Network(cmd) => network::run(cmd).await,
+            Command::Export(cmd) => network::export::run(cmd).await,
+            Command::Gateway(args) => network::gateway::run(*args).await,
+            Command::Underlay(cmd) => network::underlay::run(cmd).await,
             Command::Clusters(args) => inspect::clusters::run(args).await,
             Command::Get(args) => inspect::get::run(args).await,
             Command::Describe(cmd) => inspect::describe::run(cmd).await,

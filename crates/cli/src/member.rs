@@ -102,6 +102,14 @@ struct RunArgs {
     /// pods are network namespaces with real processes (needs root).
     #[arg(long, value_enum, default_value = "sim")]
     runtime: RuntimeKind,
+    /// With --runtime netns, run the network fabric's gateways on this
+    /// underlay (`flotilla underlay create`): the member connects to the
+    /// fleet's other members once it is joined.
+    #[arg(long)]
+    underlay: Option<String>,
+    /// Gateway nodes to label when none is (one active, the rest standby).
+    #[arg(long, default_value_t = 2)]
+    gateways: usize,
     /// With --runtime netns, serve the API on a non-loopback --listen even
     /// though `kubectl exec` then runs commands on this host as root can.
     #[arg(long)]
@@ -222,6 +230,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     let kubeconfig_path = args
         .write_kubeconfig
         .unwrap_or_else(|| data_dir.join("kubeconfig"));
+    let pod_cidr = args.pod_cidr.unwrap_or_else(|| default_pod_cidr(&name));
     let sim = SimConfig {
         cluster_name: name.clone(),
         nodes: args.nodes,
@@ -236,7 +245,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         pod_startup: args.pod_startup,
         job_duration: args.job_duration,
         heartbeat: args.node_heartbeat,
-        pod_cidr: args.pod_cidr.unwrap_or_else(|| default_pod_cidr(&name)),
+        pod_cidr,
         ..SimConfig::default()
     };
     sim.validate().map_err(anyhow::Error::msg)?;
@@ -325,6 +334,17 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         faults,
         apiserver::shutdown_signal(),
     ));
+    if args.underlay.is_some() && netns.is_some() {
+        // Before anyone is told the member is ready: `flotilla join` looks
+        // for this namespace to know the member runs a fabric.
+        flotilla_fabric::gateway::ensure_operator_namespace(&loopback::in_process(
+            &p.api,
+            &p.admin_token,
+            "submariner-operator",
+        ))
+        .await
+        .context("cannot make the network fabric's namespace")?;
+    }
     let url =
         apiserver::publish_kubeconfig(p.addr, &name, &p.ca_pem, &p.admin_token, &kubeconfig_path)
             .await?;
@@ -335,7 +355,42 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         kubeconfig_path.display(),
         data_dir.display()
     );
+    let fabric = match (&netns, &args.underlay) {
+        (Some(netns), Some(underlay)) => {
+            let network = netns.network();
+            let config = flotilla_fabric::supervisor::SupervisorConfig {
+                member: loopback::in_process(&p.api, &p.admin_token, "submariner-operator"),
+                binary: std::env::current_exe()
+                    .context("cannot find this binary, which gateways run")?,
+                kubeconfig: kubeconfig_path.clone(),
+                dir: data_dir.join("gateways"),
+                router_netns: network.prefix.clone(),
+                nodes: network
+                    .nodes
+                    .iter()
+                    .map(|n| flotilla_fabric::supervisor::GatewayNode {
+                        name: n.name.clone(),
+                        netns: n.netns.clone(),
+                        ip: n.ip,
+                    })
+                    .collect(),
+                underlay: underlay.clone(),
+                cluster_cidrs: vec![pod_cidr],
+                service_cidrs: vec![args.service_cidr],
+                gateways: args.gateways,
+            };
+            Some(tokio::spawn(flotilla_fabric::supervisor::run(config)))
+        }
+        (None, Some(_)) => {
+            bail!("--underlay needs --runtime netns: simulated pods have no network to connect")
+        }
+        _ => None,
+    };
     let served = server.await.context("the server task failed");
+    if let Some(f) = fabric {
+        f.abort();
+        let _ = f.await;
+    }
     drop(simulator);
     if let Some(netns) = netns {
         netns.shutdown().await;

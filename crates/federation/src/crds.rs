@@ -17,7 +17,7 @@ use tracing::info;
 const CATEGORY: &str = "karmada-io";
 
 /// One kind as a CRD describes it (Karmada's, and the MCS API's).
-pub(crate) struct Kind {
+pub struct Kind {
     pub group: &'static str,
     pub version: &'static str,
     pub kind: String,
@@ -65,7 +65,7 @@ fn twins(
     [namespaced, cluster]
 }
 
-pub(crate) fn column(name: &str, type_: &str, path: &str) -> Value {
+pub fn column(name: &str, type_: &str, path: &str) -> Value {
     json!({"name": name, "type": type_, "jsonPath": path})
 }
 
@@ -73,7 +73,7 @@ fn wide(name: &str, type_: &str, path: &str) -> Value {
     json!({"name": name, "type": type_, "jsonPath": path, "priority": 1})
 }
 
-pub(crate) fn age() -> Value {
+pub fn age() -> Value {
     column("AGE", "date", ".metadata.creationTimestamp")
 }
 
@@ -365,7 +365,7 @@ fn kinds() -> Vec<Kind> {
 }
 
 impl Kind {
-    pub(crate) fn crd(&self) -> Value {
+    pub fn crd(&self) -> Value {
         let singular = self.kind.to_lowercase();
         let mut names = json!({
             "kind": &self.kind,

@@ -5,7 +5,7 @@
 //! as `flotilla up` writes it.
 
 use anyhow::bail;
-use flotilla_federation::api::{Cluster, labels, sync_mode};
+use flotilla_federation::api::{Cluster, labels};
 use flotilla_federation::members::Members;
 use futures::future::join_all;
 use kube::api::ListParams;
@@ -162,22 +162,9 @@ fn cell_text(v: &Value) -> String {
 
 /// Asks one member for its table of `path`.
 async fn ask(hub_args: &HubArgs, members: &Members, cluster: &Cluster, path: &str) -> Answer {
-    let name = cluster.name_any();
-    let client = if cluster.spec.sync_mode == sync_mode::PUSH {
-        match members.get(cluster).await {
-            Ok(m) => m.client,
-            Err(e) => return Answer::Unreachable(format!("cannot build its client: {e}")),
-        }
-    } else {
-        match hub_args.client_for(Some(name.clone())).await {
-            Ok(c) => c,
-            Err(_) => {
-                return Answer::Unreachable(format!(
-                    "{} mode: the hub cannot reach it, and the kubeconfig has no context \"{name}\" for it",
-                    cluster.spec.sync_mode
-                ));
-            }
-        }
+    let client = match super::member_client(hub_args, members, cluster).await {
+        Ok(c) => c,
+        Err(why) => return Answer::Unreachable(why),
     };
     let request = match http::Request::get(path)
         .header(

@@ -9,7 +9,7 @@ mod placement;
 pub mod plan;
 mod policy;
 mod resolve;
-mod table;
+pub mod table;
 
 use std::path::PathBuf;
 
@@ -76,4 +76,29 @@ fn hub_error(e: kube::Error) -> anyhow::Error {
         ),
         _ => anyhow::Error::new(e).context("cannot reach the hub"),
     }
+}
+
+/// A client for one member: Push members with the credentials the hub
+/// holds for them; a Pull member (which the hub cannot reach) through the
+/// context of the same name in the kubeconfig, as `flotilla up` writes it.
+pub async fn member_client(
+    hub_args: &HubArgs,
+    members: &flotilla_federation::members::Members,
+    cluster: &flotilla_federation::api::Cluster,
+) -> Result<kube::Client, String> {
+    use kube::ResourceExt;
+    let name = cluster.name_any();
+    if cluster.spec.sync_mode == flotilla_federation::api::sync_mode::PUSH {
+        return members
+            .get(cluster)
+            .await
+            .map(|m| m.client)
+            .map_err(|e| format!("cannot build its client: {e}"));
+    }
+    hub_args.client_for(Some(name.clone())).await.map_err(|_| {
+        format!(
+            "{} mode: the hub cannot reach it, and the kubeconfig has no context \"{name}\" for it",
+            cluster.spec.sync_mode
+        )
+    })
 }

@@ -188,6 +188,11 @@ impl NetnsRuntime {
         }))
     }
 
+    /// The member's network: its router namespace and nodes.
+    pub fn network(&self) -> &MemberNetwork {
+        &self.network
+    }
+
     /// The network namespace prefix of this member (for tests and tools).
     pub fn prefix(&self) -> &str {
         &self.network.prefix

@@ -1,0 +1,488 @@
+//! WireGuard in userspace: a TUN device carries the cluster's outbound
+//! packets, boringtun's `Tunn` (one per remote cluster) seals them, and
+//! one UDP socket on the underlay carries the sealed datagrams, as the
+//! kernel module would with no module to load.
+//!
+//! Health is measured inside the tunnels: every second each side sends a
+//! probe (an IPv4/UDP packet from its health address to the peer's,
+//! [`probe`]) that never reaches a TUN device; the reply gives the RTT
+//! Submariner reports as `latencyRTT`, and a peer that stops answering
+//! is `connecting` again.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use boringtun::noise::handshake::parse_handshake_anon;
+use boringtun::noise::{Packet, Tunn, TunnResult};
+use boringtun::x25519::{PublicKey, StaticSecret};
+use ipnet::Ipv4Net;
+use parking_lot::Mutex;
+use tokio::net::UdpSocket;
+use tracing::{debug, warn};
+
+use crate::probe;
+
+/// Room for a full-size packet and WireGuard's overhead.
+const BUF: usize = 65_535 + 64;
+/// WireGuard's keepalive, so NAT and the peer both see a live session.
+const KEEPALIVE_SECS: u16 = 10;
+/// How often each session's timers run (handshake retries, rekeys).
+const TICK: Duration = Duration::from_millis(250);
+/// A peer whose probes went unanswered this long is down.
+pub const DEAD_AFTER: Duration = Duration::from_secs(4);
+
+/// A cluster's static key pair, base64 as `wg` prints them.
+#[derive(Clone)]
+pub struct KeyPair {
+    pub private: StaticSecret,
+    pub public: PublicKey,
+}
+
+impl KeyPair {
+    pub fn generate() -> KeyPair {
+        let bytes: [u8; 32] = rand::random();
+        KeyPair::from_private(bytes)
+    }
+
+    pub fn from_private(bytes: [u8; 32]) -> KeyPair {
+        let private = StaticSecret::from(bytes);
+        let public = PublicKey::from(&private);
+        KeyPair { private, public }
+    }
+
+    pub fn from_base64(text: &str) -> Option<KeyPair> {
+        Some(KeyPair::from_private(decode_key(text)?))
+    }
+
+    pub fn private_base64(&self) -> String {
+        base64::engine::general_purpose::STANDARD.encode(self.private.to_bytes())
+    }
+
+    pub fn public_base64(&self) -> String {
+        base64::engine::general_purpose::STANDARD.encode(self.public.as_bytes())
+    }
+}
+
+/// A 32-byte key from base64, or None.
+pub fn decode_key(text: &str) -> Option<[u8; 32]> {
+    base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .ok()?
+        .try_into()
+        .ok()
+}
+
+/// What the gateway wants of one remote cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PeerConfig {
+    pub cluster: String,
+    pub public_key: [u8; 32],
+    pub endpoint: SocketAddr,
+    /// Destinations routed to it, and sources accepted from it.
+    pub allowed: Vec<Ipv4Net>,
+    /// Where its probes come from and are answered.
+    pub health_ip: Ipv4Addr,
+}
+
+/// Round-trip times and traffic of one peer.
+#[derive(Clone, Debug, Default)]
+pub struct PeerStats {
+    pub last_rtt: Option<Duration>,
+    pub min_rtt: Option<Duration>,
+    pub max_rtt: Option<Duration>,
+    rtt_sum: Duration,
+    rtt_squares: f64,
+    pub rtt_count: u32,
+    /// When a probe was last answered.
+    pub last_reply: Option<Instant>,
+    pub handshakes: u64,
+    pub tx_bytes: u64,
+    pub rx_bytes: u64,
+    /// Why the last handshake or packet failed, if it did.
+    pub last_error: Option<String>,
+}
+
+impl PeerStats {
+    fn record(&mut self, rtt: Duration) {
+        self.last_rtt = Some(rtt);
+        self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
+        self.max_rtt = Some(self.max_rtt.map_or(rtt, |m| m.max(rtt)));
+        self.rtt_sum += rtt;
+        self.rtt_squares += rtt.as_secs_f64().powi(2);
+        self.rtt_count += 1;
+        self.last_reply = Some(Instant::now());
+    }
+
+    pub fn mean_rtt(&self) -> Option<Duration> {
+        (self.rtt_count > 0).then(|| self.rtt_sum / self.rtt_count)
+    }
+
+    pub fn std_dev(&self) -> Option<Duration> {
+        let n = f64::from(self.rtt_count);
+        let mean = self.mean_rtt()?.as_secs_f64();
+        let var = (self.rtt_squares / n - mean * mean).max(0.0);
+        Some(Duration::from_secs_f64(var.sqrt()))
+    }
+
+    /// Answered recently.
+    pub fn alive(&self) -> bool {
+        self.last_reply.is_some_and(|t| t.elapsed() < DEAD_AFTER)
+    }
+}
+
+struct Peer {
+    config: PeerConfig,
+    tunn: Tunn,
+    /// Where it was last heard from (WireGuard roaming).
+    addr: SocketAddr,
+    stats: PeerStats,
+    /// Probes in flight: sequence number → when sent.
+    probes: HashMap<u32, Instant>,
+}
+
+#[derive(Default)]
+struct Peers {
+    by_index: HashMap<u32, Peer>,
+    by_key: HashMap<[u8; 32], u32>,
+    next_index: u32,
+}
+
+impl Peers {
+    fn route(&self, dst: Ipv4Addr) -> Option<u32> {
+        // Longest prefix wins; a handful of peers needs no trie.
+        self.by_index
+            .iter()
+            .flat_map(|(i, p)| p.config.allowed.iter().map(move |n| (i, n)))
+            .filter(|(_, n)| n.contains(&dst))
+            .max_by_key(|(_, n)| n.prefix_len())
+            .map(|(i, _)| *i)
+            .or_else(|| {
+                self.by_index
+                    .iter()
+                    .find(|(_, p)| p.config.health_ip == dst)
+                    .map(|(i, _)| *i)
+            })
+    }
+}
+
+/// The tunnels of one gateway.
+pub struct Engine {
+    keys: KeyPair,
+    health_ip: Ipv4Addr,
+    tun: tun_rs::AsyncDevice,
+    udp: UdpSocket,
+    peers: Mutex<Peers>,
+    sequence: std::sync::atomic::AtomicU32,
+}
+
+impl Engine {
+    /// Runs the tunnels over `tun` and `udp` until the returned handle
+    /// is dropped.
+    pub fn start(
+        keys: KeyPair,
+        health_ip: Ipv4Addr,
+        tun: tun_rs::AsyncDevice,
+        udp: UdpSocket,
+    ) -> (Arc<Engine>, EngineTasks) {
+        let engine = Arc::new(Engine {
+            keys,
+            health_ip,
+            tun,
+            udp,
+            peers: Mutex::new(Peers::default()),
+            sequence: Default::default(),
+        });
+        let tasks = vec![
+            tokio::spawn(engine.clone().outbound()),
+            tokio::spawn(engine.clone().inbound()),
+            tokio::spawn(engine.clone().timers()),
+        ];
+        (engine, EngineTasks(tasks))
+    }
+
+    /// Makes the peers exactly `want`: new ones added, changed ones
+    /// (key, endpoint, subnets) replaced, missing ones removed.
+    pub fn set_peers(&self, want: &[PeerConfig]) {
+        let mut peers = self.peers.lock();
+        let keep: Vec<u32> = peers
+            .by_index
+            .iter()
+            .filter(|(_, p)| {
+                want.iter()
+                    .any(|w| w.public_key == p.config.public_key && w.cluster == p.config.cluster)
+            })
+            .map(|(i, _)| *i)
+            .collect();
+        peers.by_index.retain(|i, _| keep.contains(i));
+        peers.by_key.retain(|_, i| keep.contains(i));
+        for w in want {
+            if let Some(i) = peers.by_key.get(&w.public_key).copied()
+                && let Some(p) = peers.by_index.get_mut(&i)
+            {
+                if p.config.endpoint != w.endpoint {
+                    p.addr = w.endpoint;
+                }
+                p.config = w.clone();
+                continue;
+            }
+            peers.next_index = (peers.next_index + 1) & 0x00ff_ffff;
+            let index = peers.next_index;
+            let tunn = Tunn::new(
+                self.keys.private.clone(),
+                PublicKey::from(w.public_key),
+                None,
+                Some(KEEPALIVE_SECS),
+                index,
+                None,
+            );
+            peers.by_key.insert(w.public_key, index);
+            peers.by_index.insert(
+                index,
+                Peer {
+                    config: w.clone(),
+                    tunn,
+                    addr: w.endpoint,
+                    stats: PeerStats::default(),
+                    probes: HashMap::new(),
+                },
+            );
+        }
+    }
+
+    /// Each peer's cluster and stats.
+    pub fn stats(&self) -> Vec<(String, PeerStats)> {
+        let peers = self.peers.lock();
+        peers
+            .by_index
+            .values()
+            .map(|p| {
+                let mut stats = p.stats.clone();
+                let (_, tx, rx, _, _) = p.tunn.stats();
+                stats.tx_bytes = tx as u64;
+                stats.rx_bytes = rx as u64;
+                (p.config.cluster.clone(), stats)
+            })
+            .collect()
+    }
+
+    /// TUN → peers.
+    async fn outbound(self: Arc<Self>) {
+        let mut packet = vec![0u8; BUF];
+        let mut sealed = vec![0u8; BUF];
+        loop {
+            let n = match self.tun.recv(&mut packet).await {
+                Ok(n) => n,
+                Err(error) => {
+                    warn!(%error, "the tunnel device failed; the gateway stops forwarding");
+                    return;
+                }
+            };
+            let Some(IpAddr::V4(dst)) = Tunn::dst_address(&packet[..n]) else {
+                continue;
+            };
+            let send = {
+                let mut peers = self.peers.lock();
+                let Some(index) = peers.route(dst) else {
+                    continue;
+                };
+                let Some(peer) = peers.by_index.get_mut(&index) else {
+                    continue;
+                };
+                match peer.tunn.encapsulate(&packet[..n], &mut sealed) {
+                    TunnResult::WriteToNetwork(out) => Some((out.to_vec(), peer.addr)),
+                    TunnResult::Err(e) => {
+                        debug!(error = ?e, cluster = %peer.config.cluster, "cannot seal a packet");
+                        None
+                    }
+                    _ => None,
+                }
+            };
+            if let Some((out, addr)) = send {
+                let _ = self.udp.send_to(&out, addr).await;
+            }
+        }
+    }
+
+    /// Underlay → TUN (or the prober).
+    async fn inbound(self: Arc<Self>) {
+        let mut datagram = vec![0u8; BUF];
+        let mut out = vec![0u8; BUF];
+        loop {
+            let (n, from) = match self.udp.recv_from(&mut datagram).await {
+                Ok(x) => x,
+                Err(error) => {
+                    warn!(%error, "the underlay socket failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let (to_network, to_tun) = self.open(&datagram[..n], from, &mut out);
+            for d in to_network {
+                let _ = self.udp.send_to(&d, from).await;
+            }
+            for p in to_tun {
+                let _ = self.tun.send(&p).await;
+            }
+        }
+    }
+
+    /// One datagram from `from`: what to send back, what to deliver.
+    fn open(
+        &self,
+        datagram: &[u8],
+        from: SocketAddr,
+        out: &mut [u8],
+    ) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+        let mut to_network = Vec::new();
+        let mut to_tun = Vec::new();
+        let mut peers = self.peers.lock();
+        let index = match Tunn::parse_incoming_packet(datagram) {
+            Ok(Packet::HandshakeInit(init)) => {
+                match parse_handshake_anon(&self.keys.private, &self.keys.public, &init) {
+                    Ok(half) => peers.by_key.get(&half.peer_static_public).copied(),
+                    Err(e) => {
+                        debug!(error = ?e, %from, "a handshake with an unknown key");
+                        None
+                    }
+                }
+            }
+            Ok(Packet::HandshakeResponse(p)) => Some(p.receiver_idx >> 8),
+            Ok(Packet::PacketCookieReply(p)) => Some(p.receiver_idx >> 8),
+            Ok(Packet::PacketData(p)) => Some(p.receiver_idx >> 8),
+            Err(_) => None,
+        };
+        let Some(peer) = index.and_then(|i| peers.by_index.get_mut(&i)) else {
+            return (to_network, to_tun);
+        };
+        let is_handshake = matches!(
+            Tunn::parse_incoming_packet(datagram),
+            Ok(Packet::HandshakeInit(_) | Packet::HandshakeResponse(_))
+        );
+        let mut probe_replies = Vec::new();
+        match peer.tunn.decapsulate(Some(from.ip()), datagram, out) {
+            TunnResult::WriteToNetwork(d) => {
+                to_network.push(d.to_vec());
+                // Packets queued behind the handshake go out now.
+                let mut more = vec![0u8; BUF];
+                while let TunnResult::WriteToNetwork(d) =
+                    peer.tunn.decapsulate(None, &[], &mut more)
+                {
+                    to_network.push(d.to_vec());
+                }
+            }
+            TunnResult::WriteToTunnelV4(packet, src) => {
+                if let Some(p) = probe::parse(packet, self.health_ip) {
+                    if p.reply {
+                        if let Some(sent) = peer.probes.remove(&p.sequence) {
+                            peer.stats.record(sent.elapsed());
+                        }
+                    } else {
+                        probe_replies.push(probe::build(self.health_ip, p.from, p.sequence, true));
+                    }
+                } else if peer.config.allowed.iter().any(|n| n.contains(&src)) {
+                    to_tun.push(packet.to_vec());
+                } else {
+                    debug!(%src, cluster = %peer.config.cluster, "dropped: source not routed to that cluster");
+                }
+            }
+            TunnResult::Err(e) => {
+                peer.stats.last_error = Some(format!("{e:?}"));
+                debug!(error = ?e, cluster = %peer.config.cluster, %from, "cannot open a datagram");
+                return (to_network, to_tun);
+            }
+            _ => {}
+        }
+        if is_handshake {
+            peer.stats.handshakes += 1;
+            peer.stats.last_error = None;
+        }
+        // The peer roamed (a gateway failed over): answer where it is.
+        peer.addr = from;
+        for reply in probe_replies {
+            if let TunnResult::WriteToNetwork(d) = peer.tunn.encapsulate(&reply, out) {
+                to_network.push(d.to_vec());
+            }
+        }
+        (to_network, to_tun)
+    }
+
+    /// Session timers, and a probe per peer every second.
+    async fn timers(self: Arc<Self>) {
+        let mut buf = vec![0u8; BUF];
+        let mut last_probe = Instant::now() - Duration::from_secs(1);
+        loop {
+            tokio::time::sleep(TICK).await;
+            let probing = last_probe.elapsed() >= Duration::from_secs(1);
+            if probing {
+                last_probe = Instant::now();
+            }
+            let mut sends = Vec::new();
+            {
+                let mut peers = self.peers.lock();
+                for peer in peers.by_index.values_mut() {
+                    match peer.tunn.update_timers(&mut buf) {
+                        TunnResult::WriteToNetwork(d) => sends.push((d.to_vec(), peer.addr)),
+                        TunnResult::Err(e) => peer.stats.last_error = Some(format!("{e:?}")),
+                        _ => {}
+                    }
+                    if probing {
+                        let sequence = self
+                            .sequence
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        peer.probes.retain(|_, t| t.elapsed() < DEAD_AFTER);
+                        peer.probes.insert(sequence, Instant::now());
+                        let p =
+                            probe::build(self.health_ip, peer.config.health_ip, sequence, false);
+                        if let TunnResult::WriteToNetwork(d) = peer.tunn.encapsulate(&p, &mut buf) {
+                            sends.push((d.to_vec(), peer.addr));
+                        }
+                    }
+                }
+            }
+            for (d, addr) in sends {
+                let _ = self.udp.send_to(&d, addr).await;
+            }
+        }
+    }
+}
+
+/// The engine's tasks: dropping this stops the tunnels.
+pub struct EngineTasks(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for EngineTasks {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_through_base64() {
+        let k = KeyPair::generate();
+        let again = KeyPair::from_base64(&k.private_base64()).unwrap();
+        assert_eq!(again.public_base64(), k.public_base64());
+        assert!(decode_key("not base64").is_none());
+        assert!(decode_key("AAAA").is_none());
+    }
+
+    #[test]
+    fn rtt_statistics() {
+        let mut s = PeerStats::default();
+        s.record(Duration::from_millis(2));
+        s.record(Duration::from_millis(4));
+        assert_eq!(s.min_rtt, Some(Duration::from_millis(2)));
+        assert_eq!(s.max_rtt, Some(Duration::from_millis(4)));
+        assert_eq!(s.mean_rtt(), Some(Duration::from_millis(3)));
+        let sd = s.std_dev().unwrap().as_secs_f64();
+        assert!((sd - 0.001).abs() < 1e-6, "{sd}");
+        assert!(s.alive());
+    }
+}
