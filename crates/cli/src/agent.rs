@@ -54,6 +54,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     agent::register(&hub, &options)
         .await
         .with_context(|| format!("cannot register cluster {}", args.cluster_name))?;
+    join_fabric(&args.kubeconfig, &member, &args.cluster_name).await?;
     println!(
         "flotilla agent for {} running (Pull mode; the member is at {})",
         args.cluster_name, credentials.server
@@ -65,5 +66,33 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         _ = agent::apply_works(hub, member, options) => {}
         _ = shutdown_signal() => {}
     }
+    Ok(())
+}
+
+/// A Pull member that runs a network fabric joins it with the agent's
+/// own credentials (the broker lets an agent write only its cluster's
+/// objects). A broker Secret already there (say, with a global CIDR the
+/// fleet's admin allocated) is kept.
+async fn join_fabric(
+    hub_kubeconfig: &std::path::Path,
+    member: &kube::Client,
+    cluster: &str,
+) -> anyhow::Result<()> {
+    use flotilla_fabric::broker::{self, BrokerAccess};
+    if !broker::has_fabric(member).await.unwrap_or(false)
+        || broker::read(member).await.ok().flatten().is_some()
+    {
+        return Ok(());
+    }
+    let access = BrokerAccess {
+        credentials: flotilla_federation::join::credentials_from_kubeconfig(hub_kubeconfig, None)?,
+        namespace: flotilla_fabric::api::BROKER_NAMESPACE.into(),
+        cluster_id: cluster.to_string(),
+        global_cidr: None,
+    };
+    broker::write(member, &access)
+        .await
+        .with_context(|| format!("cannot give cluster {cluster} its broker Secret"))?;
+    println!("cluster {cluster} joined the network fabric");
     Ok(())
 }

@@ -120,18 +120,27 @@ pub async fn join(args: JoinArgs) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let hub_credentials = join::credentials_from_kubeconfig(&args.kubeconfig, None)?;
-    join_fabric(&hub, &member, hub_credentials, &args.name, &args.fabric).await
+    match join_fabric(&hub, &member, hub_credentials, &args.name, &args.fabric).await? {
+        Some(Some(cidr)) => println!(
+            "cluster {} joined the network fabric (Globalnet, global CIDR {cidr})",
+            args.name
+        ),
+        Some(None) => println!("cluster {} joined the network fabric", args.name),
+        None => {}
+    }
+    Ok(())
 }
 
 /// Connects the member to the fleet's network fabric, if it runs one:
 /// writes its broker Secret (with, under Globalnet, its global CIDR).
+/// None: it runs no fabric; Some(global CIDR) otherwise.
 pub async fn join_fabric(
     hub: &kube::Client,
     member: &kube::Client,
     hub_credentials: Credentials,
     name: &str,
     fabric: &FabricArgs,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<Option<ipnet::Ipv4Net>>> {
     use flotilla_fabric::broker::{self, BrokerAccess};
     let has = broker::has_fabric(member)
         .await
@@ -142,7 +151,7 @@ pub async fn join_fabric(
                 "--globalnet: cluster {name} runs no network fabric (start it with `flotilla member --runtime netns --underlay NAME`)"
             );
         }
-        return Ok(());
+        return Ok(None);
     }
     broker::install(hub).await.map_err(anyhow::Error::msg)?;
     let global_cidr = if fabric.globalnet {
@@ -163,13 +172,7 @@ pub async fn join_fabric(
     broker::write(member, &access)
         .await
         .with_context(|| format!("cannot give cluster {name} its broker Secret"))?;
-    match global_cidr {
-        Some(cidr) => {
-            println!("cluster {name} joined the network fabric (Globalnet, global CIDR {cidr})")
-        }
-        None => println!("cluster {name} joined the network fabric"),
-    }
-    Ok(())
+    Ok(Some(global_cidr))
 }
 
 /// Takes a member out of the fabric: its gateways stop (their Secret

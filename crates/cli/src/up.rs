@@ -19,6 +19,7 @@ use flotilla_federation::api::Cluster;
 use flotilla_federation::join::{self as federation_join, JoinRequest};
 use kube::Api;
 use serde::{Deserialize, Serialize};
+use sha2::Digest;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
@@ -43,6 +44,11 @@ pub struct UpArgs {
     /// the fleet in --data-dir was started with]
     #[arg(long, value_enum)]
     pub runtime: Option<crate::member::RuntimeKind>,
+    /// With --runtime netns: give every member the same pod and service
+    /// CIDRs, joined through Globalnet (global CIDRs of 242.0.0.0/8),
+    /// instead of distinct ones routed directly.
+    #[arg(long)]
+    pub overlapping_cidrs: bool,
 }
 
 /// Regions given to members in turn.
@@ -76,6 +82,12 @@ struct Shape {
     /// The members' `--runtime`.
     #[serde(default = "sim_runtime")]
     runtime: String,
+    /// The underlay the members' gateways meet on (netns fleets).
+    #[serde(default)]
+    underlay: Option<String>,
+    /// Members share their CIDRs and join through Globalnet.
+    #[serde(default)]
+    overlapping: bool,
 }
 
 fn sim_runtime() -> String {
@@ -88,6 +100,11 @@ struct MemberShape {
     region: String,
     pull: bool,
     port: u16,
+    /// Its pod and service CIDRs (netns fleets).
+    #[serde(default)]
+    pod_cidr: Option<String>,
+    #[serde(default)]
+    service_cidr: Option<String>,
 }
 
 impl MemberShape {
@@ -102,14 +119,34 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 impl Shape {
-    fn new(members: u16, runtime: &str) -> anyhow::Result<Shape> {
+    fn new(
+        members: u16,
+        runtime: &str,
+        underlay: Option<String>,
+        overlapping: bool,
+    ) -> anyhow::Result<Shape> {
+        let netns = underlay.is_some();
         let members = (1..=members)
             .map(|i| {
+                // Distinct CIDRs route directly; overlapping ones need Globalnet.
+                let (pod, service) = match (netns, overlapping) {
+                    (false, _) => (None, None),
+                    (true, true) => (
+                        Some("10.244.0.0/16".to_string()),
+                        Some("10.96.0.0/16".to_string()),
+                    ),
+                    (true, false) => (
+                        Some(format!("10.{}.0.0/16", 128 + i)),
+                        Some(format!("10.{}.0.0/16", 64 + i)),
+                    ),
+                };
                 Ok(MemberShape {
                     name: format!("member{i}"),
                     region: REGIONS[usize::from(i - 1) % REGIONS.len()].to_string(),
                     pull: i % 3 == 0,
                     port: free_port()?,
+                    pod_cidr: pod,
+                    service_cidr: service,
                 })
             })
             .collect::<anyhow::Result<_>>()?;
@@ -118,6 +155,8 @@ impl Shape {
             hub_port: free_port()?,
             members,
             runtime: runtime.to_string(),
+            underlay,
+            overlapping,
         })
     }
 
@@ -307,12 +346,36 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
                     r.as_str()
                 );
             }
+            if args.overlapping_cidrs && !shape.overlapping {
+                bail!(
+                    "the fleet in {} has distinct CIDRs: use another --data-dir for overlapping ones, or remove that one",
+                    dir.display()
+                );
+            }
             check_ports_free(&shape, &shape_path)?;
             (shape, true)
         }
         None => {
             let runtime = args.runtime.map_or("sim", |r| r.as_str());
-            let shape = Shape::new(args.members.unwrap_or(3), runtime)?;
+            if args.overlapping_cidrs && runtime != "netns" {
+                bail!(
+                    "--overlapping-cidrs needs --runtime netns: simulated pods have no network to overlap"
+                );
+            }
+            // Named after the data dir, so two fleets never share one.
+            let underlay = (runtime == "netns").then(|| {
+                let digest = sha2::Sha256::digest(dir.display().to_string().as_bytes());
+                format!(
+                    "flt-ul-{:02x}{:02x}{:02x}{:02x}",
+                    digest[0], digest[1], digest[2], digest[3]
+                )
+            });
+            let shape = Shape::new(
+                args.members.unwrap_or(3),
+                runtime,
+                underlay,
+                args.overlapping_cidrs,
+            )?;
             let text = serde_json::to_string_pretty(&shape)?;
             std::fs::write(&shape_path, text)
                 .with_context(|| format!("cannot write {}", shape_path.display()))?;
@@ -337,6 +400,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     };
     if let Err(e) = started {
         fleet.stop().await;
+        if let Some(underlay) = &shape.underlay {
+            flotilla_fabric::underlay::delete(underlay).await;
+        }
         return Err(e);
     }
     println!(
@@ -355,6 +421,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     };
     println!("stopping the fleet...");
     fleet.stop().await;
+    if let Some(underlay) = &shape.underlay {
+        flotilla_fabric::underlay::delete(underlay).await;
+    }
     println!("stopped");
     outcome
 }
@@ -379,6 +448,19 @@ async fn start(
     let logs = dir.join("logs");
     let s = |v: &str| v.to_string();
 
+    if let Some(underlay) = &shape.underlay {
+        let cidr = UNDERLAY_CIDR.parse().context("the underlay CIDR")?;
+        flotilla_fabric::underlay::create(underlay, cidr)
+            .await
+            .with_context(|| {
+                format!("cannot make the underlay {underlay} (needs root and iproute2)")
+            })?;
+        progress(
+            "underlay",
+            "ready",
+            &format!("{underlay} ({UNDERLAY_CIDR})"),
+        );
+    }
     // Members first: the hub reaches for them as soon as it starts.
     for m in &shape.members {
         let data = dir.join(&m.name);
@@ -400,6 +482,18 @@ async fn start(
             s("--zone"),
             zones(&m.region),
         ];
+        let mut args = args;
+        if let Some(underlay) = &shape.underlay {
+            args.extend([s("--underlay"), underlay.clone()]);
+        }
+        if let (Some(pod), Some(service)) = (&m.pod_cidr, &m.service_cidr) {
+            args.extend([
+                s("--pod-cidr"),
+                pod.clone(),
+                s("--service-cidr"),
+                service.clone(),
+            ]);
+        }
         fleet.processes.push(Process::spawn(
             &exe,
             &m.name,
@@ -493,9 +587,37 @@ async fn start(
         }
     }
 
+    if shape.underlay.is_some() {
+        // Every member, Push or Pull, gets the broker Secret from here:
+        // with Globalnet, its global CIDR is allocated with the hub's
+        // admin credentials (an agent may not allocate).
+        let admin = federation_join::credentials_from_kubeconfig(&hub_kubeconfig, None)?;
+        let fabric = crate::join::FabricArgs {
+            globalnet: shape.overlapping,
+            global_cidr: None,
+        };
+        for m in &shape.members {
+            let member = kubeconfig::client(&dir.join(&m.name).join("kubeconfig")).await?;
+            let joined = crate::join::join_fabric(&hub, &member, admin.clone(), &m.name, &fabric)
+                .await
+                .with_context(|| format!("cannot connect {} to the network fabric", m.name))?;
+            let how = match joined {
+                Some(Some(cidr)) => format!("network fabric (Globalnet {cidr})"),
+                _ => format!(
+                    "network fabric ({} {})",
+                    m.pod_cidr.as_deref().unwrap_or("-"),
+                    m.service_cidr.as_deref().unwrap_or("-")
+                ),
+            };
+            progress(&m.name, "gateway", &how);
+        }
+    }
     wait_all_ready(&clusters, shape, fleet).await?;
     write_kubeconfig(dir, shape, &hub_kubeconfig, kubeconfig_path)
 }
+
+/// The underlay's range (gateways' public addresses).
+const UNDERLAY_CIDR: &str = "100.64.0.0/16";
 
 /// Waits until every member's Cluster is Ready on the hub, telling each.
 async fn wait_all_ready(

@@ -3,7 +3,9 @@
 //! [`AgentAuthorizer`] confines such a token to what the agent of NAME
 //! needs, as kube-apiserver's Node authorizer confines a kubelet to its
 //! node: its own Cluster object, the Works of its execution namespace and
-//! its Lease. Everything of other clusters, and everything else, is 403.
+//! its Lease, and on the network fabric's broker its own Cluster and
+//! Endpoints (every cluster's readable). Everything of other clusters,
+//! and everything else, is 403.
 
 use flotilla_apiserver::auth::User;
 use flotilla_apiserver::authz::{Attributes, Authorizer, Decision, Verb};
@@ -52,9 +54,22 @@ fn allowed(cluster: &str, a: &Attributes) -> bool {
                 && matches!(verb, Verb::Get | Verb::Create | Verb::Update | Verb::Patch)
                 && a.name().as_deref() == Some(cluster)
         }
+        // The network fabric's broker: every cluster's connection data is
+        // readable (its gateways connect to all of them); only its own
+        // Cluster and Endpoints are writable.
+        ("submariner.io", "clusters" | "endpoints") => {
+            let own = a.name().is_some_and(|n| {
+                n == cluster || n.starts_with(&format!("{cluster}-submariner-cable-"))
+            });
+            a.namespace == Some(BROKER_NAMESPACE)
+                && (reads || ((writes || matches!(verb, Verb::Create | Verb::Delete)) && own))
+        }
         _ => false,
     }
 }
+
+/// The fabric's broker namespace (Submariner's).
+const BROKER_NAMESPACE: &str = "submariner-k8s-broker";
 
 impl Authorizer for AgentAuthorizer {
     fn authorize(&self, user: &User, request: &Attributes) -> Decision {

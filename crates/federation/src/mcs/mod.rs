@@ -436,6 +436,7 @@ impl Mcs {
             ns,
             name,
             &sources,
+            None,
             owner(&hub_import),
         )
         .await?;
@@ -450,7 +451,16 @@ impl Mcs {
             };
             let cached = m.imports.get(&ObjectRef::new(name).within(ns));
             let member_import = apply_import(client, cached, ns, name, &spec, import).await?;
-            sync_slices(client, &m.slices, ns, name, &sources, owner(&member_import)).await?;
+            sync_slices(
+                client,
+                &m.slices,
+                ns,
+                name,
+                &sources,
+                Some(&m.id),
+                owner(&member_import),
+            )
+            .await?;
         }
         debug!(service = %key, clusters = ?import.clusters, "service imported");
         Ok(())
@@ -468,7 +478,7 @@ impl Mcs {
         sources: &BTreeMap<&str, &Member>,
     ) -> Result<(), Error> {
         let mut manifests = vec![import_manifest(ns, name, spec, import)];
-        for slice in wanted_slices(ns, name, sources, None) {
+        for slice in wanted_slices(ns, name, sources, Some(&m.id), None) {
             let mut body = serde_json::to_value(&slice)?;
             body["apiVersion"] = "discovery.k8s.io/v1".into();
             body["kind"] = "EndpointSlice".into();
@@ -958,9 +968,10 @@ async fn sync_slices(
     ns: &str,
     name: &str,
     sources: &BTreeMap<&str, &Member>,
+    consumer: Option<&str>,
     owner: Option<OwnerReference>,
 ) -> Result<(), Error> {
-    let want = wanted_slices(ns, name, sources, owner);
+    let want = wanted_slices(ns, name, sources, consumer, owner);
     let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
     let existing: Vec<Arc<EndpointSlice>> = have
         .state()
@@ -1008,21 +1019,67 @@ async fn sync_slices(
 }
 
 /// One slice per source cluster, from the sources' own slices of the
-/// Service.
+/// Service, for the cluster `consumer` (None: the hub).
 fn wanted_slices(
     ns: &str,
     name: &str,
     sources: &BTreeMap<&str, &Member>,
+    consumer: Option<&str>,
     owner: Option<OwnerReference>,
 ) -> Vec<EndpointSlice> {
     let mut want: Vec<EndpointSlice> = Vec::new();
     for (id, m) in sources {
         let own = own_slices(&m.slices, ns, name);
         let own: Vec<&EndpointSlice> = own.iter().map(|s| &**s).collect();
-        want.extend(slices::from_source(ns, name, id, &own, owner.clone()));
+        let key = ObjectRef::new(name).within(ns);
+        // A Globalnet cluster's gateway annotates the export with the
+        // Service's global IP: that, not its pod IPs, is what others reach.
+        // A cluster reaches its own endpoints directly.
+        let global_ip = (consumer != Some(*id))
+            .then(|| m.exports.get(&key))
+            .flatten()
+            .and_then(|e| {
+                e.metadata
+                    .annotations
+                    .as_ref()?
+                    .get(GLOBAL_IP_ANNOTATION)
+                    .cloned()
+            });
+        match global_ip {
+            Some(ip) => {
+                let ports = m
+                    .services
+                    .get(&ObjectRef::new(name).within(ns))
+                    .and_then(|s| s.spec.clone())
+                    .and_then(|s| s.ports)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|p| k8s_openapi::api::discovery::v1::EndpointPort {
+                        name: p.name,
+                        port: Some(p.port),
+                        protocol: p.protocol,
+                        app_protocol: p.app_protocol,
+                    })
+                    .collect();
+                want.push(slices::global(
+                    ns,
+                    name,
+                    id,
+                    &ip,
+                    &own,
+                    ports,
+                    owner.clone(),
+                ));
+            }
+            None => want.extend(slices::from_source(ns, name, id, &own, owner.clone())),
+        }
     }
     want
 }
+
+/// The ServiceExport annotation of a Globalnet cluster's gateway
+/// (Submariner's `submariner.io/globalIp`).
+const GLOBAL_IP_ANNOTATION: &str = "submariner.io/globalIp";
 
 /// A cluster's own EndpointSlices of Service `ns/name` (not the slices
 /// of an import of it).

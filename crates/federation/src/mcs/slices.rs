@@ -75,6 +75,48 @@ pub fn from_source(
         .collect()
 }
 
+/// The slice of `service` from a cluster that uses Globalnet: one
+/// endpoint, the Service's global ingress IP (ready while any of its own
+/// endpoints is), on the Service's ports, as Submariner's Lighthouse
+/// publishes it. The cluster's pod IPs are not routable from elsewhere.
+pub fn global(
+    namespace: &str,
+    service: &str,
+    cluster: &str,
+    ip: &str,
+    source: &[&EndpointSlice],
+    ports: Vec<EndpointPort>,
+    owner: Option<OwnerReference>,
+) -> EndpointSlice {
+    let ready = source
+        .iter()
+        .flat_map(|s| &s.endpoints)
+        .any(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true));
+    EndpointSlice {
+        metadata: ObjectMeta {
+            name: Some(slice_name(service, cluster, "IPv4")),
+            namespace: Some(namespace.to_string()),
+            labels: Some(BTreeMap::from([
+                (SERVICE_NAME_LABEL.to_string(), service.to_string()),
+                (SOURCE_CLUSTER_LABEL.to_string(), cluster.to_string()),
+                (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
+            ])),
+            owner_references: owner.map(|o| vec![o]),
+            ..Default::default()
+        },
+        address_type: "IPv4".into(),
+        endpoints: vec![Endpoint {
+            addresses: vec![ip.to_string()],
+            conditions: Some(k8s_openapi::api::discovery::v1::EndpointConditions {
+                ready: Some(ready),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        ports: (!ports.is_empty()).then_some(ports),
+    }
+}
+
 /// Whether a slice already holds what `want` says (ignoring what the
 /// server adds).
 pub fn same(have: &EndpointSlice, want: &EndpointSlice) -> bool {

@@ -2,15 +2,26 @@
 //! (its image cannot be pulled here). It serves HTTP on each declared
 //! port: `/health` answers 200, any other path JSON naming the pod, its
 //! namespace, cluster, node and IP, so manifests written for real images
-//! run unchanged and can be called. Each request is logged to stdout.
+//! run unchanged and can be called; `/bytes/{n}` streams n bytes, so
+//! `flotilla network benchmark` can measure throughput without an image.
+//! Each request is logged to stdout.
 
 use std::net::{Ipv4Addr, SocketAddr};
 
 use axum::Router;
-use axum::extract::Request;
-use axum::response::{IntoResponse, Json};
+use axum::body::Body;
+use axum::extract::{Path, Request};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
+use bytes::Bytes;
 use serde_json::json;
+
+/// The most `/bytes/{n}` sends: enough for any benchmark, and a typo
+/// cannot make a pod stream for ever.
+pub const MAX_BYTES: u64 = 1 << 30;
+/// The chunk `/bytes/{n}` writes at a time.
+const CHUNK: usize = 64 * 1024;
 
 fn var(name: &str) -> String {
     std::env::var(name).unwrap_or_default()
@@ -29,11 +40,43 @@ async fn identity(request: Request) -> impl IntoResponse {
     }))
 }
 
+/// `n` zero bytes (capped at [`MAX_BYTES`]), streamed with a
+/// Content-Length so clients can time the transfer.
+async fn bytes(Path(n): Path<String>) -> Response {
+    println!("GET /bytes/{n}");
+    let Ok(n) = n.parse::<u64>() else {
+        return (
+            StatusCode::BAD_REQUEST,
+            "the size must be a number of bytes, e.g. /bytes/1048576\n",
+        )
+            .into_response();
+    };
+    let n = n.min(MAX_BYTES);
+    let chunk = Bytes::from(vec![0u8; CHUNK]);
+    let chunks = (0..n.div_ceil(CHUNK as u64)).map(move |i| {
+        let left = n - i * CHUNK as u64;
+        Ok::<_, std::io::Error>(chunk.slice(..left.min(CHUNK as u64) as usize))
+    });
+    (
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+            (header::CONTENT_LENGTH, n.to_string()),
+        ],
+        Body::from_stream(futures::stream::iter(chunks)),
+    )
+        .into_response()
+}
+
+fn app() -> Router {
+    Router::new()
+        .route("/health", get(|| async { "ok\n" }))
+        .route("/bytes/{n}", get(bytes))
+        .fallback(identity)
+}
+
 /// Serves every port until killed; fails when one cannot be bound.
 pub async fn serve(ports: Vec<u16>) -> std::io::Result<()> {
-    let app = Router::new()
-        .route("/health", get(|| async { "ok\n" }))
-        .fallback(identity);
+    let app = app();
     let mut servers = Vec::new();
     for port in if ports.is_empty() { vec![8080] } else { ports } {
         let addr = SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
@@ -49,4 +92,42 @@ pub async fn serve(ports: Vec<u16>) -> std::io::Result<()> {
         s.await.map_err(std::io::Error::other)??;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// The raw HTTP/1.0 response to `GET path`: (head, body length).
+    async fn get(path: &str) -> (String, usize) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(axum::serve(listener, super::app()).into_future());
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).await.unwrap();
+        let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+        (
+            String::from_utf8_lossy(&raw[..split]).to_string(),
+            raw.len() - split - 4,
+        )
+    }
+
+    #[tokio::test]
+    async fn bytes_streams_exactly_n() {
+        let (head, len) = get("/bytes/200001").await;
+        assert!(head.starts_with("HTTP/1.0 200"), "{head}");
+        assert!(
+            head.to_ascii_lowercase().contains("content-length: 200001"),
+            "{head}"
+        );
+        assert_eq!(len, 200_001);
+        let (head, _) = get("/bytes/lots").await;
+        assert!(head.starts_with("HTTP/1.0 400"), "{head}");
+        let (head, len) = get("/elsewhere").await;
+        assert!(head.starts_with("HTTP/1.0 200") && len > 0, "{head}");
+    }
 }

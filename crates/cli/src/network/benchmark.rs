@@ -1,0 +1,503 @@
+//! `flotilla network benchmark --from A --to B`: what `subctl benchmark`
+//! measures, with curl against the stand-in's `/bytes/{n}` instead of
+//! iperf3 and netperf (no images to pull here). Throughput and TCP
+//! connect latency from a non-gateway pod in A to a pod in B, and the
+//! same within A across two nodes (no tunnel) as the baseline the
+//! tunnel's cost is read against.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use super::probe_pods::{self, Fleet, Member, Namespaces, ReadyPod, SERVER_PORT, SERVICE_PORT};
+use crate::inspect::HubArgs;
+
+const SERVER: &str = "benchmark-server";
+const BASELINE: &str = "benchmark-baseline";
+const CLIENT: &str = "benchmark-client";
+/// One transfer's limit: a slow tunnel should fail, not hang.
+const TRANSFER_TIME: Duration = Duration::from_secs(120);
+
+#[derive(clap::Args)]
+pub struct BenchmarkArgs {
+    /// The cluster the client runs in.
+    #[arg(long)]
+    pub from: String,
+    /// The cluster the server runs in.
+    #[arg(long)]
+    pub to: String,
+    /// Bytes per throughput run (B, KB, KiB, MB, MiB, GB, GiB; at most 1GiB).
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    pub size: u64,
+    /// Throughput runs per measurement.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub runs: u32,
+    /// TCP connections for the latency measurement.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub requests: u32,
+    /// Leave the probe namespaces for inspection.
+    #[arg(long)]
+    pub keep: bool,
+    /// How long the probe pods may take to be ready.
+    #[arg(long, default_value = "90s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+    #[command(flatten)]
+    pub hub: HubArgs,
+}
+
+/// "64MiB", "100MB", "1GiB", "4096": bytes, at most the stand-in's cap.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size: write e.g. 64MiB or 100MB"))?;
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "kib" => 1024.0,
+        "m" | "mb" => 1e6,
+        "mib" => 1024.0 * 1024.0,
+        "g" | "gb" => 1e9,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?}: use B, KB, KiB, MB, MiB, GB or GiB"
+            ));
+        }
+    };
+    let bytes = (number * scale).round() as u64;
+    let max = flotilla_member::runtime::netns::standin::MAX_BYTES;
+    if bytes == 0 || bytes > max {
+        return Err(format!("{s} is out of range: pick a size from 1B to 1GiB"));
+    }
+    Ok(bytes)
+}
+
+/// min/mean/max/stddev (population) of samples.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stats {
+    pub min: f64,
+    pub mean: f64,
+    pub max: f64,
+    pub stddev: f64,
+    pub count: usize,
+}
+
+impl Stats {
+    pub fn of(samples: &[f64]) -> Option<Stats> {
+        if samples.is_empty() {
+            return None;
+        }
+        let n = samples.len() as f64;
+        let mean = samples.iter().sum::<f64>() / n;
+        let var = samples.iter().map(|s| (s - mean).powi(2)).sum::<f64>() / n;
+        Some(Stats {
+            min: samples.iter().copied().fold(f64::INFINITY, f64::min),
+            mean,
+            max: samples.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            stddev: var.sqrt(),
+            count: samples.len(),
+        })
+    }
+}
+
+/// Bytes/s as MB/s (decimal, as iperf3 and curl count).
+pub fn mbps(bytes_per_sec: f64) -> String {
+    format!("{:.1} MB/s", bytes_per_sec / 1e6)
+}
+
+/// A size as the user would write it.
+pub fn human_size(bytes: u64) -> String {
+    const MIB: u64 = 1024 * 1024;
+    if bytes >= MIB && bytes % MIB == 0 {
+        format!("{}MiB", bytes / MIB)
+    } else {
+        format!("{bytes}B")
+    }
+}
+
+pub fn throughput_line(s: &Stats) -> String {
+    format!(
+        " Throughput: {} (mean of {} runs; min {}, max {})",
+        mbps(s.mean),
+        s.count,
+        mbps(s.min),
+        mbps(s.max)
+    )
+}
+
+/// Latency samples are seconds; printed in ms.
+pub fn latency_line(s: &Stats, asked: u32) -> String {
+    let ms = |v: f64| format!("{:.3} ms", v * 1e3);
+    let lost = asked as usize - s.count.min(asked as usize);
+    format!(
+        " TCP connect RTT over {} requests: min {}, mean {}, max {}, stddev {}{}",
+        s.count,
+        ms(s.min),
+        ms(s.mean),
+        ms(s.max),
+        ms(s.stddev),
+        if lost > 0 {
+            format!(" ({lost} failed)")
+        } else {
+            String::new()
+        }
+    )
+}
+
+/// The comparison with the baseline: the tunnel's share of the
+/// in-cluster throughput, and the latency it adds.
+pub fn comparison(
+    from: &str,
+    tunnel: (Option<Stats>, Option<Stats>),
+    baseline: (Option<Stats>, Option<Stats>),
+) -> String {
+    let mut s = String::from("Tunnel compared with the baseline\n");
+    match (tunnel.0, baseline.0) {
+        (Some(t), Some(b)) if b.mean > 0.0 => s.push_str(&format!(
+            " Throughput: {} through the tunnel, {} within {from}: {:.2}× the baseline ({:.0}%)\n",
+            mbps(t.mean),
+            mbps(b.mean),
+            t.mean / b.mean,
+            100.0 * t.mean / b.mean
+        )),
+        _ => s.push_str(" Throughput: not compared (a measurement failed)\n"),
+    }
+    match (tunnel.1, baseline.1) {
+        (Some(t), Some(b)) => s.push_str(&format!(
+            " Latency: {:.3} ms through the tunnel, {:.3} ms within {from}: the tunnel adds {:.3} ms (mean)\n",
+            t.mean * 1e3,
+            b.mean * 1e3,
+            (t.mean - b.mean) * 1e3
+        )),
+        _ => s.push_str(" Latency: not compared (a measurement failed)\n"),
+    }
+    s
+}
+
+/// Parses `curl -w '%{speed_download} %{size_download}'`: bytes/s, after
+/// checking every byte arrived.
+pub fn parse_transfer(stdout: &str, want: u64) -> Result<f64, String> {
+    let mut fields = stdout.split_whitespace();
+    let speed: f64 = fields
+        .next()
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(|| format!("curl printed no speed: {stdout:?}"))?;
+    let size: f64 = fields.next().and_then(|f| f.parse().ok()).unwrap_or(0.0);
+    if size as u64 != want {
+        return Err(format!(
+            "only {size} of {want} bytes arrived: the transfer was cut short"
+        ));
+    }
+    Ok(speed)
+}
+
+/// Parses one `%{time_connect}` per line (seconds); a 0 is a transfer
+/// that did not connect, and is left out.
+pub fn parse_connect_times(stdout: &str) -> Vec<f64> {
+    stdout
+        .lines()
+        .filter_map(|l| l.trim().parse::<f64>().ok())
+        .filter(|t| *t > 0.0)
+        .collect()
+}
+
+struct Bench<'a> {
+    from: &'a Member,
+    namespace: String,
+    client: ReadyPod,
+    size: u64,
+    runs: u32,
+    requests: u32,
+}
+
+impl Bench<'_> {
+    /// Throughput runs against `base` (http://ip:port), printed as they go.
+    async fn throughput(&self, base: &str) -> anyhow::Result<Stats> {
+        let url = format!("{base}/bytes/{}", self.size);
+        let mut speeds = Vec::new();
+        for run in 1..=self.runs {
+            let argv = probe_pods::curl(
+                &url,
+                TRANSFER_TIME,
+                &[
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{speed_download} %{size_download}",
+                ],
+            );
+            let e = probe_pods::exec(
+                self.from,
+                &self.namespace,
+                &self.client.name,
+                &argv,
+                TRANSFER_TIME + Duration::from_secs(10),
+            )
+            .await?;
+            if e.code != 0 {
+                bail!(
+                    "curl {url} failed (exit code {}): {} — run `flotilla network verify` to find the hop",
+                    e.code,
+                    e.stderr.trim()
+                );
+            }
+            let speed = parse_transfer(&e.stdout, self.size)
+                .map_err(|why| anyhow::anyhow!("{url}: {why}"))?;
+            println!(" Run {run}: {} at {}", human_size(self.size), mbps(speed));
+            speeds.push(speed);
+        }
+        Stats::of(&speeds).context("no throughput runs")
+    }
+
+    /// `requests` fresh TCP connections to `base`, in one curl (each
+    /// URL its own transfer, `Connection: close` so none is reused).
+    async fn latency(&self, base: &str) -> anyhow::Result<Stats> {
+        let url = format!("{base}/health");
+        let mut argv = probe_pods::curl(
+            &url,
+            Duration::from_secs(5),
+            &["-H", "Connection: close", "-w", "%{time_connect}\\n"],
+        );
+        argv.pop();
+        for _ in 0..self.requests {
+            argv.extend(["-o".into(), "/dev/null".into(), url.clone()]);
+        }
+        let limit =
+            Duration::from_secs(10 + 5 * u64::from(self.requests)).min(Duration::from_secs(590));
+        let e =
+            probe_pods::exec(self.from, &self.namespace, &self.client.name, &argv, limit).await?;
+        let times = parse_connect_times(&e.stdout);
+        Stats::of(&times).with_context(|| {
+            format!(
+                "no connection to {url} succeeded (curl exit code {}: {}): run `flotilla network verify` to find the hop",
+                e.code,
+                e.stderr.trim()
+            )
+        })
+    }
+
+    /// Both measurements against `base`, each printed; a failure is
+    /// printed and leaves its figure out.
+    async fn measure(&self, base: &str, title: &str) -> (Option<Stats>, Option<Stats>) {
+        println!("Performing throughput tests from {title}");
+        let t = match self.throughput(base).await {
+            Ok(s) => {
+                println!("{}", throughput_line(&s));
+                Some(s)
+            }
+            Err(e) => {
+                println!(" ✗ {e:#}");
+                None
+            }
+        };
+        println!("Performing latency tests from {title}");
+        let l = match self.latency(base).await {
+            Ok(s) => {
+                println!("{}", latency_line(&s, self.requests));
+                Some(s)
+            }
+            Err(e) => {
+                println!(" ✗ {e:#}");
+                None
+            }
+        };
+        (t, l)
+    }
+}
+
+pub async fn run(args: BenchmarkArgs) -> anyhow::Result<()> {
+    let fleet = Fleet::connect(&args.hub, &args.from, &args.to).await?;
+    let namespace = format!("flotilla-benchmark-{}", probe_pods::random_suffix());
+    let namespaces = Namespaces::default();
+    let failed = probe_pods::with_cleanup(
+        &namespaces,
+        args.keep,
+        benchmark(&fleet, &args, &namespace, &namespaces),
+    )
+    .await?;
+    if failed {
+        bail!(
+            "a measurement failed (see the ✗ lines): `flotilla network verify --from {} --to {}` finds the hop",
+            args.from,
+            args.to
+        );
+    }
+    Ok(())
+}
+
+/// Sets up, measures and prints; true if a measurement failed.
+async fn benchmark(
+    fleet: &Fleet,
+    args: &BenchmarkArgs,
+    namespace: &str,
+    namespaces: &Namespaces,
+) -> anyhow::Result<bool> {
+    let (from, to) = (&fleet.from, &fleet.to);
+    let deadline = Instant::now() + args.timeout;
+    let from_gateways = fleet.gateways(&args.hub, from).await.unwrap_or_default();
+    let to_gateways = fleet.gateways(&args.hub, to).await.unwrap_or_default();
+    let from_gateway = probe_pods::active_gateway_node(&from_gateways);
+    let globalnet = fleet.globalnet(to).await;
+    let from_nodes = probe_pods::nodes(from).await?;
+    let client_node = probe_pods::node_other_than(&from_nodes, &[from_gateway.as_deref()]);
+    // The baseline server on another node than the client's, so the
+    // baseline crosses a node boundary as the tunnel path does.
+    let baseline_node = probe_pods::node_other_than(&from_nodes, &[client_node.as_deref()]);
+    let server_node = probe_pods::node_other_than(
+        &probe_pods::nodes(to).await?,
+        &[probe_pods::active_gateway_node(&to_gateways).as_deref()],
+    );
+    println!(
+        "Setting up the benchmark's pods (namespace {namespace} in \"{}\" and \"{}\")",
+        from.name, to.name
+    );
+    namespaces.create(from, namespace).await?;
+    namespaces.create(to, namespace).await?;
+    // Globalnet reaches B's pods only through an exported Service.
+    probe_pods::create_server(to, namespace, SERVER, server_node.as_deref(), globalnet).await?;
+    probe_pods::create_server(from, namespace, BASELINE, baseline_node.as_deref(), false).await?;
+    probe_pods::create_client(from, namespace, CLIENT, client_node.as_deref()).await?;
+    let server = probe_pods::wait_ready(to, namespace, SERVER, deadline).await?;
+    let baseline = probe_pods::wait_ready(from, namespace, BASELINE, deadline).await?;
+    let client = probe_pods::wait_ready(from, namespace, CLIENT, deadline).await?;
+    let target = if globalnet {
+        let ip = probe_pods::global_ingress_ip(to, namespace, SERVER, deadline).await?;
+        format!("http://{ip}:{SERVICE_PORT}")
+    } else {
+        format!("http://{}:{SERVER_PORT}", server.ip)
+    };
+    let gateway_note = |node: &str, gw: Option<&str>| {
+        if gw == Some(node) {
+            " (gateway node)"
+        } else {
+            ""
+        }
+    };
+    println!(
+        " • client {} on {}{}; server {} on {}/{} via {}{}; baseline {} on {}/{}",
+        client.name,
+        client.node,
+        gateway_note(&client.node, from_gateway.as_deref()),
+        server.name,
+        to.name,
+        server.node,
+        target,
+        if globalnet {
+            " (global ingress IP)"
+        } else {
+            ""
+        },
+        baseline.name,
+        from.name,
+        baseline.node
+    );
+    if baseline.node == client.node {
+        println!(
+            " • {} has one node: the baseline does not cross nodes",
+            from.name
+        );
+    }
+    let bench = Bench {
+        from,
+        namespace: namespace.to_string(),
+        client,
+        size: args.size,
+        runs: args.runs,
+        requests: args.requests,
+    };
+    let tunnel = bench
+        .measure(
+            &target,
+            &format!(
+                "non-gateway pod on cluster \"{}\" to non-gateway pod on cluster \"{}\"",
+                from.name, to.name
+            ),
+        )
+        .await;
+    let base = bench
+        .measure(
+            &format!("http://{}:{SERVER_PORT}", baseline.ip),
+            &format!(
+                "non-gateway pod to a pod on another node of cluster \"{}\" (baseline, no tunnel)",
+                from.name
+            ),
+        )
+        .await;
+    print!("{}", comparison(&from.name, tunnel, base));
+    Ok([tunnel.0, tunnel.1, base.0, base.1]
+        .iter()
+        .any(Option::is_none))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_like_subctls() {
+        assert_eq!(parse_size("64MiB"), Ok(64 * 1024 * 1024));
+        assert_eq!(parse_size("100MB"), Ok(100_000_000));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("0.5KiB"), Ok(512));
+        assert!(parse_size("2GiB").unwrap_err().contains("out of range"));
+        assert!(parse_size("0").is_err());
+        assert!(
+            parse_size("12 parsecs")
+                .unwrap_err()
+                .contains("unknown unit")
+        );
+        assert!(parse_size("MiB").is_err());
+    }
+
+    #[test]
+    fn stats_are_population_figures() {
+        let s = Stats::of(&[1.0, 2.0, 3.0, 4.0]).unwrap();
+        assert_eq!((s.min, s.mean, s.max, s.count), (1.0, 2.5, 4.0, 4));
+        assert!((s.stddev - 1.118_034).abs() < 1e-6);
+        assert!(Stats::of(&[]).is_none());
+    }
+
+    #[test]
+    fn curl_output_is_read() {
+        assert_eq!(
+            parse_transfer("152300000.000 67108864", 67108864),
+            Ok(152_300_000.0)
+        );
+        assert!(
+            parse_transfer("1000 1024", 4096)
+                .unwrap_err()
+                .contains("cut short")
+        );
+        assert!(parse_transfer("", 1).is_err());
+        assert_eq!(
+            parse_connect_times("0.000412\n0.000000\n0.000503\n"),
+            vec![0.000412, 0.000503]
+        );
+    }
+
+    #[test]
+    fn figures_read_like_subctls() {
+        let t = Stats::of(&[100e6, 120e6]).unwrap();
+        assert_eq!(
+            throughput_line(&t),
+            " Throughput: 110.0 MB/s (mean of 2 runs; min 100.0 MB/s, max 120.0 MB/s)"
+        );
+        let l = Stats::of(&[0.001, 0.003]).unwrap();
+        assert_eq!(
+            latency_line(&l, 3),
+            " TCP connect RTT over 2 requests: min 1.000 ms, mean 2.000 ms, max 3.000 ms, stddev 1.000 ms (1 failed)"
+        );
+        let b = (Stats::of(&[440e6]), Stats::of(&[0.0005]));
+        let c = comparison("east", (Some(t), Some(l)), b);
+        assert!(c.contains("0.25× the baseline (25%)"), "{c}");
+        assert!(c.contains("the tunnel adds 1.500 ms (mean)"), "{c}");
+        assert!(comparison("east", (None, None), b).contains("not compared"));
+        assert_eq!(human_size(64 << 20), "64MiB");
+    }
+}
