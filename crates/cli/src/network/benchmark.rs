@@ -113,7 +113,7 @@ pub fn mbps(bytes_per_sec: f64) -> String {
 /// A size as the user would write it.
 pub fn human_size(bytes: u64) -> String {
     const MIB: u64 = 1024 * 1024;
-    if bytes >= MIB && bytes % MIB == 0 {
+    if bytes >= MIB && bytes.is_multiple_of(MIB) {
         format!("{}MiB", bytes / MIB)
     } else {
         format!("{bytes}B")

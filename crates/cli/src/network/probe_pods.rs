@@ -143,7 +143,7 @@ pub async fn nodes(member: &Member) -> anyhow::Result<Vec<String>> {
 pub fn node_other_than(nodes: &[String], avoid: &[Option<&str>]) -> Option<String> {
     nodes
         .iter()
-        .find(|n| !avoid.iter().any(|a| *a == Some(n.as_str())))
+        .find(|n| !avoid.contains(&Some(n.as_str())))
         .cloned()
 }
 
