@@ -15,6 +15,8 @@ use crate::inspect::HubArgs;
 const SERVER: &str = "benchmark-server";
 const BASELINE: &str = "benchmark-baseline";
 const CLIENT: &str = "benchmark-client";
+/// How long a server may take to answer its first request.
+const REACH_TIME: Duration = Duration::from_secs(20);
 /// One transfer's limit: a slow tunnel should fail, not hang.
 const TRANSFER_TIME: Duration = Duration::from_secs(120);
 
@@ -281,9 +283,46 @@ impl Bench<'_> {
         })
     }
 
+    /// Whether `base` answers at all, retried for a few seconds (routes
+    /// may lag the pods): measuring an unreachable server would only
+    /// wait out every timeout.
+    async fn reachable(&self, base: &str) -> Result<(), String> {
+        let url = format!("{base}/health");
+        let argv = probe_pods::curl(&url, Duration::from_secs(5), &["-o", "/dev/null"]);
+        let deadline = Instant::now() + REACH_TIME;
+        loop {
+            let last = match probe_pods::exec(
+                self.from,
+                &self.namespace,
+                &self.client.name,
+                &argv,
+                Duration::from_secs(15),
+            )
+            .await
+            {
+                Ok(e) if e.code == 0 => return Ok(()),
+                Ok(e) => format!(
+                    "curl exited {}: {}",
+                    e.code,
+                    e.stderr.trim().trim_start_matches("curl: ")
+                ),
+                Err(e) => format!("{e:#}"),
+            };
+            if Instant::now() >= deadline {
+                return Err(format!("{url} does not answer ({last})"));
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
     /// Both measurements against `base`, each printed; a failure is
     /// printed and leaves its figure out.
     async fn measure(&self, base: &str, title: &str) -> (Option<Stats>, Option<Stats>) {
+        if let Err(why) = self.reachable(base).await {
+            println!("Performing tests from {title}");
+            println!(" ✗ {why}");
+            return (None, None);
+        }
         println!("Performing throughput tests from {title}");
         let t = match self.throughput(base).await {
             Ok(s) => {

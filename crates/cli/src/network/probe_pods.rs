@@ -556,17 +556,21 @@ pub fn exit_code(status: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Status
         .unwrap_or(-1)
 }
 
+/// The longest a connection may take: past it the peer is unreachable,
+/// however long the transfer may run.
+const CONNECT_TIME: Duration = Duration::from_secs(10);
+
 /// `curl` argv: silent but for errors, bounded in time, with any
 /// further options before the URL.
 pub fn curl(url: &str, max_time: Duration, extra: &[&str]) -> Vec<String> {
-    let secs = max_time.as_secs().max(1).to_string();
+    let secs = max_time.as_secs().max(1);
     let mut argv: Vec<String> = vec![
         "curl".into(),
         "-sS".into(),
         "--connect-timeout".into(),
-        secs.clone(),
+        secs.min(CONNECT_TIME.as_secs()).to_string(),
         "--max-time".into(),
-        secs,
+        secs.to_string(),
     ];
     argv.extend(extra.iter().map(|s| s.to_string()));
     argv.push(url.into());
@@ -626,7 +630,7 @@ pub async fn with_cleanup<T>(
 ) -> anyhow::Result<T> {
     let result = tokio::select! {
         r = body => r,
-        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted (Ctrl-C)")),
     };
     if keep {
         let kept = namespaces.describe();

@@ -24,6 +24,9 @@ pub const CLIENT: &str = "verify-client";
 /// How long one HTTP check retries before it is a failure (routes may
 /// lag the pods by a moment).
 const CHECK_BUDGET: Duration = Duration::from_secs(20);
+/// How long clusterset.local may lag a ServiceImport that has its
+/// ClusterSetIP.
+const DNS_AFTER_IMPORT: Duration = Duration::from_secs(30);
 /// One curl's limit.
 const CURL_TIME: Duration = Duration::from_secs(5);
 
@@ -328,8 +331,8 @@ impl Probes<'_> {
 
     /// Resolves `name` inside the client until it resolves or the
     /// timeout passes: its address, or why not.
-    async fn resolve(&self, name: &str) -> Result<String, String> {
-        let deadline = Instant::now() + self.timeout;
+    async fn resolve(&self, name: &str, wait: Duration) -> Result<String, String> {
+        let deadline = Instant::now() + wait;
         let argv = vec!["getent".to_string(), "hosts".into(), name.into()];
         loop {
             let last = match probe_pods::exec(
@@ -347,7 +350,7 @@ impl Probes<'_> {
                     }
                     "getent printed nothing".to_string()
                 }
-                Ok(e) => format!("getent hosts exited {}", e.code),
+                Ok(e) => getent_failure(e.code),
                 Err(e) => format!("{e:#}"),
             };
             if Instant::now() >= deadline {
@@ -355,6 +358,41 @@ impl Probes<'_> {
             }
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
+    }
+}
+
+/// A second tunnel line when the tunnel was connected at the start but
+/// is not at the end (its status had not caught up).
+pub fn tunnel_changed(from: &str, to: &str, start: &Tunnel, end: &Tunnel) -> Option<Check> {
+    if !matches!(start, Tunnel::Connected { .. }) || matches!(end, Tunnel::Connected { .. }) {
+        return None;
+    }
+    let now = tunnel_check(from, to, end);
+    Some(Check::new(
+        "tunnel (re-read)",
+        Outcome::Fail,
+        format!(
+            "connected at the start, but now {} (the gateway's status lags a broken tunnel)",
+            now.detail
+        ),
+    ))
+}
+
+/// What lies past B's gateway on the way to its Service: under
+/// Globalnet, the gateway's own ingress rules (global IP → Service) too.
+pub fn past_service(to: &str, globalnet: bool) -> String {
+    if globalnet {
+        format!("{to}'s Globalnet ingress rules for the global IP, its service proxy, node or pod")
+    } else {
+        format!("{to}'s service proxy, node or pod")
+    }
+}
+
+/// getent's exit code in words (its man page's).
+pub fn getent_failure(code: i32) -> String {
+    match code {
+        2 => "no such name (getent hosts exited 2)".into(),
+        code => format!("getent hosts exited {code}"),
     }
 }
 
@@ -457,7 +495,8 @@ async fn verify(
         checks.push(c);
     };
 
-    report(tunnel_check(&from.name, &to.name, &probes.tunnel().await));
+    let tunnel_at_start = probes.tunnel().await;
+    report(tunnel_check(&from.name, &to.name, &tunnel_at_start));
 
     if globalnet {
         report(Check::new(
@@ -499,7 +538,7 @@ async fn verify(
                     "pod-to-Service",
                     &target,
                     &format!("{SERVER}'s {kind} {target}"),
-                    &format!("{}'s service proxy, node or pod", to.name),
+                    &past_service(&to.name, globalnet),
                 )
                 .await;
             let ok = c.outcome == Outcome::Pass;
@@ -516,7 +555,9 @@ async fn verify(
         }
     };
 
-    match probes.cluster_set_ip().await {
+    let cluster_set_ip = probes.cluster_set_ip().await;
+    let imported = cluster_set_ip.is_ok();
+    match cluster_set_ip {
         Ok(ip) => {
             let target = format!("{ip}:{SERVICE_PORT}");
             let mut c = probes
@@ -524,7 +565,7 @@ async fn verify(
                     "pod-to-ClusterSetIP",
                     &target,
                     &format!("ClusterSetIP {target}"),
-                    &format!("{}'s service proxy, node or pod", to.name),
+                    &past_service(&to.name, globalnet),
                 )
                 .await;
             if c.outcome == Outcome::Fail && service_ok && c.detail.starts_with("no answer") {
@@ -540,15 +581,22 @@ async fn verify(
         Err(why) => report(Check::new("pod-to-ClusterSetIP", Outcome::Fail, why)),
     }
 
+    // With the import in place the name should follow within seconds;
+    // without it, DNS gets the whole timeout to catch up.
     let name = format!("{SERVER}.{namespace}.svc.clusterset.local");
-    match probes.resolve(&name).await {
+    let dns_wait = if imported {
+        DNS_AFTER_IMPORT.min(args.timeout)
+    } else {
+        args.timeout
+    };
+    match probes.resolve(&name, dns_wait).await {
         Ok(ip) => {
             let c = probes
                 .http_check(
                     "DNS",
                     &format!("{name}:{SERVICE_PORT}"),
                     &format!("{name} ({ip})"),
-                    &format!("{}'s service proxy, node or pod", to.name),
+                    &past_service(&to.name, globalnet),
                 )
                 .await;
             report(c);
@@ -561,6 +609,16 @@ async fn verify(
                 from.name
             ),
         )),
+    }
+    // A gateway's status lags a broken tunnel by its handshake grace:
+    // one that looked connected at the start may not be now.
+    if let Some(c) = tunnel_changed(
+        &from.name,
+        &to.name,
+        &tunnel_at_start,
+        &probes.tunnel().await,
+    ) {
+        report(c);
     }
     Ok(checks)
 }
@@ -631,6 +689,28 @@ mod tests {
         ));
         assert!(
             matches!(tunnel("east", "west", &[]), Tunnel::Missing(why) if why.contains("has no gateway"))
+        );
+    }
+
+    #[test]
+    fn a_tunnel_that_broke_during_the_run_is_reported() {
+        let up = Tunnel::Connected {
+            gateway: "east-n0".into(),
+            rtt: None,
+        };
+        let down = Tunnel::Down {
+            status: "error".into(),
+            message: "no reply".into(),
+        };
+        assert!(tunnel_changed("east", "west", &up, &up).is_none());
+        assert!(tunnel_changed("east", "west", &down, &down).is_none());
+        assert_eq!(
+            tunnel_changed("east", "west", &up, &down)
+                .map(|c| c.line())
+                .as_deref(),
+            Some(
+                " ✗ tunnel (re-read): connected at the start, but now the tunnel east→west is error: no reply (the gateway's status lags a broken tunnel)"
+            )
         );
     }
 
