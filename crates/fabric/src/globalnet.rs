@@ -15,8 +15,7 @@ use ipnet::Ipv4Net;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams,
-    PostParams,
+    DeleteParams, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams,
 };
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -27,6 +26,7 @@ use crate::api::{
     DEFAULT_EGRESS_IPS, GlobalEgressIpStatus, GlobalIngressIp, GlobalIngressIpSpec,
     GlobalIngressIpStatus, LocalRef,
 };
+use crate::exports::export_resource;
 
 /// The annotation on a ServiceExport carrying its Service's global IP.
 pub const GLOBAL_IP_ANNOTATION: &str = "submariner.io/globalIp";
@@ -38,16 +38,6 @@ const MAX_EGRESS: u32 = 20;
 pub struct Globalnet {
     member: Client,
     cidr: Ipv4Net,
-}
-
-fn export_resource() -> ApiResource {
-    ApiResource {
-        group: "multicluster.x-k8s.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "multicluster.x-k8s.io/v1alpha1".into(),
-        kind: "ServiceExport".into(),
-        plural: "serviceexports".into(),
-    }
 }
 
 fn nth(cidr: Ipv4Net, n: u32) -> Option<Ipv4Addr> {

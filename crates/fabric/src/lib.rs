@@ -13,6 +13,7 @@
 //!   in-band health [`probe`]s;
 //! - [`dataplane`]: routes and the gateway node's nftables table;
 //! - [`globalnet`]: global egress and ingress IPs;
+//! - [`exports`]: whether exported Services answer on their ports;
 //! - [`underlay`]: the network the gateways meet on;
 //! - [`lease`]: leader election over a Lease;
 //! - [`metrics`]: Submariner's gateway metrics;
@@ -23,6 +24,7 @@
 pub mod api;
 pub mod broker;
 pub mod dataplane;
+pub mod exports;
 pub mod gateway;
 pub mod globalnet;
 pub mod lease;

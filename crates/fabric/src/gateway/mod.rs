@@ -119,7 +119,13 @@ struct Active {
     /// When each remote cluster's peer was set up (for "connecting").
     since: std::collections::HashMap<String, (String, Instant)>,
     globalnet: Option<Globalnet>,
+    /// The nftables table last applied.
+    table: String,
+    last_export_check: Instant,
 }
+
+/// How often the active gateway checks that exports answer.
+const EXPORT_CHECK: Duration = Duration::from_secs(10);
 
 impl Drop for Active {
     fn drop(&mut self) {
@@ -302,6 +308,8 @@ impl Gateway {
             plan: plan::Plan::default(),
             since: Default::default(),
             globalnet,
+            table: String::new(),
+            last_export_check: Instant::now() - EXPORT_CHECK,
         })
     }
 
@@ -326,7 +334,16 @@ impl Gateway {
         let Some(active) = self.active.as_mut() else {
             return Ok(());
         };
-        if !active.published {
+        // Published once, and again whenever the broker's copy differs
+        // (lost with the broker's data, or edited by hand).
+        let on_broker = active
+            .endpoints
+            .get(
+                &kube::runtime::reflector::ObjectRef::new(&active.endpoint.object_name())
+                    .within(&active.access.namespace),
+            )
+            .map(|e| e.spec.clone());
+        if !active.published || (on_broker.is_some_and(|e| e != active.endpoint)) {
             publish(active, &local, &owner, &self.config).await?;
             active.published = true;
         }
@@ -366,9 +383,20 @@ impl Gateway {
             None => None,
         };
         let table = dataplane::render_table(&self.config.cluster_cidrs, egress);
-        dataplane::apply_table(&placement.node_netns, &table)
-            .await
-            .map_err(|e| format!("cannot program the gateway's nftables table: {e}"))?;
+        if table != active.table {
+            dataplane::apply_table(&placement.node_netns, &table)
+                .await
+                .map_err(|e| format!("cannot program the gateway's nftables table: {e}"))?;
+            active.table = table;
+        }
+        if active.last_export_check.elapsed() >= EXPORT_CHECK {
+            active.last_export_check = Instant::now();
+            if let Err(error) =
+                crate::exports::check(&self.config.member, &placement.node_netns).await
+            {
+                warn!(%error, "cannot check the exported Services");
+            }
+        }
         Ok(())
     }
 

@@ -80,9 +80,21 @@ pub fn plan(local: &Local, endpoints: &[(EndpointSpec, Option<jiff::Timestamp>)]
     let mut own: Vec<Ipv4Net> = local.cidrs.clone();
     own.extend(local.global_cidr);
     let mut claimed: Vec<(Ipv4Net, String)> = Vec::new();
+    let mut keys: Vec<([u8; 32], String)> = Vec::new();
     let mut plan = Plan::default();
     for (cluster, (endpoint, _)) in newest {
-        let result = peer(local, endpoint, &own, &claimed);
+        let result = peer(local, endpoint, &own, &claimed).and_then(|p| {
+            // A key identifies the peer a handshake comes from.
+            match keys.iter().find(|(k, _)| *k == p.public_key) {
+                Some((_, other)) => Err(format!(
+                    "its public key is also cluster {other}'s: not connected (each cluster needs a key of its own)"
+                )),
+                None => {
+                    keys.push((p.public_key, cluster.to_string()));
+                    Ok(p)
+                }
+            }
+        });
         let (peer, problem) = match result {
             Ok(p) => {
                 for n in &p.allowed {
