@@ -1573,6 +1573,51 @@ endpoints: [{}]
         pods.contains(&answered_by(&curl(&format!("http://{fqdn}/"), "5"))),
         "by name"
     );
+    // A Headless import: one A per ready endpoint, from every cluster.
+    m.ok_stdin(
+        &["apply", "-f", "-"],
+        &format!(
+            r#"
+apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceImport
+metadata: {{name: echo-pods}}
+spec:
+  type: Headless
+  ports: [{{name: http, protocol: TCP, port: 8080}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: echo-pods-rt-mcs
+  labels:
+    multicluster.kubernetes.io/service-name: echo-pods
+    multicluster.kubernetes.io/source-cluster: rt-mcs
+addressType: IPv4
+ports: [{{name: http, port: 8080, protocol: TCP}}]
+endpoints: [{}, {{addresses: ["10.250.0.9"], conditions: {{ready: false}}}}]
+"#,
+            endpoints.join(", ")
+        ),
+    );
+    let mut want = ips.clone();
+    want.sort();
+    wait_for(
+        Duration::from_secs(20),
+        "the headless import's records",
+        || {
+            let out = m.ok(&[
+                "exec",
+                "client",
+                "--",
+                "dig",
+                "+short",
+                "echo-pods.default.svc.clusterset.local",
+            ]);
+            let mut got: Vec<String> = out.lines().map(str::to_string).collect();
+            got.sort();
+            got == want
+        },
+    );
     assert_eq!(
         m.ok(&[
             "exec",
