@@ -1390,3 +1390,283 @@ spec:
         assert!(!std::path::Path::new(&dir).exists(), "{dir} is left");
     }
 }
+
+const MCS_APP: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: echo}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: echo}}
+  template:
+    metadata: {labels: {app: echo}}
+    spec:
+      containers:
+      - name: api
+        image: example/echo:1.0
+        ports: [{name: http, containerPort: 8080}]
+        readinessProbe: {httpGet: {path: /health, port: http}, periodSeconds: 1}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: echo}
+spec:
+  selector: {app: echo}
+  ports: [{name: http, port: 80, targetPort: http}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: client}
+spec:
+  containers: [{name: c, image: busybox, command: ["sleep", "3600"]}]
+"#;
+
+/// Submariner Globalnet's GlobalIngressIP, as far as the member reads it.
+const GLOBAL_INGRESS_IP_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: globalingressips.submariner.io}
+spec:
+  group: submariner.io
+  scope: Namespaced
+  names: {kind: GlobalIngressIP, plural: globalingressips, singular: globalingressip}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"#;
+
+/// A ClusterSetIP outside the member's service range, in the hub's
+/// default ClusterSetIP range (242.0.0.0/16).
+const CLUSTERSET_IP: &str = "242.0.0.7";
+/// A Globalnet ingress IP, as Globalnet would allocate one.
+const GLOBAL_IP: &str = "243.1.0.5";
+
+#[test]
+fn clusterset_ips_clusterset_dns_and_global_ingress_ips_reach_pods() {
+    if !can_run() {
+        return;
+    }
+    let m = Server::netns_member("rt-mcs", &[]);
+    m.ok_stdin(&["apply", "-f", "-"], MCS_APP);
+    wait_for(Duration::from_secs(60), "two ready echo pods", || {
+        jsonpath(&m, &["deployment", "echo"], "{.status.readyReplicas}") == "2"
+    });
+    wait_phase(&m, "client", "Running");
+    let curl = |url: &str, timeout: &str| {
+        m.kubectl(&["exec", "client", "--", "curl", "-s", "-m", timeout, url])
+    };
+    let answered_by = |out: &std::process::Output| {
+        String::from_utf8_lossy(&out.stdout)
+            .split("\"pod\":\"")
+            .nth(1)
+            .and_then(|s| s.split('"').next())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let pods: Vec<String> = jsonpath(&m, &["pods", "-l", "app=echo"], "{.items[*].metadata.name}")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let ips: Vec<String> = pods
+        .iter()
+        .map(|p| jsonpath(&m, &["pod", p], "{.status.podIP}"))
+        .collect();
+
+    // Without the MCS and Globalnet CRDs (a member never joined),
+    // Services and cluster DNS work as ever.
+    assert!(curl("http://echo/", "5").status.success(), "{}", m.log());
+
+    // The CRDs the hub would install, and a Globalnet one, by hand.
+    for crd in flotilla_federation::mcs::api::crds() {
+        m.ok_stdin(&["apply", "-f", "-"], &crd.to_string());
+    }
+    m.ok_stdin(&["apply", "-f", "-"], GLOBAL_INGRESS_IP_CRD);
+    wait_for(Duration::from_secs(20), "the CRDs served", || {
+        m.kubectl(&["get", "serviceimports,globalingressips"])
+            .status
+            .success()
+    });
+
+    // An import as the hub's MCS controller writes it: a ClusterSetIP,
+    // and one slice per exporting cluster with that cluster's pods.
+    let endpoints: Vec<String> = ips
+        .iter()
+        .map(|ip| format!("{{addresses: [\"{ip}\"], conditions: {{ready: true}}}}"))
+        .collect();
+    m.ok_stdin(
+        &["apply", "-f", "-"],
+        &format!(
+            r#"
+apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceImport
+metadata: {{name: echo}}
+spec:
+  type: ClusterSetIP
+  ips: ["{CLUSTERSET_IP}"]
+  ports: [{{name: http, protocol: TCP, port: 80}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: echo-rt-mcs
+  labels:
+    multicluster.kubernetes.io/service-name: echo
+    multicluster.kubernetes.io/source-cluster: rt-mcs
+    endpointslice.kubernetes.io/managed-by: mcs.flotilla.io
+addressType: IPv4
+ports: [{{name: http, port: 8080, protocol: TCP}}]
+endpoints: [{}]
+"#,
+            endpoints.join(", ")
+        ),
+    );
+    let by_ip = format!("http://{CLUSTERSET_IP}/");
+    wait_for(
+        Duration::from_secs(30),
+        "the ClusterSetIP to answer",
+        || curl(&by_ip, "2").status.success(),
+    );
+    // Load balanced over the import's ready endpoints.
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..30 {
+        let pod = answered_by(&curl(&by_ip, "5"));
+        assert!(pods.contains(&pod), "{pod:?} answered");
+        seen.insert(pod);
+        if seen.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 2, "both pods answer at the ClusterSetIP");
+
+    // clusterset.local from the member's own DNS, through the pod's
+    // resolv.conf.
+    let fqdn = "echo.default.svc.clusterset.local";
+    wait_for(
+        Duration::from_secs(20),
+        "clusterset.local to answer",
+        || {
+            m.ok(&["exec", "client", "--", "dig", "+short", fqdn])
+                .trim()
+                == CLUSTERSET_IP
+        },
+    );
+    let lookup = m.ok(&["exec", "client", "--", "nslookup", fqdn]);
+    assert_has(&lookup, &[CLUSTERSET_IP]);
+    assert_eq!(
+        m.ok(&[
+            "exec",
+            "client",
+            "--",
+            "dig",
+            "+short",
+            "SRV",
+            &format!("_http._tcp.{fqdn}")
+        ])
+        .trim(),
+        format!("0 100 80 {fqdn}.")
+    );
+    assert!(
+        pods.contains(&answered_by(&curl(&format!("http://{fqdn}/"), "5"))),
+        "by name"
+    );
+    // A Headless import: one A per ready endpoint, from every cluster.
+    m.ok_stdin(
+        &["apply", "-f", "-"],
+        &format!(
+            r#"
+apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceImport
+metadata: {{name: echo-pods}}
+spec:
+  type: Headless
+  ports: [{{name: http, protocol: TCP, port: 8080}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: echo-pods-rt-mcs
+  labels:
+    multicluster.kubernetes.io/service-name: echo-pods
+    multicluster.kubernetes.io/source-cluster: rt-mcs
+addressType: IPv4
+ports: [{{name: http, port: 8080, protocol: TCP}}]
+endpoints: [{}, {{addresses: ["10.250.0.9"], conditions: {{ready: false}}}}]
+"#,
+            endpoints.join(", ")
+        ),
+    );
+    let mut want = ips.clone();
+    want.sort();
+    wait_for(
+        Duration::from_secs(20),
+        "the headless import's records",
+        || {
+            let out = m.ok(&[
+                "exec",
+                "client",
+                "--",
+                "dig",
+                "+short",
+                "echo-pods.default.svc.clusterset.local",
+            ]);
+            let mut got: Vec<String> = out.lines().map(str::to_string).collect();
+            got.sort();
+            got == want
+        },
+    );
+    assert_eq!(
+        m.ok(&[
+            "exec",
+            "client",
+            "--",
+            "dig",
+            "+short",
+            "echo.default.svc.cluster.local"
+        ])
+        .trim(),
+        jsonpath(&m, &["svc", "echo"], "{.spec.clusterIP}"),
+        "cluster.local as before"
+    );
+
+    // A Globalnet ingress IP for the Service, once allocated, leads to it.
+    m.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: submariner.io/v1
+kind: GlobalIngressIP
+metadata: {name: echo}
+spec: {target: ClusterIPService, serviceRef: {name: echo}}
+"#,
+    );
+    m.ok(&[
+        "patch",
+        "globalingressip",
+        "echo",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &format!(r#"{{"status":{{"allocatedIP":"{GLOBAL_IP}"}}}}"#),
+    ]);
+    let global = format!("http://{GLOBAL_IP}/");
+    wait_for(
+        Duration::from_secs(20),
+        "the global ingress IP to answer",
+        || curl(&global, "2").status.success(),
+    );
+    assert!(pods.contains(&answered_by(&curl(&global, "5"))));
+
+    // No ready endpoints left: the ClusterSetIP refuses at once.
+    m.ok(&["delete", "endpointslice", "echo-rt-mcs"]);
+    wait_for(
+        Duration::from_secs(20),
+        "the ClusterSetIP to refuse",
+        || {
+            let out = curl(&by_ip, "5");
+            out.status.code() == Some(7)
+        },
+    );
+}

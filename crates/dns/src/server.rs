@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_federation::mcs::api::{MANAGED_BY, MANAGED_BY_LABEL, ServiceImport};
+use flotilla_federation::mcs::api::{
+    MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL, ServiceImport,
+};
 use futures::StreamExt;
 use hickory_proto::op::{Message, OpCode, ResponseCode};
 use hickory_proto::serialize::binary::{BinDecodable, BinEncodable};
@@ -53,6 +55,25 @@ impl Caches {
         Ok(caches)
     }
 
+    /// A member's own ServiceImports and import EndpointSlices (any MCS
+    /// implementation's: those labelled with an import's name), as
+    /// Lighthouse's agent serves them. Returns at once: the MCS CRDs may
+    /// not be installed (a member never joined), which reads as no
+    /// imports until they are ([`crate::watch`]).
+    pub fn follow_optional(client: Client) -> Caches {
+        let imports = crate::watch::follow_optional(
+            Api::<ServiceImport>::all(client.clone()),
+            watcher::Config::default(),
+            || {},
+        );
+        let slices = crate::watch::follow_optional(
+            Api::<EndpointSlice>::all(client),
+            watcher::Config::default().labels(SERVICE_NAME_LABEL),
+            || {},
+        );
+        Caches { imports, slices }
+    }
+
     fn snapshot(&self) -> Snapshot {
         Snapshot {
             imports: self.imports.state(),
@@ -79,6 +100,20 @@ impl Zone for Caches {
         qtype: hickory_proto::rr::RecordType,
     ) -> Option<zone::Answer> {
         zone::answer(&self.snapshot(), qname, qtype)
+    }
+}
+
+/// Several zones served together (a member's `cluster.local` and
+/// `clusterset.local`): the first that claims a name answers it.
+pub struct Zones(pub Vec<Arc<dyn Zone>>);
+
+impl Zone for Zones {
+    fn answer(
+        &self,
+        qname: &hickory_proto::rr::Name,
+        qtype: hickory_proto::rr::RecordType,
+    ) -> Option<zone::Answer> {
+        self.0.iter().find_map(|z| z.answer(qname, qtype))
     }
 }
 
@@ -185,5 +220,39 @@ async fn connection(mut stream: TcpStream, zone: Arc<dyn Zone>) {
         if stream.write_u16(len).await.is_err() || stream.write_all(&out).await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hickory_proto::rr::{Name, RecordType};
+
+    /// Claims the names under one domain, answering NXDOMAIN.
+    struct Claims(&'static str);
+
+    impl Zone for Claims {
+        fn answer(&self, qname: &Name, _: RecordType) -> Option<zone::Answer> {
+            Name::from_ascii(self.0)
+                .ok()?
+                .zone_of(qname)
+                .then(|| zone::Answer {
+                    code: ResponseCode::NXDomain,
+                    records: Vec::new(),
+                    authority: Vec::new(),
+                })
+        }
+    }
+
+    #[test]
+    fn combined_zones_each_answer_their_own_names() {
+        let zones = Zones(vec![
+            Arc::new(Claims("cluster.local.")),
+            Arc::new(Claims("clusterset.local.")),
+        ]);
+        let ask = |n: &str| zones.answer(&Name::from_ascii(n).unwrap(), RecordType::A);
+        assert!(ask("web.shop.svc.cluster.local.").is_some());
+        assert!(ask("web.shop.svc.clusterset.local.").is_some());
+        assert!(ask("example.com.").is_none(), "refused: not ours");
     }
 }

@@ -5,6 +5,13 @@
 //! the cluster's Services and EndpointSlices (`flotilla_dns::cluster`,
 //! the library `flotilla dns` serves `clusterset.local` with). Pods'
 //! resolv.conf points at the Service; the proxy's rules carry it.
+//!
+//! The same server answers `clusterset.local` from the member's own
+//! ServiceImports and import EndpointSlices (which the hub's MCS
+//! controller writes here), as Submariner Lighthouse's agent does: names
+//! of multi-cluster services keep resolving while the hub is down. A
+//! member without the MCS CRDs answers no clusterset names (NXDOMAIN for
+//! its services) and `cluster.local` as ever.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -48,7 +55,11 @@ pub async fn start(
     .map_err(|e| format!("cannot serve cluster DNS on {addr}/tcp: {e}"))?;
     let udp = tokio::net::UdpSocket::from_std(udp).map_err(|e| e.to_string())?;
     let tcp = tokio::net::TcpListener::from_std(tcp).map_err(|e| e.to_string())?;
-    let zone: Arc<dyn server::Zone> = Arc::new(ClusterZone::follow(client.clone()).await);
+    // clusterset.local does not wait for its CRDs: cluster.local must work.
+    let zone: Arc<dyn server::Zone> = Arc::new(server::Zones(vec![
+        Arc::new(ClusterZone::follow(client.clone()).await),
+        Arc::new(server::Caches::follow_optional(client.clone())),
+    ]));
     tokio::spawn(server::serve_udp(udp, zone.clone()));
     tokio::spawn(server::serve_tcp(tcp, zone));
     publish(client, address, service_ip)

@@ -22,6 +22,7 @@ pub mod shim;
 pub mod spec;
 pub mod standin;
 pub mod streams;
+pub mod views;
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
