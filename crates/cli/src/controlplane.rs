@@ -64,8 +64,9 @@ pub struct ControlplaneArgs {
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     pub graceful_eviction_timeout: Duration,
     /// Where multi-cluster services' ClusterSetIPs come from; give one
-    /// IPv4 and one IPv6 range for dual-stack imports.
-    #[arg(long, value_delimiter = ',', default_value = "242.0.0.0/16")]
+    /// IPv4 and one IPv6 range for dual-stack imports. Outside Globalnet's
+    /// 242.0.0.0/8, as Submariner's 243.0.0.0/8 is.
+    #[arg(long, value_delimiter = ',', default_value = "243.0.0.0/16")]
     pub clusterset_ip_range: Vec<ipnet::IpNet>,
     /// Also serve the fleet's clusterset.local DNS zone here (UDP and TCP),
     /// as `flotilla dns` does.

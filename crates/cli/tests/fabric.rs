@@ -155,6 +155,16 @@ fn connections(m: &Server) -> String {
         .collect()
 }
 
+/// The network namespace of node `node` (`<member>-node-<i>`).
+fn node_netns(m: &Server, node: &str) -> String {
+    let prefix = std::fs::read_to_string(m.data_dir().join("netns-prefix")).unwrap_or_default();
+    format!(
+        "{}-n{}",
+        prefix.trim(),
+        node.rsplit('-').next().unwrap_or("0")
+    )
+}
+
 fn active_gateway(m: &Server) -> String {
     active(m)
         .and_then(|g| g["metadata"]["name"].as_str().map(str::to_string))
@@ -287,7 +297,7 @@ fn pod_ip(m: &Server, ns: &str, selector: &str) -> String {
     wait_for(WAIT, "a running pod with an IP", || {
         ip = jsonpath(
             m,
-            &["pods", "-n", ns, "-l", selector],
+            &["get", "pods", "-n", ns, "-l", selector],
             "{.items[?(@.status.phase==\"Running\")].status.podIP}",
         );
         !ip.is_empty()
@@ -295,8 +305,8 @@ fn pod_ip(m: &Server, ns: &str, selector: &str) -> String {
     ip.split_whitespace().next().unwrap_or_default().to_string()
 }
 
-/// Captures the underlay's bridge and one member's bridge while `send`
-/// runs; returns both captures' bytes.
+/// Captures the underlay's bridge and a gateway node's tunnel device
+/// while `send` runs; returns both captures' bytes.
 fn capture(underlay: &Underlay, member_netns: &str, send: impl FnOnce()) -> (Vec<u8>, Vec<u8>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let start = |netns: &str, iface: &str, file: &str| {
@@ -306,20 +316,30 @@ fn capture(underlay: &Underlay, member_netns: &str, send: impl FnOnce()) -> (Vec
             ])
             .arg(dir.path().join(file))
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join(format!("{file}.err"))).expect("log"))
             .spawn()
             .expect("tcpdump (bash .ci/run installs it)")
     };
     let mut on_underlay = start(&underlay.0, "ul0", "underlay.pcap");
-    let mut on_member = start(member_netns, "br0", "member.pcap");
-    std::thread::sleep(Duration::from_millis(800));
+    let mut on_member = start(member_netns, "submariner", "member.pcap");
+    wait_for(Duration::from_secs(10), "tcpdump listening", || {
+        ["underlay.pcap.err", "member.pcap.err"].iter().all(|f| {
+            std::fs::read_to_string(dir.path().join(f)).is_ok_and(|t| t.contains("listening on"))
+        })
+    });
     send();
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(Duration::from_millis(1500));
     for c in [&mut on_underlay, &mut on_member] {
         let _ = Command::new("kill")
             .args(["-INT", &c.id().to_string()])
             .status();
         let _ = c.wait();
+    }
+    for f in ["underlay.pcap.err", "member.pcap.err"] {
+        eprintln!(
+            "{f}: {}",
+            std::fs::read_to_string(dir.path().join(f)).unwrap_or_default()
+        );
     }
     (
         std::fs::read(dir.path().join("underlay.pcap")).unwrap_or_default(),
@@ -375,6 +395,7 @@ fn members_reach_each_others_pods_services_and_clusterset_names() {
     let east_global = jsonpath(
         &hub,
         &[
+            "get",
             "clusters.submariner.io",
             "east",
             "-n",
@@ -386,6 +407,7 @@ fn members_reach_each_others_pods_services_and_clusterset_names() {
     let egress = jsonpath(
         &east,
         &[
+            "get",
             "clusterglobalegressips.submariner.io",
             "cluster-egress.submariner.io",
         ],
@@ -402,7 +424,7 @@ fn members_reach_each_others_pods_services_and_clusterset_names() {
     export(&east, "orders");
     for m in [&east, &south, &west] {
         wait_for(WAIT, "the client pod running", || {
-            jsonpath(m, &["pod", "client"], "{.status.phase}") == "Running"
+            jsonpath(m, &["get", "pod", "client"], "{.status.phase}") == "Running"
         });
     }
 
@@ -417,7 +439,7 @@ fn members_reach_each_others_pods_services_and_clusterset_names() {
     );
     let payment_ip = jsonpath(
         &west,
-        &["svc", "payment-api", "-n", "production"],
+        &["get", "svc", "payment-api", "-n", "production"],
         "{.spec.clusterIP}",
     );
     wait_curl(
@@ -444,7 +466,7 @@ fn members_reach_each_others_pods_services_and_clusterset_names() {
     .unwrap_or_default();
     let clusterset_ip = jsonpath(
         &east,
-        &["serviceimport", "payment-api", "-n", "production"],
+        &["get", "serviceimport", "payment-api", "-n", "production"],
         "{.spec.ips[0]}",
     );
     assert!(
@@ -460,6 +482,7 @@ fn members_reach_each_others_pods_services_and_clusterset_names() {
     let giip = jsonpath(
         &east,
         &[
+            "get",
             "globalingressips.submariner.io",
             "orders",
             "-n",
@@ -470,11 +493,11 @@ fn members_reach_each_others_pods_services_and_clusterset_names() {
     assert!(giip.starts_with("242."), "{giip}");
 
     // On the underlay, only WireGuard: a marker sent across is nowhere in
-    // the capture there, and is in the sending member's own bridge's.
+    // the capture there, and is on the sending gateway's tunnel device,
+    // where packets are still plaintext.
     let marker = format!("flotilla-plaintext-{:08x}", rand_u32());
-    let west_router =
-        std::fs::read_to_string(west.data_dir().join("netns-prefix")).unwrap_or_default();
-    let (on_underlay, on_member) = capture(&underlay, west_router.trim(), || {
+    let gateway_netns = node_netns(&west, &active_gateway(&west));
+    let (on_underlay, on_member) = capture(&underlay, &gateway_netns, || {
         let data = format!("x={marker}");
         exec(
             &west,
@@ -485,7 +508,16 @@ fn members_reach_each_others_pods_services_and_clusterset_names() {
     });
     assert!(
         contains(&on_member, marker.as_bytes()),
-        "the capture works: the marker is on the member's bridge"
+        "the capture works: the marker is on the gateway's tunnel device ({gateway_netns}: {} bytes captured, underlay {} bytes); gateways: {:#?}",
+        on_member.len(),
+        on_underlay.len(),
+        gateways(&west)
+            .iter()
+            .map(|g| (
+                g["metadata"]["name"].clone(),
+                g["status"]["haStatus"].clone()
+            ))
+            .collect::<Vec<_>>()
     );
     assert!(!on_underlay.is_empty(), "traffic crossed the underlay");
     assert!(
@@ -530,10 +562,23 @@ fn members_reach_each_others_pods_services_and_clusterset_names() {
         .expect("pid file");
     let killed = Instant::now();
     let _ = Command::new("kill").args(["-9", pid.trim()]).status();
-    wait_for(WAIT, "another gateway active", || {
-        let now = active_gateway(&west);
-        !now.is_empty() && now != was
-    });
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let actives: Vec<String> = gateways(&west)
+            .iter()
+            .filter(|g| g["status"]["haStatus"] == "active")
+            .filter_map(|g| g["metadata"]["name"].as_str().map(str::to_string))
+            .collect();
+        if actives.len() == 1 && actives[0] != was {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no takeover from {was}: active {actives:?}\ngateway logs:\n{}",
+            gateway_logs(&west)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let took = wait_curl(
         &east,
         "client",
@@ -574,6 +619,7 @@ fn members_reach_each_others_pods_services_and_clusterset_names() {
     let south_global = jsonpath(
         &hub,
         &[
+            "get",
             "clusters.submariner.io",
             "south",
             "-n",

@@ -120,7 +120,7 @@ const EXPECTED: &[(&str, &str)] = &[
         "kubectl --context member3 get serviceimport web",
         "ClusterSetIP",
     ),
-    ("dig @127.0.0.1 -p 5353 +short web.default", "242.0."),
+    ("dig @127.0.0.1 -p 5353 +short web.default", "243.0."),
     (
         "dig @127.0.0.1 -p 5353 +short SRV",
         "web.default.svc.clusterset.local",

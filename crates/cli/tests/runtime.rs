@@ -1440,10 +1440,10 @@ spec:
 "#;
 
 /// A ClusterSetIP outside the member's service range, in the hub's
-/// default ClusterSetIP range (242.0.0.0/16).
-const CLUSTERSET_IP: &str = "242.0.0.7";
+/// default ClusterSetIP range (243.0.0.0/16).
+const CLUSTERSET_IP: &str = "243.0.0.7";
 /// A Globalnet ingress IP, as Globalnet would allocate one.
-const GLOBAL_IP: &str = "243.1.0.5";
+const GLOBAL_IP: &str = "242.1.0.5";
 
 #[test]
 fn clusterset_ips_clusterset_dns_and_global_ingress_ips_reach_pods() {

@@ -53,7 +53,7 @@ impl Default for Options {
             graceful_eviction_timeout: Duration::from_secs(600),
             applies_sync_mode: sync_mode::PUSH,
             clusterset_ip_ranges: vec![ipnet::IpNet::V4(
-                ipnet::Ipv4Net::new(std::net::Ipv4Addr::new(242, 0, 0, 0), 16).unwrap_or_default(),
+                ipnet::Ipv4Net::new(std::net::Ipv4Addr::new(243, 0, 0, 0), 16).unwrap_or_default(),
             )],
         }
     }

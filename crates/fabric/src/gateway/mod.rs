@@ -207,8 +207,10 @@ impl Gateway {
             return;
         };
         // A gateway that just (re)started leaves a lapsed Lease to the
-        // standbys that were already waiting for it.
-        let takeover = self.started.elapsed() >= self.config.lease_duration;
+        // standbys that were already waiting for it: it may take one over
+        // only after twice the Lease's duration (a free Lease, or none, it
+        // takes at once).
+        let takeover = self.started.elapsed() >= 2 * self.config.lease_duration;
         let role = match self.election.try_acquire(takeover).await {
             Ok(r) => r,
             Err(error) => {
