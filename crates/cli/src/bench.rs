@@ -17,6 +17,10 @@ pub enum Bench {
     /// Time to run pods, memory and idle CPU of `flotilla member`, one big
     /// member or many small ones side by side.
     Member(crate::bench_member::MemberArgs),
+    /// The network fabric: join to connected, full mesh, recovery after
+    /// an underlay outage, gateway memory, tunnel throughput and latency
+    /// (netns members; needs root).
+    Fabric(crate::bench_fabric::FabricArgs),
     /// Distribution latency, scheduling throughput, memory and restart
     /// convergence of `flotilla controlplane` with simulated members,
     /// against writing the same objects to the members directly.
@@ -43,6 +47,7 @@ pub async fn run(b: Bench) -> anyhow::Result<()> {
     match b {
         Bench::Apiserver(args) => apiserver(args).await,
         Bench::Member(args) => crate::bench_member::run(args).await,
+        Bench::Fabric(args) => crate::bench_fabric::run(args).await,
         Bench::Propagation(args) => crate::bench_propagation::run(args).await,
     }
 }

@@ -631,7 +631,7 @@ spec:
         &["get", "serviceimport", "serve", "-n", "shop"],
         "{.spec.ips[0]}",
     );
-    assert!(ip.starts_with("242."), "ClusterSetIP {ip:?}");
+    assert!(ip.starts_with("243."), "ClusterSetIP {ip:?}");
     assert!(
         !m2.kubectl(&["get", "serviceexport", "serve", "-n", "shop"])
             .status

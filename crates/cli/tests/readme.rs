@@ -149,6 +149,12 @@ const EXPECTED: &[(&str, &str)] = &[
         "kubectl logs deployment/payment-api",
         "serving HTTP on :8080",
     ),
+    ("flotilla network show connections", "connected"),
+    (
+        "kubectl exec client -- curl -s http://payment-api.production.svc.clusterset.local",
+        "ok",
+    ),
+    ("flotilla network verify", "passed"),
 ];
 
 fn expected(command: &str) -> &'static str {

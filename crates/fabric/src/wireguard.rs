@@ -268,50 +268,64 @@ impl Engine {
             .collect()
     }
 
-    /// TUN → peers.
+    /// TUN → peers. Each wakeup drains what the device holds, and each
+    /// sealed datagram is sent at once where the socket has room (the
+    /// common case), so the hot path neither allocates nor yields.
     async fn outbound(self: Arc<Self>) {
         let mut packet = vec![0u8; BUF];
         let mut sealed = vec![0u8; BUF];
         loop {
-            let n = match self.tun.recv(&mut packet).await {
+            let first = match self.tun.recv(&mut packet).await {
                 Ok(n) => n,
                 Err(error) => {
                     warn!(%error, "the tunnel device failed; the gateway stops forwarding");
                     return;
                 }
             };
-            let Some(IpAddr::V4(dst)) = Tunn::dst_address(&packet[..n]) else {
-                continue;
-            };
-            let send = {
-                let mut peers = self.peers.lock();
-                let Some(index) = peers.route(dst) else {
-                    continue;
-                };
-                let Some(peer) = peers.by_index.get_mut(&index) else {
-                    continue;
-                };
-                match peer.tunn.encapsulate(&packet[..n], &mut sealed) {
-                    TunnResult::WriteToNetwork(out) => Some((out.to_vec(), peer.addr)),
-                    TunnResult::Err(e) => {
-                        debug!(error = ?e, cluster = %peer.config.cluster, "cannot seal a packet");
-                        None
-                    }
-                    _ => None,
+            let mut n = first;
+            loop {
+                if let Some((out, addr)) = self.seal(&packet[..n], &mut sealed) {
+                    let _ = self.udp.send_to(&out, addr).await;
                 }
-            };
-            if let Some((out, addr)) = send {
-                let _ = self.udp.send_to(&out, addr).await;
+                match self.tun.try_recv(&mut packet) {
+                    Ok(next) => n = next,
+                    Err(_) => break,
+                }
             }
         }
     }
 
-    /// Underlay → TUN (or the prober).
+    /// Seals one packet from the TUN device for its peer and sends it;
+    /// returns it only when the socket had no room (to be sent awaiting).
+    fn seal(&self, packet: &[u8], sealed: &mut [u8]) -> Option<(Vec<u8>, SocketAddr)> {
+        let Some(IpAddr::V4(dst)) = Tunn::dst_address(packet) else {
+            return None;
+        };
+        let mut peers = self.peers.lock();
+        let index = peers.route(dst)?;
+        let peer = peers.by_index.get_mut(&index)?;
+        match peer.tunn.encapsulate(packet, sealed) {
+            TunnResult::WriteToNetwork(out) => match self.udp.try_send_to(out, peer.addr) {
+                Ok(_) => None,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    Some((out.to_vec(), peer.addr))
+                }
+                Err(_) => None,
+            },
+            TunnResult::Err(e) => {
+                debug!(error = ?e, cluster = %peer.config.cluster, "cannot seal a packet");
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// Underlay → TUN (or the prober), draining the socket per wakeup.
     async fn inbound(self: Arc<Self>) {
         let mut datagram = vec![0u8; BUF];
         let mut out = vec![0u8; BUF];
         loop {
-            let (n, from) = match self.udp.recv_from(&mut datagram).await {
+            let mut next = match self.udp.recv_from(&mut datagram).await {
                 Ok(x) => x,
                 Err(error) => {
                     warn!(%error, "the underlay socket failed");
@@ -319,12 +333,19 @@ impl Engine {
                     continue;
                 }
             };
-            let (to_network, to_tun) = self.open(&datagram[..n], from, &mut out);
-            for d in to_network {
-                let _ = self.udp.send_to(&d, from).await;
-            }
-            for p in to_tun {
-                let _ = self.tun.send(&p).await;
+            loop {
+                let (n, from) = next;
+                let (to_network, to_tun) = self.open(&datagram[..n], from, &mut out);
+                for d in to_network {
+                    let _ = self.udp.send_to(&d, from).await;
+                }
+                for p in to_tun {
+                    let _ = self.tun.send(&p).await;
+                }
+                match self.udp.try_recv_from(&mut datagram) {
+                    Ok(x) => next = x,
+                    Err(_) => break,
+                }
             }
         }
     }
@@ -383,7 +404,12 @@ impl Engine {
                         probe_replies.push(probe::build(self.health_ip, p.from, p.sequence, true));
                     }
                 } else if peer.config.allowed.iter().any(|n| n.contains(&src)) {
-                    to_tun.push(packet.to_vec());
+                    // Written at once unless the device is full.
+                    if let Err(e) = self.tun.try_send(packet)
+                        && e.kind() == std::io::ErrorKind::WouldBlock
+                    {
+                        to_tun.push(packet.to_vec());
+                    }
                 } else {
                     debug!(%src, cluster = %peer.config.cluster, "dropped: source not routed to that cluster");
                 }
