@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::fleet::{SHORT_THRESHOLDS, jsonpath, stderr};
-use common::{Server, assert_has, flotilla, wait_for};
+use common::{Running, Server, assert_has, flotilla, wait_for};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -556,6 +556,35 @@ fn members_reach_each_others_pods_services_and_clusterset_names() {
         &["Cluster \"east\"", "connected", "wireguard"],
     );
 
+    // The active gateway's metrics, named as Submariner's.
+    let log = gateway_logs(&west);
+    let metrics_url = log
+        .lines()
+        .filter_map(|l| l.split("metrics on ").nth(1))
+        .map(str::trim)
+        .collect::<Vec<_>>();
+    let scraped: String = metrics_url
+        .iter()
+        .filter_map(|url| {
+            let out = Command::new("curl")
+                .args(["-s", "-m", "3", url])
+                .output()
+                .ok()?;
+            Some(String::from_utf8_lossy(&out.stdout).into_owned())
+        })
+        .collect();
+    assert_has(
+        &scraped,
+        &[
+            "submariner_gateways 1",
+            "submariner_connections{",
+            "status=\"connected\"",
+            "remote_cluster=\"east\"",
+            "submariner_connection_latency_seconds{",
+            "submariner_gateway_rx_bytes{",
+        ],
+    );
+
     // The active gateway killed: the standby takes over, traffic flows.
     let was = active_gateway(&west);
     let pid = std::fs::read_to_string(west.data_dir().join("gateways").join(format!("{was}.pid")))
@@ -723,7 +752,36 @@ fn what_cannot_connect_is_said_and_the_rest_keeps_working() {
     join(&hub, "a", &a, &[]);
     join(&hub, "b", &b, &[]);
     join(&hub, "c", &c, &[]);
-    wait_connected(&a, &["c"]);
+    // d is a Pull member: its agent joins it to the fabric with its own
+    // token, which may write only d's objects on the broker.
+    let d = member("d", &underlay, "10.213.0.0/16", "10.100.0.0/16");
+    let agent_kubeconfig = hub.dir.path().join("d-agent.kubeconfig");
+    let out = flotilla(&[
+        "token",
+        "create",
+        "--kubeconfig",
+        hub.kubeconfig.to_str().unwrap(),
+        "--cluster",
+        "d",
+        "--write-kubeconfig",
+        agent_kubeconfig.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "token: {}", stderr(&out));
+    let _agent = Running::start(&[
+        "agent",
+        "--cluster-name",
+        "d",
+        "--kubeconfig",
+        agent_kubeconfig.to_str().unwrap(),
+        "--cluster-kubeconfig",
+        d.kubeconfig.to_str().unwrap(),
+        "--cluster-status-update-frequency",
+        "500ms",
+        "--cluster-lease-duration",
+        "2s",
+    ]);
+    wait_connected(&a, &["c", "d"]);
+    wait_connected(&d, &["a", "c"]);
     wait_message(&a, "b", "error", "overlap this cluster's 10.211.0.0/16");
     wait_message(&a, "b", "error", "Globalnet");
     // Nothing of b's is routed in a: only c's subnets go to the tunnel.

@@ -646,6 +646,70 @@ fn up_with_the_netns_runtime_runs_pods_that_answer() {
         ],
     );
     assert_has(&answer, &["\"cluster\":\"member2\"", "\"pod\":\"web-"]);
+    // The members are connected: a pod of member1 reaches member2's
+    // Service by its ClusterIP, through the gateways' tunnel.
+    let web_ip = ok(
+        &kubeconfig,
+        &[
+            "--context",
+            "member2",
+            "get",
+            "svc",
+            "web",
+            "-o=jsonpath={.spec.clusterIP}",
+        ],
+    );
+    ok(
+        &kubeconfig,
+        &[
+            "--context",
+            "member1",
+            "run",
+            "client",
+            "--image=busybox",
+            "--command",
+            "--",
+            "sleep",
+            "3600",
+        ],
+    );
+    let mut across = String::new();
+    wait_for(WAIT, "member1's pod reaching member2's Service", || {
+        let out = kubectl(
+            &kubeconfig,
+            &[
+                "--context",
+                "member1",
+                "exec",
+                "client",
+                "--",
+                "curl",
+                "-s",
+                "-m",
+                "3",
+                &format!("http://{web_ip}/"),
+            ],
+        );
+        across = String::from_utf8_lossy(&out.stdout).into_owned();
+        across.contains("\"cluster\":\"member2\"")
+    });
+    let mut shown = String::new();
+    wait_for(WAIT, "`flotilla network show` saying connected", || {
+        let out = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+            .args(["network", "show", "connections", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .output()
+            .expect("flotilla network show");
+        shown = String::from_utf8_lossy(&out.stdout).into_owned();
+        shown.matches("connected").count() >= 2
+    });
+    assert_has(&shown, &["Cluster \"member1\"", "member2", "wireguard"]);
+    let underlay = std::fs::read_to_string(dir.join("fleet.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["underlay"].as_str().map(str::to_string))
+        .expect("fleet.json names the underlay");
+    assert!(std::path::Path::new("/run/netns").join(&underlay).exists());
     // Members' pod networks do not collide: their pod CIDRs differ.
     let cidr = |m: &str| {
         ok(
@@ -678,5 +742,9 @@ fn up_with_the_netns_runtime_runs_pods_that_answer() {
         left,
         Vec::<String>::new(),
         "Ctrl-C removes the members' namespaces"
+    );
+    assert!(
+        !std::path::Path::new("/run/netns").join(&underlay).exists(),
+        "Ctrl-C removes the underlay"
     );
 }

@@ -100,6 +100,8 @@ struct Gateway {
     access: Option<BrokerAccess>,
     active: Option<Active>,
     last_status: Instant,
+    /// Roles, failure and connection statuses last written.
+    last_summary: String,
     failure: String,
     started: Instant,
 }
@@ -174,6 +176,7 @@ impl Gateway {
             access: None,
             active: None,
             last_status: Instant::now() - Duration::from_secs(60),
+            last_summary: String::new(),
             failure: String::new(),
             started: Instant::now(),
         })
@@ -402,8 +405,7 @@ impl Gateway {
         Ok(())
     }
 
-    /// Writes the Gateway object (every 5 s, or at once on a change of
-    /// role) and the metrics.
+    /// Writes the Gateway object and the metrics.
     async fn report(&mut self, active: bool) {
         let connections = match &self.active {
             Some(a) => status::connections(&a.plan, &a.engine.stats(), &a.since),
@@ -434,10 +436,23 @@ impl Gateway {
                 .map(|a| a.engine.stats())
                 .unwrap_or_default(),
         );
-        if self.last_status.elapsed() < Duration::from_secs(2) {
+        // Written every 5 s (Submariner's interval, for the RTTs and
+        // counters), and at once when a status, the role or a failure
+        // changes.
+        let summary = format!(
+            "{active} {} {}",
+            self.failure,
+            connections
+                .iter()
+                .map(|c| format!("{}={}", c.endpoint.cluster_id, c.status))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        if summary == self.last_summary && self.last_status.elapsed() < Duration::from_secs(5) {
             return;
         }
         self.last_status = Instant::now();
+        self.last_summary = summary;
         let gateway = status::gateway(
             &self.config.node,
             active,
