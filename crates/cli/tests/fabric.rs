@@ -678,6 +678,23 @@ fn members_reach_each_others_pods_services_and_clusterset_names() {
         !routes.contains(&south_global),
         "south's route left behind:\n{routes}"
     );
+
+    // The hub down: names still resolve (from each member's own imports)
+    // and traffic still flows, even through a gateway that takes over
+    // meanwhile (it connects from the member's copies of the endpoints).
+    let mut hub = hub;
+    hub.kill9();
+    wait_curl(&east, "client", url, "ok");
+    let was = active_gateway(&west);
+    let pid = std::fs::read_to_string(west.data_dir().join("gateways").join(format!("{was}.pid")))
+        .expect("pid file");
+    let _ = Command::new("kill").args(["-9", pid.trim()]).status();
+    wait_for(WAIT, "a takeover while the hub is down", || {
+        let now = active_gateway(&west);
+        !now.is_empty() && now != was
+    });
+    wait_curl(&east, "client", url, "ok");
+    wait_curl(&west, "client", orders, "\"cluster\":\"east\"");
 }
 
 fn wait_message(m: &Server, cluster: &str, status: &str, text: &str) {

@@ -17,6 +17,7 @@
 //! itself. Remote gateways learn its address from its new Endpoint and
 //! from the handshake itself (WireGuard roaming).
 
+pub mod mirror;
 pub mod plan;
 pub mod status;
 
@@ -114,6 +115,10 @@ struct Active {
     _engine_tasks: EngineTasks,
     routes: Routes,
     endpoints: Store<Endpoint>,
+    /// Whether the broker's Endpoints have been listed at least once.
+    synced: Arc<std::sync::atomic::AtomicBool>,
+    /// The member's copies of them, as last written.
+    mirrored: mirror::Mirrored,
     watch: JoinHandle<()>,
     endpoint: EndpointSpec,
     published: bool,
@@ -289,12 +294,19 @@ impl Gateway {
         let (engine, tasks) = Engine::start(keys, self.public_ip(), tun, udp);
         let (endpoints, writer) = reflector::store();
         let api: Api<Endpoint> = Api::namespaced(hub.clone(), &access.namespace);
+        let synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = synced.clone();
         let watch = tokio::spawn(async move {
             use futures::StreamExt;
             watcher(api, watcher::Config::default())
                 .default_backoff()
                 .reflect(writer)
-                .for_each(|_| async {})
+                .for_each(|event| {
+                    if let Ok(watcher::Event::InitDone) = event {
+                        flag.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    async {}
+                })
                 .await;
         });
         let globalnet = access
@@ -307,6 +319,8 @@ impl Gateway {
             _engine_tasks: tasks,
             routes: Routes::default(),
             endpoints,
+            synced,
+            mirrored: Default::default(),
             watch,
             endpoint,
             published: false,
@@ -348,13 +362,34 @@ impl Gateway {
                     .within(&active.access.namespace),
             )
             .map(|e| e.spec.clone());
+        let mut broker_failure = None;
         if !active.published || (on_broker.is_some_and(|e| e != active.endpoint)) {
-            publish(active, &local, &owner, &self.config).await?;
-            active.published = true;
+            match publish(active, &local, &owner, &self.config).await {
+                Ok(()) => active.published = true,
+                // Another cluster owns the ID: this one must not connect.
+                Err(PublishError::Refused(e)) => return Err(e),
+                // The broker is down: connect from what is known.
+                Err(PublishError::Broker(e)) => broker_failure = Some(e),
+            }
         }
-        let endpoints: Vec<(EndpointSpec, Option<jiff::Timestamp>)> = active
-            .endpoints
-            .state()
+        let endpoints: Vec<Endpoint> = if active.synced.load(std::sync::atomic::Ordering::Relaxed) {
+            let broker: Vec<Endpoint> = active
+                .endpoints
+                .state()
+                .iter()
+                .map(|e| (**e).clone())
+                .collect();
+            match mirror::sync(&self.config.member, &broker, &active.mirrored).await {
+                Ok(m) => active.mirrored = m,
+                Err(error) => warn!(%error, "cannot copy the broker's endpoints into the member"),
+            }
+            broker
+        } else {
+            // Not listed from the broker yet (it may be down): the
+            // member's copies of its last state.
+            mirror::read(&self.config.member).await.unwrap_or_default()
+        };
+        let endpoints: Vec<(EndpointSpec, Option<jiff::Timestamp>)> = endpoints
             .iter()
             .map(|e| {
                 (
@@ -402,7 +437,11 @@ impl Gateway {
                 warn!(%error, "cannot check the exported Services");
             }
         }
-        Ok(())
+        // Said on the Gateway, after the tunnels were kept up regardless.
+        match broker_failure {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Writes the Gateway object and the metrics.
@@ -552,6 +591,20 @@ async fn cluster_keys(member: &Client) -> Result<KeyPair, String> {
     Err("cannot settle the cluster's key".into())
 }
 
+/// Why publishing failed.
+enum PublishError {
+    /// The broker refused this cluster (its ID is another's).
+    Refused(String),
+    /// The broker could not be reached or failed.
+    Broker(String),
+}
+
+impl From<String> for PublishError {
+    fn from(e: String) -> Self {
+        PublishError::Broker(e)
+    }
+}
+
 /// Publishes the Cluster and this Endpoint on the broker, and removes
 /// the cluster's endpoints of earlier gateways.
 async fn publish(
@@ -559,7 +612,7 @@ async fn publish(
     local: &plan::Local,
     owner: &str,
     config: &GatewayConfig,
-) -> Result<(), String> {
+) -> Result<(), PublishError> {
     let ns = &active.access.namespace;
     let clusters: Api<Cluster> = Api::namespaced(active.hub.clone(), ns);
     let id = &active.access.cluster_id;
@@ -570,10 +623,10 @@ async fn publish(
             .cloned()
             .unwrap_or_default();
         if !theirs.is_empty() && theirs != owner {
-            return Err(format!(
+            return Err(PublishError::Refused(format!(
                 "cluster ID {id:?} is already used by another cluster on the broker (its kube-system uid is {theirs}); \
                  join this one under another name, or delete {ns}/{id} on the broker if that cluster is gone"
-            ));
+            )));
         }
     }
     let meta = |name: &str| ObjectMeta {
