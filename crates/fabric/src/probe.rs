@@ -91,4 +91,21 @@ mod tests {
         assert_eq!(parse(&other, b), None);
         assert_eq!(parse(&p[..10], b), None);
     }
+
+    #[test]
+    fn any_bytes_from_a_tunnel_parse_without_panicking() {
+        let me = Ipv4Addr::new(100, 64, 0, 3);
+        let good = build(Ipv4Addr::new(100, 64, 0, 2), me, 1, true);
+        for _ in 0..20_000 {
+            let len = rand::random_range(0..64);
+            let mut bytes: Vec<u8> = (0..len).map(|_| rand::random()).collect();
+            let _ = parse(&bytes, me);
+            // Mutations of a valid probe, too.
+            bytes = good.clone();
+            let i = rand::random_range(0..bytes.len());
+            bytes[i] = rand::random();
+            bytes.truncate(rand::random_range(0..=bytes.len()));
+            let _ = parse(&bytes, me);
+        }
+    }
 }
