@@ -17,22 +17,7 @@ use common::{Running, Server, assert_has, flotilla, wait_for};
 
 const WAIT: Duration = Duration::from_secs(90);
 
-fn can_run() -> bool {
-    if std::env::var("FLOTILLA_SKIP_NETNS_AS_ROOT").as_deref() == Ok("1") {
-        eprintln!("skipped: FLOTILLA_SKIP_NETNS_AS_ROOT=1");
-        return false;
-    }
-    let uid = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    assert_eq!(
-        uid, "0",
-        "the fabric's tests need root (or FLOTILLA_SKIP_NETNS_AS_ROOT=1)"
-    );
-    true
-}
+use common::can_run_netns as can_run;
 
 /// An underlay of the test's own, removed on drop.
 struct Underlay(String);

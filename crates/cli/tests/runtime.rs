@@ -9,22 +9,7 @@ use std::time::Duration;
 
 use common::{Server, assert_has, wait_for};
 
-fn can_run() -> bool {
-    if std::env::var("FLOTILLA_SKIP_NETNS_AS_ROOT").as_deref() == Ok("1") {
-        eprintln!("skipped: FLOTILLA_SKIP_NETNS_AS_ROOT=1");
-        return false;
-    }
-    let uid = std::process::Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    assert_eq!(
-        uid, "0",
-        "the netns runtime tests need root (or FLOTILLA_SKIP_NETNS_AS_ROOT=1)"
-    );
-    true
-}
+use common::can_run_netns as can_run;
 
 fn jsonpath(m: &Server, what: &[&str], path: &str) -> String {
     let mut args = vec!["get"];

@@ -27,13 +27,8 @@ struct Cable {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CableStatus {
-    cable_driver: String,
-    local_cluster: String,
-    local_hostname: String,
-    local_endpoint_ip: String,
-    remote_cluster: String,
-    remote_hostname: String,
-    remote_endpoint_ip: String,
+    #[prometheus(flatten)]
+    cable: Cable,
     status: String,
 }
 
@@ -126,13 +121,7 @@ impl Metrics {
             };
             self.connections
                 .get_or_create(&CableStatus {
-                    cable_driver: cable.cable_driver.clone(),
-                    local_cluster: cable.local_cluster.clone(),
-                    local_hostname: cable.local_hostname.clone(),
-                    local_endpoint_ip: cable.local_endpoint_ip.clone(),
-                    remote_cluster: cable.remote_cluster.clone(),
-                    remote_hostname: cable.remote_hostname.clone(),
-                    remote_endpoint_ip: cable.remote_endpoint_ip.clone(),
+                    cable: cable.clone(),
                     status: c.status.clone(),
                 })
                 .set(1);

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 use super::probe_pods::{self, Fleet, Member, Namespaces, ReadyPod, SERVER_PORT, SERVICE_PORT};
-use crate::inspect::HubArgs;
 
 const SERVER: &str = "benchmark-server";
 const BASELINE: &str = "benchmark-baseline";
@@ -22,12 +21,8 @@ const TRANSFER_TIME: Duration = Duration::from_secs(120);
 
 #[derive(clap::Args)]
 pub struct BenchmarkArgs {
-    /// The cluster the client runs in.
-    #[arg(long)]
-    pub from: String,
-    /// The cluster the server runs in.
-    #[arg(long)]
-    pub to: String,
+    #[command(flatten)]
+    pub pair: super::probe_pods::PairArgs,
     /// Bytes per throughput run (B, KB, KiB, MB, MiB, GB, GiB; at most 1GiB).
     #[arg(long, default_value = "64MiB", value_parser = parse_size)]
     pub size: u64,
@@ -37,14 +32,6 @@ pub struct BenchmarkArgs {
     /// TCP connections for the latency measurement.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub requests: u32,
-    /// Leave the probe namespaces for inspection.
-    #[arg(long)]
-    pub keep: bool,
-    /// How long the probe pods may take to be ready.
-    #[arg(long, default_value = "90s", value_parser = humantime::parse_duration)]
-    pub timeout: Duration,
-    #[command(flatten)]
-    pub hub: HubArgs,
 }
 
 /// "64MiB", "100MB", "1GiB", "4096": bytes, at most the stand-in's cap.
@@ -350,20 +337,20 @@ impl Bench<'_> {
 }
 
 pub async fn run(args: BenchmarkArgs) -> anyhow::Result<()> {
-    let fleet = Fleet::connect(&args.hub, &args.from, &args.to).await?;
+    let fleet = Fleet::connect(&args.pair.hub, &args.pair.from, &args.pair.to).await?;
     let namespace = format!("flotilla-benchmark-{}", probe_pods::random_suffix());
     let namespaces = Namespaces::default();
     let failed = probe_pods::with_cleanup(
         &namespaces,
-        args.keep,
+        args.pair.keep,
         benchmark(&fleet, &args, &namespace, &namespaces),
     )
     .await?;
     if failed {
         bail!(
             "a measurement failed (see the ✗ lines): `flotilla network verify --from {} --to {}` finds the hop",
-            args.from,
-            args.to
+            args.pair.from,
+            args.pair.to
         );
     }
     Ok(())
@@ -377,9 +364,12 @@ async fn benchmark(
     namespaces: &Namespaces,
 ) -> anyhow::Result<bool> {
     let (from, to) = (&fleet.from, &fleet.to);
-    let deadline = Instant::now() + args.timeout;
-    let from_gateways = fleet.gateways(&args.hub, from).await.unwrap_or_default();
-    let to_gateways = fleet.gateways(&args.hub, to).await.unwrap_or_default();
+    let deadline = Instant::now() + args.pair.timeout;
+    let from_gateways = fleet
+        .gateways(&args.pair.hub, from)
+        .await
+        .unwrap_or_default();
+    let to_gateways = fleet.gateways(&args.pair.hub, to).await.unwrap_or_default();
     let from_gateway = probe_pods::active_gateway_node(&from_gateways);
     let globalnet = fleet.globalnet(to).await;
     let from_nodes = probe_pods::nodes(from).await?;

@@ -3,8 +3,9 @@
 //! service` does, after checking the Service exists.
 
 use anyhow::{Context, bail};
+use flotilla_fabric::exports::export_resource;
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{ApiResource, DynamicObject, PostParams};
+use kube::api::{DynamicObject, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -26,16 +27,6 @@ pub struct ServiceArgs {
     /// The member's kubeconfig and context (its cluster, not the hub's).
     #[command(flatten)]
     pub cluster: HubArgs,
-}
-
-fn export_resource() -> ApiResource {
-    ApiResource {
-        group: "multicluster.x-k8s.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "multicluster.x-k8s.io/v1alpha1".into(),
-        kind: "ServiceExport".into(),
-        plural: "serviceexports".into(),
-    }
 }
 
 pub async fn run(cmd: ExportCommand) -> anyhow::Result<()> {

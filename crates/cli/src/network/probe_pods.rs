@@ -709,3 +709,24 @@ mod tests {
         assert_eq!(argv.last().map(String::as_str), Some("http://10.0.0.1:80/"));
     }
 }
+
+/// The two clusters a probe runs between, and how (shared by `network
+/// verify` and `network benchmark`).
+#[derive(clap::Args)]
+pub struct PairArgs {
+    /// The cluster the client runs in.
+    #[arg(long)]
+    pub from: String,
+    /// The cluster the server runs in.
+    #[arg(long)]
+    pub to: String,
+    /// Leave the probe namespaces for inspection.
+    #[arg(long)]
+    pub keep: bool,
+    /// How long each wait may take (the probe pods ready; for verify also
+    /// the ServiceImport's ClusterSetIP and DNS).
+    #[arg(long, default_value = "90s", value_parser = humantime::parse_duration)]
+    pub timeout: std::time::Duration,
+    #[command(flatten)]
+    pub hub: crate::inspect::HubArgs,
+}

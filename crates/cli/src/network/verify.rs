@@ -32,21 +32,8 @@ const CURL_TIME: Duration = Duration::from_secs(5);
 
 #[derive(clap::Args)]
 pub struct VerifyArgs {
-    /// The cluster the client runs in.
-    #[arg(long)]
-    pub from: String,
-    /// The cluster the server runs in.
-    #[arg(long)]
-    pub to: String,
-    /// Leave the probe namespaces for inspection.
-    #[arg(long)]
-    pub keep: bool,
-    /// How long each wait may take (pods ready, the ServiceImport's
-    /// ClusterSetIP, DNS).
-    #[arg(long, default_value = "90s", value_parser = humantime::parse_duration)]
-    pub timeout: Duration,
     #[command(flatten)]
-    pub hub: HubArgs,
+    pub pair: super::probe_pods::PairArgs,
 }
 
 /// A's tunnel to B, as A's active Gateway reports it.
@@ -419,16 +406,16 @@ pub fn tunnel_check(from: &str, to: &str, t: &Tunnel) -> Check {
 }
 
 pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
-    let fleet = Fleet::connect(&args.hub, &args.from, &args.to).await?;
+    let fleet = Fleet::connect(&args.pair.hub, &args.pair.from, &args.pair.to).await?;
     let namespace = format!("flotilla-verify-{}", probe_pods::random_suffix());
     println!(
         "Verifying the fabric from cluster \"{}\" to cluster \"{}\" (namespace {namespace} in both)",
-        args.from, args.to
+        args.pair.from, args.pair.to
     );
     let namespaces = Namespaces::default();
     let checks = probe_pods::with_cleanup(
         &namespaces,
-        args.keep,
+        args.pair.keep,
         verify(&fleet, &args, &namespace, &namespaces),
     )
     .await?;
@@ -450,9 +437,12 @@ async fn verify(
     namespaces: &Namespaces,
 ) -> anyhow::Result<Vec<Check>> {
     let (from, to) = (&fleet.from, &fleet.to);
-    let deadline = Instant::now() + args.timeout;
-    let from_gateways = fleet.gateways(&args.hub, from).await.unwrap_or_default();
-    let to_gateways = fleet.gateways(&args.hub, to).await.unwrap_or_default();
+    let deadline = Instant::now() + args.pair.timeout;
+    let from_gateways = fleet
+        .gateways(&args.pair.hub, from)
+        .await
+        .unwrap_or_default();
+    let to_gateways = fleet.gateways(&args.pair.hub, to).await.unwrap_or_default();
     let globalnet = fleet.globalnet(to).await;
     // Probes on non-gateway nodes, as subctl's, so the node→gateway hop
     // is part of the path.
@@ -483,11 +473,11 @@ async fn verify(
     );
     let probes = Probes {
         fleet,
-        hub: &args.hub,
+        hub: &args.pair.hub,
         namespace: namespace.to_string(),
         client,
         server,
-        timeout: args.timeout,
+        timeout: args.pair.timeout,
     };
     let mut checks = Vec::new();
     let mut report = |c: Check| {
@@ -585,9 +575,9 @@ async fn verify(
     // without it, DNS gets the whole timeout to catch up.
     let name = format!("{SERVER}.{namespace}.svc.clusterset.local");
     let dns_wait = if imported {
-        DNS_AFTER_IMPORT.min(args.timeout)
+        DNS_AFTER_IMPORT.min(args.pair.timeout)
     } else {
-        args.timeout
+        args.pair.timeout
     };
     match probes.resolve(&name, dns_wait).await {
         Ok(ip) => {

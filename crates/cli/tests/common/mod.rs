@@ -511,3 +511,23 @@ pub fn write(dir: &Path, name: &str, contents: &str) -> PathBuf {
     std::fs::write(&p, contents).expect("write file");
     p
 }
+
+/// Whether the tests that make network namespaces run here: they need
+/// root (CI has it), and are skipped only when
+/// FLOTILLA_SKIP_NETNS_AS_ROOT=1 says so; without root they fail.
+pub fn can_run_netns() -> bool {
+    if std::env::var("FLOTILLA_SKIP_NETNS_AS_ROOT").as_deref() == Ok("1") {
+        eprintln!("skipped: FLOTILLA_SKIP_NETNS_AS_ROOT=1");
+        return false;
+    }
+    let uid = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    assert_eq!(
+        uid, "0",
+        "the tests that make network namespaces need root (or FLOTILLA_SKIP_NETNS_AS_ROOT=1)"
+    );
+    true
+}
