@@ -70,7 +70,20 @@ impl Up {
 
 impl Drop for Up {
     fn drop(&mut self) {
-        // Killing `up` stops its children too (their stdin closes).
+        // Ctrl-C first, so that a netns fleet also removes its underlay;
+        // then a kill, which stops its children too (their stdin closes).
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill")
+                .args(["-INT", &self.child.id().to_string()])
+                .status();
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while std::time::Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.out);
