@@ -141,6 +141,8 @@ struct Peer {
     stats: PeerStats,
     /// Probes in flight: sequence number → when sent.
     probes: HashMap<u32, Instant>,
+    /// When the last probe went (a new peer is probed at the next tick).
+    last_probe: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -176,6 +178,8 @@ pub struct Engine {
     udp: UdpSocket,
     peers: Mutex<Peers>,
     sequence: std::sync::atomic::AtomicU32,
+    /// Woken when a peer first answers (the gateway reports at once).
+    changed: Arc<tokio::sync::Notify>,
 }
 
 impl Engine {
@@ -186,6 +190,7 @@ impl Engine {
         health_ip: Ipv4Addr,
         tun: tun_rs::AsyncDevice,
         udp: UdpSocket,
+        changed: Arc<tokio::sync::Notify>,
     ) -> (Arc<Engine>, EngineTasks) {
         let engine = Arc::new(Engine {
             keys,
@@ -194,6 +199,7 @@ impl Engine {
             udp,
             peers: Mutex::new(Peers::default()),
             sequence: Default::default(),
+            changed,
         });
         let tasks = vec![
             tokio::spawn(engine.clone().outbound()),
@@ -247,6 +253,7 @@ impl Engine {
                     addr: w.endpoint,
                     stats: PeerStats::default(),
                     probes: HashMap::new(),
+                    last_probe: None,
                 },
             );
         }
@@ -398,7 +405,11 @@ impl Engine {
                 if let Some(p) = probe::parse(packet, self.health_ip) {
                     if p.reply {
                         if let Some(sent) = peer.probes.remove(&p.sequence) {
+                            let was_alive = peer.stats.alive();
                             peer.stats.record(sent.elapsed());
+                            if !was_alive {
+                                self.changed.notify_one();
+                            }
                         }
                     } else {
                         probe_replies.push(probe::build(self.health_ip, p.from, p.sequence, true));
@@ -435,16 +446,12 @@ impl Engine {
         (to_network, to_tun)
     }
 
-    /// Session timers, and a probe per peer every second.
+    /// Session timers, and a probe per peer every second (a new peer's
+    /// first at the next tick).
     async fn timers(self: Arc<Self>) {
         let mut buf = vec![0u8; BUF];
-        let mut last_probe = Instant::now() - Duration::from_secs(1);
         loop {
             tokio::time::sleep(TICK).await;
-            let probing = last_probe.elapsed() >= Duration::from_secs(1);
-            if probing {
-                last_probe = Instant::now();
-            }
             let mut sends = Vec::new();
             {
                 let mut peers = self.peers.lock();
@@ -454,7 +461,11 @@ impl Engine {
                         TunnResult::Err(e) => peer.stats.last_error = Some(format!("{e:?}")),
                         _ => {}
                     }
+                    let probing = peer
+                        .last_probe
+                        .is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
                     if probing {
+                        peer.last_probe = Some(Instant::now());
                         let sequence = self
                             .sequence
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -80,12 +80,16 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), String> {
     let mut gateway = Gateway::prepare(config).await?;
+    let wake = gateway.wake.clone();
     tokio::pin!(shutdown);
     loop {
         gateway.step().await;
+        // A pass a second, and at once when the broker Secret, the
+        // broker's endpoints or a tunnel's liveness changes.
         tokio::select! {
             _ = &mut shutdown => break,
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = wake.notified() => {}
         }
     }
     gateway.stop(true).await;
@@ -105,6 +109,16 @@ struct Gateway {
     last_summary: String,
     failure: String,
     started: Instant,
+    /// Wakes the loop (see [`run`]).
+    wake: Arc<tokio::sync::Notify>,
+    /// Follows the member's broker Secret, to wake the loop on a join.
+    secret_watch: JoinHandle<()>,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.secret_watch.abort();
+    }
 }
 
 /// What only the active gateway has.
@@ -173,7 +187,25 @@ impl Gateway {
             &identity,
             config.lease_duration,
         );
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let secret_watch = {
+            let api: Api<Secret> = Api::namespaced(config.member.clone(), OPERATOR_NAMESPACE);
+            let wake = wake.clone();
+            let selector = format!("metadata.name={}", crate::api::BROKER_SECRET);
+            tokio::spawn(async move {
+                use futures::StreamExt;
+                watcher(api, watcher::Config::default().fields(&selector))
+                    .default_backoff()
+                    .for_each(|_| {
+                        wake.notify_one();
+                        async {}
+                    })
+                    .await;
+            })
+        };
         Ok(Gateway {
+            wake,
+            secret_watch,
             config,
             public,
             owner,
@@ -291,11 +323,12 @@ impl Gateway {
             .iter()
             .map(|n| n.to_string())
             .collect();
-        let (engine, tasks) = Engine::start(keys, self.public_ip(), tun, udp);
+        let (engine, tasks) = Engine::start(keys, self.public_ip(), tun, udp, self.wake.clone());
         let (endpoints, writer) = reflector::store();
         let api: Api<Endpoint> = Api::namespaced(hub.clone(), &access.namespace);
         let synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = synced.clone();
+        let wake = self.wake.clone();
         let watch = tokio::spawn(async move {
             use futures::StreamExt;
             watcher(api, watcher::Config::default())
@@ -305,6 +338,7 @@ impl Gateway {
                     if let Ok(watcher::Event::InitDone) = event {
                         flag.store(true, std::sync::atomic::Ordering::Relaxed);
                     }
+                    wake.notify_one();
                     async {}
                 })
                 .await;
