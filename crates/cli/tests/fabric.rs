@@ -477,6 +477,32 @@ fn members_reach_each_others_pods_services_and_clusterset_names() {
     );
     assert!(giip.starts_with("242."), "{giip}");
 
+    // A Globalnet cluster's headless Service: each pod has a global IP,
+    // and the name answers those, from a routed cluster.
+    east.ok_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Service\nmetadata: {name: ledger, namespace: production}\n\
+         spec:\n  clusterIP: None\n  selector: {app: orders}\n  ports: [{name: http, port: 8080}]\n",
+    );
+    export(&east, "ledger");
+    let ledger = "ledger.production.svc.clusterset.local";
+    let mut answers = String::new();
+    wait_for(WAIT, "the headless import's global pod IPs", || {
+        answers = exec(&west, "client", &["getent", "ahostsv4", ledger]).unwrap_or_default();
+        answers.contains("242.")
+    });
+    let local = pod_ip(&east, "production", "app=orders");
+    assert!(
+        !answers.contains(&local),
+        "{answers}: pod IPs of east leaked"
+    );
+    wait_curl(
+        &west,
+        "client",
+        &format!("http://{ledger}:8080/"),
+        "\"cluster\":\"east\"",
+    );
+
     // On the underlay, only WireGuard: a marker sent across is nowhere in
     // the capture there, and is on the sending gateway's tunnel device,
     // where packets are still plaintext.

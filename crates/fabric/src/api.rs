@@ -276,6 +276,9 @@ pub struct GlobalIngressIpSpec {
     pub target: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_ref: Option<LocalRef>,
+    /// A headless Service's pod (target `HeadlessServicePod`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_ref: Option<LocalRef>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

@@ -1071,15 +1071,56 @@ fn wanted_slices(
                     owner.clone(),
                 ));
             }
-            None => want.extend(slices::from_source(ns, name, id, &own, owner.clone())),
+            None => {
+                let mut from = slices::from_source(ns, name, id, &own, owner.clone());
+                // A headless Service's pods each have a global IP there.
+                if let Some(map) = global_pod_ips(m, &key, consumer, id) {
+                    for slice in &mut from {
+                        slice.endpoints.retain_mut(|e| {
+                            e.addresses = e
+                                .addresses
+                                .iter()
+                                .filter_map(|a| map.get(a).cloned())
+                                .collect();
+                            !e.addresses.is_empty()
+                        });
+                    }
+                }
+                want.extend(from)
+            }
         }
     }
     want
 }
 
+/// A Globalnet cluster's map of its headless Service's pod IPs to their
+/// global IPs, for any consumer but itself.
+fn global_pod_ips(
+    m: &Member,
+    key: &ObjectRef<ServiceExport>,
+    consumer: Option<&str>,
+    id: &str,
+) -> Option<BTreeMap<String, String>> {
+    if consumer == Some(id) {
+        return None;
+    }
+    let raw = m
+        .exports
+        .get(key)?
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(GLOBAL_POD_IPS_ANNOTATION)?
+        .clone();
+    serde_json::from_str(&raw).ok()
+}
+
 /// The ServiceExport annotation of a Globalnet cluster's gateway
 /// (Submariner's `submariner.io/globalIp`).
 const GLOBAL_IP_ANNOTATION: &str = "submariner.io/globalIp";
+/// A Globalnet cluster's headless export: its pods' global IPs (JSON,
+/// pod IP to global IP).
+const GLOBAL_POD_IPS_ANNOTATION: &str = "flotilla.io/global-pod-ips";
 
 /// A cluster's own EndpointSlices of Service `ns/name` (not the slices
 /// of an import of it).

@@ -142,6 +142,37 @@ fn ready_endpoints<'a>(
     endpoints
 }
 
+/// Where Globalnet's annotation on a headless Service's pod's
+/// GlobalIngressIP says the pod is (Submariner's name for it).
+pub const HEADLESS_POD_IP_ANNOTATION: &str = "submariner.io/headless-svc-pod-ip";
+
+/// The allocated global IPs of headless Services' pods, with the pods'
+/// addresses.
+fn headless_pod_ips(gips: &[Arc<GlobalIngressIP>]) -> Vec<(Ipv4Addr, Ipv4Addr)> {
+    let mut out: Vec<(Ipv4Addr, Ipv4Addr)> = gips
+        .iter()
+        .filter(|g| g.spec.target == "HeadlessServicePod")
+        .filter_map(|g| {
+            let global = g
+                .status
+                .as_ref()?
+                .allocated_ip
+                .as_deref()?
+                .parse::<Ipv4Addr>()
+                .ok()?;
+            let pod = g
+                .annotations()
+                .get(HEADLESS_POD_IP_ANNOTATION)?
+                .parse::<Ipv4Addr>()
+                .ok()?;
+            Some((global, pod))
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// The allocated Globalnet ingress IPs of Services, by namespace and name.
 fn ingress_ips(gips: &[Arc<GlobalIngressIP>]) -> BTreeMap<(String, String), Vec<Ipv4Addr>> {
     let mut out: BTreeMap<(String, String), Vec<Ipv4Addr>> = BTreeMap::new();
@@ -350,6 +381,11 @@ pub fn render(state: &State, policies: &policy::Rules) -> String {
             picks.join(", ")
         );
         let _ = writeln!(t, "  chain svc_{} {{\n{chain}  }}", p.id);
+    }
+    // A headless Service's pod under Globalnet: its global IP is the pod,
+    // every port of it.
+    for (global, pod) in headless_pod_ips(&state.ingress_ips) {
+        let _ = writeln!(dispatch, "    ip daddr {global} dnat to {pod}");
     }
     let _ = writeln!(t, "  chain services {{\n{dispatch}  }}");
     let _ = writeln!(
@@ -682,5 +718,21 @@ mod tests {
         for ip in ["243.0.0.8", "243.0.0.9"] {
             assert!(!t.contains(ip), "{ip} is not this Service's");
         }
+    }
+
+    #[test]
+    fn a_headless_pods_global_ip_is_the_pod() {
+        let gip = serde_json::from_value::<GlobalIngressIP>(json!({
+            "metadata": {"name": "pod-db-0", "namespace": "shop",
+                "annotations": {"submariner.io/headless-svc-pod-ip": "10.1.0.5"}},
+            "spec": {"target": "HeadlessServicePod", "serviceRef": {"name": "db"}},
+            "status": {"allocatedIP": "242.0.0.30"}}))
+        .unwrap();
+        let state = State {
+            ingress_ips: vec![Arc::new(gip)],
+            ..Default::default()
+        };
+        let t = render(&state, &policy::Rules::default());
+        assert!(t.contains("ip daddr 242.0.0.30 dnat to 10.1.0.5"), "{t}");
     }
 }
