@@ -70,6 +70,39 @@ impl LabelSelector {
         self.0.is_empty()
     }
 
+    /// The requirements as NodeSelectorRequirements (`key`, `operator`,
+    /// `values`), the form node affinity and Liqo's cluster selectors use.
+    pub fn requirements_json(&self) -> Vec<Value> {
+        let set = |vs: &BTreeSet<String>| vs.iter().cloned().collect::<Vec<_>>();
+        self.0
+            .iter()
+            .map(|r| match r {
+                Requirement::Equals(k, v) => {
+                    serde_json::json!({"key": k, "operator": "In", "values": [v]})
+                }
+                Requirement::NotEquals(k, v) => {
+                    serde_json::json!({"key": k, "operator": "NotIn", "values": [v]})
+                }
+                Requirement::In(k, vs) => {
+                    serde_json::json!({"key": k, "operator": "In", "values": set(vs)})
+                }
+                Requirement::NotIn(k, vs) => {
+                    serde_json::json!({"key": k, "operator": "NotIn", "values": set(vs)})
+                }
+                Requirement::Exists(k) => serde_json::json!({"key": k, "operator": "Exists"}),
+                Requirement::DoesNotExist(k) => {
+                    serde_json::json!({"key": k, "operator": "DoesNotExist"})
+                }
+                Requirement::Gt(k, n) => {
+                    serde_json::json!({"key": k, "operator": "Gt", "values": [n.to_string()]})
+                }
+                Requirement::Lt(k, n) => {
+                    serde_json::json!({"key": k, "operator": "Lt", "values": [n.to_string()]})
+                }
+            })
+            .collect()
+    }
+
     pub fn matches(&self, labels: Option<&serde_json::Map<String, Value>>) -> bool {
         let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
         self.0.iter().all(|r| match r {

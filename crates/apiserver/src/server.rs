@@ -87,12 +87,20 @@ pub struct ApiServer {
     pub(crate) kubelet: std::sync::OnceLock<Arc<dyn crate::kubelet::Kubelet>>,
     /// Karmada's `clusters/NAME/proxy` (the control plane sets it).
     pub(crate) cluster_proxy: std::sync::OnceLock<Arc<dyn crate::cluster_proxy::ClusterProxy>>,
+    /// Mutating admission plugins of the embedding process, after the
+    /// built-in ones (a member's peering: offloaded namespaces' pods).
+    pub(crate) mutating_admission: RwLock<Vec<Arc<dyn crate::admission::Mutating>>>,
 }
 
 impl ApiServer {
     /// Serves `clusters/NAME/proxy/...` through `proxy` (once).
     pub fn set_cluster_proxy(&self, proxy: Arc<dyn crate::cluster_proxy::ClusterProxy>) {
         let _ = self.cluster_proxy.set(proxy);
+    }
+
+    /// Adds a mutating admission plugin, run after the built-in ones.
+    pub fn add_mutating_admission(&self, plugin: Arc<dyn crate::admission::Mutating>) {
+        self.mutating_admission.write().push(plugin);
     }
 
     /// Puts `kubelet` behind pods' connect subresources (once).
@@ -120,6 +128,7 @@ impl ApiServer {
             namespaces: Default::default(),
             kubelet: Default::default(),
             cluster_proxy: Default::default(),
+            mutating_admission: Default::default(),
         });
         crate::crd::restore(&api)?;
         crate::crd::spawn_follower(api.clone());

@@ -15,6 +15,7 @@ mod join;
 mod kubeconfig;
 mod member;
 mod network;
+mod peering;
 mod store_migrate;
 mod token;
 mod up;
@@ -74,6 +75,18 @@ enum Command {
     /// The underlay network gateways meet on (a stand-in for the internet).
     #[command(subcommand)]
     Underlay(network::underlay::UnderlayCommand),
+    /// Peer with another cluster and use its resources through a virtual
+    /// node (Liqo's model: no hub needed).
+    Peer(Box<peering::PeerArgs>),
+    /// Remove a peering: drain the virtual node, delete everything the
+    /// peering made on both sides.
+    Unpeer(Box<peering::UnpeerArgs>),
+    /// Offload a namespace to the peered providers.
+    #[command(subcommand)]
+    Offload(peering::OffloadCommand),
+    /// Peerings: `info`, and the controllers for a non-Flotilla cluster.
+    #[command(subcommand)]
+    Peering(peering::PeeringCommand),
     /// Serve the fleet's clusterset.local DNS zone (multi-cluster services).
     Dns(dns::DnsArgs),
     /// Move a control plane's objects between stores (embedded, etcd).
@@ -135,6 +148,10 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Up(args) => up::run(args).await,
             Command::Dns(args) => dns::run(args).await,
+            Command::Peer(args) => peering::peer(*args).await,
+            Command::Unpeer(args) => peering::unpeer(*args).await,
+            Command::Offload(cmd) => peering::offload(cmd).await,
+            Command::Peering(cmd) => peering::run(cmd).await,
             Command::Network(cmd) => network::run(cmd).await,
             Command::Export(cmd) => network::export::run(cmd).await,
             Command::Gateway(args) => network::gateway::run(*args).await,

@@ -308,6 +308,15 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
             )
         }
     };
+    // Peering (Liqo's model): pods of offloaded namespaces are mutated at
+    // admission, and both sides' controllers run in process.
+    p.api
+        .add_mutating_admission(Arc::new(flotilla_peering::admission::OffloadedPods));
+    {
+        let client = loopback::in_process(&p.api, &p.admin_token, "liqo-controller-manager");
+        let name = name.clone();
+        tokio::spawn(async move { flotilla_peering::run(client, &name).await });
+    }
     let simulator = Simulator::start(clients, sim.clone(), faults.clone(), runtime)
         .await
         .context("cannot start the simulated nodes and controllers")?;

@@ -41,11 +41,14 @@ const MUTATING: &[&dyn Mutating] = &[&limit_ranger::LimitRanger];
 const VALIDATING: &[&dyn Validating] =
     &[&limit_ranger::LimitRanger, &resource_quota::ResourceQuota];
 
-/// The mutating plugins, in order.
+/// The mutating plugins, in order: the built-in ones, then those the
+/// embedding process added (`ApiServer::add_mutating_admission`).
 pub fn mutate(api: &ApiServer, request: &Request, object: &mut Value) -> ApiResult<()> {
     MUTATING
         .iter()
-        .try_for_each(|p| p.admit(api, request, object))
+        .try_for_each(|p| p.admit(api, request, object))?;
+    let added = api.mutating_admission.read().clone();
+    added.iter().try_for_each(|p| p.admit(api, request, object))
 }
 
 /// The validating plugins, in order; the first refusal stands.
@@ -57,7 +60,19 @@ pub fn validate(api: &ApiServer, request: &Request, object: &Value) -> ApiResult
 
 /// The objects of `plural` (core group unless `group`) in `namespace`.
 pub(crate) fn list_in(api: &ApiServer, group: &str, plural: &str, namespace: &str) -> Vec<Value> {
-    let Some(r) = api.registry.get(group, "v1", plural) else {
+    list_version_in(api, group, "v1", plural, namespace)
+}
+
+/// The stored objects of `group/version` `plural` in `namespace`, for
+/// plugins that decide by other objects (none when the kind is not served).
+pub fn list_version_in(
+    api: &ApiServer,
+    group: &str,
+    version: &str,
+    plural: &str,
+    namespace: &str,
+) -> Vec<Value> {
+    let Some(r) = api.registry.get(group, version, plural) else {
         return Vec::new();
     };
     api.store
@@ -101,4 +116,17 @@ pub(crate) fn amount(q: Option<&Value>) -> Option<f64> {
         Value::Number(n) => n.as_f64(),
         _ => None,
     }
+}
+
+/// One stored object of `group/version` `plural`, for plugins that decide
+/// by other objects (None when absent or the kind is not served).
+pub fn get_object(
+    api: &ApiServer,
+    (group, version, plural): (&str, &str, &str),
+    namespace: Option<&str>,
+    name: &str,
+) -> Option<Value> {
+    let r = api.registry.get(group, version, plural)?;
+    let kv = api.store.get(&r.key(namespace, name)).ok()??;
+    serde_json::from_slice(&kv.value).ok()
 }

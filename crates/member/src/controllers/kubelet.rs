@@ -120,13 +120,15 @@ impl Kubelet {
         let Some(node) = node_of(&pod).map(str::to_string) else {
             return Ok(Action::await_change());
         };
+        // Another kubelet's node (a peering's virtual node): its pods are
+        // run, and finally deleted, by that kubelet.
+        if self.cluster.config.node_index(&node).is_none() {
+            return Ok(Action::await_change());
+        }
         if pod.metadata.deletion_timestamp.is_some() {
             return self.terminate(&pod).await;
         }
         if !podutil::is_active(&pod) {
-            return Ok(Action::await_change());
-        }
-        if self.cluster.config.node_index(&node).is_none() {
             return Ok(Action::await_change());
         }
         // A node that is not ready starts no containers.

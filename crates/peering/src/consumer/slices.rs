@@ -1,0 +1,146 @@
+//! ResourceSlices: the consumer's copy (in the provider's tenant
+//! namespace here) is mirrored into its tenant namespace in the provider,
+//! whose controller grants it; the grant is copied back, and a granted
+//! slice gets a VirtualNode of the granted size (Liqo's CRD replicator and
+//! virtual node creator).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use tracing::{debug, info};
+
+use super::{Peers, Provider};
+use crate::api::{
+    LocalRef, REMOTE_CLUSTER_ID, ResourceQuotaSpec, ResourceSlice, VirtualNode, VirtualNodeSpec,
+};
+use crate::peer::CREATE_VIRTUAL_NODE;
+use crate::remote;
+
+const MANAGER: &str = "liqo-crd-replicator";
+const PERIOD: Duration = Duration::from_millis(500);
+
+pub async fn run(peers: Arc<Peers>) {
+    loop {
+        for provider in peers.providers().await {
+            if let Err(error) = sync(&peers, &provider).await {
+                debug!(%error, provider = %provider.id, "resource slices not synced");
+            }
+        }
+        tokio::time::sleep(PERIOD).await;
+    }
+}
+
+async fn sync(peers: &Peers, provider: &Provider) -> Result<(), kube::Error> {
+    let local: Api<ResourceSlice> = Api::namespaced(peers.local.clone(), &provider.local_tenant);
+    let remote: Api<ResourceSlice> =
+        Api::namespaced(provider.client.clone(), &provider.remote_tenant);
+    let slices = local.list(&ListParams::default()).await?.items;
+    let theirs = remote.list(&ListParams::default()).await?.items;
+    for slice in &slices {
+        let name = slice.name_any();
+        let copy = theirs.iter().find(|r| r.name_any() == name);
+        if copy.is_none_or(|c| c.spec != slice.spec) {
+            let body = json!({
+                "apiVersion": "authentication.liqo.io/v1beta1", "kind": "ResourceSlice",
+                "metadata": {"name": name, "labels": {REMOTE_CLUSTER_ID: peers.cluster_id}},
+                "spec": slice.spec,
+            });
+            remote
+                .patch(
+                    &name,
+                    &PatchParams::apply(MANAGER).force(),
+                    &Patch::Apply(&body),
+                )
+                .await?;
+        }
+        let granted = copy.and_then(|c| c.status.clone());
+        if let Some(status) = &granted
+            && slice.status.as_ref() != Some(status)
+        {
+            local
+                .patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": status})),
+                )
+                .await?;
+        }
+        let accepted = granted.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Resources" && c.status == "Accepted")
+        });
+        let wanted = slice
+            .annotations()
+            .get(CREATE_VIRTUAL_NODE)
+            .is_none_or(|v| v != "false");
+        if accepted && wanted {
+            let hard = granted.map(|s| s.resources).unwrap_or_default();
+            ensure_virtual_node(peers, provider, &name, hard).await?;
+        }
+    }
+    // A slice the consumer removed leaves the provider too.
+    for copy in &theirs {
+        if !slices.iter().any(|s| s.name_any() == copy.name_any()) {
+            remote
+                .delete(&copy.name_any(), &DeleteParams::default())
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+async fn ensure_virtual_node(
+    peers: &Peers,
+    provider: &Provider,
+    name: &str,
+    hard: std::collections::BTreeMap<
+        String,
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+    >,
+) -> Result<(), kube::Error> {
+    let api: Api<VirtualNode> = Api::namespaced(peers.local.clone(), &provider.local_tenant);
+    let existing = api.get_opt(name).await?;
+    let spec = VirtualNodeSpec {
+        cluster_id: provider.id.clone(),
+        create_node: Some(true),
+        kubeconfig_secret_ref: Some(LocalRef {
+            name: remote::kubeconfig_secret_name(&provider.id),
+        }),
+        resource_quota: ResourceQuotaSpec { hard },
+        labels: [(REMOTE_CLUSTER_ID.to_string(), provider.id.clone())].into(),
+        taints: Vec::new(),
+    };
+    match existing {
+        // The operator may have changed other fields: only the quota
+        // follows the grant.
+        Some(vn) if vn.spec.resource_quota == spec.resource_quota => Ok(()),
+        Some(_) => {
+            api.patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"resourceQuota": spec.resource_quota}})),
+            )
+            .await?;
+            Ok(())
+        }
+        None => {
+            let body = json!({
+                "apiVersion": "offloading.liqo.io/v1beta1", "kind": "VirtualNode",
+                "metadata": {"name": name, "labels": {REMOTE_CLUSTER_ID: provider.id}},
+                "spec": spec,
+            });
+            api.patch(
+                name,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await?;
+            info!(provider = %provider.id, "virtual node created");
+            Ok(())
+        }
+    }
+}
