@@ -383,7 +383,7 @@ pub async fn delete(req: &Request, name: &str, opts: &DeleteOptions) -> ApiResul
             "Orphan" if !r.is_namespace() => Some(objects::ORPHAN_FINALIZER),
             _ => None,
         };
-        let grace = if req.api.kubelet.get().is_some() {
+        let grace = if req.api.runs_pods() {
             crate::kinds::strategy(&r).deletion_grace(&obj, opts.grace_period_seconds)
         } else {
             0

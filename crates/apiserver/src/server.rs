@@ -85,6 +85,10 @@ pub struct ApiServer {
     /// What runs this cluster's pods, for their log, exec, attach and
     /// portforward subresources; unset where nothing runs them.
     pub(crate) kubelet: std::sync::OnceLock<Arc<dyn crate::kubelet::Kubelet>>,
+    /// The kubelet serves only the connect subresources (a peering's
+    /// virtual kubelet in a member whose pods are simulated): pods are
+    /// still deleted at once rather than stopped within their grace.
+    kubelet_connect_only: std::sync::atomic::AtomicBool,
     /// Karmada's `clusters/NAME/proxy` (the control plane sets it).
     pub(crate) cluster_proxy: std::sync::OnceLock<Arc<dyn crate::cluster_proxy::ClusterProxy>>,
     /// Mutating admission plugins of the embedding process, after the
@@ -108,6 +112,22 @@ impl ApiServer {
         let _ = self.kubelet.set(kubelet);
     }
 
+    /// Puts `kubelet` behind pods' connect subresources (once) where no
+    /// kubelet stops pods: deletions stay immediate.
+    pub fn set_connect_kubelet(&self, kubelet: Arc<dyn crate::kubelet::Kubelet>) {
+        self.kubelet_connect_only
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = self.kubelet.set(kubelet);
+    }
+
+    /// Whether a kubelet stops this cluster's pods (deletions are graceful).
+    pub fn runs_pods(&self) -> bool {
+        self.kubelet.get().is_some()
+            && !self
+                .kubelet_connect_only
+                .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Creates the server over `store`: ensures the system namespaces and
     /// serves the CRDs already stored.
     pub async fn new(store: Arc<dyn Store>, config: Config) -> Result<Arc<Self>, ApiError> {
@@ -127,6 +147,7 @@ impl ApiServer {
             service_allocation: tokio::sync::Mutex::new(()),
             namespaces: Default::default(),
             kubelet: Default::default(),
+            kubelet_connect_only: Default::default(),
             cluster_proxy: Default::default(),
             mutating_admission: Default::default(),
         });

@@ -283,7 +283,16 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         kubelet: loopback::in_process(&p.api, &p.admin_token, "kubelet"),
     };
     let (runtime, netns) = match args.runtime {
-        RuntimeKind::Sim => (RuntimeHandle::sim(&sim), None),
+        RuntimeKind::Sim => {
+            // Simulated pods have no logs; offloaded ones do, in the
+            // provider.
+            p.api
+                .set_connect_kubelet(flotilla_peering::consumer::kubelet::VirtualKubelet::new(
+                    loopback::in_process(&p.api, &p.admin_token, "liqo-virtual-kubelet"),
+                    None,
+                ));
+            (RuntimeHandle::sim(&sim), None)
+        }
         RuntimeKind::Netns => {
             let (events, rx) = Events::channel();
             let config = NetnsConfig {
@@ -297,7 +306,13 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
             let netns = NetnsRuntime::start(config, events)
                 .await
                 .map_err(anyhow::Error::msg)?;
-            p.api.set_kubelet(netns.clone());
+            // Pods on a peering's virtual node are reached through the
+            // provider; the rest through the netns runtime.
+            p.api
+                .set_kubelet(flotilla_peering::consumer::kubelet::VirtualKubelet::new(
+                    loopback::in_process(&p.api, &p.admin_token, "liqo-virtual-kubelet"),
+                    Some(netns.clone()),
+                ));
             let runtime: Arc<dyn Runtime> = netns.clone();
             (
                 RuntimeHandle {

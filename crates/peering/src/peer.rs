@@ -500,7 +500,12 @@ async fn consumer_side(
     if let Some(o) = body.as_object_mut() {
         o.remove("status");
     }
-    Api::<ResourceSlice>::namespaced(consumer.client.clone(), &tenant)
+    let slices: Api<ResourceSlice> = Api::namespaced(consumer.client.clone(), &tenant);
+    let before = slices
+        .get_opt(&ids.provider)
+        .await
+        .map_err(api_err("reading the ResourceSlice"))?;
+    slices
         .patch(
             &ids.provider,
             &PatchParams::apply(MANAGER).force(),
@@ -508,6 +513,17 @@ async fn consumer_side(
         )
         .await
         .map_err(api_err("writing the ResourceSlice"))?;
+    // A changed request waits for a new answer, not the old one.
+    if before.is_some_and(|b| b.spec != slice.spec && b.status.is_some()) {
+        slices
+            .patch_status(
+                &ids.provider,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": null})),
+            )
+            .await
+            .map_err(api_err("resetting the ResourceSlice's status"))?;
+    }
     Ok(())
 }
 

@@ -8,10 +8,14 @@
 //! - `offloading`: NamespaceOffloadings become twin namespaces in the
 //!   selected providers, with status;
 //! - `pods`: a pod bound to a virtual node runs in the provider as a
-//!   ShadowPod, and its status comes back.
+//!   ShadowPod, and its status comes back;
+//! - `reflection`: ConfigMaps, Secrets, Services, Ingresses and
+//!   EndpointSlices follow to the twin namespaces, Events come back.
 
+pub mod kubelet;
 pub mod offloading;
 pub mod pods;
+pub mod reflection;
 pub mod slices;
 pub mod virtual_node;
 
@@ -118,5 +122,6 @@ pub fn spawn(peers: Arc<Peers>) {
     tokio::spawn(slices::run(peers.clone()));
     tokio::spawn(virtual_node::run(peers.clone()));
     tokio::spawn(offloading::run(peers.clone()));
+    tokio::spawn(reflection::run(peers.clone()));
     tokio::spawn(pods::run(peers));
 }

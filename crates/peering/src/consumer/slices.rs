@@ -17,6 +17,7 @@ use crate::api::{
     LocalRef, REMOTE_CLUSTER_ID, ResourceQuotaSpec, ResourceSlice, VirtualNode, VirtualNodeSpec,
 };
 use crate::peer::CREATE_VIRTUAL_NODE;
+use crate::provider::grant::{GRANTED_FOR, request_digest};
 use crate::remote;
 
 const MANAGER: &str = "liqo-crd-replicator";
@@ -56,7 +57,11 @@ async fn sync(peers: &Peers, provider: &Provider) -> Result<(), kube::Error> {
                 )
                 .await?;
         }
-        let granted = copy.and_then(|c| c.status.clone());
+        // Only a grant of the request as it is now (the provider notes
+        // which request it answered).
+        let granted = copy
+            .filter(|c| c.annotations().get(GRANTED_FOR) == Some(&request_digest(slice)))
+            .and_then(|c| c.status.clone());
         if let Some(status) = &granted
             && slice.status.as_ref() != Some(status)
         {

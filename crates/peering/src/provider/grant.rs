@@ -22,7 +22,7 @@ use crate::quantity;
 const PERIOD: Duration = Duration::from_millis(500);
 /// The request a grant answered (its digest), so a changed request is
 /// granted again and an administrator's edit of a grant stays.
-const GRANTED_FOR: &str = "liqo.io/granted-for";
+pub const GRANTED_FOR: &str = "liqo.io/granted-for";
 /// What a provider shares, as Liqo's default: cpu, memory and pods.
 const SHARED: [&str; 3] = ["cpu", "memory", "pods"];
 
@@ -35,7 +35,8 @@ pub async fn run(local: Client) {
     }
 }
 
-fn request_digest(slice: &ResourceSlice) -> String {
+/// What a grant answers: the request's resources.
+pub fn request_digest(slice: &ResourceSlice) -> String {
     serde_json::to_string(&slice.spec.resources).unwrap_or_default()
 }
 

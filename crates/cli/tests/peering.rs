@@ -1,0 +1,713 @@
+//! Peering (Liqo's model), end to end through `flotilla peer` and kubectl:
+//! two and three members peer without a hub, the consumer sees a virtual
+//! node, an offloaded namespace's Deployment runs partly in the provider
+//! with its ConfigMaps and Services reflected there, the provider is cut
+//! off and comes back without restarting anything, logs and exec reach an
+//! offloaded pod, and unpeering leaves nothing behind on either side.
+
+mod common;
+
+use std::process::Output;
+use std::time::Duration;
+
+use common::fleet::jsonpath;
+use common::{Server, assert_has, flotilla, wait_for};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn kc(m: &Server) -> &str {
+    m.kubeconfig.to_str().unwrap()
+}
+
+fn peer(consumer: &Server, provider: &Server, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "peer",
+        "--kubeconfig",
+        kc(consumer),
+        "--remote-kubeconfig",
+        kc(provider),
+        "--timeout",
+        "60s",
+    ];
+    args.extend_from_slice(extra);
+    flotilla(&args)
+}
+
+fn unpeer(consumer: &Server, provider: &Server) -> Output {
+    flotilla(&[
+        "unpeer",
+        "--kubeconfig",
+        kc(consumer),
+        "--remote-kubeconfig",
+        kc(provider),
+    ])
+}
+
+fn fault(m: &Server, what: &str) {
+    let dir = m.data_dir();
+    let out = flotilla(&["member", "fault", "--data-dir", dir.to_str().unwrap(), what]);
+    assert!(out.status.success(), "fault {what}: {}", stderr(&out));
+}
+
+fn node_ready(m: &Server, node: &str) -> String {
+    jsonpath(
+        m,
+        &["get", "node", node],
+        "{.status.conditions[?(@.type==\"Ready\")].status}",
+    )
+}
+
+/// `name=phase` of each pod of namespace `ns` whose label `selector`
+/// matches, with its node.
+fn pods(m: &Server, ns: &str, selector: &str) -> Vec<(String, String, String, String)> {
+    let out = jsonpath(
+        m,
+        &["get", "pods", "-n", ns, "-l", selector],
+        "{range .items[*]}{.metadata.name} {.status.phase} {.spec.nodeName} {.status.podIP}{\"\\n\"}{end}",
+    );
+    out.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            Some((
+                f.next()?.to_string(),
+                f.next().unwrap_or("").to_string(),
+                f.next().unwrap_or("").to_string(),
+                f.next().unwrap_or("").to_string(),
+            ))
+        })
+        .collect()
+}
+
+const SEED: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: my-app
+---
+apiVersion: sharing.liqo.io/v1beta1
+kind: NamespaceOffloading
+metadata:
+  name: my-app-offloading
+  namespace: my-app
+spec:
+  clusterSelector:
+    matchLabels: {}
+  podOffloadingPolicy: LocalAndRemote
+"#;
+
+const APP: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: my-app}
+data: {color: blue}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: my-app}
+spec:
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: my-app}
+spec:
+  replicas: 6
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - name: web
+        image: example/web:1.0
+        ports: [{containerPort: 8080}]
+        resources: {requests: {cpu: 100m, memory: 64Mi}}
+"#;
+
+#[test]
+fn two_members_peer_offload_reflect_survive_a_cut_and_unpeer() {
+    let east = Server::member("east", &[]);
+    let west = Server::member("west", &[]);
+
+    let out = peer(&east, &west, &[]);
+    assert!(out.status.success(), "peer: {}", stderr(&out));
+    assert_has(
+        &stderr(&out),
+        &[
+            "authentication: established",
+            "resources: granted",
+            "virtual node liqo-west Ready",
+        ],
+    );
+
+    // The consumer's virtual node, as Liqo makes it.
+    let labels = jsonpath(&east, &["get", "node", "liqo-west"], "{.metadata.labels}");
+    assert_has(
+        &labels,
+        &[
+            r#""liqo.io/type":"virtual-node""#,
+            r#""liqo.io/remote-cluster-id":"west""#,
+        ],
+    );
+    assert_eq!(
+        jsonpath(
+            &east,
+            &["get", "node", "liqo-west"],
+            "{.spec.taints[0].key}={.spec.taints[0].value}:{.spec.taints[0].effect}"
+        ),
+        "virtual-node.liqo.io/not-allowed=true:NoExecute"
+    );
+    assert!(
+        !jsonpath(
+            &east,
+            &["get", "node", "liqo-west"],
+            "{.status.capacity.cpu}"
+        )
+        .is_empty()
+    );
+    assert_eq!(
+        jsonpath(
+            &east,
+            &["get", "foreignclusters.core.liqo.io", "west"],
+            "{.status.role}"
+        ),
+        "Provider"
+    );
+    assert_eq!(
+        jsonpath(
+            &west,
+            &["get", "foreignclusters.core.liqo.io", "east"],
+            "{.status.role}"
+        ),
+        "Consumer"
+    );
+    assert_eq!(
+        jsonpath(
+            &east,
+            &[
+                "get",
+                "resourceslices.authentication.liqo.io",
+                "west",
+                "-n",
+                "liqo-tenant-west"
+            ],
+            "{.status.conditions[?(@.type==\"Resources\")].status}"
+        ),
+        "Accepted"
+    );
+    let info = flotilla(&["peering", "info", "--kubeconfig", kc(&east), "-o", "json"]);
+    let info: serde_json::Value = serde_json::from_slice(&info.stdout).expect("peering info json");
+    assert_eq!(info["west"]["info"]["role"], "Provider");
+    assert_eq!(
+        info["west"]["offloading"]["virtualNodes"][0]["name"],
+        "liqo-west"
+    );
+
+    // The seed's manifest, verbatim: the namespace gets its twin.
+    east.ok_stdin(&["apply", "-f", "-"], SEED);
+    wait_for(WAIT, "the namespace offloaded", || {
+        jsonpath(
+            &east,
+            &[
+                "get",
+                "namespaceoffloadings.sharing.liqo.io",
+                "my-app-offloading",
+                "-n",
+                "my-app",
+            ],
+            "{.status.offloadingPhase}",
+        ) == "Ready"
+    });
+    west.ok(&["get", "namespace", "my-app-east"]);
+
+    // A Deployment spreads over local and virtual nodes; the offloaded
+    // pods run in the provider and their status comes back.
+    west.ok(&[
+        "create",
+        "configmap",
+        "taken",
+        "-n",
+        "my-app-east",
+        "--from-literal=a=theirs",
+    ]);
+    east.ok(&[
+        "create",
+        "configmap",
+        "taken",
+        "-n",
+        "my-app",
+        "--from-literal=a=ours",
+    ]);
+    east.ok_stdin(&["apply", "-f", "-"], APP);
+    let mut all = Vec::new();
+    wait_for(WAIT, "6 running pods", || {
+        all = pods(&east, "my-app", "app=web");
+        all.len() == 6 && all.iter().all(|p| p.1 == "Running" && !p.3.is_empty())
+    });
+    let remote: Vec<_> = all.iter().filter(|p| p.2 == "liqo-west").collect();
+    assert!(!remote.is_empty(), "some pods offloaded: {all:?}");
+    assert!(remote.len() < 6, "some pods local: {all:?}");
+    let theirs = pods(&west, "my-app-east", "liqo.io/managed-by=shadowpod");
+    for p in &remote {
+        let twin = theirs
+            .iter()
+            .find(|t| t.0 == p.0)
+            .expect("the pod runs in the provider");
+        assert_eq!(twin.1, "Running");
+        assert_eq!(twin.3, p.3, "the consumer shows the provider's pod IP");
+    }
+    assert_eq!(
+        jsonpath(
+            &west,
+            &[
+                "get",
+                "shadowpods.offloading.liqo.io",
+                &remote[0].0,
+                "-n",
+                "my-app-east"
+            ],
+            "{.status.phase}"
+        ),
+        "Running"
+    );
+
+    // Reflection: the ConfigMap and Service follow; the consumer's
+    // Service has the offloaded endpoints, the provider's twin the local
+    // ones; a name already taken there is reported, not overwritten.
+    wait_for(WAIT, "reflected objects", || {
+        jsonpath(
+            &west,
+            &["get", "configmap", "settings", "-n", "my-app-east"],
+            "{.data.color}",
+        ) == "blue"
+            && west
+                .kubectl(&["get", "service", "web", "-n", "my-app-east"])
+                .status
+                .success()
+    });
+    assert_eq!(
+        jsonpath(
+            &west,
+            &["get", "configmap", "taken", "-n", "my-app-east"],
+            "{.data.a}"
+        ),
+        "theirs"
+    );
+    wait_for(WAIT, "the conflict reported", || {
+        east.ok(&[
+            "get",
+            "events",
+            "-n",
+            "my-app",
+            "--field-selector",
+            "reason=FailedReflection",
+        ])
+        .contains("remote object already exists")
+    });
+    let local_ip = all.iter().find(|p| p.2 != "liqo-west").unwrap().3.clone();
+    wait_for(WAIT, "endpoints on both sides", || {
+        let here = east.ok(&[
+            "get",
+            "endpointslices",
+            "-n",
+            "my-app",
+            "-o",
+            "jsonpath={.items[*].endpoints[*].addresses[*]}",
+        ]);
+        let there = west.ok(&[
+            "get",
+            "endpointslices",
+            "-n",
+            "my-app-east",
+            "-o",
+            "jsonpath={.items[*].endpoints[*].addresses[*]}",
+        ]);
+        here.contains(&remote[0].3) && there.contains(&local_ip)
+    });
+
+    // Labelling a namespace offloads it with the defaults.
+    east.ok(&["create", "namespace", "production"]);
+    east.ok(&[
+        "label",
+        "namespace",
+        "production",
+        "liqo.io/scheduling-enabled=true",
+    ]);
+    wait_for(WAIT, "the default NamespaceOffloading", || {
+        jsonpath(
+            &east,
+            &[
+                "get",
+                "namespaceoffloadings.offloading.liqo.io",
+                "offloading",
+                "-n",
+                "production",
+            ],
+            "{.status.offloadingPhase}",
+        ) == "Ready"
+    });
+    east.ok(&[
+        "run",
+        "probe",
+        "-n",
+        "production",
+        "--image=example/web:1.0",
+    ]);
+    assert_eq!(
+        jsonpath(
+            &east,
+            &["get", "pod", "probe", "-n", "production"],
+            "{.spec.tolerations[?(@.key==\"virtual-node.liqo.io/not-allowed\")].effect}"
+        ),
+        "NoExecute"
+    );
+
+    // The provider cut off: the virtual node turns NotReady, the pods keep
+    // running there; reconnected, nothing restarted.
+    let uids_before = west.ok(&[
+        "get",
+        "pods",
+        "-n",
+        "my-app-east",
+        "-o",
+        "jsonpath={.items[*].metadata.uid}",
+    ]);
+    fault(&west, "unreachable");
+    wait_for(WAIT, "the virtual node NotReady", || {
+        node_ready(&east, "liqo-west") == "False"
+    });
+    assert!(
+        pods(&east, "my-app", "app=web")
+            .iter()
+            .all(|p| p.1 == "Running")
+    );
+    fault(&west, "reachable");
+    wait_for(WAIT, "the virtual node Ready again", || {
+        node_ready(&east, "liqo-west") == "True"
+    });
+    let uids_after = west.ok(&[
+        "get",
+        "pods",
+        "-n",
+        "my-app-east",
+        "-o",
+        "jsonpath={.items[*].metadata.uid}",
+    ]);
+    assert_eq!(uids_before, uids_after, "no offloaded pod was replaced");
+    assert!(
+        pods(&east, "my-app", "app=web")
+            .iter()
+            .all(|p| p.1 == "Running")
+    );
+
+    // Unpeer drains the virtual node and leaves nothing behind.
+    let out = unpeer(&east, &west);
+    assert!(out.status.success(), "unpeer: {}", stderr(&out));
+    assert!(!east.kubectl(&["get", "node", "liqo-west"]).status.success());
+    assert!(
+        !east
+            .kubectl(&["get", "namespace", "liqo-tenant-west"])
+            .status
+            .success()
+    );
+    assert!(
+        !east
+            .kubectl(&["get", "foreignclusters.core.liqo.io", "west"])
+            .status
+            .success()
+    );
+    for ns in ["my-app-east", "liqo-tenant-east"] {
+        wait_for(WAIT, "the provider's namespaces gone", || {
+            !west.kubectl(&["get", "namespace", ns]).status.success()
+        });
+    }
+    assert!(
+        !west
+            .kubectl(&["get", "clusterrole", "liqo-east"])
+            .status
+            .success()
+    );
+    assert!(
+        !west
+            .kubectl(&["get", "foreignclusters.core.liqo.io", "east"])
+            .status
+            .success()
+    );
+    wait_for(WAIT, "the Deployment back home", || {
+        let p = pods(&east, "my-app", "app=web");
+        p.len() == 6 && p.iter().all(|p| p.1 == "Running" && p.2 != "liqo-west")
+    });
+}
+
+#[test]
+fn bad_input_gets_a_clear_error() {
+    let east = Server::member("east", &[]);
+    let west = Server::member("west", &[]);
+    let dir = tempfile::tempdir().unwrap();
+
+    // Unreachable: the provider's server is a closed port.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let text = std::fs::read_to_string(&west.kubeconfig).unwrap();
+    let server = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("server:"))
+        .unwrap()
+        .trim()
+        .trim_start_matches("server:")
+        .trim()
+        .to_string();
+    let unreachable = common::write(
+        dir.path(),
+        "unreachable",
+        &text.replace(&server, &format!("https://127.0.0.1:{port}")),
+    );
+    let out = flotilla(&[
+        "peer",
+        "--kubeconfig",
+        kc(&east),
+        "--remote-kubeconfig",
+        unreachable.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert_has(&stderr(&out), &["cannot reach the provider"]);
+
+    // Wrong credentials.
+    let token_line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("token:"))
+        .unwrap();
+    let wrong = common::write(
+        dir.path(),
+        "wrong",
+        &text.replace(token_line, "    token: not-a-valid-token"),
+    );
+    let out = flotilla(&[
+        "peer",
+        "--kubeconfig",
+        kc(&east),
+        "--remote-kubeconfig",
+        wrong.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert_has(
+        &stderr(&out),
+        &["refused the credentials of --remote-kubeconfig"],
+    );
+
+    // With itself.
+    let out = peer(&east, &east, &[]);
+    assert!(!out.status.success());
+    assert_has(&stderr(&out), &["cannot peer with itself"]);
+
+    // More than the provider has.
+    let out = peer(&east, &west, &["--cpu", "1000"]);
+    assert!(!out.status.success());
+    assert_has(&stderr(&out), &["denied", "cpu: asked for 1000"]);
+
+    // A namespace whose twin name is taken in the provider.
+    let out = peer(&east, &west, &["--cpu", "2", "--pods", "20"]);
+    assert!(out.status.success(), "peer: {}", stderr(&out));
+    assert_eq!(
+        jsonpath(
+            &east,
+            &["get", "node", "liqo-west"],
+            "{.status.capacity.cpu}"
+        ),
+        "2"
+    );
+    west.ok(&["create", "namespace", "taken"]);
+    east.ok(&["create", "namespace", "taken"]);
+    let out = flotilla(&[
+        "offload",
+        "namespace",
+        "taken",
+        "--kubeconfig",
+        kc(&east),
+        "--namespace-mapping-strategy",
+        "EnforceSameName",
+    ]);
+    assert!(!out.status.success());
+    assert_has(
+        &stderr(&out),
+        &["AllFailed", "already exists in the provider"],
+    );
+
+    // A pod no node can fit: Remote only, more CPU than granted.
+    east.ok(&["create", "namespace", "big"]);
+    let out = flotilla(&[
+        "offload",
+        "namespace",
+        "big",
+        "--kubeconfig",
+        kc(&east),
+        "--pod-offloading-strategy",
+        "Remote",
+    ]);
+    assert!(out.status.success(), "offload: {}", stderr(&out));
+    east.ok_stdin(&["apply", "-f", "-"], "apiVersion: v1\nkind: Pod\nmetadata: {name: huge, namespace: big}\nspec:\n  containers: [{name: c, image: x, resources: {requests: {cpu: '3'}}}]\n");
+    wait_for(WAIT, "the pod unschedulable", || {
+        jsonpath(
+            &east,
+            &["get", "pod", "huge", "-n", "big"],
+            "{.status.conditions[?(@.type==\"PodScheduled\")].message}",
+        )
+        .contains("Insufficient cpu")
+    });
+    // An administrator of the provider changes the grant; the virtual
+    // node follows.
+    west.ok(&[
+        "patch",
+        "resourceslices.authentication.liqo.io",
+        "west",
+        "-n",
+        "liqo-tenant-east",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"resources":{"cpu":"4","memory":"8Gi","pods":"20"}}}"#,
+    ]);
+    wait_for(WAIT, "the capacity to follow", || {
+        jsonpath(
+            &east,
+            &["get", "node", "liqo-west"],
+            "{.status.capacity.cpu}",
+        ) == "4"
+    });
+    wait_for(WAIT, "the pod to fit now", || {
+        jsonpath(
+            &east,
+            &["get", "pod", "huge", "-n", "big"],
+            "{.spec.nodeName}",
+        ) == "liqo-west"
+    });
+    let out = unpeer(&east, &west);
+    assert!(out.status.success(), "unpeer: {}", stderr(&out));
+}
+
+#[test]
+fn three_members_a_cluster_selector_picks_the_provider() {
+    let a = Server::member("alpha", &[]);
+    let b = Server::member("bravo", &[]);
+    let c = Server::member("charlie", &[]);
+    for p in [&a, &b] {
+        let out = peer(&c, p, &[]);
+        assert!(out.status.success(), "peer: {}", stderr(&out));
+    }
+    c.ok(&["create", "namespace", "shop"]);
+    c.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: offloading.liqo.io/v1beta1
+kind: NamespaceOffloading
+metadata: {name: offloading, namespace: shop}
+spec:
+  namespaceMappingStrategy: EnforceSameName
+  podOffloadingStrategy: Remote
+  clusterSelector:
+    nodeSelectorTerms:
+    - matchExpressions:
+      - {key: liqo.io/remote-cluster-id, operator: In, values: [bravo]}
+"#,
+    );
+    wait_for(WAIT, "offloaded to bravo only", || {
+        jsonpath(
+            &c,
+            &["get", "nso", "offloading", "-n", "shop"],
+            "{.status.offloadingPhase}",
+        ) == "Ready"
+    });
+    assert_eq!(
+        jsonpath(
+            &c,
+            &["get", "nso", "offloading", "-n", "shop"],
+            "{.status.remoteNamespacesConditions.alpha[0].reason}"
+        ),
+        "ClusterNotSelected"
+    );
+    b.ok(&["get", "namespace", "shop"]);
+    assert!(!a.kubectl(&["get", "namespace", "shop"]).status.success());
+    c.ok(&[
+        "create",
+        "deployment",
+        "api",
+        "-n",
+        "shop",
+        "--image=example/api:1",
+        "--replicas=3",
+    ]);
+    wait_for(WAIT, "all on bravo", || {
+        let p = pods(&c, "shop", "app=api");
+        p.len() == 3 && p.iter().all(|p| p.1 == "Running" && p.2 == "liqo-bravo")
+    });
+    for p in [&a, &b] {
+        let out = unpeer(&c, p);
+        assert!(out.status.success(), "unpeer: {}", stderr(&out));
+    }
+    assert!(
+        !b.kubectl(&["get", "namespace", "shop"]).status.success() || {
+            wait_for(WAIT, "bravo's twin gone", || {
+                !b.kubectl(&["get", "namespace", "shop"]).status.success()
+            });
+            true
+        }
+    );
+}
+
+#[test]
+fn logs_and_exec_reach_an_offloaded_pod() {
+    if !common::can_run_netns() {
+        return;
+    }
+    let east = Server::netns_member("pe-east", &[]);
+    let west = Server::netns_member("pe-west", &[]);
+    let out = peer(&east, &west, &[]);
+    assert!(out.status.success(), "peer: {}", stderr(&out));
+    east.ok(&["create", "namespace", "jobs"]);
+    let out = flotilla(&[
+        "offload",
+        "namespace",
+        "jobs",
+        "--kubeconfig",
+        kc(&east),
+        "--pod-offloading-strategy",
+        "Remote",
+    ]);
+    assert!(out.status.success(), "offload: {}", stderr(&out));
+    east.ok_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: worker, namespace: jobs}\nspec:\n  containers: [{name: c, image: busybox, command: [sh, -c, 'echo hello-from-the-provider; sleep 3600']}]\n",
+    );
+    wait_for(WAIT, "the offloaded pod running", || {
+        jsonpath(
+            &east,
+            &["get", "pod", "worker", "-n", "jobs"],
+            "{.spec.nodeName} {.status.phase}",
+        ) == "liqo-pe-west Running"
+    });
+    wait_for(WAIT, "its log", || {
+        east.kubectl(&["logs", "worker", "-n", "jobs"])
+            .stdout
+            .starts_with(b"hello-from-the-provider")
+    });
+    let out = east.ok(&[
+        "exec",
+        "worker",
+        "-n",
+        "jobs",
+        "--",
+        "sh",
+        "-c",
+        "echo $((6*7)); hostname",
+    ]);
+    assert!(out.starts_with("42"), "{out}");
+    let failed = east.kubectl(&["exec", "worker", "-n", "jobs", "--", "sh", "-c", "exit 3"]);
+    assert_eq!(failed.status.code(), Some(3), "the exit code comes back");
+    let out = unpeer(&east, &west);
+    assert!(out.status.success(), "unpeer: {}", stderr(&out));
+}
