@@ -25,6 +25,10 @@ pub enum Bench {
     /// convergence of `flotilla controlplane` with simulated members,
     /// against writing the same objects to the members directly.
     Propagation(crate::bench_propagation::PropagationArgs),
+    /// Peering: `flotilla peer` to a Ready virtual node, pod creation to
+    /// Running through the provider (p50/p99), the consumer's memory per
+    /// offloaded pod.
+    Peering(crate::bench_peering::PeeringArgs),
 }
 
 #[derive(clap::Args)]
@@ -48,6 +52,7 @@ pub async fn run(b: Bench) -> anyhow::Result<()> {
         Bench::Apiserver(args) => apiserver(args).await,
         Bench::Member(args) => crate::bench_member::run(args).await,
         Bench::Fabric(args) => crate::bench_fabric::run(args).await,
+        Bench::Peering(args) => crate::bench_peering::run(args).await,
         Bench::Propagation(args) => crate::bench_propagation::run(args).await,
     }
 }

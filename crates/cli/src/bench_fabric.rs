@@ -43,7 +43,7 @@ struct Member {
     process: ServerProcess,
 }
 
-fn spawn(args: &[String], log: &Path) -> anyhow::Result<ServerProcess> {
+pub(crate) fn spawn(args: &[String], log: &Path) -> anyhow::Result<ServerProcess> {
     let log = std::fs::File::create(log)?;
     let child = Command::new(std::env::current_exe()?)
         .args(args)

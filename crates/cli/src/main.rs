@@ -7,6 +7,7 @@ mod bench;
 mod bench_fabric;
 mod bench_member;
 mod bench_netns;
+mod bench_peering;
 mod bench_propagation;
 mod controlplane;
 mod dns;

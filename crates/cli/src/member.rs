@@ -327,6 +327,8 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     // admission, and both sides' controllers run in process.
     p.api
         .add_mutating_admission(Arc::new(flotilla_peering::admission::OffloadedPods));
+    p.api
+        .add_mutating_admission(Arc::new(flotilla_peering::admiralty::ProxyPods));
     {
         let client = loopback::in_process(&p.api, &p.admin_token, "liqo-controller-manager");
         let name = name.clone();

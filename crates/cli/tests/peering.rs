@@ -711,3 +711,121 @@ fn logs_and_exec_reach_an_offloaded_pod() {
     let out = unpeer(&east, &west);
     assert!(out.status.success(), "unpeer: {}", stderr(&out));
 }
+
+#[test]
+fn admiraltys_elected_pods_run_as_delegates_in_the_target() {
+    let source = Server::member("adm-src", &[]);
+    let target = Server::member("adm-tgt", &[]);
+    let kubeconfig = std::fs::read_to_string(&target.kubeconfig).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = common::write(dir.path(), "config", &kubeconfig);
+    source.ok(&["create", "namespace", "demo"]);
+    source.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "tgt",
+        "-n",
+        "demo",
+        &format!("--from-file=config={}", file.display()),
+    ]);
+    source.ok_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: multicluster.admiralty.io/v1alpha1\nkind: Target\nmetadata: {name: tgt, namespace: demo}\nspec:\n  kubeconfigSecret: {name: tgt}\n",
+    );
+    source.ok(&[
+        "label",
+        "namespace",
+        "demo",
+        "multicluster-scheduler=enabled",
+    ]);
+    target.ok(&["create", "namespace", "demo"]);
+    wait_for(WAIT, "the target's virtual node", || {
+        node_ready(&source, "admiralty-demo-tgt") == "True"
+    });
+    source.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: elected
+  namespace: demo
+  labels: {app: batch}
+  annotations: {multicluster.admiralty.io/elect: ""}
+spec:
+  containers: [{name: c, image: example/batch:1}]
+"#,
+    );
+    // The source pod is a proxy: Admiralty's scheduler, its manifest kept.
+    assert_eq!(
+        jsonpath(
+            &source,
+            &["get", "pod", "elected", "-n", "demo"],
+            "{.spec.schedulerName}"
+        ),
+        "admiralty-proxy"
+    );
+    assert!(
+        jsonpath(
+            &source,
+            &["get", "pod", "elected", "-n", "demo"],
+            "{.metadata.annotations}"
+        )
+        .contains("sourcepod-manifest")
+    );
+    wait_for(WAIT, "the proxy pod running on the virtual node", || {
+        jsonpath(
+            &source,
+            &["get", "pod", "elected", "-n", "demo"],
+            "{.spec.nodeName} {.status.phase}",
+        ) == "admiralty-demo-tgt Running"
+    });
+    let delegate = jsonpath(
+        &target,
+        &[
+            "get",
+            "pods",
+            "-n",
+            "demo",
+            "-l",
+            "multicluster.admiralty.io/app=batch",
+        ],
+        "{.items[0].metadata.name}",
+    );
+    assert!(delegate.starts_with("elected-"), "{delegate}");
+    assert_eq!(
+        jsonpath(
+            &target,
+            &[
+                "get",
+                "podchaperons.multicluster.admiralty.io",
+                &delegate,
+                "-n",
+                "demo"
+            ],
+            "{.metadata.annotations.multicluster\\.admiralty\\.io/parent-name}"
+        ),
+        "elected"
+    );
+    // An unelected pod stays home.
+    source.ok(&["run", "plain", "-n", "demo", "--image=example/batch:1"]);
+    wait_for(WAIT, "the plain pod scheduled", || {
+        jsonpath(
+            &source,
+            &["get", "pod", "plain", "-n", "demo"],
+            "{.spec.nodeName}",
+        )
+        .starts_with("adm-src-node-")
+    });
+    // Deleting the proxy removes the delegate.
+    source.ok(&["delete", "pod", "elected", "-n", "demo"]);
+    wait_for(WAIT, "the delegate gone", || {
+        jsonpath(
+            &target,
+            &["get", "pods", "-n", "demo"],
+            "{.items[*].metadata.name}",
+        )
+        .is_empty()
+    });
+}

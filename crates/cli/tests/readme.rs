@@ -155,6 +155,18 @@ const EXPECTED: &[(&str, &str)] = &[
         "ok",
     ),
     ("flotilla network verify", "passed"),
+    (
+        "flotilla peer --kubeconfig",
+        "virtual node liqo-milan Ready",
+    ),
+    ("kubectl get node liqo-milan", "milan"),
+    ("kubectl get pods -n production -o wide", "liqo-milan"),
+    (
+        "kubectl --kubeconfig /tmp/peering/milan/kubeconfig get pods",
+        "Running",
+    ),
+    ("flotilla peering info", "Virtual node liqo-milan: Healthy"),
+    ("flotilla unpeer", "unpeered"),
 ];
 
 fn expected(command: &str) -> &'static str {

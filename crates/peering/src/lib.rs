@@ -8,12 +8,15 @@
 //!   offloading and the pods bound to the virtual node;
 //! - `provider`: grants, twin namespaces and ShadowPods;
 //! - `admission`: the pod mutation of offloaded namespaces, in the
-//!   consumer's API server.
+//!   consumer's API server;
+//! - `admiralty`: Admiralty's elected pods (proxy and delegate pods,
+//!   Targets) on the same machinery.
 //!
 //! Both sides reach each other only through the Kubernetes API, with the
 //! identity the peering made.
 #![forbid(unsafe_code)]
 
+pub mod admiralty;
 pub mod admission;
 pub mod api;
 pub mod consumer;
@@ -44,5 +47,6 @@ pub async fn run(local: Client, name: &str) {
     }
     info!(cluster_id = %id, "peering controllers running");
     provider::spawn(local.clone());
+    tokio::spawn(admiralty::run(local.clone()));
     consumer::spawn(consumer::Peers::new(local, id));
 }
