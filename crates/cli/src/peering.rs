@@ -164,8 +164,9 @@ async fn side(path: &Path, context: Option<&str>, flag: &str) -> anyhow::Result<
         .with_context(|| format!("{flag} {}", path.display()))?;
     Ok(Side {
         client,
-        server: creds.server,
-        ca_pem: creds.ca_pem,
+        server: creds.server.clone(),
+        ca_pem: creds.ca_pem.clone(),
+        credentials: creds,
         name,
     })
 }

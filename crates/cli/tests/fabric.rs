@@ -13,6 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::fleet::{SHORT_THRESHOLDS, jsonpath, stderr};
+use common::underlay::{Underlay, rand_u32};
 use common::{Running, Server, assert_has, flotilla, wait_for};
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -20,42 +21,6 @@ const WAIT: Duration = Duration::from_secs(90);
 use common::can_run_netns as can_run;
 
 /// An underlay of the test's own, removed on drop.
-struct Underlay(String);
-
-impl Underlay {
-    fn new() -> Underlay {
-        let name = format!("flt-ul-{:08x}", rand_u32());
-        let out = flotilla(&["underlay", "create", &name, "--cidr", "100.64.0.0/16"]);
-        assert!(out.status.success(), "underlay: {}", stderr(&out));
-        Underlay(name)
-    }
-
-    fn cut(&self) {
-        let out = flotilla(&["underlay", "cut", &self.0]);
-        assert!(out.status.success(), "{}", stderr(&out));
-    }
-
-    fn restore(&self) {
-        let out = flotilla(&["underlay", "restore", &self.0]);
-        assert!(out.status.success(), "{}", stderr(&out));
-    }
-}
-
-impl Drop for Underlay {
-    fn drop(&mut self) {
-        let _ = flotilla(&["underlay", "delete", &self.0]);
-    }
-}
-
-fn rand_u32() -> u32 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or_default();
-    nanos ^ std::process::id().rotate_left(16)
-}
-
-/// A netns member with gateways on `underlay`.
 fn member(name: &str, underlay: &Underlay, pod_cidr: &str, service_cidr: &str) -> Server {
     Server::netns_member(
         name,

@@ -11,6 +11,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use common::fleet::jsonpath;
+use common::underlay::Underlay;
 use common::{Server, assert_has, flotilla, wait_for};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -660,56 +661,157 @@ spec:
 }
 
 #[test]
-fn logs_and_exec_reach_an_offloaded_pod() {
+fn netns_peers_reach_each_other_and_offloaded_pods_give_logs_and_exec() {
     if !common::can_run_netns() {
         return;
     }
-    let east = Server::netns_member("pe-east", &[]);
-    let west = Server::netns_member("pe-west", &[]);
+    let underlay = Underlay::new();
+    let member = |name: &str, pods: &str, services: &str| {
+        Server::netns_member(
+            name,
+            &[
+                "--nodes",
+                "2",
+                "--underlay",
+                &underlay.0,
+                "--pod-cidr",
+                pods,
+                "--service-cidr",
+                services,
+            ],
+        )
+    };
+    let east = member("pe-east", "10.213.0.0/16", "10.93.0.0/16");
+    let west = member("pe-west", "10.214.0.0/16", "10.94.0.0/16");
     let out = peer(&east, &west, &[]);
     assert!(out.status.success(), "peer: {}", stderr(&out));
-    east.ok(&["create", "namespace", "jobs"]);
-    let out = flotilla(&[
-        "offload",
-        "namespace",
-        "jobs",
-        "--kubeconfig",
-        kc(&east),
-        "--pod-offloading-strategy",
-        "Remote",
-    ]);
+    assert_has(&stderr(&out), &["networking: connected"]);
+    wait_for(WAIT, "the networking module established", || {
+        jsonpath(
+            &east,
+            &["get", "foreignclusters.core.liqo.io", "pe-west"],
+            "{.status.modules.networking.conditions[?(@.type==\"NetworkConnectionStatus\")].status}",
+        ) == "Established"
+    });
+
+    // A namespace with a local Service and an offloaded pod.
+    east.ok(&["create", "namespace", "shop"]);
+    let out = flotilla(&["offload", "namespace", "shop", "--kubeconfig", kc(&east)]);
     assert!(out.status.success(), "offload: {}", stderr(&out));
     east.ok_stdin(
         &["apply", "-f", "-"],
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: worker, namespace: jobs}\nspec:\n  containers: [{name: c, image: busybox, command: [sh, -c, 'echo hello-from-the-provider; sleep 3600']}]\n",
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: cart, namespace: shop}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: cart}}
+  template:
+    metadata: {labels: {app: cart}}
+    spec:
+      nodeSelector: {kubernetes.io/hostname: pe-east-node-0}
+      containers: [{name: api, image: example/cart:1.0, ports: [{name: http, containerPort: 8080}]}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: cart, namespace: shop}
+spec: {selector: {app: cart}, ports: [{port: 8080, targetPort: http}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: worker, namespace: shop, labels: {app: worker}}
+spec:
+  nodeName: liqo-pe-west
+  containers:
+  - {name: c, image: example/worker:1.0, ports: [{containerPort: 8080}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: worker, namespace: shop}
+spec: {selector: {app: worker}, ports: [{port: 8080}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: client, namespace: default}
+spec:
+  nodeSelector: {kubernetes.io/hostname: pe-east-node-1}
+  containers: [{name: c, image: busybox, command: [sleep, "3600"]}]
+"#,
     );
     wait_for(WAIT, "the offloaded pod running", || {
         jsonpath(
             &east,
-            &["get", "pod", "worker", "-n", "jobs"],
-            "{.spec.nodeName} {.status.phase}",
-        ) == "liqo-pe-west Running"
+            &["get", "pod", "worker", "-n", "shop"],
+            "{.status.phase}",
+        ) == "Running"
     });
+    wait_for(WAIT, "the local pods running", || {
+        jsonpath(&east, &["get", "pod", "client"], "{.status.phase}") == "Running"
+            && jsonpath(
+                &east,
+                &["get", "pods", "-n", "shop", "-l", "app=cart"],
+                "{.items[0].status.phase}",
+            ) == "Running"
+    });
+
+    // Logs and exec of the offloaded pod, from the consumer.
     wait_for(WAIT, "its log", || {
-        east.kubectl(&["logs", "worker", "-n", "jobs"])
-            .stdout
-            .starts_with(b"hello-from-the-provider")
+        String::from_utf8_lossy(&east.kubectl(&["logs", "worker", "-n", "shop"]).stdout)
+            .contains("serving HTTP on :8080")
     });
     let out = east.ok(&[
         "exec",
         "worker",
         "-n",
-        "jobs",
+        "shop",
         "--",
         "sh",
         "-c",
-        "echo $((6*7)); hostname",
+        "echo $((6*7))",
     ]);
     assert!(out.starts_with("42"), "{out}");
-    let failed = east.kubectl(&["exec", "worker", "-n", "jobs", "--", "sh", "-c", "exit 3"]);
+    let failed = east.kubectl(&["exec", "worker", "-n", "shop", "--", "sh", "-c", "exit 3"]);
     assert_eq!(failed.status.code(), Some(3), "the exit code comes back");
+
+    // The offloaded pod calls the consumer's Service by name (reflected,
+    // with the consumer's endpoints), through the tunnel.
+    let curl = |m: &Server, ns: &str, pod: &str, url: &str| {
+        let o = m.kubectl(&["exec", pod, "-n", ns, "--", "curl", "-sS", "-m", "3", url]);
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    wait_for(WAIT, "the offloaded pod reaching the local Service", || {
+        curl(&east, "shop", "worker", "http://cart:8080/").contains("\"cluster\":\"pe-east\"")
+    });
+    // A local pod reaches the offloaded pod by its IP and by its Service
+    // (whose endpoint is the provider's pod).
+    let ip = jsonpath(
+        &east,
+        &["get", "pod", "worker", "-n", "shop"],
+        "{.status.podIP}",
+    );
+    assert!(ip.starts_with("10.214."), "the provider's address: {ip}");
+    wait_for(WAIT, "the local pod reaching the offloaded pod", || {
+        let want = "\"cluster\":\"pe-west\"";
+        curl(&east, "default", "client", &format!("http://{ip}:8080/")).contains(want)
+            && curl(&east, "default", "client", "http://worker.shop:8080/").contains(want)
+    });
+
     let out = unpeer(&east, &west);
     assert!(out.status.success(), "unpeer: {}", stderr(&out));
+    assert!(
+        !east
+            .kubectl(&[
+                "get",
+                "secret",
+                "submariner-broker-secret",
+                "-n",
+                "submariner-operator"
+            ])
+            .status
+            .success(),
+        "the consumer left the provider's broker"
+    );
 }
 
 #[test]

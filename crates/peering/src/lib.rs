@@ -7,6 +7,7 @@
 //! - `consumer`: ResourceSlice replication, the virtual node, namespace
 //!   offloading and the pods bound to the virtual node;
 //! - `provider`: grants, twin namespaces and ShadowPods;
+//! - `network`: the fabric between peers (the provider as broker);
 //! - `admission`: the pod mutation of offloaded namespaces, in the
 //!   consumer's API server;
 //! - `admiralty`: Admiralty's elected pods (proxy and delegate pods,
@@ -21,6 +22,7 @@ pub mod admission;
 pub mod api;
 pub mod consumer;
 pub mod identity;
+pub mod network;
 pub mod peer;
 pub mod provider;
 pub mod quantity;

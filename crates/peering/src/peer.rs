@@ -65,6 +65,8 @@ pub enum PeerError {
         #[source]
         source: kube::Error,
     },
+    #[error("cannot connect the clusters' networks: {0}")]
+    Network(String),
     #[error("cannot install the peering CRDs in the {side} cluster: {message}")]
     Crds { side: &'static str, message: String },
 }
@@ -78,6 +80,9 @@ fn api_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> PeerError {
 /// the cluster.
 pub struct Side {
     pub client: Client,
+    /// The administrator's credentials, for what the cluster runs itself
+    /// (its gateways' access to it as a broker).
+    pub credentials: flotilla_federation::members::Credentials,
     /// The API server URL, as the kubeconfig names it.
     pub server: String,
     pub ca_pem: Option<Vec<u8>>,
@@ -191,6 +196,21 @@ pub async fn peer(
     wait_granted(consumer, &ids, options.timeout, progress).await?;
     if options.create_virtual_node {
         wait_node_ready(consumer, &ids, options.timeout, progress).await?;
+    }
+    let outcome = crate::network::connect(
+        &consumer.client,
+        &provider.client,
+        &provider.credentials,
+        (&ids.consumer, &ids.provider),
+        &token,
+    )
+    .await
+    .map_err(|message| PeerError::Network(message.clone()))?;
+    match outcome {
+        crate::network::Outcome::Disabled(why) => {
+            progress(&format!("networking: disabled ({why})"))
+        }
+        _ => wait_network(consumer, &ids, options.timeout, progress).await,
     }
     Ok(ids)
 }
@@ -609,6 +629,37 @@ async fn wait_node_ready(
     }
 }
 
+/// Waits for the tunnel between the peers, as the consumer's gateway
+/// reports it; what it says is shown, a failure does not undo the
+/// peering (offloading works without it).
+async fn wait_network(
+    consumer: &Side,
+    ids: &Peering,
+    timeout: Duration,
+    progress: &mut dyn FnMut(&str),
+) {
+    let start = Instant::now();
+    loop {
+        let condition = crate::network::condition(&consumer.client, &ids.provider).await;
+        match condition {
+            Some(c) if c.status == "Established" => {
+                progress("networking: connected (WireGuard tunnel between the gateways)");
+                return;
+            }
+            Some(c) if c.status == "Error" => {
+                progress(&format!("networking: error: {}", c.message));
+                return;
+            }
+            _ => {}
+        }
+        if start.elapsed() > timeout {
+            progress("networking: not connected yet (see `flotilla network show connections`)");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Removes consumer → provider: drains the virtual node (its pods are
 /// deleted in the consumer, so their remote copies go), then every object
 /// of the peering on both sides. The provider may be unreachable: what is
@@ -664,6 +715,13 @@ pub async fn unpeer(
         .delete(&ids.provider, &DeleteParams::default())
         .await;
     let _ = nodes.delete(&node, &DeleteParams::default()).await;
+    crate::network::disconnect(
+        c,
+        &provider.client,
+        &provider.credentials.server,
+        (&ids.consumer, &ids.provider),
+    )
+    .await;
     // The provider's side: twin namespaces, the tenant (identity, slices),
     // the ClusterRole, the ForeignCluster.
     let p = &provider.client;

@@ -68,10 +68,10 @@ async fn pass(
         let due = last_write
             .get(&name)
             .is_none_or(|(was, at)| *was != ready || at.elapsed() > HEARTBEAT);
+        report(peers, vn, &answers).await;
         if due {
             write_status(&nodes, vn, &name, &answers).await?;
             last_write.insert(name.clone(), (ready, Instant::now()));
-            report(peers, vn, &answers).await;
             if !ready {
                 warn!(node = %name, error = %answers.clone().err().unwrap_or_default(), "provider unreachable; virtual node NotReady");
             }
@@ -265,6 +265,11 @@ async fn report(peers: &Peers, vn: &VirtualNode, answers: &Result<(), String>) {
         &mut status.modules.offloading.conditions,
         LiqoCondition::new("OffloadingNodeStatus", ready, "", &message),
     );
+    if let Some(c) = crate::network::condition(&peers.local, &vn.spec.cluster_id).await {
+        changed |= !status.modules.networking.enabled;
+        status.modules.networking.enabled = true;
+        changed |= set_condition(&mut status.modules.networking.conditions, c);
+    }
     let api_server = if answers.is_ok() {
         "Established"
     } else {

@@ -8,6 +8,7 @@
 pub mod grant;
 pub mod namespaces;
 pub mod shadowpods;
+pub mod status;
 
 use kube::Client;
 
@@ -15,5 +16,6 @@ use kube::Client;
 pub fn spawn(local: Client) {
     tokio::spawn(grant::run(local.clone()));
     tokio::spawn(namespaces::run(local.clone()));
+    tokio::spawn(status::run(local.clone()));
     tokio::spawn(shadowpods::run(local));
 }
