@@ -646,6 +646,52 @@ spec:
         let p = pods(&c, "shop", "app=api");
         p.len() == 3 && p.iter().all(|p| p.1 == "Running" && p.2 == "liqo-bravo")
     });
+    // Bidirectional peering is two peerings: alpha consumes charlie too.
+    let out = peer(&a, &c, &[]);
+    assert!(out.status.success(), "peer back: {}", stderr(&out));
+    for (m, peer_id) in [(&a, "charlie"), (&c, "alpha")] {
+        assert_eq!(
+            jsonpath(
+                m,
+                &["get", "foreignclusters.core.liqo.io", peer_id],
+                "{.status.role}"
+            ),
+            "ConsumerAndProvider"
+        );
+    }
+    assert_eq!(node_ready(&a, "liqo-charlie"), "True");
+    let out = unpeer(&a, &c);
+    assert!(out.status.success(), "unpeer back: {}", stderr(&out));
+    assert_eq!(
+        jsonpath(
+            &c,
+            &["get", "foreignclusters.core.liqo.io", "alpha"],
+            "{.status.role}"
+        ),
+        "Provider",
+        "charlie still consumes alpha"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        node_ready(&c, "liqo-alpha"),
+        "True",
+        "charlie's own peering intact"
+    );
+    assert_eq!(
+        jsonpath(
+            &c,
+            &[
+                "get",
+                "resourceslices.authentication.liqo.io",
+                "alpha",
+                "-n",
+                "liqo-tenant-alpha"
+            ],
+            "{.status.conditions[?(@.type==\"Resources\")].status}"
+        ),
+        "Accepted"
+    );
+    assert!(!a.kubectl(&["get", "node", "liqo-charlie"]).status.success());
     for p in [&a, &b] {
         let out = unpeer(&c, p);
         assert!(out.status.success(), "unpeer: {}", stderr(&out));

@@ -711,6 +711,10 @@ pub async fn unpeer(
         progress(&format!("offloading: virtual node {node} drained"));
     }
     let tenant = tenant_namespace(&ids.provider);
+    // The slice first: with it gone, nothing makes the VirtualNode again.
+    let _ = Api::<ResourceSlice>::namespaced(c.clone(), &tenant)
+        .delete(&ids.provider, &DeleteParams::default())
+        .await;
     let _ = Api::<VirtualNode>::namespaced(c.clone(), &tenant)
         .delete(&ids.provider, &DeleteParams::default())
         .await;
@@ -723,7 +727,9 @@ pub async fn unpeer(
     )
     .await;
     // The provider's side: twin namespaces, the tenant (identity, slices),
-    // the ClusterRole, the ForeignCluster.
+    // the ClusterRole, the ForeignCluster. A tenant namespace also serves
+    // the other direction of a bidirectional peering: then only this
+    // direction's objects go.
     let p = &provider.client;
     let namespaces: Api<Namespace> = Api::all(p.clone());
     let theirs = ListParams::default().labels(&format!("{REMOTE_CLUSTER_ID}={}", ids.consumer));
@@ -732,25 +738,50 @@ pub async fn unpeer(
         .await
         .map_err(|e| classify(e, "provider", "--remote-kubeconfig"))?;
     for ns in twins.items {
-        let _ = namespaces
-            .delete(&ns.name_any(), &DeleteParams::default())
-            .await;
+        if !ns.labels().contains_key(TENANT_NAMESPACE_LABEL) {
+            let _ = namespaces
+                .delete(&ns.name_any(), &DeleteParams::default())
+                .await;
+        }
     }
     let _ = Api::<ClusterRole>::all(p.clone())
         .delete(&identity_name(&ids.consumer), &DeleteParams::default())
         .await;
+    let provider_tenant = tenant_namespace(&ids.consumer);
+    let both_ways = has_role(p, &ids.consumer, "Provider").await;
+    if both_ways {
+        remove_consumer_objects(p, &provider_tenant, &ids.consumer).await;
+    } else {
+        let _ = namespaces
+            .delete(&provider_tenant, &DeleteParams::default())
+            .await;
+    }
     remove_role(p, &ids.consumer, "Consumer").await?;
     // The consumer's side.
-    let _ = Api::<ResourceSlice>::namespaced(c.clone(), &tenant)
-        .delete(&ids.provider, &DeleteParams::default())
-        .await;
-    let _ = Api::<Namespace>::all(c.clone())
-        .delete(&tenant, &DeleteParams::default())
-        .await;
+    let consumer_both_ways = has_role(c, &ids.provider, "Consumer").await;
+    if consumer_both_ways {
+        let _ = Api::<Secret>::namespaced(c.clone(), &tenant)
+            .delete(
+                &remote::kubeconfig_secret_name(&ids.provider),
+                &DeleteParams::default(),
+            )
+            .await;
+    } else {
+        let _ = Api::<Namespace>::all(c.clone())
+            .delete(&tenant, &DeleteParams::default())
+            .await;
+    }
     remove_role(c, &ids.provider, "Provider").await?;
-    // Both tenant namespaces gone before unpeer says done.
+    // The tenant namespaces deleted are gone before unpeer says done.
     let start = Instant::now();
-    for (client, ns) in [(p, tenant_namespace(&ids.consumer)), (c, tenant.clone())] {
+    let mut deleted = Vec::new();
+    if !both_ways {
+        deleted.push((p, provider_tenant));
+    }
+    if !consumer_both_ways {
+        deleted.push((c, tenant.clone()));
+    }
+    for (client, ns) in deleted {
         let api: Api<Namespace> = Api::all(client.clone());
         while api.get_opt(&ns).await.ok().flatten().is_some() {
             if start.elapsed() > timeout {
@@ -764,6 +795,48 @@ pub async fn unpeer(
     }
     progress("authentication: identity and tenant namespaces removed");
     Ok(ids)
+}
+
+/// Whether this cluster's ForeignCluster `id` has `role` (alone or with
+/// the other).
+async fn has_role(client: &Client, id: &str, role: &str) -> bool {
+    Api::<ForeignCluster>::all(client.clone())
+        .get_opt(id)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|fc| fc.status)
+        .is_some_and(|s| s.role.contains(role))
+}
+
+/// A consumer's objects in its tenant namespace of a provider: its
+/// identity, its slices and its namespace map.
+async fn remove_consumer_objects(provider: &Client, ns: &str, consumer: &str) {
+    let name = identity_name(consumer);
+    let params = DeleteParams::default();
+    let _ = Api::<ServiceAccount>::namespaced(provider.clone(), ns)
+        .delete(&name, &params)
+        .await;
+    let _ = Api::<Role>::namespaced(provider.clone(), ns)
+        .delete(&name, &params)
+        .await;
+    let _ = Api::<RoleBinding>::namespaced(provider.clone(), ns)
+        .delete(&name, &params)
+        .await;
+    let _ = Api::<Secret>::namespaced(provider.clone(), ns)
+        .delete(&name, &params)
+        .await;
+    let slices: Api<ResourceSlice> = Api::namespaced(provider.clone(), ns);
+    if let Ok(list) = slices.list(&ListParams::default()).await {
+        for s in list.items {
+            if s.spec.consumer_cluster_id.as_deref() == Some(consumer) {
+                let _ = slices.delete(&s.name_any(), &params).await;
+            }
+        }
+    }
+    let _ = Api::<crate::api::NamespaceMap>::namespaced(provider.clone(), ns)
+        .delete(consumer, &params)
+        .await;
 }
 
 /// Deletes ForeignCluster `id`, or keeps it with the other role.

@@ -38,8 +38,23 @@ async fn sync(peers: &Peers, provider: &Provider) -> Result<(), kube::Error> {
     let local: Api<ResourceSlice> = Api::namespaced(peers.local.clone(), &provider.local_tenant);
     let remote: Api<ResourceSlice> =
         Api::namespaced(provider.client.clone(), &provider.remote_tenant);
-    let slices = local.list(&ListParams::default()).await?.items;
-    let theirs = remote.list(&ListParams::default()).await?.items;
+    // A tenant namespace serves both directions of a bidirectional
+    // peering: only this cluster's requests to this provider, and their
+    // copies there, are this loop's.
+    let slices: Vec<ResourceSlice> = local
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|s| s.spec.provider_cluster_id.as_deref() == Some(provider.id.as_str()))
+        .collect();
+    let theirs: Vec<ResourceSlice> = remote
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|s| s.spec.consumer_cluster_id.as_deref() == Some(peers.cluster_id.as_str()))
+        .collect();
     for slice in &slices {
         let name = slice.name_any();
         let copy = theirs.iter().find(|r| r.name_any() == name);
@@ -85,6 +100,15 @@ async fn sync(peers: &Peers, provider: &Provider) -> Result<(), kube::Error> {
         if accepted && wanted {
             let hard = granted.map(|s| s.resources).unwrap_or_default();
             ensure_virtual_node(peers, provider, &name, hard).await?;
+        }
+    }
+    // A VirtualNode whose slice is gone goes too (its Node with it).
+    let vns: Api<VirtualNode> = Api::namespaced(peers.local.clone(), &provider.local_tenant);
+    for vn in vns.list(&ListParams::default()).await?.items {
+        if vn.spec.cluster_id == provider.id
+            && !slices.iter().any(|s| s.name_any() == vn.name_any())
+        {
+            vns.delete(&vn.name_any(), &DeleteParams::default()).await?;
         }
     }
     // A slice the consumer removed leaves the provider too.
