@@ -708,6 +708,17 @@ spec:
 
 #[test]
 fn netns_peers_reach_each_other_and_offloaded_pods_give_logs_and_exec() {
+    netns_peers("pe-east", "pe-west", false);
+}
+
+/// The same between peers whose pod and service CIDRs are the same:
+/// each side reaches the other's pods at their global IPs.
+#[test]
+fn netns_peers_with_overlapping_cidrs_reach_each_other() {
+    netns_peers("po-east", "po-west", true);
+}
+
+fn netns_peers(east_name: &str, west_name: &str, overlapping: bool) {
     if !common::can_run_netns() {
         return;
     }
@@ -727,15 +738,24 @@ fn netns_peers_reach_each_other_and_offloaded_pods_give_logs_and_exec() {
             ],
         )
     };
-    let east = member("pe-east", "10.213.0.0/16", "10.93.0.0/16");
-    let west = member("pe-west", "10.214.0.0/16", "10.94.0.0/16");
+    let (east, west) = if overlapping {
+        (
+            member(east_name, "10.215.0.0/16", "10.95.0.0/16"),
+            member(west_name, "10.215.0.0/16", "10.95.0.0/16"),
+        )
+    } else {
+        (
+            member(east_name, "10.213.0.0/16", "10.93.0.0/16"),
+            member(west_name, "10.214.0.0/16", "10.94.0.0/16"),
+        )
+    };
     let out = peer(&east, &west, &[]);
     assert!(out.status.success(), "peer: {}", stderr(&out));
     assert_has(&stderr(&out), &["networking: connected"]);
     wait_for(WAIT, "the networking module established", || {
         jsonpath(
             &east,
-            &["get", "foreignclusters.core.liqo.io", "pe-west"],
+            &["get", "foreignclusters.core.liqo.io", west_name],
             "{.status.modules.networking.conditions[?(@.type==\"NetworkConnectionStatus\")].status}",
         ) == "Established"
     });
@@ -746,7 +766,7 @@ fn netns_peers_reach_each_other_and_offloaded_pods_give_logs_and_exec() {
     assert!(out.status.success(), "offload: {}", stderr(&out));
     east.ok_stdin(
         &["apply", "-f", "-"],
-        r#"
+        &r#"
 apiVersion: apps/v1
 kind: Deployment
 metadata: {name: cart, namespace: shop}
@@ -756,7 +776,7 @@ spec:
   template:
     metadata: {labels: {app: cart}}
     spec:
-      nodeSelector: {kubernetes.io/hostname: pe-east-node-0}
+      nodeSelector: {kubernetes.io/hostname: EAST-node-0}
       containers: [{name: api, image: example/cart:1.0, ports: [{name: http, containerPort: 8080}]}]
 ---
 apiVersion: v1
@@ -768,7 +788,7 @@ apiVersion: v1
 kind: Pod
 metadata: {name: worker, namespace: shop, labels: {app: worker}}
 spec:
-  nodeName: liqo-pe-west
+  nodeName: liqo-WEST
   containers:
   - {name: c, image: example/worker:1.0, ports: [{containerPort: 8080}]}
 ---
@@ -781,9 +801,11 @@ apiVersion: v1
 kind: Pod
 metadata: {name: client, namespace: default}
 spec:
-  nodeSelector: {kubernetes.io/hostname: pe-east-node-1}
+  nodeSelector: {kubernetes.io/hostname: EAST-node-1}
   containers: [{name: c, image: busybox, command: [sleep, "3600"]}]
-"#,
+"#
+        .replace("EAST", east_name)
+        .replace("WEST", west_name),
     );
     wait_for(WAIT, "the offloaded pod running", || {
         jsonpath(
@@ -827,7 +849,8 @@ spec:
         String::from_utf8_lossy(&o.stdout).into_owned()
     };
     wait_for(WAIT, "the offloaded pod reaching the local Service", || {
-        curl(&east, "shop", "worker", "http://cart:8080/").contains("\"cluster\":\"pe-east\"")
+        curl(&east, "shop", "worker", "http://cart:8080/")
+            .contains(&format!("\"cluster\":\"{east_name}\""))
     });
     // A local pod reaches the offloaded pod by its IP and by its Service
     // (whose endpoint is the provider's pod).
@@ -836,11 +859,15 @@ spec:
         &["get", "pod", "worker", "-n", "shop"],
         "{.status.podIP}",
     );
-    assert!(ip.starts_with("10.214."), "the provider's address: {ip}");
+    let expected = if overlapping { "242." } else { "10.214." };
+    assert!(
+        ip.starts_with(expected),
+        "the provider's pod, as the consumer reaches it: {ip}"
+    );
     wait_for(WAIT, "the local pod reaching the offloaded pod", || {
-        let want = "\"cluster\":\"pe-west\"";
-        curl(&east, "default", "client", &format!("http://{ip}:8080/")).contains(want)
-            && curl(&east, "default", "client", "http://worker.shop:8080/").contains(want)
+        let want = format!("\"cluster\":\"{west_name}\"");
+        curl(&east, "default", "client", &format!("http://{ip}:8080/")).contains(&want)
+            && curl(&east, "default", "client", "http://worker.shop:8080/").contains(&want)
     });
 
     let out = unpeer(&east, &west);

@@ -237,6 +237,23 @@ impl Globalnet {
                 .map_err(|e| e.to_string())?;
             }
         }
+        // GlobalIngressIPs others made (a peering's pods): allocated like
+        // ours, left to their makers to delete.
+        let requested: Vec<(String, String)> = book
+            .existing
+            .iter()
+            .filter(|g| !g.labels().contains_key(MADE_BY))
+            .filter(|g| {
+                g.status
+                    .as_ref()
+                    .and_then(|s| s.allocated_ip.parse::<Ipv4Addr>().ok())
+                    .is_none_or(|ip| !self.cidr.contains(&ip))
+            })
+            .map(|g| (g.namespace().unwrap_or_default(), g.name_any()))
+            .collect();
+        for (ns, name) in requested {
+            self.allocate(&ns, &name, &mut book).await?;
+        }
         for g in &book.existing {
             let key = (g.namespace().unwrap_or_default(), g.name_any());
             let ours = g.labels().contains_key(MADE_BY);
@@ -344,6 +361,17 @@ impl Globalnet {
         if let Some(ip) = allocated {
             return Ok(Some(ip));
         }
+        self.allocate(ns, &want.name, book).await
+    }
+
+    /// Allocates a free global IP to GlobalIngressIP `ns/name`.
+    async fn allocate(
+        &self,
+        ns: &str,
+        name: &str,
+        book: &mut Book,
+    ) -> Result<Option<Ipv4Addr>, String> {
+        let api: Api<GlobalIngressIp> = Api::namespaced(self.member.clone(), ns);
         let free = (MAX_EGRESS + 1..)
             .map_while(|i| nth(self.cidr, i))
             .find(|ip| !book.used.contains(ip));
@@ -362,14 +390,14 @@ impl Globalnet {
             },
         };
         api.patch_status(
-            &want.name,
+            name,
             &PatchParams::default(),
             &Patch::Merge(json!({"status": status})),
         )
         .await
         .map_err(|e| e.to_string())?;
         if let Some(ip) = free {
-            info!(object = %format!("{ns}/{}", want.name), %ip, "global ingress IP allocated");
+            info!(object = %format!("{ns}/{name}"), %ip, "global ingress IP allocated");
             book.used.insert(ip);
         }
         Ok(free)

@@ -21,6 +21,7 @@ pub mod admiralty;
 pub mod admission;
 pub mod api;
 pub mod consumer;
+pub mod globalips;
 pub mod identity;
 pub mod network;
 pub mod peer;
@@ -49,6 +50,7 @@ pub async fn run(local: Client, name: &str) {
     }
     info!(cluster_id = %id, "peering controllers running");
     provider::spawn(local.clone());
+    tokio::spawn(globalips::run(local.clone(), globalips::reached_by_a_peer));
     tokio::spawn(admiralty::run(local.clone()));
     consumer::spawn(consumer::Peers::new(local, id));
 }

@@ -59,6 +59,17 @@ pub async fn connect(
         return Ok(Outcome::Fleet);
     }
     broker::install(provider).await?;
+    // Overlapping pod CIDRs: both use Globalnet, with global CIDRs from
+    // the provider's broker.
+    let overlap = overlapping(consumer, provider).await;
+    let (provider_global, consumer_global) = if overlap {
+        (
+            Some(broker::allocate_global_cidr(provider, provider_id, None).await?),
+            Some(broker::allocate_global_cidr(provider, consumer_id, None).await?),
+        )
+    } else {
+        (None, None)
+    };
     // The consumer's identity may keep its cluster's objects on the broker.
     let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": {"name": identity_name(consumer_id), "namespace": BROKER_NAMESPACE,
@@ -80,12 +91,19 @@ pub async fn connect(
         .patch(&identity_name(consumer_id), &apply, &Patch::Apply(&binding))
         .await
         .map_err(|e| e.to_string())?;
-    if theirs.is_none() {
+    let own_broker = theirs
+        .as_ref()
+        .is_none_or(|a| a.credentials.server == provider_credentials.server);
+    if own_broker
+        && theirs
+            .as_ref()
+            .is_none_or(|a| a.global_cidr != provider_global)
+    {
         let access = BrokerAccess {
             credentials: provider_credentials.clone(),
             namespace: BROKER_NAMESPACE.into(),
             cluster_id: provider_id.into(),
-            global_cidr: None,
+            global_cidr: provider_global,
         };
         broker::write(provider, &access)
             .await
@@ -102,12 +120,36 @@ pub async fn connect(
         },
         namespace: BROKER_NAMESPACE.into(),
         cluster_id: consumer_id.into(),
-        global_cidr: None,
+        global_cidr: consumer_global,
     };
     broker::write(consumer, &access)
         .await
         .map_err(|e| e.to_string())?;
     Ok(Outcome::Connected)
+}
+
+/// The pod CIDRs of a cluster's own nodes.
+async fn pod_cidrs(client: &Client) -> Vec<ipnet::Ipv4Net> {
+    use k8s_openapi::api::core::v1::Node;
+    use kube::ResourceExt;
+    Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| !n.labels().contains_key(crate::api::TYPE_LABEL))
+        .filter_map(|n| n.spec?.pod_cidr?.parse().ok())
+        .collect()
+}
+
+/// Whether the two clusters' pod CIDRs overlap.
+async fn overlapping(a: &Client, b: &Client) -> bool {
+    let (x, y) = (pod_cidrs(a).await, pod_cidrs(b).await);
+    x.iter().any(|p| {
+        y.iter()
+            .any(|q| p.contains(&q.network()) || q.contains(&p.network()))
+    })
 }
 
 /// Undoes `connect`: the consumer leaves the provider's broker; the
@@ -125,6 +167,7 @@ pub async fn disconnect(
     if ours(&broker::read(consumer).await.ok().flatten()) {
         let _ = broker::remove(consumer).await;
         let _ = flotilla_fabric::gateway::withdraw(provider, consumer_id).await;
+        let _ = broker::release_global_cidr(provider, consumer_id).await;
     }
     for kind in ["roles", "rolebindings"] {
         let _ = match kind {
@@ -159,6 +202,7 @@ pub async fn disconnect(
     if !consumers_left && self_broker {
         let _ = broker::remove(provider).await;
         let _ = flotilla_fabric::gateway::withdraw(provider, provider_id).await;
+        let _ = broker::release_global_cidr(provider, provider_id).await;
     }
 }
 

@@ -327,6 +327,7 @@ fn offloading_cluster_role(consumer: &str) -> Value {
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
+        {"apiGroups": ["submariner.io"], "resources": ["globalingressips"], "verbs": ["get", "list", "watch"]},
     ]})
 }
 

@@ -121,6 +121,13 @@ async fn sync_namespace(
     let ours = ListParams::default().labels(&format!("{ORIGIN_LABEL}={}", peers.cluster_id));
     let existing = shadows.list(&ours).await?.items;
     let running = remote_pods.list(&ours).await?.items;
+    // Overlapping peers: the provider's pods are reached at their global
+    // IPs.
+    let global = if crate::globalips::enabled(&peers.local).await {
+        Some(crate::globalips::allocated(&provider.client, &remote_ns).await)
+    } else {
+        None
+    };
     for pod in local {
         let name = pod.name_any();
         let shadow = existing.iter().find(|s| s.name_any() == name);
@@ -164,7 +171,8 @@ async fn sync_namespace(
                 )
                 .await;
         }
-        reflect_status(&local_api, pod, remote).await;
+        let address = global.as_ref().map(|g| g.get(&name).cloned());
+        reflect_status(&local_api, pod, remote, address).await;
     }
     // ShadowPods whose local pod is gone.
     for s in &existing {
@@ -218,7 +226,12 @@ pub fn shadow_pod(peers: &Peers, provider: &Provider, pod: &Pod) -> ShadowPod {
 }
 
 /// The remote pod's status on the local pod.
-async fn reflect_status(api: &Api<Pod>, pod: &Pod, remote: Option<&Pod>) {
+async fn reflect_status(
+    api: &Api<Pod>,
+    pod: &Pod,
+    remote: Option<&Pod>,
+    global: Option<Option<String>>,
+) {
     let status = match remote.and_then(|r| r.status.as_ref()) {
         Some(s) => {
             let mut v = serde_json::to_value(s).unwrap_or_default();
@@ -227,6 +240,20 @@ async fn reflect_status(api: &Api<Pod>, pod: &Pod, remote: Option<&Pod>) {
                 o.remove("hostIP");
                 o.remove("hostIPs");
                 o.remove("nominatedNodeName");
+                // Under Globalnet its address here is its global IP (none
+                // until allocated: its pod IP means something else here).
+                if let Some(global) = global {
+                    o.remove("podIPs");
+                    match global {
+                        Some(ip) => {
+                            o.insert("podIP".into(), json!(ip));
+                            o.insert("podIPs".into(), json!([{"ip": ip}]));
+                        }
+                        None => {
+                            o.remove("podIP");
+                        }
+                    }
+                }
             }
             v
         }

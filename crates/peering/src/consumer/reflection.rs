@@ -172,6 +172,13 @@ async fn pass(peers: &Peers, reported: &Mutex<HashSet<String>>) -> Result<(), ku
                 if policy == Policy::Disabled {
                     continue;
                 }
+                let global = if kind.key == "endpointslices"
+                    && crate::globalips::enabled(&peers.local).await
+                {
+                    Some(crate::globalips::by_pod_ip(&peers.local, &ns).await)
+                } else {
+                    None
+                };
                 let r = Reflect {
                     peers,
                     provider,
@@ -180,6 +187,7 @@ async fn pass(peers: &Peers, reported: &Mutex<HashSet<String>>) -> Result<(), ku
                     reverse,
                     ns: &ns,
                     twin: &twin,
+                    global,
                 };
                 if let Err(error) = r.sync(reported).await {
                     debug!(%error, kind = kind.kind, namespace = %ns, provider = %provider.id, "not reflected");
@@ -200,6 +208,8 @@ struct Reflect<'a> {
     reverse: bool,
     ns: &'a str,
     twin: &'a str,
+    /// Under Globalnet: local pod IP → global IP, for endpoints.
+    global: Option<BTreeMap<String, String>>,
 }
 
 impl Reflect<'_> {
@@ -360,13 +370,26 @@ impl Reflect<'_> {
                     .into_iter()
                     .flatten()
                     .filter(|e| e.get("nodeName").and_then(Value::as_str) != Some(vnode.as_str()))
-                    .map(|e| {
+                    .filter_map(|e| {
                         let mut e = e.clone();
                         if let Some(o) = e.as_object_mut() {
                             o.remove("nodeName");
                             o.remove("targetRef");
                         }
-                        e
+                        if let Some(map) = &self.global {
+                            let addrs: Vec<Value> = e
+                                .get("addresses")
+                                .and_then(Value::as_array)
+                                .into_iter()
+                                .flatten()
+                                .filter_map(|a| map.get(a.as_str()?).map(|g| json!(g)))
+                                .collect();
+                            if addrs.is_empty() {
+                                return None;
+                            }
+                            e["addresses"] = json!(addrs);
+                        }
+                        Some(e)
                     })
                     .collect();
                 if endpoints.is_empty() {
