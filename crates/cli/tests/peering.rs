@@ -208,6 +208,15 @@ fn two_members_peer_offload_reflect_survive_a_cut_and_unpeer() {
         "liqo-west"
     );
 
+    // Secrets are not reflected in this cluster (set before anything is).
+    east.ok(&[
+        "create",
+        "configmap",
+        "liqo-reflection",
+        "-n",
+        "liqo",
+        "--from-literal=secrets=Disabled",
+    ]);
     // The seed's manifest, verbatim: the namespace gets its twin.
     east.ok_stdin(&["apply", "-f", "-"], SEED);
     wait_for(WAIT, "the namespace offloaded", || {
@@ -297,6 +306,58 @@ fn two_members_peer_offload_reflect_survive_a_cut_and_unpeer() {
             "{.data.a}"
         ),
         "theirs"
+    );
+    // What is reflected is configurable: an annotated object stays home,
+    // and a kind can be turned off.
+    east.ok(&[
+        "create",
+        "configmap",
+        "private",
+        "-n",
+        "my-app",
+        "--from-literal=k=v",
+    ]);
+    east.ok(&[
+        "annotate",
+        "configmap",
+        "private",
+        "-n",
+        "my-app",
+        "liqo.io/skip-reflection=true",
+    ]);
+    east.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "creds",
+        "-n",
+        "my-app",
+        "--from-literal=pw=x",
+    ]);
+    east.ok(&[
+        "create",
+        "configmap",
+        "public",
+        "-n",
+        "my-app",
+        "--from-literal=k=v",
+    ]);
+    wait_for(WAIT, "a later ConfigMap reflected", || {
+        west.kubectl(&["get", "configmap", "public", "-n", "my-app-east"])
+            .status
+            .success()
+    });
+    assert!(
+        !west
+            .kubectl(&["get", "configmap", "private", "-n", "my-app-east"])
+            .status
+            .success()
+    );
+    assert!(
+        !west
+            .kubectl(&["get", "secret", "creds", "-n", "my-app-east"])
+            .status
+            .success()
     );
     wait_for(WAIT, "the conflict reported", || {
         east.ok(&[
@@ -841,6 +902,43 @@ spec:
     assert!(out.starts_with("42"), "{out}");
     let failed = east.kubectl(&["exec", "worker", "-n", "shop", "--", "sh", "-c", "exit 3"]);
     assert_eq!(failed.status.code(), Some(3), "the exit code comes back");
+    // Its ServiceAccount token is the consumer's: the consumer's API
+    // authenticates it as the pod's ServiceAccount.
+    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let namespace = east.ok(&[
+        "exec",
+        "worker",
+        "-n",
+        "shop",
+        "--",
+        "cat",
+        &format!("{sa}/namespace"),
+    ]);
+    assert_eq!(namespace, "shop");
+    let token = east.ok(&[
+        "exec",
+        "worker",
+        "-n",
+        "shop",
+        "--",
+        "cat",
+        &format!("{sa}/token"),
+    ]);
+    let review = format!(
+        "{{\"apiVersion\":\"authentication.k8s.io/v1\",\"kind\":\"TokenReview\",\"spec\":{{\"token\":\"{}\"}}}}",
+        token.trim()
+    );
+    let answer = east.ok_stdin(
+        &[
+            "create",
+            "-f",
+            "-",
+            "-o",
+            "jsonpath={.status.user.username}",
+        ],
+        &review,
+    );
+    assert_eq!(answer, "system:serviceaccount:shop:default");
 
     // The offloaded pod calls the consumer's Service by name (reflected,
     // with the consumer's endpoints), through the tunnel.

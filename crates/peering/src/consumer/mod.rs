@@ -17,6 +17,7 @@ pub mod offloading;
 pub mod pods;
 pub mod reflection;
 pub mod slices;
+pub mod tokens;
 pub mod virtual_node;
 
 use std::collections::HashMap;

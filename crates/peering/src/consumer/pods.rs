@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Pod, PodSpec, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
@@ -121,6 +121,15 @@ async fn sync_namespace(
     let ours = ListParams::default().labels(&format!("{ORIGIN_LABEL}={}", peers.cluster_id));
     let existing = shadows.list(&ours).await?.items;
     let running = remote_pods.list(&ours).await?.items;
+    let secrets: Api<Secret> = Api::namespaced(provider.client.clone(), &remote_ns);
+    let token_secrets = secrets
+        .list(&ListParams::default().labels(&format!(
+            "{ORIGIN_LABEL}={},{}",
+            peers.cluster_id,
+            super::tokens::TOKEN_FOR
+        )))
+        .await?
+        .items;
     // Overlapping peers: the provider's pods are reached at their global
     // IPs.
     let global = if crate::globalips::enabled(&peers.local).await {
@@ -132,14 +141,22 @@ async fn sync_namespace(
         let name = pod.name_any();
         let shadow = existing.iter().find(|s| s.name_any() == name);
         let remote = running.iter().find(|p| p.name_any() == name);
+        let token_name = super::tokens::secret_name(&name);
+        let token = token_secrets.iter().find(|s| s.name_any() == token_name);
         if pod.metadata.deletion_timestamp.is_some() {
             if shadow.is_some() {
                 let _ = shadows.delete(&name, &DeleteParams::default()).await;
+            }
+            if token.is_some() {
+                let _ = secrets.delete(&token_name, &DeleteParams::default()).await;
             }
             if remote.is_none() || shadow.is_none() {
                 force_delete(&local_api, pod).await;
             }
             continue;
+        }
+        if super::tokens::wanted(pod) {
+            super::tokens::ensure(peers, provider, pod, &remote_ns, token).await?;
         }
         if shadow.is_none() {
             let s = shadow_pod(peers, provider, pod);
@@ -174,6 +191,15 @@ async fn sync_namespace(
         let address = global.as_ref().map(|g| g.get(&name).cloned());
         reflect_status(&local_api, pod, remote, address).await;
     }
+    // Tokens of pods that are gone.
+    for s in &token_secrets {
+        let pod = s.labels().get(super::tokens::TOKEN_FOR);
+        if !local.iter().any(|p| Some(&p.name_any()) == pod) {
+            let _ = secrets
+                .delete(&s.name_any(), &DeleteParams::default())
+                .await;
+        }
+    }
     // ShadowPods whose local pod is gone.
     for s in &existing {
         if !local.iter().any(|p| p.name_any() == s.name_any()) {
@@ -198,8 +224,35 @@ pub fn shadow_pod(peers: &Peers, provider: &Provider, pod: &Pod) -> ShadowPod {
     if let Some(t) = spec.tolerations.as_mut() {
         t.retain(|t| t.key.as_deref() != Some(NOT_ALLOWED_TAINT));
     }
-    // The consumer's ServiceAccount token means nothing in the provider.
+    // The provider's own ServiceAccount token would mean nothing: the
+    // pod gets its token from this cluster (`tokens`), where its own
+    // projected token would be.
     spec.automount_service_account_token = Some(false);
+    if super::tokens::wanted(pod) {
+        let volume = "liqo-serviceaccount-token";
+        spec.volumes.get_or_insert_with(Vec::new).push(
+            serde_json::from_value(json!({"name": volume,
+                "secret": {"secretName": super::tokens::secret_name(&pod.name_any())}}))
+            .unwrap_or_default(),
+        );
+        for c in spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+        {
+            let mounts = c.volume_mounts.get_or_insert_with(Vec::new);
+            if !mounts
+                .iter()
+                .any(|m| m.mount_path == super::tokens::MOUNT_PATH)
+            {
+                mounts.push(
+                    serde_json::from_value(json!({"name": volume,
+                        "mountPath": super::tokens::MOUNT_PATH, "readOnly": true}))
+                    .unwrap_or_default(),
+                );
+            }
+        }
+    }
     let is_token = |n: &str| n.starts_with("kube-api-access-");
     if let Some(vols) = spec.volumes.as_mut() {
         vols.retain(|v| !is_token(&v.name));

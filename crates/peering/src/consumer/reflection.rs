@@ -317,7 +317,8 @@ impl Reflect<'_> {
         for e in &existing {
             let ours = e.labels().get(ORIGIN_LABEL).map(String::as_str) == Some(origin)
                 && e.labels().get(DESTINATION_LABEL).map(String::as_str) == Some(destination);
-            if ours && !wanted.contains(&e.name_any()) && self.kind.key != "events" {
+            let token = e.labels().contains_key(super::tokens::TOKEN_FOR);
+            if ours && !token && !wanted.contains(&e.name_any()) && self.kind.key != "events" {
                 let _ = dest.delete(&e.name_any(), &DeleteParams::default()).await;
             }
         }
