@@ -905,25 +905,12 @@ spec:
     // Its ServiceAccount token is the consumer's: the consumer's API
     // authenticates it as the pod's ServiceAccount.
     let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
-    let namespace = east.ok(&[
-        "exec",
-        "worker",
-        "-n",
-        "shop",
-        "--",
-        "cat",
-        &format!("{sa}/namespace"),
-    ]);
-    assert_eq!(namespace, "shop");
-    let token = east.ok(&[
-        "exec",
-        "worker",
-        "-n",
-        "shop",
-        "--",
-        "cat",
-        &format!("{sa}/token"),
-    ]);
+    let cat = |file: &str| {
+        let path = format!("{sa}/{file}");
+        east.ok(&["exec", "worker", "-n", "shop", "--", "cat", &path])
+    };
+    assert_eq!(cat("namespace"), "shop");
+    let token = cat("token");
     let review = format!(
         "{{\"apiVersion\":\"authentication.k8s.io/v1\",\"kind\":\"TokenReview\",\"spec\":{{\"token\":\"{}\"}}}}",
         token.trim()
