@@ -13,7 +13,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use flotilla_apiserver::admission::{self, Mutating, Operation, Request};
+use flotilla_apiserver::admission::{Mutating, Request};
+
+use crate::admission::{created_pod_namespace, namespace_label};
 use flotilla_apiserver::error::ApiResult;
 use flotilla_apiserver::server::ApiServer;
 use k8s_openapi::ByteString;
@@ -105,27 +107,14 @@ pub struct ProxyPods;
 
 impl Mutating for ProxyPods {
     fn admit(&self, api: &ApiServer, request: &Request, object: &mut Value) -> ApiResult<()> {
-        let r = request.resource;
-        if request.operation != Operation::Create || !r.group.is_empty() || r.plural != "pods" {
-            return Ok(());
-        }
-        let Some(ns) = request.namespace else {
+        let Some(ns) = created_pod_namespace(request) else {
             return Ok(());
         };
         let elected = object
             .pointer("/metadata/annotations")
             .and_then(Value::as_object)
             .is_some_and(|a| a.contains_key(ELECT));
-        if !elected {
-            return Ok(());
-        }
-        let enabled = admission::get_object(api, ("", "v1", "namespaces"), None, ns)
-            .and_then(|n| {
-                n.pointer(&format!("/metadata/labels/{ENABLED_LABEL}"))
-                    .cloned()
-            })
-            .is_some_and(|v| v == "enabled");
-        if enabled {
+        if elected && namespace_label(api, ns, ENABLED_LABEL).as_deref() == Some("enabled") {
             proxy(object);
         }
         Ok(())

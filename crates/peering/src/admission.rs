@@ -24,23 +24,10 @@ pub struct OffloadedPods;
 
 impl Mutating for OffloadedPods {
     fn admit(&self, api: &ApiServer, request: &Request, object: &mut Value) -> ApiResult<()> {
-        let r = request.resource;
-        if request.operation != Operation::Create || !r.group.is_empty() || r.plural != "pods" {
-            return Ok(());
-        }
-        let Some(ns) = request.namespace else {
+        let Some(ns) = created_pod_namespace(request) else {
             return Ok(());
         };
-        let enabled = admission::get_object(api, ("", "v1", "namespaces"), None, ns)
-            .and_then(|n| {
-                n.pointer(&format!(
-                    "/metadata/labels/{}",
-                    SCHEDULING_ENABLED.replace('/', "~1")
-                ))
-                .cloned()
-            })
-            .is_some_and(|v| v == "true");
-        if !enabled {
+        if namespace_label(api, ns, SCHEDULING_ENABLED).as_deref() != Some("true") {
             return Ok(());
         }
         // The labelled namespace without a NamespaceOffloading yet (the
@@ -55,6 +42,22 @@ impl Mutating for OffloadedPods {
         }
         Ok(())
     }
+}
+
+/// The namespace of a pod being created; None for any other request.
+pub fn created_pod_namespace<'a>(request: &Request<'a>) -> Option<&'a str> {
+    let r = request.resource;
+    (request.operation == Operation::Create && r.group.is_empty() && r.plural == "pods")
+        .then_some(request.namespace)
+        .flatten()
+}
+
+/// The value of label `key` on namespace `ns`.
+pub fn namespace_label(api: &ApiServer, ns: &str, key: &str) -> Option<String> {
+    admission::get_object(api, ("", "v1", "namespaces"), None, ns)?
+        .pointer(&format!("/metadata/labels/{}", key.replace('/', "~1")))?
+        .as_str()
+        .map(str::to_string)
 }
 
 /// The namespace's NamespaceOffloading (`offloading` first, as Liqo reads

@@ -41,8 +41,13 @@ pub async fn enabled(local: &Client) -> bool {
         .is_some_and(|a| a.global_cidr.is_some())
 }
 
-/// Allocated global IPs of namespace `ns`'s pods: pod name → address.
-pub async fn allocated(client: &Client, ns: &str) -> BTreeMap<String, String> {
+/// The allocated global IPs peering asked for in namespace `ns`, keyed
+/// by what `key` reads off each GlobalIngressIP.
+async fn allocated_by(
+    client: &Client,
+    ns: &str,
+    key: fn(&GlobalIngressIp) -> Option<String>,
+) -> BTreeMap<String, String> {
     let api: Api<GlobalIngressIp> = Api::namespaced(client.clone(), ns);
     let Ok(list) = api.list(&ListParams::default().labels(FOR_PEERING)).await else {
         return BTreeMap::new();
@@ -50,27 +55,23 @@ pub async fn allocated(client: &Client, ns: &str) -> BTreeMap<String, String> {
     list.items
         .into_iter()
         .filter_map(|g| {
-            let pod = g.spec.pod_ref.as_ref()?.name.clone();
             let ip = g.status.as_ref()?.allocated_ip.clone();
-            (!ip.is_empty()).then_some((pod, ip))
+            (!ip.is_empty()).then_some((key(&g)?, ip))
         })
         .collect()
 }
 
+/// Allocated global IPs of namespace `ns`'s pods: pod name → address.
+pub async fn allocated(client: &Client, ns: &str) -> BTreeMap<String, String> {
+    allocated_by(client, ns, |g| Some(g.spec.pod_ref.as_ref()?.name.clone())).await
+}
+
 /// Pod IP → global IP of namespace `ns`'s pods with one.
 pub async fn by_pod_ip(client: &Client, ns: &str) -> BTreeMap<String, String> {
-    let api: Api<GlobalIngressIp> = Api::namespaced(client.clone(), ns);
-    let Ok(list) = api.list(&ListParams::default().labels(FOR_PEERING)).await else {
-        return BTreeMap::new();
-    };
-    list.items
-        .into_iter()
-        .filter_map(|g| {
-            let pod_ip = g.annotations().get(HEADLESS_POD_IP_ANNOTATION)?.clone();
-            let ip = g.status.as_ref()?.allocated_ip.clone();
-            (!ip.is_empty()).then_some((pod_ip, ip))
-        })
-        .collect()
+    allocated_by(client, ns, |g| {
+        g.annotations().get(HEADLESS_POD_IP_ANNOTATION).cloned()
+    })
+    .await
 }
 
 /// Keeps a GlobalIngressIP for each pod `wanted` selects, and none for
