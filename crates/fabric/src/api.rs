@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 pub const GROUP: &str = "submariner.io";
 pub const VERSION: &str = "v1";
@@ -297,10 +297,6 @@ pub struct GlobalIngressIpStatus {
 
 pub const CLUSTER_IP_SERVICE: &str = "ClusterIPService";
 
-fn open() -> Value {
-    json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
-}
-
 fn kind(kind: &str, plural: &str, namespaced: bool, short: &[&str], columns: Vec<Value>) -> Value {
     use flotilla_federation::crds::{Kind, age};
     let mut columns = columns;
@@ -314,16 +310,11 @@ fn kind(kind: &str, plural: &str, namespaced: bool, short: &[&str], columns: Vec
         namespaced,
         categorized: false,
         columns,
-        spec: open(),
+        spec: flotilla_federation::crds::open_schema(),
     }
     .crd();
     // Gateways and Globalnet's objects may have no spec at all.
-    if let Some(schema) = crd
-        .pointer_mut("/spec/versions/0/schema/openAPIV3Schema")
-        .and_then(Value::as_object_mut)
-    {
-        schema.remove("required");
-    }
+    flotilla_federation::crds::spec_optional(&mut crd);
     crd
 }
 
@@ -386,6 +377,7 @@ pub fn member_crds() -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn endpoints_read_submariners_field_names() {

@@ -73,6 +73,22 @@ fn wide(name: &str, type_: &str, path: &str) -> Value {
     json!({"name": name, "type": type_, "jsonPath": path, "priority": 1})
 }
 
+/// A `spec` schema that keeps whatever is written (the controllers read
+/// such kinds with typed views).
+pub fn open_schema() -> Value {
+    json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+}
+
+/// Lets objects of `crd` have no `spec` at all (kinds with status only).
+pub fn spec_optional(crd: &mut Value) {
+    if let Some(schema) = crd
+        .pointer_mut("/spec/versions/0/schema/openAPIV3Schema")
+        .and_then(Value::as_object_mut)
+    {
+        schema.remove("required");
+    }
+}
+
 pub fn age() -> Value {
     column("AGE", "date", ".metadata.creationTimestamp")
 }

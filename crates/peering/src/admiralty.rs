@@ -66,15 +66,10 @@ pub fn crds() -> Vec<Value> {
             namespaced,
             categorized: false,
             columns: vec![age()],
-            spec: json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+            spec: flotilla_federation::crds::open_schema(),
         }
         .crd();
-        if let Some(schema) = crd
-            .pointer_mut("/spec/versions/0/schema/openAPIV3Schema")
-            .and_then(Value::as_object_mut)
-        {
-            schema.remove("required");
-        }
+        flotilla_federation::crds::spec_optional(&mut crd);
         crd
     };
     vec![

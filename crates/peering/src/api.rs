@@ -501,10 +501,6 @@ pub struct ShadowPodStatus {
     pub phase: String,
 }
 
-fn open() -> Value {
-    json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
-}
-
 /// One CRD in Liqo's category, with an open schema (the controllers read
 /// the fields they need with the types above).
 fn crd(
@@ -526,7 +522,7 @@ fn crd(
         namespaced,
         categorized: false,
         columns,
-        spec: open(),
+        spec: flotilla_federation::crds::open_schema(),
     }
     .crd();
     crd["spec"]["names"]["categories"] = json!(["liqo"]);

@@ -235,16 +235,18 @@ fn status_of(
         observed_generation: entry.object.metadata.generation,
         ..Default::default()
     };
+    let prior = |id: &str| {
+        old.remote_namespaces_conditions
+            .get(id)
+            .cloned()
+            .unwrap_or_default()
+    };
     let o = match plan {
         Ok(o) => o,
         Err(message) => {
             status.offloading_phase = "AllFailed".into();
             for p in providers {
-                let mut cs = old
-                    .remote_namespaces_conditions
-                    .get(&p.id)
-                    .cloned()
-                    .unwrap_or_default();
+                let mut cs = prior(&p.id);
                 set_condition(
                     &mut cs,
                     LiqoCondition::new("Ready", "False", "InvalidSpec", message),
@@ -257,11 +259,7 @@ fn status_of(
     status.remote_namespace_name = remote_namespace(&o.mapping, ns, &peers.cluster_id);
     let (mut required, mut ready, mut failed) = (0, 0, 0);
     for p in providers {
-        let mut cs = old
-            .remote_namespaces_conditions
-            .get(&p.id)
-            .cloned()
-            .unwrap_or_default();
+        let mut cs = prior(&p.id);
         let is_selected = wanted.get(&p.id).is_some_and(|m| m.contains_key(ns));
         if !is_selected {
             set_condition(
