@@ -36,6 +36,16 @@ pub struct User {
     pub groups: Vec<String>,
 }
 
+impl User {
+    /// Who a request without credentials is, as upstream names it.
+    pub fn anonymous() -> User {
+        User {
+            name: "system:anonymous".into(),
+            groups: vec!["system:unauthenticated".into()],
+        }
+    }
+}
+
 /// One way of recognising a bearer token.
 pub trait TokenAuthenticator: Send + Sync {
     /// The user, when the token is one of this kind and valid.
@@ -106,11 +116,19 @@ impl Authenticator {
         }
     }
 
-    /// The caller's identity, or 401 as upstream answers it.
-    pub fn authenticate(&self, store: &dyn Store, headers: &HeaderMap) -> Result<User, ApiError> {
+    /// The caller's identity: `None` when the request carries no
+    /// credentials at all (anonymous, which authorization then confines),
+    /// 401 as upstream answers it when it carries credentials none accepts.
+    pub fn authenticate(
+        &self,
+        store: &dyn Store,
+        headers: &HeaderMap,
+    ) -> Result<Option<User>, ApiError> {
+        let mut presented = false;
         let token = headers
             .get_all(header::AUTHORIZATION)
             .iter()
+            .inspect(|_| presented = true)
             .filter_map(|v| v.to_str().ok())
             .find_map(|v| {
                 let (scheme, token) = v.split_once(' ')?;
@@ -118,9 +136,12 @@ impl Authenticator {
                     .eq_ignore_ascii_case("bearer")
                     .then(|| token.trim())
                     .filter(|t| !t.is_empty())
-            })
-            .ok_or_else(unauthorized)?;
-        self.authenticate_token(store, token)
+            });
+        match token {
+            Some(token) => self.authenticate_token(store, token).map(Some),
+            None if presented => Err(unauthorized()),
+            None => Ok(None),
+        }
     }
 
     /// Who a bearer token names (also `TokenReview`'s answer), or 401.

@@ -117,7 +117,13 @@ impl Chain {
             .iter()
             .map(|a| a.authorize(user, request))
             .find(|d| *d != Decision::NoOpinion)
-            .unwrap_or(Decision::Allow)
+            .unwrap_or_else(|| {
+                if user.groups.iter().any(|g| g == "system:unauthenticated") {
+                    Decision::Deny(String::new())
+                } else {
+                    Decision::Allow
+                }
+            })
     }
 
     /// The request allowed, or upstream's 403.

@@ -360,9 +360,11 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         return Ok(text("ok"));
     }
     let user = match &api.authenticator {
-        Some(authenticator) => {
-            Some(authenticator.authenticate(api.store.as_ref(), &parts.headers)?)
-        }
+        Some(authenticator) => Some(
+            authenticator
+                .authenticate(api.store.as_ref(), &parts.headers)?
+                .unwrap_or_else(crate::auth::User::anonymous),
+        ),
         None => None,
     };
     if let (Some(proxy), Some((cluster, member_path))) =
