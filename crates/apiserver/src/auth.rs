@@ -1,8 +1,13 @@
-//! Authentication by bearer token: a chain of [`TokenAuthenticator`]s.
+//! Authentication: a client certificate the TLS handshake verified
+//! against the cluster CA (`client_cert.rs`: CN the user, each O a group),
+//! else a bearer token, recognised by a chain of [`TokenAuthenticator`]s.
+//! The certificate is asked first, as kube-apiserver's authenticator
+//! union asks x509 before tokens.
 //!
-//! Three kinds of token are accepted:
+//! Four kinds of token are accepted:
 //! - the admin token, created on first start and kept in the data dir
 //!   (user `flotilla-admin`, group `system:masters`);
+//! - static tokens from `--token-auth-file` (`token_file.rs`);
 //! - ServiceAccount tokens (`tokens.rs`, issued by TokenRequest), as
 //!   `system:serviceaccount:<ns>:<name>`;
 //! - bootstrap tokens in upstream's format (`<id>.<secret>`, Secrets of type
@@ -22,6 +27,7 @@ use subtle::ConstantTimeEq;
 
 use std::sync::Arc;
 
+use crate::client_cert::ClientCertificate;
 use crate::error::ApiError;
 use crate::tokens::Signer;
 use crate::value::str_at;
@@ -50,6 +56,12 @@ impl User {
 pub trait TokenAuthenticator: Send + Sync {
     /// The user, when the token is one of this kind and valid.
     fn authenticate(&self, store: &dyn Store, token: &str) -> Option<User>;
+}
+
+impl<T: TokenAuthenticator + ?Sized> TokenAuthenticator for Arc<T> {
+    fn authenticate(&self, store: &dyn Store, token: &str) -> Option<User> {
+        (**self).authenticate(store, token)
+    }
 }
 
 /// The admin token in the data dir (`flotilla-admin`, `system:masters`).
@@ -104,27 +116,45 @@ pub struct Authenticator {
 }
 
 impl Authenticator {
-    /// The server's authenticators: the admin token, ServiceAccount tokens,
-    /// bootstrap tokens.
-    pub fn new(admin_token: &str, service_account_tokens: Arc<Signer>) -> Self {
-        Authenticator {
-            chain: vec![
-                Box::new(AdminToken::new(admin_token)),
-                Box::new(ServiceAccountTokens(service_account_tokens)),
-                Box::new(BootstrapTokens),
-            ],
+    /// The server's authenticators: the admin token, the token file's
+    /// tokens (if any), ServiceAccount tokens, bootstrap tokens.
+    pub fn new(
+        admin_token: &str,
+        static_tokens: Option<Arc<crate::token_file::StaticTokens>>,
+        service_account_tokens: Arc<Signer>,
+    ) -> Self {
+        let mut chain: Vec<Box<dyn TokenAuthenticator>> =
+            vec![Box::new(AdminToken::new(admin_token))];
+        if let Some(tokens) = static_tokens {
+            chain.push(Box::new(tokens));
         }
+        chain.push(Box::new(ServiceAccountTokens(service_account_tokens)));
+        chain.push(Box::new(BootstrapTokens));
+        Authenticator { chain }
     }
 
     /// The caller's identity: `None` when the request carries no
     /// credentials at all (anonymous, which authorization then confines),
     /// 401 as upstream answers it when it carries credentials none accepts.
+    /// `extensions` are the request's: a [`ClientCertificate`] there is
+    /// the one its connection's TLS handshake verified
+    /// (`client_cert::ClientCertAcceptor`); it names the user unless it
+    /// has expired since, and then a bearer token is asked.
     pub fn authenticate(
         &self,
         store: &dyn Store,
         headers: &HeaderMap,
+        extensions: &http::Extensions,
     ) -> Result<Option<User>, ApiError> {
         let mut presented = false;
+        if let Some(certificate) = extensions.get::<Arc<ClientCertificate>>() {
+            if certificate.valid_at(jiff::Timestamp::now().as_second()) {
+                return Ok(Some(certificate.user.clone()));
+            }
+            // Expired while its connection stayed open: a credential none
+            // accepts, unless a token names someone.
+            presented = true;
+        }
         let token = headers
             .get_all(header::AUTHORIZATION)
             .iter()

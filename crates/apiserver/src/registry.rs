@@ -265,6 +265,12 @@ where
                 return Err(ApiError::invalid(&r.group, &r.kind, &name, causes));
             }
         }
+        if let (WriteScope::Status, Some(sub)) = (scope, req.subresource.as_deref()) {
+            let causes = crate::kinds::strategy(&r).update_subresource(sub, &mut obj, &old);
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(&r.group, &r.kind, &name, causes));
+            }
+        }
         crate::admission::validate(&req.api, &admission, &obj)?;
         if r.is_service() {
             let network = &req.api.config.service_network;

@@ -45,6 +45,12 @@ pub struct Config {
     /// The key ServiceAccount tokens are signed with; every replica must
     /// have the same (`tls::Pki::token_key`). `None`: a key of this process.
     pub token_key: Option<[u8; 32]>,
+    /// The CA's private key (PEM): with `root_ca`, the in-process signer
+    /// of `kubernetes.io/kube-apiserver-client` CSRs (`csr.rs`) issues
+    /// client certificates with it. `None`: no signer runs.
+    pub ca_key: Option<String>,
+    /// Users from `--token-auth-file`, besides the other tokens.
+    pub static_tokens: Option<Arc<crate::token_file::StaticTokens>>,
 }
 
 /// Renders the Prometheus text exposition on each scrape.
@@ -60,6 +66,8 @@ impl Default for Config {
             authorizers: Default::default(),
             root_ca: None,
             token_key: None,
+            ca_key: None,
+            static_tokens: None,
         }
     }
 }
@@ -137,10 +145,9 @@ impl ApiServer {
             store,
             registry: Registry::new(),
             openapi: OpenApi::default(),
-            authenticator: config
-                .admin_token
-                .as_deref()
-                .map(|admin| Authenticator::new(admin, tokens.clone())),
+            authenticator: config.admin_token.as_deref().map(|admin| {
+                Authenticator::new(admin, config.static_tokens.clone(), tokens.clone())
+            }),
             tokens,
             config,
             address: RwLock::new(String::new()),
@@ -161,6 +168,7 @@ impl ApiServer {
         crate::apiservices::spawn(api.clone());
         crate::admission::spawn_status(api.clone());
         crate::eviction::spawn_status(api.clone());
+        crate::csr::spawn_signer(api.clone());
         Ok(api)
     }
 
@@ -216,8 +224,10 @@ impl ApiServer {
         match tls {
             Some(config) => {
                 info!(%addr, "API server listening (https)");
-                let config = axum_server::tls_rustls::RustlsConfig::from_config(config);
-                axum_server::from_tcp_rustls(listener, config)?
+                // Reads the client certificate each handshake verified.
+                let acceptor = crate::client_cert::ClientCertAcceptor::new(config);
+                axum_server::from_tcp(listener)?
+                    .acceptor(acceptor)
                     .handle(handle)
                     .serve(app)
                     .await
@@ -362,7 +372,7 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
     let user = match &api.authenticator {
         Some(authenticator) => Some(
             authenticator
-                .authenticate(api.store.as_ref(), &parts.headers)?
+                .authenticate(api.store.as_ref(), &parts.headers, &parts.extensions)?
                 .unwrap_or_else(crate::auth::User::anonymous),
         ),
         None => None,

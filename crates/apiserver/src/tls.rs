@@ -32,6 +32,9 @@ pub enum TlsError {
 /// The CA and the serving certificate, PEM-encoded.
 pub struct Pki {
     pub ca_pem: String,
+    /// The CA's private key: the CSR signer issues client certificates
+    /// with it (`Config::ca_key`).
+    pub ca_key_pem: String,
     pub cert_pem: String,
     pub key_pem: String,
     /// The ServiceAccount token key: derived from the CA's private key, so
@@ -96,6 +99,7 @@ impl Pki {
         let cert = params.signed_by(&key, &issuer)?;
         let pki = Pki {
             ca_pem,
+            ca_key_pem,
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
             token_key,
@@ -106,7 +110,10 @@ impl Pki {
     }
 
     /// A rustls server configuration offering HTTP/2 and HTTP/1.1, as
-    /// kube-apiserver does (kubectl negotiates h2).
+    /// kube-apiserver does (kubectl negotiates h2), TLS 1.2 and 1.3 only.
+    /// A client certificate is asked for but not required: one the client
+    /// offers must chain to the cluster CA (and be valid now, for client
+    /// auth), or the handshake fails; `client_cert.rs` reads who it names.
     pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>, TlsError> {
         let invalid = |reason: String| TlsError::Invalid {
             path: PathBuf::from("apiserver.crt"),
@@ -119,14 +126,31 @@ impl Pki {
             .map_err(|e| invalid(e.to_string()))?
             .ok_or_else(|| invalid("no private key".into()))?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in rustls_pemfile::certs(&mut self.ca_pem.as_bytes()) {
+            let ca = ca.map_err(|e| invalid(e.to_string()))?;
+            roots.add(ca)?;
+        }
+        let client_verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| invalid(format!("client certificate verifier: {e}")))?;
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .with_no_client_auth()
+            .with_protocol_versions(TLS_VERSIONS)?
+            .with_client_cert_verifier(client_verifier)
             .with_single_cert(certs, key)?;
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(Arc::new(config))
     }
 }
+
+/// The TLS versions served: 1.3 and 1.2, nothing older (rustls has no
+/// older ones; named here so that stays a decision, not a default).
+pub const TLS_VERSIONS: &[&rustls::SupportedProtocolVersion] =
+    &[&rustls::version::TLS13, &rustls::version::TLS12];
 
 /// The names a serving certificate for `listen` must cover: the address
 /// itself (loopback when listening on every interface), localhost, and

@@ -3,11 +3,16 @@
 //! with `kubectl get`'s columns.
 
 use super::Strategy;
+use crate::error::Cause;
 use crate::table::prelude::*;
 
 pub struct CertificateSigningRequests;
 
 impl Strategy for CertificateSigningRequests {
+    fn update_subresource(&self, subresource: &str, new: &mut Value, old: &Value) -> Vec<Cause> {
+        crate::csr::update_subresource(subresource, new, old)
+    }
+
     fn columns(&self) -> Option<Vec<Column>> {
         Some(vec![
             NAME,

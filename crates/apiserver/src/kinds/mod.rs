@@ -49,6 +49,13 @@ pub trait Strategy: Sync {
         Vec::new()
     }
 
+    /// A write through a subresource that writes status (`status`, a
+    /// CSR's `approval`), after the generic merge: what else it may not
+    /// change is put back, and why it is invalid (422 causes).
+    fn update_subresource(&self, _subresource: &str, _new: &mut Value, _old: &Value) -> Vec<Cause> {
+        Vec::new()
+    }
+
     /// `kubectl get`'s columns (NAME first, `-o wide` ones at priority 1),
     /// when the kind has more than NAME and AGE.
     fn columns(&self) -> Option<Vec<crate::table::Column>> {
