@@ -276,6 +276,141 @@ pub fn load_or_create_admin_token(path: &std::path::Path) -> Result<String, crat
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
+
+    fn authenticator() -> Authenticator {
+        let tokens = crate::token_file::StaticTokens::parse(
+            "s3cr3t,carol,1003,\"ops,dev\"\n",
+            std::path::Path::new("tokens.csv"),
+        )
+        .unwrap();
+        Authenticator::new(
+            "admin-token",
+            Some(Arc::new(tokens)),
+            Arc::new(Signer::new(b"key")),
+        )
+    }
+
+    fn store() -> (tempfile::TempDir, Arc<dyn Store>) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = flotilla_store::SqliteStore::open(dir.path(), Default::default()).unwrap();
+        (dir, store)
+    }
+
+    fn bearer(token: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+        );
+        h
+    }
+
+    fn with_certificate(name: &str, not_after: i64) -> http::Extensions {
+        let mut e = http::Extensions::new();
+        e.insert(Arc::new(ClientCertificate {
+            user: User {
+                name: name.into(),
+                groups: vec!["dev".into(), "system:authenticated".into()],
+            },
+            not_before: 0,
+            not_after,
+        }));
+        e
+    }
+
+    #[test]
+    fn certificates_then_tokens_as_upstreams_union() {
+        let (_dir, store) = store();
+        let a = authenticator();
+        let none = http::Extensions::new();
+        let later = jiff::Timestamp::now().as_second() + 3600;
+        let earlier = jiff::Timestamp::now().as_second() - 1;
+        // Nothing presented: anonymous, decided by the caller.
+        assert_eq!(
+            a.authenticate(store.as_ref(), &HeaderMap::new(), &none)
+                .unwrap(),
+            None
+        );
+        // A static token.
+        let carol = a
+            .authenticate(store.as_ref(), &bearer("s3cr3t"), &none)
+            .unwrap()
+            .unwrap();
+        assert_eq!((carol.name.as_str(), carol.groups.len()), ("carol", 3));
+        // A certificate names its user, before any token (x509 is asked
+        // first upstream, and a token beside it is not looked at).
+        let alice = with_certificate("alice", later);
+        for headers in [HeaderMap::new(), bearer("admin-token"), bearer("wrong")] {
+            let user = a
+                .authenticate(store.as_ref(), &headers, &alice)
+                .unwrap()
+                .unwrap();
+            assert_eq!(user.name, "alice");
+        }
+        // Expired since its handshake: 401, unless a token names someone.
+        let expired = with_certificate("alice", earlier);
+        let e = a
+            .authenticate(store.as_ref(), &HeaderMap::new(), &expired)
+            .unwrap_err();
+        assert_eq!(e.code, StatusCode::UNAUTHORIZED);
+        let admin = a
+            .authenticate(store.as_ref(), &bearer("admin-token"), &expired)
+            .unwrap()
+            .unwrap();
+        assert_eq!(admin.name, "flotilla-admin");
+        // A token none knows, or an Authorization that is not a bearer token.
+        assert!(
+            a.authenticate(store.as_ref(), &bearer("s3cr3"), &none)
+                .is_err()
+        );
+        let mut basic = HeaderMap::new();
+        basic.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Basic YTpi"),
+        );
+        assert!(a.authenticate(store.as_ref(), &basic, &none).is_err());
+    }
+
+    /// Arbitrary bytes as Authorization headers: 401 or a user, never a
+    /// panic, never anonymous.
+    #[test]
+    fn arbitrary_authorization_headers_never_panic() {
+        use rand::Rng;
+        let (_dir, store) = store();
+        let a = authenticator();
+        let none = http::Extensions::new();
+        let mut rng = rand::rng();
+        let prefixes: [&[u8]; 4] = [b"", b"Bearer ", b"bearer ", b"Bearer a.b."];
+        let mut tried = 0;
+        for _ in 0..5000 {
+            let mut value = prefixes[rng.random_range(0..prefixes.len())].to_vec();
+            // Visible and high bytes mostly (what a header may carry),
+            // now and then any byte at all.
+            let tail: Vec<u8> = (0..rng.random_range(0..80))
+                .map(|_| {
+                    if rng.random_ratio(1, 50) {
+                        rng.random()
+                    } else {
+                        rng.random_range(0x20..=0xff)
+                    }
+                })
+                .collect();
+            value.extend(tail);
+            let Ok(value) = HeaderValue::from_bytes(&value) else {
+                continue;
+            };
+            let mut headers = HeaderMap::new();
+            headers.insert(header::AUTHORIZATION, value);
+            tried += 1;
+            match a.authenticate(store.as_ref(), &headers, &none) {
+                Ok(Some(_)) => {}
+                Ok(None) => panic!("credentials presented but taken for none"),
+                Err(e) => assert_eq!(e.code, StatusCode::UNAUTHORIZED),
+            }
+        }
+        assert!(tried > 1000);
+    }
 
     #[test]
     fn token_parts_are_checked_for_shape() {

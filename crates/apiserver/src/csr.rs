@@ -40,6 +40,24 @@ const FAILED: &str = "Failed";
 
 // ---- /approval and /status -------------------------------------------------
 
+/// A new request, as upstream's strategy makes it: who asked is the
+/// authenticated requester (whatever the client wrote), and nothing is
+/// approved or issued at creation.
+pub fn prepare_create(obj: &mut Value, requester: Option<&crate::auth::User>) {
+    if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+        for field in ["username", "uid", "groups", "extra"] {
+            spec.remove(field);
+        }
+        if let Some(user) = requester {
+            spec.insert("username".into(), json!(user.name));
+            spec.insert("groups".into(), json!(user.groups));
+        }
+    }
+    if let Some(o) = obj.as_object_mut() {
+        o.remove("status");
+    }
+}
+
 /// A write through `/approval` or `/status` of a CSR, after the generic
 /// merge (spec and metadata are `old`'s, status is the writer's): keeps
 /// what that subresource may not change, stamps condition times, and

@@ -120,6 +120,9 @@ pub async fn create(
     };
     crate::admission::mutate(&req.api, &admission, &mut obj)?;
     objects::prepare_create(&r, &mut obj);
+    if r.group == "certificates.k8s.io" && r.plural == "certificatesigningrequests" {
+        crate::csr::prepare_create(&mut obj, req.user.as_ref());
+    }
     crate::crd::refresh_status(&r, &mut obj);
     crate::admission::validate(&req.api, &admission, &obj)?;
     let _allocating = if r.is_service() {

@@ -145,6 +145,11 @@ pub struct ServeArgs {
     /// (besides the listen address, localhost and 127.0.0.1).
     #[arg(long = "tls-san", value_delimiter = ',')]
     pub tls_sans: Vec<String>,
+    /// Static bearer tokens, kube-apiserver's CSV format: one
+    /// token,user,uid[,"group1,group2"] per line; the token authenticates
+    /// as that user, in those groups and system:authenticated.
+    #[arg(long)]
+    pub token_auth_file: Option<PathBuf>,
     #[command(flatten)]
     pub storage: StorageArgs,
 }
@@ -285,6 +290,16 @@ pub async fn prepare(
             data_dir.display()
         )
     })?;
+    // A bad token file stops the start before anything opens.
+    let static_tokens = match &serve.token_auth_file {
+        Some(path) => {
+            let tokens = flotilla_apiserver::token_file::StaticTokens::load(path)
+                .context("--token-auth-file (fix the line, or leave the flag out)")?;
+            info!(path = %path.display(), users = tokens.len(), "static tokens loaded");
+            Some(Arc::new(tokens))
+        }
+        None => None,
+    };
     let store = open_store(data_dir, serve).await?;
     let admin_token = auth::load_or_create_admin_token(&data_dir.join("admin-token"))?;
     let listener = tokio::net::TcpListener::bind(serve.listen)
@@ -304,6 +319,8 @@ pub async fn prepare(
         admin_token: Some(admin_token.clone()),
         root_ca: Some(pki.ca_pem.clone()),
         token_key: Some(pki.token_key),
+        ca_key: Some(pki.ca_key_pem.clone()),
+        static_tokens,
         ..config
     };
     let api = ApiServer::new(store, config)

@@ -54,6 +54,74 @@ pub fn render_contexts(entries: &[Entry], current: &str) -> String {
     )
 }
 
+/// The server an existing kubeconfig points at (its current context's
+/// cluster, else its first).
+pub struct Target {
+    pub cluster: String,
+    pub server: String,
+    pub ca_pem: String,
+}
+
+pub fn target_of(config: &kube::config::Kubeconfig) -> anyhow::Result<Target> {
+    let current = config.current_context.as_deref().and_then(|name| {
+        config
+            .contexts
+            .iter()
+            .find(|c| c.name == name)
+            .and_then(|c| c.context.as_ref())
+            .map(|c| c.cluster.clone())
+    });
+    let named = config
+        .clusters
+        .iter()
+        .find(|c| Some(&c.name) == current.as_ref())
+        .or_else(|| config.clusters.first())
+        .context("the kubeconfig names no cluster (pass the server's admin kubeconfig)")?;
+    let cluster = named
+        .cluster
+        .as_ref()
+        .context("the kubeconfig's cluster has no server")?;
+    let ca = cluster
+        .certificate_authority_data
+        .as_deref()
+        .map(|b| base64::engine::general_purpose::STANDARD.decode(b))
+        .transpose()
+        .context("the kubeconfig's certificate-authority-data is not base64")?
+        .unwrap_or_default();
+    Ok(Target {
+        cluster: named.name.clone(),
+        server: cluster.server.clone().unwrap_or_default(),
+        ca_pem: String::from_utf8_lossy(&ca).into_owned(),
+    })
+}
+
+/// A kubeconfig for `user` authenticating with a client certificate
+/// (PEM `certificate` and `key`) at `target`; context `user@cluster`.
+pub fn render_client_certificate(
+    target: &Target,
+    user: &str,
+    certificate: &str,
+    key: &str,
+    namespace: &str,
+) -> String {
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let cluster = &target.cluster;
+    let context = format!("{user}@{cluster}");
+    // Names are quoted: a user name may hold YAML's special characters.
+    let q = |s: &str| serde_json::Value::String(s.to_string()).to_string();
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: {c}\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\ncontexts:\n- name: {ctx}\n  context:\n    cluster: {c}\n    user: {u}\n    namespace: {ns}\ncurrent-context: {ctx}\nusers:\n- name: {u}\n  user:\n    client-certificate-data: {cert}\n    client-key-data: {key}\npreferences: {{}}\n",
+        c = q(cluster),
+        server = q(&target.server),
+        ca = b64(&target.ca_pem),
+        ctx = q(&context),
+        u = q(user),
+        ns = q(namespace),
+        cert = b64(certificate),
+        key = b64(key),
+    )
+}
+
 /// Writes `contents` to `path` via a temporary file and a rename; only
 /// the owner may read it, as it carries a credential.
 pub fn write_atomically(path: &Path, contents: &str) -> anyhow::Result<()> {
@@ -78,6 +146,13 @@ pub fn write_atomically(path: &Path, contents: &str) -> anyhow::Result<()> {
         let mut f = options
             .open(&tmp)
             .with_context(|| format!("cannot write {}", tmp.display()))?;
+        // 0600 even where a leftover temporary file had other bits.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            f.set_permissions(std::fs::Permissions::from_mode(0o600))
+                .with_context(|| format!("cannot restrict {} to its owner", tmp.display()))?;
+        }
         f.write_all(contents.as_bytes())?;
         f.sync_all()?;
     }

@@ -20,6 +20,7 @@ mod peering;
 mod store_migrate;
 mod token;
 mod up;
+mod users;
 
 use clap::{Parser, Subcommand};
 
@@ -96,6 +97,9 @@ enum Command {
     /// Issue, list and revoke bearer tokens for other identities.
     #[command(subcommand)]
     Token(token::Token),
+    /// Kubeconfigs for named users (client certificates from the cluster CA).
+    #[command(subcommand)]
+    Kubeconfig(users::KubeconfigCommand),
     /// The fleet's clusters: mode, readiness, version, nodes, capacity.
     Clusters(inspect::clusters::ClustersArgs),
     /// Objects of a kind in every member, with a CLUSTER column.
@@ -175,6 +179,7 @@ fn main() -> std::process::ExitCode {
             Command::Unjoin(args) => join::unjoin(args).await,
             Command::Member(m) => member::run(*m).await,
             Command::Token(t) => token::run(t).await,
+            Command::Kubeconfig(cmd) => users::run(cmd).await,
             Command::Store(cmd) => store_migrate::run(cmd).await,
             Command::Standin { ports } => flotilla_member::runtime::netns::standin::serve(ports)
                 .await

@@ -126,6 +126,10 @@ struct RunArgs {
     /// Extra names or IP addresses the serving certificate covers.
     #[arg(long = "tls-san", value_delimiter = ',')]
     tls_sans: Vec<String>,
+    /// Static bearer tokens, kube-apiserver's CSV format:
+    /// token,user,uid[,"group1,group2"] per line.
+    #[arg(long)]
+    token_auth_file: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -262,6 +266,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         listen: args.listen,
         watch_history: args.watch_history,
         tls_sans: args.tls_sans,
+        token_auth_file: args.token_auth_file,
         // A simulated member keeps its objects in its own data dir.
         storage: StorageArgs::default(),
     };

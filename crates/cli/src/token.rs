@@ -16,7 +16,11 @@ use crate::kubeconfig;
 
 #[derive(clap::Subcommand)]
 pub enum Token {
-    /// Issue a token and print it (`<id>.<secret>`).
+    /// Issue a token and print it (`<id>.<secret>`). It authenticates as
+    /// user `system:bootstrap:<id>`, in groups `system:bootstrappers`,
+    /// those of --groups (and the agent group of --cluster), and
+    /// `system:authenticated`. For a named user with a role, see
+    /// `flotilla kubeconfig create`.
     Create(CreateArgs),
     /// List issued tokens (ids, groups, expiry; never the secrets).
     List(Common),
@@ -43,7 +47,8 @@ pub struct CreateArgs {
     /// What the token is for, shown by `token list`.
     #[arg(long, default_value = "")]
     description: String,
-    /// Groups the token's identity belongs to, besides system:bootstrappers.
+    /// Groups the token's identity (user system:bootstrap:<id>) belongs
+    /// to, besides system:bootstrappers and system:authenticated.
     #[arg(long, value_delimiter = ',')]
     groups: Vec<String>,
     /// A token for the pull-mode agent of this cluster: it can reach that

@@ -25,10 +25,13 @@ impl Strategy for CertificateSigningRequests {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        let conditions: Vec<&str> = arr(o, "/status/conditions")
+        let mut conditions: Vec<&str> = arr(o, "/status/conditions")
             .iter()
             .map(|c| s(c, "/type"))
             .collect();
+        if !s(o, "/status/certificate").is_empty() {
+            conditions.push("Issued");
+        }
         let duration = o
             .pointer("/spec/expirationSeconds")
             .and_then(Value::as_i64)
