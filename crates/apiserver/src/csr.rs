@@ -76,17 +76,18 @@ pub fn update_subresource(subresource: &str, new: &mut Value, old: &Value) -> Ve
         }
         // Status writers (signers) may not approve, deny, or undo either.
         "status" => {
-            let kept: Vec<Value> = conditions(old)
+            // The approval first (as it came first), then the writer's others.
+            let mut merged: Vec<Value> = conditions(old)
                 .into_iter()
                 .filter(|c| is_approval(c))
                 .cloned()
                 .collect();
-            let mut merged: Vec<Value> = conditions(new)
-                .into_iter()
-                .filter(|c| !is_approval(c))
-                .cloned()
-                .collect();
-            merged.extend(kept);
+            merged.extend(
+                conditions(new)
+                    .into_iter()
+                    .filter(|c| !is_approval(c))
+                    .cloned(),
+            );
             set_conditions(new, merged);
         }
         _ => return Vec::new(),
@@ -454,7 +455,9 @@ async fn run(api: &Arc<ApiServer>, signer: &Signer) -> Result<(), StoreError> {
         .registry
         .get("certificates.k8s.io", "v1", "certificatesigningrequests")
     else {
-        return Ok(std::future::pending().await);
+        // Nothing to sign on a server without the kind.
+        std::future::pending::<()>().await;
+        return Ok(());
     };
     let prefix = r.prefix();
     let listed = api.store.list(&prefix, &ListOptions::default())?;

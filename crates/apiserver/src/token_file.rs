@@ -258,7 +258,7 @@ mod tests {
             ("tok,al\"ice,1\n", 1, "bare"),
             ("\n\ntok,alice,1,\"dev\"x\n", 3, "after the closing quote"),
         ] {
-            let e = parse(text).err().expect(text);
+            let e = parse(text).expect_err(text);
             let message = e.to_string();
             assert!(
                 message.contains(&format!("tokens.csv, line {line}:")) && message.contains(reason),
