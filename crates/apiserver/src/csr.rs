@@ -366,18 +366,22 @@ impl Signer {
                 block.label
             )));
         }
-        let subject = {
-            use x509_parser::prelude::FromDer;
-            let (_, parsed) =
-                x509_parser::certification_request::X509CertificationRequest::from_der(
-                    &block.contents,
-                )
+        // Read with x509-parser rather than rcgen's CSR parser, which
+        // refuses requested extensions it does not know (basicConstraints,
+        // as some tools add): the signer ignores them, as upstream's.
+        use x509_parser::prelude::FromDer;
+        let (_, parsed) =
+            x509_parser::certification_request::X509CertificationRequest::from_der(&block.contents)
                 .map_err(|e| parse(&e))?;
-            parsed.certification_request_info.subject.as_raw().to_vec()
+        parsed.verify_signature().map_err(|e| {
+            SignError::Parse(format!("the request's signature does not verify: {e}"))
+        })?;
+        let info = &parsed.certification_request_info;
+        let subject = info.subject.as_raw().to_vec();
+        let public_key = RequestKey {
+            der: info.subject_pki.subject_public_key.data.to_vec(),
+            algorithm: key_algorithm(&info.subject_pki)?,
         };
-        let mut csr =
-            rcgen::CertificateSigningRequestParams::from_der(&block.contents.clone().into())
-                .map_err(|e| parse(&e))?;
         let mut key_usages = Vec::new();
         let mut client_auth = false;
         for usage in usages {
@@ -400,25 +404,67 @@ impl Signer {
             time::OffsetDateTime::from_unix_timestamp(t)
                 .map_err(|e| SignError::Validity(e.to_string()))
         };
-        let params = &mut csr.params;
+        let mut params = rcgen::CertificateParams::default();
+        // The subject goes in below, exactly as requested.
+        params.distinguished_name = rcgen::DistinguishedName::new();
         params.not_before = time(now - BACKDATE_SECONDS)?;
         params.not_after = time(not_after)?;
         params.is_ca = IsCa::ExplicitNoCa;
         params.key_usages = key_usages;
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         params.use_authority_key_identifier_extension = true;
-        params.custom_extensions.clear();
         let mut serial: [u8; 16] = rand::random();
         serial[0] &= 0x7f;
         params.serial_number = Some(rcgen::SerialNumber::from_slice(&serial));
         // The request's subject as it is (every O), not rcgen's reading of it.
         let der = crate::x509_subject::with_subject(
-            csr.signed_by(&self.issuer)?.der(),
+            params.signed_by(&public_key, &self.issuer)?.der(),
             &subject,
             crate::x509_subject::Signed::Certificate,
             self.issuer.key(),
         )?;
         Ok(crate::x509_subject::pem("CERTIFICATE", &der))
+    }
+}
+
+/// A request's public key, as rcgen signs for one.
+struct RequestKey {
+    der: Vec<u8>,
+    algorithm: &'static rcgen::SignatureAlgorithm,
+}
+
+impl rcgen::PublicKeyData for RequestKey {
+    fn der_bytes(&self) -> &[u8] {
+        &self.der
+    }
+
+    fn algorithm(&self) -> &'static rcgen::SignatureAlgorithm {
+        self.algorithm
+    }
+}
+
+/// The key type of a request (what the certificate's
+/// SubjectPublicKeyInfo says): rcgen names it by a signature algorithm of
+/// that key type.
+fn key_algorithm(
+    spki: &x509_parser::x509::SubjectPublicKeyInfo,
+) -> Result<&'static rcgen::SignatureAlgorithm, SignError> {
+    let oid = spki.algorithm.algorithm.to_id_string();
+    let curve = spki
+        .algorithm
+        .parameters
+        .as_ref()
+        .and_then(|p| p.as_oid().ok())
+        .map(|o| o.to_id_string());
+    match (oid.as_str(), curve.as_deref()) {
+        ("1.2.840.10045.2.1", Some("1.2.840.10045.3.1.7")) => Ok(&rcgen::PKCS_ECDSA_P256_SHA256),
+        ("1.2.840.10045.2.1", Some("1.3.132.0.34")) => Ok(&rcgen::PKCS_ECDSA_P384_SHA384),
+        ("1.2.840.113549.1.1.1", _) => Ok(&rcgen::PKCS_RSA_SHA256),
+        ("1.3.101.112", _) => Ok(&rcgen::PKCS_ED25519),
+        (other, curve) => Err(SignError::Parse(format!(
+            "unsupported public key algorithm {other}{} (use RSA, ECDSA P-256 or P-384, or Ed25519)",
+            curve.map(|c| format!(" on curve {c}")).unwrap_or_default()
+        ))),
     }
 }
 
@@ -640,6 +686,62 @@ mod tests {
             .unwrap();
         let c = crate::client_cert::user_from_der(der.as_ref()).unwrap();
         assert_eq!(c.not_after, signer.ca_not_after);
+    }
+
+    #[test]
+    fn signs_other_key_types_and_requests_with_extensions() {
+        let (ca_pem, ca_key) = ca();
+        let signer = Signer::new(&ca_pem, &ca_key).unwrap();
+        let now = jiff::Timestamp::now().as_second();
+        for alg in [&rcgen::PKCS_ED25519, &rcgen::PKCS_ECDSA_P384_SHA384] {
+            let key = KeyPair::generate_for(alg).unwrap();
+            let mut params = rcgen::CertificateParams::default();
+            params.distinguished_name = rcgen::DistinguishedName::new();
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, "erin");
+            // basicConstraints CA:FALSE, which rcgen's own CSR parser refuses.
+            params.custom_extensions = vec![rcgen::CustomExtension::from_oid_content(
+                &[2, 5, 29, 19],
+                vec![0x30, 0x00],
+            )];
+            let request = params.serialize_request(&key).unwrap().pem().unwrap();
+            let pem = signer
+                .sign(&request, &usages(&["client auth"]), None, now)
+                .unwrap();
+            let der = rustls_pemfile::certs(&mut pem.as_bytes())
+                .next()
+                .unwrap()
+                .unwrap();
+            let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).unwrap();
+            assert_eq!(cert.public_key().raw, params_spki(&key));
+            assert_eq!(
+                crate::client_cert::user_from_der(der.as_ref())
+                    .unwrap()
+                    .user
+                    .name,
+                "erin"
+            );
+        }
+        // A request whose signature does not verify is refused.
+        let request = request("a", &[]);
+        let mut der = x509_parser::pem::parse_x509_pem(request.as_bytes())
+            .unwrap()
+            .1
+            .contents;
+        let last = der.len() - 3;
+        der[last] ^= 1;
+        let tampered = crate::x509_subject::pem("CERTIFICATE REQUEST", &der);
+        assert!(
+            signer
+                .sign(&tampered, &usages(&["client auth"]), None, now)
+                .is_err()
+        );
+    }
+
+    fn params_spki(key: &KeyPair) -> Vec<u8> {
+        use rcgen::PublicKeyData;
+        key.subject_public_key_info()
     }
 
     #[test]
