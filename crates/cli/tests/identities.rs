@@ -410,3 +410,175 @@ fn kubeconfig_create_errors_say_what_to_do() {
     // Nothing was asked of the server for refused arguments.
     assert!(!s.ok(&["get", "csr", "-o", "name"]).contains("eve"));
 }
+
+/// The CSR flow as upstream validates and signs it: approval conditions
+/// checked, the wrong usages `Failed`, other signers left alone, a denied
+/// request never signed.
+#[tokio::test]
+async fn certificate_signing_requests_are_validated_and_signed_as_upstream() {
+    use k8s_openapi::api::certificates::v1::{
+        CertificateSigningRequest, CertificateSigningRequestCondition,
+    };
+    use kube::Api;
+    use kube::api::PostParams;
+    let s = Server::start();
+    let csrs: Api<CertificateSigningRequest> = Api::all(s.client().await);
+    let request = |name: &str, signer: &str, usages: &[&str]| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::default();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let pem = params.serialize_request(&key).unwrap().pem().unwrap();
+        serde_json::from_value::<CertificateSigningRequest>(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"request": base64_of(&pem), "signerName": signer, "usages": usages,
+                     "username": "forged", "groups": ["forged-group"]}
+        }))
+        .unwrap()
+    };
+    let condition = |kind: &str| CertificateSigningRequestCondition {
+        type_: kind.into(),
+        status: "True".into(),
+        reason: Some("Test".into()),
+        ..Default::default()
+    };
+    let pp = PostParams::default();
+    let client_signer = "kubernetes.io/kube-apiserver-client";
+
+    // Who asked is the server's to say.
+    let mut ok = csrs
+        .create(&pp, &request("ok", client_signer, &["client auth"]))
+        .await
+        .unwrap();
+    assert_eq!(ok.spec.username.as_deref(), Some("flotilla-admin"));
+    // The admin's own groups, not the forged ones.
+    assert_eq!(
+        ok.spec.groups.clone().unwrap_or_default(),
+        ["system:masters", "system:authenticated"]
+    );
+
+    // Approved and Denied together: upstream's 422.
+    let status = ok.status.get_or_insert_with(Default::default);
+    status.conditions = Some(vec![condition("Approved"), condition("Denied")]);
+    let e = csrs
+        .replace_subresource("approval", "ok", &pp, &ok)
+        .await
+        .unwrap_err();
+    let e = common::status_of(e);
+    assert_eq!(e.code, 422, "{e:?}");
+    assert!(
+        e.message
+            .contains("Approved and Denied conditions are mutually exclusive"),
+        "{}",
+        e.message
+    );
+
+    // Approved: signed.
+    ok.status.as_mut().unwrap().conditions = Some(vec![condition("Approved")]);
+    csrs.replace_subresource("approval", "ok", &pp, &ok)
+        .await
+        .unwrap();
+    let signed = wait_csr(&csrs, "ok", |c| certificate_of(c).is_some()).await;
+    assert!(
+        certificate_of(&signed)
+            .unwrap()
+            .contains("BEGIN CERTIFICATE")
+    );
+
+    // Wrong usages: Failed, with upstream's reason.
+    let bad = csrs
+        .create(&pp, &request("bad", client_signer, &["server auth"]))
+        .await
+        .unwrap();
+    approve(&csrs, bad, condition("Approved")).await;
+    let failed = wait_csr(&csrs, "bad", |c| has(c, "Failed")).await;
+    let f = failed
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Failed")
+        .unwrap();
+    assert_eq!(f.reason.as_deref(), Some("SignerValidationFailure"));
+    assert_eq!(
+        f.message.as_deref(),
+        Some("invalid usage for client certificate: server auth")
+    );
+
+    // Denied, or another signer's: never signed here.
+    let denied = csrs
+        .create(&pp, &request("denied", client_signer, &["client auth"]))
+        .await
+        .unwrap();
+    approve(&csrs, denied, condition("Denied")).await;
+    let other = csrs
+        .create(
+            &pp,
+            &request("other", "example.com/signer", &["client auth"]),
+        )
+        .await
+        .unwrap();
+    approve(&csrs, other, condition("Approved")).await;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    for name in ["denied", "other"] {
+        let c = csrs.get(name).await.unwrap();
+        assert!(
+            certificate_of(&c).is_none() && !has(&c, "Failed"),
+            "{name}: {c:?}"
+        );
+    }
+}
+
+fn base64_of(s: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+fn certificate_of(
+    c: &k8s_openapi::api::certificates::v1::CertificateSigningRequest,
+) -> Option<String> {
+    c.status
+        .as_ref()
+        .and_then(|s| s.certificate.as_ref())
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+}
+
+fn has(c: &k8s_openapi::api::certificates::v1::CertificateSigningRequest, kind: &str) -> bool {
+    c.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == kind))
+}
+
+async fn approve(
+    csrs: &kube::Api<k8s_openapi::api::certificates::v1::CertificateSigningRequest>,
+    mut csr: k8s_openapi::api::certificates::v1::CertificateSigningRequest,
+    condition: k8s_openapi::api::certificates::v1::CertificateSigningRequestCondition,
+) {
+    let name = csr.metadata.name.clone().unwrap();
+    csr.status.get_or_insert_with(Default::default).conditions = Some(vec![condition]);
+    csrs.replace_subresource("approval", &name, &Default::default(), &csr)
+        .await
+        .unwrap();
+}
+
+async fn wait_csr(
+    csrs: &kube::Api<k8s_openapi::api::certificates::v1::CertificateSigningRequest>,
+    name: &str,
+    done: impl Fn(&k8s_openapi::api::certificates::v1::CertificateSigningRequest) -> bool,
+) -> k8s_openapi::api::certificates::v1::CertificateSigningRequest {
+    for _ in 0..100 {
+        let c = csrs.get(name).await.unwrap();
+        if done(&c) {
+            return c;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!(
+        "CSR {name} did not get there in 10s: {:?}",
+        csrs.get(name).await.unwrap()
+    );
+}
