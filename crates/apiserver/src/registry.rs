@@ -117,6 +117,7 @@ pub async fn create(
         resource: &r,
         namespace: req.namespace.as_deref().filter(|_| r.namespaced),
         old: None,
+        user: req.user.as_ref(),
     };
     crate::admission::mutate(&req.api, &admission, &mut obj)?;
     objects::prepare_create(&r, &mut obj);
@@ -151,6 +152,7 @@ pub async fn create(
     };
     let stored = objects::stamp(&r, obj, kv.mod_revision);
     crate::crd::after_write(&req.api, &r, &stored).await;
+    crate::rbac::after_write(&req.api, &r, &stored, false);
     Ok(Written {
         obj: stored,
         warnings,
@@ -187,6 +189,7 @@ async fn remove(
     objects::meta_mut(&mut obj)
         .insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
     crate::crd::after_delete(&req.api, &req.resource, &obj).await;
+    crate::rbac::after_write(&req.api, &req.resource, &obj, true);
     Ok(obj)
 }
 
@@ -254,6 +257,7 @@ where
             resource: &r,
             namespace: req.namespace.as_deref().filter(|_| r.namespaced),
             old: Some(&old),
+            user: req.user.as_ref(),
         };
         crate::admission::mutate(&req.api, &admission, &mut obj)?;
         objects::prepare_update(&r, &mut obj, &old, scope);
@@ -304,6 +308,7 @@ where
             Ok(kv) => {
                 let stored = objects::stamp(&r, obj, kv.mod_revision);
                 crate::crd::after_write(&req.api, &r, &stored).await;
+                crate::rbac::after_write(&req.api, &r, &stored, false);
                 return Ok(Written {
                     obj: stored,
                     warnings,

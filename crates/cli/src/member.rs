@@ -126,6 +126,9 @@ struct RunArgs {
     /// Extra names or IP addresses the serving certificate covers.
     #[arg(long = "tls-san", value_delimiter = ',')]
     tls_sans: Vec<String>,
+    /// How requests are authorized: RBAC, or AlwaysAllow (tests only).
+    #[arg(long, value_enum, default_value = "RBAC")]
+    authorization_mode: crate::apiserver::AuthorizationMode,
 }
 
 #[derive(clap::Args)]
@@ -262,6 +265,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         listen: args.listen,
         watch_history: args.watch_history,
         tls_sans: args.tls_sans,
+        authorization_mode: args.authorization_mode,
         // A simulated member keeps its objects in its own data dir.
         storage: StorageArgs::default(),
     };

@@ -27,6 +27,8 @@ pub struct Request<'a> {
     pub resource: &'a ResourceInfo,
     pub namespace: Option<&'a str>,
     pub old: Option<&'a Value>,
+    /// Who writes; None for the server's own writes.
+    pub user: Option<&'a crate::auth::User>,
 }
 
 pub trait Mutating: Send + Sync {
@@ -38,8 +40,11 @@ pub trait Validating: Send + Sync {
 }
 
 const MUTATING: &[&dyn Mutating] = &[&limit_ranger::LimitRanger];
-const VALIDATING: &[&dyn Validating] =
-    &[&limit_ranger::LimitRanger, &resource_quota::ResourceQuota];
+const VALIDATING: &[&dyn Validating] = &[
+    &crate::rbac::escalation::Escalation,
+    &limit_ranger::LimitRanger,
+    &resource_quota::ResourceQuota,
+];
 
 /// The mutating plugins, in order: the built-in ones, then those the
 /// embedding process added (`ApiServer::add_mutating_admission`).
