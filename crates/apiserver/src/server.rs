@@ -674,7 +674,12 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
                 group: &resource.group,
                 resource: &resource.plural,
                 subresource: rp.subresource.as_deref(),
-                namespace: rp.namespace.as_deref(),
+                // A namespace's own path is in that namespace, as upstream's
+                // request info has it: a namespace admin may read it.
+                namespace: match (resource.group.as_str(), resource.plural.as_str()) {
+                    ("", "namespaces") => rp.name.as_deref(),
+                    _ => rp.namespace.as_deref(),
+                },
                 path_name: rp.name.as_deref(),
                 field_selector: query.get("fieldSelector"),
                 body: &body,
