@@ -261,6 +261,13 @@ spec:
         fleet.member("m2"),
         &["get", "resourcequota", "team", "-n", "tenant-a"]
     ));
+    // The member's ResourceQuota status comes back as the quota's.
+    wait_for(WAIT, "m1's quota status in aggregatedStatus", || {
+        fleet.jsonpath_hub(
+            &["get", "federatedresourcequota", "team", "-n", "tenant-a"],
+            "{.status.aggregatedStatus[?(@.clusterName==\"m1\")].hard.cpu}",
+        ) == "1"
+    });
     fleet.apply(&deployment("tenant-a", "api", "400m"));
     wait_for(WAIT, "api over quota", || {
         scheduled(&fleet, "tenant-a", "api-deployment", "reason") == "QuotaExceeded"

@@ -275,7 +275,7 @@ mod tests {
         let c = Charge::of(&on(&[("m1", 2), ("m2", 1)]), Some(&req("250m")));
         assert_eq!(c.of_key("cpu"), 750);
         assert_eq!(c.of_key("requests.cpu"), 750);
-        assert_eq!(c.of_key("memory"), 3 * 64 << 20);
+        assert_eq!(c.of_key("memory"), (3 * 64) << 20);
         assert_eq!(c.of_key("pods"), 3);
         assert_eq!(c.clusters["m1"]["cpu"], 500);
         // Unscheduled: nothing.

@@ -331,8 +331,7 @@ pub fn schedule(
             &placement,
             &affinity,
             clusters,
-            &previous_names,
-            &term_previous,
+            (&previous_names, &term_previous),
             limits,
         ) {
             Ok(clusters) => {
@@ -353,8 +352,8 @@ fn decide(
     placement: &Placement,
     affinity: &ClusterAffinity,
     clusters: &[Arc<Cluster>],
-    previous_names: &BTreeSet<String>,
-    previous: &BTreeMap<String, i32>,
+    // The clusters targeted, and the replicas kept of this term's.
+    (previous_names, previous): (&BTreeSet<String>, &BTreeMap<String, i32>),
     limits: &Limits,
 ) -> Result<Vec<TargetCluster>, Failure> {
     let fit = filter(spec, placement, affinity, clusters, previous_names, limits)?;
