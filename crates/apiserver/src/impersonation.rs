@@ -79,9 +79,7 @@ pub fn resolve(api: &ApiServer, requester: User, headers: &HeaderMap) -> ApiResu
         .strip_prefix("system:serviceaccount:")
         .and_then(|rest| rest.split_once(':'));
     match service_account {
-        Some((namespace, account)) => {
-            check("", "serviceaccounts", None, Some(namespace), account)?
-        }
+        Some((namespace, account)) => check("", "serviceaccounts", None, Some(namespace), account)?,
         None => check("", "users", None, None, &name)?,
     }
     for group in &groups {

@@ -193,7 +193,10 @@ fn rules(ctx: &Ctx, user: &User, spec: &Value) -> Value {
         field_selector: None,
         body: &[],
     };
-    if matches!(api.config.authorizers.decide(user, &probe), Decision::Deny(_)) {
+    if matches!(
+        api.config.authorizers.decide(user, &probe),
+        Decision::Deny(_)
+    ) {
         return json!({"resourceRules": [], "nonResourceRules": [], "incomplete": true,
                       "evaluationError": "this user's permissions are confined to its own cluster and cannot be listed"});
     }
@@ -209,7 +212,8 @@ fn rules(ctx: &Ctx, user: &User, spec: &Value) -> Value {
     let (mut resource_rules, mut non_resource_rules) = (Vec::new(), Vec::new());
     for rule in &held {
         if !rule.non_resource_urls.is_empty() {
-            non_resource_rules.push(json!({"verbs": rule.verbs, "nonResourceURLs": rule.non_resource_urls}));
+            non_resource_rules
+                .push(json!({"verbs": rule.verbs, "nonResourceURLs": rule.non_resource_urls}));
         }
         if !rule.resources.is_empty() {
             let mut r = json!({"verbs": rule.verbs, "apiGroups": rule.api_groups,

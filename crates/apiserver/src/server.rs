@@ -152,10 +152,9 @@ impl ApiServer {
             store,
             registry: Registry::new(),
             openapi: OpenApi::default(),
-            authenticator: config
-                .admin_token
-                .as_deref()
-                .map(|admin| Authenticator::new(admin, &config.component_identities, tokens.clone())),
+            authenticator: config.admin_token.as_deref().map(|admin| {
+                Authenticator::new(admin, &config.component_identities, tokens.clone())
+            }),
             tokens,
             config,
             address: RwLock::new(String::new()),

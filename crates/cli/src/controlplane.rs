@@ -114,6 +114,10 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
     // Karmada's clusters/NAME/proxy, through the members' stored credentials.
     p.api
         .set_cluster_proxy(flotilla_federation::proxy::HubProxy::new(client.clone()));
+    // Binding a cluster set to a namespace needs the set's `bind`.
+    p.api.add_mutating_admission(Arc::new(
+        flotilla_federation::ocm::admission::ClusterSetBindings,
+    ));
     let server = tokio::spawn(p.api.serve(p.listener, Some(p.tls), shutdown_signal()));
     // Ready means the Karmada API is served: install before publishing.
     flotilla_federation::crds::install(&admin)

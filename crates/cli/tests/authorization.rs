@@ -378,7 +378,12 @@ async fn the_authorization_table_holds_for_requests_and_reviews() {
         }
     }
     assert!(cases >= 200, "{cases} cases");
-    assert!(wrong.is_empty(), "{} of {cases} cases wrong:\n{}", wrong.len(), wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "{} of {cases} cases wrong:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
 }
 
 #[test]
@@ -389,18 +394,32 @@ fn kubectl_as_a_restricted_user_sees_what_upstream_shows() {
     let err = |out: std::process::Output| String::from_utf8_lossy(&out.stderr).to_string();
 
     // Her namespace, yes; another, upstream's words.
-    s.ok(&["--as", "alice", "-n", "team-a", "create", "configmap", "mine"]);
+    s.ok(&[
+        "--as",
+        "alice",
+        "-n",
+        "team-a",
+        "create",
+        "configmap",
+        "mine",
+    ]);
     assert_has(
         &err(as_alice(&["-n", "team-b", "get", "pods"])),
-        &[r#"Error from server (Forbidden): pods is forbidden: User "alice" cannot list resource "pods" in API group "" in the namespace "team-b""#],
+        &[
+            r#"Error from server (Forbidden): pods is forbidden: User "alice" cannot list resource "pods" in API group "" in the namespace "team-b""#,
+        ],
     );
     assert_has(
         &err(as_alice(&["get", "nodes"])),
-        &[r#"nodes is forbidden: User "alice" cannot list resource "nodes" in API group "" at the cluster scope"#],
+        &[
+            r#"nodes is forbidden: User "alice" cannot list resource "nodes" in API group "" at the cluster scope"#,
+        ],
     );
     assert_has(
         &err(as_alice(&["-n", "team-b", "delete", "configmap", "x"])),
-        &[r#"configmaps "x" is forbidden: User "alice" cannot delete resource "configmaps" in API group "" in the namespace "team-b""#],
+        &[
+            r#"configmaps "x" is forbidden: User "alice" cannot delete resource "configmaps" in API group "" in the namespace "team-b""#,
+        ],
     );
     // A namespace admin reads her namespace, not others.
     s.ok(&["--as", "alice", "get", "namespace", "team-a"]);
@@ -408,8 +427,17 @@ fn kubectl_as_a_restricted_user_sees_what_upstream_shows() {
 
     // can-i, its list, whoami.
     assert_eq!(
-        s.ok(&["--as", "alice", "auth", "can-i", "create", "deployments", "-n", "team-a"])
-            .trim(),
+        s.ok(&[
+            "--as",
+            "alice",
+            "auth",
+            "can-i",
+            "create",
+            "deployments",
+            "-n",
+            "team-a"
+        ])
+        .trim(),
         "yes"
     );
     let out = as_alice(&["auth", "can-i", "create", "deployments", "-n", "team-b"]);
@@ -421,7 +449,13 @@ fn kubectl_as_a_restricted_user_sees_what_upstream_shows() {
 
     // Escalation: no granting what one does not hold, nothing written.
     let out = as_alice(&[
-        "-n", "team-a", "create", "role", "nodes", "--verb=get", "--resource=nodes",
+        "-n",
+        "team-a",
+        "create",
+        "role",
+        "nodes",
+        "--verb=get",
+        "--resource=nodes",
     ]);
     assert_has(
         &err(out),
@@ -431,26 +465,73 @@ fn kubectl_as_a_restricted_user_sees_what_upstream_shows() {
         ],
     );
     let out = as_alice(&[
-        "-n", "team-a", "create", "rolebinding", "up", "--clusterrole=cluster-admin", "--user=alice",
-    ]);
-    assert_has(&err(out), &["is attempting to grant RBAC permissions not currently held"]);
-    let out = as_alice(&[
-        "-n", "team-a", "create", "rolebinding", "ghost", "--clusterrole=no-such-role", "--user=bob",
+        "-n",
+        "team-a",
+        "create",
+        "rolebinding",
+        "up",
+        "--clusterrole=cluster-admin",
+        "--user=alice",
     ]);
     assert_has(
         &err(out),
-        &[r#"rolebindings.rbac.authorization.k8s.io "ghost" is forbidden: clusterroles.rbac.authorization.k8s.io "no-such-role" not found"#],
+        &["is attempting to grant RBAC permissions not currently held"],
+    );
+    let out = as_alice(&[
+        "-n",
+        "team-a",
+        "create",
+        "rolebinding",
+        "ghost",
+        "--clusterrole=no-such-role",
+        "--user=bob",
+    ]);
+    assert_has(
+        &err(out),
+        &[
+            r#"rolebindings.rbac.authorization.k8s.io "ghost" is forbidden: clusterroles.rbac.authorization.k8s.io "no-such-role" not found"#,
+        ],
     );
     let left = s.ok(&["-n", "team-a", "get", "roles,rolebindings", "-o", "name"]);
-    for absent in ["role.rbac.authorization.k8s.io/nodes", "rolebinding.rbac.authorization.k8s.io/up", "rolebinding.rbac.authorization.k8s.io/ghost"] {
+    for absent in [
+        "role.rbac.authorization.k8s.io/nodes",
+        "rolebinding.rbac.authorization.k8s.io/up",
+        "rolebinding.rbac.authorization.k8s.io/ghost",
+    ] {
         assert!(!left.contains(absent), "{absent} was written: {left}");
     }
     // What she holds she may grant, and the grantee gets it at once.
-    s.ok(&["--as", "alice", "-n", "team-a", "create", "rolebinding", "bob-edit", "--clusterrole=edit", "--user=bob"]);
-    s.ok(&["--as", "bob", "-n", "team-a", "create", "configmap", "from-bob"]);
+    s.ok(&[
+        "--as",
+        "alice",
+        "-n",
+        "team-a",
+        "create",
+        "rolebinding",
+        "bob-edit",
+        "--clusterrole=edit",
+        "--user=bob",
+    ]);
+    s.ok(&[
+        "--as",
+        "bob",
+        "-n",
+        "team-a",
+        "create",
+        "configmap",
+        "from-bob",
+    ]);
     // An admin may bind a role that does not exist yet; its holder gets
     // upstream's reason.
-    s.ok(&["-n", "team-b", "create", "rolebinding", "later", "--role=later", "--user=eve"]);
+    s.ok(&[
+        "-n",
+        "team-b",
+        "create",
+        "rolebinding",
+        "later",
+        "--role=later",
+        "--user=eve",
+    ]);
     assert_has(
         &err(s.kubectl(&["--as", "eve", "-n", "team-b", "get", "pods"])),
         &[r#"in the namespace "team-b": RBAC: role.rbac.authorization.k8s.io "later" not found"#],
@@ -468,15 +549,32 @@ fn kubectl_as_a_restricted_user_sees_what_upstream_shows() {
     let as_robot = |args: &[&str]| s.kubectl(&[&["--token", token.trim()][..], args].concat());
     assert_has(
         &err(as_robot(&["--as", "alice", "-n", "team-a", "get", "pods"])),
-        &[r#"users "alice" is forbidden: User "system:serviceaccount:team-a:robot" cannot impersonate resource "users" in API group "" at the cluster scope"#],
+        &[
+            r#"users "alice" is forbidden: User "system:serviceaccount:team-a:robot" cannot impersonate resource "users" in API group "" at the cluster scope"#,
+        ],
     );
     assert_has(
-        &err(as_robot(&["--as", "system:serviceaccount:team-a:default", "--as-group", "system:masters", "get", "nodes"])),
+        &err(as_robot(&[
+            "--as",
+            "system:serviceaccount:team-a:default",
+            "--as-group",
+            "system:masters",
+            "get",
+            "nodes",
+        ])),
         &[r#"groups "system:masters" is forbidden"#],
     );
-    let out = as_robot(&["--as", "system:serviceaccount:team-a:default", "auth", "whoami"]);
+    let out = as_robot(&[
+        "--as",
+        "system:serviceaccount:team-a:default",
+        "auth",
+        "whoami",
+    ]);
     assert_has(
         &String::from_utf8_lossy(&out.stdout),
-        &["system:serviceaccount:team-a:default", "system:serviceaccounts:team-a"],
+        &[
+            "system:serviceaccount:team-a:default",
+            "system:serviceaccounts:team-a",
+        ],
     );
 }

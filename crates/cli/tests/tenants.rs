@@ -1,8 +1,9 @@
 //! Tenants on a shared fleet, end to end: two tenants (namespaces) on
 //! one hub with three members, each bound to its own OCM
 //! ManagedClusterSet, one held to a Karmada FederatedResourceQuota.
-//! Driven with kubectl and `flotilla describe placement`, as an admin
-//! sets tenants up (restricted users come with RBAC).
+//! An admin sets the tenants up with kubectl; each tenant's own user
+//! (an `admin` of its namespace only) propagates its objects, and what it
+//! must not do is forbidden.
 
 mod common;
 
@@ -48,22 +49,45 @@ kind: ManagedClusterSetBinding
 metadata: {name: set-b, namespace: tenant-b}
 spec: {clusterSet: set-b}
 ---
-apiVersion: policy.karmada.io/v1alpha1
-kind: PropagationPolicy
-metadata: {name: everywhere, namespace: tenant-a}
-spec:
-  resourceSelectors:
-    - {apiVersion: apps/v1, kind: Deployment}
-  placement: {}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: alice-admin, namespace: tenant-a}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: admin}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}]
 ---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: bob-admin, namespace: tenant-b}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: admin}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: bob}]
+"#;
+
+/// A tenant's namespaced PropagationPolicy that would take every cluster.
+fn everywhere(namespace: &str) -> String {
+    format!(
+        r#"
 apiVersion: policy.karmada.io/v1alpha1
 kind: PropagationPolicy
-metadata: {name: everywhere, namespace: tenant-b}
+metadata: {{name: everywhere, namespace: {namespace}}}
 spec:
   resourceSelectors:
-    - {apiVersion: apps/v1, kind: Deployment}
-  placement: {}
-"#;
+    - {{apiVersion: apps/v1, kind: Deployment}}
+  placement: {{}}
+"#
+    )
+}
+
+/// Applies `manifest` as `user`; its stderr when refused.
+fn apply_as(fleet: &Fleet, user: &str, manifest: &str) -> Result<(), String> {
+    let out = fleet
+        .hub
+        .kubectl_stdin(&["--as", user, "apply", "-f", "-"], Some(manifest));
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
 
 const QUOTA: &str = r#"
 apiVersion: policy.karmada.io/v1alpha1
@@ -155,9 +179,41 @@ fn two_tenants_stay_in_their_cluster_sets_and_one_is_held_to_its_quota() {
             ) == "True"
     });
 
+    // Each tenant propagates its own namespace's objects, as itself...
+    for (user, ns) in [("alice", "tenant-a"), ("bob", "tenant-b")] {
+        apply_as(&fleet, user, &everywhere(ns)).unwrap();
+        apply_as(&fleet, user, &deployment(ns, "web", "250m")).unwrap();
+    }
+    // ...and nothing of another tenant's, nor the fleet's.
+    let refused = apply_as(&fleet, "alice", &deployment("tenant-b", "intruder", "10m"));
+    assert_has(
+        &refused.unwrap_err(),
+        &[
+            r#"User "alice" cannot get resource "deployments" in API group "apps" in the namespace "tenant-b""#,
+        ],
+    );
+    let refused = apply_as(
+        &fleet,
+        "alice",
+        "apiVersion: policy.karmada.io/v1alpha1\nkind: ClusterPropagationPolicy\nmetadata: {name: grab}\nspec:\n  resourceSelectors: [{apiVersion: apps/v1, kind: Deployment}]\n",
+    );
+    assert_has(
+        &refused.unwrap_err(),
+        &[
+            r#"User "alice" cannot get resource "clusterpropagationpolicies" in API group "policy.karmada.io" at the cluster scope"#,
+        ],
+    );
+    // Binding herself tenant-b's clusters needs that set's `bind`.
+    let refused = apply_as(
+        &fleet,
+        "alice",
+        "apiVersion: cluster.open-cluster-management.io/v1beta2\nkind: ManagedClusterSetBinding\nmetadata: {name: set-b, namespace: tenant-a}\nspec: {clusterSet: set-b}\n",
+    );
+    assert_has(
+        &refused.unwrap_err(),
+        &[r#"user "alice" is not allowed to bind cluster set "set-b""#],
+    );
     // Each tenant's Deployment lands on its set's clusters only.
-    fleet.apply(&deployment("tenant-a", "web", "250m"));
-    fleet.apply(&deployment("tenant-b", "web", "250m"));
     wait_for(WAIT, "tenant-a's web in m1 and m2", || {
         in_member(&fleet, "m1", "tenant-a", "web") && in_member(&fleet, "m2", "tenant-a", "web")
     });
@@ -202,16 +258,9 @@ apiVersion: cluster.open-cluster-management.io/v1beta2
 kind: ManagedClusterSetBinding
 metadata: {name: set-c, namespace: tenant-c}
 spec: {clusterSet: set-c}
----
-apiVersion: policy.karmada.io/v1alpha1
-kind: PropagationPolicy
-metadata: {name: everywhere, namespace: tenant-c}
-spec:
-  resourceSelectors:
-    - {apiVersion: apps/v1, kind: Deployment}
-  placement: {}
 "#,
     );
+    fleet.apply(&everywhere("tenant-c"));
     fleet.apply(&deployment("tenant-c", "web", "10m"));
     wait_for(WAIT, "tenant-c's web unschedulable", || {
         scheduled(&fleet, "tenant-c", "web-deployment", "message")
@@ -268,7 +317,38 @@ spec:
             "{.status.aggregatedStatus[?(@.clusterName==\"m1\")].hard.cpu}",
         ) == "1"
     });
-    fleet.apply(&deployment("tenant-a", "api", "400m"));
+    // The tenant reads its quota but cannot raise it.
+    let used = fleet.hub.ok(&[
+        "--as",
+        "alice",
+        "-n",
+        "tenant-a",
+        "get",
+        "federatedresourcequota",
+        "team",
+        "-o",
+        "jsonpath={.status.overallUsed.cpu}",
+    ]);
+    assert_eq!(used, "500m");
+    let out = fleet.hub.kubectl(&[
+        "--as",
+        "alice",
+        "-n",
+        "tenant-a",
+        "patch",
+        "federatedresourcequota",
+        "team",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"overall":{"cpu":"100"}}}"#,
+    ]);
+    assert_has(
+        &String::from_utf8_lossy(&out.stderr),
+        &[
+            r#"User "alice" cannot patch resource "federatedresourcequotas" in API group "policy.karmada.io" in the namespace "tenant-a""#,
+        ],
+    );
+    apply_as(&fleet, "alice", &deployment("tenant-a", "api", "400m")).unwrap();
     wait_for(WAIT, "api over quota", || {
         scheduled(&fleet, "tenant-a", "api-deployment", "reason") == "QuotaExceeded"
     });
@@ -285,7 +365,9 @@ spec:
     assert!(!in_member(&fleet, "m1", "tenant-a", "api"));
 
     // Deleting web makes room: api is scheduled.
-    fleet.hub.ok(&["delete", "deploy", "web", "-n", "tenant-a"]);
+    fleet
+        .hub
+        .ok(&["--as", "alice", "delete", "deploy", "web", "-n", "tenant-a"]);
     wait_for(WAIT, "api scheduled once web is gone", || {
         scheduled(&fleet, "tenant-a", "api-deployment", "status") == "True"
     });

@@ -43,6 +43,7 @@ const PIPELINE_GROUPS: &[&str] = &[
     "multicluster.x-k8s.io",
     "submariner.io",
     "about.k8s.io",
+    "cluster.open-cluster-management.io",
     "coordination.k8s.io",
     "events.k8s.io",
 ];
@@ -96,6 +97,17 @@ fn aggregated_roles() -> Vec<Value> {
                 rule(WRITE, &["networking.karmada.io"], &["multiclusterservices"]),
             ],
         ),
+        // Binding a cluster set also needs `create` on that set's
+        // `managedclustersets/bind`, which only an admin grants.
+        role(
+            "flotilla:aggregate-to-admin",
+            "admin",
+            vec![rule(
+                WRITE,
+                &["cluster.open-cluster-management.io"],
+                &["managedclustersetbindings"],
+            )],
+        ),
         role(
             "flotilla:aggregate-to-view",
             "view",
@@ -121,6 +133,11 @@ fn aggregated_roles() -> Vec<Value> {
                     &["serviceexports", "serviceimports"],
                 ),
                 rule(READ, &["networking.karmada.io"], &["multiclusterservices"]),
+                rule(
+                    READ,
+                    &["cluster.open-cluster-management.io"],
+                    &["managedclustersetbindings"],
+                ),
             ],
         ),
     ]
@@ -152,7 +169,10 @@ pub async fn install(client: &kube::Client) -> Result<(), InstallError> {
     let mut roles = aggregated_roles();
     roles.push(controlplane_role());
     for role in roles {
-        let name = role["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let name = role["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         cluster_roles
             .patch(&name, &params, &Patch::Apply(&role))
             .await

@@ -17,13 +17,7 @@ use crate::registry::{self, Request};
 use crate::server::ApiServer;
 
 const AUTOUPDATE: &str = "rbac.authorization.kubernetes.io/autoupdate";
-const RW: &[&str] = &[
-    "create",
-    "delete",
-    "deletecollection",
-    "patch",
-    "update",
-];
+const RW: &[&str] = &["create", "delete", "deletecollection", "patch", "update"];
 const READ: &[&str] = &["get", "list", "watch"];
 const ALL: &[&str] = &[
     "create",
@@ -94,7 +88,11 @@ pub fn cluster_roles() -> Vec<Value> {
             "system:aggregate-to-admin",
             aggregate_to("admin"),
             vec![
-                rule(ALL, &["rbac.authorization.k8s.io"], &["rolebindings", "roles"]),
+                rule(
+                    ALL,
+                    &["rbac.authorization.k8s.io"],
+                    &["rolebindings", "roles"],
+                ),
                 rule(
                     &["create"],
                     &["authorization.k8s.io"],
@@ -230,7 +228,10 @@ pub fn cluster_roles() -> Vec<Value> {
                 rule(
                     READ,
                     &["autoscaling"],
-                    &["horizontalpodautoscalers", "horizontalpodautoscalers/status"],
+                    &[
+                        "horizontalpodautoscalers",
+                        "horizontalpodautoscalers/status",
+                    ],
                 ),
                 rule(
                     READ,
@@ -255,8 +256,17 @@ pub fn cluster_roles() -> Vec<Value> {
             vec![urls(
                 &["get"],
                 &[
-                    "/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi",
-                    "/openapi/*", "/readyz", "/version", "/version/",
+                    "/api",
+                    "/api/*",
+                    "/apis",
+                    "/apis/*",
+                    "/healthz",
+                    "/livez",
+                    "/openapi",
+                    "/openapi/*",
+                    "/readyz",
+                    "/version",
+                    "/version/",
                 ],
             )],
         ),
@@ -269,7 +279,11 @@ pub fn cluster_roles() -> Vec<Value> {
                     &["authorization.k8s.io"],
                     &["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
                 ),
-                rule(&["create"], &["authentication.k8s.io"], &["selfsubjectreviews"]),
+                rule(
+                    &["create"],
+                    &["authentication.k8s.io"],
+                    &["selfsubjectreviews"],
+                ),
             ],
         ),
         cluster_role(
@@ -283,7 +297,12 @@ pub fn cluster_roles() -> Vec<Value> {
             vec![urls(
                 &["get"],
                 &[
-                    "/healthz", "/healthz/*", "/livez", "/livez/*", "/metrics", "/readyz",
+                    "/healthz",
+                    "/healthz/*",
+                    "/livez",
+                    "/livez/*",
+                    "/metrics",
+                    "/readyz",
                     "/readyz/*",
                 ],
             )],
@@ -375,7 +394,10 @@ pub(crate) async fn ensure(api: &Arc<ApiServer>, plural: &str, desired: Value) -
     };
     let current: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
     let autoupdate = current
-        .pointer(&format!("/metadata/annotations/{}", AUTOUPDATE.replace('/', "~1")))
+        .pointer(&format!(
+            "/metadata/annotations/{}",
+            AUTOUPDATE.replace('/', "~1")
+        ))
         .and_then(Value::as_str);
     let stale = owned.iter().any(|f| current.get(f) != desired.get(f));
     if autoupdate == Some("false") || !stale {

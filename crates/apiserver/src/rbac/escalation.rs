@@ -26,7 +26,11 @@ impl Validating for Escalation {
         let Some(user) = request.user else {
             return Ok(());
         };
-        if user.groups.iter().any(|g| g == crate::authz::PRIVILEGED_GROUP) {
+        if user
+            .groups
+            .iter()
+            .any(|g| g == crate::authz::PRIVILEGED_GROUP)
+        {
             return Ok(());
         }
         let name = str_at(object, "/metadata/name");

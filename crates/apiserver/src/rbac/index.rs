@@ -288,7 +288,10 @@ impl Index {
             .map(|(aggregate, selectors)| {
                 let mut rules: Vec<Rule> = Vec::new();
                 for name in &names {
-                    let labels = state.cluster_role_labels.get(*name).and_then(Value::as_object);
+                    let labels = state
+                        .cluster_role_labels
+                        .get(*name)
+                        .and_then(Value::as_object);
                     if *name == aggregate || !selectors.iter().any(|s| s.matches(labels)) {
                         continue;
                     }

@@ -80,7 +80,8 @@ impl Rule {
                         || name.is_some_and(|n| self.resource_names.iter().any(|r| r == n)))
             }
             Request::NonResource { verb, path } => {
-                has(&self.verbs, verb) && self.non_resource_urls.iter().any(|u| url_matches(u, path))
+                has(&self.verbs, verb)
+                    && self.non_resource_urls.iter().any(|u| url_matches(u, path))
             }
         }
     }
@@ -93,8 +94,7 @@ impl Rule {
             match subresource {
                 None => r == resource,
                 Some(sub) => {
-                    r.strip_prefix("*/") == Some(sub)
-                        || r.split_once('/') == Some((resource, sub))
+                    r.strip_prefix("*/") == Some(sub) || r.split_once('/') == Some((resource, sub))
                 }
             }
         })
@@ -150,8 +150,7 @@ impl Rule {
             Grant::NonResource { verb, url } => {
                 has(&self.verbs, verb)
                     && self.non_resource_urls.iter().any(|own| {
-                        own == url
-                            || own.strip_suffix('*').is_some_and(|p| url.starts_with(p))
+                        own == url || own.strip_suffix('*').is_some_and(|p| url.starts_with(p))
                     })
             }
         }
@@ -287,8 +286,7 @@ mod tests {
         assert!(!pods.allows(&log), "pods does not grant pods/log");
         let sub = rule(json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods/log"]}));
         assert!(sub.allows(&log));
-        let any_status =
-            rule(json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*/log"]}));
+        let any_status = rule(json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*/log"]}));
         assert!(any_status.allows(&log));
         assert!(!any_status.allows(&res("get", "", "pods")));
     }
@@ -306,7 +304,10 @@ mod tests {
         };
         assert!(one.allows(&named(Some("app"))));
         assert!(!one.allows(&named(Some("other"))));
-        assert!(!one.allows(&named(None)), "an unnamed request is not confined");
+        assert!(
+            !one.allows(&named(None)),
+            "an unnamed request is not confined"
+        );
     }
 
     #[test]
@@ -321,12 +322,17 @@ mod tests {
     #[test]
     fn covering_breaks_rules_down_per_grant() {
         let held = vec![
-            rule(json!({"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods", "configmaps"]})),
+            rule(
+                json!({"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods", "configmaps"]}),
+            ),
             rule(json!({"verbs": ["*"], "apiGroups": ["apps"], "resources": ["*"]})),
         ];
-        let within = rule(json!({"verbs": ["get"], "apiGroups": ["", "apps"], "resources": ["pods"]}));
+        let within =
+            rule(json!({"verbs": ["get"], "apiGroups": ["", "apps"], "resources": ["pods"]}));
         assert!(uncovered(&held, &[within]).is_empty());
-        let beyond = rule(json!({"verbs": ["get", "delete"], "apiGroups": [""], "resources": ["pods", "secrets"]}));
+        let beyond = rule(
+            json!({"verbs": ["get", "delete"], "apiGroups": [""], "resources": ["pods", "secrets"]}),
+        );
         let missing = uncovered(&held, &[beyond]);
         assert_eq!(missing.len(), 3, "get secrets, delete pods, delete secrets");
         assert_eq!(

@@ -3,5 +3,6 @@
 //! each namespace (tenant) may place on. ManagedCluster, Placement and
 //! ManifestWork are to grow here beside them.
 
+pub mod admission;
 pub mod api;
 pub mod clusterset;
