@@ -86,6 +86,32 @@ impl TokenAuthenticator for AdminToken {
     }
 }
 
+/// Tokens of the embedding process's own components (the control plane's
+/// controllers), made at start and never written anywhere: each names
+/// its component's identity, which RBAC confines.
+pub struct ComponentTokens(Vec<([u8; 32], User)>);
+
+impl ComponentTokens {
+    pub fn new(identities: &[(String, User)]) -> Self {
+        ComponentTokens(
+            identities
+                .iter()
+                .map(|(token, user)| (digest(token), user.clone()))
+                .collect(),
+        )
+    }
+}
+
+impl TokenAuthenticator for ComponentTokens {
+    fn authenticate(&self, _: &dyn Store, token: &str) -> Option<User> {
+        let presented = digest(token);
+        self.0
+            .iter()
+            .find(|(d, _)| bool::from(d.ct_eq(&presented)))
+            .map(|(_, user)| user.clone())
+    }
+}
+
 /// Bootstrap tokens: `<id>.<secret>` against their Secret in kube-system.
 pub struct BootstrapTokens;
 
@@ -116,15 +142,19 @@ pub struct Authenticator {
 }
 
 impl Authenticator {
-    /// The server's authenticators: the admin token, the token file's
-    /// tokens (if any), ServiceAccount tokens, bootstrap tokens.
+    /// The server's authenticators: the admin token, the components'
+    /// tokens, the token file's tokens (if any), ServiceAccount tokens,
+    /// bootstrap tokens.
     pub fn new(
         admin_token: &str,
+        components: &[(String, User)],
         static_tokens: Option<Arc<crate::token_file::StaticTokens>>,
         service_account_tokens: Arc<Signer>,
     ) -> Self {
-        let mut chain: Vec<Box<dyn TokenAuthenticator>> =
-            vec![Box::new(AdminToken::new(admin_token))];
+        let mut chain: Vec<Box<dyn TokenAuthenticator>> = vec![
+            Box::new(AdminToken::new(admin_token)),
+            Box::new(ComponentTokens::new(components)),
+        ];
         if let Some(tokens) = static_tokens {
             chain.push(Box::new(tokens));
         }
@@ -249,6 +279,18 @@ fn is_token_part(s: &str, len: usize) -> bool {
     s.len() == len
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
+
+/// A new identity for one of the embedding process's components: its
+/// token (for [`Config::component_identities`](crate::Config)) and user.
+pub fn component_identity(user: &str) -> (String, User) {
+    (
+        random_token_part(48),
+        User {
+            name: user.to_string(),
+            groups: vec!["system:authenticated".into()],
+        },
+    )
 }
 
 /// A fresh random token part of `len` characters from `[a-z0-9]`.

@@ -1,9 +1,10 @@
-//! Authorization: a chain of [`Authorizer`]s, each answering allow, deny
-//! or no opinion, as kube-apiserver's union authorizer; the first that has
-//! an opinion decides. There is no RBAC yet: when none has an opinion, an
-//! authenticated user may do anything. The control plane installs one that
-//! confines each pull-mode agent to its own cluster, as kube-apiserver's
-//! Node authorizer confines kubelets.
+//! Authorization, as kube-apiserver's union authorizer: members of
+//! `system:masters` may do anything; then a chain of [`Authorizer`]s the
+//! embedding process installs (the control plane's confines each pull-mode
+//! agent to its own cluster, as kube-apiserver's Node authorizer confines
+//! kubelets), each answering allow, deny or no opinion, the first with an
+//! opinion deciding; then RBAC (`rbac`), unless the server runs with the
+//! `AlwaysAllow` escape hatch. What nothing allows is forbidden.
 
 use std::fmt;
 use std::sync::Arc;
@@ -97,13 +98,30 @@ pub enum Decision {
     NoOpinion,
 }
 
+/// The group whose members may do anything (upstream's privileged group).
+pub const PRIVILEGED_GROUP: &str = "system:masters";
+
+/// How the server authorizes (kube-apiserver's `--authorization-mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Roles and bindings decide.
+    #[default]
+    Rbac,
+    /// Every authenticated request is allowed: for tests only.
+    AlwaysAllow,
+}
+
 /// Decides whether `user` may make a request, or leaves it to the next.
 pub trait Authorizer: Send + Sync {
     fn authorize(&self, user: &User, request: &Attributes) -> Decision;
+
+    /// The same for a non-resource path (`/healthz`, `/api`).
+    fn authorize_path(&self, _user: &User, _verb: &str, _path: &str) -> Decision {
+        Decision::NoOpinion
+    }
 }
 
-/// Authorizers asked in order; the first with an opinion decides. With
-/// none, every authenticated user is allowed (no roles are enforced yet).
+/// Authorizers asked in order; the first with an opinion decides.
 #[derive(Clone, Default)]
 pub struct Chain(Vec<Arc<dyn Authorizer>>);
 
@@ -117,13 +135,15 @@ impl Chain {
             .iter()
             .map(|a| a.authorize(user, request))
             .find(|d| *d != Decision::NoOpinion)
-            .unwrap_or_else(|| {
-                if user.groups.iter().any(|g| g == "system:unauthenticated") {
-                    Decision::Deny(String::new())
-                } else {
-                    Decision::Allow
-                }
-            })
+            .unwrap_or(Decision::NoOpinion)
+    }
+
+    pub fn decide_path(&self, user: &User, verb: &str, path: &str) -> Decision {
+        self.0
+            .iter()
+            .map(|a| a.authorize_path(user, verb, path))
+            .find(|d| *d != Decision::NoOpinion)
+            .unwrap_or(Decision::NoOpinion)
     }
 
     /// The request allowed, or upstream's 403.
@@ -190,5 +210,24 @@ impl Attributes<'_> {
             "{subject} is forbidden: User \"{}\" cannot {} resource \"{resource}\" in API group \"{}\" {scope}{reason}",
             user.name, self.verb, self.group
         ))
+        .with_details(crate::error::Details {
+            name: self.path_name.unwrap_or_default().to_string(),
+            group: self.group.to_string(),
+            kind: self.resource.to_string(),
+            causes: Vec::new(),
+        })
     }
+}
+
+/// Upstream's 403 for a non-resource path.
+pub fn forbidden_path(user: &User, verb: &str, path: &str, reason: &str) -> ApiError {
+    let reason = if reason.is_empty() {
+        String::new()
+    } else {
+        format!(": {reason}")
+    };
+    ApiError::forbidden(format!(
+        "forbidden: User \"{}\" cannot {verb} path \"{path}\"{reason}",
+        user.name
+    ))
 }

@@ -28,6 +28,19 @@ pub fn validate_dns1123_label(v: &str) -> Vec<String> {
     errs
 }
 
+/// Errors for a name that must only be usable as a path segment, as
+/// upstream's `IsValidPathSegmentName` (RBAC's names).
+pub fn validate_path_segment_name(v: &str) -> Vec<String> {
+    if v == "." || v == ".." {
+        return vec![format!("may not be '{v}'")];
+    }
+    ["/", "%"]
+        .into_iter()
+        .filter(|c| v.contains(c))
+        .map(|c| format!("may not contain '{c}'"))
+        .collect()
+}
+
 /// Errors for an RFC 1123 subdomain (`example.com`, ≤ 253).
 pub fn validate_dns1123_subdomain(v: &str) -> Vec<String> {
     let mut errs = Vec::new();

@@ -184,6 +184,9 @@ pub fn validate_meta(r: &ResourceInfo, obj: &Value) -> Vec<Cause> {
     } else {
         let errs = if r.is_namespace() {
             meta::validate_dns1123_label(name)
+        } else if r.group == "rbac.authorization.k8s.io" {
+            // RBAC's names are path segments (`system:discovery`).
+            meta::validate_path_segment_name(name)
         } else {
             meta::validate_dns1123_subdomain(name)
         };

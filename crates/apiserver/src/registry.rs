@@ -117,6 +117,8 @@ pub async fn create(
         resource: &r,
         namespace: req.namespace.as_deref().filter(|_| r.namespaced),
         old: None,
+        user: req.user.as_ref(),
+        subresource: req.subresource.as_deref(),
     };
     crate::admission::mutate(&req.api, &admission, &mut obj)?;
     objects::prepare_create(&r, &mut obj);
@@ -154,6 +156,7 @@ pub async fn create(
     };
     let stored = objects::stamp(&r, obj, kv.mod_revision);
     crate::crd::after_write(&req.api, &r, &stored).await;
+    crate::rbac::after_write(&req.api, &r, &stored, false);
     Ok(Written {
         obj: stored,
         warnings,
@@ -190,6 +193,7 @@ async fn remove(
     objects::meta_mut(&mut obj)
         .insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
     crate::crd::after_delete(&req.api, &req.resource, &obj).await;
+    crate::rbac::after_write(&req.api, &req.resource, &obj, true);
     Ok(obj)
 }
 
@@ -257,6 +261,8 @@ where
             resource: &r,
             namespace: req.namespace.as_deref().filter(|_| r.namespaced),
             old: Some(&old),
+            user: req.user.as_ref(),
+            subresource: req.subresource.as_deref(),
         };
         crate::admission::mutate(&req.api, &admission, &mut obj)?;
         objects::prepare_update(&r, &mut obj, &old, scope);
@@ -313,6 +319,7 @@ where
             Ok(kv) => {
                 let stored = objects::stamp(&r, obj, kv.mod_revision);
                 crate::crd::after_write(&req.api, &r, &stored).await;
+                crate::rbac::after_write(&req.api, &r, &stored, false);
                 return Ok(Written {
                     obj: stored,
                     warnings,

@@ -49,7 +49,7 @@ pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             }
             access(ctx, &subject(&spec)?, &spec)
         }
-        "selfsubjectrulesreviews" => rules(ctx, &caller(ctx)),
+        "selfsubjectrulesreviews" => rules(ctx, &caller(ctx), &spec),
         other => return Err(ApiError::internal(format!("no review for {other}"))),
     };
     let mut answer = json!({"kind": r.kind, "apiVersion": r.api_version(),
@@ -136,43 +136,53 @@ fn subject(spec: &Value) -> ApiResult<User> {
     })
 }
 
-/// Asks the server's authorizers what the review's attributes ask.
+/// Asks the server's authorizer what the review's attributes ask.
 fn access(ctx: &Ctx, user: &User, spec: &Value) -> Value {
-    let decision = if let Some(resource) = spec.get("resourceAttributes") {
+    let api = &ctx.api;
+    let (decision, chain) = if let Some(resource) = spec.get("resourceAttributes") {
         let field = |k: &str| {
             resource
                 .get(k)
                 .and_then(Value::as_str)
                 .filter(|s| !s.is_empty())
         };
-        ctx.api.config.authorizers.decide(
-            user,
-            &Attributes {
-                verb: Verb::parse(field("verb").unwrap_or("")),
-                group: field("group").unwrap_or(""),
-                resource: field("resource").unwrap_or(""),
-                subresource: field("subresource"),
-                namespace: field("namespace"),
-                path_name: field("name"),
-                field_selector: None,
-                body: &[],
-            },
+        let attributes = Attributes {
+            verb: Verb::parse(field("verb").unwrap_or("")),
+            group: field("group").unwrap_or(""),
+            resource: field("resource").unwrap_or(""),
+            subresource: field("subresource"),
+            namespace: field("namespace"),
+            path_name: field("name"),
+            field_selector: None,
+            body: &[],
+        };
+        (
+            api.authorize(user, &attributes),
+            api.config.authorizers.decide(user, &attributes),
         )
     } else {
-        // Non-resource URLs (`/healthz`, `/version`, discovery): every
-        // authenticated user may read them, as upstream's bootstrap roles.
-        Decision::Allow
+        let path = str_at(spec, "/nonResourceAttributes/path");
+        let verb = str_at(spec, "/nonResourceAttributes/verb");
+        (
+            api.authorize_path(user, verb, path),
+            api.config.authorizers.decide_path(user, verb, path),
+        )
     };
     match decision {
-        Decision::Deny(reason) => json!({"allowed": false, "denied": true, "reason": reason}),
-        _ => json!({"allowed": true,
-                    "reason": "allowed: every authenticated user may do this until roles are enforced"}),
+        Decision::Allow => json!({"allowed": true}),
+        // Denied outright (an agent's confinement), not merely unallowed.
+        Decision::Deny(reason) if matches!(chain, Decision::Deny(_)) => {
+            json!({"allowed": false, "denied": true, "reason": reason})
+        }
+        Decision::Deny(reason) => json!({"allowed": false, "reason": reason}),
+        Decision::NoOpinion => json!({"allowed": false}),
     }
 }
 
-/// The rules a user has: everything, unless an authorizer confines them
-/// (an agent's token), whose rules cannot be listed.
-fn rules(ctx: &Ctx, user: &User) -> Value {
+/// The rules a user holds in the review's namespace, as RBAC resolves
+/// them; an agent's confinement cannot be listed.
+fn rules(ctx: &Ctx, user: &User, spec: &Value) -> Value {
+    let api = &ctx.api;
     let probe = Attributes {
         verb: Verb::List,
         group: "",
@@ -183,19 +193,43 @@ fn rules(ctx: &Ctx, user: &User) -> Value {
         field_selector: None,
         body: &[],
     };
-    let confined = matches!(
-        ctx.api.config.authorizers.decide(user, &probe),
+    if matches!(
+        api.config.authorizers.decide(user, &probe),
         Decision::Deny(_)
-    );
-    if confined {
+    ) {
         return json!({"resourceRules": [], "nonResourceRules": [], "incomplete": true,
                       "evaluationError": "this user's permissions are confined to its own cluster and cannot be listed"});
     }
-    json!({
-        "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
-        "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-        "incomplete": false,
-    })
+    if api.config.authorization_mode == crate::authz::Mode::AlwaysAllow {
+        return json!({
+            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
+            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+            "incomplete": false,
+        });
+    }
+    let namespace = Some(str_at(spec, "/namespace")).filter(|n| !n.is_empty());
+    let (held, missing) = crate::rbac::rules_of(&api.rbac, user, namespace);
+    let (mut resource_rules, mut non_resource_rules) = (Vec::new(), Vec::new());
+    for rule in &held {
+        if !rule.non_resource_urls.is_empty() {
+            non_resource_rules
+                .push(json!({"verbs": rule.verbs, "nonResourceURLs": rule.non_resource_urls}));
+        }
+        if !rule.resources.is_empty() {
+            let mut r = json!({"verbs": rule.verbs, "apiGroups": rule.api_groups,
+                               "resources": rule.resources});
+            if !rule.resource_names.is_empty() {
+                r["resourceNames"] = json!(rule.resource_names);
+            }
+            resource_rules.push(r);
+        }
+    }
+    let mut status = json!({"resourceRules": resource_rules,
+                            "nonResourceRules": non_resource_rules, "incomplete": false});
+    if !missing.is_empty() {
+        status["evaluationError"] = json!(missing.join(", "));
+    }
+    status
 }
 
 /// `POST /api/v1/namespaces/NS/serviceaccounts/NAME/token`: a signed,

@@ -15,6 +15,7 @@ use serde_json::Value;
 use tracing::{debug, info};
 
 use crate::auth::Authenticator;
+use crate::authz::{Decision, Mode};
 use crate::discovery;
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::{self, Ctx};
@@ -36,9 +37,13 @@ pub struct Config {
     /// What `/metrics` serves (Prometheus text), when something embeds
     /// metrics of its own (the control plane's controllers).
     pub metrics: Option<MetricsSource>,
-    /// Who may do what, besides being authenticated: asked in order; when
-    /// none has an opinion, the authenticated user may.
+    /// Authorizers of the embedding process, asked in order before RBAC.
     pub authorizers: crate::authz::Chain,
+    /// Tokens of the embedding process's components and whom each names
+    /// (`auth::component_identity`).
+    pub component_identities: Vec<(String, crate::auth::User)>,
+    /// RBAC, or every authenticated request allowed (tests only).
+    pub authorization_mode: crate::authz::Mode,
     /// The CA that signs the serving certificate (PEM), published in every
     /// namespace as the `kube-root-ca.crt` ConfigMap.
     pub root_ca: Option<String>,
@@ -64,12 +69,20 @@ impl Default for Config {
             service_network: Default::default(),
             metrics: None,
             authorizers: Default::default(),
+            authorization_mode: Default::default(),
+            component_identities: Vec::new(),
             root_ca: None,
             token_key: None,
             ca_key: None,
             static_tokens: None,
         }
     }
+}
+
+fn is_privileged(user: &crate::auth::User) -> bool {
+    user.groups
+        .iter()
+        .any(|g| g == crate::authz::PRIVILEGED_GROUP)
 }
 
 /// How long in-flight requests (watches included) get to finish on shutdown.
@@ -102,6 +115,8 @@ pub struct ApiServer {
     /// Mutating admission plugins of the embedding process, after the
     /// built-in ones (a member's peering: offloaded namespaces' pods).
     pub(crate) mutating_admission: RwLock<Vec<Arc<dyn crate::admission::Mutating>>>,
+    /// Roles and bindings, as RBAC reads them.
+    pub(crate) rbac: Arc<crate::rbac::Index>,
 }
 
 impl ApiServer {
@@ -146,7 +161,12 @@ impl ApiServer {
             registry: Registry::new(),
             openapi: OpenApi::default(),
             authenticator: config.admin_token.as_deref().map(|admin| {
-                Authenticator::new(admin, config.static_tokens.clone(), tokens.clone())
+                Authenticator::new(
+                    admin,
+                    &config.component_identities,
+                    config.static_tokens.clone(),
+                    tokens.clone(),
+                )
             }),
             tokens,
             config,
@@ -157,10 +177,18 @@ impl ApiServer {
             kubelet_connect_only: Default::default(),
             cluster_proxy: Default::default(),
             mutating_admission: Default::default(),
+            rbac: Default::default(),
         });
         crate::crd::restore(&api)?;
         crate::crd::spawn_follower(api.clone());
         crate::bootstrap::system_objects(&api).await?;
+        crate::rbac::index::load(&api.rbac, api.store.as_ref())?;
+        tokio::spawn(crate::rbac::index::follow(
+            api.rbac.clone(),
+            api.store.clone(),
+        ));
+        crate::rbac::aggregation::spawn(api.clone());
+        crate::rbac::bootstrap::reconcile(&api).await?;
         crate::namespace::resume_terminating(&api);
         crate::namespace::spawn_active_namespaces(api.clone());
         crate::gc::spawn(api.clone());
@@ -184,6 +212,46 @@ impl ApiServer {
         }
         self.store.sync().await?;
         self.store.get(key)
+    }
+
+    /// Whether `user` may make the request: `system:masters`, then the
+    /// embedding process's authorizers, then RBAC.
+    pub fn authorize(&self, user: &crate::auth::User, a: &crate::authz::Attributes) -> Decision {
+        if is_privileged(user) {
+            return Decision::Allow;
+        }
+        match self.config.authorizers.decide(user, a) {
+            Decision::NoOpinion => {}
+            decided => return decided,
+        }
+        match self.config.authorization_mode {
+            Mode::AlwaysAllow => Decision::Allow,
+            Mode::Rbac => crate::rbac::authorize(&self.rbac, user, a),
+        }
+    }
+
+    /// [`ApiServer::authorize`] for a non-resource path.
+    pub fn authorize_path(&self, user: &crate::auth::User, verb: &str, path: &str) -> Decision {
+        if is_privileged(user) {
+            return Decision::Allow;
+        }
+        match self.config.authorizers.decide_path(user, verb, path) {
+            Decision::NoOpinion => {}
+            decided => return decided,
+        }
+        match self.config.authorization_mode {
+            Mode::AlwaysAllow => Decision::Allow,
+            Mode::Rbac => crate::rbac::authorize_path(&self.rbac, user, verb, path),
+        }
+    }
+
+    /// The request allowed, or upstream's 403.
+    pub fn check(&self, user: &crate::auth::User, a: &crate::authz::Attributes) -> ApiResult<()> {
+        match self.authorize(user, a) {
+            Decision::Allow => Ok(()),
+            Decision::Deny(reason) => Err(a.forbidden(user, &reason)),
+            Decision::NoOpinion => Err(a.forbidden(user, "")),
+        }
     }
 
     pub fn router(self: &Arc<Self>) -> axum::Router {
@@ -307,7 +375,7 @@ async fn proxy_to_member(
             Method::DELETE => Verb::Delete,
             ref other => Verb::Other(other.as_str().to_ascii_lowercase()),
         };
-        api.config.authorizers.check(
+        api.check(
             user,
             &crate::authz::Attributes {
                 verb,
@@ -363,20 +431,46 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
     let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
     let is_get = parts.method == Method::GET || parts.method == Method::HEAD;
 
+    let user = match &api.authenticator {
+        Some(authenticator) => {
+            let requester = authenticator
+                .authenticate(api.store.as_ref(), &parts.headers, &parts.extensions)?
+                .unwrap_or_else(crate::auth::User::anonymous);
+            Some(crate::impersonation::resolve(
+                &api,
+                requester,
+                &parts.headers,
+            )?)
+        }
+        None => None,
+    };
+    // Discovery, health, version, metrics, OpenAPI: authorized by path.
+    let resource_path = matches!(segs.as_slice(), ["api", _, _, ..] | ["apis", _, _, _, ..]);
+    if let Some(user) = user.as_ref().filter(|_| !resource_path) {
+        let verb = match parts.method {
+            Method::GET | Method::HEAD => "get".to_string(),
+            ref other => other.as_str().to_ascii_lowercase(),
+        };
+        let shown = if parts.uri.path().is_empty() {
+            "/"
+        } else {
+            parts.uri.path()
+        };
+        match api.authorize_path(user, &verb, shown) {
+            Decision::Allow => {}
+            Decision::Deny(reason) => {
+                return Err(crate::authz::forbidden_path(user, &verb, shown, &reason));
+            }
+            Decision::NoOpinion => {
+                return Err(crate::authz::forbidden_path(user, &verb, shown, ""));
+            }
+        }
+    }
     if let ["healthz" | "livez" | "readyz", ..] = segs.as_slice()
         && is_get
     {
-        // Health answers without credentials, as upstream's anonymous access.
         return Ok(text("ok"));
     }
-    let user = match &api.authenticator {
-        Some(authenticator) => Some(
-            authenticator
-                .authenticate(api.store.as_ref(), &parts.headers, &parts.extensions)?
-                .unwrap_or_else(crate::auth::User::anonymous),
-        ),
-        None => None,
-    };
     if let (Some(proxy), Some((cluster, member_path))) =
         (api.cluster_proxy.get(), crate::cluster_proxy::parse(&segs))
     {
@@ -588,14 +682,19 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
             Some("exec" | "attach" | "portforward") => Verb::Create,
             _ => verb,
         };
-        api.config.authorizers.check(
+        api.check(
             user,
             &crate::authz::Attributes {
                 verb,
                 group: &resource.group,
                 resource: &resource.plural,
                 subresource: rp.subresource.as_deref(),
-                namespace: rp.namespace.as_deref(),
+                // A namespace's own path is in that namespace, as upstream's
+                // request info has it: a namespace admin may read it.
+                namespace: match (resource.group.as_str(), resource.plural.as_str()) {
+                    ("", "namespaces") => rp.name.as_deref(),
+                    _ => rp.namespace.as_deref(),
+                },
                 path_name: rp.name.as_deref(),
                 field_selector: query.get("fieldSelector"),
                 body: &body,

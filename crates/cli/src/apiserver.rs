@@ -150,8 +150,22 @@ pub struct ServeArgs {
     /// as that user, in those groups and system:authenticated.
     #[arg(long)]
     pub token_auth_file: Option<PathBuf>,
+    /// How requests are authorized: RBAC (roles and bindings decide), or
+    /// AlwaysAllow (every authenticated request may do anything: for tests
+    /// only, never for a shared server).
+    #[arg(long, value_enum, default_value = "RBAC")]
+    pub authorization_mode: AuthorizationMode,
     #[command(flatten)]
     pub storage: StorageArgs,
+}
+
+/// kube-apiserver's `--authorization-mode` values we serve.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthorizationMode {
+    #[value(name = "RBAC")]
+    Rbac,
+    #[value(name = "AlwaysAllow")]
+    AlwaysAllow,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -315,12 +329,22 @@ pub async fn prepare(
         &data_dir.join("pki"),
         &tls::serving_names(addr, &serve.tls_sans),
     )?;
+    let authorization_mode = match serve.authorization_mode {
+        AuthorizationMode::Rbac => flotilla_apiserver::authz::Mode::Rbac,
+        AuthorizationMode::AlwaysAllow => {
+            tracing::warn!(
+                "--authorization-mode=AlwaysAllow: every authenticated request may do anything; never use this outside tests"
+            );
+            flotilla_apiserver::authz::Mode::AlwaysAllow
+        }
+    };
     let config = Config {
         admin_token: Some(admin_token.clone()),
         root_ca: Some(pki.ca_pem.clone()),
         token_key: Some(pki.token_key),
         ca_key: Some(pki.ca_key_pem.clone()),
         static_tokens,
+        authorization_mode,
         ..config
     };
     let api = ApiServer::new(store, config)

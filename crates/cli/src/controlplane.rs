@@ -96,8 +96,12 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
     let (data_dir, kubeconfig_path) = args.server.paths("controlplane");
     let metrics = Metrics::default();
     let scrape = metrics.clone();
+    // The controllers act as an identity of their own, which RBAC confines.
+    let (controllers_token, controllers_user) =
+        flotilla_apiserver::auth::component_identity(flotilla_federation::roles::CONTROLPLANE_USER);
     let config = Config {
         metrics: Some(Arc::new(move || scrape.encode())),
+        component_identities: vec![(controllers_token.clone(), controllers_user)],
         // Pull-mode agents' tokens reach their own cluster only.
         authorizers: flotilla_apiserver::authz::Chain::new(vec![Arc::new(
             flotilla_federation::agents::AgentAuthorizer,
@@ -105,17 +109,25 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
         ..Config::default()
     };
     let p = prepare(&data_dir, &args.server.serve, config).await?;
-    let client = loopback::in_process(&p.api, &p.admin_token, "flotilla-controlplane");
+    let admin = loopback::in_process(&p.api, &p.admin_token, "flotilla-controlplane");
+    let client = loopback::in_process(&p.api, &controllers_token, "flotilla-controlplane");
     // Karmada's clusters/NAME/proxy, through the members' stored credentials.
     p.api
         .set_cluster_proxy(flotilla_federation::proxy::HubProxy::new(client.clone()));
+    // Binding a cluster set to a namespace needs the set's `bind`.
+    p.api.add_mutating_admission(Arc::new(
+        flotilla_federation::ocm::admission::ClusterSetBindings,
+    ));
     let server = tokio::spawn(p.api.serve(p.listener, Some(p.tls), shutdown_signal()));
     // Ready means the Karmada API is served: install before publishing.
-    flotilla_federation::crds::install(&client)
+    flotilla_federation::crds::install(&admin)
         .await
         .context("cannot install the control plane's CRDs")?;
+    flotilla_federation::roles::install(&admin)
+        .await
+        .context("cannot install the control plane's roles")?;
     // The hub is the network fabric's broker too.
-    flotilla_fabric::broker::install(&client)
+    flotilla_fabric::broker::install(&admin)
         .await
         .map_err(anyhow::Error::msg)
         .context("cannot install the broker's CRDs")?;

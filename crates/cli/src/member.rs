@@ -130,6 +130,9 @@ struct RunArgs {
     /// token,user,uid[,"group1,group2"] per line.
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
+    /// How requests are authorized: RBAC, or AlwaysAllow (tests only).
+    #[arg(long, value_enum, default_value = "RBAC")]
+    authorization_mode: crate::apiserver::AuthorizationMode,
 }
 
 #[derive(clap::Args)]
@@ -267,6 +270,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         watch_history: args.watch_history,
         tls_sans: args.tls_sans,
         token_auth_file: args.token_auth_file,
+        authorization_mode: args.authorization_mode,
         // A simulated member keeps its objects in its own data dir.
         storage: StorageArgs::default(),
     };

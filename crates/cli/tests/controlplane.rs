@@ -67,6 +67,7 @@ async fn karmada_crds_are_served_with_their_names_and_columns() {
             "op",
             "clusteroverridepolicies",
             "cop",
+            "federatedresourcequotas",
         ],
     );
     let work = s.ok(&["api-resources", "--api-group=work.karmada.io"]);
@@ -111,6 +112,20 @@ async fn karmada_crds_are_served_with_their_names_and_columns() {
             "member1",
             "Push",
             "us-east-1",
+        ],
+    );
+    // OCM's cluster sets, for tenants.
+    assert_has(
+        &s.ok(&[
+            "api-resources",
+            "--api-group=cluster.open-cluster-management.io",
+        ]),
+        &[
+            "managedclustersets",
+            "mclset",
+            "managedclustersetbindings",
+            "mclsetbinding",
+            "v1beta2",
         ],
     );
     assert_has(

@@ -24,10 +24,13 @@ use crate::fanout::{Fanout, PackedFanout};
 use crate::kinds::Kinds;
 use crate::members::Members;
 use crate::metrics::Metrics;
+use crate::ocm::api::{ManagedClusterSet, ManagedClusterSetBinding};
 use crate::packed::PackedStore;
+use crate::quota::api::FederatedResourceQuota;
+use crate::scheduler::tenancy::Tenancy;
 use crate::{
-    binding, cluster, detector, execution, failover, mcs, rebalancer, scheduler, status,
-    taint_policy,
+    binding, cluster, detector, execution, failover, mcs, ocm, quota, rebalancer, scheduler,
+    status, taint_policy,
 };
 
 /// What of a cluster placement depends on: a change here reschedules.
@@ -114,6 +117,55 @@ async fn override_changes(
     }
 }
 
+/// What of a cluster set or set binding placement depends on: its
+/// spec, and whether it exists (not its status, which is ours).
+fn spec_fingerprint<K: kube::Resource + serde::Serialize>(o: &K) -> u64 {
+    let mut h = DefaultHasher::new();
+    serde_json::to_value(o)
+        .ok()
+        .and_then(|v| v.get("spec").map(|s| s.to_string()))
+        .hash(&mut h);
+    o.meta().deletion_timestamp.is_some().hash(&mut h);
+    h.finish()
+}
+
+/// Signals `tx` (at a new placement epoch) whenever a cluster set or a
+/// set binding appears, goes or changes its spec: which clusters a
+/// namespace may use changed.
+async fn tenancy_changes<K>(
+    ctx: Ctx,
+    store: Store<K>,
+    objects: impl Stream<Item = Arc<K>> + Send + 'static,
+    tx: broadcast::Sender<()>,
+) where
+    K: kube::Resource<DynamicType = ()> + serde::Serialize + Clone + 'static,
+{
+    type Id = (Option<String>, String);
+    let mut seen: HashMap<Id, u64> = store
+        .state()
+        .iter()
+        .map(|o| ((o.namespace(), o.name_any()), spec_fingerprint(&**o)))
+        .collect();
+    let mut objects = std::pin::pin!(objects);
+    while let Some(o) = objects.next().await {
+        let id = (o.namespace(), o.name_any());
+        let present = store
+            .get(&kube::runtime::reflector::ObjectRef::from_obj(&*o))
+            .is_some();
+        let changed = if present {
+            let f = spec_fingerprint(&*o);
+            seen.insert(id, f) != Some(f)
+        } else {
+            seen.remove(&id).is_some()
+        };
+        if changed {
+            ctx.placement_epoch.fetch_add(1, Ordering::SeqCst);
+            tracing::debug!(kind = %K::kind(&()), name = %o.name_any(), "cluster set change");
+            let _ = tx.send(());
+        }
+    }
+}
+
 /// Resolves once `store` holds its watch's first list.
 fn listed<K>(store: Store<K>) -> BoxFuture<'static, ()>
 where
@@ -146,6 +198,16 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
     let (works, drive_works) = PackedFanout::new(Api::<Work>::all(hub.clone()));
     let (taint_policies, drive_taint_policies) =
         Fanout::new(Api::<ClusterTaintPolicy>::all(hub.clone()), ());
+    let (cluster_sets, drive_cluster_sets) =
+        Fanout::new(Api::<ManagedClusterSet>::all(hub.clone()), ());
+    let (set_bindings, drive_set_bindings) =
+        Fanout::new(Api::<ManagedClusterSetBinding>::all(hub.clone()), ());
+    let (quotas, drive_quotas) = Fanout::new(Api::<FederatedResourceQuota>::all(hub.clone()), ());
+    let tenancy = Tenancy {
+        sets: cluster_sets.store.clone(),
+        set_bindings: set_bindings.store.clone(),
+        quotas: quotas.store.clone(),
+    };
     let bindings = [Scope::Namespaced, Scope::Cluster].map(|scope| {
         let ar = binding_resource(scope);
         (
@@ -215,10 +277,38 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
             taint_policies.changes.shared().map(|_| ()),
         )),
     ];
+    // Tenancy: set and binding changes reschedule; their conditions.
+    controllers.push(Box::pin(tenancy_changes(
+        ctx.clone(),
+        cluster_sets.store.clone(),
+        cluster_sets.changes.shared(),
+        placement_tx.clone(),
+    )));
+    controllers.push(Box::pin(tenancy_changes(
+        ctx.clone(),
+        set_bindings.store.clone(),
+        set_bindings.changes.shared(),
+        placement_tx.clone(),
+    )));
+    controllers.push(Box::pin(ocm::clusterset::run(
+        ctx.hub.clone(),
+        cluster_sets.store.clone(),
+        set_bindings.store.clone(),
+        clusters.store.clone(),
+        futures::stream::select_all([
+            futures::stream::once(async {}).boxed(),
+            cluster_sets.changes.shared().map(|_| ()).boxed(),
+            set_bindings.changes.shared().map(|_| ()).boxed(),
+            signal(placement_tx.subscribe()).boxed(),
+        ]),
+    )));
     let mut caches = vec![
         listed(clusters.store.clone()),
         packed_listed(&works.store),
         listed(taint_policies.store.clone()),
+        listed(cluster_sets.store.clone()),
+        listed(set_bindings.store.clone()),
+        listed(quotas.store.clone()),
     ];
     let mut tasks = JoinSet::new();
     for (fanout, drive) in overrides {
@@ -233,11 +323,35 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
     }
     for (scope, (fanout, drive)) in bindings {
         let store = fanout.store.clone();
+        // Tenancy holds namespaced bindings only; a quota's change (its
+        // usage included) looks again at its namespace's bindings.
+        let (tenancy, quota_namespaces) = match scope {
+            Scope::Namespaced => {
+                controllers.push(Box::pin(quota::run(
+                    ctx.clone(),
+                    quotas.store.clone(),
+                    store.clone(),
+                    quotas.changes.shared(),
+                    fanout.changes.keys(),
+                    quota::work_owners(&works.changes),
+                )));
+                (
+                    Some(tenancy.clone()),
+                    quotas
+                        .changes
+                        .subscribe(|q: &Arc<FederatedResourceQuota>| q.namespace())
+                        .boxed(),
+                )
+            }
+            Scope::Cluster => (None, futures::stream::empty().boxed()),
+        };
         controllers.push(Box::pin(scheduler::run(
             ctx.clone(),
             store.clone(),
             fanout.changes.keys(),
             signal(placement_tx.subscribe()),
+            tenancy,
+            quota_namespaces,
         )));
         controllers.push(Box::pin(binding::run(
             ctx.clone(),
@@ -263,6 +377,9 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
     tasks.spawn(drive_clusters);
     tasks.spawn(drive_works);
     tasks.spawn(drive_taint_policies);
+    tasks.spawn(drive_cluster_sets);
+    tasks.spawn(drive_set_bindings);
+    tasks.spawn(drive_quotas);
     // A controller deciding on a half-filled cache after a restart would
     // write churn: a binding whose Works are not listed yet would report
     // them missing, and the binding controller would create them again

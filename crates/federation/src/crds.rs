@@ -450,6 +450,9 @@ pub enum InstallError {
 pub async fn install(client: &kube::Client) -> Result<(), InstallError> {
     let mut all = manifests();
     all.extend(crate::mcs::api::crds());
+    // Tenants: OCM's cluster sets and Karmada's FederatedResourceQuota.
+    all.extend(crate::ocm::api::crds());
+    all.push(crate::quota::api::crd());
     install_manifests(client, all).await?;
     info!(count = kinds().len(), "Karmada CRDs installed");
     Ok(())

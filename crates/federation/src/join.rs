@@ -218,6 +218,17 @@ pub async fn join(hub: &Client, req: &JoinRequest) -> Result<Cluster, JoinError>
         Err(_) => return Err(unreachable("no answer within 10s".into())),
     }
     ensure_cluster_namespace(hub).await?;
+    // The hub keeps a credential of its own for the member, not the one
+    // the operator joined with.
+    let token = crate::member_identity::create(&member, &req.name)
+        .await
+        .map_err(|e| unreachable(e.to_string()))?;
+    let credentials = Credentials {
+        token: Some(token),
+        client_cert_pem: None,
+        client_key_pem: None,
+        ..req.credentials.clone()
+    };
     let secrets: Api<Secret> = Api::namespaced(hub.clone(), CLUSTER_NAMESPACE);
     let secret = Secret {
         metadata: kube::api::ObjectMeta {
@@ -225,7 +236,7 @@ pub async fn join(hub: &Client, req: &JoinRequest) -> Result<Cluster, JoinError>
             namespace: Some(CLUSTER_NAMESPACE.into()),
             ..Default::default()
         },
-        data: Some(req.credentials.secret_data()),
+        data: Some(credentials.secret_data()),
         ..Default::default()
     };
     // A Secret left by a join that failed half-way is replaced.
@@ -270,6 +281,27 @@ pub async fn join(hub: &Client, req: &JoinRequest) -> Result<Cluster, JoinError>
 /// namespace, the stored credentials).
 pub async fn unjoin(hub: &Client, name: &str, wait: Duration) -> Result<(), JoinError> {
     let clusters: Api<Cluster> = Api::all(hub.clone());
+    // The hub's credential for the member, read before the control plane
+    // removes it: with it the member's identity for the hub goes last.
+    let member = match Api::<Secret>::namespaced(hub.clone(), CLUSTER_NAMESPACE)
+        .get_opt(name)
+        .await
+    {
+        Ok(Some(secret)) => {
+            let cluster = clusters.get_opt(name).await.ok().flatten();
+            match cluster.and_then(|c| c.spec.api_endpoint.clone().map(|e| (e, c))) {
+                Some((server, c)) => {
+                    let insecure = c.spec.insecure_skip_tls_verification;
+                    Credentials::from_secret(&server, insecure, &secret)
+                        .client(name)
+                        .await
+                        .ok()
+                }
+                None => None,
+            }
+        }
+        _ => None,
+    };
     match clusters.delete(name, &DeleteParams::default()).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 404 => return Err(JoinError::NotJoined(name.into())),
@@ -278,6 +310,9 @@ pub async fn unjoin(hub: &Client, name: &str, wait: Duration) -> Result<(), Join
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         if clusters.get_opt(name).await?.is_none() {
+            if let Some(member) = &member {
+                crate::member_identity::delete(member, name).await;
+            }
             return Ok(());
         }
         if tokio::time::Instant::now() >= deadline {

@@ -4,6 +4,7 @@
 //! refuse it). Every write through the handlers passes here, the server's
 //! own included (garbage collector, namespace finalizer).
 
+mod certificate_approval;
 mod limit_ranger;
 mod resource_quota;
 
@@ -27,6 +28,10 @@ pub struct Request<'a> {
     pub resource: &'a ResourceInfo,
     pub namespace: Option<&'a str>,
     pub old: Option<&'a Value>,
+    /// Who writes; None for the server's own writes.
+    pub user: Option<&'a crate::auth::User>,
+    /// The part written (`status`, `approval`), if not the whole object.
+    pub subresource: Option<&'a str>,
 }
 
 pub trait Mutating: Send + Sync {
@@ -38,8 +43,12 @@ pub trait Validating: Send + Sync {
 }
 
 const MUTATING: &[&dyn Mutating] = &[&limit_ranger::LimitRanger];
-const VALIDATING: &[&dyn Validating] =
-    &[&limit_ranger::LimitRanger, &resource_quota::ResourceQuota];
+const VALIDATING: &[&dyn Validating] = &[
+    &crate::rbac::escalation::Escalation,
+    &certificate_approval::CertificateApproval,
+    &limit_ranger::LimitRanger,
+    &resource_quota::ResourceQuota,
+];
 
 /// The mutating plugins, in order: the built-in ones, then those the
 /// embedding process added (`ApiServer::add_mutating_admission`).

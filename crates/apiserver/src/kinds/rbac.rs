@@ -1,11 +1,59 @@
-//! RBAC's kinds: `kubectl get`'s columns (roles are not enforced yet).
+//! RBAC's kinds: a binding's role reference (valid, and fixed once
+//! made, as upstream), `kubectl get`'s columns. Enforcement is `rbac`.
 
 use super::Strategy;
+use crate::error::Cause;
 use crate::table::prelude::*;
 
 pub struct RoleBindings;
 
 impl Strategy for RoleBindings {
+    fn validate(&self, o: &Value) -> Vec<Cause> {
+        let namespaced = !s(o, "/metadata/namespace").is_empty();
+        let kind = s(o, "/roleRef/kind");
+        let supported: &[&str] = if namespaced {
+            &["Role", "ClusterRole"]
+        } else {
+            &["ClusterRole"]
+        };
+        let mut causes = Vec::new();
+        if !supported.contains(&kind) {
+            let quoted: Vec<String> = supported.iter().map(|k| format!("\"{k}\"")).collect();
+            causes.push(Cause {
+                reason: "FieldValueNotSupported",
+                field: "roleRef.kind".into(),
+                message: format!(
+                    "Unsupported value: \"{kind}\": supported values: {}",
+                    quoted.join(", ")
+                ),
+            });
+        }
+        if s(o, "/roleRef/name").is_empty() {
+            causes.push(Cause {
+                reason: "FieldValueRequired",
+                field: "roleRef.name".into(),
+                message: "Required value".into(),
+            });
+        }
+        causes
+    }
+
+    fn validate_update(&self, new: &Value, old: &Value) -> Vec<Cause> {
+        if new.get("roleRef") == old.get("roleRef") {
+            return Vec::new();
+        }
+        vec![Cause {
+            reason: "FieldValueInvalid",
+            field: "roleRef".into(),
+            message: format!(
+                "Invalid value: rbac.RoleRef{{APIGroup:\"{}\", Kind:\"{}\", Name:\"{}\"}}: cannot change roleRef",
+                s(new, "/roleRef/apiGroup"),
+                s(new, "/roleRef/kind"),
+                s(new, "/roleRef/name")
+            ),
+        }]
+    }
+
     fn columns(&self) -> Option<Vec<Column>> {
         Some(vec![
             NAME,

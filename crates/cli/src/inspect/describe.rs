@@ -10,6 +10,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use flotilla_federation::api::{Binding, Cluster, Scope, Work, annotations, binding_resource};
 use flotilla_federation::names;
+use flotilla_federation::scheduler::tenancy::Limits;
 use kube::api::{DynamicObject, ListParams};
 use kube::{Api, ResourceExt};
 use serde_json::Value;
@@ -226,10 +227,45 @@ async fn placement(args: PlacementArgs, out: &mut String) -> anyhow::Result<()> 
         .into_iter()
         .map(Arc::new)
         .collect();
+    // The tenant's cluster sets: which are bound, and what they allow.
+    let restriction = match namespace {
+        Some(ns) => super::placement::restriction(&hub, ns, &clusters).await?,
+        None => None,
+    };
+    match (&restriction, namespace) {
+        (Some(r), _) => {
+            let allowed: Vec<&str> = r.clusters.iter().map(String::as_str).collect();
+            writeln!(
+                out,
+                "\nCluster sets: {} (bound to namespace {}; clusters: {})",
+                if r.bound.is_empty() {
+                    "none valid".to_string()
+                } else {
+                    r.bound.join(", ")
+                },
+                r.namespace,
+                if allowed.is_empty() {
+                    "none".to_string()
+                } else {
+                    allowed.join(", ")
+                }
+            )?;
+        }
+        (None, Some(ns)) => writeln!(
+            out,
+            "\nCluster sets: none bound to namespace {ns} (every cluster may be used)"
+        )?,
+        (None, None) => {}
+    }
+    let limits = Limits {
+        restriction,
+        ..Default::default()
+    };
     let left = left_out(
         spec,
         status.scheduler_observing_affinity_name.as_deref(),
         &clusters,
+        &limits,
     );
     if !left.is_empty() {
         writeln!(out, "\nNot placed in:")?;

@@ -3,8 +3,12 @@
 use std::sync::Arc;
 
 use flotilla_federation::api::{BindingSpec, Cluster, ClusterAffinity, Placement};
+use flotilla_federation::ocm::api::{ManagedClusterSet, ManagedClusterSetBinding};
+use flotilla_federation::ocm::clusterset::{self, Restriction};
 use flotilla_federation::scheduler::core::{affinity_in_use, rejection};
-use kube::ResourceExt;
+use flotilla_federation::scheduler::tenancy::Limits;
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
 
 /// How a placement divides replicas: `Duplicated`, `Divided, Weighted by
 /// static weights (member1: 1, member2: 2)`, ...
@@ -79,11 +83,42 @@ fn requirement(key: &str, operator: &str, values: Option<&[String]>) -> String {
     )
 }
 
+/// The ManagedClusterSets bound to `namespace`, as the scheduler reads
+/// them (None: the namespace is not restricted). Sets the caller may not
+/// list count as empty.
+pub async fn restriction(
+    hub: &kube::Client,
+    namespace: &str,
+    clusters: &[Arc<Cluster>],
+) -> anyhow::Result<Option<Restriction>> {
+    let bindings: Api<ManagedClusterSetBinding> = Api::namespaced(hub.clone(), namespace);
+    let bindings = bindings
+        .list(&ListParams::default())
+        .await
+        .map_err(super::hub_error)?
+        .items;
+    if bindings.is_empty() {
+        return Ok(None);
+    }
+    let sets: Vec<Arc<ManagedClusterSet>> = Api::<ManagedClusterSet>::all(hub.clone())
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items.into_iter().map(Arc::new).collect())
+        .unwrap_or_default();
+    Ok(clusterset::restriction(
+        namespace,
+        bindings.iter(),
+        &sets,
+        clusters,
+    ))
+}
+
 /// Each cluster of the fleet the binding is not on, and why.
 pub fn left_out(
     spec: &BindingSpec,
     observing: Option<&str>,
     clusters: &[Arc<Cluster>],
+    limits: &Limits,
 ) -> Vec<(String, String)> {
     let placement = spec.placement.clone().unwrap_or_default();
     let term = affinity_in_use(&placement, observing);
@@ -91,10 +126,13 @@ pub fn left_out(
         .iter()
         .filter(|c| !spec.clusters.iter().any(|t| t.name == c.name_any()))
         .map(|c| {
-            let why = rejection(spec, &placement, &term, c, false)
+            let why = rejection(spec, &placement, &term, c, false, limits)
                 .map(|r| {
-                    r.trim_start_matches("cluster(s) ")
-                        .replace(" were ", " was ")
+                    let r = r.trim_start_matches("cluster(s) ");
+                    match r.strip_prefix("are ") {
+                        Some(rest) => format!("is {rest}"),
+                        None => r.replace(" were ", " was "),
+                    }
                 })
                 .unwrap_or_else(|| {
                     "fits, but the spread constraints or the division chose other clusters".into()

@@ -19,6 +19,7 @@ use flotilla_federation::detector::matching::{Template, choose};
 use flotilla_federation::detector::skipped_namespace;
 use flotilla_federation::kinds::Kinds;
 use flotilla_federation::scheduler::core::schedule;
+use flotilla_federation::scheduler::tenancy::Limits;
 use flotilla_federation::{interpreter, names, overrides};
 use kube::api::ListParams;
 use kube::core::ApiResource;
@@ -301,7 +302,17 @@ async fn render(args: PlanArgs, out: &mut String) -> anyhow::Result<()> {
             .as_ref()
             .and_then(|b| b.metadata.uid.clone())
             .unwrap_or_else(|| format!("plan-{id}"));
-        let decision = match schedule(&spec, &uid, &clusters, observing.as_deref(), false) {
+        // The tenant's cluster sets hold here too (its quotas are the
+        // scheduler's to weigh against what is placed).
+        let limits = Limits {
+            restriction: match &namespace {
+                Some(ns) => super::placement::restriction(&hub, ns, &clusters).await?,
+                None => None,
+            },
+            ..Default::default()
+        };
+        let decision = match schedule(&spec, &uid, &clusters, observing.as_deref(), false, &limits)
+        {
             Ok(d) => d,
             Err(f) => {
                 writeln!(out, "  cannot be scheduled ({}): {}\n", f.reason, f.message)?;
@@ -352,7 +363,12 @@ async fn render(args: PlanArgs, out: &mut String) -> anyhow::Result<()> {
             clusters: decision.clusters.clone(),
             ..spec
         };
-        for (cluster, why) in left_out(&placed, decision.affinity_name.as_deref(), &clusters) {
+        for (cluster, why) in left_out(
+            &placed,
+            decision.affinity_name.as_deref(),
+            &clusters,
+            &limits,
+        ) {
             writeln!(out, "  not {cluster}: {why}")?;
         }
         writeln!(out)?;

@@ -251,4 +251,35 @@ mod tests {
         assert_eq!(p.metadata.name.as_deref(), Some("by-label"));
         assert!(!choose(&none, &cpp, &t).unwrap().1);
     }
+
+    #[test]
+    fn a_namespaced_policy_reaches_only_its_own_namespace() {
+        let labels = BTreeMap::new();
+        let t = Template {
+            api_version: "apps/v1",
+            kind: "Deployment",
+            namespace: Some("tenant-a"),
+            name: "web",
+            labels: &labels,
+        };
+        // Tenant B's policy names tenant A's namespace and object: no match.
+        let reach = ResourceSelector {
+            namespace: Some("tenant-a".into()),
+            ..by_name("web")
+        };
+        let b = policy("grab", Some("tenant-b"), 100, reach.clone());
+        assert!(choose([&b], [], &t).is_none());
+        // The same policy in tenant A's namespace, or a cluster-wide one
+        // (an admin's), does.
+        let a = policy("own", Some("tenant-a"), 0, reach.clone());
+        assert_eq!(
+            choose([&b, &a], [], &t).map(|(p, ns)| (name(p), ns)),
+            Some(("own", true))
+        );
+        let cpp = policy("admin", None, 0, reach);
+        assert_eq!(
+            choose([&b], [&cpp], &t).map(|(p, ns)| (name(p), ns)),
+            Some(("admin", false))
+        );
+    }
 }

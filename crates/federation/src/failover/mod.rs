@@ -121,7 +121,10 @@ fn return_due(ctx: &Ctx, binding: &Binding, back: &ReturnWhenRecovered) -> Optio
     let wait = time::seconds(back.after_seconds.unwrap_or(300));
     let uid = binding.metadata.uid.clone().unwrap_or_default();
     let clusters = ctx.clusters.state();
-    let fresh = match core::schedule(spec, &uid, &clusters, None, true) {
+    // Without the tenant's limits: the scheduler applies them when the
+    // return is asked for, and keeps a binding within its sets.
+    let limits = crate::scheduler::tenancy::Limits::default();
+    let fresh = match core::schedule(spec, &uid, &clusters, None, true, &limits) {
         Ok(f) => f,
         Err(f) => {
             tracing::debug!(binding = %binding.name_any(), reason = f.reason, message = %f.message, "no fresh division to return to");

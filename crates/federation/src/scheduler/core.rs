@@ -8,6 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 use super::assign;
+use super::tenancy::Limits;
 use crate::api::{BindingSpec, Cluster, ClusterAffinity, Placement, TargetCluster};
 use crate::names::fnv32a;
 use crate::selector::cluster_matches;
@@ -71,17 +72,21 @@ fn spread_field<'a>(cluster: &'a Cluster, field: &str) -> Option<&'a str> {
 /// Why the filter rejects `cluster` for one affinity term, in Karmada's
 /// words (plural, as its counts read: "1 cluster(s) did not ..."), or
 /// None when it fits. A cluster the binding is already on (`targeted`)
-/// keeps it despite a new taint or a missing API.
+/// keeps it despite a new taint or a missing API, but not outside its
+/// tenant's cluster sets or quota (`limits`).
 pub fn rejection(
     spec: &BindingSpec,
     placement: &Placement,
     affinity: &ClusterAffinity,
     c: &Cluster,
     targeted: bool,
+    limits: &Limits,
 ) -> Option<String> {
     let name = c.metadata.name.clone().unwrap_or_default();
     if c.metadata.deletion_timestamp.is_some() {
         Some("cluster(s) were being deleted".to_string())
+    } else if let Some(why) = limits.rejection(spec, placement, &name) {
+        Some(why)
     } else if spec.evicting(&name).is_some() {
         // Karmada's ClusterEviction filter: a cluster being left is not
         // chosen again while its eviction task lasts.
@@ -138,6 +143,7 @@ fn filter<'a>(
     affinity: &ClusterAffinity,
     clusters: &'a [Arc<Cluster>],
     previous: &BTreeSet<String>,
+    limits: &Limits,
 ) -> Result<Vec<&'a Cluster>, Failure> {
     let mut rejected: BTreeMap<String, usize> = BTreeMap::new();
     let mut fit = Vec::new();
@@ -147,7 +153,7 @@ fn filter<'a>(
             .name
             .as_ref()
             .is_some_and(|n| previous.contains(n));
-        match rejection(spec, placement, affinity, c, targeted) {
+        match rejection(spec, placement, affinity, c, targeted, limits) {
             Some(w) => *rejected.entry(w).or_default() += 1,
             None => fit.push(&**c),
         }
@@ -271,13 +277,15 @@ fn select<'a>(
 /// clusterAffinities term currently in use: terms before it are not
 /// retried (Karmada does not move back by itself). `fresh` (a
 /// WorkloadRebalancer asked) divides from scratch, from the first term,
-/// as if nothing were placed yet.
+/// as if nothing were placed yet. `limits` are the tenant's (none for a
+/// cluster-scoped binding or a namespace without sets or quotas).
 pub fn schedule(
     spec: &BindingSpec,
     uid: &str,
     clusters: &[Arc<Cluster>],
     observing: Option<&str>,
     fresh: bool,
+    limits: &Limits,
 ) -> Result<Decision, Failure> {
     let placement = spec.placement.clone().unwrap_or_default();
     let observing = observing.filter(|_| !fresh);
@@ -323,8 +331,8 @@ pub fn schedule(
             &placement,
             &affinity,
             clusters,
-            &previous_names,
-            &term_previous,
+            (&previous_names, &term_previous),
+            limits,
         ) {
             Ok(clusters) => {
                 return Ok(Decision {
@@ -344,10 +352,11 @@ fn decide(
     placement: &Placement,
     affinity: &ClusterAffinity,
     clusters: &[Arc<Cluster>],
-    previous_names: &BTreeSet<String>,
-    previous: &BTreeMap<String, i32>,
+    // The clusters targeted, and the replicas kept of this term's.
+    (previous_names, previous): (&BTreeSet<String>, &BTreeMap<String, i32>),
+    limits: &Limits,
 ) -> Result<Vec<TargetCluster>, Failure> {
-    let fit = filter(spec, placement, affinity, clusters, previous_names)?;
+    let fit = filter(spec, placement, affinity, clusters, previous_names, limits)?;
     let total = spec.replicas.unwrap_or(0);
     let candidates: Vec<Candidate> = fit
         .into_iter()
@@ -355,6 +364,8 @@ fn decide(
             let name = c.metadata.name.clone().unwrap_or_default();
             let available = assign::available_replicas(c, spec.replica_requirements.as_ref())
                 .unwrap_or(i64::from(total));
+            // A static quota assignment caps what the cluster is given.
+            let available = limits.cap(&name, available);
             Candidate {
                 score: if previous.contains_key(&name) { 100 } else { 0 },
                 cluster: c,
@@ -545,7 +556,15 @@ mod tests {
             replica_scheduling: weighted(&[("member1", 1), ("member2", 2)]),
             ..Default::default()
         };
-        let d = schedule(&binding(3, p), "uid", &clusters, None, false).unwrap();
+        let d = schedule(
+            &binding(3, p),
+            "uid",
+            &clusters,
+            None,
+            false,
+            &Limits::default(),
+        )
+        .unwrap();
         assert_eq!(
             result(&d),
             [("member1".into(), Some(1)), ("member2".into(), Some(2))]
@@ -567,6 +586,7 @@ mod tests {
             &clusters,
             None,
             false,
+            &Limits::default(),
         )
         .unwrap();
         assert_eq!(result(&d), [("member1".into(), Some(2))]);
@@ -576,7 +596,7 @@ mod tests {
             name: "member2".into(),
             replicas: Some(2),
         }];
-        let d = schedule(&b, "u", &clusters, None, false).unwrap();
+        let d = schedule(&b, "u", &clusters, None, false, &Limits::default()).unwrap();
         assert_eq!(d.clusters.len(), 2);
     }
 
@@ -596,11 +616,27 @@ mod tests {
             }],
             ..Default::default()
         };
-        let d = schedule(&binding(1, p.clone()), "u", &clusters, None, false).unwrap();
+        let d = schedule(
+            &binding(1, p.clone()),
+            "u",
+            &clusters,
+            None,
+            false,
+            &Limits::default(),
+        )
+        .unwrap();
         let picked: Vec<String> = d.clusters.iter().map(|t| t.name.clone()).collect();
         assert_eq!(picked.len(), 2);
         assert!(picked.contains(&"b1".to_string()));
-        let err = schedule(&binding(1, p), "u", &clusters[..2], None, false).unwrap_err();
+        let err = schedule(
+            &binding(1, p),
+            "u",
+            &clusters[..2],
+            None,
+            false,
+            &Limits::default(),
+        )
+        .unwrap_err();
         assert_eq!(err.reason, "NoClusterFit");
     }
 
@@ -611,12 +647,131 @@ mod tests {
             cluster_affinity: Some(names(&["nope"])),
             ..Default::default()
         };
-        let err = schedule(&binding(1, p), "u", &clusters, None, false).unwrap_err();
+        let err = schedule(
+            &binding(1, p),
+            "u",
+            &clusters,
+            None,
+            false,
+            &Limits::default(),
+        )
+        .unwrap_err();
         assert_eq!(err.reason, "NoClusterFit");
         assert!(
             err.message.contains("1 cluster(s) did not match"),
             "{}",
             err.message
         );
+    }
+
+    fn only(namespace: &str, bound: &[&str], clusters: &[&str]) -> Limits {
+        Limits {
+            restriction: Some(crate::ocm::clusterset::Restriction {
+                namespace: namespace.into(),
+                bound: bound.iter().map(|s| s.to_string()).collect(),
+                clusters: clusters.iter().map(|s| s.to_string()).collect(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_tenant_places_only_on_its_bound_sets_even_where_it_already_is() {
+        let clusters = [
+            cluster("m1", "us"),
+            cluster("m2", "eu"),
+            cluster("m3", "ap"),
+        ];
+        let limits = only("tenant-a", &["set-a"], &["m1", "m2"]);
+        let d = schedule(
+            &binding(1, Placement::default()),
+            "u",
+            &clusters,
+            None,
+            false,
+            &limits,
+        )
+        .unwrap();
+        assert_eq!(result(&d), [("m1".into(), Some(1)), ("m2".into(), Some(1))]);
+        // A binding on m3 leaves it once the namespace is bound elsewhere.
+        let mut b = binding(1, Placement::default());
+        b.clusters = vec![TargetCluster {
+            name: "m3".into(),
+            replicas: Some(1),
+        }];
+        let d = schedule(&b, "u", &clusters, None, false, &limits).unwrap();
+        assert!(d.clusters.iter().all(|t| t.name != "m3"));
+        let none = only("tenant-a", &["set-a"], &[]);
+        let err = schedule(
+            &binding(1, Placement::default()),
+            "u",
+            &clusters,
+            None,
+            false,
+            &none,
+        )
+        .unwrap_err();
+        assert_eq!(err.reason, "NoClusterFit");
+        assert_eq!(
+            err.message,
+            "0/3 clusters are available: 3 cluster(s) are not in a ManagedClusterSet bound to namespace \"tenant-a\" (bound: set-a)."
+        );
+    }
+
+    #[test]
+    fn static_quota_room_filters_and_caps_clusters() {
+        let clusters = [cluster("m1", "us"), cluster("m2", "eu")];
+        let limits = Limits {
+            room: [
+                ("m1".to_string(), (1, "t/q".to_string())),
+                ("m2".to_string(), (0, "t/q".to_string())),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        // Duplicated: a cluster needs room for every replica.
+        let err = schedule(
+            &binding(2, Placement::default()),
+            "u",
+            &clusters,
+            None,
+            false,
+            &limits,
+        )
+        .unwrap_err();
+        assert!(
+            err.message.contains(
+                "2 cluster(s) had no room left in FederatedResourceQuota t/q's static assignment"
+            ),
+            "{}",
+            err.message
+        );
+        let d = schedule(
+            &binding(1, Placement::default()),
+            "u",
+            &clusters,
+            None,
+            false,
+            &limits,
+        )
+        .unwrap();
+        assert_eq!(result(&d), [("m1".into(), Some(1))]);
+        // Divided by available replicas: m1 takes what its room allows.
+        let p = Placement {
+            replica_scheduling: Some(ReplicaScheduling {
+                replica_scheduling_type: Some("Divided".into()),
+                replica_division_preference: Some("Weighted".into()),
+                weight_preference: Some(WeightPreference {
+                    static_weight_list: Vec::new(),
+                    dynamic_weight: Some("AvailableReplicas".into()),
+                }),
+            }),
+            ..Default::default()
+        };
+        let err =
+            schedule(&binding(3, p.clone()), "u", &clusters, None, false, &limits).unwrap_err();
+        assert_eq!(err.reason, "Unschedulable");
+        let d = schedule(&binding(1, p), "u", &clusters, None, false, &limits).unwrap();
+        assert_eq!(result(&d), [("m1".into(), Some(1))]);
     }
 }

@@ -4,13 +4,14 @@
 
 pub mod assign;
 pub mod core;
+pub mod tenancy;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::json;
@@ -22,6 +23,8 @@ use crate::context::Ctx;
 use crate::error::Error;
 use crate::packed::{Key, PackedStore};
 use crate::queue::{self, Next, WorkQueue};
+use crate::quota::api::REASON_QUOTA_EXCEEDED;
+use tenancy::{Charges, Limits, Outcome, Tenancy};
 
 pub const SCHEDULER_NAME: &str = "default-scheduler";
 
@@ -32,16 +35,49 @@ const SCHEDULE_SYNCS: usize = 32;
 /// What each binding was last scheduled at: (generation, placement epoch).
 type Decided = Mutex<HashMap<String, (Option<i64>, u64)>>;
 
+struct State {
+    ctx: Ctx,
+    decided: Decided,
+    /// Namespaced bindings only: the tenants' sets and quotas.
+    tenancy: Option<Tenancy>,
+    charges: Charges,
+    bindings: PackedStore<Binding>,
+}
+
+/// Schedules the bindings of `bindings`; `tenancy` restricts namespaced
+/// ones to their namespace's cluster sets and quotas, and
+/// `namespaces_changed` (a quota or its usage changed) looks again at a
+/// namespace's bindings that a quota held back.
 pub async fn run(
     ctx: Ctx,
     bindings: PackedStore<Binding>,
     changes: impl Stream<Item = Key> + Send + 'static,
     clusters_changed: impl Stream<Item = ()> + Send + 'static,
+    tenancy: Option<Tenancy>,
+    namespaces_changed: impl Stream<Item = String> + Send + 'static,
 ) {
     let queue = WorkQueue::new();
-    let state = Arc::new((ctx, Decided::default()));
+    let state = Arc::new(State {
+        ctx,
+        decided: Decided::default(),
+        tenancy,
+        charges: Charges::default(),
+        bindings: bindings.clone(),
+    });
+    let in_namespace = {
+        let bindings = bindings.clone();
+        namespaces_changed.flat_map(move |ns: String| {
+            let keys: Vec<Key> = bindings
+                .in_namespace(&ns)
+                .iter()
+                .map(|b| bindings.shared_key(&crate::packed::key(Some(&ns), &b.name_any())))
+                .collect();
+            futures::stream::iter(keys)
+        })
+    };
     tokio::join!(
         queue::feed(queue.clone(), changes),
+        queue::feed(queue.clone(), in_namespace),
         queue::feed_all_on(queue.clone(), bindings.clone(), clusters_changed),
         queue::reconcile_packed(queue, bindings, SCHEDULE_SYNCS, move |b| {
             reconcile(b, state.clone())
@@ -49,11 +85,12 @@ pub async fn run(
     );
 }
 
-async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Decided)>) -> Result<Next, Error> {
-    let (ctx, decided) = (&state.0, &state.1);
+async fn reconcile(binding: Arc<Binding>, state: Arc<State>) -> Result<Next, Error> {
+    let (ctx, decided) = (&state.ctx, &state.decided);
     let uid = binding.metadata.uid.clone().unwrap_or_default();
     if binding.metadata.deletion_timestamp.is_some() {
         decided.lock().remove(&uid);
+        state.charges.forget(&uid);
         return Ok(None);
     }
     let epoch = ctx.placement_epoch.load(Ordering::SeqCst);
@@ -88,13 +125,24 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Decided)>) -> Result<
         spec.reschedule_triggered_at.as_deref(),
         status.last_scheduled_time.as_deref(),
     );
-    let decision = core::schedule(
-        spec,
-        &uid,
-        &clusters,
-        status.scheduler_observing_affinity_name.as_deref(),
-        fresh,
-    );
+    let observing = status.scheduler_observing_affinity_name.as_deref();
+    let Outcome {
+        decision,
+        under_quota,
+    } = match (&state.tenancy, binding.metadata.namespace.as_deref()) {
+        (Some(t), Some(ns)) => t.schedule(
+            ns,
+            &binding,
+            &clusters,
+            &state.bindings,
+            (observing, fresh),
+            &state.charges,
+        ),
+        _ => Outcome {
+            decision: core::schedule(spec, &uid, &clusters, observing, fresh, &Limits::default()),
+            under_quota: false,
+        },
+    };
     let api = crate::binding::binding_api(ctx, &binding);
     let name = binding.metadata.name.clone().unwrap_or_default();
     let placement = serde_json::to_string(&spec.placement.clone().unwrap_or_default())?;
@@ -124,7 +172,10 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Decided)>) -> Result<
                     "metadata": {"annotations": {annotations::APPLIED_PLACEMENT: placement}},
                     "spec": {"clusters": d.clusters},
                 });
-                written = crate::writes::merge_patch(&api, &name, &patch).await?;
+                written = crate::writes::merge_patch(&api, &name, &patch)
+                    .await
+                    // Not placed after all: the cache's charge holds.
+                    .inspect_err(|_| state.charges.forget(&uid))?;
                 changed = true;
                 info!(binding = %name, clusters = ?d.clusters, "scheduled");
             }
@@ -138,6 +189,16 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Decided)>) -> Result<
                 true,
                 "Success",
                 "Binding has been scheduled successfully.",
+            )
+        }
+        Err(f) if f.reason == REASON_QUOTA_EXCEEDED => {
+            info!(binding = %name, message = %f.message, "over quota: not scheduled");
+            conditions::set(
+                &mut status.conditions,
+                "Scheduled",
+                false,
+                f.reason,
+                &f.message,
             )
         }
         Err(f) => {
@@ -161,7 +222,12 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Decided)>) -> Result<
     }
     ctx.metrics
         .observe_scheduling(decision.is_ok(), started.elapsed());
-    decided.lock().insert(uid, (generation, epoch));
+    if under_quota && decision.is_err() {
+        // Another binding's change may make room: decide again then.
+        decided.lock().remove(&uid);
+    } else {
+        decided.lock().insert(uid, (generation, epoch));
+    }
     Ok(None)
 }
 
