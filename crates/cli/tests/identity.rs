@@ -36,6 +36,19 @@ fn service_account_tokens_authenticate_and_are_reviewed() {
         "{}",
         stderr(&out)
     );
+    // It may do what its bindings give, and nothing else.
+    let out = as_robot(&["get", "configmaps"]);
+    assert_has(
+        &stderr(&out),
+        &[r#"User "system:serviceaccount:default:robot" cannot list resource "configmaps""#],
+    );
+    s.ok(&[
+        "create",
+        "rolebinding",
+        "robot-view",
+        "--clusterrole=view",
+        "--serviceaccount=default:robot",
+    ]);
     assert!(as_robot(&["get", "configmaps"]).status.success());
 
     // TokenReview says who it is.

@@ -1,5 +1,6 @@
 """The official Python client against flotilla over TLS: create, list, watch,
-strategic merge patch, server-side apply, foreground deletion, 401."""
+strategic merge patch, server-side apply, foreground deletion, 403 for
+anonymous and 401 for a wrong token."""
 import sys
 import threading
 
@@ -101,12 +102,21 @@ access = client.AuthorizationV1Api().create_self_subject_access_review(
     {"spec": {"resourceAttributes": {"verb": "list", "resource": "pods", "namespace": "default"}}})
 assert access.status.allowed, access.status
 
-# Without the token: 401.
+# Without the token: system:anonymous, forbidden as upstream; a wrong
+# token: 401.
 conf = client.Configuration.get_default_copy()
 conf.api_key = {}
 anonymous = client.CoreV1Api(client.ApiClient(conf))
 try:
     anonymous.list_namespaced_config_map("default")
+    raise AssertionError("expected 403")
+except client.exceptions.ApiException as e:
+    assert e.status == 403, e.status
+    assert 'User \\"system:anonymous\\" cannot list resource \\"configmaps\\"' in e.body, e.body
+conf.api_key = {"authorization": "Bearer not-a-token"}
+wrong = client.CoreV1Api(client.ApiClient(conf))
+try:
+    wrong.list_namespaced_config_map("default")
     raise AssertionError("expected 401")
 except client.exceptions.ApiException as e:
     assert e.status == 401, e.status

@@ -1,5 +1,6 @@
 //! TLS and authentication: HTTPS with the server's own CA, bearer tokens,
-//! 401 for everything but health, tokens issued and revoked by the CLI.
+//! anonymous requests confined to health and version, 401 for credentials
+//! the server does not accept, tokens issued and revoked by the CLI.
 
 mod common;
 
@@ -23,7 +24,7 @@ async fn readyz(client: &kube::Client) -> Result<String, kube::Error> {
 }
 
 #[tokio::test]
-async fn requests_without_valid_credentials_get_401_but_health_answers() {
+async fn anonymous_requests_reach_health_and_version_only_and_bad_credentials_get_401() {
     let s = Server::start();
     let mut config = kube_config(&s.kubeconfig).await;
     config.auth_info = Default::default();
@@ -33,8 +34,22 @@ async fn requests_without_valid_credentials_get_401_but_health_answers() {
         .await
         .unwrap_err();
     let status = status_of(e);
-    assert_eq!((status.code, status.reason.as_str()), (401, "Unauthorized"));
+    assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        status.message,
+        r#"namespaces is forbidden: User "system:anonymous" cannot list resource "namespaces" in API group "" at the cluster scope"#
+    );
     assert_eq!(readyz(&anonymous).await.unwrap(), "ok");
+    let version = anonymous.apiserver_version().await.unwrap();
+    assert_eq!(version.major, "1");
+    // Discovery is for authenticated users, as upstream's system:discovery.
+    let e = anonymous.list_api_groups().await.unwrap_err();
+    let status = status_of(e);
+    assert_eq!(status.code, 403);
+    assert_eq!(
+        status.message,
+        r#"forbidden: User "system:anonymous" cannot get path "/apis""#
+    );
 
     config.auth_info.token = Some("not-a-token".to_string().into());
     let wrong = kube::Client::try_from(config).unwrap();
@@ -157,6 +172,22 @@ async fn tokens_are_issued_used_and_revoked_through_the_cli() {
     let (id, secret) = token.split_once('.').expect("<id>.<secret>");
     assert_eq!((id.len(), secret.len()), (6, 16));
 
+    // The token names its identity; what it may do is what its groups
+    // are bound to (nothing yet: 403, not 401).
+    let out = s.kubectl(&["--token", &token, "get", "ns", "default"]);
+    common::assert_has(
+        &String::from_utf8_lossy(&out.stderr),
+        &[&format!(
+            r#"User "system:bootstrap:{id}" cannot get resource "namespaces""#
+        )],
+    );
+    s.ok(&[
+        "create",
+        "clusterrolebinding",
+        "agents-view",
+        "--clusterrole=view",
+        "--group=flotilla:agents",
+    ]);
     // The token works with kubectl and in the kubeconfig written for it.
     s.ok(&["--token", &token, "get", "ns", "default"]);
     let agent = common::kube_client(&agent_kubeconfig).await;
@@ -184,7 +215,16 @@ async fn tokens_are_issued_used_and_revoked_through_the_cli() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no token with id"));
 
     // A token with a lifetime stops working when it ends.
-    let out = flotilla(&["token", "create", "--kubeconfig", kubeconfig, "--ttl", "2s"]);
+    let out = flotilla(&[
+        "token",
+        "create",
+        "--kubeconfig",
+        kubeconfig,
+        "--ttl",
+        "2s",
+        "--groups",
+        "flotilla:agents",
+    ]);
     let short = String::from_utf8_lossy(&out.stdout).trim().to_string();
     s.ok(&["--token", &short, "get", "ns", "default"]);
     wait_for(Duration::from_secs(10), "the token to expire", || {
