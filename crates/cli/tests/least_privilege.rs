@@ -152,6 +152,8 @@ fn unjoining_a_push_member_removes_the_hubs_identity_there() {
             "karmada-controller-manager:karmada-m1",
         ],
     ] {
-        assert!(!member.kubectl(args).status.success(), "{args:?} is left");
+        wait_for(Duration::from_secs(30), &format!("{args:?} to go"), || {
+            !member.kubectl(args).status.success()
+        });
     }
 }

@@ -113,7 +113,8 @@ try:
 except client.exceptions.ApiException as e:
     assert e.status == 403, e.status
     assert 'User \\"system:anonymous\\" cannot list resource \\"configmaps\\"' in e.body, e.body
-conf.api_key = {"authorization": "Bearer not-a-token"}
+conf.api_key = {"BearerToken": "Bearer not-a-token"}
+conf.refresh_api_key_hook = None  # else the kubeconfig's token comes back
 wrong = client.CoreV1Api(client.ApiClient(conf))
 try:
     wrong.list_namespaced_config_map("default")

@@ -5,7 +5,10 @@
 //! (as Karmada's); what it buys is an identity apart from the member's
 //! admins, whose token the hub stores instead of the operator's, and
 //! which the member revokes by deleting the ServiceAccount (or its token
-//! Secret) without touching anyone else's access.
+//! Secret) without touching anyone else's access. The ClusterRole owns the
+//! rest: deleting it (the one request the hub can still make, since every
+//! other removal cuts its own access first) lets the garbage collector
+//! remove the binding, the ServiceAccount and the token's Secret.
 
 use std::time::Duration;
 
@@ -41,19 +44,22 @@ pub async fn create(member: &kube::Client, cluster: &str) -> Result<String, kube
     Api::<Namespace>::all(member.clone())
         .patch(CLUSTER_NAMESPACE, &params, &Patch::Apply(&ns))
         .await?;
-    let accounts: Api<ServiceAccount> = Api::namespaced(member.clone(), CLUSTER_NAMESPACE);
-    let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount",
-                    "metadata": {"name": name, "namespace": CLUSTER_NAMESPACE}});
-    accounts.patch(&name, &params, &Patch::Apply(&sa)).await?;
     let cluster_role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": role(cluster)},
         "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
                   {"nonResourceURLs": ["*"], "verbs": ["get"]}]});
-    Api::<ClusterRole>::all(member.clone())
+    let owner = Api::<ClusterRole>::all(member.clone())
         .patch(&role(cluster), &params, &Patch::Apply(&cluster_role))
         .await?;
+    let owned_by = json!([{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                           "name": role(cluster), "uid": owner.metadata.uid}]);
+    let accounts: Api<ServiceAccount> = Api::namespaced(member.clone(), CLUSTER_NAMESPACE);
+    let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                    "metadata": {"name": name, "namespace": CLUSTER_NAMESPACE,
+                                 "ownerReferences": owned_by}});
+    accounts.patch(&name, &params, &Patch::Apply(&sa)).await?;
     let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": role(cluster)},
+        "metadata": {"name": role(cluster), "ownerReferences": owned_by},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role(cluster)},
         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": CLUSTER_NAMESPACE}]});
     Api::<ClusterRoleBinding>::all(member.clone())
@@ -64,7 +70,8 @@ pub async fn create(member: &kube::Client, cluster: &str) -> Result<String, kube
     let secret_name = format!("{name}-token");
     let secrets: Api<Secret> = Api::namespaced(member.clone(), CLUSTER_NAMESPACE);
     let secret = json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                        "metadata": {"name": secret_name, "namespace": CLUSTER_NAMESPACE}});
+                        "metadata": {"name": secret_name, "namespace": CLUSTER_NAMESPACE,
+                                     "ownerReferences": owned_by}});
     let secret = secrets
         .patch(&secret_name, &params, &Patch::Apply(&secret))
         .await?;
@@ -82,31 +89,15 @@ pub async fn create(member: &kube::Client, cluster: &str) -> Result<String, kube
 }
 
 /// Removes the hub's identity from `member` (best effort: a member that
-/// is gone has nothing left to revoke).
+/// has revoked it already has nothing left to remove): its ClusterRole,
+/// whose dependents the member's garbage collector removes.
 pub async fn delete(member: &kube::Client, cluster: &str) {
-    let dp = DeleteParams::default();
-    let name = account(cluster);
-    let results = [
-        Api::<ClusterRoleBinding>::all(member.clone())
-            .delete(&role(cluster), &dp)
-            .await
-            .map(|_| ()),
-        Api::<ClusterRole>::all(member.clone())
-            .delete(&role(cluster), &dp)
-            .await
-            .map(|_| ()),
-        Api::<Secret>::namespaced(member.clone(), CLUSTER_NAMESPACE)
-            .delete(&format!("{name}-token"), &dp)
-            .await
-            .map(|_| ()),
-        Api::<ServiceAccount>::namespaced(member.clone(), CLUSTER_NAMESPACE)
-            .delete(&name, &dp)
-            .await
-            .map(|_| ()),
-    ];
-    for error in results.into_iter().filter_map(Result::err) {
-        if !matches!(&error, kube::Error::Api(s) if s.code == 404) {
-            warn!(%error, cluster, "cannot remove the hub's identity from the member");
-        }
+    let removed = Api::<ClusterRole>::all(member.clone())
+        .delete(&role(cluster), &DeleteParams::background())
+        .await;
+    match removed {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 401 => {}
+        Err(error) => warn!(%error, cluster, "cannot remove the hub's identity from the member"),
     }
 }
