@@ -53,6 +53,10 @@ pub fn resolve(api: &ApiServer, requester: User, headers: &HeaderMap) -> ApiResu
             }
         }
     }
+    if name.is_empty() && groups.is_empty() && uid.is_none() && extras.is_empty() {
+        // Headers present but empty: nothing asked, as upstream.
+        return Ok(requester);
+    }
     if name.is_empty() {
         return Err(ApiError::internal(
             "requested impersonation of groups, a uid or extra values without impersonating a user",

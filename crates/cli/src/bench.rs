@@ -29,6 +29,9 @@ pub enum Bench {
     /// Running through the provider (p50/p99), the consumer's memory per
     /// offloaded pod.
     Peering(crate::bench_peering::PeeringArgs),
+    /// What authorization adds to a read and a write (p50/p99), and how
+    /// it grows with 10,000 bindings.
+    Authz(crate::bench_authz::AuthzArgs),
 }
 
 #[derive(clap::Args)]
@@ -53,6 +56,7 @@ pub async fn run(b: Bench) -> anyhow::Result<()> {
         Bench::Member(args) => crate::bench_member::run(args).await,
         Bench::Fabric(args) => crate::bench_fabric::run(args).await,
         Bench::Peering(args) => crate::bench_peering::run(args).await,
+        Bench::Authz(args) => crate::bench_authz::run(args).await,
         Bench::Propagation(args) => crate::bench_propagation::run(args).await,
     }
 }

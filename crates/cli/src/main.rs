@@ -4,6 +4,7 @@
 mod agent;
 mod apiserver;
 mod bench;
+mod bench_authz;
 mod bench_fabric;
 mod bench_member;
 mod bench_netns;
