@@ -328,6 +328,7 @@ mod tests {
         .unwrap();
         Authenticator::new(
             "admin-token",
+            &[],
             Some(Arc::new(tokens)),
             Arc::new(Signer::new(b"key")),
         )

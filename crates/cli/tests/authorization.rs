@@ -588,7 +588,7 @@ async fn garbled_impersonation_headers_get_an_answer_never_a_crash() {
     let s = Server::start();
     let client = s.client().await;
     let mut rng = rand::rng();
-    let mut value = |rng: &mut rand::rngs::ThreadRng| -> Vec<u8> {
+    let value = |rng: &mut rand::rngs::ThreadRng| -> Vec<u8> {
         let len = rng.random_range(0..40);
         // Never empty: an empty header asks nothing, as upstream.
         std::iter::once(b'x')
