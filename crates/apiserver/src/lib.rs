@@ -11,6 +11,7 @@
 pub mod admission;
 pub mod allocation;
 pub mod apiservices;
+pub mod audit;
 pub mod auth;
 pub mod authz;
 pub mod bootstrap;

@@ -29,6 +29,8 @@ use crate::version;
 pub struct Config {
     /// How often watches with allowWatchBookmarks get a BOOKMARK.
     pub bookmark_interval: Duration,
+    /// The audit log (`--audit-policy-file`); `None` audits nothing.
+    pub audit: Option<Arc<crate::audit::Auditor>>,
     /// The admin bearer token; `None` serves without authentication
     /// (embedding in tests of the library only; the binary always sets it).
     pub admin_token: Option<String>,
@@ -65,6 +67,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             bookmark_interval: Duration::from_secs(60),
+            audit: None,
             admin_token: None,
             service_network: Default::default(),
             metrics: None,
@@ -247,7 +250,7 @@ impl ApiServer {
 
     /// The request allowed, or upstream's 403.
     pub fn check(&self, user: &crate::auth::User, a: &crate::authz::Attributes) -> ApiResult<()> {
-        match self.authorize(user, a) {
+        match crate::audit::decided(self.authorize(user, a)) {
             Decision::Allow => Ok(()),
             Decision::Deny(reason) => Err(a.forbidden(user, &reason)),
             Decision::NoOpinion => Err(a.forbidden(user, "")),
@@ -288,8 +291,11 @@ impl ApiServer {
         let addr: SocketAddr = listener.local_addr()?;
         *self.address.write() = addr.to_string();
         let listener = listener.into_std()?;
-        let app = self.router().into_make_service();
-        match tls {
+        let app = self
+            .router()
+            .into_make_service_with_connect_info::<SocketAddr>();
+        let audit = self.config.audit.clone();
+        let served = match tls {
             Some(config) => {
                 info!(%addr, "API server listening (https)");
                 // Reads the client certificate each handshake verified.
@@ -307,7 +313,11 @@ impl ApiServer {
                     .serve(app)
                     .await
             }
+        };
+        if let Some(audit) = audit {
+            audit.flush().await;
         }
+        served
     }
 }
 
@@ -315,9 +325,13 @@ async fn dispatch(State(api): State<Arc<ApiServer>>, req: Request) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let started = std::time::Instant::now();
+    let audit = crate::audit::Audited::begin(api.config.audit.as_ref(), &req);
     let response = match crate::codec::incoming(req).await {
         Ok((req, protobuf)) => {
-            let response = route(api, req).await.unwrap_or_else(|e| e.into_response());
+            let response = audit
+                .route(route(api, req))
+                .await
+                .unwrap_or_else(|e| e.into_response());
             match protobuf {
                 Some(how) => crate::codec::outgoing(response, how).await,
                 None => response,
@@ -325,6 +339,7 @@ async fn dispatch(State(api): State<Arc<ApiServer>>, req: Request) -> Response {
         }
         Err(e) => e.into_response(),
     };
+    let response = audit.finish(response);
     debug!(%method, %path, status = response.status().as_u16(), elapsed_ms = started.elapsed().as_millis() as u64, "request");
     response
 }
@@ -375,6 +390,15 @@ async fn proxy_to_member(
             Method::DELETE => Verb::Delete,
             ref other => Verb::Other(other.as_str().to_ascii_lowercase()),
         };
+        crate::audit::resource(
+            verb.as_str(),
+            "cluster.karmada.io",
+            "v1alpha1",
+            "clusters",
+            Some("proxy"),
+            None,
+            Some(cluster),
+        );
         api.check(
             user,
             &crate::authz::Attributes {
@@ -436,11 +460,10 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
             let requester = authenticator
                 .authenticate(api.store.as_ref(), &parts.headers, &parts.extensions)?
                 .unwrap_or_else(crate::auth::User::anonymous);
-            Some(crate::impersonation::resolve(
-                &api,
-                requester,
-                &parts.headers,
-            )?)
+            crate::audit::authenticated(&requester);
+            let user = crate::impersonation::resolve(&api, requester, &parts.headers)?;
+            crate::audit::impersonated(&parts.headers, &user);
+            Some(user)
         }
         None => None,
     };
@@ -456,7 +479,7 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         } else {
             parts.uri.path()
         };
-        match api.authorize_path(user, &verb, shown) {
+        match crate::audit::decided(api.authorize_path(user, &verb, shown)) {
             Decision::Allow => {}
             Decision::Deny(reason) => {
                 return Err(crate::authz::forbidden_path(user, &verb, shown, &reason));
@@ -603,6 +626,7 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
             .is_some_and(|r| r.namespaced)
     })
     .ok_or_else(ApiError::path_not_found)?;
+    crate::audit::resource_request(&parts.method, query.flag("watch"), &rp);
     let resource = api
         .registry
         .get(group, version, &rp.plural)
@@ -658,6 +682,7 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE
     ) {
         let bytes = request::read_body(body).await?;
+        crate::audit::request_body(&bytes);
         bytes.to_vec()
     } else {
         drop(body);
