@@ -157,6 +157,72 @@ pub struct ServeArgs {
     pub authorization_mode: AuthorizationMode,
     #[command(flatten)]
     pub storage: StorageArgs,
+    #[command(flatten)]
+    pub audit: AuditArgs,
+}
+
+/// kube-apiserver's audit log flags (docs/operations.md, "Audit").
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct AuditArgs {
+    /// The audit policy: an audit.k8s.io/v1 Policy (YAML). Without it
+    /// nothing is audited
+    #[arg(long)]
+    pub audit_policy_file: Option<PathBuf>,
+    /// Where audit events go, one JSON object a line; `-` is stdout
+    #[arg(long)]
+    pub audit_log_path: Option<String>,
+    /// Megabytes the audit log grows to before it is rotated; 0 never rotates
+    #[arg(long, default_value_t = 0)]
+    pub audit_log_maxsize: u64,
+    /// Rotated audit logs to keep; 0 keeps all (--audit-log-maxage still applies)
+    #[arg(long, default_value_t = 0)]
+    pub audit_log_maxbackup: usize,
+    /// Days to keep rotated audit logs (by the time in their names); 0 keeps them
+    #[arg(long, default_value_t = 0)]
+    pub audit_log_maxage: u64,
+}
+
+impl AuditArgs {
+    /// The auditor the flags ask for: none without a policy file; a
+    /// policy that cannot be read or parsed is an error naming the file.
+    pub fn start(&self) -> anyhow::Result<Option<Arc<flotilla_apiserver::audit::Auditor>>> {
+        let (policy_file, log_path) = match (&self.audit_policy_file, &self.audit_log_path) {
+            (None, None) => return Ok(None),
+            (None, Some(path)) => {
+                tracing::warn!(
+                    audit_log_path = %path,
+                    "--audit-log-path without --audit-policy-file: nothing is audited"
+                );
+                return Ok(None);
+            }
+            (Some(policy), None) => {
+                // Read anyway, so that a bad policy is still found now.
+                flotilla_apiserver::audit::Auditor::start(&flotilla_apiserver::audit::Options {
+                    policy_file: policy.clone(),
+                    log_path: "-".into(),
+                    max_size_mb: 0,
+                    max_backups: 0,
+                    max_age_days: 0,
+                })?;
+                tracing::warn!(
+                    audit_policy_file = %policy.display(),
+                    "--audit-policy-file without --audit-log-path: nothing is audited (--audit-log-path - writes to stdout)"
+                );
+                return Ok(None);
+            }
+            (Some(policy), Some(path)) => (policy, path),
+        };
+        let auditor =
+            flotilla_apiserver::audit::Auditor::start(&flotilla_apiserver::audit::Options {
+                policy_file: policy_file.clone(),
+                log_path: log_path.clone(),
+                max_size_mb: self.audit_log_maxsize,
+                max_backups: self.audit_log_maxbackup,
+                max_age_days: self.audit_log_maxage,
+            })?;
+        info!(policy = %policy_file.display(), log = %log_path, "audit log on");
+        Ok(Some(auditor))
+    }
 }
 
 /// kube-apiserver's `--authorization-mode` values we serve.
@@ -298,6 +364,7 @@ pub async fn prepare(
     serve: &ServeArgs,
     config: Config,
 ) -> anyhow::Result<Prepared> {
+    let audit = serve.audit.start()?;
     std::fs::create_dir_all(data_dir).with_context(|| {
         format!(
             "cannot create the data dir {} (choose another with --data-dir)",
@@ -345,6 +412,8 @@ pub async fn prepare(
         ca_key: Some(pki.ca_key_pem.clone()),
         static_tokens,
         authorization_mode,
+        metrics: with_audit_metrics(config.metrics.clone(), audit.clone()),
+        audit,
         ..config
     };
     let api = ApiServer::new(store, config)
@@ -358,6 +427,21 @@ pub async fn prepare(
         ca_pem: pki.ca_pem.clone(),
         admin_token,
     })
+}
+
+/// `/metrics` with the audit counters added, when auditing.
+fn with_audit_metrics(
+    metrics: Option<flotilla_apiserver::server::MetricsSource>,
+    audit: Option<Arc<flotilla_apiserver::audit::Auditor>>,
+) -> Option<flotilla_apiserver::server::MetricsSource> {
+    let Some(audit) = audit else {
+        return metrics;
+    };
+    Some(Arc::new(move || {
+        let mut text = metrics.as_ref().map(|m| m()).unwrap_or_default();
+        text.push_str(&audit.metrics());
+        text
+    }))
 }
 
 /// Checks the server answers through the kubeconfig it is about to

@@ -49,6 +49,8 @@ struct RunArgs {
     /// Address to serve the API on; port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
+    #[command(flatten)]
+    audit: crate::apiserver::AuditArgs,
     /// Write a kubeconfig here once the member answers and its nodes are
     /// registered [default: <data dir>/kubeconfig]
     #[arg(long)]
@@ -267,6 +269,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     }
     let serve_args = ServeArgs {
         listen: args.listen,
+        audit: args.audit,
         watch_history: args.watch_history,
         tls_sans: args.tls_sans,
         token_auth_file: args.token_auth_file,

@@ -95,7 +95,7 @@ impl RotatingFile {
     fn prune(&self, now: jiff::Timestamp) {
         let mut backups = backups(&self.path);
         // Newest first.
-        backups.sort_by(|a, b| b.1.cmp(&a.1));
+        backups.sort_by_key(|b| std::cmp::Reverse(b.1));
         for (i, (path, time)) in backups.iter().enumerate() {
             let too_many = self.rotation.max_backups > 0 && i >= self.rotation.max_backups;
             let too_old = self.rotation.max_age.is_some_and(|age| {
@@ -336,7 +336,7 @@ mod tests {
             file.write_line(&line).expect("write");
         }
         file.flush().expect("flush");
-        let names = names(&path.parent().expect("dir").to_path_buf());
+        let names = names(path.parent().expect("dir"));
         assert_eq!(names.len(), 3, "{names:?}");
         assert!(names.contains(&"audit.log".to_string()), "{names:?}");
         let re =

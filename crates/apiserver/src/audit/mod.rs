@@ -535,7 +535,8 @@ impl Record {
         let object_ref = st.resource.as_ref().map(|r| ObjectReference {
             resource: r.resource.clone(),
             namespace: r.namespace.clone(),
-            name: if r.name.is_empty() {
+            // A create's name is read from its body, after RequestReceived.
+            name: if r.name.is_empty() && !received {
                 r.body_name.clone()
             } else {
                 r.name.clone()
