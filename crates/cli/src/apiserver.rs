@@ -197,13 +197,7 @@ impl AuditArgs {
             }
             (Some(policy), None) => {
                 // Read anyway, so that a bad policy is still found now.
-                flotilla_apiserver::audit::Auditor::start(&flotilla_apiserver::audit::Options {
-                    policy_file: policy.clone(),
-                    log_path: "-".into(),
-                    max_size_mb: 0,
-                    max_backups: 0,
-                    max_age_days: 0,
-                })?;
+                flotilla_apiserver::audit::load_policy(policy)?;
                 tracing::warn!(
                     audit_policy_file = %policy.display(),
                     "--audit-policy-file without --audit-log-path: nothing is audited (--audit-log-path - writes to stdout)"

@@ -98,16 +98,7 @@ pub struct Auditor {
 impl Auditor {
     /// Reads the policy and opens the log (creating it, 0600) as `options` say.
     pub fn start(options: &Options) -> Result<Arc<Auditor>, AuditError> {
-        let text = std::fs::read_to_string(&options.policy_file).map_err(|source| {
-            AuditError::ReadPolicy {
-                path: options.policy_file.clone(),
-                source,
-            }
-        })?;
-        let policy = Policy::parse(&text).map_err(|source| AuditError::Policy {
-            path: options.policy_file.clone(),
-            source,
-        })?;
+        let policy = load_policy(&options.policy_file)?;
         let open_error = |source| AuditError::OpenLog {
             path: options.log_path.clone(),
             source,
@@ -164,6 +155,18 @@ impl Auditor {
              apiserver_audit_error_total{{plugin=\"log\"}} {errors}\n"
         )
     }
+}
+
+/// Reads and validates a policy file.
+pub fn load_policy(path: &std::path::Path) -> Result<Policy, AuditError> {
+    let text = std::fs::read_to_string(path).map_err(|source| AuditError::ReadPolicy {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Policy::parse(&text).map_err(|source| AuditError::Policy {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 tokio::task_local! {
@@ -755,6 +758,214 @@ mod tests {
         assert_eq!(
             source_ips(&headers, Some(peer)),
             vec!["203.0.113.5", "10.0.0.9"]
+        );
+    }
+
+    const EVERYTHING: &str =
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: RequestResponse}]\n";
+
+    fn auditor(policy: &str) -> (Arc<Auditor>, Arc<Mutex<Vec<u8>>>) {
+        let memory = Arc::new(Mutex::new(Vec::new()));
+        let policy = Policy::parse(policy).expect("policy");
+        let auditor = Auditor::with_sink(policy, Sink::Memory(memory.clone())).expect("auditor");
+        (auditor, memory)
+    }
+
+    async fn written(auditor: &Auditor, memory: &Mutex<Vec<u8>>) -> Vec<Value> {
+        auditor.flush().await;
+        String::from_utf8_lossy(&memory.lock())
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("JSON"))
+            .collect()
+    }
+
+    fn stages(events: &[Value]) -> Vec<&str> {
+        events
+            .iter()
+            .map(|e| e["stage"].as_str().unwrap_or_default())
+            .collect()
+    }
+
+    fn request(method: Method, uri: &str) -> Request {
+        http::Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(header::USER_AGENT, "test")
+            .body(Body::empty())
+            .expect("request")
+    }
+
+    fn admin() -> User {
+        User {
+            name: "admin".into(),
+            groups: vec!["system:masters".into()],
+        }
+    }
+
+    #[tokio::test]
+    async fn a_long_running_response_completes_when_its_body_ends() {
+        let (auditor, memory) = auditor(EVERYTHING);
+        let req = request(Method::GET, "/api/v1/namespaces/a/pods?watch=true");
+        let audited = Audited::begin(Some(&auditor), &req);
+        let (tx, rx) = futures::channel::mpsc::unbounded::<Result<bytes::Bytes, std::io::Error>>();
+        let response = audited
+            .route(async move {
+                authenticated(&admin());
+                resource("watch", "", "v1", "pods", None, Some("a"), None);
+                decided(Decision::Allow);
+                Ok(Response::new(Body::from_stream(rx)))
+            })
+            .await
+            .expect("answered");
+        let response = audited.finish(response);
+        let events = written(&auditor, &memory).await;
+        assert_eq!(stages(&events), ["RequestReceived", "ResponseStarted"]);
+        assert_eq!(
+            response
+                .headers()
+                .get(AUDIT_ID)
+                .and_then(|v| v.to_str().ok()),
+            events[0]["auditID"].as_str()
+        );
+        let _ = tx.unbounded_send(Ok(bytes::Bytes::from_static(b"{}\n")));
+        drop(tx);
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("body");
+        assert_eq!(&body[..], b"{}\n");
+        let events = written(&auditor, &memory).await;
+        assert_eq!(
+            stages(&events),
+            ["RequestReceived", "ResponseStarted", "ResponseComplete"]
+        );
+        let done = &events[2];
+        assert_eq!(done["verb"], "watch");
+        assert_eq!(done["responseStatus"]["code"], 200);
+        assert!(done.get("responseObject").is_none(), "{done}");
+        assert_eq!(
+            done["annotations"]["authorization.k8s.io/decision"],
+            "allow"
+        );
+    }
+
+    fn boom() -> ApiResult<Response> {
+        panic!("boom")
+    }
+
+    #[tokio::test]
+    async fn a_panic_is_recorded_and_goes_on() {
+        let (auditor, memory) = auditor(EVERYTHING);
+        let req = request(Method::GET, "/api/v1/namespaces/a/configmaps/x");
+        let audited = Audited::begin(Some(&auditor), &req);
+        let outcome = std::panic::AssertUnwindSafe(audited.route(async {
+            authenticated(&admin());
+            resource("get", "", "v1", "configmaps", None, Some("a"), Some("x"));
+            boom()
+        }))
+        .catch_unwind()
+        .await;
+        assert!(outcome.is_err(), "the panic goes on");
+        let events = written(&auditor, &memory).await;
+        assert_eq!(stages(&events), ["RequestReceived", "Panic"]);
+        assert_eq!(events[1]["responseStatus"]["code"], 500);
+        assert_eq!(
+            events[1]["responseStatus"]["message"],
+            "APIServer panic'd: boom"
+        );
+    }
+
+    #[tokio::test]
+    async fn refused_credentials_get_one_response_started_event_without_a_user() {
+        let (auditor, memory) = auditor(EVERYTHING);
+        let mut req = request(Method::GET, "/api/v1/pods");
+        req.headers_mut().insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer nope"),
+        );
+        let audited = Audited::begin(Some(&auditor), &req);
+        let unauthorized = ApiError::new(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized");
+        let error = audited
+            .route(async { Err(unauthorized) })
+            .await
+            .expect_err("refused");
+        audited.finish(axum::response::IntoResponse::into_response(error));
+        let events = written(&auditor, &memory).await;
+        assert_eq!(stages(&events), ["ResponseStarted"]);
+        assert_eq!(events[0]["user"], serde_json::json!({}));
+        assert_eq!(
+            events[0]["responseStatus"],
+            serde_json::json!({"metadata": {}, "message": "Authentication failed, attempted: bearer", "code": 401})
+        );
+    }
+
+    #[tokio::test]
+    async fn secret_bodies_stay_out_and_managed_fields_go() {
+        let (auditor, memory) = auditor(
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitManagedFields: true\nrules: [{level: RequestResponse}]\n",
+        );
+        for (resource, body) in [
+            (
+                "secrets",
+                r#"{"metadata":{"name":"s"},"data":{"p":"c2VjcmV0LXZhbHVl"}}"#,
+            ),
+            (
+                "configmaps",
+                r#"{"metadata":{"name":"c","managedFields":[{"manager":"m"}]},"data":{"k":"v"}}"#,
+            ),
+        ] {
+            let req = request(Method::POST, &format!("/api/v1/namespaces/a/{resource}"));
+            let audited = Audited::begin(Some(&auditor), &req);
+            let response = audited
+                .route(async {
+                    authenticated(&admin());
+                    resource_request(
+                        &Method::POST,
+                        false,
+                        &ResourcePath {
+                            group: String::new(),
+                            version: "v1".into(),
+                            namespace: Some("a".into()),
+                            plural: resource.into(),
+                            name: None,
+                            subresource: None,
+                        },
+                    );
+                    request_body(body.as_bytes());
+                    Ok(axum::response::IntoResponse::into_response((
+                        StatusCode::CREATED,
+                        [(header::CONTENT_TYPE, "application/json")],
+                        body.to_string(),
+                    )))
+                })
+                .await
+                .expect("answered");
+            audited.finish(response);
+        }
+        let events = written(&auditor, &memory).await;
+        let text = serde_json::to_string(&events).unwrap_or_default();
+        assert!(!text.contains("c2VjcmV0LXZhbHVl"), "{text}");
+        assert!(!text.contains("managedFields"), "{text}");
+        assert_eq!(events.len(), 4);
+        assert_eq!(events[1]["level"], "Metadata");
+        assert_eq!(events[1]["objectRef"]["name"], "s");
+        assert_eq!(events[3]["level"], "RequestResponse");
+        assert_eq!(events[3]["requestObject"]["data"]["k"], "v");
+        assert_eq!(events[3]["responseObject"]["metadata"]["name"], "c");
+    }
+
+    #[test]
+    fn without_an_auditor_the_audit_id_is_still_answered() {
+        let mut req = request(Method::GET, "/version");
+        let audited = Audited::begin(None, &req);
+        let response = audited.finish(Response::new(Body::empty()));
+        let id = response.headers().get(AUDIT_ID).expect("Audit-ID");
+        assert!(uuid::Uuid::parse_str(id.to_str().unwrap_or_default()).is_ok());
+        req.headers_mut()
+            .insert(AUDIT_ID, HeaderValue::from_static("mine"));
+        let response = Audited::begin(None, &req).finish(Response::new(Body::empty()));
+        assert_eq!(
+            response.headers().get(AUDIT_ID),
+            Some(&HeaderValue::from_static("mine"))
         );
     }
 
