@@ -185,7 +185,7 @@ struct Record {
     source_ips: Vec<String>,
     received: String,
     /// Upstream's message for a 401.
-    auth_methods: &'static str,
+    auth_methods: String,
     state: Mutex<State>,
 }
 
@@ -624,7 +624,7 @@ fn source_ips(headers: &HeaderMap, remote: Option<IpAddr>) -> Vec<String> {
 }
 
 /// Upstream's message for a request whose credentials were refused.
-fn auth_methods(req: &Request) -> &'static str {
+fn auth_methods(req: &Request) -> String {
     let authorization = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -632,15 +632,31 @@ fn auth_methods(req: &Request) -> &'static str {
         .unwrap_or("")
         .trim()
         .to_ascii_lowercase();
-    let access_token = crate::request::Query::parse(req.uri().query())
+    let scheme = authorization.split_once(' ').map(|(s, _)| s);
+    let mut attempted = Vec::new();
+    if scheme == Some("basic") {
+        attempted.push("basic");
+    }
+    if scheme == Some("bearer") {
+        attempted.push("bearer");
+    }
+    if crate::request::Query::parse(req.uri().query())
         .get("access_token")
-        .is_some_and(|t| !t.is_empty());
-    match (authorization.split_once(' ').map(|(s, _)| s), access_token) {
-        (Some("basic"), _) => "Authentication failed, attempted: basic",
-        (Some("bearer"), false) => "Authentication failed, attempted: bearer",
-        (Some("bearer"), true) => "Authentication failed, attempted: bearer, access_token",
-        (_, true) => "Authentication failed, attempted: access_token",
-        _ => "Authentication failed, no credentials provided",
+        .is_some_and(|t| !t.is_empty())
+    {
+        attempted.push("access_token");
+    }
+    if req
+        .extensions()
+        .get::<Arc<crate::client_cert::ClientCertificate>>()
+        .is_some()
+    {
+        attempted.push("x509");
+    }
+    if attempted.is_empty() {
+        "Authentication failed, no credentials provided".into()
+    } else {
+        format!("Authentication failed, attempted: {}", attempted.join(", "))
     }
 }
 
