@@ -97,6 +97,9 @@ fn heredoc_end(text: &str) -> Option<String> {
 /// What a command must print, beyond succeeding, as its comment in the
 /// README says: (how the command starts, what its output contains).
 const EXPECTED: &[(&str, &str)] = &[
+    ("kubectl --kubeconfig alice.kubeconfig auth whoami", "alice"),
+    ("flotilla get deploy api -n team-a", "1/1"),
+    ("kubectl --kubeconfig alice.kubeconfig auth can-i", "no"),
     ("flotilla clusters", "member3"),
     ("flotilla plan -f web.yaml", "member3"),
     ("flotilla get deploy web", "2/2"),
