@@ -38,6 +38,8 @@ struct Row {
     read_p99_us: f64,
     write_p50_us: f64,
     write_p99_us: f64,
+    /// The authorizer alone: one decision for the read, in nanoseconds.
+    decision_ns: f64,
 }
 
 pub async fn run(args: AuthzArgs) -> anyhow::Result<()> {
@@ -52,13 +54,19 @@ pub async fn run(args: AuthzArgs) -> anyhow::Result<()> {
     counts.extend(args.bindings.iter().copied());
     rows.extend(measure(Mode::Rbac, &counts, args.requests).await?);
     println!(
-        "{:<12} {:>9} {:>12} {:>12} {:>12} {:>12}",
-        "mode", "bindings", "read p50", "read p99", "write p50", "write p99"
+        "{:<12} {:>9} {:>12} {:>12} {:>12} {:>12} {:>10}",
+        "mode", "bindings", "read p50", "read p99", "write p50", "write p99", "decision"
     );
     for r in &rows {
         println!(
-            "{:<12} {:>9} {:>9.0} µs {:>9.0} µs {:>9.0} µs {:>9.0} µs",
-            r.mode, r.bindings, r.read_p50_us, r.read_p99_us, r.write_p50_us, r.write_p99_us
+            "{:<12} {:>9} {:>9.0} µs {:>9.0} µs {:>9.0} µs {:>9.0} µs {:>7.0} ns",
+            r.mode,
+            r.bindings,
+            r.read_p50_us,
+            r.read_p99_us,
+            r.write_p50_us,
+            r.write_p99_us,
+            r.decision_ns
         );
     }
     println!("{}", serde_json::to_string(&json!({"authz": rows}))?);
@@ -97,6 +105,7 @@ async fn measure(mode: Mode, counts: &[usize], requests: usize) -> anyhow::Resul
         add_bindings(&admin, made, count).await?;
         made = made.max(count);
         let (read, write) = latencies(&as_user, requests).await?;
+        let decision_ns = decision(&api, &user);
         rows.push(Row {
             mode: match mode {
                 Mode::AlwaysAllow => "AlwaysAllow",
@@ -107,6 +116,7 @@ async fn measure(mode: Mode, counts: &[usize], requests: usize) -> anyhow::Resul
             read_p99_us: micros(&read, 0.99),
             write_p50_us: micros(&write, 0.50),
             write_p99_us: micros(&write, 0.99),
+            decision_ns,
         });
     }
     let _ = stop.send(());
@@ -194,6 +204,27 @@ async fn latencies(
     reads.sort();
     writes.sort();
     Ok((reads, writes))
+}
+
+/// The mean time of one authorization decision for the user's read,
+/// without the HTTP around it.
+fn decision(api: &ApiServer, user: &User) -> f64 {
+    const DECISIONS: u32 = 100_000;
+    let read = flotilla_apiserver::authz::Attributes {
+        verb: flotilla_apiserver::authz::Verb::Get,
+        group: "",
+        resource: "configmaps",
+        subresource: None,
+        namespace: Some(NAMESPACE),
+        path_name: Some("target"),
+        field_selector: None,
+        body: &[],
+    };
+    let started = Instant::now();
+    for _ in 0..DECISIONS {
+        std::hint::black_box(api.authorize(user, &read));
+    }
+    started.elapsed().as_nanos() as f64 / f64::from(DECISIONS)
 }
 
 fn micros(sorted: &[Duration], p: f64) -> f64 {
