@@ -372,17 +372,20 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         faults,
         apiserver::shutdown_signal(),
     ));
-    if args.underlay.is_some() && netns.is_some() {
-        // Before anyone is told the member is ready: `flotilla join` looks
-        // for this namespace to know the member runs a fabric.
-        flotilla_fabric::gateway::ensure_operator_namespace(&loopback::in_process(
-            &p.api,
-            &p.admin_token,
-            "submariner-operator",
-        ))
-        .await
-        .context("cannot make the network fabric's namespace")?;
-    }
+    // Before anyone is told the member is ready (`flotilla join` looks for
+    // the operator's namespace to know the member runs a fabric): the
+    // fabric's namespace, CRDs and the gateways' own identity.
+    let gateway_token = if args.underlay.is_some() && netns.is_some() {
+        let operator = loopback::in_process(&p.api, &p.admin_token, "submariner-operator");
+        Some(
+            flotilla_fabric::identity::bootstrap(&operator)
+                .await
+                .map_err(anyhow::Error::msg)
+                .context("cannot prepare the network fabric")?,
+        )
+    } else {
+        None
+    };
     let url =
         apiserver::publish_kubeconfig(p.addr, &name, &p.ca_pem, &p.admin_token, &kubeconfig_path)
             .await?;
@@ -400,7 +403,12 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
                 member: loopback::in_process(&p.api, &p.admin_token, "submariner-operator"),
                 binary: std::env::current_exe()
                     .context("cannot find this binary, which gateways run")?,
-                kubeconfig: kubeconfig_path.clone(),
+                kubeconfig: gateway_kubeconfig(
+                    &data_dir,
+                    &url,
+                    &p.ca_pem,
+                    gateway_token.as_deref().unwrap_or_default(),
+                )?,
                 dir: data_dir.join("gateways"),
                 router_netns: network.prefix.clone(),
                 nodes: network
@@ -553,4 +561,20 @@ async fn admin_request(req: http::Request<String>) -> anyhow::Result<(http::Stat
     let status = resp.status();
     let bytes = resp.into_body().collect().await?.to_bytes();
     Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+}
+
+/// The kubeconfig the gateways reach their member with: the token of
+/// their own ServiceAccount (`flotilla_fabric::identity`), not the admin's.
+fn gateway_kubeconfig(
+    data_dir: &std::path::Path,
+    server: &str,
+    ca_pem: &str,
+    token: &str,
+) -> anyhow::Result<PathBuf> {
+    let dir = data_dir.join("gateways");
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let path = dir.join("gateway.kubeconfig");
+    let contents = crate::kubeconfig::render(server, "submariner-gateway", ca_pem, token);
+    crate::kubeconfig::write_atomically(&path, &contents)?;
+    Ok(path)
 }

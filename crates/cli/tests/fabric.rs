@@ -324,6 +324,46 @@ fn members_reach_each_others_pods_services_and_clusterset_names() {
         "full mesh of 3 connected {:?} after the last join",
         joined.elapsed()
     );
+    // The gateways connected with an identity of their own, confined to
+    // what a gateway does.
+    let gateway_kubeconfig = east.data_dir().join("gateways/gateway.kubeconfig");
+    let whoami = east.ok(&[
+        "--kubeconfig",
+        gateway_kubeconfig.to_str().unwrap(),
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+    ]);
+    assert_eq!(
+        whoami,
+        "system:serviceaccount:submariner-operator:submariner-gateway"
+    );
+    let gateway = "system:serviceaccount:submariner-operator:submariner-gateway";
+    for (args, expected) in [
+        (
+            &[
+                "update",
+                "endpoints.submariner.io",
+                "-n",
+                "submariner-operator",
+            ][..],
+            "yes",
+        ),
+        (&["get", "secrets", "-n", "submariner-operator"], "yes"),
+        (&["get", "secrets", "-n", "default"], "no"),
+        (&["create", "namespaces"], "no"),
+        (&["create", "pods", "-n", "default"], "no"),
+    ] {
+        let mut all = vec!["auth", "can-i", "--as", gateway];
+        all.extend_from_slice(args);
+        let out = east.kubectl(&all);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            expected,
+            "{args:?}"
+        );
+    }
 
     // The broker holds each cluster and its endpoint; Globalnet's
     // allocations show in the members.

@@ -27,6 +27,7 @@ pub mod dataplane;
 pub mod exports;
 pub mod gateway;
 pub mod globalnet;
+pub mod identity;
 pub mod lease;
 pub mod metrics;
 pub mod probe;

@@ -168,7 +168,7 @@ impl Gateway {
         ensure_operator_namespace(&member)
             .await
             .map_err(|e| format!("cannot make the {OPERATOR_NAMESPACE} namespace: {e}"))?;
-        flotilla_federation::crds::install_manifests(&member, api::member_crds())
+        install_crds_unless_served(&member)
             .await
             .map_err(|e| e.to_string())?;
         let owner = Api::<Namespace>::all(member.clone())
@@ -563,8 +563,42 @@ impl Gateway {
     }
 }
 
+/// The member's Submariner CRDs, installed unless all are served already
+/// (a member bootstraps them before its gateways start: they may read
+/// CRDs, not write them).
+async fn install_crds_unless_served(member: &Client) -> Result<(), String> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(member.clone());
+    let manifests = api::member_crds();
+    let mut served = true;
+    for m in &manifests {
+        let name = m
+            .pointer("/metadata/name")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default();
+        if crds
+            .get_opt(name)
+            .await
+            .map_err(|e| e.to_string())?
+            .is_none()
+        {
+            served = false;
+        }
+    }
+    if served {
+        return Ok(());
+    }
+    flotilla_federation::crds::install_manifests(member, manifests)
+        .await
+        .map_err(|e| e.to_string())
+}
+
 pub async fn ensure_operator_namespace(member: &Client) -> Result<(), kube::Error> {
     let api: Api<Namespace> = Api::all(member.clone());
+    // Read first: a gateway may read namespaces, not create them.
+    if api.get_opt(OPERATOR_NAMESPACE).await?.is_some() {
+        return Ok(());
+    }
     let ns = Namespace {
         metadata: ObjectMeta {
             name: Some(OPERATOR_NAMESPACE.into()),
