@@ -6,7 +6,7 @@
 use http::HeaderMap;
 
 use crate::auth::User;
-use crate::authz::{Attributes, Decision, Verb};
+use crate::authz::{Attributes, Verb};
 use crate::error::{ApiError, ApiResult};
 use crate::server::ApiServer;
 
@@ -73,11 +73,7 @@ pub fn resolve(api: &ApiServer, requester: User, headers: &HeaderMap) -> ApiResu
             field_selector: None,
             body: &[],
         };
-        match api.authorize(&requester, &a) {
-            Decision::Allow => Ok(()),
-            Decision::Deny(reason) => Err(a.forbidden(&requester, &reason)),
-            Decision::NoOpinion => Err(a.forbidden(&requester, "")),
-        }
+        api.check(&requester, &a)
     };
     let service_account = name
         .strip_prefix("system:serviceaccount:")

@@ -257,6 +257,15 @@ impl ApiServer {
         }
     }
 
+    /// [`ApiServer::check`] for a non-resource path.
+    pub fn check_path(&self, user: &crate::auth::User, verb: &str, path: &str) -> ApiResult<()> {
+        match crate::audit::decided(self.authorize_path(user, verb, path)) {
+            Decision::Allow => Ok(()),
+            Decision::Deny(reason) => Err(crate::authz::forbidden_path(user, verb, path, &reason)),
+            Decision::NoOpinion => Err(crate::authz::forbidden_path(user, verb, path, "")),
+        }
+    }
+
     pub fn router(self: &Arc<Self>) -> axum::Router {
         axum::Router::new()
             .fallback(dispatch)
@@ -479,15 +488,7 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         } else {
             parts.uri.path()
         };
-        match crate::audit::decided(api.authorize_path(user, &verb, shown)) {
-            Decision::Allow => {}
-            Decision::Deny(reason) => {
-                return Err(crate::authz::forbidden_path(user, &verb, shown, &reason));
-            }
-            Decision::NoOpinion => {
-                return Err(crate::authz::forbidden_path(user, &verb, shown, ""));
-            }
-        }
+        api.check_path(user, &verb, shown)?;
     }
     if let ["healthz" | "livez" | "readyz", ..] = segs.as_slice()
         && is_get
