@@ -453,8 +453,6 @@ pub async fn install(client: &kube::Client) -> Result<(), InstallError> {
     // Tenants: OCM's cluster sets and Karmada's FederatedResourceQuota.
     all.extend(crate::ocm::api::crds());
     all.push(crate::quota::api::crd());
-    // Front ends: KubeFed's federated kinds and type configs.
-    all.extend(crate::frontends::kubefed::api::crds());
     install_manifests(client, all).await?;
     info!(count = kinds().len(), "Karmada CRDs installed");
     Ok(())
