@@ -89,3 +89,33 @@ pub async fn install(client: &kube::Client) -> Result<(), InstallError> {
         .await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_role_creates_namespaced_templates_and_nothing_of_rbac() {
+        let role = &roles()[0];
+        let rules = role["rules"].as_array().unwrap();
+        let creates = |group: &str, resource: &str| {
+            rules.iter().any(|r| {
+                r["apiGroups"].as_array().unwrap().contains(&json!(group))
+                    && r["resources"]
+                        .as_array()
+                        .unwrap()
+                        .contains(&json!(resource))
+                    && r["verbs"].as_array().unwrap().contains(&json!("create"))
+            })
+        };
+        assert!(creates("apps", "deployments"));
+        assert!(creates("", "configmaps"));
+        assert!(!creates("rbac.authorization.k8s.io", "clusterroles"));
+        assert!(!creates("", "namespaces"));
+        for r in rules {
+            let groups = r["apiGroups"].as_array().unwrap();
+            assert!(!groups.contains(&json!("*")));
+            assert!(!groups.contains(&json!("rbac.authorization.k8s.io")));
+        }
+    }
+}
