@@ -215,6 +215,39 @@ fn a_federated_deployment_runs_3_replicas_in_us_east_and_5_in_eu_west() {
         &["get", "cm", "orders", "-n", "production"]
     ));
 
+    // Placement by label: the fleet's clusters carry `region`.
+    fleet.apply(
+        r#"
+apiVersion: types.kubefed.io/v1beta1
+kind: FederatedSecret
+metadata: {name: eu-only, namespace: production}
+spec:
+  template:
+    stringData: {token: s3cr3t}
+  placement:
+    clusterSelector:
+      matchLabels: {region: eu-west}
+"#,
+    );
+    wait_for(WAIT, "eu-only propagated to eu-west alone", || {
+        propagation(&fleet, "federatedsecret", "eu-only", "status") == "True"
+    });
+    assert_eq!(
+        fleet.jsonpath_hub(
+            &["get", "federatedsecret", "eu-only", "-n", "production"],
+            "{.status.clusters[*].name}",
+        ),
+        "cluster-eu-west"
+    );
+    assert!(exists(
+        fleet.member("cluster-eu-west"),
+        &["get", "secret", "eu-only", "-n", "production"]
+    ));
+    assert!(!exists(
+        fleet.member("cluster-us-east"),
+        &["get", "secret", "eu-only", "-n", "production"]
+    ));
+
     // Deleting the federated objects: payment-api's copies go, orders'
     // (kubefed.io/orphan) stay.
     fleet.hub.ok(&[

@@ -141,8 +141,9 @@ async fn sync_all(hub: &Client, clusters: &Store<Cluster>) -> kube::Result<()> {
     Ok(())
 }
 
-/// Server-side applies `obj` unless what was last applied is the same.
-async fn apply(hub: &Client, ar: &ApiResource, mut obj: Value) -> kube::Result<()> {
+/// Server-side applies `obj` unless what was last applied is the same;
+/// the object's uid.
+async fn apply(hub: &Client, ar: &ApiResource, mut obj: Value) -> kube::Result<Option<String>> {
     let hash = fnv32a(obj.to_string().as_bytes()).to_string();
     if !obj["metadata"]["annotations"].is_object() {
         obj["metadata"]["annotations"] = json!({});
@@ -159,16 +160,33 @@ async fn apply(hub: &Client, ar: &ApiResource, mut obj: Value) -> kube::Result<(
     if let Some(existing) = api.get_opt(&name).await?
         && existing.annotations().get(HASH_ANNOTATION) == Some(&hash)
     {
-        return Ok(());
+        return Ok(existing.metadata.uid);
     }
     debug!(kind = %ar.kind, %name, "KubeFed: applying generated object");
-    api.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&obj),
-    )
-    .await?;
-    Ok(())
+    let applied = api
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&obj),
+        )
+        .await?;
+    Ok(applied.metadata.uid)
+}
+
+/// Makes the template an owner of a generated policy too, so that the
+/// policy outlives the template: were the OverridePolicy deleted first,
+/// the members' copies would be rewritten without their overrides before
+/// they go (or, orphaned, would stay so).
+fn owned_by_template(mut policy: Value, template: &Value, uid: Option<String>) -> Value {
+    if let (Some(uid), Some(owners)) = (uid, policy["metadata"]["ownerReferences"].as_array_mut()) {
+        owners.push(json!({
+            "apiVersion": template["apiVersion"],
+            "kind": template["kind"],
+            "name": template["metadata"]["name"],
+            "uid": uid,
+        }));
+    }
+    policy
 }
 
 async fn reconcile(
@@ -179,14 +197,17 @@ async fn reconcile(
     fed: &Value,
 ) -> kube::Result<()> {
     let template = translate::template(fed, target);
-    apply(hub, &target_resource(target), template.clone()).await?;
+    let uid = apply(hub, &target_resource(target), template.clone()).await?;
+    let pp = translate::propagation_policy(fed, target);
+    let pp = owned_by_template(pp, &template, uid.clone());
     apply(
         hub,
         &policy_resource("PropagationPolicy", "propagationpolicies"),
-        translate::propagation_policy(fed, target),
+        pp,
     )
     .await?;
     let (op, bad) = translate::override_policy(fed, target, &template);
+    let op = owned_by_template(op, &template, uid);
     apply(
         hub,
         &policy_resource("OverridePolicy", "overridepolicies"),
@@ -230,6 +251,12 @@ async fn write_status(
         .map(|s| s.aggregated_status.clone())
         .unwrap_or_default();
     let (cluster_status, ok) = translate::status(&placed, &known, &ready, &aggregated, bad);
+    // A selector's clusters are known once the binding is scheduled.
+    let scheduled = binding
+        .as_ref()
+        .and_then(|b| b.status.as_ref())
+        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Scheduled"));
+    let ok = ok && (scheduled || translate::named_clusters(fed).is_some());
     let mut notes: Vec<String> = placed
         .iter()
         .filter(|c| !known.contains(*c))
