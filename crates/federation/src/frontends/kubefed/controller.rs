@@ -310,3 +310,21 @@ async fn write_status(
     info!(federated = %name, kind = %fed_ar.kind, propagation = status_str, "KubeFed status");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_is_owned_by_its_federated_object_and_its_template() {
+        let policy = json!({"metadata": {"ownerReferences": [{"uid": "fed"}]}});
+        let template =
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}});
+        let owned = owned_by_template(policy.clone(), &template, Some("t-1".into()));
+        assert_eq!(
+            owned["metadata"]["ownerReferences"],
+            json!([{"uid": "fed"}, {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "t-1"}])
+        );
+        assert_eq!(owned_by_template(policy.clone(), &template, None), policy);
+    }
+}
