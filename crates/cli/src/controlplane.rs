@@ -72,6 +72,11 @@ pub struct ControlplaneArgs {
     /// as `flotilla dns` does.
     #[arg(long)]
     pub dns_listen: Option<std::net::SocketAddr>,
+    /// Foreign fleet APIs to serve over the pipeline: `kubefed`
+    /// (KubeFed's `types.kubefed.io` and `core.kubefed.io`). Each lets the
+    /// controllers create the objects its API generates.
+    #[arg(long, value_delimiter = ',', value_parser = ["kubefed"])]
+    pub frontends: Vec<String>,
     #[command(flatten)]
     pub election: ElectionArgs,
 }
@@ -126,6 +131,12 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
     flotilla_federation::roles::install(&admin)
         .await
         .context("cannot install the control plane's roles")?;
+    let kubefed = args.frontends.iter().any(|f| f == "kubefed");
+    if kubefed {
+        flotilla_federation::frontends::kubefed::install(&admin)
+            .await
+            .context("cannot install KubeFed's CRDs and roles")?;
+    }
     // The hub is the network fabric's broker too.
     flotilla_fabric::broker::install(&admin)
         .await
@@ -139,6 +150,7 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
         graceful_eviction_timeout: args.graceful_eviction_timeout,
         cluster_monitor_grace_period: args.cluster_monitor_grace_period,
         clusterset_ip_ranges: args.clusterset_ip_range.clone(),
+        kubefed,
         ..Options::default()
     };
     if let Some(addr) = args.dns_listen {

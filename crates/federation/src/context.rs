@@ -40,6 +40,8 @@ pub struct Options {
     /// Where multi-cluster services' ClusterSetIPs come from: one range
     /// per IP family (`--clusterset-ip-range`).
     pub clusterset_ip_ranges: Vec<ipnet::IpNet>,
+    /// Run the KubeFed front end (`--frontends kubefed`).
+    pub kubefed: bool,
 }
 
 impl Default for Options {
@@ -55,6 +57,7 @@ impl Default for Options {
             clusterset_ip_ranges: vec![ipnet::IpNet::V4(
                 ipnet::Ipv4Net::new(std::net::Ipv4Addr::new(243, 0, 0, 0), 16).unwrap_or_default(),
             )],
+            kubefed: false,
         }
     }
 }

@@ -302,6 +302,12 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
             signal(placement_tx.subscribe()).boxed(),
         ]),
     )));
+    if ctx.options.kubefed {
+        controllers.push(Box::pin(crate::frontends::kubefed::controller::run(
+            ctx.hub.clone(),
+            clusters.store.clone(),
+        )));
+    }
     let mut caches = vec![
         listed(clusters.store.clone()),
         packed_listed(&works.store),

@@ -21,6 +21,7 @@ pub mod execution;
 pub mod failover;
 pub mod fanout;
 pub mod finalizer;
+pub mod frontends;
 pub mod interpreter;
 pub mod join;
 pub mod kinds;

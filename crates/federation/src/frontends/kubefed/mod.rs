@@ -1,0 +1,121 @@
+//! KubeFed's API (`types.kubefed.io/v1beta1`, `core.kubefed.io/v1beta1`)
+//! over the Karmada pipeline: a `Federated<Kind>` object becomes a
+//! resource template, a namespaced PropagationPolicy and an
+//! OverridePolicy, all owned by it; its `Propagation` condition and
+//! per-cluster status are read back from the ResourceBinding.
+
+pub mod api;
+pub mod controller;
+pub mod translate;
+
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::roles::CONTROLPLANE_USER;
+
+/// The role the front end adds to the controllers: KubeFed's own kinds,
+/// and creating the templates of the namespaced types KubeFed enables by
+/// default (the controllers otherwise create no user objects).
+pub const ROLE: &str = "system:flotilla:kubefed";
+
+fn rule(verbs: &[&str], groups: &[&str], resources: &[&str]) -> Value {
+    json!({"verbs": verbs, "apiGroups": groups, "resources": resources})
+}
+
+pub fn roles() -> Vec<Value> {
+    let mut rules = vec![rule(&["*"], &[api::CORE_GROUP, api::TYPES_GROUP], &["*"])];
+    for t in api::default_types().iter().filter(|t| t.namespaced) {
+        rules.push(rule(&["create"], &[t.group.as_str()], &[t.plural.as_str()]));
+    }
+    let write = [
+        "create",
+        "delete",
+        "deletecollection",
+        "get",
+        "list",
+        "patch",
+        "update",
+        "watch",
+    ];
+    vec![
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": ROLE}, "rules": rules}),
+        // A namespace's editors write its federated objects; viewers read them.
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": "flotilla:kubefed:aggregate-to-edit",
+                            "labels": {"rbac.authorization.k8s.io/aggregate-to-edit": "true"}},
+               "rules": [rule(&write, &[api::TYPES_GROUP], &["*"])]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": "flotilla:kubefed:aggregate-to-view",
+                            "labels": {"rbac.authorization.k8s.io/aggregate-to-view": "true"}},
+               "rules": [rule(&["get", "list", "watch"], &[api::TYPES_GROUP], &["*"])]}),
+    ]
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    #[error(transparent)]
+    Crds(#[from] crate::crds::InstallError),
+    #[error("cannot apply KubeFed's roles: {0}")]
+    Roles(#[from] kube::Error),
+    #[error("a built-in role does not parse: {0}")]
+    Manifest(#[from] serde_json::Error),
+}
+
+/// Installs KubeFed's CRDs, and the front end's role bound to the
+/// controllers' user.
+pub async fn install(client: &kube::Client) -> Result<(), InstallError> {
+    crate::crds::install_manifests(client, api::crds()).await?;
+    let params = PatchParams::apply("flotilla-controlplane").force();
+    let cluster_roles: Api<ClusterRole> = Api::all(client.clone());
+    for role in roles() {
+        let role: ClusterRole = serde_json::from_value(role)?;
+        let name = role.metadata.name.clone().unwrap_or_default();
+        cluster_roles
+            .patch(&name, &params, &Patch::Apply(&role))
+            .await?;
+    }
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": ROLE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ROLE},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                      "name": CONTROLPLANE_USER}],
+    }))?;
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch(ROLE, &params, &Patch::Apply(&binding))
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_role_creates_namespaced_templates_and_nothing_of_rbac() {
+        let role = &roles()[0];
+        let rules = role["rules"].as_array().unwrap();
+        let creates = |group: &str, resource: &str| {
+            rules.iter().any(|r| {
+                r["apiGroups"].as_array().unwrap().contains(&json!(group))
+                    && r["resources"]
+                        .as_array()
+                        .unwrap()
+                        .contains(&json!(resource))
+                    && r["verbs"].as_array().unwrap().contains(&json!("create"))
+            })
+        };
+        assert!(creates("apps", "deployments"));
+        assert!(creates("", "configmaps"));
+        assert!(!creates("rbac.authorization.k8s.io", "clusterroles"));
+        assert!(!creates("", "namespaces"));
+        for r in rules {
+            let groups = r["apiGroups"].as_array().unwrap();
+            assert!(!groups.contains(&json!("*")));
+            assert!(!groups.contains(&json!("rbac.authorization.k8s.io")));
+        }
+    }
+}
