@@ -225,4 +225,27 @@ spec:
             "{.status.conditions[?(@.type==\"Applied\")].reason}",
         ) == "ManagedClusterNotFound"
     });
+
+    // The cluster unjoined: its ManagedCluster goes, and its ManifestWorks
+    // are applied nowhere.
+    let out = common::flotilla(&[
+        "unjoin",
+        CLUSTER,
+        "--kubeconfig",
+        fleet.hub.kubeconfig.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "unjoin: {}",
+        common::fleet::stderr(&out)
+    );
+    wait_for(WAIT, "the ManagedCluster to go", || {
+        !exists(&fleet.hub, &["get", "managedcluster", CLUSTER])
+    });
+    wait_for(WAIT, "the ManifestWork to lose its cluster", || {
+        fleet.jsonpath_hub(
+            &["get", "manifestwork", "mixed", "-n", CLUSTER],
+            "{.status.conditions[?(@.type==\"Applied\")].reason}",
+        ) == "ManagedClusterNotFound"
+    });
 }

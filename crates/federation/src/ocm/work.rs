@@ -287,16 +287,27 @@ pub fn json_path<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
         at = at.get("status")?;
         path
     };
-    for part in rest.split('.').filter(|p| !p.is_empty()) {
-        let (key, index) = match part.split_once('[') {
-            Some((k, i)) => (k, Some(i.trim_end_matches(']').parse::<usize>().ok()?)),
-            None => (part, None),
-        };
-        if !key.is_empty() {
-            at = at.get(key)?;
-        }
-        if let Some(i) = index {
-            at = at.get(i)?;
+    let mut rest = rest;
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix("[?(@.") {
+            // A filter on a list: `[?(@.type=="Ready")]`, the first match.
+            let (field, r) = r.split_once("==")?;
+            let (value, r) = r.split_once(")]")?;
+            let value = value.trim().trim_matches(|c| c == '"' || c == '\'');
+            at = at
+                .as_array()?
+                .iter()
+                .find(|e| e.get(field.trim()).and_then(Value::as_str) == Some(value))?;
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix('[') {
+            let (index, r) = r.split_once(']')?;
+            at = at.get(index.trim().parse::<usize>().ok()?)?;
+            rest = r;
+        } else {
+            let r = rest.strip_prefix('.').unwrap_or(rest);
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            at = at.get(&r[..end])?;
+            rest = &r[end..];
         }
     }
     Some(at)
@@ -307,7 +318,8 @@ fn field_value(v: &Value) -> Value {
         Value::Number(n) if n.is_i64() => json!({"type": "Integer", "integer": n}),
         Value::String(s) => json!({"type": "String", "string": s}),
         Value::Bool(b) => json!({"type": "Boolean", "boolean": b}),
-        other => json!({"type": "JsonRaw", "jsonRaw": other.to_string()}),
+        // A fraction has no OCM type but its text.
+        other => json!({"type": "String", "string": other.to_string()}),
     }
 }
 
@@ -331,10 +343,14 @@ pub fn feedback(kind: &str, rules: &[Value], status: Option<&Value>) -> (Vec<Val
                     .iter()
                     .map(|n| {
                         let p = match *n {
-                            "JobComplete" => ".status.completionTime".to_string(),
+                            "JobComplete" => {
+                                ".status.conditions[?(@.type==\"Complete\")].status".to_string()
+                            }
                             "JobSucceeded" => ".status.succeeded".to_string(),
                             "PodPhase" => ".status.phase".to_string(),
-                            "PodReady" => ".status.ready".to_string(),
+                            "PodReady" => {
+                                ".status.conditions[?(@.type==\"Ready\")].status".to_string()
+                            }
                             n => {
                                 let mut f = n.to_string();
                                 f[..1].make_ascii_lowercase();
@@ -362,16 +378,14 @@ pub fn feedback(kind: &str, rules: &[Value], status: Option<&Value>) -> (Vec<Val
                 continue;
             }
         };
-        let well_known = rule.get("type").and_then(Value::as_str) == Some("WellKnownStatus");
         for (name, path) in paths {
             match json_path(&object, &path) {
-                Some(v) if !v.is_null() => {
-                    values.push(json!({"name": name, "fieldValue": field_value(v)}))
-                }
-                // A well-known field the object does not (yet) have is
-                // left out, as OCM does; a named path is missing.
-                _ if well_known => {}
-                _ => complete = false,
+                // As OCM: a field the object does not (yet) have gives no
+                // value; a structure, map or list gives none and leaves
+                // the feedback unsynced.
+                None | Some(Value::Null) => {}
+                Some(Value::Object(_) | Value::Array(_)) => complete = false,
+                Some(v) => values.push(json!({"name": name, "fieldValue": field_value(v)})),
             }
         }
     }
@@ -762,7 +776,10 @@ async fn sync_work(
 ) -> kube::Result<()> {
     let name = mw.name_any();
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.hub.clone(), namespace, ar);
-    let cluster = ctx.cluster(namespace);
+    // A cluster being unjoined takes its Works with it.
+    let cluster = ctx
+        .cluster(namespace)
+        .filter(|c| c.metadata.deletion_timestamp.is_none());
     let works: Api<Work> =
         Api::namespaced(ctx.hub.clone(), &Cluster::execution_namespace(namespace));
     let work_name = work_name(namespace, &name);
@@ -933,7 +950,7 @@ mod tests {
                 name: "hello".into(),
             },
             status: Some(
-                json!({"replicas": 1, "readyReplicas": ready, "availableReplicas": ready}),
+                json!({"replicas": 1, "readyReplicas": ready, "availableReplicas": ready, "conditions": []}),
             ),
             health: Some("Healthy".into()),
         }
@@ -946,7 +963,7 @@ mod tests {
                 "resourceIdentifier": {"group": "apps", "resource": "deployments", "namespace": "default", "name": "hello"},
                 "feedbackRules": [
                     {"type": "WellKnownStatus"},
-                    {"type": "JSONPaths", "jsonPaths": [{"name": "ready", "path": ".status.readyReplicas"}, {"name": "gone", "path": ".nothing"}]},
+                    {"type": "JSONPaths", "jsonPaths": [{"name": "ready", "path": ".status.readyReplicas"}, {"name": "gone", "path": ".nothing"}, {"name": "whole", "path": ".conditions"}]},
                 ],
             }]},
         });
@@ -1017,6 +1034,31 @@ mod tests {
             Some(&json!("A"))
         );
         assert_eq!(json_path(&o, ".status.missing"), None);
+        let o = json!({"status": {"conditions": [
+            {"type": "Available", "status": "False"},
+            {"type": "Ready", "status": "True"},
+        ]}});
+        assert_eq!(
+            json_path(&o, r#".status.conditions[?(@.type=="Ready")].status"#),
+            Some(&json!("True"))
+        );
+        assert_eq!(
+            json_path(&o, r#".conditions[?(@.type=="Gone")].status"#),
+            None
+        );
+        let (values, complete) = feedback(
+            "Pod",
+            &[json!({"type": "WellKnownStatus"})],
+            Some(&json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]})),
+        );
+        assert!(complete);
+        assert_eq!(
+            values,
+            [
+                json!({"name": "PodPhase", "fieldValue": {"type": "String", "string": "Running"}}),
+                json!({"name": "PodReady", "fieldValue": {"type": "String", "string": "True"}}),
+            ]
+        );
     }
 
     #[test]
@@ -1052,7 +1094,8 @@ mod tests {
         assert_eq!(m0["resourceMeta"]["resource"], "deployments");
         assert_eq!(cond(m0, "Applied")["status"], "True");
         assert_eq!(cond(m0, "Available")["status"], "True");
-        // The missing JSON path leaves feedback unsynced.
+        // A path to a list leaves feedback unsynced; a missing one gives
+        // no value.
         assert_eq!(cond(m0, "StatusFeedbackSynced")["status"], "False");
         let values = m0["statusFeedback"]["values"].as_array().unwrap();
         let value = |n: &str| values.iter().find(|v| v["name"] == n).unwrap()["fieldValue"].clone();
