@@ -5,7 +5,7 @@
 //! applied by the execution controller; the Work's per-manifest status
 //! becomes the ManifestWork's conditions, resource status and feedback.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -684,20 +684,22 @@ const PERIOD: Duration = Duration::from_secs(1);
 /// Keeps ManagedClusters, cluster namespaces, and ManifestWorks' Works
 /// and status, looking at all of them every second.
 pub async fn run(ctx: Ctx) {
+    // The cluster namespaces known to exist: looked up once each.
+    let mut namespaces = HashSet::new();
     loop {
-        if let Err(error) = sync(&ctx).await {
+        if let Err(error) = sync(&ctx, &mut namespaces).await {
             warn!(%error, "OCM ManagedClusters/ManifestWorks not synced; retrying");
         }
         tokio::time::sleep(PERIOD).await;
     }
 }
 
-async fn sync(ctx: &Ctx) -> kube::Result<()> {
-    sync_clusters(ctx).await?;
+async fn sync(ctx: &Ctx, namespaces: &mut HashSet<String>) -> kube::Result<()> {
+    sync_clusters(ctx, namespaces).await?;
     sync_works(ctx).await
 }
 
-async fn sync_clusters(ctx: &Ctx) -> kube::Result<()> {
+async fn sync_clusters(ctx: &Ctx, known: &mut HashSet<String>) -> kube::Result<()> {
     let clusters = ctx.clusters.state();
     let ar = managed_cluster_resource();
     let api: Api<DynamicObject> = Api::all_with(ctx.hub.clone(), &ar);
@@ -732,7 +734,7 @@ async fn sync_clusters(ctx: &Ctx) -> kube::Result<()> {
         if previous != status {
             crate::writes::merge_patch_status(&api, &name, &json!({"status": status})).await?;
         }
-        if namespaces.get_opt(&name).await?.is_none() {
+        if !known.contains(&name) && namespaces.get_opt(&name).await?.is_none() {
             let ns: Namespace =
                 serde_json::from_value(json!({"metadata": {"name": name}})).expect("a namespace");
             match namespaces.create(&PostParams::default(), &ns).await {
@@ -741,7 +743,9 @@ async fn sync_clusters(ctx: &Ctx) -> kube::Result<()> {
                 Err(e) => return Err(e),
             }
         }
+        known.insert(name);
     }
+    known.retain(|n| clusters.iter().any(|c| &c.name_any() == n));
     for m in &existing.items {
         let ours = m.labels().get(FROM_CLUSTER).map(String::as_str) == Some("true");
         if ours && !clusters.iter().any(|c| c.name_any() == m.name_any()) {
