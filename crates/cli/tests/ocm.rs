@@ -126,6 +126,22 @@ fn managed_cluster_and_manifest_work() {
                 "{.status.resourceStatus.manifests[0].statusFeedback.values[?(@.name==\"ReadyReplicas\")].fieldValue.integer}",
             ) == "1"
     });
+    // Settled: nothing is rewritten on every sweep.
+    let versions = || {
+        (
+            fleet.jsonpath_hub(
+                &["get", "manifestwork", "hello-work-demo", "-n", CLUSTER],
+                "{.metadata.resourceVersion}",
+            ),
+            fleet.jsonpath_hub(
+                &["get", "managedcluster", CLUSTER],
+                "{.metadata.resourceVersion}",
+            ),
+        )
+    };
+    let before = versions();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(versions(), before);
     let meta = fleet.jsonpath_hub(
         &["get", "manifestwork", "hello-work-demo", "-n", CLUSTER],
         "{.status.resourceStatus.manifests[0].resourceMeta}",
