@@ -308,6 +308,8 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
             clusters.store.clone(),
         )));
     }
+    // OCM: ManagedClusters after the Clusters, ManifestWorks into Works.
+    controllers.push(Box::pin(ocm::work::run(ctx.clone())));
     let mut caches = vec![
         listed(clusters.store.clone()),
         packed_listed(&works.store),

@@ -452,6 +452,7 @@ pub async fn install(client: &kube::Client) -> Result<(), InstallError> {
     all.extend(crate::mcs::api::crds());
     // Tenants: OCM's cluster sets and Karmada's FederatedResourceQuota.
     all.extend(crate::ocm::api::crds());
+    all.extend(crate::ocm::work::crds());
     all.push(crate::quota::api::crd());
     install_manifests(client, all).await?;
     info!(count = kinds().len(), "Karmada CRDs installed");

@@ -8,6 +8,7 @@
 //! deleted or edited copy is re-applied at once.
 
 mod apply;
+pub use apply::identify;
 mod observed;
 
 use std::collections::HashSet;
