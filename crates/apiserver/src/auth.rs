@@ -86,32 +86,6 @@ impl TokenAuthenticator for AdminToken {
     }
 }
 
-/// Tokens of the embedding process's own components (the control plane's
-/// controllers), made at start and never written anywhere: each names
-/// its component's identity, which RBAC confines.
-pub struct ComponentTokens(Vec<([u8; 32], User)>);
-
-impl ComponentTokens {
-    pub fn new(identities: &[(String, User)]) -> Self {
-        ComponentTokens(
-            identities
-                .iter()
-                .map(|(token, user)| (digest(token), user.clone()))
-                .collect(),
-        )
-    }
-}
-
-impl TokenAuthenticator for ComponentTokens {
-    fn authenticate(&self, _: &dyn Store, token: &str) -> Option<User> {
-        let presented = digest(token);
-        self.0
-            .iter()
-            .find(|(d, _)| bool::from(d.ct_eq(&presented)))
-            .map(|(_, user)| user.clone())
-    }
-}
-
 /// Bootstrap tokens: `<id>.<secret>` against their Secret in kube-system.
 pub struct BootstrapTokens;
 
@@ -153,7 +127,8 @@ impl Authenticator {
     ) -> Self {
         let mut chain: Vec<Box<dyn TokenAuthenticator>> = vec![
             Box::new(AdminToken::new(admin_token)),
-            Box::new(ComponentTokens::new(components)),
+            // The components' tokens are static tokens made in process.
+            Box::new(crate::token_file::StaticTokens::from_identities(components)),
         ];
         if let Some(tokens) = static_tokens {
             chain.push(Box::new(tokens));

@@ -208,7 +208,10 @@ fn rules(ctx: &Ctx, user: &User, spec: &Value) -> Value {
         });
     }
     let namespace = Some(str_at(spec, "/namespace")).filter(|n| !n.is_empty());
-    let (held, missing) = crate::rbac::rules_of(&api.rbac, user, namespace);
+    let crate::rbac::index::Resolved {
+        rules: held,
+        missing,
+    } = api.rbac.resolve(user, namespace);
     let (mut resource_rules, mut non_resource_rules) = (Vec::new(), Vec::new());
     for rule in &held {
         if !rule.non_resource_urls.is_empty() {

@@ -220,31 +220,39 @@ impl ApiServer {
     /// Whether `user` may make the request: `system:masters`, then the
     /// embedding process's authorizers, then RBAC.
     pub fn authorize(&self, user: &crate::auth::User, a: &crate::authz::Attributes) -> Decision {
-        if is_privileged(user) {
-            return Decision::Allow;
-        }
-        match self.config.authorizers.decide(user, a) {
-            Decision::NoOpinion => {}
-            decided => return decided,
-        }
-        match self.config.authorization_mode {
-            Mode::AlwaysAllow => Decision::Allow,
-            Mode::Rbac => crate::rbac::authorize(&self.rbac, user, a),
-        }
+        self.decide(
+            user,
+            || self.config.authorizers.decide(user, a),
+            || crate::rbac::authorize(&self.rbac, user, a),
+        )
     }
 
     /// [`ApiServer::authorize`] for a non-resource path.
     pub fn authorize_path(&self, user: &crate::auth::User, verb: &str, path: &str) -> Decision {
+        self.decide(
+            user,
+            || self.config.authorizers.decide_path(user, verb, path),
+            || crate::rbac::authorize_path(&self.rbac, user, verb, path),
+        )
+    }
+
+    /// The union's order, for either kind of request.
+    fn decide(
+        &self,
+        user: &crate::auth::User,
+        chain: impl FnOnce() -> Decision,
+        rbac: impl FnOnce() -> Decision,
+    ) -> Decision {
         if is_privileged(user) {
             return Decision::Allow;
         }
-        match self.config.authorizers.decide_path(user, verb, path) {
+        match chain() {
             Decision::NoOpinion => {}
             decided => return decided,
         }
         match self.config.authorization_mode {
             Mode::AlwaysAllow => Decision::Allow,
-            Mode::Rbac => crate::rbac::authorize_path(&self.rbac, user, verb, path),
+            Mode::Rbac => rbac(),
         }
     }
 

@@ -117,6 +117,20 @@ impl StaticTokens {
         Ok(StaticTokens { entries })
     }
 
+    /// Tokens made in process (the embedding process's components'
+    /// identities, `auth::component_identity`) rather than read from a file.
+    pub fn from_identities(identities: &[(String, User)]) -> StaticTokens {
+        StaticTokens {
+            entries: identities
+                .iter()
+                .map(|(token, user)| Entry {
+                    digest: Sha256::digest(token.as_bytes()).into(),
+                    user: user.clone(),
+                })
+                .collect(),
+        }
+    }
+
     /// How many tokens the file gives.
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -22,7 +22,7 @@ use crate::authz::{Attributes, Decision, Verb};
 use crate::resources::ResourceInfo;
 use crate::server::ApiServer;
 pub use index::Index;
-use rule::{Request, Rule};
+use rule::Request;
 
 pub const GROUP: &str = "rbac.authorization.k8s.io";
 
@@ -57,13 +57,6 @@ fn decision(found: Result<(), Vec<String>>) -> Decision {
         Err(missing) if missing.len() == 1 => Decision::Deny(format!("RBAC: {}", missing[0])),
         Err(missing) => Decision::Deny(format!("RBAC: [{}]", missing.join(", "))),
     }
-}
-
-/// The rules `user` holds in `namespace` (SelfSubjectRulesReview), and
-/// the reasons they may be incomplete.
-pub fn rules_of(index: &Index, user: &User, namespace: Option<&str>) -> (Vec<Rule>, Vec<String>) {
-    let resolved = index.resolve(user, namespace);
-    (resolved.rules, resolved.missing)
 }
 
 /// After this replica wrote an RBAC object: the index takes it at once.
