@@ -2,7 +2,7 @@
 //! they cost: time until every pod is Ready, peak and settled RSS, and CPU
 //! while idle, for one big member or many small ones side by side.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -37,6 +37,138 @@ pub struct MemberArgs {
     /// and Service latency and throughput (`bench_netns`).
     #[arg(long, value_enum, default_value = "sim")]
     runtime: crate::member::RuntimeKind,
+    /// one: every member in one `flotilla member --count M` process;
+    /// each: a process per member, as before.
+    #[arg(long, value_enum, default_value = "one")]
+    member_processes: MemberProcesses,
+}
+
+/// How a bench runs its simulated members.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MemberProcesses {
+    /// One `flotilla member --count M` process serves them all.
+    One,
+    /// One `flotilla member` process each.
+    Each,
+}
+
+/// A member a bench started, ready to use.
+pub(crate) struct BenchMember {
+    pub(crate) name: String,
+    pub(crate) kubeconfig: PathBuf,
+    pub(crate) client: kube::Client,
+}
+
+/// The members a bench started and the processes they run in (killed
+/// when dropped).
+pub(crate) struct BenchMembers {
+    pub(crate) processes: Vec<ServerProcess>,
+    pub(crate) members: Vec<BenchMember>,
+}
+
+impl BenchMembers {
+    /// The members' processes' ids.
+    pub(crate) fn pids(&self) -> Vec<u32> {
+        self.processes.iter().map(|p| p.0.id()).collect()
+    }
+
+    /// The members' processes' resident memory together (KiB): `field`
+    /// is `VmRSS:` for now, `VmHWM:` for each process's peak.
+    pub(crate) fn rss_kib(&self, field: &str) -> u64 {
+        self.pids().iter().map(|p| rss_kib(*p, field)).sum()
+    }
+}
+
+/// Starts `count` members with `flags` (`flotilla member` flags other
+/// than the name, listen address and data dir) under `dir`: one process
+/// for all of them or one each, as `how` says; returns once each answers.
+pub(crate) async fn start_members(
+    how: MemberProcesses,
+    count: usize,
+    flags: &[String],
+    dir: &Path,
+    timeout: Duration,
+) -> anyhow::Result<BenchMembers> {
+    let exe = std::env::current_exe()?;
+    let spawn = |name: &str, data: &Path, extra: &[String]| -> anyhow::Result<ServerProcess> {
+        let child = Command::new(&exe)
+            .args(["member", "--name", name, "--listen", "127.0.0.1:0"])
+            .args(flags)
+            .args(extra)
+            .arg("--data-dir")
+            .arg(data)
+            .env(
+                "FLOTILLA_LOG",
+                std::env::var("FLOTILLA_BENCH_CHILD_LOG").unwrap_or("warn".into()),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("cannot start flotilla member")?;
+        Ok(ServerProcess(child))
+    };
+    let deadline = Instant::now() + timeout;
+    match how {
+        MemberProcesses::Each => {
+            let mut started = Vec::new();
+            for i in 1..=count {
+                let name = format!("member{i}");
+                let data = dir.join(&name);
+                started.push((spawn(&name, &data, &[])?, name, data.join("kubeconfig")));
+            }
+            let mut out = BenchMembers {
+                processes: Vec::new(),
+                members: Vec::new(),
+            };
+            for (process, name, kubeconfig) in started {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let client = client_when_ready(&kubeconfig, left).await?;
+                out.processes.push(process);
+                out.members.push(BenchMember {
+                    name,
+                    kubeconfig,
+                    client,
+                });
+            }
+            Ok(out)
+        }
+        MemberProcesses::One => {
+            let data = dir.join("members");
+            let mut process = spawn("member", &data, &["--count".into(), count.to_string()])?;
+            let list = data.join(crate::member::MEMBERS_FILE);
+            while !list.exists() {
+                if let Some(status) = process.0.try_wait()? {
+                    bail!(
+                        "flotilla member --count {count} exited ({status}) before its members were ready"
+                    );
+                }
+                if Instant::now() > deadline {
+                    bail!(
+                        "flotilla member --count {count} did not write {} within {timeout:?}",
+                        list.display()
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let text = std::fs::read_to_string(&list)
+                .with_context(|| format!("cannot read {}", list.display()))?;
+            let file: crate::member::MembersFile = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not a member list", list.display()))?;
+            let mut members = Vec::with_capacity(file.members.len());
+            for m in file.members {
+                let client = client_when_ready(&m.kubeconfig, Duration::from_secs(30)).await?;
+                members.push(BenchMember {
+                    name: m.name,
+                    kubeconfig: m.kubeconfig,
+                    client,
+                });
+            }
+            Ok(BenchMembers {
+                processes: vec![process],
+                members,
+            })
+        }
+    }
 }
 
 pub(crate) struct Member {
@@ -137,18 +269,34 @@ pub async fn run(args: MemberArgs) -> anyhow::Result<()> {
     );
     print_machine();
     let started = Instant::now();
-    let mut members = Vec::new();
-    for i in 0..args.members {
-        members.push(start(i, &args, dir.path()).await?);
-    }
+    let flags: Vec<String> = [
+        "--nodes",
+        &args.nodes.to_string(),
+        "--pod-startup",
+        "1s",
+        "--watch-history",
+        &args.watch_history.to_string(),
+    ]
+    .map(String::from)
+    .to_vec();
+    let fleet = start_members(
+        args.member_processes,
+        args.members,
+        &flags,
+        dir.path(),
+        Duration::from_secs(300).max(Duration::from_millis(500) * args.members as u32),
+    )
+    .await?;
+    let members = &fleet.members;
     println!(
-        "members up with nodes Ready: {:.1} s",
-        started.elapsed().as_secs_f64()
+        "members up with nodes Ready: {:.1} s ({} member process(es))",
+        started.elapsed().as_secs_f64(),
+        fleet.processes.len()
     );
 
     let applied = Instant::now();
     let per = args.pods / args.deployments.max(1);
-    for m in &members {
+    for m in members {
         let api: Api<Deployment> = Api::default_namespaced(m.client.clone());
         for d in 0..args.deployments {
             let replicas = if d + 1 == args.deployments {
@@ -166,7 +314,7 @@ pub async fn run(args: MemberArgs) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(1800);
     loop {
         let mut ready = 0;
-        for m in &members {
+        for m in members {
             ready += ready_pods(&m.client).await;
         }
         if ready >= args.pods * args.members {
@@ -185,18 +333,21 @@ pub async fn run(args: MemberArgs) -> anyhow::Result<()> {
         total as f64 / took.as_secs_f64()
     );
 
-    let pids: Vec<u32> = members.iter().map(|m| m.process.0.id()).collect();
+    let pids = fleet.pids();
     let cpu_before: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
     tokio::time::sleep(args.idle).await;
     let cpu_after: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
     let peak: Vec<u64> = pids.iter().map(|p| rss_kib(*p, "VmHWM:")).collect();
     let now: Vec<u64> = pids.iter().map(|p| rss_kib(*p, "VmRSS:")).collect();
     let mib = |k: u64| k as f64 / 1024.0;
+    let per_member = |k: u64| mib(k) / args.members.max(1) as f64;
     println!(
-        "RSS per member: peak max {:.0} MiB, settled mean {:.0} MiB; all members settled {:.0} MiB",
+        "RSS per member: peak {:.1} MiB, settled {:.1} MiB; all members settled {:.0} MiB in {} process(es) (peak of the largest {:.0} MiB)",
+        per_member(peak.iter().sum()),
+        per_member(now.iter().sum()),
+        mib(now.iter().sum()),
+        pids.len(),
         mib(peak.iter().copied().max().unwrap_or(0)),
-        mib(now.iter().sum::<u64>() / now.len().max(1) as u64),
-        mib(now.iter().sum())
     );
     println!(
         "idle CPU, all members: {:.1}% of one core (over {:?})",

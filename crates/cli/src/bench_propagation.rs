@@ -7,7 +7,7 @@
 //! beat, the same N x M objects written straight to the members.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -66,6 +66,11 @@ pub struct PropagationArgs {
     /// --watch-history`); its default when not given.
     #[arg(long)]
     watch_history: Option<usize>,
+    /// one: every member in one `flotilla member --count M` process, so
+    /// that the members cost little beside the hub; each: a process per
+    /// member.
+    #[arg(long, value_enum, default_value = "one")]
+    member_processes: crate::bench_member::MemberProcesses,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
@@ -287,36 +292,6 @@ async fn wait_idle(clients: &[&kube::Client]) -> anyhow::Result<Duration> {
     }
 }
 
-async fn start_members(
-    args: &PropagationArgs,
-    dir: &Path,
-) -> anyhow::Result<Vec<(ServerProcess, PathBuf, kube::Client)>> {
-    let mut members = Vec::new();
-    for i in 1..=args.members {
-        let data = dir.join(format!("member{i}"));
-        let name = format!("member{i}");
-        let p = spawn(
-            &[
-                "member",
-                "--name",
-                &name,
-                "--nodes",
-                "3",
-                "--pod-startup",
-                "1s",
-            ],
-            &data,
-        )?;
-        members.push((p, data.join("kubeconfig")));
-    }
-    let mut out = Vec::new();
-    for (p, kubeconfig) in members {
-        let client = client_when_ready(&kubeconfig, Duration::from_secs(120)).await?;
-        out.push((p, kubeconfig, client));
-    }
-    Ok(out)
-}
-
 pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
     if args.templates == 0 || args.members == 0 {
         bail!("--templates and --members must be at least 1");
@@ -358,28 +333,72 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
     let hub_args: Vec<&str> = hub_args.iter().map(String::as_str).collect();
     let mut hub_process = spawn(&hub_args, &hub_data)?;
     let hub = client_when_ready(&hub_data.join("kubeconfig"), Duration::from_secs(60)).await?;
-    let members = start_members(&args, dir.path()).await?;
-    for (i, (_, kubeconfig, _)) in members.iter().enumerate() {
-        let credentials = flotilla_federation::join::credentials_from_kubeconfig(kubeconfig, None)?;
-        let request = flotilla_federation::join::JoinRequest {
-            name: format!("member{}", i + 1),
-            credentials,
-            ..Default::default()
-        };
-        flotilla_federation::join::join(&hub, &request).await?;
-    }
+    let members_started = Instant::now();
+    let flags: Vec<String> = ["--nodes", "3", "--pod-startup", "1s"]
+        .map(String::from)
+        .to_vec();
+    let fleet = crate::bench_member::start_members(
+        args.member_processes,
+        args.members,
+        &flags,
+        dir.path(),
+        Duration::from_secs(120).max(Duration::from_millis(500) * args.members as u32),
+    )
+    .await?;
+    let members_up_in = members_started.elapsed();
+    let members = &fleet.members;
+    let joins: Vec<anyhow::Result<()>> = futures::stream::iter(members)
+        .map(|m| {
+            let hub = &hub;
+            async move {
+                let credentials =
+                    flotilla_federation::join::credentials_from_kubeconfig(&m.kubeconfig, None)?;
+                let request = flotilla_federation::join::JoinRequest {
+                    name: m.name.clone(),
+                    credentials,
+                    ..Default::default()
+                };
+                flotilla_federation::join::join(hub, &request)
+                    .await
+                    .with_context(|| format!("cannot join {}", m.name))?;
+                Ok(())
+            }
+        })
+        .buffer_unordered(args.concurrency.max(1))
+        .collect()
+        .await;
+    joins.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
     // Every member Ready before the clock starts.
     let clusters: Api<flotilla_federation::api::Cluster> = Api::all(hub.clone());
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let ready_within =
+        Duration::from_secs(120).max(Duration::from_millis(200) * args.members as u32);
+    let deadline = Instant::now() + ready_within;
     loop {
         let list = clusters.list(&Default::default()).await?;
-        if list.items.iter().filter(|c| c.is_ready()).count() == args.members {
+        let ready = list.items.iter().filter(|c| c.is_ready()).count();
+        if ready == args.members {
             break;
         }
         if Instant::now() > deadline {
-            bail!("members did not become Ready within 2 minutes");
+            bail!(
+                "only {ready} of {} members became Ready within {ready_within:?}",
+                args.members
+            );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let joined_in = members_started.elapsed();
+    let hub_rss_joined_kib = crate::bench_member::rss_kib(hub_process.0.id(), "VmRSS:");
+    if !args.json {
+        println!(
+            "{} members up in {:.1} s ({} member process(es), {:.0} MiB RSS); joined and Ready {:.1} s after their start; hub RSS then {:.0} MiB",
+            args.members,
+            members_up_in.as_secs_f64(),
+            fleet.processes.len(),
+            fleet.rss_kib("VmRSS:") as f64 / 1024.0,
+            joined_in.as_secs_f64(),
+            hub_rss_joined_kib as f64 / 1024.0
+        );
     }
     ensure_namespace(&hub, NAMESPACE).await?;
     let placement = match args.division {
@@ -389,7 +408,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
     };
     if args.scheduler_only {
         let result = scheduler_only(&args, &hub, placement).await;
-        drop(members);
+        drop(fleet);
         return result;
     }
     let policy: DynamicObject = serde_json::from_value(json!({
@@ -418,9 +437,9 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
     };
     let seen: Arc<Mutex<HashMap<String, Vec<Instant>>>> = Arc::default();
     let mut observers = Vec::new();
-    for (_, _, client) in &members {
+    for m in members {
         for kind in ["ConfigMap", "Deployment"] {
-            observers.push(observe(client.clone(), kind, seen.clone()));
+            observers.push(observe(m.client.clone(), kind, seen.clone()));
         }
     }
     let created: Mutex<HashMap<String, Instant>> = Mutex::default();
@@ -500,6 +519,8 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         stages.insert(stage.into(), json!({"count": count, "mean_ms": mean_ms}));
     }
     let peak_kib = peak_rss_kib(hub_process.0.id()).unwrap_or(0);
+    let members_rss_kib = fleet.rss_kib("VmRSS:");
+    let members_peak_kib = fleet.rss_kib("VmHWM:");
     let total_copies: usize = expected.values().sum();
     for o in &observers {
         o.abort();
@@ -513,9 +534,9 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
     if args.restart {
         let works = total_copies as f64;
         let bindings = args.templates as f64;
-        let mut fleet = vec![&hub];
-        fleet.extend(members.iter().map(|(_, _, c)| c));
-        let settled = wait_idle(&fleet).await?;
+        let mut clients = vec![&hub];
+        clients.extend(members.iter().map(|m| &m.client));
+        let settled = wait_idle(&clients).await?;
         if !args.json {
             println!(
                 "fleet idle {:.1} s after the last copy arrived; now kill -9",
@@ -548,12 +569,12 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
     }
 
     // The baseline: the same objects straight to the members.
-    for (_, _, client) in &members {
-        ensure_namespace(client, "direct").await?;
+    for m in members {
+        ensure_namespace(&m.client, "direct").await?;
     }
     let direct_started = Instant::now();
     let mut direct_objects = Vec::new();
-    for (m, (_, _, client)) in members.iter().enumerate() {
+    for (m, client) in members.iter().map(|m| &m.client).enumerate() {
         for (i, obj) in
             (0..args.templates).map(|i| (i, template(kind_of(&args, i), i, args.replicas)))
         {
@@ -585,6 +606,12 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         "scheduled_bindings": scheduled,
         "bindings_per_second_of_scheduler_time": if scheduling_busy > 0.0 { scheduled / scheduling_busy } else { 0.0 },
         "controlplane_peak_rss_mib": peak_kib as f64 / 1024.0,
+        "controlplane_rss_joined_mib": hub_rss_joined_kib as f64 / 1024.0,
+        "member_processes": fleet.processes.len(),
+        "members_start_seconds": members_up_in.as_secs_f64(),
+        "members_joined_seconds": joined_in.as_secs_f64(),
+        "members_rss_mib": members_rss_kib as f64 / 1024.0,
+        "members_peak_rss_mib": members_peak_kib as f64 / 1024.0,
         "stages": stages,
         "direct_seconds": direct_in.as_secs_f64(),
         "flotilla_over_direct": ratio,
@@ -616,8 +643,12 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
             .unwrap_or(0.0)
     );
     println!(
-        "control plane peak RSS: {:.1} MiB",
-        peak_kib as f64 / 1024.0
+        "control plane peak RSS: {:.1} MiB; the members' {} process(es) apart: {:.0} MiB RSS after the copies arrived ({:.1} MiB per member), peak {:.0} MiB",
+        peak_kib as f64 / 1024.0,
+        fleet.processes.len(),
+        members_rss_kib as f64 / 1024.0,
+        members_rss_kib as f64 / 1024.0 / args.members as f64,
+        members_peak_kib as f64 / 1024.0
     );
     for (stage, v) in &result["stages"].as_object().cloned().unwrap_or_default() {
         println!(
@@ -639,7 +670,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
             k as f64 / 1024.0
         );
     }
-    drop(members);
+    drop(fleet);
     drop(hub_process);
     Ok(())
 }

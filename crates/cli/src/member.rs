@@ -16,7 +16,7 @@ use flotilla_member::runtime::netns::{NetnsConfig, NetnsRuntime};
 use flotilla_member::runtime::{Events, Runtime, RuntimeHandle};
 use flotilla_member::{Clients, Faults, SimConfig, Simulator, admin, front_door};
 use std::sync::Arc;
-use tracing::info;
+use tracing::{Instrument, info};
 
 use crate::apiserver::{self, ServeArgs, StorageArgs};
 
@@ -135,6 +135,29 @@ struct RunArgs {
     /// How requests are authorized: RBAC, or AlwaysAllow (tests only).
     #[arg(long, value_enum, default_value = "RBAC")]
     authorization_mode: crate::apiserver::AuthorizationMode,
+    /// Members this process serves, each a full member with its own store,
+    /// API endpoint, kubeconfig, nodes and admin endpoint: NAME-1 ..
+    /// NAME-N in DATA_DIR/NAME-i. DATA_DIR/members.json lists them once
+    /// all are ready. 1 serves NAME in DATA_DIR itself.
+    #[arg(long, default_value_t = 1)]
+    count: usize,
+    /// With --count, how many members start at once.
+    #[arg(long, default_value_t = 8)]
+    start_concurrency: usize,
+    /// Run Liqo's and Admiralty's peering controllers (`flotilla peer`,
+    /// `flotilla offload`) [default: true; false with --count above 1:
+    /// they poll the member's API twice a second each, about 30
+    /// requests/s per idle member]
+    #[arg(long, value_name = "BOOL")]
+    peering_controllers: Option<bool>,
+}
+
+impl RunArgs {
+    /// Whether the peering controllers run: on for a lone member, off by
+    /// default when one process serves many.
+    fn peering(&self) -> bool {
+        self.peering_controllers.unwrap_or(self.count <= 1)
+    }
 }
 
 #[derive(clap::Args)]
@@ -231,25 +254,285 @@ fn parse_labels(pairs: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
         .collect()
 }
 
+/// The file, in the data dir, that lists the members a process serves.
+pub const MEMBERS_FILE: &str = "members.json";
+
+/// One member's name and where it keeps its files.
+struct Placement {
+    /// 1-based position among the process's members.
+    index: usize,
+    name: String,
+    data_dir: PathBuf,
+    kubeconfig: PathBuf,
+}
+
+/// Where the process's members are: with `--count 1` the member is NAME
+/// in the data dir itself (as always); with more, NAME-i in DATA_DIR/NAME-i.
+fn placements(args: &RunArgs, name: &str, data_dir: &Path) -> Vec<Placement> {
+    if args.count <= 1 {
+        let kubeconfig = args
+            .write_kubeconfig
+            .clone()
+            .unwrap_or_else(|| data_dir.join("kubeconfig"));
+        return vec![Placement {
+            index: 1,
+            name: name.to_string(),
+            data_dir: data_dir.to_path_buf(),
+            kubeconfig,
+        }];
+    }
+    (1..=args.count)
+        .map(|index| {
+            let name = format!("{name}-{index}");
+            let dir = data_dir.join(&name);
+            Placement {
+                index,
+                kubeconfig: dir.join("kubeconfig"),
+                name,
+                data_dir: dir,
+            }
+        })
+        .collect()
+}
+
+/// The flags that name one thing (a port, a file) cannot serve several
+/// members, and the netns runtime owns host-wide state.
+fn check_count(args: &RunArgs) -> anyhow::Result<()> {
+    let count = args.count;
+    if count == 0 {
+        bail!("--count 0 starts nothing (use --count 1 or more)");
+    }
+    if count == 1 {
+        return Ok(());
+    }
+    for (flag, addr) in [
+        ("--listen", args.listen),
+        ("--admin-listen", args.admin_listen),
+    ] {
+        if addr.port() != 0 {
+            bail!(
+                "{flag} {addr} names one port, which {count} members cannot share: use port 0 ({flag} {}:0) and each member gets a free port",
+                addr.ip()
+            );
+        }
+    }
+    if args.write_kubeconfig.is_some() {
+        bail!(
+            "--write-kubeconfig names one file, and --count {count} starts {count} members: leave it out (each member writes DATA_DIR/NAME-i/kubeconfig)"
+        );
+    }
+    if args.runtime == RuntimeKind::Netns || args.underlay.is_some() {
+        bail!(
+            "--runtime netns and --underlay run one member per process: its pods' network is the host's (start one `flotilla member --runtime netns` per member, or leave --count out)"
+        );
+    }
+    if matches!(args.audit.audit_log_path.as_deref(), Some(path) if path != "-") {
+        bail!(
+            "--audit-log-path names one file, which {count} members cannot share: use --audit-log-path - (stdout), or leave --count out"
+        );
+    }
+    Ok(())
+}
+
+/// A member that answers through its kubeconfig.
+struct Started {
+    index: usize,
+    name: String,
+    url: String,
+    kubeconfig: PathBuf,
+    data_dir: PathBuf,
+    /// Ends once the member has stopped: its shutdown resolved, or its
+    /// server failed.
+    running: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+/// What `members.json` says of each member.
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberEntry {
+    pub name: String,
+    pub server: String,
+    pub kubeconfig: PathBuf,
+    pub data_dir: PathBuf,
+}
+
+/// `members.json`: the members one `flotilla member` process serves, in
+/// order, written once every one of them is ready.
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
+pub struct MembersFile {
+    pub members: Vec<MemberEntry>,
+}
+
+/// Resolves once `stop` says so (or its sender is gone).
+async fn until_stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stopped| *stopped).await;
+}
+
+/// Runs `--count` members (one by default) in this process until SIGTERM
+/// or SIGINT, or until every member has stopped on its own.
 async fn serve(args: RunArgs) -> anyhow::Result<()> {
-    let name = args.name.unwrap_or_default();
+    use futures::StreamExt;
+    check_count(&args)?;
+    let name = args.name.clone().unwrap_or_default();
     let data_dir = args
         .data_dir
+        .clone()
         .unwrap_or_else(|| apiserver::default_data_dir(&format!("member-{name}")));
-    let kubeconfig_path = args
-        .write_kubeconfig
-        .unwrap_or_else(|| data_dir.join("kubeconfig"));
+    std::fs::create_dir_all(&data_dir).with_context(|| {
+        format!(
+            "cannot create the data dir {} (choose another with --data-dir)",
+            data_dir.display()
+        )
+    })?;
+    // A list left by an earlier run must not be read as this one's.
+    let members_file = data_dir.join(MEMBERS_FILE);
+    match std::fs::remove_file(&members_file) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(e).with_context(|| format!("cannot remove {}", members_file.display()));
+        }
+    }
+    let count = args.count;
+    let concurrency = args.start_concurrency.max(1);
+    let placements = placements(&args, &name, &data_dir);
+    let args = Arc::new(args);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let signal = apiserver::shutdown_signal();
+    tokio::pin!(signal);
+
+    let began = std::time::Instant::now();
+    let mut starting = futures::stream::iter(placements)
+        .map(|place| {
+            let args = args.clone();
+            let shutdown = until_stopped(stopped.clone());
+            let span = tracing::info_span!("member", name = %place.name);
+            let start = async move { start_member(&args, place, shutdown).await };
+            if count > 1 {
+                tokio::spawn(start.instrument(span))
+            } else {
+                tokio::spawn(start)
+            }
+        })
+        .buffer_unordered(concurrency);
+    let mut members = Vec::with_capacity(count);
+    let interrupted = loop {
+        tokio::select! {
+            next = starting.next() => match next {
+                None => break None,
+                Some(Ok(Ok(member))) => members.push(member),
+                Some(Ok(Err(e))) => break Some(Err(e)),
+                Some(Err(e)) => break Some(Err(anyhow::Error::new(e).context("a member's start-up task failed"))),
+            },
+            _ = &mut signal => break Some(Ok(())),
+        }
+    };
+    if let Some(outcome) = interrupted {
+        // Those still starting see the stop as soon as they serve.
+        let _ = stop.send(true);
+        drop(starting);
+        for m in members {
+            let _ = m.running.await;
+        }
+        return outcome;
+    }
+    members.sort_by_key(|m| m.index);
+    let list = MembersFile {
+        members: members
+            .iter()
+            .map(|m| MemberEntry {
+                name: m.name.clone(),
+                server: m.url.clone(),
+                kubeconfig: m.kubeconfig.clone(),
+                data_dir: m.data_dir.clone(),
+            })
+            .collect(),
+    };
+    crate::kubeconfig::write_atomically(&members_file, &serde_json::to_string_pretty(&list)?)?;
+    if let [m] = members.as_slice() {
+        eprintln!(
+            "flotilla member {} ready on {} ({} nodes)\n  export KUBECONFIG={}\n  faults: flotilla member fault --data-dir {} --help",
+            m.name,
+            m.url,
+            args.nodes,
+            m.kubeconfig.display(),
+            m.data_dir.display()
+        );
+    } else {
+        info!(members = count, seconds = began.elapsed().as_secs_f64(), list = %members_file.display(), "all members ready");
+        eprintln!(
+            "flotilla member: {count} members {name}-1 .. {name}-{count} ready in {:.1} s ({} nodes each), listed in {}\n  export KUBECONFIG={}\n  faults: flotilla member fault --data-dir {} --help",
+            began.elapsed().as_secs_f64(),
+            args.nodes,
+            members_file.display(),
+            members[0].kubeconfig.display(),
+            members[0].data_dir.display()
+        );
+    }
+
+    let mut running: futures::stream::FuturesUnordered<_> = members
+        .into_iter()
+        .map(|m| async move {
+            match m.running.await {
+                Ok(result) => result.with_context(|| format!("member {}", m.name)),
+                Err(e) => {
+                    Err(anyhow::Error::new(e).context(format!("member {}'s task failed", m.name)))
+                }
+            }
+        })
+        .collect();
+    let mut result = Ok(());
+    let mut signalled = false;
+    loop {
+        tokio::select! {
+            _ = &mut signal, if !signalled => {
+                signalled = true;
+                let _ = stop.send(true);
+            }
+            ended = running.next() => match ended {
+                None => break,
+                Some(Ok(())) => {}
+                Some(Err(e)) => {
+                    if count > 1 {
+                        tracing::error!(error = %format!("{e:#}"), "a member stopped");
+                    }
+                    if result.is_ok() {
+                        result = Err(e);
+                    }
+                }
+            },
+        }
+    }
+    result?;
+    info!("shut down cleanly");
+    Ok(())
+}
+
+/// Starts one member: its store and API server, nodes and controllers,
+/// admin endpoint and TLS listener; returns once it answers through the
+/// kubeconfig it wrote. It serves until `shutdown` resolves.
+async fn start_member(
+    args: &RunArgs,
+    place: Placement,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<Started> {
+    let Placement {
+        index,
+        name,
+        data_dir,
+        kubeconfig: kubeconfig_path,
+    } = place;
     let pod_cidr = args.pod_cidr.unwrap_or_else(|| default_pod_cidr(&name));
     let sim = SimConfig {
         cluster_name: name.clone(),
         nodes: args.nodes,
-        node_cpu: args.node_cpu,
-        node_memory: args.node_memory,
+        node_cpu: args.node_cpu.clone(),
+        node_memory: args.node_memory.clone(),
         node_pods: args.node_pods,
-        region: args.region,
-        zones: args.zone,
-        provider: args.provider,
-        instance_type: args.instance_type,
+        region: args.region.clone(),
+        zones: args.zone.clone(),
+        provider: args.provider.clone(),
+        instance_type: args.instance_type.clone(),
         node_labels: parse_labels(&args.node_labels)?,
         pod_startup: args.pod_startup,
         job_duration: args.job_duration,
@@ -267,12 +550,15 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
             args.listen
         );
     }
+    if args.underlay.is_some() && args.runtime != RuntimeKind::Netns {
+        bail!("--underlay needs --runtime netns: simulated pods have no network to connect");
+    }
     let serve_args = ServeArgs {
         listen: args.listen,
-        audit: args.audit,
+        audit: args.audit.clone(),
         watch_history: args.watch_history,
-        tls_sans: args.tls_sans,
-        token_auth_file: args.token_auth_file,
+        tls_sans: args.tls_sans.clone(),
+        token_auth_file: args.token_auth_file.clone(),
         authorization_mode: args.authorization_mode,
         // A simulated member keeps its objects in its own data dir.
         storage: StorageArgs::default(),
@@ -337,15 +623,19 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     };
     // Peering (Liqo's model): pods of offloaded namespaces are mutated at
     // admission, and both sides' controllers run in process.
-    p.api
-        .add_mutating_admission(Arc::new(flotilla_peering::admission::OffloadedPods));
-    p.api
-        .add_mutating_admission(Arc::new(flotilla_peering::admiralty::ProxyPods));
-    {
+    let peering = if args.peering() {
+        p.api
+            .add_mutating_admission(Arc::new(flotilla_peering::admission::OffloadedPods));
+        p.api
+            .add_mutating_admission(Arc::new(flotilla_peering::admiralty::ProxyPods));
         let client = loopback::in_process(&p.api, &p.admin_token, "liqo-controller-manager");
         let name = name.clone();
-        tokio::spawn(async move { flotilla_peering::run(client, &name).await });
-    }
+        Some(tokio::spawn(
+            async move { flotilla_peering::run(client, &name).await }.in_current_span(),
+        ))
+    } else {
+        None
+    };
     let simulator = Simulator::start(clients, sim.clone(), faults.clone(), runtime)
         .await
         .context("cannot start the simulated nodes and controllers")?;
@@ -360,18 +650,17 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         })?;
     let admin_addr = admin_listener.local_addr()?;
     let admin_router = admin::router(faults.clone(), sim, &p.admin_token);
-    tokio::spawn(async move {
-        let _ = axum::serve(admin_listener, admin_router).await;
-    });
+    let admin_task = tokio::spawn(
+        async move {
+            let _ = axum::serve(admin_listener, admin_router).await;
+        }
+        .in_current_span(),
+    );
     write_plain(&data_dir.join(ADMIN_ADDRESS), &admin_addr.to_string())?;
 
-    let server = tokio::spawn(front_door::serve(
-        p.api.clone(),
-        p.listener,
-        p.tls,
-        faults,
-        apiserver::shutdown_signal(),
-    ));
+    let server = tokio::spawn(
+        front_door::serve(p.api.clone(), p.listener, p.tls, faults, shutdown).in_current_span(),
+    );
     // Before anyone is told the member is ready (`flotilla join` looks for
     // the operator's namespace to know the member runs a fabric): the
     // fabric's namespace, CRDs and the gateways' own identity.
@@ -390,12 +679,6 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         apiserver::publish_kubeconfig(p.addr, &name, &p.ca_pem, &p.admin_token, &kubeconfig_path)
             .await?;
     info!(member = %name, kubeconfig = %kubeconfig_path.display(), admin = %admin_addr, "ready");
-    eprintln!(
-        "flotilla member {name} ready on {url} ({} nodes)\n  export KUBECONFIG={}\n  faults: flotilla member fault --data-dir {} --help",
-        args.nodes,
-        kubeconfig_path.display(),
-        data_dir.display()
-    );
     let fabric = match (&netns, &args.underlay) {
         (Some(netns), Some(underlay)) => {
             let network = netns.network();
@@ -425,25 +708,40 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
                 service_cidrs: vec![args.service_cidr],
                 gateways: args.gateways,
             };
-            Some(tokio::spawn(flotilla_fabric::supervisor::run(config)))
-        }
-        (None, Some(_)) => {
-            bail!("--underlay needs --runtime netns: simulated pods have no network to connect")
+            Some(tokio::spawn(
+                flotilla_fabric::supervisor::run(config).in_current_span(),
+            ))
         }
         _ => None,
     };
-    let served = server.await.context("the server task failed");
-    if let Some(f) = fabric {
-        f.abort();
-        let _ = f.await;
-    }
-    drop(simulator);
-    if let Some(netns) = netns {
-        netns.shutdown().await;
-    }
-    served??;
-    info!("shut down cleanly");
-    Ok(())
+    let running = tokio::spawn(
+        async move {
+            let served = server.await.context("the server task failed");
+            if let Some(f) = fabric {
+                f.abort();
+                let _ = f.await;
+            }
+            drop(simulator);
+            if let Some(peering) = peering {
+                peering.abort();
+            }
+            admin_task.abort();
+            if let Some(netns) = netns {
+                netns.shutdown().await;
+            }
+            served??;
+            Ok(())
+        }
+        .in_current_span(),
+    );
+    Ok(Started {
+        index,
+        name,
+        url,
+        kubeconfig: kubeconfig_path,
+        data_dir,
+        running,
+    })
 }
 
 /// The cluster DNS address: the service range's tenth, as kubeadm picks.
