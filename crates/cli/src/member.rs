@@ -334,6 +334,39 @@ fn check_count(args: &RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Open files a member holds when idle and joined, with room to spare:
+/// its store's connections and files, two listeners, the hub's and its
+/// own controllers' connections.
+const FILES_PER_MEMBER: u64 = 24;
+
+/// Raises this process's open-files limit to the hard limit, since many
+/// members hold many descriptors; warns when even that looks too few.
+fn raise_open_files(count: usize) {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let mut current = limit.current;
+    if limit.current != limit.maximum {
+        let raised = Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        match setrlimit(Resource::Nofile, raised) {
+            Ok(()) => current = limit.maximum,
+            Err(error) => tracing::warn!(%error, "cannot raise the open-files limit"),
+        }
+    }
+    let wanted = count as u64 * FILES_PER_MEMBER;
+    if let Some(current) = current
+        && current < wanted
+    {
+        tracing::warn!(
+            limit = current,
+            wanted,
+            "the open-files limit may be too low for {count} members (raise it with ulimit -n)"
+        );
+    }
+}
+
 /// A member that answers through its kubeconfig.
 struct Started {
     index: usize,
@@ -394,6 +427,9 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     let count = args.count;
+    if count > 1 {
+        raise_open_files(count);
+    }
     let concurrency = args.start_concurrency.max(1);
     let placements = placements(&args, &name, &data_dir);
     let args = Arc::new(args);
