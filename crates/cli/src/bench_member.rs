@@ -191,7 +191,7 @@ pub(crate) fn rss_kib(pid: u32, field: &str) -> u64 {
 }
 
 /// CPU seconds (user + system) the process has used.
-fn cpu_seconds(pid: u32) -> f64 {
+pub(crate) fn cpu_seconds(pid: u32) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0.0;
     };

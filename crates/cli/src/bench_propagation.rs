@@ -88,6 +88,9 @@ enum Division {
 
 const NAMESPACE: &str = "bench";
 
+/// How long the joined fleet's idle CPU is sampled before the templates.
+const JOINED_IDLE: Duration = Duration::from_secs(5);
+
 /// Starts `flotilla ARGS` on `data`. `FLOTILLA_BENCH_HUB_WRAPPER` (e.g.
 /// `heaptrack -o /tmp/hub`) runs the control plane under a profiler.
 fn spawn(args: &[&str], data: &Path) -> anyhow::Result<ServerProcess> {
@@ -388,16 +391,36 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let joined_in = members_started.elapsed();
+    // The fleet joined and idle: what the hub and the members cost before
+    // any template, each apart.
+    let cpu = |pids: &[u32]| -> f64 {
+        pids.iter()
+            .map(|p| crate::bench_member::cpu_seconds(*p))
+            .sum()
+    };
+    let hub_pid = [hub_process.0.id()];
+    let member_pids = fleet.pids();
+    let (hub_before, members_before) = (cpu(&hub_pid), cpu(&member_pids));
+    tokio::time::sleep(JOINED_IDLE).await;
+    let idle_percent =
+        |before: f64, after: f64| (after - before) / JOINED_IDLE.as_secs_f64() * 100.0;
+    let hub_idle_cpu = idle_percent(hub_before, cpu(&hub_pid));
+    let members_idle_cpu = idle_percent(members_before, cpu(&member_pids));
     let hub_rss_joined_kib = crate::bench_member::rss_kib(hub_process.0.id(), "VmRSS:");
+    let members_rss_joined_kib = fleet.rss_kib("VmRSS:");
     if !args.json {
         println!(
-            "{} members up in {:.1} s ({} member process(es), {:.0} MiB RSS); joined and Ready {:.1} s after their start; hub RSS then {:.0} MiB",
+            "{} members up in {:.1} s ({} member process(es)); joined and Ready {:.1} s after their start",
             args.members,
             members_up_in.as_secs_f64(),
             fleet.processes.len(),
-            fleet.rss_kib("VmRSS:") as f64 / 1024.0,
             joined_in.as_secs_f64(),
-            hub_rss_joined_kib as f64 / 1024.0
+        );
+        println!(
+            "joined, idle over {JOINED_IDLE:?}: hub RSS {:.0} MiB, CPU {hub_idle_cpu:.1}% of a core; members RSS {:.0} MiB ({:.2} MiB each), CPU {members_idle_cpu:.1}% of a core",
+            hub_rss_joined_kib as f64 / 1024.0,
+            members_rss_joined_kib as f64 / 1024.0,
+            members_rss_joined_kib as f64 / 1024.0 / args.members as f64,
         );
     }
     ensure_namespace(&hub, NAMESPACE).await?;
@@ -607,6 +630,9 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         "bindings_per_second_of_scheduler_time": if scheduling_busy > 0.0 { scheduled / scheduling_busy } else { 0.0 },
         "controlplane_peak_rss_mib": peak_kib as f64 / 1024.0,
         "controlplane_rss_joined_mib": hub_rss_joined_kib as f64 / 1024.0,
+        "controlplane_idle_cpu_percent": hub_idle_cpu,
+        "members_rss_joined_mib": members_rss_joined_kib as f64 / 1024.0,
+        "members_idle_cpu_percent": members_idle_cpu,
         "member_processes": fleet.processes.len(),
         "members_start_seconds": members_up_in.as_secs_f64(),
         "members_joined_seconds": joined_in.as_secs_f64(),
