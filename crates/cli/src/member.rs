@@ -334,10 +334,10 @@ fn check_count(args: &RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Open files a member holds when idle and joined, with room to spare:
-/// its store's connections and files, two listeners, the hub's and its
-/// own controllers' connections.
-const FILES_PER_MEMBER: u64 = 24;
+/// Open files a member may hold: about 7 when idle (two listeners, the
+/// store's writer with its WAL and shared memory, one reader), up to 4
+/// more pooled readers under load, and its clients' connections.
+const FILES_PER_MEMBER: u64 = 16;
 
 /// Raises this process's open-files limit to the hard limit, since many
 /// members hold many descriptors; warns when even that looks too few.
