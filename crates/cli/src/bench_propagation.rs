@@ -431,6 +431,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
     };
     if args.scheduler_only {
         let result = scheduler_only(&args, &hub, placement).await;
+        drop(hub_process);
         drop(fleet);
         return result;
     }
@@ -494,7 +495,20 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
             break;
         }
         if Instant::now() > deadline {
-            bail!("not every copy arrived within 10 minutes");
+            let seen = seen.lock();
+            let arrived: usize = expected
+                .iter()
+                .map(|(k, n)| seen.get(k).map_or(0, |v| v.len().min(*n)))
+                .sum();
+            let complete = expected
+                .iter()
+                .filter(|(k, n)| seen.get(*k).is_some_and(|v| v.len() >= **n))
+                .count();
+            bail!(
+                "not every copy arrived within 10 minutes: {arrived} of {} copies, {complete} of {} templates in every member",
+                expected.values().sum::<usize>(),
+                expected.len()
+            );
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -696,8 +710,9 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
             k as f64 / 1024.0
         );
     }
-    drop(fleet);
+    // The hub first, so that it does not log its members going away.
     drop(hub_process);
+    drop(fleet);
     Ok(())
 }
 
