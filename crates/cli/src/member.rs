@@ -443,7 +443,15 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
             let args = args.clone();
             let shutdown = until_stopped(stopped.clone());
             let span = tracing::info_span!("member", name = %place.name);
-            let start = async move { start_member(&args, place, shutdown).await };
+            let member = place.name.clone();
+            let start = async move {
+                let started = start_member(&args, place, shutdown).await;
+                if count > 1 {
+                    started.with_context(|| format!("cannot start member {member}"))
+                } else {
+                    started
+                }
+            };
             if count > 1 {
                 tokio::spawn(start.instrument(span))
             } else {
