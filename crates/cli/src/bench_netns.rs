@@ -211,10 +211,7 @@ async fn measure(
         percentile(&took, 0.99) * 1000.0,
         took.len()
     ));
-    figures.insert(
-        "pods_ready_seconds".into(),
-        all_ready.as_secs_f64().into(),
-    );
+    figures.insert("pods_ready_seconds".into(), all_ready.as_secs_f64().into());
     figures.insert(
         "created_to_running_ms".into(),
         serde_json::json!({"p50": percentile(&took, 0.5) * 1000.0,

@@ -118,7 +118,7 @@ pub(crate) fn parse_report(text: &str) -> anyhow::Result<Value> {
         .rev()
         .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
         .find(Value::is_object)
-        .ok_or_else(|| anyhow::anyhow!("no JSON object in it ({whole})"))
+        .ok_or_else(|| anyhow::anyhow!("{whole}"))
 }
 
 fn kind_of(v: &Value) -> &'static str {
@@ -354,11 +354,12 @@ pub(crate) fn goal(path: &str) -> Goal {
         .split(['.', '_', '[', ']'])
         .filter(|w| !w.is_empty())
         .collect();
-    let rate = words.windows(2).any(|w| {
-        w[0] == "per" && matches!(w[1], "second" | "seconds" | "sec" | "s")
-    }) || words
-        .iter()
-        .any(|w| *w == "throughput" || w.ends_with("bps"));
+    let rate = words
+        .windows(2)
+        .any(|w| w[0] == "per" && matches!(w[1], "second" | "seconds" | "sec" | "s"))
+        || words
+            .iter()
+            .any(|w| *w == "throughput" || w.ends_with("bps"));
     if rate {
         return Goal::Higher;
     }
@@ -392,7 +393,9 @@ pub(crate) fn goal(path: &str) -> Goal {
 }
 
 /// The numeric leaves of a run's JSON by dotted path, in the JSON's
-/// order, leaving out [`METADATA`]; arrays by index (`rows[0].x`).
+/// order, leaving out [`METADATA`] and the arguments a bench repeats
+/// among its figures (a top-level key also in `args`); arrays by index
+/// (`rows[0].x`).
 pub(crate) fn flatten(report: &Value) -> Vec<(String, f64)> {
     fn walk(prefix: &str, v: &Value, out: &mut Vec<(String, f64)>) {
         match v {
@@ -422,8 +425,10 @@ pub(crate) fn flatten(report: &Value) -> Vec<(String, f64)> {
     let mut out = Vec::new();
     match report {
         Value::Object(map) => {
+            let args = map.get("args").and_then(Value::as_object);
             for (k, v) in map {
-                if !METADATA.contains(&k.as_str()) {
+                let argument = args.is_some_and(|a| a.contains_key(k));
+                if !METADATA.contains(&k.as_str()) && !argument {
                     walk(k, v, &mut out);
                 }
             }
@@ -626,7 +631,11 @@ pub(crate) fn number(v: f64) -> String {
 /// a row per figure.
 pub(crate) fn table(before: &Value, now: &Value, before_name: &str, now_name: &str) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{}", describe(&format!("before ({before_name})"), before));
+    let _ = writeln!(
+        out,
+        "{}",
+        describe(&format!("before ({before_name})"), before)
+    );
     let _ = writeln!(out, "{}", describe(&format!("now ({now_name})"), now));
     for w in warnings(before, now, before_name) {
         let _ = writeln!(out, "warning: {w}");
@@ -730,7 +739,7 @@ mod tests {
     #[test]
     fn flattening_follows_objects_and_arrays_and_skips_metadata() {
         let doc = run(json!({
-            "copies": 40, "kind": "ConfigMap", "restart_seconds": null, "ok": true,
+            "templates": 1000, "copies": 40, "kind": "ConfigMap", "restart_seconds": null, "ok": true,
             "latency_ms": {"p50": 12.5, "p99": 20},
             "stages": {"binding": {"count": 3, "mean_ms": 0.5}},
             "authz": [{"mode": "RBAC", "read_p50_us": 200}, {"read_p50_us": 210}],
@@ -878,11 +887,17 @@ mod tests {
         assert_eq!(w.len(), 3, "{w:?}");
         assert!(w[0].contains("machines differ (cores 2 -> 16)"), "{w:?}");
         assert!(w[1].contains("stores differ (embedded -> etcd)"), "{w:?}");
-        assert!(w[2].contains("arguments differ (templates 1000 -> 200)"), "{w:?}");
+        assert!(
+            w[2].contains("arguments differ (templates 1000 -> 200)"),
+            "{w:?}"
+        );
         let old = json!({"create_seconds": 1});
         let w = warnings(&old, &before, "old.json");
         assert_eq!(w.len(), 1, "{w:?}");
-        assert!(w[0].contains("old.json does not say which machine"), "{w:?}");
+        assert!(
+            w[0].contains("old.json does not say which machine"),
+            "{w:?}"
+        );
     }
 
     #[test]

@@ -41,7 +41,7 @@ fn bench_compare_prints_each_figures_ratio_and_verdict() {
     let before = run(
         2,
         serde_json::json!({
-            "distribution_seconds": 4.0, "templates_per_second": 250.0, "copies": 2000,
+            "templates": 1000, "distribution_seconds": 4.0, "templates_per_second": 250.0, "copies": 2000,
             "latency_ms": {"p50": 10.0, "p99": 20.0},
             "controlplane_peak_rss_mib": 100.0,
         }),
@@ -49,19 +49,14 @@ fn bench_compare_prints_each_figures_ratio_and_verdict() {
     let now = run(
         2,
         serde_json::json!({
-            "distribution_seconds": 2.0, "templates_per_second": 500.0, "copies": 2000,
+            "templates": 1000, "distribution_seconds": 2.0, "templates_per_second": 500.0, "copies": 2000,
             "latency_ms": {"p50": 10.2, "p99": 30.0},
             "controlplane_peak_rss_mib": 150.0,
         }),
     );
     std::fs::write(&a, before.to_string()).unwrap();
     std::fs::write(&b, serde_json::to_string_pretty(&now).unwrap()).unwrap();
-    let out = flotilla(&[
-        "bench",
-        "compare",
-        a.to_str().unwrap(),
-        b.to_str().unwrap(),
-    ]);
+    let out = flotilla(&["bench", "compare", a.to_str().unwrap(), b.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -71,11 +66,25 @@ fn bench_compare_prints_each_figures_ratio_and_verdict() {
     assert!(!stdout.contains("warning"), "same machine: {stdout}");
     assert_eq!(
         row(&stdout, "distribution_seconds"),
-        ["distribution_seconds", "4", "2", "0.50x", "lower", "improvement"]
+        [
+            "distribution_seconds",
+            "4",
+            "2",
+            "0.50x",
+            "lower",
+            "improvement"
+        ]
     );
     assert_eq!(
         row(&stdout, "templates_per_second"),
-        ["templates_per_second", "250", "500", "2.00x", "higher", "improvement"]
+        [
+            "templates_per_second",
+            "250",
+            "500",
+            "2.00x",
+            "higher",
+            "improvement"
+        ]
     );
     assert_eq!(
         row(&stdout, "latency_ms.p50"),
@@ -87,9 +96,19 @@ fn bench_compare_prints_each_figures_ratio_and_verdict() {
     );
     assert_eq!(
         row(&stdout, "controlplane_peak_rss_mib"),
-        ["controlplane_peak_rss_mib", "100", "150", "1.50x", "lower", "regression"]
+        [
+            "controlplane_peak_rss_mib",
+            "100",
+            "150",
+            "1.50x",
+            "lower",
+            "regression"
+        ]
     );
-    assert_eq!(row(&stdout, "copies"), ["copies", "2000", "2000", "1.00x", "-"]);
+    assert_eq!(
+        row(&stdout, "copies"),
+        ["copies", "2000", "2000", "1.00x", "-"]
+    );
     assert!(
         !stdout.contains("\ntemplates "),
         "arguments are not figures: {stdout}"
@@ -97,12 +116,7 @@ fn bench_compare_prints_each_figures_ratio_and_verdict() {
 
     // Another machine: a warning line, and still the table.
     std::fs::write(&b, run(16, serde_json::json!({"copies": 2000})).to_string()).unwrap();
-    let out = flotilla(&[
-        "bench",
-        "compare",
-        a.to_str().unwrap(),
-        b.to_str().unwrap(),
-    ]);
+    let out = flotilla(&["bench", "compare", a.to_str().unwrap(), b.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
     assert!(
@@ -113,7 +127,15 @@ fn bench_compare_prints_each_figures_ratio_and_verdict() {
     );
     assert_eq!(
         row(&stdout, "distribution_seconds"),
-        ["distribution_seconds", "4", "-", "-", "lower", "only", "before"]
+        [
+            "distribution_seconds",
+            "4",
+            "-",
+            "-",
+            "lower",
+            "only",
+            "before"
+        ]
     );
 }
 
@@ -139,8 +161,7 @@ fn a_missing_or_malformed_file_is_a_one_line_error_before_anything_runs() {
     ]);
     let error = error_line(&out);
     assert!(
-        error.contains(&format!("cannot read {}", missing.display()))
-            && error.contains("--json >"),
+        error.contains(&format!("cannot read {}", missing.display())) && error.contains("--json >"),
         "{error}"
     );
 
@@ -167,5 +188,9 @@ fn a_missing_or_malformed_file_is_a_one_line_error_before_anything_runs() {
     ]);
     let error = error_line(&out);
     assert!(error.contains("cannot read"), "{error}");
-    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
