@@ -10,7 +10,8 @@ use anyhow::{Context, bail};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, PostParams};
 
-use crate::bench::{ServerProcess, client_when_ready, peak_rss_kib, print_machine};
+use crate::bench::{ServerProcess, client_when_ready, peak_rss_kib};
+use crate::bench_report::Reporter;
 
 #[derive(clap::Args)]
 pub struct MemberArgs {
@@ -37,6 +38,19 @@ pub struct MemberArgs {
     /// and Service latency and throughput (`bench_netns`).
     #[arg(long, value_enum, default_value = "sim")]
     runtime: crate::member::RuntimeKind,
+    #[command(flatten)]
+    pub(crate) report: crate::bench_report::ReportArgs,
+}
+
+impl MemberArgs {
+    /// The arguments, for the run's JSON.
+    pub(crate) fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "members": self.members, "nodes": self.nodes, "pods": self.pods,
+            "deployments": self.deployments, "watch_history": self.watch_history,
+            "idle_seconds": self.idle.as_secs_f64(), "runtime": self.runtime.as_str(),
+        })
+    }
 }
 
 pub(crate) struct Member {
@@ -130,21 +144,23 @@ pub async fn run(args: MemberArgs) -> anyhow::Result<()> {
     if args.runtime == crate::member::RuntimeKind::Netns {
         return crate::bench_netns::run(&args).await;
     }
+    let out = Reporter::from_args("member", &args.report);
     let dir = tempfile::tempdir()?;
-    println!(
+    out.line(format!(
         "flotilla bench member: {} member(s) x {} nodes x {} pods in {} Deployments",
         args.members, args.nodes, args.pods, args.deployments
-    );
-    print_machine();
+    ));
+    out.line(crate::bench_report::machine_line());
     let started = Instant::now();
     let mut members = Vec::new();
     for i in 0..args.members {
         members.push(start(i, &args, dir.path()).await?);
     }
-    println!(
+    let up = started.elapsed();
+    out.line(format!(
         "members up with nodes Ready: {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
+        up.as_secs_f64()
+    ));
 
     let applied = Instant::now();
     let per = args.pods / args.deployments.max(1);
@@ -179,11 +195,11 @@ pub async fn run(args: MemberArgs) -> anyhow::Result<()> {
     }
     let took = applied.elapsed();
     let total = args.pods * args.members;
-    println!(
+    out.line(format!(
         "all {total} pods Ready: {:.1} s after the Deployments were created ({:.0} pods/s, incl. the 1 s startup delay)",
         took.as_secs_f64(),
         total as f64 / took.as_secs_f64()
-    );
+    ));
 
     let pids: Vec<u32> = members.iter().map(|m| m.process.0.id()).collect();
     let cpu_before: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
@@ -192,16 +208,31 @@ pub async fn run(args: MemberArgs) -> anyhow::Result<()> {
     let peak: Vec<u64> = pids.iter().map(|p| rss_kib(*p, "VmHWM:")).collect();
     let now: Vec<u64> = pids.iter().map(|p| rss_kib(*p, "VmRSS:")).collect();
     let mib = |k: u64| k as f64 / 1024.0;
-    println!(
-        "RSS per member: peak max {:.0} MiB, settled mean {:.0} MiB; all members settled {:.0} MiB",
+    let (peak_max, settled_mean, settled_all) = (
         mib(peak.iter().copied().max().unwrap_or(0)),
         mib(now.iter().sum::<u64>() / now.len().max(1) as u64),
-        mib(now.iter().sum())
+        mib(now.iter().sum()),
     );
-    println!(
-        "idle CPU, all members: {:.1}% of one core (over {:?})",
-        (cpu_after - cpu_before) / args.idle.as_secs_f64() * 100.0,
+    out.line(format!(
+        "RSS per member: peak max {peak_max:.0} MiB, settled mean {settled_mean:.0} MiB; all members settled {settled_all:.0} MiB",
+    ));
+    let idle_cpu = (cpu_after - cpu_before) / args.idle.as_secs_f64().max(1e-9) * 100.0;
+    out.line(format!(
+        "idle CPU, all members: {idle_cpu:.1}% of one core (over {:?})",
         args.idle
+    ));
+    let report = out.document(
+        "embedded",
+        args.to_json(),
+        serde_json::json!({
+            "members_up_seconds": up.as_secs_f64(),
+            "pods_ready": total,
+            "pods_ready_seconds": took.as_secs_f64(),
+            "pods_per_second": total as f64 / took.as_secs_f64(),
+            "rss_mib": {"peak_max": peak_max, "settled_mean": settled_mean,
+                        "settled_all_members": settled_all},
+            "idle_cpu_percent_of_core": idle_cpu,
+        }),
     );
-    Ok(())
+    out.finish(&report)
 }
