@@ -32,6 +32,9 @@ pub enum Bench {
     /// What authorization adds to a read and a write (p50/p99), and how
     /// it grows with 10,000 bindings.
     Authz(crate::bench_authz::AuthzArgs),
+    /// Compare two saved runs (`--json` output): each figure's ratio
+    /// new/old, and whether it improved or regressed.
+    Compare(crate::bench_report::CompareArgs),
 }
 
 #[derive(clap::Args)]
@@ -48,6 +51,8 @@ pub struct ApiserverArgs {
     /// Events delivered to every watcher.
     #[arg(long, default_value_t = 200)]
     events: usize,
+    #[command(flatten)]
+    report: crate::bench_report::ReportArgs,
 }
 
 pub async fn run(b: Bench) -> anyhow::Result<()> {
@@ -58,6 +63,7 @@ pub async fn run(b: Bench) -> anyhow::Result<()> {
         Bench::Peering(args) => crate::bench_peering::run(args).await,
         Bench::Authz(args) => crate::bench_authz::run(args).await,
         Bench::Propagation(args) => crate::bench_propagation::run(args).await,
+        Bench::Compare(args) => crate::bench_report::compare(args),
     }
 }
 
@@ -72,13 +78,7 @@ impl Drop for ServerProcess {
 
 /// The line every bench prints about where it ran.
 pub(crate) fn print_machine() {
-    println!(
-        "machine: {} cores, {}",
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1),
-        std::env::consts::ARCH
-    );
+    println!("{}", crate::bench_report::machine_line());
 }
 
 /// Waits for a server's kubeconfig to appear, then a client from it.
@@ -117,6 +117,10 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
 }
@@ -129,6 +133,7 @@ fn configmap(name: &str) -> anyhow::Result<ConfigMap> {
 }
 
 async fn apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
+    let out = crate::bench_report::Reporter::from_args("apiserver", &args.report);
     let dir = tempfile::tempdir()?;
     let kubeconfig = dir.path().join("kubeconfig");
     let child = Command::new(std::env::current_exe()?)
@@ -153,11 +158,11 @@ async fn apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
             .await?;
     }
 
-    println!(
+    out.line(format!(
         "flotilla bench apiserver: {} objects, {} writers, {} watchers x {} events",
         args.objects, args.concurrency, args.watchers, args.events
-    );
-    print_machine();
+    ));
+    out.line(crate::bench_report::machine_line());
 
     // Create throughput.
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "bench");
@@ -186,14 +191,20 @@ async fn apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
     }
     let elapsed = started.elapsed();
     latencies.sort();
-    println!(
+    out.line(format!(
         "create: {:.0} objects/s ({} in {:.2} s), latency p50 {} p99 {}",
         args.objects as f64 / elapsed.as_secs_f64(),
         args.objects,
         elapsed.as_secs_f64(),
         ms(percentile(&latencies, 0.5)),
         ms(percentile(&latencies, 0.99))
-    );
+    ));
+    let create = serde_json::json!({
+        "objects_per_second": args.objects as f64 / elapsed.as_secs_f64(),
+        "seconds": elapsed.as_secs_f64(),
+        "latency_ms": {"p50": millis(percentile(&latencies, 0.5)),
+                       "p99": millis(percentile(&latencies, 0.99))},
+    });
 
     // List latency.
     let mut full = Vec::new();
@@ -201,10 +212,21 @@ async fn apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
         let t = Instant::now();
         let list = api.list(&ListParams::default()).await?;
         full.push(t.elapsed());
-        if list.items.len() != args.objects {
+        // The namespace also holds what the server puts in every one
+        // (kube-root-ca.crt).
+        let listed = list
+            .items
+            .iter()
+            .filter(|cm| {
+                cm.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("cm-"))
+            })
+            .count();
+        if listed != args.objects {
             bail!(
-                "listed {} objects, expected {}",
-                list.items.len(),
+                "listed {listed} of the bench's objects, expected {}",
                 args.objects
             );
         }
@@ -238,13 +260,18 @@ async fn apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
         .await?;
         t.elapsed()
     };
-    println!(
+    out.line(format!(
         "list {} objects: full median {}, paginated (limit 500) median {}, field-selected {}",
         args.objects,
         ms(percentile(&full, 0.5)),
         ms(percentile(&paged, 0.5)),
         ms(selected)
-    );
+    ));
+    let list = serde_json::json!({
+        "full_median_ms": millis(percentile(&full, 0.5)),
+        "paginated_median_ms": millis(percentile(&paged, 0.5)),
+        "field_selected_ms": millis(selected),
+    });
 
     // Watch fan-out.
     let fanout: Api<ConfigMap> = Api::namespaced(client.clone(), "fanout");
@@ -299,17 +326,36 @@ async fn apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
         w.await?;
     }
     delivery.sort();
-    println!(
+    out.line(format!(
         "watch fan-out: {} deliveries in {:.2} s ({:.0}/s), create-to-delivery p50 {} p99 {}",
         delivery.len(),
         total.as_secs_f64(),
         delivery.len() as f64 / total.as_secs_f64(),
         ms(percentile(&delivery, 0.5)),
         ms(percentile(&delivery, 0.99))
-    );
-    match peak_rss_kib(server.0.id()) {
-        Some(kib) => println!("server peak RSS: {:.1} MiB", kib as f64 / 1024.0),
-        None => println!("server peak RSS: unavailable (no /proc)"),
+    ));
+    let watch = serde_json::json!({
+        "deliveries": delivery.len(),
+        "seconds": total.as_secs_f64(),
+        "deliveries_per_second": delivery.len() as f64 / total.as_secs_f64(),
+        "delivery_latency_ms": {"p50": millis(percentile(&delivery, 0.5)),
+                                "p99": millis(percentile(&delivery, 0.99))},
+    });
+    let peak = peak_rss_kib(server.0.id());
+    match peak {
+        Some(kib) => out.line(format!("server peak RSS: {:.1} MiB", kib as f64 / 1024.0)),
+        None => out.line("server peak RSS: unavailable (no /proc)"),
     }
-    Ok(())
+    let report = out.document(
+        "embedded",
+        serde_json::json!({
+            "objects": args.objects, "concurrency": args.concurrency,
+            "watchers": args.watchers, "events": args.events,
+        }),
+        serde_json::json!({
+            "create": create, "list": list, "watch": watch,
+            "server_peak_rss_mib": peak.map(|kib| kib as f64 / 1024.0),
+        }),
+    );
+    out.finish(&report)
 }

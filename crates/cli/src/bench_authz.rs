@@ -25,6 +25,8 @@ pub struct AuthzArgs {
     /// Binding counts to measure at (other users' RoleBindings), besides none.
     #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
     bindings: Vec<usize>,
+    #[command(flatten)]
+    report: crate::bench_report::ReportArgs,
 }
 
 const NAMESPACE: &str = "bench";
@@ -43,7 +45,8 @@ struct Row {
 }
 
 pub async fn run(args: AuthzArgs) -> anyhow::Result<()> {
-    crate::bench::print_machine();
+    let out = crate::bench_report::Reporter::from_args("authz", &args.report);
+    out.line(crate::bench_report::machine_line());
     let mut rows = Vec::new();
     rows.push(
         measure(Mode::AlwaysAllow, &[0], args.requests)
@@ -53,12 +56,12 @@ pub async fn run(args: AuthzArgs) -> anyhow::Result<()> {
     let mut counts = vec![0];
     counts.extend(args.bindings.iter().copied());
     rows.extend(measure(Mode::Rbac, &counts, args.requests).await?);
-    println!(
+    out.line(format!(
         "{:<12} {:>9} {:>12} {:>12} {:>12} {:>12} {:>10}",
         "mode", "bindings", "read p50", "read p99", "write p50", "write p99", "decision"
-    );
+    ));
     for r in &rows {
-        println!(
+        out.line(format!(
             "{:<12} {:>9} {:>9.0} µs {:>9.0} µs {:>9.0} µs {:>9.0} µs {:>7.0} ns",
             r.mode,
             r.bindings,
@@ -67,10 +70,14 @@ pub async fn run(args: AuthzArgs) -> anyhow::Result<()> {
             r.write_p50_us,
             r.write_p99_us,
             r.decision_ns
-        );
+        ));
     }
-    println!("{}", serde_json::to_string(&json!({"authz": rows}))?);
-    Ok(())
+    let report = out.document(
+        "embedded",
+        json!({"requests": args.requests, "bindings": args.bindings}),
+        json!({"authz": rows}),
+    );
+    out.finish(&report)
 }
 
 /// Starts a server in `mode` and measures at each binding count, adding

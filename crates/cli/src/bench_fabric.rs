@@ -15,8 +15,9 @@ use flotilla_fabric::api::{CONNECTED, Gateway, OPERATOR_NAMESPACE};
 use kube::Api;
 use kube::api::ListParams;
 
-use crate::bench::{ServerProcess, client_when_ready, print_machine};
+use crate::bench::{ServerProcess, client_when_ready};
 use crate::bench_member::rss_kib;
+use crate::bench_report::Reporter;
 
 #[derive(clap::Args)]
 pub struct FabricArgs {
@@ -32,6 +33,8 @@ pub struct FabricArgs {
     /// Skip `flotilla network benchmark` between the first two members.
     #[arg(long)]
     no_throughput: bool,
+    #[command(flatten)]
+    report: crate::bench_report::ReportArgs,
 }
 
 const WAIT: Duration = Duration::from_secs(300);
@@ -118,22 +121,38 @@ pub async fn run(args: FabricArgs) -> anyhow::Result<()> {
     if args.members < 2 {
         bail!("--members must be at least 2: a fabric connects clusters");
     }
-    println!(
+    let out = Reporter::from_args("fabric", &args.report);
+    out.line(format!(
         "flotilla bench fabric: {} members, {} nodes (gateways) each, underlay outage {:?}",
         args.members, args.nodes, args.outage
-    );
-    print_machine();
+    ));
+    out.line(crate::bench_report::machine_line());
     let dir = tempfile::tempdir()?;
     let underlay = format!("flt-ul-b{:06x}", std::process::id() & 0xff_ffff);
     flotilla_fabric::underlay::create(&underlay, "100.64.0.0/16".parse()?)
         .await
         .context("cannot make the underlay (run as root)")?;
-    let result = measure(&args, dir.path(), &underlay).await;
+    let result = measure(&args, dir.path(), &underlay, &out).await;
     flotilla_fabric::underlay::delete(&underlay).await;
-    result
+    let report = out.document(
+        "embedded",
+        serde_json::json!({
+            "members": args.members, "nodes": args.nodes,
+            "outage_seconds": args.outage.as_secs_f64(), "no_throughput": args.no_throughput,
+        }),
+        result?.into(),
+    );
+    out.finish(&report)
 }
 
-async fn measure(args: &FabricArgs, dir: &Path, underlay: &str) -> anyhow::Result<()> {
+/// The figures, as the run's JSON has them.
+async fn measure(
+    args: &FabricArgs,
+    dir: &Path,
+    underlay: &str,
+    out: &Reporter,
+) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+    let mut figures = serde_json::Map::new();
     let s = |v: &str| v.to_string();
     let hub_dir = dir.join("hub");
     let _hub = spawn(
@@ -196,11 +215,13 @@ async fn measure(args: &FabricArgs, dir: &Path, underlay: &str) -> anyhow::Resul
     join(&hub_kubeconfig, &members[1])?;
     let join_took = joined.elapsed();
     let first = wait_mesh(&members[..2], 1).await?;
-    println!(
+    out.line(format!(
         "join to the first connected tunnel: {:.2} s after the second `flotilla join` returned (the join itself took {:.2} s)",
         first.as_secs_f64(),
         join_took.as_secs_f64()
-    );
+    ));
+    figures.insert("join_seconds".into(), join_took.as_secs_f64().into());
+    figures.insert("first_tunnel_seconds".into(), first.as_secs_f64().into());
 
     // The rest joined back to back: the full mesh.
     let started = Instant::now();
@@ -208,14 +229,16 @@ async fn measure(args: &FabricArgs, dir: &Path, underlay: &str) -> anyhow::Resul
         join(&hub_kubeconfig, m)?;
     }
     let mesh = wait_mesh(&members, members.len() - 1).await?;
-    println!(
+    let full = started.elapsed();
+    out.line(format!(
         "full mesh of {} members ({} tunnels): {:.2} s from the first of the other {} joins ({:.2} s of which were the joins)",
         members.len(),
         members.len() * (members.len() - 1) / 2,
-        started.elapsed().as_secs_f64(),
+        full.as_secs_f64(),
         members.len().saturating_sub(2),
-        (started.elapsed() - mesh).as_secs_f64()
-    );
+        (full - mesh).as_secs_f64()
+    ));
+    figures.insert("full_mesh_seconds".into(), full.as_secs_f64().into());
 
     // The underlay cut, then restored.
     flotilla_fabric::underlay::set_up(underlay, false).await?;
@@ -229,11 +252,16 @@ async fn measure(args: &FabricArgs, dir: &Path, underlay: &str) -> anyhow::Resul
     };
     flotilla_fabric::underlay::set_up(underlay, true).await?;
     let healed = wait_mesh(&members, members.len() - 1).await?;
-    println!(
+    out.line(format!(
         "underlay cut for {:?} ({down} of {} members saw connections fail): the full mesh again {:.2} s after it was restored",
         args.outage,
         members.len(),
         healed.as_secs_f64()
+    ));
+    figures.insert("members_that_saw_the_outage".into(), down.into());
+    figures.insert(
+        "recovery_after_outage_seconds".into(),
+        healed.as_secs_f64().into(),
     );
 
     // The gateways' memory.
@@ -251,17 +279,29 @@ async fn measure(args: &FabricArgs, dir: &Path, underlay: &str) -> anyhow::Resul
     if let (Some(max), Some(peak)) = (rss.iter().map(|r| r.0).max(), rss.iter().map(|r| r.1).max())
     {
         let mean = rss.iter().map(|r| r.0).sum::<u64>() / rss.len() as u64;
-        println!(
+        out.line(format!(
             "gateway memory ({} gateways, active and standby): RSS mean {:.1} MiB, max {:.1} MiB, peak {:.1} MiB",
             rss.len(),
             mean as f64 / 1024.0,
             max as f64 / 1024.0,
             peak as f64 / 1024.0
+        ));
+        figures.insert(
+            "gateway_rss_mib".into(),
+            serde_json::json!({"mean": mean as f64 / 1024.0, "max": max as f64 / 1024.0,
+                               "peak": peak as f64 / 1024.0}),
         );
     }
 
     if !args.no_throughput {
-        println!("\n$ flotilla network benchmark --from member0 --to member1");
+        // Its figures are its own output (for people; under --json on
+        // stderr, so that stdout stays the JSON).
+        out.line("\n$ flotilla network benchmark --from member0 --to member1");
+        let stdout = if out.json() {
+            Stdio::from(std::io::stderr())
+        } else {
+            Stdio::inherit()
+        };
         let status = Command::new(std::env::current_exe()?)
             .args([
                 "network",
@@ -273,6 +313,7 @@ async fn measure(args: &FabricArgs, dir: &Path, underlay: &str) -> anyhow::Resul
                 "--kubeconfig",
             ])
             .arg(&hub_kubeconfig)
+            .stdout(stdout)
             .status()?;
         if !status.success() {
             bail!("flotilla network benchmark failed");
@@ -295,5 +336,5 @@ async fn measure(args: &FabricArgs, dir: &Path, underlay: &str) -> anyhow::Resul
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    Ok(())
+    Ok(figures)
 }

@@ -10,7 +10,8 @@ use anyhow::{Context, bail};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, PostParams};
 
-use crate::bench::{ServerProcess, client_when_ready, peak_rss_kib, print_machine};
+use crate::bench::{ServerProcess, client_when_ready, peak_rss_kib};
+use crate::bench_report::Reporter;
 
 #[derive(clap::Args)]
 pub struct MemberArgs {
@@ -41,6 +42,8 @@ pub struct MemberArgs {
     /// each: a process per member, as before.
     #[arg(long, value_enum, default_value = "one")]
     member_processes: MemberProcesses,
+    #[command(flatten)]
+    pub(crate) report: crate::bench_report::ReportArgs,
 }
 
 /// How a bench runs its simulated members.
@@ -171,6 +174,18 @@ pub(crate) async fn start_members(
     }
 }
 
+impl MemberArgs {
+    /// The arguments, for the run's JSON.
+    pub(crate) fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "members": self.members, "nodes": self.nodes, "pods": self.pods,
+            "deployments": self.deployments, "watch_history": self.watch_history,
+            "idle_seconds": self.idle.as_secs_f64(), "runtime": self.runtime.as_str(),
+            "member_processes": format!("{:?}", self.member_processes).to_lowercase(),
+        })
+    }
+}
+
 pub(crate) struct Member {
     pub(crate) process: ServerProcess,
     pub(crate) client: kube::Client,
@@ -262,12 +277,13 @@ pub async fn run(args: MemberArgs) -> anyhow::Result<()> {
     if args.runtime == crate::member::RuntimeKind::Netns {
         return crate::bench_netns::run(&args).await;
     }
+    let out = Reporter::from_args("member", &args.report);
     let dir = tempfile::tempdir()?;
-    println!(
+    out.line(format!(
         "flotilla bench member: {} member(s) x {} nodes x {} pods in {} Deployments",
         args.members, args.nodes, args.pods, args.deployments
-    );
-    print_machine();
+    ));
+    out.line(crate::bench_report::machine_line());
     let started = Instant::now();
     let flags: Vec<String> = [
         "--nodes",
@@ -288,11 +304,12 @@ pub async fn run(args: MemberArgs) -> anyhow::Result<()> {
     )
     .await?;
     let members = &fleet.members;
-    println!(
+    let up = started.elapsed();
+    out.line(format!(
         "members up with nodes Ready: {:.1} s ({} member process(es))",
-        started.elapsed().as_secs_f64(),
+        up.as_secs_f64(),
         fleet.processes.len()
-    );
+    ));
 
     let applied = Instant::now();
     let per = args.pods / args.deployments.max(1);
@@ -327,11 +344,11 @@ pub async fn run(args: MemberArgs) -> anyhow::Result<()> {
     }
     let took = applied.elapsed();
     let total = args.pods * args.members;
-    println!(
+    out.line(format!(
         "all {total} pods Ready: {:.1} s after the Deployments were created ({:.0} pods/s, incl. the 1 s startup delay)",
         took.as_secs_f64(),
         total as f64 / took.as_secs_f64()
-    );
+    ));
 
     let pids = fleet.pids();
     let cpu_before: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
@@ -341,18 +358,33 @@ pub async fn run(args: MemberArgs) -> anyhow::Result<()> {
     let now: Vec<u64> = pids.iter().map(|p| rss_kib(*p, "VmRSS:")).collect();
     let mib = |k: u64| k as f64 / 1024.0;
     let per_member = |k: u64| mib(k) / args.members.max(1) as f64;
-    println!(
-        "RSS per member: peak {:.1} MiB, settled {:.1} MiB; all members settled {:.0} MiB in {} process(es) (peak of the largest {:.0} MiB)",
+    let (peak_per_member, settled_per_member, settled_all, peak_max) = (
         per_member(peak.iter().sum()),
         per_member(now.iter().sum()),
         mib(now.iter().sum()),
-        pids.len(),
         mib(peak.iter().copied().max().unwrap_or(0)),
     );
-    println!(
-        "idle CPU, all members: {:.1}% of one core (over {:?})",
-        (cpu_after - cpu_before) / args.idle.as_secs_f64() * 100.0,
+    out.line(format!(
+        "RSS per member: peak {peak_per_member:.1} MiB, settled {settled_per_member:.1} MiB; all members settled {settled_all:.0} MiB in {} process(es) (peak of the largest {peak_max:.0} MiB)",
+        pids.len()
+    ));
+    let idle_cpu = (cpu_after - cpu_before) / args.idle.as_secs_f64().max(1e-9) * 100.0;
+    out.line(format!(
+        "idle CPU, all members: {idle_cpu:.1}% of one core (over {:?})",
         args.idle
+    ));
+    let report = out.document(
+        "embedded",
+        args.to_json(),
+        serde_json::json!({
+            "members_up_seconds": up.as_secs_f64(),
+            "pods_ready": total,
+            "pods_ready_seconds": took.as_secs_f64(),
+            "pods_per_second": total as f64 / took.as_secs_f64(),
+            "rss_mib": {"peak_per_member": peak_per_member, "settled_per_member": settled_per_member,
+                        "settled_all_members": settled_all, "peak_max": peak_max},
+            "idle_cpu_percent_of_core": idle_cpu,
+        }),
     );
-    Ok(())
+    out.finish(&report)
 }

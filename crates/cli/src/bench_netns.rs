@@ -17,8 +17,8 @@ use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::bench::print_machine;
 use crate::bench_member::{MemberArgs, rss_kib, start};
+use crate::bench_report::Reporter;
 use flotilla_member::runtime::netns::host;
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -94,15 +94,16 @@ async fn http(netns: &str, addr: SocketAddr) -> (f64, f64, f64, usize) {
 }
 
 pub async fn run(args: &MemberArgs) -> anyhow::Result<()> {
+    let out = Reporter::from_args("member", &args.report);
     let dir = tempfile::tempdir()?;
-    println!(
+    out.line(format!(
         "flotilla bench member --runtime netns: {} nodes, {} pods (stand-in workload)",
         args.nodes, args.pods
-    );
-    print_machine();
+    ));
+    out.line(crate::bench_report::machine_line());
     let member = start(0, args, dir.path()).await?;
     let pid = member.process.0.id();
-    let measured = measure(args, &member, dir.path()).await;
+    let measured = measure(args, &member, dir.path(), &out).await;
     // Stopped as a user would, whatever happened, so that it removes its
     // pods and network.
     let _ = std::process::Command::new("kill")
@@ -116,19 +117,26 @@ pub async fn run(args: &MemberArgs) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    println!(
+    let stop = stopped.elapsed();
+    out.line(format!(
         "stopped, its {} pods and network removed, in {:.1} s",
         args.pods,
-        stopped.elapsed().as_secs_f64()
-    );
-    measured
+        stop.as_secs_f64()
+    ));
+    let mut figures = measured?;
+    figures.insert("stop_seconds".into(), stop.as_secs_f64().into());
+    let report = out.document("embedded", args.to_json(), figures.into());
+    out.finish(&report)
 }
 
+/// The figures, as the run's JSON has them.
 async fn measure(
     args: &MemberArgs,
     member: &crate::bench_member::Member,
     dir: &std::path::Path,
-) -> anyhow::Result<()> {
+    out: &Reporter,
+) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+    let mut figures = serde_json::Map::new();
     let pid = member.process.0.id();
     let prefix = std::fs::read_to_string(dir.join("member0").join("netns-prefix"))
         .context("the member did not say which namespaces are its own")?;
@@ -195,25 +203,39 @@ async fn measure(
         .copied()
         .collect();
     took.sort_by(f64::total_cmp);
-    println!(
+    out.line(format!(
         "all {} pods Ready {:.1} s after the Deployment was created; created to Running: p50 {:.0} ms, p99 {:.0} ms ({} pods seen)",
         args.pods,
         all_ready.as_secs_f64(),
         percentile(&took, 0.5) * 1000.0,
         percentile(&took, 0.99) * 1000.0,
         took.len()
+    ));
+    figures.insert("pods_ready_seconds".into(), all_ready.as_secs_f64().into());
+    figures.insert(
+        "created_to_running_ms".into(),
+        serde_json::json!({"p50": percentile(&took, 0.5) * 1000.0,
+                           "p99": percentile(&took, 0.99) * 1000.0}),
     );
+    figures.insert("pods_seen".into(), took.len().into());
 
     let after_kib = rss_kib(pid, "VmRSS:");
     let pod_pids = pod_processes(prefix.trim()).await;
     let pods_kib: u64 = pod_pids.iter().map(|p| rss_kib(*p, "VmRSS:")).sum();
-    println!(
-        "memory: the member {:.0} MiB before the pods, {:.0} MiB with them: {:.0} KiB per running pod above its process; the stand-in processes {:.1} MiB each",
+    let per_pod_kib = after_kib.saturating_sub(before_kib) as f64 / args.pods.max(1) as f64;
+    let standin_mib = pods_kib as f64 / 1024.0 / pod_pids.len().max(1) as f64;
+    out.line(format!(
+        "memory: the member {:.0} MiB before the pods, {:.0} MiB with them: {per_pod_kib:.0} KiB per running pod above its process; the stand-in processes {standin_mib:.1} MiB each",
         before_kib as f64 / 1024.0,
         after_kib as f64 / 1024.0,
-        after_kib.saturating_sub(before_kib) as f64 / args.pods.max(1) as f64,
-        pods_kib as f64 / 1024.0 / pod_pids.len().max(1) as f64
+    ));
+    figures.insert(
+        "member_rss_mib".into(),
+        serde_json::json!({"before_pods": before_kib as f64 / 1024.0,
+                           "with_pods": after_kib as f64 / 1024.0}),
     );
+    figures.insert("member_rss_kib_per_pod".into(), per_pod_kib.into());
+    figures.insert("standin_rss_mib_each".into(), standin_mib.into());
 
     // Requests to the Service's ClusterIP and to a pod's IP, from node 0.
     let services: Api<Service> = Api::default_namespaced(member.client.clone());
@@ -244,15 +266,21 @@ async fn measure(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    for (what, addr) in [
-        ("pod IP", SocketAddr::from((pod_ip, 8080))),
-        ("ClusterIP", svc),
+    let mut http_figures = serde_json::Map::new();
+    for (what, key, addr) in [
+        ("pod IP", "pod_ip", SocketAddr::from((pod_ip, 8080))),
+        ("ClusterIP", "cluster_ip", svc),
     ] {
         let (p50, p99, rps, failed) = http(&node, addr).await;
-        println!(
+        out.line(format!(
             "HTTP to the {what} (a new connection each, from a node): p50 {p50:.2} ms, p99 {p99:.2} ms ({failed} of 500 failed); {rps:.0} requests/s with 8 clients"
+        ));
+        http_figures.insert(
+            key.into(),
+            serde_json::json!({"latency_ms": {"p50": p50, "p99": p99}, "failed": failed,
+                               "requests_per_second": rps}),
         );
     }
-
-    Ok(())
+    figures.insert("http".into(), http_figures.into());
+    Ok(figures)
 }

@@ -14,7 +14,7 @@ use kube::ResourceExt;
 use kube::api::{Api, PostParams, WatchEvent, WatchParams};
 use std::collections::HashMap;
 
-use crate::bench::{client_when_ready, print_machine};
+use crate::bench::client_when_ready;
 use crate::bench_fabric::spawn;
 use crate::bench_member::rss_kib;
 
@@ -23,16 +23,22 @@ pub struct PeeringArgs {
     /// Pods created at once in the offloaded namespace.
     #[arg(long, default_value_t = 200)]
     pods: usize,
+    #[command(flatten)]
+    report: crate::bench_report::ReportArgs,
 }
 
 const WAIT: Duration = Duration::from_secs(300);
 
 pub async fn run(args: PeeringArgs) -> anyhow::Result<()> {
-    println!(
+    if args.pods == 0 {
+        bail!("--pods must be at least 1");
+    }
+    let reporter = crate::bench_report::Reporter::from_args("peering", &args.report);
+    reporter.line(format!(
         "flotilla bench peering: 2 simulated members, {} offloaded pods",
         args.pods
-    );
-    print_machine();
+    ));
+    reporter.line(crate::bench_report::machine_line());
     let dir = tempfile::tempdir()?;
     let s = |v: &str| v.to_string();
     let mut procs = Vec::new();
@@ -76,10 +82,11 @@ pub async fn run(args: PeeringArgs) -> anyhow::Result<()> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    println!(
+    let peered = start.elapsed();
+    reporter.line(format!(
         "`flotilla peer` to a Ready virtual node: {:.2} s",
-        start.elapsed().as_secs_f64()
-    );
+        peered.as_secs_f64()
+    ));
 
     let ns = "bench-offloaded";
     Api::<Namespace>::all(consumer.clone())
@@ -150,21 +157,34 @@ pub async fn run(args: PeeringArgs) -> anyhow::Result<()> {
     let all = began.elapsed();
     latencies.sort();
     let pct = |q: f64| latencies[((latencies.len() as f64 * q).ceil() as usize).saturating_sub(1)];
-    println!(
+    reporter.line(format!(
         "pod created in the consumer to Running there (offloaded, run, reflected): p50 {:.0} ms, p99 {:.0} ms, all {} in {:.2} s",
         pct(0.5).as_secs_f64() * 1e3,
         pct(0.99).as_secs_f64() * 1e3,
         args.pods,
         all.as_secs_f64()
-    );
+    ));
     tokio::time::sleep(Duration::from_secs(3)).await;
     let after = rss_kib(pid, "VmRSS:");
-    println!(
-        "consumer RSS: {} MiB before, {} MiB with {} offloaded pods: {:.1} KiB per pod",
+    let per_pod = (after.saturating_sub(before)) as f64 / args.pods as f64;
+    reporter.line(format!(
+        "consumer RSS: {} MiB before, {} MiB with {} offloaded pods: {per_pod:.1} KiB per pod",
         before / 1024,
         after / 1024,
         args.pods,
-        (after.saturating_sub(before)) as f64 / args.pods as f64
+    ));
+    let report = reporter.document(
+        "embedded",
+        serde_json::json!({"pods": args.pods}),
+        serde_json::json!({
+            "peer_ready_seconds": peered.as_secs_f64(),
+            "pod_running_ms": {"p50": pct(0.5).as_secs_f64() * 1e3,
+                               "p99": pct(0.99).as_secs_f64() * 1e3},
+            "all_pods_running_seconds": all.as_secs_f64(),
+            "consumer_rss_mib": {"before_pods": before as f64 / 1024.0,
+                                 "with_pods": after as f64 / 1024.0},
+            "consumer_rss_kib_per_pod": per_pod,
+        }),
     );
-    Ok(())
+    reporter.finish(&report)
 }

@@ -55,9 +55,16 @@ pub struct PropagationArgs {
     /// eligible until every one is scheduled.
     #[arg(long)]
     scheduler_only: bool,
-    /// Print the results as one JSON object.
+    /// Print the results as one JSON object: the machine, the build, the
+    /// store, the arguments and every figure. Save it (`--json >
+    /// run.json`) to `--compare` later.
     #[arg(long)]
     json: bool,
+    /// After the run, compare each figure with an earlier run's JSON
+    /// (before, now, now/before, better or worse; on stderr under
+    /// --json). The file is read before the run starts.
+    #[arg(long, value_name = "FILE", value_parser = crate::bench_report::Baseline::parse)]
+    compare: Option<crate::bench_report::Baseline>,
     /// The control plane's store; with etcd, the bench starts an etcd of
     /// its own (the `etcd` binary on the PATH, or $ETCD_BIN).
     #[arg(long, value_enum, default_value = "embedded")]
@@ -632,6 +639,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
 
     let p = |q: f64| percentile(&latencies, q);
     let ratio = distributed_in.as_secs_f64() / direct_in.as_secs_f64().max(1e-9);
+    let out = reporter(&args);
     let result = json!({
         "templates": args.templates, "members": args.members, "kind": format!("{:?}", args.kind),
         "division": format!("{:?}", args.division), "replicas": args.replicas,
@@ -659,9 +667,12 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         "restart_converge_seconds": restart.map(|(d, _, _)| d.as_secs_f64()),
         "restart_peak_rss_mib": restart.map(|(_, k, _)| k as f64 / 1024.0),
     });
+    let result = out.document(store_name(&args), args_json(&args), result);
     if args.json {
-        println!("{result}");
-        return Ok(());
+        let finished = out.finish(&result);
+        drop(hub_process);
+        drop(fleet);
+        return finished;
     }
     println!(
         "templates created in {:.2} s; every copy ({total_copies}) in its member after {:.2} s ({:.0} templates/s)",
@@ -710,10 +721,37 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
             k as f64 / 1024.0
         );
     }
+    out.finish(&result)?;
     // The hub first, so that it does not log its members going away.
     drop(hub_process);
     drop(fleet);
     Ok(())
+}
+
+/// The run's JSON and `--compare`; the lines for people are printed
+/// only without --json.
+fn reporter(args: &PropagationArgs) -> crate::bench_report::Reporter {
+    crate::bench_report::Reporter::new("propagation", args.json, args.compare.clone())
+}
+
+fn store_name(args: &PropagationArgs) -> &'static str {
+    match args.store {
+        crate::apiserver::StoreKind::Embedded => "embedded",
+        crate::apiserver::StoreKind::Etcd => "etcd",
+    }
+}
+
+/// The arguments, for the run's JSON.
+fn args_json(args: &PropagationArgs) -> Value {
+    json!({
+        "templates": args.templates, "members": args.members,
+        "kind": format!("{:?}", args.kind).to_lowercase(),
+        "division": format!("{:?}", args.division).to_lowercase(),
+        "replicas": args.replicas, "concurrency": args.concurrency, "rate": args.rate,
+        "restart": args.restart, "scheduler_only": args.scheduler_only,
+        "store": store_name(args), "watch_history": args.watch_history,
+        "member_processes": format!("{:?}", args.member_processes).to_lowercase(),
+    })
 }
 
 /// `--scheduler-only`: the scheduler's throughput, apart from how fast
@@ -806,16 +844,16 @@ async fn scheduler_only(
         "scheduled_seconds": all_in.as_secs_f64(),
         "bindings_per_second": per_second,
     });
-    if args.json {
-        println!("{result}");
-    } else {
+    let out = reporter(args);
+    let result = out.document(store_name(args), args_json(args), result);
+    if !args.json {
         println!(
             "{} bindings placed {:.2} s after their clusters became eligible: {per_second:.0} bindings/s",
             args.templates,
             all_in.as_secs_f64()
         );
     }
-    Ok(())
+    out.finish(&result)
 }
 
 /// Waits (10 minutes at most) until `seen` holds `n` bindings.

@@ -41,7 +41,9 @@ pub struct ProbeArgs {
 /// members, by the agent for a Pull one.
 #[derive(clap::Args)]
 pub struct ExecutionArgs {
-    /// How many Works are applied to members at once.
+    /// How many Works are applied to each member at once (Karmada counts
+    /// them over all members; here each member has its own, so one slow
+    /// member holds up only its own).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrent_work_syncs: u16,
 }

@@ -10,6 +10,7 @@ mod bench_member;
 mod bench_netns;
 mod bench_peering;
 mod bench_propagation;
+mod bench_report;
 mod controlplane;
 mod dns;
 mod inspect;
@@ -35,10 +36,14 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The version and, when the build knew it, the git commit (`build.rs`):
+/// `0.1.0 (abc1234)`.
+pub(crate) const VERSION: &str = env!("FLOTILLA_VERSION");
+
 #[derive(Parser)]
 #[command(
     name = "flotilla",
-    version,
+    version = VERSION,
     about = "One Kubernetes API over a fleet of clusters"
 )]
 struct Cli {

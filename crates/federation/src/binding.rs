@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
@@ -33,6 +34,9 @@ use crate::{events, interpreter, names};
 
 /// Bindings whose Works are written at once.
 const BINDING_SYNCS: usize = 32;
+
+/// Works of one binding written at once.
+const WORK_WRITES: usize = 16;
 
 pub async fn run(
     ctx: Ctx,
@@ -228,7 +232,9 @@ async fn write_works(
         labels: &labels,
     };
     let [policies, cluster_policies] = ctx.override_policies.each_ref().map(|s| s.state());
-    let mut failed = Vec::new();
+    // Rendered first, written after, several at once: a binding's sync
+    // costs a few round trips, not one per cluster.
+    let mut writes = Vec::new();
     for target in &spec.clusters {
         let mut manifest = base.clone();
         if let (Some(n), Some(total)) = (target.replicas, spec.replicas) {
@@ -245,26 +251,46 @@ async fn write_works(
             // Unjoined meanwhile: the scheduler takes it out of the binding.
             None => Ok(Applied::default()),
         };
-        let applied = match applied {
-            Ok(applied) => applied,
-            Err(error) => {
-                // The last good manifest stays delivered; nothing half
-                // overridden reaches the member.
-                warn!(binding = %name, cluster = %target.name, %error, "override cannot apply");
-                let work = ctx.works.get(&work_ref(binding, &target.name));
-                mark_work(ctx, work.as_deref(), Some(&error)).await?;
-                failed.push(format!("{}: {error}", target.name));
-                continue;
-            }
-        };
         let suspend = suspended_everywhere || suspended_on.contains(&target.name.as_str());
-        let desired = WorkSpec {
-            workload: Workload::new(&[manifest])?,
-            suspend_dispatching: suspend.then_some(true),
-            preserve_resources_on_deletion: spec.preserve_resources_on_deletion,
+        let rendered = match applied {
+            Ok(applied) => Ok((
+                WorkSpec {
+                    workload: Workload::new(&[manifest])?,
+                    suspend_dispatching: suspend.then_some(true),
+                    preserve_resources_on_deletion: spec.preserve_resources_on_deletion,
+                },
+                applied,
+            )),
+            Err(error) => Err(error),
         };
-        let work = write_work(ctx, binding, &target.name, desired, (id_key, id), &applied).await?;
-        mark_work(ctx, Some(&work), None).await?;
+        writes.push((target.name.clone(), rendered));
+    }
+    let name = name.as_str();
+    let outcomes: Vec<Result<Option<String>, Error>> = futures::stream::iter(writes)
+        .map(|(cluster, rendered)| async move {
+            match rendered {
+                Ok((desired, applied)) => {
+                    let work =
+                        write_work(ctx, binding, &cluster, desired, (id_key, id), &applied).await?;
+                    mark_work(ctx, Some(&work), None).await?;
+                    Ok(None)
+                }
+                Err(error) => {
+                    // The last good manifest stays delivered; nothing half
+                    // overridden reaches the member.
+                    warn!(binding = %name, %cluster, %error, "override cannot apply");
+                    let work = ctx.works.get(&work_ref(binding, &cluster));
+                    mark_work(ctx, work.as_deref(), Some(&error)).await?;
+                    Ok(Some(format!("{cluster}: {error}")))
+                }
+            }
+        })
+        .buffered(WORK_WRITES)
+        .collect()
+        .await;
+    let mut failed = Vec::new();
+    for outcome in outcomes {
+        failed.extend(outcome?);
     }
     mark_binding(ctx, binding, &failed).await
 }

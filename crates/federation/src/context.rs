@@ -26,7 +26,7 @@ pub struct Options {
     pub cluster_failure_threshold: Duration,
     /// How long success must last before Ready turns True again.
     pub cluster_success_threshold: Duration,
-    /// Concurrent Work applies (`--concurrent-work-syncs`).
+    /// Work applies in flight per member (`--concurrent-work-syncs`).
     pub work_concurrency: u16,
     /// How long a Pull cluster's Lease may go unrenewed before it turns
     /// Ready=Unknown (`--cluster-monitor-grace-period`).

@@ -2,7 +2,7 @@
 //! hub's Clusters, bindings and Works: one watch per kind, fanned out to
 //! every controller that needs it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -41,12 +41,43 @@ fn placement_fingerprint(c: &Cluster) -> u64 {
         .unwrap_or_default()
         .hash(&mut h);
     c.metadata.deletion_timestamp.is_some().hash(&mut h);
-    let apis = c
-        .status
-        .as_ref()
-        .map(|s| serde_json::to_string(&s.api_enablements).unwrap_or_default());
-    apis.hash(&mut h);
     h.finish()
+}
+
+/// The kinds a cluster serves, as the scheduler's API filter reads them.
+fn served_kinds(c: &Cluster) -> HashSet<scheduler::ServedKind> {
+    c.status
+        .iter()
+        .flat_map(|s| &s.api_enablements)
+        .flat_map(|e| {
+            e.resources
+                .iter()
+                .map(|r| (e.group_version.clone(), r.kind.clone()))
+        })
+        .collect()
+}
+
+/// Sends the kinds a known cluster started or stopped serving (a CRD
+/// installed in a member): only bindings of those kinds are scheduled
+/// again, not the whole fleet's. Joins and leaves reschedule everything
+/// through the placement fingerprint.
+async fn served_kind_changes(
+    clusters: impl Stream<Item = Arc<Cluster>> + Send + 'static,
+    tx: broadcast::Sender<Arc<HashSet<scheduler::ServedKind>>>,
+) {
+    let mut seen: HashMap<String, HashSet<scheduler::ServedKind>> = HashMap::new();
+    let mut clusters = std::pin::pin!(clusters);
+    while let Some(c) = clusters.next().await {
+        let now = served_kinds(&c);
+        let Some(before) = seen.insert(c.name_any(), now.clone()) else {
+            continue;
+        };
+        let changed: HashSet<_> = before.symmetric_difference(&now).cloned().collect();
+        if !changed.is_empty() {
+            tracing::debug!(cluster = %c.name_any(), kinds = changed.len(), "served kinds changed");
+            let _ = tx.send(Arc::new(changed));
+        }
+    }
 }
 
 /// Signals `tx` whenever what `fingerprint` takes of a cluster changes
@@ -232,6 +263,7 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
         placement_epoch: Default::default(),
     });
     let (placement_tx, _) = broadcast::channel(16);
+    let (kinds_tx, _) = broadcast::channel(64);
     let (overrides_tx, _) = broadcast::channel(16);
     let (readiness_tx, _) = broadcast::channel(16);
     // Every controller subscribes before any watch runs, so none misses
@@ -249,6 +281,11 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
                 }
             },
             placement_tx.clone(),
+        )),
+        // Kinds served: reschedule the bindings of those kinds.
+        Box::pin(served_kind_changes(
+            clusters.changes.shared(),
+            kinds_tx.clone(),
         )),
         // Readiness: look at every binding for failover.
         Box::pin(cluster_changes(
@@ -358,6 +395,8 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
             store.clone(),
             fanout.changes.keys(),
             signal(placement_tx.subscribe()),
+            tokio_stream::wrappers::BroadcastStream::new(kinds_tx.subscribe())
+                .filter_map(|kinds| async move { kinds.ok() }),
             tenancy,
             quota_namespaces,
         )));

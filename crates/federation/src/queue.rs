@@ -25,9 +25,24 @@ use crate::context::report;
 use crate::error::Error;
 use crate::packed::{Key, PackedStore};
 
+/// Which line a key waits in: one line for a plain queue; one per member
+/// for the execution controller's, so that every member has its own number
+/// of writes in flight and a slow member holds up only its own keys.
+pub type ShardOf<T> = for<'a> fn(&'a T) -> &'a str;
+
+struct Shard<T> {
+    waiting: VecDeque<T>,
+    in_flight: usize,
+    /// In `State::turns`: keys wait and there is room for one more.
+    has_turn: bool,
+}
+
 struct State<T> {
-    queue: VecDeque<T>,
-    /// Keys to process: in `queue`, or being processed and to run again.
+    shards: HashMap<Arc<str>, Shard<T>>,
+    /// Shards that may start a key now, served round robin.
+    turns: VecDeque<Arc<str>>,
+    waiting: usize,
+    /// Keys to process: waiting, or being processed and to run again.
     dirty: HashSet<T>,
     processing: HashSet<T>,
     /// The time each delayed key is due, the earliest asked for.
@@ -37,6 +52,8 @@ struct State<T> {
 pub struct WorkQueue<T> {
     state: Mutex<State<T>>,
     ready: Notify,
+    shard_of: Option<ShardOf<T>>,
+    per_shard: usize,
 }
 
 impl<T> WorkQueue<T>
@@ -44,26 +61,62 @@ where
     T: Hash + Eq + Clone + Send + Sync + 'static,
 {
     pub fn new() -> Arc<WorkQueue<T>> {
+        Self::build(None, usize::MAX)
+    }
+
+    /// A queue whose keys wait in the line `shard_of` names, with at most
+    /// `per_shard` of a line processed at once; lines take turns.
+    pub fn sharded(shard_of: ShardOf<T>, per_shard: usize) -> Arc<WorkQueue<T>> {
+        Self::build(Some(shard_of), per_shard.max(1))
+    }
+
+    fn build(shard_of: Option<ShardOf<T>>, per_shard: usize) -> Arc<WorkQueue<T>> {
         Arc::new(WorkQueue {
             state: Mutex::new(State {
-                queue: VecDeque::new(),
+                shards: HashMap::new(),
+                turns: VecDeque::new(),
+                waiting: 0,
                 dirty: HashSet::new(),
                 processing: HashSet::new(),
                 delayed: HashMap::new(),
             }),
             ready: Notify::new(),
+            shard_of,
+            per_shard,
         })
     }
 
+    fn shard_name<'a>(&self, key: &'a T) -> &'a str {
+        self.shard_of.map_or("", |f| f(key))
+    }
+
+    /// Puts `key` at the back of its line; true if its line may start it.
+    fn enqueue(&self, s: &mut State<T>, key: T) -> bool {
+        let name = match s.shards.get_key_value(self.shard_name(&key)) {
+            Some((name, _)) => name.clone(),
+            None => Arc::from(self.shard_name(&key)),
+        };
+        let shard = s.shards.entry(name.clone()).or_insert_with(|| Shard {
+            waiting: VecDeque::new(),
+            in_flight: 0,
+            has_turn: false,
+        });
+        shard.waiting.push_back(key);
+        s.waiting += 1;
+        give_turn(shard, name, &mut s.turns, self.per_shard)
+    }
+
     pub fn add(&self, key: T) {
-        {
+        let startable = {
             let mut s = self.state.lock();
             if !s.dirty.insert(key.clone()) || s.processing.contains(&key) {
                 return;
             }
-            s.queue.push_back(key);
+            self.enqueue(&mut s, key)
+        };
+        if startable {
+            self.ready.notify_one();
         }
-        self.ready.notify_one();
     }
 
     /// Adds every key (a sweep, or a change that concerns them all).
@@ -103,33 +156,51 @@ where
 
     /// Keys waiting (not those being processed).
     pub fn len(&self) -> usize {
-        self.state.lock().queue.len()
+        self.state.lock().waiting
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// The next waiting key, now being processed.
+    /// The next key whose line may start one, now being processed.
     fn take(&self) -> Option<T> {
-        let mut s = self.state.lock();
-        let key = s.queue.pop_front()?;
+        let mut guard = self.state.lock();
+        let s = &mut *guard;
+        let name = s.turns.pop_front()?;
+        let shard = s.shards.get_mut(&name)?;
+        shard.has_turn = false;
+        let key = shard.waiting.pop_front()?;
+        shard.in_flight += 1;
+        give_turn(shard, name, &mut s.turns, self.per_shard);
+        s.waiting -= 1;
         s.dirty.remove(&key);
         s.processing.insert(key.clone());
         Some(key)
     }
 
     fn done(&self, key: &T) {
-        let again = {
-            let mut s = self.state.lock();
+        let startable = {
+            let mut guard = self.state.lock();
+            let s = &mut *guard;
             s.processing.remove(key);
-            let again = s.dirty.contains(key);
-            if again {
-                s.queue.push_back(key.clone());
+            let mut startable = false;
+            let name = s
+                .shards
+                .get_key_value(self.shard_name(key))
+                .map(|(name, _)| name.clone());
+            if let Some(name) = name
+                && let Some(shard) = s.shards.get_mut(&name)
+            {
+                shard.in_flight = shard.in_flight.saturating_sub(1);
+                startable = give_turn(shard, name, &mut s.turns, self.per_shard);
             }
-            again
+            if s.dirty.contains(key) {
+                startable |= self.enqueue(s, key.clone());
+            }
+            startable
         };
-        if again {
+        if startable {
             self.ready.notify_one();
         }
     }
@@ -167,6 +238,22 @@ where
             }
         }
     }
+}
+
+/// Puts a line with keys waiting and room for one more in the turns;
+/// true if it may start a key now.
+fn give_turn<T>(
+    shard: &mut Shard<T>,
+    name: Arc<str>,
+    turns: &mut VecDeque<Arc<str>>,
+    per_shard: usize,
+) -> bool {
+    let may = !shard.waiting.is_empty() && shard.in_flight < per_shard;
+    if may && !shard.has_turn {
+        shard.has_turn = true;
+        turns.push_back(name);
+    }
+    may
 }
 
 /// What becomes of an object after a reconcile: wait for its next change
@@ -330,6 +417,52 @@ mod tests {
         })
         .await;
         assert!(most.load(Ordering::SeqCst) <= 3);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_line_has_its_own_keys_in_flight_and_a_stuck_line_holds_up_no_other() {
+        #[allow(clippy::ptr_arg)] // the queue's key type is String
+        fn line(key: &String) -> &str {
+            key.split_once('/').map_or("", |(line, _)| line)
+        }
+        let queue = WorkQueue::<String>::sharded(line, 2);
+        let stuck = Arc::new(AtomicUsize::new(0));
+        let (most_stuck, done) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let release = Arc::new(Notify::new());
+        let (s, m, d, rel) = (
+            stuck.clone(),
+            most_stuck.clone(),
+            done.clone(),
+            release.clone(),
+        );
+        tokio::spawn(queue.clone().run(usize::MAX, move |key: String| {
+            let (s, m, d, rel) = (s.clone(), m.clone(), d.clone(), rel.clone());
+            async move {
+                if key.starts_with("slow/") {
+                    let now = s.fetch_add(1, Ordering::SeqCst) + 1;
+                    m.fetch_max(now, Ordering::SeqCst);
+                    rel.notified().await;
+                    s.fetch_sub(1, Ordering::SeqCst);
+                }
+                d.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+        // The slow line first: its keys wait, the fast line's do not.
+        queue.add_all((0..10).map(|i| format!("slow/{i}")));
+        queue.add_all((0..50).map(|i| format!("fast/{i}")));
+        until("every fast key to run while the slow line is stuck", || {
+            done.load(Ordering::SeqCst) == 50
+        })
+        .await;
+        assert_eq!(stuck.load(Ordering::SeqCst), 2);
+        assert_eq!(queue.len(), 8);
+        until("the slow line to drain as it is let go", || {
+            release.notify_waiters();
+            done.load(Ordering::SeqCst) == 60
+        })
+        .await;
+        assert_eq!(most_stuck.load(Ordering::SeqCst), 2);
+        assert!(queue.is_empty());
     }
 
     #[tokio::test]

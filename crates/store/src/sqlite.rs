@@ -359,12 +359,25 @@ fn snapshot_revisions(conn: &Connection) -> Result<(Revision, Revision)> {
 
 /// The newest row of each key under the range, as of a revision, live
 /// rows only, in key order.
+/// The newest version of each key in [?1, ?3), after ?2, at ?4. The
+/// upper bound is a plain `key < ?3`, never `(?3 IS NULL OR ...)`: with
+/// plans fixed at prepare time (`stable_plans`), SQLite cannot use an
+/// optional bound on the index, and every list scanned from its prefix to
+/// the end of the log (each create's quota check listed half the store).
 const LIST_SELECT: &str = "SELECT key, value, create_revision, revision FROM log l
-     WHERE key >= ?1 AND key > ?2 AND (?3 IS NULL OR key < ?3)
+     WHERE key >= ?1 AND key > ?2 AND key < ?3
        AND revision = (SELECT MAX(n.revision) FROM log n
                        WHERE n.key = l.key AND n.revision <= ?4)
        AND deleted = 0
      ORDER BY key LIMIT ?5";
+
+/// [`LIST_SELECT`] for a prefix with no upper bound (the whole store).
+const LIST_ALL_SELECT: &str = "SELECT key, value, create_revision, revision FROM log l
+     WHERE key >= ?1 AND key > ?2
+       AND revision = (SELECT MAX(n.revision) FROM log n
+                       WHERE n.key = l.key AND n.revision <= ?3)
+       AND deleted = 0
+     ORDER BY key LIMIT ?4";
 
 fn list_row(r: &Row<'_>) -> rusqlite::Result<KeyValue> {
     Ok(KeyValue {
@@ -437,21 +450,24 @@ impl LogReader {
             };
             let limit = options.limit.filter(|l| *l > 0);
             let after = options.start_after.as_deref().unwrap_or("");
-            let mut stmt = conn.prepare_cached(LIST_SELECT)?;
-            let rows = stmt.query_map(
-                params![
-                    prefix,
-                    after,
-                    prefix_end(prefix),
-                    revision,
-                    // One more than asked, to tell whether more remain.
-                    limit.map_or(-1, |l| l as i64 + 1)
-                ],
-                list_row,
-            )?;
+            // One more than asked, to tell whether more remain.
+            let take = limit.map_or(-1, |l| l as i64 + 1);
             let mut items = Vec::new();
-            for row in rows {
-                items.push(row?);
+            match prefix_end(prefix) {
+                Some(end) => {
+                    let mut stmt = conn.prepare_cached(LIST_SELECT)?;
+                    for row in
+                        stmt.query_map(params![prefix, after, end, revision, take], list_row)?
+                    {
+                        items.push(row?);
+                    }
+                }
+                None => {
+                    let mut stmt = conn.prepare_cached(LIST_ALL_SELECT)?;
+                    for row in stmt.query_map(params![prefix, after, revision, take], list_row)? {
+                        items.push(row?);
+                    }
+                }
             }
             let more = limit.is_some_and(|l| items.len() > l);
             if let Some(l) = limit {

@@ -49,8 +49,18 @@ struct Execution {
     namespaces: Mutex<HashSet<(String, String)>>,
 }
 
+/// A Work's line in the queue: its execution namespace, that is its
+/// member.
+fn member_of(key: &Key) -> &str {
+    key.split_once('/').map_or("", |(namespace, _)| namespace)
+}
+
 pub async fn run(ctx: Ctx, changes: impl futures::Stream<Item = Key> + Send + 'static) {
-    let queue = WorkQueue::new();
+    // Each member has its own line and its own writes in flight: a burst
+    // for one member, or one that answers slowly, does not hold up the
+    // others, and the fleet's throughput grows with its members.
+    let per_member = ctx.options.work_concurrency.into();
+    let queue = WorkQueue::sharded(member_of, per_member);
     let exec = Arc::new(Execution {
         shared: ctx.clone(),
         watches: MemberWatches::new(ctx.clone(), queue.clone()),
@@ -73,7 +83,8 @@ pub async fn run(ctx: Ctx, changes: impl futures::Stream<Item = Key> + Send + 's
         queue::reconcile_packed(
             queue,
             ctx.works.clone(),
-            ctx.options.work_concurrency.into(),
+            // Bounded by the members' lines, not here.
+            usize::MAX,
             move |work| reconcile(work, exec.clone()),
         )
     );

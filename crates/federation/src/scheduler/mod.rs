@@ -6,7 +6,7 @@ pub mod assign;
 pub mod core;
 pub mod tenancy;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -32,6 +32,10 @@ pub const SCHEDULER_NAME: &str = "default-scheduler";
 /// enough of them in flight keeps both cores busy in a burst.
 const SCHEDULE_SYNCS: usize = 32;
 
+/// A kind a cluster serves: (apiVersion, kind), as a binding's resource
+/// names it.
+pub type ServedKind = (String, String);
+
 /// What each binding was last scheduled at: (generation, placement epoch).
 type Decided = Mutex<HashMap<String, (Option<i64>, u64)>>;
 
@@ -53,6 +57,7 @@ pub async fn run(
     bindings: PackedStore<Binding>,
     changes: impl Stream<Item = Key> + Send + 'static,
     clusters_changed: impl Stream<Item = ()> + Send + 'static,
+    kinds_changed: impl Stream<Item = Arc<HashSet<ServedKind>>> + Send + 'static,
     tenancy: Option<Tenancy>,
     namespaces_changed: impl Stream<Item = String> + Send + 'static,
 ) {
@@ -75,9 +80,33 @@ pub async fn run(
             futures::stream::iter(keys)
         })
     };
+    let of_kinds = {
+        let (bindings, state) = (bindings.clone(), state.clone());
+        kinds_changed.flat_map(move |kinds| {
+            let keys: Vec<Key> = bindings
+                .keys()
+                .into_iter()
+                .filter(|key| {
+                    let Some(b) = bindings.get_key(key) else {
+                        return false;
+                    };
+                    let r = &b.spec.resource;
+                    let of_kind = kinds.contains(&(r.api_version.clone(), r.kind.clone()));
+                    if of_kind {
+                        // Decided at this epoch, but on what clusters served then.
+                        let uid = b.metadata.uid.as_deref().unwrap_or_default();
+                        state.decided.lock().remove(uid);
+                    }
+                    of_kind
+                })
+                .collect();
+            futures::stream::iter(keys)
+        })
+    };
     tokio::join!(
         queue::feed(queue.clone(), changes),
         queue::feed(queue.clone(), in_namespace),
+        queue::feed(queue.clone(), of_kinds),
         queue::feed_all_on(queue.clone(), bindings.clone(), clusters_changed),
         queue::reconcile_packed(queue, bindings, SCHEDULE_SYNCS, move |b| {
             reconcile(b, state.clone())

@@ -1,0 +1,68 @@
+//! Embeds the git commit the binary is built from, for `flotilla
+//! --version` and the benchmarks' JSON: $FLOTILLA_GIT_COMMIT when set (a
+//! build from a source tarball), else `git rev-parse --short HEAD` when
+//! the source is a git checkout and git is installed, else "unknown".
+//! Nothing here fails the build.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8(out.stdout).ok()?.trim().to_string();
+    (!text.is_empty()).then_some(text)
+}
+
+/// A path git printed, relative to the manifest directory (where it ran).
+fn git_path(args: &[&str]) -> Option<PathBuf> {
+    let path = PathBuf::from(git(args)?);
+    Some(if path.is_absolute() {
+        path
+    } else {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+    })
+}
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=FLOTILLA_GIT_COMMIT");
+    let commit = std::env::var("FLOTILLA_GIT_COMMIT")
+        .ok()
+        .filter(|c| !c.trim().is_empty())
+        .or_else(|| git(&["rev-parse", "--short", "HEAD"]));
+    // Run again when HEAD moves: a commit appends to the reflog and
+    // rewrites the branch's ref; a checkout rewrites HEAD. Only files that
+    // exist are named (cargo reruns on every build for a missing one).
+    if let Some(git_dir) = git_path(&["rev-parse", "--git-dir"]) {
+        let common = git_path(&["rev-parse", "--git-common-dir"]).unwrap_or(git_dir.clone());
+        let mut watched = vec![
+            git_dir.join("HEAD"),
+            git_dir.join("logs").join("HEAD"),
+            common.join("packed-refs"),
+        ];
+        if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+            watched.push(common.join(branch));
+        }
+        for path in watched.into_iter().filter(|p| p.exists()) {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
+    let version = env!("CARGO_PKG_VERSION");
+    match commit {
+        Some(commit) => {
+            println!("cargo:rustc-env=FLOTILLA_BUILD_COMMIT={commit}");
+            println!("cargo:rustc-env=FLOTILLA_VERSION={version} ({commit})");
+        }
+        None => {
+            println!("cargo:rustc-env=FLOTILLA_BUILD_COMMIT=unknown");
+            println!("cargo:rustc-env=FLOTILLA_VERSION={version}");
+        }
+    }
+}
