@@ -655,7 +655,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         "controlplane_idle_cpu_percent": hub_idle_cpu,
         "members_rss_joined_mib": members_rss_joined_kib as f64 / 1024.0,
         "members_idle_cpu_percent": members_idle_cpu,
-        "member_processes": fleet.processes.len(),
+        "member_process_count": fleet.processes.len(),
         "members_start_seconds": members_up_in.as_secs_f64(),
         "members_joined_seconds": joined_in.as_secs_f64(),
         "members_rss_mib": members_rss_kib as f64 / 1024.0,
