@@ -437,7 +437,8 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
             "replicaDivisionPreference": "Weighted"}}),
     };
     if args.scheduler_only {
-        let result = scheduler_only(&args, &hub, placement).await;
+        let first = members.first().map(|m| m.name.clone()).unwrap_or_default();
+        let result = scheduler_only(&args, &hub, placement, &first).await;
         drop(hub_process);
         drop(fleet);
         return result;
@@ -756,13 +757,14 @@ fn args_json(args: &PropagationArgs) -> Value {
 
 /// `--scheduler-only`: the scheduler's throughput, apart from how fast
 /// bindings arrive. N bindings are created for a cluster label no member
-/// has yet (each is found unschedulable); then member1 gets the label,
+/// has yet (each is found unschedulable); then the first member gets the label,
 /// and the clock runs from that change until the scheduler has written
 /// every binding's placement and Scheduled condition.
 async fn scheduler_only(
     args: &PropagationArgs,
     hub: &kube::Client,
     mut placement: Value,
+    first_member: &str,
 ) -> anyhow::Result<()> {
     const GATE: &str = "bench.flotilla.io/schedule";
     placement["clusterAffinity"] = json!({"labelSelector": {"matchLabels": {GATE: "now"}}});
@@ -828,7 +830,7 @@ async fn scheduler_only(
     let started = Instant::now();
     clusters
         .patch(
-            "member1",
+            first_member,
             &kube::api::PatchParams::default(),
             &kube::api::Patch::Merge(&label),
         )
