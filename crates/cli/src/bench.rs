@@ -69,6 +69,24 @@ pub async fn run(b: Bench) -> anyhow::Result<()> {
 
 pub(crate) struct ServerProcess(pub(crate) Child);
 
+impl ServerProcess {
+    /// Starts `command` (a server the bench measures) with the log filter
+    /// of `FLOTILLA_BENCH_CHILD_LOG` (default `warn`), its stdout dropped
+    /// and its stderr shown; killed when dropped.
+    pub(crate) fn start(mut command: Command, what: &str) -> anyhow::Result<ServerProcess> {
+        let child = command
+            .env(
+                "FLOTILLA_LOG",
+                std::env::var("FLOTILLA_BENCH_CHILD_LOG").unwrap_or("warn".into()),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("cannot start {what}"))?;
+        Ok(ServerProcess(child))
+    }
+}
+
 impl Drop for ServerProcess {
     fn drop(&mut self) {
         let _ = self.0.kill();

@@ -94,21 +94,14 @@ pub(crate) async fn start_members(
 ) -> anyhow::Result<BenchMembers> {
     let exe = std::env::current_exe()?;
     let spawn = |name: &str, data: &Path, extra: &[String]| -> anyhow::Result<ServerProcess> {
-        let child = Command::new(&exe)
+        let mut command = Command::new(&exe);
+        command
             .args(["member", "--name", name, "--listen", "127.0.0.1:0"])
             .args(flags)
             .args(extra)
             .arg("--data-dir")
-            .arg(data)
-            .env(
-                "FLOTILLA_LOG",
-                std::env::var("FLOTILLA_BENCH_CHILD_LOG").unwrap_or("warn".into()),
-            )
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .context("cannot start flotilla member")?;
-        Ok(ServerProcess(child))
+            .arg(data);
+        ServerProcess::start(command, "flotilla member")
     };
     let deadline = Instant::now() + timeout;
     match how {

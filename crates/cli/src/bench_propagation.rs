@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -112,19 +112,11 @@ fn spawn(args: &[&str], data: &Path) -> anyhow::Result<ServerProcess> {
         }
         _ => Command::new(exe),
     };
-    let child = command
+    command
         .args(args)
         .args(["--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data)
-        .env(
-            "FLOTILLA_LOG",
-            std::env::var("FLOTILLA_BENCH_CHILD_LOG").unwrap_or("warn".into()),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .context("cannot start flotilla")?;
-    Ok(ServerProcess(child))
+        .arg(data);
+    ServerProcess::start(command, "flotilla")
 }
 
 fn template(kind: &str, i: usize, replicas: i32) -> Value {
