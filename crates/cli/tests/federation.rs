@@ -1401,6 +1401,40 @@ fn a_restarted_control_plane_leaves_members_in_sync_untouched_and_repairs_what_c
     assert_eq!(hub_versions(&fleet), hub_before);
 }
 
+/// A Work deleted by hand is not lost while its binding stands: the
+/// member's copy goes with it (its finalizer), and the binding
+/// controller writes the Work again, so the copy comes back.
+#[test]
+fn a_deleted_work_is_written_again_and_its_copy_comes_back() {
+    let fleet = Fleet::new(&[("member1", "us-east")]);
+    fleet.apply(&configmap_policy(
+        "restored",
+        "    clusterAffinity:\n      clusterNames: [member1]",
+    ));
+    let m = fleet.member("member1");
+    wait_for(WAIT, "the copy in member1", || {
+        exists(m, &["get", "cm", "restored"])
+    });
+    let ns = ["-n", "karmada-es-member1"];
+    let names = fleet.jsonpath_hub(&["get", "work", ns[0], ns[1]], "{.items[*].metadata.name}");
+    let name = names
+        .split_whitespace()
+        .find(|n| n.starts_with("restored-"))
+        .unwrap_or_else(|| panic!("no Work for the ConfigMap among {names:?}"))
+        .to_string();
+    let uid = fleet.jsonpath_hub(&["get", "work", &name, ns[0], ns[1]], "{.metadata.uid}");
+    fleet
+        .hub
+        .ok(&["delete", "work", &name, ns[0], ns[1], "--wait=false"]);
+    wait_for(WAIT, "the Work written again", || {
+        let now = fleet.jsonpath_hub(&["get", "work", &name, ns[0], ns[1]], "{.metadata.uid}");
+        !now.is_empty() && now != uid
+    });
+    wait_for(WAIT, "the copy back in member1", || {
+        jsonpath(m, &["get", "cm", "restored"], "{.data.greeting}") == "hello"
+    });
+}
+
 #[test]
 fn unjoining_moves_the_share_to_the_rest_and_removes_the_copies() {
     let fleet = Fleet::new(&[("member1", "us-east"), ("member2", "eu-west")]);

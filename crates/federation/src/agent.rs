@@ -214,7 +214,7 @@ pub async fn apply_works(hub: Client, member: Client, o: AgentOptions) {
         overrides_epoch: Default::default(),
         placement_epoch: Default::default(),
     });
-    let changes = works.changes.keys();
+    let changes = execution::changes(&works.changes, works.store.clone());
     let execution = async {
         // As in the control plane: nothing is decided on a half-filled cache.
         let _ = clusters.store.wait_until_ready().await;

@@ -24,7 +24,8 @@ use crate::api::{
 use crate::conditions;
 use crate::context::Ctx;
 use crate::detector::matching::Template;
-use crate::error::{Error, is_not_found};
+use crate::error::{Error, is_already_exists, is_not_found};
+use crate::fanout::{Change, Subscribers};
 use crate::finalizer;
 use crate::kinds::scoped_api;
 use crate::overrides::{self, Applied, OverrideError};
@@ -42,11 +43,13 @@ pub async fn run(
     ctx: Ctx,
     bindings: PackedStore<Binding>,
     changes: impl futures::Stream<Item = Key> + Send + 'static,
+    works_removed: impl futures::Stream<Item = Key> + Send + 'static,
     overrides_changed: impl futures::Stream<Item = ()> + Send + 'static,
 ) {
     let queue = WorkQueue::new();
     let state = Arc::new((ctx, Synced::default()));
     tokio::join!(
+        queue::feed(queue.clone(), works_removed),
         // A changed override policy: every binding's Works rendered again.
         queue::feed_all_on(queue.clone(), bindings.clone(), overrides_changed),
         queue::feed(queue.clone(), changes),
@@ -54,6 +57,22 @@ pub async fn run(
             reconcile(b, state.clone())
         }),
     );
+}
+
+/// The bindings (of `scope`) whose Work is gone from the hub: each is
+/// written again at once, whoever deleted it (as Karmada's binding
+/// controller, which watches Work deletions), while the binding stands.
+pub fn works_removed(
+    works: &Subscribers<Change<Work>>,
+    store: PackedStore<Work>,
+    scope: Scope,
+) -> impl futures::Stream<Item = Key> + Send + 'static {
+    works.subscribe(move |c: &Change<Work>| {
+        if store.get_key(&c.key).is_some() {
+            return None;
+        }
+        crate::status::owner(&c.object, scope).map(Key::from)
+    })
 }
 
 /// The label that ties Works to their binding, and its value.
@@ -98,8 +117,22 @@ pub async fn template(ctx: &Ctx, binding: &Binding) -> Result<Option<DynamicObje
 }
 
 /// The generation and override epoch each binding's Works were last
-/// written at.
-type Synced = Mutex<HashMap<String, (Option<i64>, u64)>>;
+/// written at, and when.
+type Synced = Mutex<HashMap<String, Written>>;
+
+#[derive(Clone, Copy)]
+struct Written {
+    generation: Option<i64>,
+    epoch: u64,
+    at: Instant,
+}
+
+/// How long Works just written may take to reach the controller's cache
+/// before their absence there means they are really gone. Without it a
+/// binding's next event (its status, written as the first copies land)
+/// finds the set incomplete and writes every Work again, each create of a
+/// Work the hub already holds answering 409.
+const CACHE_GRACE: Duration = Duration::from_secs(5);
 
 async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Synced)>) -> Result<Next, Error> {
     let (ctx, synced) = (&state.0, &state.1);
@@ -146,18 +179,30 @@ async fn sync(binding: &Binding, ctx: &Ctx, synced: &Synced) -> Result<Next, Err
         .collect();
     let complete = ours.len() == targets.len() && ours.iter().all(|(c, _)| targets.contains(c));
     let epoch = ctx.overrides_epoch.load(Ordering::SeqCst);
-    if complete && synced.lock().get(&uid) == Some(&(binding.metadata.generation, epoch)) {
+    let written = synced.lock().get(&uid).copied();
+    if let Some(w) = written
+        && (w.generation, w.epoch) == (binding.metadata.generation, epoch)
+    {
         // The Works were written from this very spec and these overrides.
-        return Ok(None);
+        if complete {
+            return Ok(None);
+        }
+        let waited = w.at.elapsed();
+        if waited < CACHE_GRACE {
+            return Ok(Some(CACHE_GRACE - waited));
+        }
     }
     let started = Instant::now();
     let result = write_works(ctx, binding, &ours, &targets, (id_key, &id)).await;
     ctx.metrics
         .observe_binding_sync(result.is_ok(), started.elapsed());
     result?;
-    synced
-        .lock()
-        .insert(uid, (binding.metadata.generation, epoch));
+    let written = Written {
+        generation: binding.metadata.generation,
+        epoch,
+        at: Instant::now(),
+    };
+    synced.lock().insert(uid, written);
     Ok(None)
 }
 
@@ -415,18 +460,56 @@ async fn write_work(
     binding: &Binding,
     cluster: &str,
     spec: WorkSpec,
-    (id_key, id): (&str, &str),
+    id: (&str, &str),
     applied: &Applied,
 ) -> Result<Arc<Work>, Error> {
     let key = work_ref(binding, cluster);
     let namespace = key.namespace.clone().unwrap_or_default();
     let api: Api<Work> = Api::namespaced(ctx.hub.clone(), &namespace);
-    let existing = ctx.works.get(&key);
-    let mut work = match &existing {
-        Some(w) => (**w).clone(),
-        None => Work::new(&key.name, spec.clone()),
+    let old = match ctx.works.get(&key) {
+        Some(old) => old,
+        None => {
+            let mut work = Work::new(&key.name, spec.clone());
+            work.metadata.namespace = Some(namespace.clone());
+            desire(&mut work, binding, spec.clone(), id, applied);
+            match api.create(&PostParams::default(), &work).await {
+                Ok(created) => {
+                    debug!(work = %key.name, %cluster, "work created");
+                    return Ok(Arc::new(created));
+                }
+                // Written by an earlier sync, not in the cache yet: update
+                // what the hub holds rather than fail and write them all again.
+                Err(e) if is_already_exists(&e) => Arc::new(api.get(&key.name).await?),
+                Err(e) => return Err(e.into()),
+            }
+        }
     };
-    work.metadata.namespace = Some(namespace.clone());
+    let mut work = (*old).clone();
+    desire(&mut work, binding, spec, id, applied);
+    if old.spec != work.spec
+        || old.metadata.finalizers != work.metadata.finalizers
+        || old.metadata.labels != work.metadata.labels
+        || old.metadata.annotations != work.metadata.annotations
+    {
+        let replaced = api
+            .replace(&key.name, &PostParams::default(), &work)
+            .await?;
+        debug!(work = %key.name, %cluster, "work updated");
+        return Ok(Arc::new(replaced));
+    }
+    Ok(old)
+}
+
+/// Sets what the binding controller owns on a Work: its spec, the
+/// execution finalizer, the labels and annotations tying it to the
+/// binding, and the overrides applied.
+fn desire(
+    work: &mut Work,
+    binding: &Binding,
+    spec: WorkSpec,
+    (id_key, id): (&str, &str),
+    applied: &Applied,
+) {
     work.spec = spec;
     // The execution controller's finalizer from the start: one write less,
     // and no window in which a Work could go without cleaning its member.
@@ -465,27 +548,6 @@ async fn write_work(
             a.remove(annotation);
         } else {
             a.insert(annotation.into(), Value::from(entries.clone()).to_string());
-        }
-    }
-    match existing {
-        None => {
-            let created = api.create(&PostParams::default(), &work).await?;
-            debug!(work = %key.name, %cluster, "work created");
-            Ok(Arc::new(created))
-        }
-        Some(old) => {
-            if old.spec != work.spec
-                || old.metadata.finalizers != work.metadata.finalizers
-                || old.metadata.labels != work.metadata.labels
-                || old.metadata.annotations != work.metadata.annotations
-            {
-                let replaced = api
-                    .replace(&key.name, &PostParams::default(), &work)
-                    .await?;
-                debug!(work = %key.name, %cluster, "work updated");
-                return Ok(Arc::new(replaced));
-            }
-            Ok(old)
         }
     }
 }

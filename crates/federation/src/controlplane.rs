@@ -304,7 +304,10 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
             ctx.clone(),
             [bindings[0].1.0.store.clone(), bindings[1].1.0.store.clone()],
         )),
-        Box::pin(execution::run(ctx.clone(), works.changes.keys())),
+        Box::pin(execution::run(
+            ctx.clone(),
+            execution::changes(&works.changes, works.store.clone()),
+        )),
         Box::pin(mcs::run(ctx.clone(), clusters.changes.shared())),
         Box::pin(taint_policy::run(
             ctx.clone(),
@@ -404,6 +407,7 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
             ctx.clone(),
             store.clone(),
             fanout.changes.keys(),
+            binding::works_removed(&works.changes, works.store.clone(), scope),
             signal(overrides_tx.subscribe()),
         )));
         controllers.push(Box::pin(failover::run(

@@ -53,6 +53,10 @@ pub fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
+pub fn is_already_exists(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.reason == "AlreadyExists")
+}
+
 pub fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }

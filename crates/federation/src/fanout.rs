@@ -65,7 +65,7 @@ impl<E: 'static> Subscribers<E> {
     /// changes it makes nothing of are not queued.
     pub fn subscribe<T: Send + 'static>(
         &self,
-        project: impl Fn(&E) -> Option<T> + Send + 'static,
+        mut project: impl FnMut(&E) -> Option<T> + Send + 'static,
     ) -> impl Stream<Item = T> + Send + 'static {
         let (tx, rx) = mpsc::unbounded_channel();
         self.0

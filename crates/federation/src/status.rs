@@ -71,7 +71,7 @@ pub fn work_owners(
 
 /// The key of the binding a Work belongs to, from the annotations the
 /// binding controller writes, if it is of `scope`.
-fn owner(work: &Work, scope: Scope) -> Option<String> {
+pub(crate) fn owner(work: &Work, scope: Scope) -> Option<String> {
     let a = work.annotations();
     match scope {
         Scope::Namespaced => {

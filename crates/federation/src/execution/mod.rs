@@ -11,7 +11,8 @@ mod apply;
 pub use apply::identify;
 mod observed;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,8 +27,9 @@ use crate::api::{
 use crate::conditions;
 use crate::context::Ctx;
 use crate::error::{Error, is_not_found};
+use crate::fanout::{Change, Subscribers};
 use crate::finalizer;
-use crate::packed::Key;
+use crate::packed::{Key, PackedStore};
 use crate::queue::{self, Next, WorkQueue};
 use observed::MemberWatches;
 
@@ -88,6 +90,44 @@ pub async fn run(ctx: Ctx, changes: impl futures::Stream<Item = Key> + Send + 's
             move |work| reconcile(work, exec.clone()),
         )
     );
+}
+
+/// The Works to reconcile for a change of theirs: every change but one
+/// that moved only the status. The controller's own status write would
+/// otherwise bring each Work back once more, to find its member objects
+/// as they were (as Karmada's execution controller, whose update
+/// predicate ignores status). Member drift comes through the member
+/// watches, not through the Work.
+pub fn changes(
+    works: &Subscribers<Change<Work>>,
+    store: PackedStore<Work>,
+) -> impl futures::Stream<Item = Key> + Send + 'static {
+    let mut seen: HashMap<Key, u64> = HashMap::new();
+    works.subscribe(move |c: &Change<Work>| {
+        if store.get_key(&c.key).is_none() {
+            seen.remove(&c.key);
+            return Some(c.key.clone());
+        }
+        let now = beyond_status(&c.object);
+        (seen.insert(c.key.clone(), now) != Some(now)).then(|| c.key.clone())
+    })
+}
+
+/// A digest of everything of a Work but its status that its reconcile
+/// reads: the spec (by generation), deletion, finalizers, labels and
+/// annotations.
+fn beyond_status(work: &Work) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let m = &work.metadata;
+    (
+        m.generation,
+        m.deletion_timestamp.is_some(),
+        &m.finalizers,
+        &m.labels,
+        &m.annotations,
+    )
+        .hash(&mut h);
+    h.finish()
 }
 
 fn cluster_of(work: &Work) -> Option<String> {
