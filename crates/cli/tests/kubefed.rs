@@ -276,3 +276,135 @@ spec:
     });
     assert_eq!(mode("cluster-us-east"), "canary");
 }
+
+const WEB: &str = r#"
+apiVersion: types.kubefed.io/v1beta1
+kind: FederatedDeployment
+metadata: {name: web, namespace: production}
+spec:
+  template:
+    spec:
+      replicas: 1
+      selector: {matchLabels: {app: web}}
+      template:
+        metadata: {labels: {app: web}}
+        spec:
+          containers: [{name: web, image: nginx:1.27}]
+  placement:
+    clusterSelector: {}
+"#;
+
+fn web_replicas(fleet: &Fleet, member: &str) -> String {
+    jsonpath(
+        fleet.member(member),
+        &["get", "deploy", "web", "-n", "production"],
+        "{.spec.replicas}",
+    )
+}
+
+/// KubeFedClusters mirror the fleet (and their labels place objects, as
+/// KubeFed's documentation labels them); a ReplicaSchedulingPreference
+/// divides a FederatedDeployment's replicas by weight within bounds.
+#[test]
+fn kubefed_clusters_select_and_a_replica_scheduling_preference_divides_replicas() {
+    let fleet = Fleet::with_args(
+        &[("cluster-a", "us-east"), ("cluster-b", "eu-west")],
+        &[],
+        &["--frontends", "kubefed"],
+    );
+    let kfc = |name: &str, path: &str| {
+        fleet.jsonpath_hub(
+            &[
+                "get",
+                "kubefedclusters",
+                name,
+                "-n",
+                "kube-federation-system",
+            ],
+            path,
+        )
+    };
+    wait_for(WAIT, "a ready KubeFedCluster per member", || {
+        ["cluster-a", "cluster-b"]
+            .iter()
+            .all(|c| kfc(c, "{.status.conditions[?(@.type==\"Ready\")].reason}") == "ClusterReady")
+    });
+    assert_eq!(kfc("cluster-b", "{.status.region}"), "eu-west");
+    assert!(kfc("cluster-a", "{.spec.apiEndpoint}").starts_with("https://"));
+    let listed = fleet
+        .hub
+        .ok(&["get", "kubefedclusters", "-n", "kube-federation-system"]);
+    assert_has(&listed, &["READY", "cluster-a", "cluster-b", "True"]);
+
+    fleet.apply("apiVersion: v1\nkind: Namespace\nmetadata: {name: production}\n");
+    fleet.hub.ok(&[
+        "label",
+        "kubefedclusters",
+        "-n",
+        "kube-federation-system",
+        "cluster-b",
+        "tier=gold",
+    ]);
+    fleet.apply(
+        r#"
+apiVersion: types.kubefed.io/v1beta1
+kind: FederatedConfigMap
+metadata: {name: gold-only, namespace: production}
+spec:
+  template:
+    data: {tier: gold}
+  placement:
+    clusterSelector:
+      matchLabels: {tier: gold}
+"#,
+    );
+    wait_for(WAIT, "gold-only in cluster-b", || {
+        exists(
+            fleet.member("cluster-b"),
+            &["get", "cm", "gold-only", "-n", "production"],
+        )
+    });
+    assert!(!exists(
+        fleet.member("cluster-a"),
+        &["get", "cm", "gold-only", "-n", "production"]
+    ));
+
+    fleet.apply(WEB);
+    fleet.apply(
+        r#"
+apiVersion: scheduling.kubefed.io/v1alpha1
+kind: ReplicaSchedulingPreference
+metadata: {name: web, namespace: production}
+spec:
+  targetKind: FederatedDeployment
+  totalReplicas: 9
+  clusters:
+    cluster-a: {weight: 1}
+    cluster-b: {weight: 2}
+"#,
+    );
+    wait_for(WAIT, "3 replicas in cluster-a, 6 in cluster-b", || {
+        web_replicas(&fleet, "cluster-a") == "3" && web_replicas(&fleet, "cluster-b") == "6"
+    });
+    // Bounded, and allowed to move running replicas.
+    fleet.apply(
+        r#"
+apiVersion: scheduling.kubefed.io/v1alpha1
+kind: ReplicaSchedulingPreference
+metadata: {name: web, namespace: production}
+spec:
+  targetKind: FederatedDeployment
+  totalReplicas: 9
+  rebalance: true
+  clusters:
+    cluster-a: {weight: 1, maxReplicas: 2}
+    cluster-b: {weight: 2}
+"#,
+    );
+    wait_for(WAIT, "2 replicas in cluster-a, 7 in cluster-b", || {
+        web_replicas(&fleet, "cluster-a") == "2" && web_replicas(&fleet, "cluster-b") == "7"
+    });
+    wait_for(WAIT, "web propagated", || {
+        propagation(&fleet, "federateddeployment", "web", "status") == "True"
+    });
+}

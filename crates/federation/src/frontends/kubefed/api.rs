@@ -9,6 +9,7 @@ use crate::crds::{Kind, age, column, open_schema};
 
 pub const TYPES_GROUP: &str = "types.kubefed.io";
 pub const CORE_GROUP: &str = "core.kubefed.io";
+pub const SCHEDULING_GROUP: &str = "scheduling.kubefed.io";
 pub const VERSION: &str = "v1beta1";
 /// Where KubeFed keeps its type configs (and, upstream, its clusters).
 pub const SYSTEM_NAMESPACE: &str = "kube-federation-system";
@@ -140,6 +141,52 @@ fn type_config_kind() -> Kind {
     }
 }
 
+fn kubefed_cluster_kind() -> Kind {
+    Kind {
+        group: CORE_GROUP,
+        version: VERSION,
+        kind: "KubeFedCluster".into(),
+        plural: "kubefedclusters".into(),
+        short_names: vec![],
+        namespaced: true,
+        categorized: false,
+        columns: vec![
+            age(),
+            column(
+                "READY",
+                "string",
+                ".status.conditions[?(@.type=='Ready')].status",
+            ),
+        ],
+        spec: open_schema(),
+    }
+}
+
+fn rsp_kind() -> Kind {
+    Kind {
+        group: SCHEDULING_GROUP,
+        version: "v1alpha1",
+        kind: "ReplicaSchedulingPreference".into(),
+        plural: "replicaschedulingpreferences".into(),
+        short_names: vec!["rsp".into()],
+        namespaced: true,
+        categorized: false,
+        columns: vec![age()],
+        spec: json!({
+            "type": "object",
+            "x-kubernetes-preserve-unknown-fields": true,
+            "required": ["targetKind", "totalReplicas"],
+            "properties": {
+                "targetKind": {"type": "string"},
+                "totalReplicas": {"type": "integer", "format": "int32"},
+                "rebalance": {"type": "boolean"},
+                "intersectWithClusterSelector": {"type": "boolean"},
+                "clusters": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            },
+        }),
+    }
+}
+
 /// Every KubeFed CRD, as manifests. A federated object may have no spec
 /// (KubeFed's schemas do not require one).
 pub fn crds() -> Vec<Value> {
@@ -155,6 +202,8 @@ pub fn crds() -> Vec<Value> {
     ftc.columns
         .insert(0, column("PROPAGATION", "string", ".spec.propagation"));
     out.push(ftc.crd());
+    out.push(kubefed_cluster_kind().crd());
+    out.push(rsp_kind().crd());
     out
 }
 

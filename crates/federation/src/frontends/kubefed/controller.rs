@@ -4,7 +4,7 @@
 //! type config and federated object each second (there are few); writes
 //! happen only when what was generated changes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use kube::api::{
@@ -16,12 +16,15 @@ use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use super::api::{
-    CORE_GROUP, FIELD_MANAGER, HASH_ANNOTATION, SYSTEM_NAMESPACE, TargetType, VERSION,
-    default_types, enabled_target, type_config,
+    CORE_GROUP, SCHEDULING_GROUP, SYSTEM_NAMESPACE, TargetType, VERSION, default_types,
+    enabled_target, type_config,
 };
-use super::translate::{self, BadOverride, CHECK_CLUSTERS};
+use super::apply::apply;
+use super::clusters::FedCluster;
+use super::rsp;
+use super::translate::{self, BadOverride, CHECK_CLUSTERS, Placement};
 use crate::api::{Binding, Cluster, POLICY_GROUP, Scope, binding_resource};
-use crate::names::{binding_name, fnv32a};
+use crate::names::binding_name;
 
 const PERIOD: Duration = Duration::from_secs(1);
 
@@ -29,6 +32,13 @@ fn type_config_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk(CORE_GROUP, VERSION, "FederatedTypeConfig"),
         "federatedtypeconfigs",
+    )
+}
+
+fn rsp_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(SCHEDULING_GROUP, "v1alpha1", "ReplicaSchedulingPreference"),
+        "replicaschedulingpreferences",
     )
 }
 
@@ -107,7 +117,28 @@ pub async fn run(hub: Client, clusters: Store<Cluster>) {
     }
 }
 
+/// Every ReplicaSchedulingPreference, by namespace and name.
+async fn preferences(hub: &Client) -> BTreeMap<(String, String), Value> {
+    let api: Api<DynamicObject> = Api::all_with(hub.clone(), &rsp_resource());
+    match api.list(&Default::default()).await {
+        Ok(list) => list
+            .items
+            .into_iter()
+            .filter_map(|r| {
+                let key = (r.namespace()?, r.name_any());
+                Some((key, serde_json::to_value(r).ok()?))
+            })
+            .collect(),
+        Err(error) => {
+            debug!(%error, "ReplicaSchedulingPreferences not listed");
+            BTreeMap::new()
+        }
+    }
+}
+
 async fn sync_all(hub: &Client, clusters: &Store<Cluster>) -> kube::Result<()> {
+    let fleet = super::clusters::sync(hub, clusters).await?;
+    let preferences = preferences(hub).await;
     let configs: Api<DynamicObject> =
         Api::namespaced_with(hub.clone(), SYSTEM_NAMESPACE, &type_config_resource());
     for ftc in configs.list(&Default::default()).await? {
@@ -132,45 +163,15 @@ async fn sync_all(hub: &Client, clusters: &Store<Cluster>) -> kube::Result<()> {
                 continue;
             }
             let name = fed.name_any();
+            let key = (fed.namespace().unwrap_or_default(), fed.name_any());
             let fed = serde_json::to_value(&fed).map_err(kube::Error::SerdeError)?;
-            if let Err(error) = reconcile(hub, clusters, &fed_ar, &target, &fed).await {
+            let rsp = preferences.get(&key);
+            if let Err(error) = reconcile(hub, &fleet, rsp, &fed_ar, &target, &fed).await {
                 warn!(%error, federated = %name, kind = %fed_ar.kind, "KubeFed object not reconciled");
             }
         }
     }
     Ok(())
-}
-
-/// Server-side applies `obj` unless what was last applied is the same;
-/// the object's uid.
-async fn apply(hub: &Client, ar: &ApiResource, mut obj: Value) -> kube::Result<Option<String>> {
-    let hash = fnv32a(obj.to_string().as_bytes()).to_string();
-    if !obj["metadata"]["annotations"].is_object() {
-        obj["metadata"]["annotations"] = json!({});
-    }
-    obj["metadata"]["annotations"][HASH_ANNOTATION] = json!(hash);
-    let name = obj["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
-        Some(ns) => Api::namespaced_with(hub.clone(), ns, ar),
-        None => Api::all_with(hub.clone(), ar),
-    };
-    if let Some(existing) = api.get_opt(&name).await?
-        && existing.annotations().get(HASH_ANNOTATION) == Some(&hash)
-    {
-        return Ok(existing.metadata.uid);
-    }
-    debug!(kind = %ar.kind, %name, "KubeFed: applying generated object");
-    let applied = api
-        .patch(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&obj),
-        )
-        .await?;
-    Ok(applied.metadata.uid)
 }
 
 /// Makes the template an owner of a generated policy too, so that the
@@ -189,16 +190,79 @@ fn owned_by_template(mut policy: Value, template: &Value, uid: Option<String>) -
     policy
 }
 
+/// Where the federated object goes: its placement, or the plan of the
+/// ReplicaSchedulingPreference of its name (then also the total to
+/// write as the template's replicas); and what is wrong with either.
+fn resolve(
+    fed: &Value,
+    fleet: &[FedCluster],
+    rsp: Option<&Value>,
+    binding: Option<&Binding>,
+) -> (Placement, Option<i64>, Vec<String>) {
+    let mut notes = Vec::new();
+    let placed = translate::placed_clusters(fed, fleet).unwrap_or_else(|e| {
+        notes.push(e);
+        Vec::new()
+    });
+    let kind = fed["kind"].as_str().unwrap_or_default();
+    let rsp = rsp.map(rsp::parse).and_then(|r| match r {
+        Ok(r) if r.target_kind == kind => Some(r),
+        Ok(_) => None,
+        Err(e) => {
+            notes.push(format!("ReplicaSchedulingPreference: {e}"));
+            None
+        }
+    });
+    let Some(rsp) = rsp else {
+        return (Placement::Clusters(placed), None, notes);
+    };
+    let ready = fleet.iter().filter(|c| c.ready).map(|c| c.name.clone());
+    let candidates: Vec<String> = if rsp.intersect_with_cluster_selector {
+        ready.filter(|c| placed.contains(c)).collect()
+    } else {
+        ready.collect()
+    };
+    let current: BTreeMap<String, i64> = binding
+        .map(|b| {
+            b.spec
+                .clusters
+                .iter()
+                .filter_map(|c| Some((c.name.clone(), c.replicas?.into())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let key = format!(
+        "{}/{}",
+        fed["metadata"]["namespace"].as_str().unwrap_or_default(),
+        fed["metadata"]["name"].as_str().unwrap_or_default()
+    );
+    let plan = rsp.plan(&candidates, &current, &key);
+    (Placement::Replicas(plan), Some(rsp.total), notes)
+}
+
 async fn reconcile(
     hub: &Client,
-    clusters: &Store<Cluster>,
+    fleet: &[FedCluster],
+    rsp: Option<&Value>,
     fed_ar: &ApiResource,
     target: &TargetType,
     fed: &Value,
 ) -> kube::Result<()> {
-    let template = translate::template(fed, target);
+    let name = fed["metadata"]["name"].as_str().unwrap_or_default();
+    let namespace = fed["metadata"]["namespace"].as_str().unwrap_or_default();
+    let bindings: Api<Binding> =
+        Api::namespaced_with(hub.clone(), namespace, &binding_resource(Scope::Namespaced));
+    let binding = bindings.get_opt(&binding_name(&target.kind, name)).await?;
+    let (placement, total, mut notes) = resolve(fed, fleet, rsp, binding.as_ref());
+    let mut template = translate::template(fed, target);
+    if let Some(total) = total
+        && template["spec"].is_object()
+    {
+        // The preference's total replaces the template's replicas.
+        template["spec"]["replicas"] = json!(total);
+    }
     let uid = apply(hub, &target_resource(target), template.clone()).await?;
-    let pp = translate::propagation_policy(fed, target);
+    let pp = translate::propagation_policy(fed, target, &placement);
     let pp = owned_by_template(pp, &template, uid.clone());
     apply(
         hub,
@@ -214,58 +278,54 @@ async fn reconcile(
         op,
     )
     .await?;
-    write_status(hub, clusters, fed_ar, target, fed, &bad).await
-}
-
-async fn write_status(
-    hub: &Client,
-    clusters: &Store<Cluster>,
-    fed_ar: &ApiResource,
-    target: &TargetType,
-    fed: &Value,
-    bad: &[BadOverride],
-) -> kube::Result<()> {
-    let name = fed["metadata"]["name"].as_str().unwrap_or_default();
-    let namespace = fed["metadata"]["namespace"].as_str().unwrap_or_default();
-    let bindings: Api<Binding> =
-        Api::namespaced_with(hub.clone(), namespace, &binding_resource(Scope::Namespaced));
-    let binding = bindings.get_opt(&binding_name(&target.kind, name)).await?;
-    let scheduled: Vec<String> = binding
-        .as_ref()
-        .map(|b| b.spec.clusters.iter().map(|c| c.name.clone()).collect())
-        .unwrap_or_default();
-    let placed = match translate::named_clusters(fed) {
-        Some(names) => names,
-        None => scheduled,
-    };
-    let all = clusters.state();
-    let known: BTreeSet<String> = all.iter().map(|c| c.name_any()).collect();
-    let ready: BTreeSet<String> = all
-        .iter()
-        .filter(|c| c.is_ready())
-        .map(|c| c.name_any())
-        .collect();
-    let aggregated = binding
-        .as_ref()
-        .and_then(|b| b.status.as_ref())
-        .map(|s| s.aggregated_status.clone())
-        .unwrap_or_default();
-    let (cluster_status, ok) = translate::status(&placed, &known, &ready, &aggregated, bad);
-    // A selector's clusters are known once the binding is scheduled.
-    let scheduled = binding
-        .as_ref()
-        .and_then(|b| b.status.as_ref())
-        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Scheduled"));
-    let ok = ok && (scheduled || translate::named_clusters(fed).is_some());
-    let mut notes: Vec<String> = placed
-        .iter()
-        .filter(|c| !known.contains(*c))
-        .map(|c| format!("cluster {c} is not a member of the fleet"))
-        .collect();
     notes.extend(
         bad.iter()
             .map(|b| format!("override for cluster {}: {}", b.cluster, b.reason)),
     );
+    let placed = placement.clusters();
+    write_status(
+        hub,
+        fleet,
+        fed_ar,
+        fed,
+        &placed,
+        binding.as_ref(),
+        &bad,
+        notes,
+    )
+    .await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn write_status(
+    hub: &Client,
+    fleet: &[FedCluster],
+    fed_ar: &ApiResource,
+    fed: &Value,
+    placed: &[String],
+    binding: Option<&Binding>,
+    bad: &[BadOverride],
+    mut notes: Vec<String>,
+) -> kube::Result<()> {
+    let name = fed["metadata"]["name"].as_str().unwrap_or_default();
+    let namespace = fed["metadata"]["namespace"].as_str().unwrap_or_default();
+    let known: BTreeSet<String> = fleet.iter().map(|c| c.name.clone()).collect();
+    let ready: BTreeSet<String> = fleet
+        .iter()
+        .filter(|c| c.ready)
+        .map(|c| c.name.clone())
+        .collect();
+    let aggregated = binding
+        .and_then(|b| b.status.as_ref())
+        .map(|s| s.aggregated_status.clone())
+        .unwrap_or_default();
+    let (cluster_status, ok) = translate::status(placed, &known, &ready, &aggregated, bad);
+    let ok = ok && notes.is_empty();
+    let unknown = placed
+        .iter()
+        .filter(|c| !known.contains(*c))
+        .map(|c| format!("cluster {c} is not a member of the fleet"));
+    notes.splice(0..0, unknown);
     let (status_str, reason) = if ok {
         ("True", "")
     } else {

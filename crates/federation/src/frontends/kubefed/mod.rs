@@ -5,7 +5,10 @@
 //! per-cluster status are read back from the ResourceBinding.
 
 pub mod api;
+mod apply;
+pub mod clusters;
 pub mod controller;
+pub mod rsp;
 pub mod translate;
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
@@ -25,7 +28,11 @@ fn rule(verbs: &[&str], groups: &[&str], resources: &[&str]) -> Value {
 }
 
 pub fn roles() -> Vec<Value> {
-    let mut rules = vec![rule(&["*"], &[api::CORE_GROUP, api::TYPES_GROUP], &["*"])];
+    let mut rules = vec![rule(
+        &["*"],
+        &[api::CORE_GROUP, api::TYPES_GROUP, api::SCHEDULING_GROUP],
+        &["*"],
+    )];
     for t in api::default_types().iter().filter(|t| t.namespaced) {
         rules.push(rule(&["create"], &[t.group.as_str()], &[t.plural.as_str()]));
     }
@@ -46,11 +53,11 @@ pub fn roles() -> Vec<Value> {
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                "metadata": {"name": "flotilla:kubefed:aggregate-to-edit",
                             "labels": {"rbac.authorization.k8s.io/aggregate-to-edit": "true"}},
-               "rules": [rule(&write, &[api::TYPES_GROUP], &["*"])]}),
+               "rules": [rule(&write, &[api::TYPES_GROUP, api::SCHEDULING_GROUP], &["*"])]}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                "metadata": {"name": "flotilla:kubefed:aggregate-to-view",
                             "labels": {"rbac.authorization.k8s.io/aggregate-to-view": "true"}},
-               "rules": [rule(&["get", "list", "watch"], &[api::TYPES_GROUP], &["*"])]}),
+               "rules": [rule(&["get", "list", "watch"], &[api::TYPES_GROUP, api::SCHEDULING_GROUP], &["*"])]}),
     ]
 }
 

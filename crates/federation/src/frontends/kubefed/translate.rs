@@ -3,12 +3,15 @@
 //! OverridePolicy (its overrides); the ResourceBinding the pipeline keeps
 //! gives back KubeFed's status. Pure functions, no I/O.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Value, json};
 
 use super::api::{GENERATED_BY, MANAGED_LABEL, ORPHAN_ANNOTATION, TargetType};
+use super::clusters::FedCluster;
 use crate::api::{AggregatedStatusItem, POLICY_GROUP};
+use crate::selector::labels_match;
 
 /// KubeFed's aggregate reason when a cluster did not get the object.
 pub const CHECK_CLUSTERS: &str = "CheckClusters";
@@ -89,11 +92,6 @@ fn selector(fed: &Value, target: &TargetType) -> Value {
     json!([{"apiVersion": target.api_version(), "kind": target.kind, "name": name_of(fed)}])
 }
 
-/// A label no cluster has: KubeFed places an object with neither
-/// `clusters` nor `clusterSelector` nowhere, Karmada's empty affinity
-/// everywhere.
-pub const NO_PLACEMENT_LABEL: &str = "kubefed.flotilla.io/no-placement";
-
 /// The clusters named in `spec.placement.clusters`, if that is set.
 pub fn named_clusters(fed: &Value) -> Option<Vec<String>> {
     let clusters = fed.pointer("/spec/placement/clusters")?.as_array()?;
@@ -105,22 +103,69 @@ pub fn named_clusters(fed: &Value) -> Option<Vec<String>> {
     )
 }
 
-/// KubeFed's placement as Karmada's cluster affinity: `clusters` wins
-/// over `clusterSelector` when both are set.
-pub fn cluster_affinity(fed: &Value) -> Value {
-    if let Some(names) = named_clusters(fed)
-        && !names.is_empty()
-    {
-        return json!({"clusterNames": names});
+/// The clusters KubeFed's placement selects: `clusters` when set (it
+/// wins over `clusterSelector`), else the KubeFedClusters whose labels
+/// match `clusterSelector` (an empty one matches all), else none. A
+/// selector that does not parse selects none and says why.
+pub fn placed_clusters(fed: &Value, clusters: &[FedCluster]) -> Result<Vec<String>, String> {
+    if let Some(names) = named_clusters(fed) {
+        return Ok(names);
     }
-    let nowhere = json!({"labelSelector": {"matchLabels": {NO_PLACEMENT_LABEL: "true"}}});
-    if named_clusters(fed).is_some() {
-        return nowhere;
+    let Some(selector) = fed.pointer("/spec/placement/clusterSelector") else {
+        return Ok(Vec::new());
+    };
+    let selector: LabelSelector = serde_json::from_value(selector.clone())
+        .map_err(|e| format!("spec.placement.clusterSelector is not a label selector: {e}"))?;
+    Ok(clusters
+        .iter()
+        .filter(|c| labels_match(&selector, &c.labels))
+        .map(|c| c.name.clone())
+        .collect())
+}
+
+/// Where a federated object goes, as the controller resolved it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Placement {
+    /// Each cluster gets the whole object.
+    Clusters(Vec<String>),
+    /// A ReplicaSchedulingPreference's plan: replicas per cluster.
+    Replicas(BTreeMap<String, i64>),
+}
+
+impl Placement {
+    pub fn clusters(&self) -> Vec<String> {
+        match self {
+            Placement::Clusters(c) => c.clone(),
+            Placement::Replicas(plan) => plan.keys().cloned().collect(),
+        }
     }
-    match fed.pointer("/spec/placement/clusterSelector") {
-        Some(s) if s.is_object() => json!({"labelSelector": s}),
-        _ => nowhere,
-    }
+}
+
+/// A label no cluster has: KubeFed places an object with no clusters
+/// nowhere, Karmada's empty affinity everywhere.
+pub const NO_PLACEMENT_LABEL: &str = "kubefed.flotilla.io/no-placement";
+
+/// The placement as Karmada's: named clusters (or none), each with the
+/// whole object, or divided by static weights that are the planned
+/// replica counts, which Karmada's division gives back exactly.
+fn karmada_placement(placement: &Placement) -> Value {
+    let names = placement.clusters();
+    let affinity = if names.is_empty() {
+        json!({"labelSelector": {"matchLabels": {NO_PLACEMENT_LABEL: "true"}}})
+    } else {
+        json!({"clusterNames": names})
+    };
+    let replicas = match placement {
+        Placement::Replicas(plan) if !plan.is_empty() => json!({
+            "replicaSchedulingType": "Divided",
+            "replicaDivisionPreference": "Weighted",
+            "weightPreference": {"staticWeightList": plan.iter().map(|(c, n)| json!({
+                "targetCluster": {"clusterNames": [c]}, "weight": n,
+            })).collect::<Vec<_>>()},
+        }),
+        _ => json!({"replicaSchedulingType": "Duplicated"}),
+    };
+    json!({"clusterAffinity": affinity, "replicaScheduling": replicas})
 }
 
 fn orphans(fed: &Value) -> bool {
@@ -130,17 +175,14 @@ fn orphans(fed: &Value) -> bool {
         == Some("true")
 }
 
-/// The PropagationPolicy for the template. Every cluster gets the whole
-/// object (KubeFed has no replica division without a
-/// ReplicaSchedulingPreference); the orphan annotation preserves the
-/// members' copies on deletion.
-pub fn propagation_policy(fed: &Value, target: &TargetType) -> Value {
+/// The PropagationPolicy for the template: the resolved placement (each
+/// cluster gets the whole object unless a ReplicaSchedulingPreference
+/// divides its replicas); the orphan annotation preserves the members'
+/// copies on deletion.
+pub fn propagation_policy(fed: &Value, target: &TargetType, placement: &Placement) -> Value {
     let mut spec = json!({
         "resourceSelectors": selector(fed, target),
-        "placement": {
-            "clusterAffinity": cluster_affinity(fed),
-            "replicaScheduling": {"replicaSchedulingType": "Duplicated"},
-        },
+        "placement": karmada_placement(placement),
     });
     if orphans(fed) {
         spec["preserveResourcesOnDeletion"] = json!(true);
@@ -345,10 +387,21 @@ spec:
         assert_eq!(t["spec"]["template"].pointer("/metadata"), None);
     }
 
+    fn fed_cluster(name: &str, region: &str) -> FedCluster {
+        FedCluster {
+            name: name.into(),
+            labels: [("region".to_string(), region.to_string())].into(),
+            ready: true,
+        }
+    }
+
     #[test]
-    fn placement_becomes_cluster_affinity() {
+    fn placement_names_or_selects_kubefed_clusters() {
+        let fleet = [fed_cluster("a", "eu"), fed_cluster("b", "us")];
         let mut fed = payment_api();
-        let pp = propagation_policy(&fed, &deployment());
+        let placed = placed_clusters(&fed, &fleet).unwrap();
+        assert_eq!(placed, vec!["cluster-us-east", "cluster-eu-west"]);
+        let pp = propagation_policy(&fed, &deployment(), &Placement::Clusters(placed));
         assert_eq!(pp["metadata"]["name"], "kubefed-payment-api");
         assert_eq!(
             pp["spec"]["placement"]["clusterAffinity"]["clusterNames"],
@@ -357,17 +410,32 @@ spec:
         assert_eq!(pp["spec"].get("preserveResourcesOnDeletion"), None);
         fed["spec"]["placement"] = json!({"clusterSelector": {"matchLabels": {"region": "eu"}}});
         fed["metadata"]["annotations"] = json!({ORPHAN_ANNOTATION: "true"});
-        let pp = propagation_policy(&fed, &deployment());
+        assert_eq!(placed_clusters(&fed, &fleet).unwrap(), vec!["a"]);
+        fed["spec"]["placement"] = json!({"clusterSelector": {}});
+        assert_eq!(placed_clusters(&fed, &fleet).unwrap(), vec!["a", "b"]);
+        fed["spec"]["placement"] = json!({"clusterSelector": {"matchLabels": "eu"}});
+        assert!(placed_clusters(&fed, &fleet).is_err());
+        fed["spec"]["placement"] = json!({});
+        assert!(placed_clusters(&fed, &fleet).unwrap().is_empty());
+        let pp = propagation_policy(&fed, &deployment(), &Placement::Clusters(vec![]));
         assert_eq!(
-            pp["spec"]["placement"]["clusterAffinity"],
-            json!({"labelSelector": {"matchLabels": {"region": "eu"}}})
+            pp["spec"]["placement"]["clusterAffinity"]["labelSelector"]["matchLabels"]
+                [NO_PLACEMENT_LABEL],
+            "true"
         );
         assert_eq!(pp["spec"]["preserveResourcesOnDeletion"], true);
-        fed["spec"]["placement"] = json!({});
-        let a = cluster_affinity(&fed);
+    }
+
+    #[test]
+    fn a_replica_plan_becomes_static_weights_of_its_counts() {
+        let plan: BTreeMap<String, i64> = [("a".to_string(), 2), ("b".to_string(), 7)].into();
+        let pp = propagation_policy(&payment_api(), &deployment(), &Placement::Replicas(plan));
+        let p = &pp["spec"]["placement"];
+        assert_eq!(p["clusterAffinity"]["clusterNames"], json!(["a", "b"]));
+        assert_eq!(p["replicaScheduling"]["replicaSchedulingType"], "Divided");
         assert_eq!(
-            a["labelSelector"]["matchLabels"][NO_PLACEMENT_LABEL],
-            "true"
+            p["replicaScheduling"]["weightPreference"]["staticWeightList"][1],
+            json!({"targetCluster": {"clusterNames": ["b"]}, "weight": 7})
         );
     }
 
