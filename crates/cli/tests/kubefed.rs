@@ -9,8 +9,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::fleet::{Fleet, exists, jsonpath};
-use common::{assert_has, wait_for};
+use common::fleet::{Fleet, exists, jsonpath, stderr};
+use common::{assert_has, flotilla, wait_for};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -407,4 +407,49 @@ spec:
     wait_for(WAIT, "web propagated", || {
         propagation(&fleet, "federateddeployment", "web", "status") == "True"
     });
+    // `flotilla get` shows a federated object once per cluster it went to.
+    let kubeconfig = fleet.hub.kubeconfig.to_str().unwrap_or_default();
+    let out = flotilla(&[
+        "get",
+        "federateddeployment",
+        "web",
+        "-n",
+        "production",
+        "--kubeconfig",
+        kubeconfig,
+    ]);
+    assert!(out.status.success(), "flotilla get: {}", stderr(&out));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert_has(
+        &table,
+        &[
+            "CLUSTER",
+            "STATUS",
+            "cluster-a",
+            "cluster-b",
+            "web",
+            "Propagated",
+        ],
+    );
+    // `flotilla describe placement` follows it to its template.
+    let out = flotilla(&[
+        "describe",
+        "placement",
+        "federateddeployment/web",
+        "-n",
+        "production",
+        "--kubeconfig",
+        kubeconfig,
+    ]);
+    assert!(out.status.success(), "flotilla describe: {}", stderr(&out));
+    let described = String::from_utf8_lossy(&out.stdout);
+    assert_has(
+        &described,
+        &[
+            "Deployment production/web",
+            "PropagationPolicy production/kubefed-web",
+            "cluster-a",
+            "cluster-b",
+        ],
+    );
 }

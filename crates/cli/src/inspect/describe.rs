@@ -20,6 +20,9 @@ use super::resolve;
 use super::table::{Cell, Colour, Table};
 use super::{HubArgs, hub_error};
 
+/// KubeFed's federated kinds: each has a template of its target kind.
+const KUBEFED_TYPES_GROUP: &str = "types.kubefed.io";
+
 #[derive(clap::Subcommand)]
 pub enum Describe {
     /// Where a template was placed, and why.
@@ -53,7 +56,14 @@ async fn placement(args: PlacementArgs, out: &mut String) -> anyhow::Result<()> 
         );
     };
     let hub = args.hub.client().await?;
-    let r = resolve::resource(&hub, kind).await?;
+    let mut r = resolve::resource(&hub, kind).await?;
+    if r.ar.group == KUBEFED_TYPES_GROUP
+        && let Some(target) = r.ar.kind.strip_prefix("Federated")
+    {
+        // A KubeFed object is placed as its template, of the same name.
+        writeln!(out, "{}:  its template, {target} {name}", r.ar.kind)?;
+        r = resolve::resource(&hub, target).await?;
+    }
     let namespace = r.namespaced.then_some(args.namespace.as_str());
     let templates: Api<DynamicObject> = match namespace {
         Some(ns) => Api::namespaced_with(hub.clone(), ns, &r.ar),

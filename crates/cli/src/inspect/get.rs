@@ -8,10 +8,11 @@ use anyhow::bail;
 use flotilla_federation::api::{Cluster, labels};
 use flotilla_federation::members::Members;
 use futures::future::join_all;
-use kube::api::ListParams;
+use kube::api::{DynamicObject, ListParams};
 use kube::{Api, ResourceExt};
 use serde_json::Value;
 
+use super::frontends;
 use super::resolve::{self, Resolved};
 use super::table::{Cell, Table};
 use super::{HubArgs, hub_error};
@@ -62,6 +63,9 @@ pub async fn run(args: GetArgs) -> anyhow::Result<()> {
         (false, _) | (true, true) => None,
         (true, false) => Some(args.namespace.clone().unwrap_or_else(|| "default".into())),
     };
+    if frontends::is_front_end(&resolved.ar.group) {
+        return from_hub(&hub, &resolved, namespace.as_deref(), &args).await;
+    }
     let path = path(&resolved, namespace.as_deref(), args.name.as_deref());
     let members = Members::new(hub.clone());
     let answers = join_all(clusters.iter().map(|c| ask(&args.hub, &members, c, &path))).await;
@@ -132,6 +136,69 @@ pub async fn run(args: GetArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A front end's objects, which live on the hub: one row per cluster
+/// each goes to (a placement or a set, which only decides, has one row
+/// without a cluster).
+async fn from_hub(
+    hub: &kube::Client,
+    r: &Resolved,
+    namespace: Option<&str>,
+    args: &GetArgs,
+) -> anyhow::Result<()> {
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(hub.clone(), ns, &r.ar),
+        None => Api::all_with(hub.clone(), &r.ar),
+    };
+    let objects = match &args.name {
+        Some(n) => match api.get_opt(n).await.map_err(hub_error)? {
+            Some(o) => vec![o],
+            None => bail!("{} \"{n}\" not found on the hub", r.ar.plural),
+        },
+        None => {
+            api.list(&ListParams::default())
+                .await
+                .map_err(hub_error)?
+                .items
+        }
+    };
+    let mut headers = vec!["CLUSTER"];
+    if namespace.is_none() && r.namespaced {
+        headers.push("NAMESPACE");
+    }
+    headers.extend(["NAME", "STATUS"]);
+    let mut table = Table::new(headers);
+    for o in &objects {
+        let value = serde_json::to_value(o)?;
+        let mut rows = frontends::rows(&value);
+        if rows.is_empty() {
+            rows.push(frontends::Row {
+                cluster: "-".into(),
+                status: String::new(),
+            });
+        }
+        for row in rows {
+            if !args.clusters.is_empty() && !args.clusters.contains(&row.cluster) {
+                continue;
+            }
+            let mut cells: Vec<Cell> = vec![row.cluster.into()];
+            if namespace.is_none() && r.namespaced {
+                cells.push(o.namespace().unwrap_or_default().into());
+            }
+            cells.extend([o.name_any().into(), row.status.into()]);
+            table.row(cells);
+        }
+    }
+    if table.is_empty() {
+        eprintln!(
+            "No {} found{}.",
+            r.ar.plural,
+            namespace.map_or(String::new(), |ns| format!(" in namespace {ns}"))
+        );
+        return Ok(());
+    }
+    super::emit(&table.for_stdout())
 }
 
 /// The request path for `r` (one object when `name` is given).

@@ -4,6 +4,7 @@
 
 pub mod clusters;
 pub mod describe;
+mod frontends;
 pub mod get;
 mod placement;
 pub mod plan;
