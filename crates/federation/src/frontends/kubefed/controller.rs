@@ -1,8 +1,10 @@
 //! Keeps each federated object's generated objects (template,
 //! PropagationPolicy, OverridePolicy) as its spec says, and its KubeFed
-//! status as the pipeline's ResourceBinding reports. It looks at every
-//! type config and federated object each second (there are few); writes
-//! happen only when what was generated changes.
+//! status as the pipeline's ResourceBinding reports. A pass looks at
+//! every type config and federated object (there are few) when a watch
+//! sees one of them, a KubeFedCluster, a Cluster or a generated binding
+//! change, and every few seconds regardless; writes happen only when
+//! what was generated changes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -10,23 +12,30 @@ use std::time::Duration;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
+use futures::{FutureExt, StreamExt};
 use kube::runtime::reflector::Store;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use super::api::{
-    CORE_GROUP, SCHEDULING_GROUP, SYSTEM_NAMESPACE, TargetType, VERSION, default_types,
+    CORE_GROUP, SCHEDULING_GROUP, SYSTEM_NAMESPACE, TYPES_GROUP, TargetType, VERSION, default_types,
     enabled_target, type_config,
 };
 use super::apply::apply;
 use super::clusters::FedCluster;
 use super::rsp;
 use super::translate::{self, BadOverride, CHECK_CLUSTERS, Placement};
-use crate::api::{Binding, Cluster, POLICY_GROUP, Scope, binding_resource};
+use crate::api::{Binding, Cluster, POLICY_GROUP, Scope, annotations, binding_resource};
 use crate::names::binding_name;
 
-const PERIOD: Duration = Duration::from_secs(1);
+/// How long a failed pass waits before the next.
+const RETRY: Duration = Duration::from_secs(1);
+/// A pass at least this often, even without a change seen.
+const RESYNC: Duration = Duration::from_secs(10);
+/// How long a pass waits after a change for the rest of its burst.
+const SETTLE: Duration = Duration::from_millis(50);
 
 fn type_config_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
@@ -106,15 +115,72 @@ pub async fn ensure_type_configs(hub: &Client) -> kube::Result<()> {
 pub async fn run(hub: Client, clusters: Store<Cluster>) {
     while let Err(error) = ensure_type_configs(&hub).await {
         warn!(%error, "KubeFed type configs not written; retrying");
-        tokio::time::sleep(PERIOD).await;
+        tokio::time::sleep(RETRY).await;
     }
     info!("KubeFed front end running");
+    let mut changes = Box::pin(changes(&hub));
     loop {
         if let Err(error) = sync_all(&hub, &clusters).await {
             warn!(%error, "KubeFed front end: retrying");
+            tokio::time::sleep(RETRY).await;
+            continue;
         }
-        tokio::time::sleep(PERIOD).await;
+        // Until something KubeFed's objects depend on changes (or the
+        // resync, for type configs naming kinds of a user's own).
+        let _ = tokio::time::timeout(RESYNC, changes.next()).await;
+        // A burst (an apply of many objects) is taken in one pass.
+        tokio::time::sleep(SETTLE).await;
+        while changes.next().now_or_never().flatten().is_some() {}
     }
+}
+
+/// A tick for every change the front end reacts to: its own kinds
+/// (type configs, federated objects of the default types, preferences,
+/// KubeFedClusters), the fleet's Clusters, and the ResourceBindings of
+/// the templates it generated (their status is its status).
+fn changes(hub: &Client) -> impl futures::Stream<Item = ()> + Send + 'static {
+    let mut kinds: Vec<ApiResource> = vec![
+        type_config_resource(),
+        rsp_resource(),
+        super::clusters::resource(),
+        ApiResource::erase::<Cluster>(&()),
+    ];
+    kinds.extend(default_types().iter().map(|t| {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(TYPES_GROUP, VERSION, &t.federated_kind()),
+            &t.federated_plural(),
+        )
+    }));
+    let mut streams: Vec<futures::stream::BoxStream<'static, ()>> = kinds
+        .into_iter()
+        .map(|ar| {
+            let api: Api<DynamicObject> = Api::all_with(hub.clone(), &ar);
+            watcher(api, watcher::Config::default())
+                .default_backoff()
+                .filter_map(|e| async move { e.ok().map(|_| ()) })
+                .boxed()
+        })
+        .collect();
+    let bindings: Api<Binding> = Api::all_with(hub.clone(), &binding_resource(Scope::Namespaced));
+    streams.push(
+        watcher(bindings, watcher::Config::default())
+            .default_backoff()
+            .filter_map(|e| async move {
+                let generated = |b: &Binding| {
+                    b.annotations()
+                        .get(annotations::PP_NAME)
+                        .is_some_and(|p| p.starts_with(translate::POLICY_PREFIX))
+                };
+                match e.ok()? {
+                    watcher::Event::Apply(b) | watcher::Event::Delete(b) => {
+                        generated(&b).then_some(())
+                    }
+                    _ => None,
+                }
+            })
+            .boxed(),
+    );
+    futures::stream::select_all(streams)
 }
 
 /// Every ReplicaSchedulingPreference, by namespace and name.

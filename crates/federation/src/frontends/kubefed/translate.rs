@@ -20,9 +20,12 @@ pub const CLUSTER_NOT_READY: &str = "ClusterNotReady";
 pub const APPLY_OVERRIDES_FAILED: &str = "ApplyOverridesFailed";
 pub const CREATION_FAILED: &str = "CreationFailed";
 
+/// How the generated policies' names begin.
+pub const POLICY_PREFIX: &str = "kubefed-";
+
 /// The name of the generated PropagationPolicy and OverridePolicy.
 pub fn policy_name(name: &str) -> String {
-    format!("kubefed-{name}")
+    format!("{POLICY_PREFIX}{name}")
 }
 
 /// The ownerReference that makes the generated objects go with the
