@@ -407,6 +407,13 @@ spec:
     wait_for(WAIT, "web propagated", || {
         propagation(&fleet, "federateddeployment", "web", "status") == "True"
     });
+    // Each cluster's copy reports back as KubeFed's remoteStatus.
+    wait_for(WAIT, "cluster-b's replicas in remoteStatus", || {
+        fleet.jsonpath_hub(
+            &["get", "federateddeployment", "web", "-n", "production"],
+            "{.status.clusters[?(@.name==\"cluster-b\")].remoteStatus.replicas}",
+        ) == "7"
+    });
     // `flotilla get` shows a federated object once per cluster it went to.
     let kubeconfig = fleet.hub.kubeconfig.to_str().unwrap_or_default();
     let out = flotilla(&[

@@ -9,10 +9,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use futures::{FutureExt, StreamExt};
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
-use futures::{FutureExt, StreamExt};
 use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use super::api::{
-    CORE_GROUP, SCHEDULING_GROUP, SYSTEM_NAMESPACE, TYPES_GROUP, TargetType, VERSION, default_types,
-    enabled_target, type_config,
+    CORE_GROUP, SCHEDULING_GROUP, SYSTEM_NAMESPACE, TYPES_GROUP, TargetType, VERSION,
+    default_types, enabled_target, type_config,
 };
 use super::apply::apply;
 use super::clusters::FedCluster;
@@ -100,7 +100,7 @@ pub async fn ensure_type_configs(hub: &Client) -> kube::Result<()> {
         let status = json!({"status": {
             "observedGeneration": 1,
             "propagationController": "Running",
-            "statusController": "NotRunning",
+            "statusController": "Running",
         }});
         api.patch_status(
             &t.config_name(),

@@ -288,7 +288,8 @@ pub fn override_policy(
 /// KubeFed's status for a federated object: `Propagation` True (no
 /// reason) when every placed cluster has the object, else False with
 /// `CheckClusters`; `clusters[]` lists the placed clusters, with a
-/// `status` for those that failed.
+/// `status` for those that failed and the member object's
+/// `remoteStatus`.
 pub fn status(
     placed: &[String],
     known: &BTreeSet<String>,
@@ -319,6 +320,10 @@ pub fn status(
         if let Some(f) = failure {
             ok = false;
             c["status"] = json!(f);
+        }
+        // The member object's status, as KubeFed's raw status collection.
+        if let Some(remote) = item.and_then(|i| i.status.as_ref()) {
+            c["remoteStatus"] = remote.clone();
         }
         clusters.push(c);
     }
@@ -481,6 +486,16 @@ spec:
         );
         assert!(ok);
         assert_eq!(clusters, vec![json!({"name": "a"}), json!({"name": "b"})]);
+        let mut with_status = applied("b");
+        with_status.status = Some(json!({"readyReplicas": 2}));
+        let (clusters, _) = status(
+            &placed[..2],
+            &known,
+            &ready,
+            &[applied("a"), with_status],
+            &[],
+        );
+        assert_eq!(clusters[1]["remoteStatus"]["readyReplicas"], 2);
         let (clusters, ok) = status(&placed, &known, &ready, &[applied("a"), applied("b")], &[]);
         assert!(!ok);
         assert_eq!(
