@@ -368,6 +368,21 @@ spec:
         fleet.member("cluster-a"),
         &["get", "cm", "gold-only", "-n", "production"]
     ));
+    // The label taken off again: no cluster is selected, the copy goes.
+    fleet.hub.ok(&[
+        "label",
+        "kubefedclusters",
+        "-n",
+        "kube-federation-system",
+        "cluster-b",
+        "tier-",
+    ]);
+    wait_for(WAIT, "gold-only gone from cluster-b", || {
+        !exists(
+            fleet.member("cluster-b"),
+            &["get", "cm", "gold-only", "-n", "production"],
+        )
+    });
 
     fleet.apply(WEB);
     fleet.apply(
@@ -459,4 +474,116 @@ spec:
             "cluster-b",
         ],
     );
+}
+
+/// KubeFed's user guide's first step, verbatim but for the cluster
+/// names: a FederatedNamespace places its namespace in the named
+/// clusters only, and deleting it takes the namespace out of them.
+#[test]
+fn a_federated_namespace_places_its_namespace_and_takes_it_back() {
+    let fleet = Fleet::with_args(
+        &[("cluster1", "us-east"), ("cluster2", "eu-west")],
+        &[],
+        &["--frontends", "kubefed"],
+    );
+    wait_for(WAIT, "KubeFed's type configs", || {
+        exists(
+            &fleet.hub,
+            &[
+                "get",
+                "federatedtypeconfigs",
+                "namespaces",
+                "-n",
+                "kube-federation-system",
+            ],
+        )
+    });
+    fleet.apply("apiVersion: v1\nkind: Namespace\nmetadata: {name: test-namespace}\n");
+    fleet.apply(
+        r#"
+apiVersion: types.kubefed.io/v1beta1
+kind: FederatedNamespace
+metadata:
+  name: test-namespace
+  namespace: test-namespace
+spec:
+  placement:
+    clusters:
+    - name: cluster1
+"#,
+    );
+    wait_for(WAIT, "test-namespace in cluster1", || {
+        exists(
+            fleet.member("cluster1"),
+            &["get", "namespace", "test-namespace"],
+        )
+    });
+    wait_for(WAIT, "the FederatedNamespace propagated", || {
+        fleet.jsonpath_hub(
+            &[
+                "get",
+                "federatednamespace",
+                "test-namespace",
+                "-n",
+                "test-namespace",
+            ],
+            "{.status.conditions[?(@.type==\"Propagation\")].status}",
+        ) == "True"
+    });
+    assert!(!exists(
+        fleet.member("cluster2"),
+        &["get", "namespace", "test-namespace"]
+    ));
+    // One named otherwise is refused by its status.
+    fleet.apply(
+        r#"
+apiVersion: types.kubefed.io/v1beta1
+kind: FederatedNamespace
+metadata: {name: elsewhere, namespace: test-namespace}
+spec:
+  placement:
+    clusters: [{name: cluster2}]
+"#,
+    );
+    wait_for(WAIT, "the misnamed one refused", || {
+        fleet
+            .jsonpath_hub(
+                &[
+                    "get",
+                    "federatednamespace",
+                    "elsewhere",
+                    "-n",
+                    "test-namespace",
+                ],
+                "{.status.conditions[?(@.type==\"Propagation\")].message}",
+            )
+            .contains("must be named after its namespace")
+    });
+    fleet.hub.ok(&[
+        "delete",
+        "federatednamespace",
+        "test-namespace",
+        "-n",
+        "test-namespace",
+    ]);
+    wait_for(WAIT, "test-namespace gone from cluster1", || {
+        let phase = jsonpath(
+            fleet.member("cluster1"),
+            &["get", "namespace", "test-namespace"],
+            "{.status.phase}",
+        );
+        phase.is_empty() || phase == "Terminating"
+    });
+    wait_for(WAIT, "the generated policy gone", || {
+        !exists(
+            &fleet.hub,
+            &["get", "cpp", "kubefed-namespace-test-namespace"],
+        )
+    });
+    assert!(!exists(
+        fleet.member("cluster2"),
+        &["get", "namespace", "test-namespace"]
+    ));
+    // The hub's namespace is the user's: it stays.
+    assert!(exists(&fleet.hub, &["get", "namespace", "test-namespace"]));
 }

@@ -212,10 +212,6 @@ async fn sync_all(hub: &Client, clusters: &Store<Cluster>) -> kube::Result<()> {
         let (Some(target), Some(fed_ar)) = (enabled_target(&ftc), federated_resource(&ftc)) else {
             continue;
         };
-        if !target.namespaced {
-            // FederatedNamespace, FederatedClusterRole: not yet.
-            continue;
-        }
         let feds: Api<DynamicObject> = Api::all_with(hub.clone(), &fed_ar);
         let list = match feds.list(&Default::default()).await {
             Ok(l) => l,
@@ -224,6 +220,19 @@ async fn sync_all(hub: &Client, clusters: &Store<Cluster>) -> kube::Result<()> {
                 continue;
             }
         };
+        if !target.namespaced {
+            if target.kind == "Namespace" && target.group.is_empty() {
+                let live: Vec<Value> = list
+                    .items
+                    .iter()
+                    .filter(|f| f.metadata.deletion_timestamp.is_none())
+                    .filter_map(|f| serde_json::to_value(f).ok())
+                    .collect();
+                super::namespace::sync(hub, &fleet, &fed_ar, &live).await?;
+            }
+            // FederatedClusterRole: stored, not propagated.
+            continue;
+        }
         for fed in list {
             if fed.metadata.deletion_timestamp.is_some() {
                 continue;
@@ -320,6 +329,21 @@ async fn reconcile(
         Api::namespaced_with(hub.clone(), namespace, &binding_resource(Scope::Namespaced));
     let binding = bindings.get_opt(&binding_name(&target.kind, name)).await?;
     let (placement, total, mut notes) = resolve(fed, fleet, rsp, binding.as_ref());
+    let binding = match binding {
+        // Placed nowhere now: Karmada's scheduler keeps the last placement
+        // when no cluster fits, so the binding goes (its Works, and the
+        // members' copies, with it) and comes back placed nowhere.
+        Some(b) if placement.clusters().is_empty() && !b.spec.clusters.is_empty() => {
+            info!(federated = %name, "placed nowhere now; its copies go");
+            match bindings.delete(&b.name_any(), &Default::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+            None
+        }
+        b => b,
+    };
     let mut template = translate::template(fed, target);
     if let Some(total) = total
         && template["spec"].is_object()
@@ -362,8 +386,10 @@ async fn reconcile(
     .await
 }
 
+/// Writes KubeFed's status of `fed` (placed on `placed`, as `binding`
+/// reports), unless it says the same already.
 #[allow(clippy::too_many_arguments)]
-async fn write_status(
+pub(super) async fn write_status(
     hub: &Client,
     fleet: &[FedCluster],
     fed_ar: &ApiResource,

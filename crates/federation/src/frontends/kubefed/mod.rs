@@ -8,6 +8,7 @@ pub mod api;
 mod apply;
 pub mod clusters;
 pub mod controller;
+mod namespace;
 pub mod rsp;
 pub mod translate;
 

@@ -171,7 +171,8 @@ fn karmada_placement(placement: &Placement) -> Value {
     json!({"clusterAffinity": affinity, "replicaScheduling": replicas})
 }
 
-fn orphans(fed: &Value) -> bool {
+/// Whether `kubefed.io/orphan: "true"` keeps the members' copies.
+pub fn orphans(fed: &Value) -> bool {
     fed.pointer("/metadata/annotations")
         .and_then(|a| a.get(ORPHAN_ANNOTATION))
         .and_then(Value::as_str)
