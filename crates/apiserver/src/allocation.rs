@@ -420,12 +420,49 @@ fn invalid_value(svc: &Value, field: &str, value: &str, why: String) -> ApiError
 
 /// The lowest free address of the range, past the network address and the
 /// first host (upstream reserves it for the `kubernetes` Service).
+/// The first item `free` accepts of `len` items (`nth` makes the i-th),
+/// scanning from a random place and around, as kube-apiserver's
+/// allocators do: writers allocating at once mostly pick different
+/// addresses instead of all racing for the lowest free one. The first
+/// `reserved` items are the static band (KEP-3070, KEP-3668): taken only
+/// once the rest is full, so addresses users ask for (cluster DNS's
+/// tenth address) stay free.
+fn random_free<T>(
+    len: u32,
+    reserved: u32,
+    nth: impl Fn(u32) -> T,
+    free: impl Fn(&T) -> bool,
+) -> Option<T> {
+    let scan = |from: u32, to: u32| {
+        let n = to.saturating_sub(from);
+        if n == 0 {
+            return None;
+        }
+        let start = rand::random_range(0..n);
+        (0..n).map(|i| nth(from + (start + i) % n)).find(&free)
+    };
+    let reserved = if reserved < len { reserved } else { 0 };
+    scan(reserved, len).or_else(|| scan(0, reserved))
+}
+
+/// The static band of a range of `len` addresses: upstream's
+/// min(max(16, len / divisor), cap), none when that is the whole range.
+fn static_band(len: u32, divisor: u32, cap: u32) -> u32 {
+    (len / divisor).clamp(16, cap)
+}
+
 fn next_free_ip(network: &ServiceNetwork, used: &InUse) -> Option<Ipv4Addr> {
-    network
-        .cluster_ip_range
-        .hosts()
-        .skip(1)
-        .find(|ip| !used.ips.contains(ip))
+    let range = &network.cluster_ip_range;
+    // Hosts past the first, which is the `kubernetes` Service's.
+    let first = u32::from(range.network()).saturating_add(2);
+    let last = u32::from(range.broadcast()).saturating_sub(1);
+    let len = last.saturating_add(1).saturating_sub(first);
+    random_free(
+        len,
+        static_band(len, 16, 256),
+        |i| Ipv4Addr::from(first + i),
+        |ip| !used.ips.contains(ip),
+    )
 }
 
 fn assign_node_ports(
@@ -461,10 +498,14 @@ fn assign_node_ports(
         let port = if requested == 0 && kept != 0 {
             kept
         } else if requested == 0 {
-            let free = network
-                .node_ports
-                .clone()
-                .find(|n| !taken.contains(&(*n, protocol.clone())));
+            let (low, high) = (*network.node_ports.start(), *network.node_ports.end());
+            let len = (u32::from(high) + 1).saturating_sub(u32::from(low));
+            let free = random_free(
+                len,
+                static_band(len, 32, 128),
+                |i| low.saturating_add(i as u16),
+                |n| !taken.contains(&(*n, protocol.clone())),
+            );
             u64::from(free.ok_or_else(|| {
                 ApiError::internal(format!(
                     "failed to allocate a nodePort: range {}-{} is full",
@@ -522,12 +563,33 @@ mod tests {
     }
 
     #[test]
-    fn first_ip_skips_the_kubernetes_service_address() {
-        let net = ServiceNetwork::default();
-        assert_eq!(
-            next_free_ip(&net, &empty()),
-            Some(Ipv4Addr::new(10, 96, 0, 2))
-        );
+    fn ips_are_chosen_anywhere_in_the_range_but_the_kubernetes_service_address() {
+        let net = ServiceNetwork {
+            cluster_ip_range: "10.96.0.0/29".parse().unwrap(),
+            node_ports: 30000..=30002,
+        };
+        let mut used = empty();
+        let mut seen = HashSet::new();
+        for _ in 0..200 {
+            let ip = next_free_ip(&net, &used).unwrap();
+            assert!((2..=6).contains(&ip.octets()[3]), "{ip}");
+            seen.insert(ip);
+        }
+        // Random, not always the lowest: concurrent writers spread out.
+        assert!(seen.len() > 1);
+        // In a range of the default size, the static band (cluster DNS's
+        // tenth address among it) is left to the addresses users ask for.
+        let wide = ServiceNetwork::default();
+        for _ in 0..200 {
+            let ip = next_free_ip(&wide, &empty()).unwrap();
+            assert!(ip >= Ipv4Addr::new(10, 96, 1, 2), "{ip}");
+        }
+        for last in 2..=6 {
+            used.ips.insert(Ipv4Addr::new(10, 96, 0, last));
+        }
+        assert_eq!(next_free_ip(&net, &used), None);
+        used.ips.remove(&Ipv4Addr::new(10, 96, 0, 4));
+        assert_eq!(next_free_ip(&net, &used), Some(Ipv4Addr::new(10, 96, 0, 4)));
     }
 
     #[test]
@@ -548,9 +610,12 @@ mod tests {
         let net = ServiceNetwork::default();
         let mut used = empty();
         used.node_ports.insert((30000, "TCP".into()));
-        let mut svc = json!({"metadata": {"name": "a"}, "spec": {"ports": [{"port": 80, "protocol": "TCP"}]}});
-        assign_node_ports(&net, &used, &mut svc, None, "NodePort").unwrap();
-        assert_eq!(svc["spec"]["ports"][0]["nodePort"], 30001);
+        for _ in 0..100 {
+            let mut svc = json!({"metadata": {"name": "a"}, "spec": {"ports": [{"port": 80, "protocol": "TCP"}]}});
+            assign_node_ports(&net, &used, &mut svc, None, "NodePort").unwrap();
+            let port = svc["spec"]["ports"][0]["nodePort"].as_u64().unwrap();
+            assert!((30001..=32767).contains(&port), "{port}");
+        }
         let mut clash = json!({"metadata": {"name": "b"}, "spec": {"ports": [{"port": 80, "protocol": "TCP", "nodePort": 30000}]}});
         assert!(assign_node_ports(&net, &used, &mut clash, None, "NodePort").is_err());
     }
