@@ -514,13 +514,8 @@ pub fn schedule(
                                 100.0 - 200.0 * n / max_elsewhere as f64
                             }
                         }
-                        "Steady" => {
-                            if previous.contains(&c.name) {
-                                100.0
-                            } else {
-                                0.0
-                            }
-                        }
+                        // Steady: what is decided stays decided.
+                        "Steady" => f64::from(u8::from(previous.contains(&c.name))) * 100.0,
                         "ResourceAllocatableCPU" => spread(c.cpu, cpu_min, cpu_max),
                         "ResourceAllocatableMemory" => spread(c.memory, mem_min, mem_max),
                         _ => 0.0,
