@@ -997,6 +997,33 @@ mod tests {
     }
 
     #[test]
+    fn status_is_stable_and_names_the_decisions() {
+        let outcome = Outcome {
+            decisions: vec!["m1".into(), "m2".into()],
+            satisfied: (
+                true,
+                "AllDecisionsScheduled".into(),
+                "All cluster decisions scheduled".into(),
+            ),
+            misconfigured: None,
+        };
+        let mut p = DynamicObject::new("two", &placement_resource()).within("apps");
+        p.metadata.generation = Some(3);
+        let names = [decision_name("two", 0)];
+        let status = placement_status(&p, &outcome, &names);
+        assert_eq!(status["numberOfSelectedClusters"], 2);
+        assert_eq!(
+            status["decisionGroups"][0]["decisions"],
+            json!(["two-decision-1"])
+        );
+        assert_eq!(status["conditions"][0]["observedGeneration"], 3);
+        assert_eq!(status["conditions"][1]["reason"], "Succeedconfigured");
+        // Written back and read again: the same, so nothing is rewritten.
+        p.data = json!({"status": status.clone()});
+        assert_eq!(placement_status(&p, &outcome, &names), status);
+    }
+
+    #[test]
     fn prioritizers_balance_and_resources() {
         let mut clusters = three();
         clusters[0].cpu = Some(1.0);

@@ -1073,6 +1073,28 @@ mod tests {
     }
 
     #[test]
+    fn an_unready_cluster_is_tainted_unreachable() {
+        let mut c = Cluster::new("m1", ClusterSpec::default());
+        let admins = json!({"key": "maintenance", "value": "", "effect": "NoSelect", "timeAdded": "2026-01-01T00:00:00Z"});
+        let taints = managed_cluster_taints(&c, std::slice::from_ref(&admins));
+        assert_eq!(taints.len(), 2);
+        assert_eq!(taints[0], admins);
+        assert_eq!(taints[1]["key"], super::super::placement::TAINT_UNREACHABLE);
+        assert_eq!(taints[1]["effect"], "NoSelect");
+        // Kept as it was while the cluster stays down.
+        assert_eq!(managed_cluster_taints(&c, &taints), taints);
+        c.status = Some(serde_json::from_value(json!({
+            "conditions": [{"type": "Ready", "status": "True", "reason": "r", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        })).unwrap());
+        assert_eq!(managed_cluster_taints(&c, &taints), [admins]);
+        let status = managed_cluster_status(&c, &Value::Null);
+        assert_eq!(
+            status["clusterClaims"][0],
+            json!({"name": "id.k8s.io", "value": "m1"})
+        );
+    }
+
+    #[test]
     fn invalid_manifests_are_named() {
         assert_eq!(invalid(&deployment()), None);
         assert_eq!(
