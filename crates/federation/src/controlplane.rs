@@ -350,6 +350,14 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
     }
     // OCM: ManagedClusters after the Clusters, ManifestWorks into Works.
     controllers.push(Box::pin(ocm::work::run(ctx.clone())));
+    // OCM: Placements into PlacementDecisions; ManifestWorkReplicaSets
+    // into ManifestWorks in the decided clusters' namespaces.
+    controllers.push(Box::pin(ocm::placement::run(
+        ctx.clone(),
+        cluster_sets.store.clone(),
+        set_bindings.store.clone(),
+    )));
+    controllers.push(Box::pin(ocm::replicaset::run(ctx.clone())));
     let mut caches = vec![
         listed(clusters.store.clone()),
         packed_listed(&works.store),

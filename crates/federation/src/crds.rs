@@ -453,6 +453,8 @@ pub async fn install(client: &kube::Client) -> Result<(), InstallError> {
     // Tenants: OCM's cluster sets and Karmada's FederatedResourceQuota.
     all.extend(crate::ocm::api::crds());
     all.extend(crate::ocm::work::crds());
+    all.extend(crate::ocm::placement::crds());
+    all.extend(crate::ocm::replicaset::crds());
     all.push(crate::quota::api::crd());
     install_manifests(client, all).await?;
     info!(count = kinds().len(), "Karmada CRDs installed");

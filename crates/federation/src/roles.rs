@@ -44,6 +44,9 @@ const PIPELINE_GROUPS: &[&str] = &[
     "submariner.io",
     "about.k8s.io",
     "cluster.open-cluster-management.io",
+    // ManifestWorks made for ManifestWorkReplicaSets are created and
+    // deleted by the control plane.
+    "work.open-cluster-management.io",
     "coordination.k8s.io",
     "events.k8s.io",
 ];
@@ -95,6 +98,18 @@ fn aggregated_roles() -> Vec<Value> {
                     &["serviceexports", "serviceimports"],
                 ),
                 rule(WRITE, &["networking.karmada.io"], &["multiclusterservices"]),
+                // OCM: choosing clusters among the namespace's bound sets,
+                // and fanning work out to them.
+                rule(
+                    WRITE,
+                    &["cluster.open-cluster-management.io"],
+                    &["placements"],
+                ),
+                rule(
+                    WRITE,
+                    &["work.open-cluster-management.io"],
+                    &["manifestworkreplicasets"],
+                ),
             ],
         ),
         // Binding a cluster set also needs `create` on that set's
@@ -136,7 +151,18 @@ fn aggregated_roles() -> Vec<Value> {
                 rule(
                     READ,
                     &["cluster.open-cluster-management.io"],
-                    &["managedclustersetbindings"],
+                    &[
+                        "managedclustersetbindings",
+                        "placements",
+                        "placements/status",
+                        "placementdecisions",
+                        "placementdecisions/status",
+                    ],
+                ),
+                rule(
+                    READ,
+                    &["work.open-cluster-management.io"],
+                    &["manifestworkreplicasets", "manifestworkreplicasets/status"],
                 ),
             ],
         ),

@@ -124,6 +124,37 @@ pub fn managed_cluster(cluster: &Cluster) -> Value {
     })
 }
 
+/// A ManagedCluster's taints: those it has (an admin's), less OCM's
+/// availability taints, plus `unreachable` (`NoSelect`) while the Cluster
+/// is not Ready, as OCM's registration hub taints a cluster whose
+/// availability is Unknown. A taint kept keeps its `timeAdded`.
+pub fn managed_cluster_taints(cluster: &Cluster, existing: &[Value]) -> Vec<Value> {
+    use super::placement::{TAINT_UNAVAILABLE, TAINT_UNREACHABLE};
+    let key = |t: &Value| {
+        t.get("key")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let mut taints: Vec<Value> = existing
+        .iter()
+        .filter(|t| {
+            let k = key(t);
+            k != TAINT_UNAVAILABLE && k != TAINT_UNREACHABLE
+        })
+        .cloned()
+        .collect();
+    if !cluster.is_ready() {
+        let added = existing
+            .iter()
+            .find(|t| key(t) == TAINT_UNREACHABLE)
+            .and_then(|t| t.get("timeAdded").cloned())
+            .unwrap_or_else(|| json!(crate::conditions::now()));
+        taints.push(json!({"key": TAINT_UNREACHABLE, "value": "", "effect": "NoSelect", "timeAdded": added}));
+    }
+    taints
+}
+
 /// A ManagedCluster's status from its Cluster's: conditions, capacity,
 /// allocatable and version. `previous` keeps transition times.
 pub fn managed_cluster_status(cluster: &Cluster, previous: &Value) -> Value {
@@ -178,8 +209,26 @@ pub fn managed_cluster_status(cluster: &Cluster, previous: &Value) -> Value {
             );
         }
     }
+    // OCM's well-known ClusterClaims, from what the Cluster says.
+    let mut claims = vec![
+        json!({"name": "id.k8s.io", "value": cluster.spec.id.clone().unwrap_or_else(|| cluster.name_any())}),
+    ];
+    if let Some(v) = status
+        .kubernetes_version
+        .as_deref()
+        .filter(|v| !v.is_empty())
+    {
+        claims.push(json!({"name": "kubeversion.open-cluster-management.io", "value": v}));
+    }
+    if let Some(p) = cluster.spec.provider.as_deref() {
+        claims.push(json!({"name": "platform.open-cluster-management.io", "value": p}));
+    }
+    if let Some(r) = cluster.spec.region.as_deref() {
+        claims.push(json!({"name": "region.open-cluster-management.io", "value": r}));
+    }
     json!({
         "conditions": conds,
+        "clusterClaims": claims,
         "capacity": summary.allocatable,
         "allocatable": allocatable,
         "version": {"kubernetes": status.kubernetes_version.unwrap_or_default()},
@@ -187,7 +236,7 @@ pub fn managed_cluster_status(cluster: &Cluster, previous: &Value) -> Value {
 }
 
 /// A quantity's value (plain numbers, milli and binary/decimal suffixes).
-fn quantity(q: &str) -> Option<f64> {
+pub fn quantity(q: &str) -> Option<f64> {
     let suffixes: [(&str, f64); 11] = [
         ("Ki", 1024.0),
         ("Mi", 1024f64.powi(2)),
@@ -712,15 +761,24 @@ async fn sync_clusters(ctx: &Ctx, known: &mut HashSet<String>) -> kube::Result<(
             continue;
         }
         let found = existing.items.iter().find(|m| m.name_any() == name);
-        let wanted = managed_cluster(cluster);
-        let differs = found.is_none_or(|m| {
-            m.labels()
-                != &serde_json::from_value::<BTreeMap<String, String>>(
-                    wanted["metadata"]["labels"].clone(),
-                )
-                .unwrap_or_default()
-                || m.data.pointer("/spec/hubAcceptsClient") != Some(&json!(true))
-        });
+        let mut wanted = managed_cluster(cluster);
+        let had_taints: Vec<Value> = found
+            .and_then(|m| m.data.pointer("/spec/taints"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let taints = managed_cluster_taints(cluster, &had_taints);
+        let taints_differ = taints != had_taints;
+        wanted["spec"]["taints"] = json!(taints);
+        let differs = taints_differ
+            || found.is_none_or(|m| {
+                m.labels()
+                    != &serde_json::from_value::<BTreeMap<String, String>>(
+                        wanted["metadata"]["labels"].clone(),
+                    )
+                    .unwrap_or_default()
+                    || m.data.pointer("/spec/hubAcceptsClient") != Some(&json!(true))
+            });
         if differs {
             api.patch(&name, &params, &Patch::Apply(&wanted)).await?;
             if found.is_none() {
@@ -1012,6 +1070,28 @@ mod tests {
         assert_eq!(status["allocatable"]["cpu"], "2500m");
         assert_eq!(status["allocatable"]["memory"], "8Gi");
         assert_eq!(status["version"]["kubernetes"], "v1.31.0");
+    }
+
+    #[test]
+    fn an_unready_cluster_is_tainted_unreachable() {
+        let mut c = Cluster::new("m1", ClusterSpec::default());
+        let admins = json!({"key": "maintenance", "value": "", "effect": "NoSelect", "timeAdded": "2026-01-01T00:00:00Z"});
+        let taints = managed_cluster_taints(&c, std::slice::from_ref(&admins));
+        assert_eq!(taints.len(), 2);
+        assert_eq!(taints[0], admins);
+        assert_eq!(taints[1]["key"], super::super::placement::TAINT_UNREACHABLE);
+        assert_eq!(taints[1]["effect"], "NoSelect");
+        // Kept as it was while the cluster stays down.
+        assert_eq!(managed_cluster_taints(&c, &taints), taints);
+        c.status = Some(serde_json::from_value(json!({
+            "conditions": [{"type": "Ready", "status": "True", "reason": "r", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        })).unwrap());
+        assert_eq!(managed_cluster_taints(&c, &taints), [admins]);
+        let status = managed_cluster_status(&c, &Value::Null);
+        assert_eq!(
+            status["clusterClaims"][0],
+            json!({"name": "id.k8s.io", "value": "m1"})
+        );
     }
 
     #[test]
