@@ -34,6 +34,7 @@ pub mod names;
 pub mod ocm;
 pub mod overrides;
 pub mod packed;
+pub mod passes;
 pub mod proxy;
 pub mod queue;
 pub mod quota;

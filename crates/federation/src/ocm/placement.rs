@@ -28,6 +28,7 @@ use super::clusterset;
 use crate::api::Cluster;
 use crate::context::Ctx;
 use crate::crds::{Kind, age, column};
+use crate::passes::{self, Watched};
 use crate::selector::labels_match;
 
 pub const GROUP: &str = "cluster.open-cluster-management.io";
@@ -592,21 +593,32 @@ pub fn sets_for(
 
 // -------------------------------------------------------------- controller
 
-const PERIOD: Duration = Duration::from_secs(1);
+/// A pass at least this often, even without a change seen.
+const RESYNC: Duration = Duration::from_secs(10);
 
-/// Schedules every Placement each second and keeps its decisions and
-/// status.
+/// Schedules every Placement whenever something it depends on changes
+/// (Placements' specs, decisions coming or going, ManagedClusters, sets
+/// and their bindings) and every resync (tolerations expire with time),
+/// and keeps their decisions and status.
 pub async fn run(
     ctx: Ctx,
     sets: Store<ManagedClusterSet>,
     bindings: Store<ManagedClusterSetBinding>,
 ) {
-    loop {
-        if let Err(error) = sync(&ctx, &sets, &bindings).await {
-            warn!(%error, "OCM Placements not synced; retrying");
-        }
-        tokio::time::sleep(PERIOD).await;
-    }
+    let changes = passes::changes(
+        &ctx.hub,
+        [
+            Watched::spec(placement_resource()),
+            Watched::spec(decision_resource()),
+            Watched::any(super::work::managed_cluster_resource()),
+            Watched::any(ApiResource::erase::<ManagedClusterSet>(&())),
+            Watched::any(ApiResource::erase::<ManagedClusterSetBinding>(&())),
+        ],
+    );
+    passes::run("ocm-placement", changes, RESYNC, || {
+        sync(&ctx, &sets, &bindings)
+    })
+    .await;
 }
 
 /// The decided clusters of every Placement (`namespace/name`), from the

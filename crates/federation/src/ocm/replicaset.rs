@@ -19,6 +19,7 @@ use super::placement::{PLACEMENT_LABEL, decision_resource, placement_resource};
 use super::work::{CLEANUP_FINALIZER, WORK_GROUP, manifest_work_resource};
 use crate::context::Ctx;
 use crate::crds::{Kind, age, column};
+use crate::passes::{self, Watched};
 
 pub const VERSION: &str = "v1alpha1";
 /// On a ManifestWork: the ManifestWorkReplicaSet (`<namespace>.<name>`)
@@ -275,17 +276,22 @@ pub fn replicaset_status(mwrs: &Value, found: &[Found], works: &BTreeMap<String,
 
 // -------------------------------------------------------------- controller
 
-const PERIOD: Duration = Duration::from_secs(1);
+/// A pass at least this often, even without a change seen.
+const RESYNC: Duration = Duration::from_secs(10);
 
-/// Keeps every ManifestWorkReplicaSet's ManifestWorks and status, each
-/// second.
+/// Fans every ManifestWorkReplicaSet out whenever one changes its spec,
+/// a PlacementDecision or one of their ManifestWorks changes, and every
+/// resync.
 pub async fn run(ctx: Ctx) {
-    loop {
-        if let Err(error) = sync(&ctx).await {
-            warn!(%error, "OCM ManifestWorkReplicaSets not synced; retrying");
-        }
-        tokio::time::sleep(PERIOD).await;
-    }
+    let changes = passes::changes(
+        &ctx.hub,
+        [
+            Watched::spec(replicaset_resource()),
+            Watched::any(decision_resource()),
+            Watched::any(manifest_work_resource()).labelled(REPLICASET_LABEL),
+        ],
+    );
+    passes::run("ocm-manifestworkreplicaset", changes, RESYNC, || sync(&ctx)).await;
 }
 
 async fn sync(ctx: &Ctx) -> kube::Result<()> {

@@ -6,18 +6,21 @@
 //! becomes the ManifestWork's conditions, resource status and feedback.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, ResourceExt};
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use crate::api::{Cluster, ManifestStatus, Work, WorkSpec, Workload};
 use crate::context::Ctx;
 use crate::crds::{Kind, age, column};
+use crate::passes::{self, Watched};
 
 pub const CLUSTER_GROUP: &str = "cluster.open-cluster-management.io";
 pub const WORK_GROUP: &str = "work.open-cluster-management.io";
@@ -728,19 +731,35 @@ pub fn no_cluster_status(mw: &Value, namespace: &str) -> Value {
 
 // ---------------------------------------------------------------- controller
 
-const PERIOD: Duration = Duration::from_secs(1);
+/// A pass at least this often, even without a change seen.
+const RESYNC: Duration = Duration::from_secs(10);
 
 /// Keeps ManagedClusters, cluster namespaces, and ManifestWorks' Works
-/// and status, looking at all of them every second.
+/// and status: a pass whenever a Cluster, a ManagedCluster's or a
+/// ManifestWork's spec, or a ManifestWork's Work changes, and every
+/// resync.
 pub async fn run(ctx: Ctx) {
+    let changes = passes::changes(
+        &ctx.hub,
+        [
+            Watched::any(ApiResource::erase::<Cluster>(&())),
+            Watched::spec(managed_cluster_resource()),
+            Watched::spec(manifest_work_resource()),
+            Watched::any(ApiResource::erase::<Work>(&())).labelled(WORK_NAME_LABEL),
+        ],
+    );
     // The cluster namespaces known to exist: looked up once each.
-    let mut namespaces = HashSet::new();
-    loop {
-        if let Err(error) = sync(&ctx, &mut namespaces).await {
-            warn!(%error, "OCM ManagedClusters/ManifestWorks not synced; retrying");
+    let namespaces = Arc::new(Mutex::new(HashSet::new()));
+    passes::run("ocm-work", changes, RESYNC, || {
+        let (ctx, namespaces) = (&ctx, namespaces.clone());
+        async move {
+            let mut known = namespaces.lock().clone();
+            let result = sync(ctx, &mut known).await;
+            *namespaces.lock() = known;
+            result
         }
-        tokio::time::sleep(PERIOD).await;
-    }
+    })
+    .await;
 }
 
 async fn sync(ctx: &Ctx, namespaces: &mut HashSet<String>) -> kube::Result<()> {

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
@@ -29,13 +29,12 @@ use super::rsp;
 use super::translate::{self, BadOverride, CHECK_CLUSTERS, Placement};
 use crate::api::{Binding, Cluster, POLICY_GROUP, Scope, annotations, binding_resource};
 use crate::names::binding_name;
+use crate::passes::{self, Watched};
 
-/// How long a failed pass waits before the next.
+/// How long a failed start waits before the next.
 const RETRY: Duration = Duration::from_secs(1);
 /// A pass at least this often, even without a change seen.
 const RESYNC: Duration = Duration::from_secs(10);
-/// How long a pass waits after a change for the rest of its burst.
-const SETTLE: Duration = Duration::from_millis(50);
 
 fn type_config_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
@@ -118,69 +117,46 @@ pub async fn run(hub: Client, clusters: Store<Cluster>) {
         tokio::time::sleep(RETRY).await;
     }
     info!("KubeFed front end running");
-    let mut changes = Box::pin(changes(&hub));
-    loop {
-        if let Err(error) = sync_all(&hub, &clusters).await {
-            warn!(%error, "KubeFed front end: retrying");
-            tokio::time::sleep(RETRY).await;
-            continue;
-        }
-        // Until something KubeFed's objects depend on changes (or the
-        // resync, for type configs naming kinds of a user's own).
-        let _ = tokio::time::timeout(RESYNC, changes.next()).await;
-        // A burst (an apply of many objects) is taken in one pass.
-        tokio::time::sleep(SETTLE).await;
-        while changes.next().now_or_never().flatten().is_some() {}
-    }
+    passes::run("kubefed", changes(&hub), RESYNC, || {
+        sync_all(&hub, &clusters)
+    })
+    .await;
 }
 
-/// A tick for every change the front end reacts to: its own kinds
-/// (type configs, federated objects of the default types, preferences,
-/// KubeFedClusters), the fleet's Clusters, and the ResourceBindings of
-/// the templates it generated (their status is its status).
+/// The changes the front end reacts to: its own kinds (type configs,
+/// federated objects of the default types, preferences, KubeFedClusters),
+/// the fleet's Clusters coming, going or changing spec (their readiness
+/// is looked at each resync, as KubeFed's health checks), and the
+/// ResourceBindings of the templates it generated (their status is its
+/// status).
 fn changes(hub: &Client) -> impl futures::Stream<Item = ()> + Send + 'static {
-    let mut kinds: Vec<ApiResource> = vec![
-        type_config_resource(),
-        rsp_resource(),
-        super::clusters::resource(),
-        ApiResource::erase::<Cluster>(&()),
+    let mut kinds = vec![
+        Watched::any(type_config_resource()),
+        Watched::any(rsp_resource()),
+        Watched::any(super::clusters::resource()),
+        Watched::spec(ApiResource::erase::<Cluster>(&())),
     ];
     kinds.extend(default_types().iter().map(|t| {
-        ApiResource::from_gvk_with_plural(
+        Watched::spec(ApiResource::from_gvk_with_plural(
             &GroupVersionKind::gvk(TYPES_GROUP, VERSION, &t.federated_kind()),
             &t.federated_plural(),
-        )
+        ))
     }));
-    let mut streams: Vec<futures::stream::BoxStream<'static, ()>> = kinds
-        .into_iter()
-        .map(|ar| {
-            let api: Api<DynamicObject> = Api::all_with(hub.clone(), &ar);
-            watcher(api, watcher::Config::default())
-                .default_backoff()
-                .filter_map(|e| async move { e.ok().map(|_| ()) })
-                .boxed()
-        })
-        .collect();
     let bindings: Api<Binding> = Api::all_with(hub.clone(), &binding_resource(Scope::Namespaced));
-    streams.push(
-        watcher(bindings, watcher::Config::default())
-            .default_backoff()
-            .filter_map(|e| async move {
-                let generated = |b: &Binding| {
-                    b.annotations()
-                        .get(annotations::PP_NAME)
-                        .is_some_and(|p| p.starts_with(translate::POLICY_PREFIX))
-                };
-                match e.ok()? {
-                    watcher::Event::Apply(b) | watcher::Event::Delete(b) => {
-                        generated(&b).then_some(())
-                    }
-                    _ => None,
-                }
-            })
-            .boxed(),
-    );
-    futures::stream::select_all(streams)
+    let generated = watcher(bindings, watcher::Config::default())
+        .default_backoff()
+        .filter_map(|e| async move {
+            let generated = |b: &Binding| {
+                b.annotations()
+                    .get(annotations::PP_NAME)
+                    .is_some_and(|p| p.starts_with(translate::POLICY_PREFIX))
+            };
+            match e.ok()? {
+                watcher::Event::Apply(b) | watcher::Event::Delete(b) => generated(&b).then_some(()),
+                _ => None,
+            }
+        });
+    futures::stream::select(passes::changes(hub, kinds), generated)
 }
 
 /// Every ReplicaSchedulingPreference, by namespace and name.
