@@ -4,7 +4,8 @@
 //! makes one Application per cluster labelled `environment: production`;
 //! each syncs the repository's manifests to its cluster (automated, with
 //! prune and selfHeal), follows new commits, and a newly labelled cluster
-//! gets its own. A template rendering an invalid name and a Helm source
+//! gets its own; without `automated`, a requested `operation` syncs once
+//! (from a plain-path repoURL). A template rendering an invalid name and a Helm source
 //! are reported as Argo CD reports them, while the rest keeps syncing.
 
 mod common;
@@ -332,6 +333,53 @@ fn an_application_set_syncs_a_local_git_repository_to_every_production_cluster()
         &["Helm", "not supported"],
     );
     assert!(!exists(fleet.member("prod-east"), &["get", "ns", "helm"]));
+
+    // Without `automated`, an Application waits OutOfSync until a sync
+    // operation is requested, which runs once and is cleared.
+    fleet.apply(&format!(
+        r#"
+apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata:
+  name: manual-guestbook
+  namespace: argocd
+spec:
+  project: default
+  source:
+    repoURL: {}
+    path: guestbook
+  destination:
+    name: prod-west
+    namespace: manual
+"#,
+        repo.display()
+    ));
+    wait_for(WAIT, "manual-guestbook OutOfSync and Missing", || {
+        app_field(
+            &fleet,
+            "manual-guestbook",
+            "{.status.sync.status}/{.status.health.status}/{.status.sync.revision}",
+        ) == format!("OutOfSync/Missing/{second}")
+    });
+    assert!(!exists(fleet.member("prod-west"), &["get", "ns", "manual"]));
+    fleet.hub.ok(&[
+        "patch",
+        "application",
+        "manual-guestbook",
+        "-n",
+        "argocd",
+        "--type=merge",
+        "-p",
+        r#"{"operation": {"sync": {"prune": true}}}"#,
+    ]);
+    wait_for(WAIT, "manual-guestbook synced on request", || {
+        synced_healthy(&fleet, "manual-guestbook", &second)
+    });
+    assert_eq!(app_field(&fleet, "manual-guestbook", "{.operation}"), "");
+    assert!(exists(
+        fleet.member("prod-west"),
+        &["get", "cm", "guestbook-config", "-n", "manual"]
+    ));
 
     // The good ones keep working: a third production cluster gets its
     // Application, synced at the current commit.
