@@ -75,9 +75,11 @@ pub struct ControlplaneArgs {
     #[arg(long)]
     pub dns_listen: Option<std::net::SocketAddr>,
     /// Foreign fleet APIs to serve over the pipeline: `kubefed`
-    /// (KubeFed's `types.kubefed.io` and `core.kubefed.io`). Each lets the
-    /// controllers create the objects its API generates.
-    #[arg(long, value_delimiter = ',', value_parser = ["kubefed"])]
+    /// (KubeFed's `types.kubefed.io` and `core.kubefed.io`) and `argocd`
+    /// (Argo CD's Application and ApplicationSet, synced from local git
+    /// repositories). Each lets the controllers create the objects its API
+    /// generates.
+    #[arg(long, value_delimiter = ',', value_parser = ["kubefed", "argocd"])]
     pub frontends: Vec<String>,
     #[command(flatten)]
     pub election: ElectionArgs,
@@ -139,6 +141,12 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
             .await
             .context("cannot install KubeFed's CRDs and roles")?;
     }
+    let argocd = args.frontends.iter().any(|f| f == "argocd");
+    if argocd {
+        flotilla_federation::frontends::argocd::install(&admin)
+            .await
+            .context("cannot install Argo CD's CRDs and roles")?;
+    }
     // The hub is the network fabric's broker too.
     flotilla_fabric::broker::install(&admin)
         .await
@@ -153,6 +161,7 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
         cluster_monitor_grace_period: args.cluster_monitor_grace_period,
         clusterset_ip_ranges: args.clusterset_ip_range.clone(),
         kubefed,
+        argocd,
         ..Options::default()
     };
     if let Some(addr) = args.dns_listen {

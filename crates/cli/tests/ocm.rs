@@ -242,6 +242,34 @@ spec:
         ) == "ManagedClusterNotFound"
     });
 
+    // A manifest removed from a ManifestWork leaves the member (the
+    // execution controller deletes what a Work no longer holds); the rest
+    // stays.
+    let pair = |names: &[&str]| {
+        let manifests: String = names
+            .iter()
+            .map(|n| format!("    - {{apiVersion: v1, kind: ConfigMap, metadata: {{name: {n}, namespace: default}}}}\n"))
+            .collect();
+        format!(
+            "apiVersion: work.open-cluster-management.io/v1\nkind: ManifestWork\nmetadata: {{name: pair, namespace: {CLUSTER}}}\nspec:\n  workload:\n    manifests:\n{manifests}"
+        )
+    };
+    let cm = |n: &str| {
+        exists(
+            fleet.member(CLUSTER),
+            &["get", "configmap", n, "-n", "default"],
+        )
+    };
+    fleet.apply(&pair(&["pair-one", "pair-two"]));
+    wait_for(WAIT, "both of the pair in the member", || {
+        cm("pair-one") && cm("pair-two")
+    });
+    fleet.apply(&pair(&["pair-one"]));
+    wait_for(WAIT, "the removed manifest to leave the member", || {
+        !cm("pair-two")
+    });
+    assert!(cm("pair-one"));
+
     // The cluster unjoined: its ManagedCluster goes, and its ManifestWorks
     // are applied nowhere.
     let out = common::flotilla(&[

@@ -42,6 +42,8 @@ pub struct Options {
     pub clusterset_ip_ranges: Vec<ipnet::IpNet>,
     /// Run the KubeFed front end (`--frontends kubefed`).
     pub kubefed: bool,
+    /// Run the Argo CD front end (`--frontends argocd`).
+    pub argocd: bool,
 }
 
 impl Default for Options {
@@ -58,6 +60,7 @@ impl Default for Options {
                 ipnet::Ipv4Net::new(std::net::Ipv4Addr::new(243, 0, 0, 0), 16).unwrap_or_default(),
             )],
             kubefed: false,
+            argocd: false,
         }
     }
 }

@@ -348,6 +348,9 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
             clusters.store.clone(),
         )));
     }
+    if ctx.options.argocd {
+        controllers.push(Box::pin(crate::frontends::argocd::run(ctx.clone())));
+    }
     // OCM: ManagedClusters after the Clusters, ManifestWorks into Works.
     controllers.push(Box::pin(ocm::work::run(ctx.clone())));
     // OCM: Placements into PlacementDecisions; ManifestWorkReplicaSets

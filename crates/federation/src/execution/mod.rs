@@ -255,6 +255,25 @@ async fn reconcile(work: Arc<Work>, exec: Arc<Execution>) -> Result<Next, Error>
             Err(message) => failures.push(message),
         }
     }
+    // A manifest dropped from the Work leaves its member too (Argo CD's
+    // prune, a ManifestWork's removed manifest): what the last status
+    // reported as applied, and the Work no longer holds.
+    let held = work.spec.workload.parsed();
+    for gone in dropped(&status.manifest_statuses, &held) {
+        if let Err(e) =
+            apply::leave_member(&exec, &member, &cluster_name, &work, &gone, Leaving::Delete).await
+        {
+            failures.push(e.to_string());
+            // Still reported, so that the next try prunes it again.
+            if let Some(s) = status
+                .manifest_statuses
+                .iter()
+                .find(|s| identity_of(&s.identifier) == identity_of_manifest(&gone))
+            {
+                manifest_statuses.push(s.clone());
+            }
+        }
+    }
     let ok = failures.is_empty();
     ctx.metrics.observe_work_sync(ok, started.elapsed());
     if ok {
@@ -280,6 +299,55 @@ async fn reconcile(work: Arc<Work>, exec: Arc<Execution>) -> Result<Next, Error>
     Ok((!ok).then_some(Duration::from_secs(2)))
 }
 
+/// group, kind, namespace, name.
+type Identity = (String, String, String, String);
+
+fn identity_of(id: &ResourceIdentifier) -> Identity {
+    (
+        id.group.clone(),
+        id.kind.clone(),
+        id.namespace.clone(),
+        id.name.clone(),
+    )
+}
+
+fn identity_of_manifest(m: &Value) -> Identity {
+    let (api_version, kind, namespace, name) = identify(m);
+    let group = api_version
+        .split_once('/')
+        .map(|(g, _)| g.to_string())
+        .unwrap_or_default();
+    (group, kind, namespace, name)
+}
+
+/// The objects a Work's last status reports that its manifests no longer
+/// hold, as minimal manifests to delete by. A namespace missing on either
+/// side matches any (a cluster-scoped object's identifier has none, a
+/// manifest may leave its namespace to a default): never delete what the
+/// Work may still mean.
+fn dropped(reported: &[ManifestStatus], held: &[Value]) -> Vec<Value> {
+    let held: Vec<Identity> = held.iter().map(identity_of_manifest).collect();
+    reported
+        .iter()
+        .filter(|s| {
+            let (g, k, ns, n) = identity_of(&s.identifier);
+            !held.iter().any(|(hg, hk, hns, hn)| {
+                *hg == g && *hk == k && *hn == n && (ns.is_empty() || hns.is_empty() || *hns == ns)
+            })
+        })
+        .map(|s| {
+            let id = &s.identifier;
+            let api_version = if id.group.is_empty() {
+                id.version.clone()
+            } else {
+                format!("{}/{}", id.group, id.version)
+            };
+            json!({"apiVersion": api_version, "kind": id.kind,
+                   "metadata": {"name": id.name, "namespace": id.namespace}})
+        })
+        .collect()
+}
+
 async fn write_status(api: &Api<Work>, work: &Work, status: WorkStatus) -> Result<(), Error> {
     if work.status.as_ref() == Some(&status) {
         return Ok(());
@@ -293,5 +361,49 @@ pub async fn patch_status(api: &Api<Work>, work: &Work, patch: Value) -> Result<
         Ok(_) => Ok(()),
         Err(e) if is_not_found(&e) => Ok(()),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reported(group: &str, kind: &str, namespace: &str, name: &str) -> ManifestStatus {
+        ManifestStatus {
+            identifier: ResourceIdentifier {
+                ordinal: 0,
+                group: group.into(),
+                version: "v1".into(),
+                kind: kind.into(),
+                resource: String::new(),
+                namespace: namespace.into(),
+                name: name.into(),
+            },
+            status: None,
+            health: None,
+        }
+    }
+
+    #[test]
+    fn only_what_the_work_no_longer_holds_is_dropped() {
+        let statuses = [
+            reported("apps", "Deployment", "web", "api"),
+            reported("", "ConfigMap", "web", "old"),
+            reported("", "Namespace", "", "web"),
+            reported("", "ConfigMap", "default", "defaulted"),
+        ];
+        let held = [
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "api", "namespace": "web"}}),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "web", "namespace": "x"}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "defaulted"}}),
+        ];
+        let gone = dropped(&statuses, &held);
+        assert_eq!(
+            gone,
+            vec![
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "old", "namespace": "web"}})
+            ]
+        );
+        assert!(dropped(&statuses[..1], &held).is_empty());
     }
 }

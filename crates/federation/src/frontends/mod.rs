@@ -2,4 +2,5 @@
 //! objects into the one pipeline (resource templates, Karmada policies,
 //! bindings and Works) rather than running an engine of its own.
 
+pub mod argocd;
 pub mod kubefed;

@@ -1,0 +1,148 @@
+//! Argo CD's API (`argoproj.io/v1alpha1`) over the Karmada pipeline: an
+//! ApplicationSet's `clusters` generator makes one Application per
+//! selected fleet Cluster; an Application reads a directory of plain
+//! manifests from a local git repository and delivers it as one Karmada
+//! Work in its destination's `karmada-es-<cluster>`, which the execution
+//! controller applies, so drift is reverted and status flows back as for
+//! every other front end.
+
+pub mod api;
+pub mod application;
+pub mod appset;
+pub mod git;
+
+use std::time::Duration;
+
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use tracing::{info, warn};
+
+use crate::api::Cluster;
+use crate::context::Ctx;
+use crate::roles::CONTROLPLANE_USER;
+
+/// The role the front end adds to the controllers: Argo CD's kinds (the
+/// ApplicationSet controller writes Applications, as Argo CD's does).
+pub const ROLE: &str = "system:flotilla:argocd";
+
+/// How often every ApplicationSet and Application is looked at again: a
+/// new commit is synced within this.
+pub const PERIOD: Duration = Duration::from_secs(2);
+
+fn rule(verbs: &[&str], resources: &[&str]) -> Value {
+    json!({"verbs": verbs, "apiGroups": [api::GROUP], "resources": resources})
+}
+
+pub fn roles() -> Vec<Value> {
+    let write = [
+        "create",
+        "delete",
+        "deletecollection",
+        "get",
+        "list",
+        "patch",
+        "update",
+        "watch",
+    ];
+    let kinds = ["applications", "applicationsets"];
+    vec![
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": ROLE},
+               "rules": [rule(&["*"], &["applications", "applications/status",
+                                        "applicationsets", "applicationsets/status"])]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": "flotilla:argocd:aggregate-to-edit",
+                            "labels": {"rbac.authorization.k8s.io/aggregate-to-edit": "true"}},
+               "rules": [rule(&write, &kinds)]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": "flotilla:argocd:aggregate-to-view",
+                            "labels": {"rbac.authorization.k8s.io/aggregate-to-view": "true"}},
+               "rules": [rule(&["get", "list", "watch"], &kinds)]}),
+    ]
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    #[error(transparent)]
+    Crds(#[from] crate::crds::InstallError),
+    #[error("cannot apply Argo CD's roles: {0}")]
+    Roles(#[from] kube::Error),
+    #[error("a built-in role does not parse: {0}")]
+    Manifest(#[from] serde_json::Error),
+}
+
+/// Installs Argo CD's CRDs, and the front end's role bound to the
+/// controllers' user.
+pub async fn install(client: &Client) -> Result<(), InstallError> {
+    crate::crds::install_manifests(client, api::crds()).await?;
+    let params = PatchParams::apply("flotilla-controlplane").force();
+    let cluster_roles: Api<ClusterRole> = Api::all(client.clone());
+    for role in roles() {
+        let role: ClusterRole = serde_json::from_value(role)?;
+        let name = role.metadata.name.clone().unwrap_or_default();
+        cluster_roles
+            .patch(&name, &params, &Patch::Apply(&role))
+            .await?;
+    }
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": ROLE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ROLE},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                      "name": CONTROLPLANE_USER}],
+    }))?;
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch(ROLE, &params, &Patch::Apply(&binding))
+        .await?;
+    Ok(())
+}
+
+/// Looks at every ApplicationSet, then every Application, each PERIOD
+/// (there are few; git is polled for new commits the same way).
+pub async fn run(ctx: Ctx) {
+    info!("Argo CD front end running");
+    loop {
+        if let Err(error) = sync_all(&ctx).await {
+            warn!(%error, "Argo CD front end: retrying");
+        }
+        tokio::time::sleep(PERIOD).await;
+    }
+}
+
+async fn sync_all(ctx: &Ctx) -> kube::Result<()> {
+    let clusters: Vec<Cluster> = ctx.clusters.state().iter().map(|c| (**c).clone()).collect();
+    let appsets: Api<DynamicObject> =
+        Api::all_with(ctx.hub.clone(), &api::application_set_resource());
+    for set in appsets.list(&Default::default()).await? {
+        if set.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        if let Err(error) = appset::reconcile(&ctx.hub, &clusters, &set).await {
+            warn!(%error, appset = %set.name_any(), "ApplicationSet not reconciled");
+        }
+    }
+    let apps: Api<DynamicObject> = Api::all_with(ctx.hub.clone(), &api::application_resource());
+    let all = apps.list(&Default::default()).await?.items;
+    for app in &all {
+        if let Err(error) = application::reconcile(ctx, &clusters, app).await {
+            warn!(%error, app = %app.name_any(), "Application not reconciled");
+        }
+    }
+    application::sweep(&ctx.hub, &all).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_role_covers_argo_cds_kinds_only() {
+        for role in roles() {
+            for r in role["rules"].as_array().unwrap() {
+                assert_eq!(r["apiGroups"], json!([api::GROUP]));
+            }
+        }
+    }
+}
