@@ -14,13 +14,14 @@ pub mod git;
 use std::time::Duration;
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
-use crate::api::Cluster;
+use crate::api::{Cluster, Work};
 use crate::context::Ctx;
+use crate::passes::{self, Watched};
 use crate::roles::CONTROLPLANE_USER;
 
 /// The role the front end adds to the controllers: Argo CD's kinds (the
@@ -99,16 +100,22 @@ pub async fn install(client: &Client) -> Result<(), InstallError> {
     Ok(())
 }
 
-/// Looks at every ApplicationSet, then every Application, each PERIOD
-/// (there are few; git is polled for new commits the same way).
+/// Looks at every ApplicationSet, then every Application (there are
+/// few): whenever a set's or an application's spec, a Cluster, or an
+/// application's Work changes, and each PERIOD, which is also how git is
+/// polled for new commits.
 pub async fn run(ctx: Ctx) {
     info!("Argo CD front end running");
-    loop {
-        if let Err(error) = sync_all(&ctx).await {
-            warn!(%error, "Argo CD front end: retrying");
-        }
-        tokio::time::sleep(PERIOD).await;
-    }
+    let changes = passes::changes(
+        &ctx.hub,
+        [
+            Watched::spec(api::application_set_resource()),
+            Watched::spec(api::application_resource()),
+            Watched::any(ApiResource::erase::<Cluster>(&())),
+            Watched::any(ApiResource::erase::<Work>(&())).labelled(api::APP_NAME_LABEL),
+        ],
+    );
+    passes::run("argocd", changes, PERIOD, || sync_all(&ctx)).await;
 }
 
 async fn sync_all(ctx: &Ctx) -> kube::Result<()> {
