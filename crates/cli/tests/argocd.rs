@@ -257,6 +257,31 @@ fn an_application_set_syncs_a_local_git_repository_to_every_production_cluster()
         "prod-west-guestbook"
     );
     assert!(!has(&fleet, "staging", "deploy", "guestbook-ui"));
+    // `flotilla get` lists each Application under its destination cluster.
+    let out = common::flotilla(&[
+        "get",
+        "applications",
+        "-n",
+        "argocd",
+        "--kubeconfig",
+        fleet.hub.kubeconfig.to_str().unwrap_or_default(),
+    ]);
+    assert!(
+        out.status.success(),
+        "flotilla get: {}",
+        common::fleet::stderr(&out)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert_has(
+        &table,
+        &[
+            "CLUSTER",
+            "prod-east",
+            "prod-west-guestbook",
+            "Synced/Healthy",
+        ],
+    );
+    assert!(!table.contains("staging"), "{table}");
     let resources = app_field(
         &fleet,
         "prod-east-guestbook",

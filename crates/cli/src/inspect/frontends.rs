@@ -43,8 +43,10 @@ fn text(v: &Value, pointer: &str) -> String {
 /// The clusters an object goes to, by its kind's own fields: KubeFed's
 /// `status.clusters` (placed clusters, a status only on failure), a
 /// ManifestWork's namespace (its cluster's), an Application's
-/// destination. Kinds that only decide (placements, sets) have none.
-pub fn rows(obj: &Value) -> Vec<Row> {
+/// destination (a `server` named by the fleet cluster of that endpoint in
+/// `endpoints`, name then endpoint). Kinds that only decide (placements,
+/// sets) have none.
+pub fn rows(obj: &Value, endpoints: &[(String, String)]) -> Vec<Row> {
     let api_version = obj["apiVersion"].as_str().unwrap_or_default();
     let group = api_version.split_once('/').map_or("", |(g, _)| g);
     let kind = obj["kind"].as_str().unwrap_or_default();
@@ -78,7 +80,13 @@ pub fn rows(obj: &Value) -> Vec<Row> {
                 .cloned()
                 .unwrap_or_default();
             let cluster = match text(&destination, "/name") {
-                n if n.is_empty() => text(&destination, "/server"),
+                n if n.is_empty() => {
+                    let server = text(&destination, "/server");
+                    endpoints
+                        .iter()
+                        .find(|(_, e)| *e == server)
+                        .map_or(server, |(name, _)| name.clone())
+                }
                 n => n,
             };
             let state = |p: &str| match text(obj, p) {
@@ -109,7 +117,7 @@ mod tests {
             "status": {"conditions": [{"type": "Propagation", "status": "False"}],
                        "clusters": [{"name": "a"}, {"name": "b", "status": "ClusterNotReady"}]}});
         assert_eq!(
-            rows(&fed),
+            rows(&fed, &[]),
             vec![
                 Row {
                     cluster: "a".into(),
@@ -124,14 +132,16 @@ mod tests {
         let mw = json!({"apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
             "metadata": {"namespace": "c1"},
             "status": {"conditions": [{"type": "Applied", "status": "True"}]}});
-        assert_eq!(rows(&mw)[0].cluster, "c1");
-        assert_eq!(rows(&mw)[0].status, "Applied=True Available=Unknown");
+        assert_eq!(rows(&mw, &[])[0].cluster, "c1");
+        assert_eq!(rows(&mw, &[])[0].status, "Applied=True Available=Unknown");
         let app = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
             "spec": {"destination": {"server": "https://x:6443"}},
             "status": {"sync": {"status": "Synced"}, "health": {"status": "Healthy"}}});
-        assert_eq!(rows(&app)[0].cluster, "https://x:6443");
-        assert_eq!(rows(&app)[0].status, "Synced/Healthy");
+        assert_eq!(rows(&app, &[])[0].cluster, "https://x:6443");
+        let fleet = [("east".to_string(), "https://x:6443".to_string())];
+        assert_eq!(rows(&app, &fleet)[0].cluster, "east");
+        assert_eq!(rows(&app, &fleet)[0].status, "Synced/Healthy");
         let appset = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet"});
-        assert!(rows(&appset).is_empty());
+        assert!(rows(&appset, &[]).is_empty());
     }
 }

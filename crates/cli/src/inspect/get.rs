@@ -64,7 +64,16 @@ pub async fn run(args: GetArgs) -> anyhow::Result<()> {
         (true, false) => Some(args.namespace.clone().unwrap_or_else(|| "default".into())),
     };
     if frontends::is_front_end(&resolved.ar.group) {
-        return from_hub(&hub, &resolved, namespace.as_deref(), &args).await;
+        let endpoints: Vec<(String, String)> = clusters
+            .iter()
+            .map(|c| {
+                (
+                    c.name_any(),
+                    c.spec.api_endpoint.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        return from_hub(&hub, &resolved, namespace.as_deref(), &args, &endpoints).await;
     }
     let path = path(&resolved, namespace.as_deref(), args.name.as_deref());
     let members = Members::new(hub.clone());
@@ -146,6 +155,7 @@ async fn from_hub(
     r: &Resolved,
     namespace: Option<&str>,
     args: &GetArgs,
+    endpoints: &[(String, String)],
 ) -> anyhow::Result<()> {
     let api: Api<DynamicObject> = match namespace {
         Some(ns) => Api::namespaced_with(hub.clone(), ns, &r.ar),
@@ -171,7 +181,7 @@ async fn from_hub(
     let mut table = Table::new(headers);
     for o in &objects {
         let value = serde_json::to_value(o)?;
-        let mut rows = frontends::rows(&value);
+        let mut rows = frontends::rows(&value, endpoints);
         if rows.is_empty() {
             rows.push(frontends::Row {
                 cluster: "-".into(),
