@@ -68,7 +68,7 @@ pub fn works_removed(
     scope: Scope,
 ) -> impl futures::Stream<Item = Key> + Send + 'static {
     works.subscribe(move |c: &Change<Work>| {
-        if store.get_key(&c.key).is_some() {
+        if store.contains_key(&c.key) {
             return None;
         }
         crate::status::owner(&c.object, scope).map(Key::from)

@@ -66,6 +66,11 @@ where
         decode(&packed)
     }
 
+    /// Whether the store holds an object under [`key`], without decoding it.
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.objects.read().contains_key(key)
+    }
+
     /// Every object in `namespace`.
     pub fn in_namespace(&self, namespace: &str) -> Vec<Arc<K>> {
         let from = format!("{namespace}/");

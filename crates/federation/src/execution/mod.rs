@@ -104,7 +104,7 @@ pub fn changes(
 ) -> impl futures::Stream<Item = Key> + Send + 'static {
     let mut seen: HashMap<Key, u64> = HashMap::new();
     works.subscribe(move |c: &Change<Work>| {
-        if store.get_key(&c.key).is_none() {
+        if !store.contains_key(&c.key) {
             seen.remove(&c.key);
             return Some(c.key.clone());
         }
