@@ -13,16 +13,14 @@ pub mod git;
 
 use std::time::Duration;
 
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
-use kube::{Client, ResourceExt};
+use kube::ResourceExt;
+use kube::api::{Api, ApiResource, DynamicObject};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
 use crate::api::{Cluster, Work};
 use crate::context::Ctx;
 use crate::passes::{self, Watched};
-use crate::roles::CONTROLPLANE_USER;
 
 /// The role the front end adds to the controllers: Argo CD's kinds (the
 /// ApplicationSet controller writes Applications, as Argo CD's does).
@@ -64,40 +62,10 @@ pub fn roles() -> Vec<Value> {
     ]
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum InstallError {
-    #[error(transparent)]
-    Crds(#[from] crate::crds::InstallError),
-    #[error("cannot apply Argo CD's roles: {0}")]
-    Roles(#[from] kube::Error),
-    #[error("a built-in role does not parse: {0}")]
-    Manifest(#[from] serde_json::Error),
-}
-
 /// Installs Argo CD's CRDs, and the front end's role bound to the
 /// controllers' user.
-pub async fn install(client: &Client) -> Result<(), InstallError> {
-    crate::crds::install_manifests(client, api::crds()).await?;
-    let params = PatchParams::apply("flotilla-controlplane").force();
-    let cluster_roles: Api<ClusterRole> = Api::all(client.clone());
-    for role in roles() {
-        let role: ClusterRole = serde_json::from_value(role)?;
-        let name = role.metadata.name.clone().unwrap_or_default();
-        cluster_roles
-            .patch(&name, &params, &Patch::Apply(&role))
-            .await?;
-    }
-    let binding: ClusterRoleBinding = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": ROLE},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ROLE},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                      "name": CONTROLPLANE_USER}],
-    }))?;
-    Api::<ClusterRoleBinding>::all(client.clone())
-        .patch(ROLE, &params, &Patch::Apply(&binding))
-        .await?;
-    Ok(())
+pub async fn install(client: &kube::Client) -> Result<(), super::InstallError> {
+    super::install(client, api::crds(), roles(), ROLE).await
 }
 
 /// Looks at every ApplicationSet, then every Application (there are

@@ -1,8 +1,11 @@
-//! KubeFed's API (`types.kubefed.io/v1beta1`, `core.kubefed.io/v1beta1`)
-//! over the Karmada pipeline: a `Federated<Kind>` object becomes a
-//! resource template, a namespaced PropagationPolicy and an
-//! OverridePolicy, all owned by it; its `Propagation` condition and
-//! per-cluster status are read back from the ResourceBinding.
+//! KubeFed's API (`types.kubefed.io/v1beta1`, `core.kubefed.io/v1beta1`,
+//! `scheduling.kubefed.io/v1alpha1`) over the Karmada pipeline: a
+//! `Federated<Kind>` object becomes a resource template, a namespaced
+//! PropagationPolicy and an OverridePolicy, all owned by it (a
+//! FederatedNamespace, a ClusterPropagationPolicy of the namespace); its
+//! `Propagation` condition and per-cluster status are read back from the
+//! ResourceBinding. KubeFedClusters mirror the fleet's clusters, and a
+//! ReplicaSchedulingPreference divides a workload's replicas.
 
 pub mod api;
 mod apply;
@@ -12,12 +15,7 @@ mod namespace;
 pub mod rsp;
 pub mod translate;
 
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use kube::Api;
-use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
-
-use crate::roles::CONTROLPLANE_USER;
 
 /// The role the front end adds to the controllers: KubeFed's own kinds,
 /// and creating the templates of the namespaced types KubeFed enables by
@@ -62,40 +60,10 @@ pub fn roles() -> Vec<Value> {
     ]
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum InstallError {
-    #[error(transparent)]
-    Crds(#[from] crate::crds::InstallError),
-    #[error("cannot apply KubeFed's roles: {0}")]
-    Roles(#[from] kube::Error),
-    #[error("a built-in role does not parse: {0}")]
-    Manifest(#[from] serde_json::Error),
-}
-
 /// Installs KubeFed's CRDs, and the front end's role bound to the
 /// controllers' user.
-pub async fn install(client: &kube::Client) -> Result<(), InstallError> {
-    crate::crds::install_manifests(client, api::crds()).await?;
-    let params = PatchParams::apply("flotilla-controlplane").force();
-    let cluster_roles: Api<ClusterRole> = Api::all(client.clone());
-    for role in roles() {
-        let role: ClusterRole = serde_json::from_value(role)?;
-        let name = role.metadata.name.clone().unwrap_or_default();
-        cluster_roles
-            .patch(&name, &params, &Patch::Apply(&role))
-            .await?;
-    }
-    let binding: ClusterRoleBinding = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": ROLE},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ROLE},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                      "name": CONTROLPLANE_USER}],
-    }))?;
-    Api::<ClusterRoleBinding>::all(client.clone())
-        .patch(ROLE, &params, &Patch::Apply(&binding))
-        .await?;
-    Ok(())
+pub async fn install(client: &kube::Client) -> Result<(), super::InstallError> {
+    super::install(client, api::crds(), roles(), ROLE).await
 }
 
 #[cfg(test)]
