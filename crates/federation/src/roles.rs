@@ -19,8 +19,8 @@ pub const CONTROLPLANE_USER: &str = "system:flotilla:controlplane";
 
 const MANAGER: &str = "flotilla-controlplane";
 const ALL: &[&str] = &["*"];
-const READ: &[&str] = &["get", "list", "watch"];
-const WRITE: &[&str] = &[
+pub const READ: &[&str] = &["get", "list", "watch"];
+pub const WRITE: &[&str] = &[
     "create",
     "delete",
     "deletecollection",
@@ -51,7 +51,7 @@ const PIPELINE_GROUPS: &[&str] = &[
     "events.k8s.io",
 ];
 
-fn rule(verbs: &[&str], groups: &[&str], resources: &[&str]) -> Value {
+pub fn rule(verbs: &[&str], groups: &[&str], resources: &[&str]) -> Value {
     json!({"verbs": verbs, "apiGroups": groups, "resources": resources})
 }
 
@@ -72,16 +72,23 @@ pub fn controlplane_role() -> Value {
     })
 }
 
+/// A ClusterRole; with `aggregate_to` (`edit`, `view`...), labelled to
+/// be aggregated into that default role.
+pub fn cluster_role(name: &str, aggregate_to: Option<&str>, rules: Vec<Value>) -> Value {
+    let mut role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                          "metadata": {"name": name}, "rules": rules});
+    if let Some(to) = aggregate_to {
+        role["metadata"]["labels"] =
+            json!({format!("rbac.authorization.k8s.io/aggregate-to-{to}"): "true"});
+    }
+    role
+}
+
 /// What a tenant's namespace roles gain: propagation policies and the
 /// multi-cluster services of the namespace for `edit` (and so `admin`);
 /// the pipeline's view of them (bindings, Works, quotas) for `view`.
 fn aggregated_roles() -> Vec<Value> {
-    let role = |name: &str, to: &str, rules: Vec<Value>| {
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-               "metadata": {"name": name, "labels": {
-                   format!("rbac.authorization.k8s.io/aggregate-to-{to}"): "true"}},
-               "rules": rules})
-    };
+    let role = |name: &str, to: &str, rules: Vec<Value>| cluster_role(name, Some(to), rules);
     vec![
         role(
             "flotilla:aggregate-to-edit",

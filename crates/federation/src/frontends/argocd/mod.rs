@@ -15,12 +15,13 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tracing::{info, warn};
 
 use crate::api::{Cluster, Work};
 use crate::context::Ctx;
 use crate::passes::{self, Watched};
+use crate::roles::{READ, WRITE, cluster_role, rule};
 
 /// The role the front end adds to the controllers: Argo CD's kinds (the
 /// ApplicationSet controller writes Applications, as Argo CD's does).
@@ -30,35 +31,34 @@ pub const ROLE: &str = "system:flotilla:argocd";
 /// new commit is synced within this.
 pub const PERIOD: Duration = Duration::from_secs(2);
 
-fn rule(verbs: &[&str], resources: &[&str]) -> Value {
-    json!({"verbs": verbs, "apiGroups": [api::GROUP], "resources": resources})
-}
-
 pub fn roles() -> Vec<Value> {
-    let write = [
-        "create",
-        "delete",
-        "deletecollection",
-        "get",
-        "list",
-        "patch",
-        "update",
-        "watch",
-    ];
     let kinds = ["applications", "applicationsets"];
+    let group = [api::GROUP];
     vec![
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-               "metadata": {"name": ROLE},
-               "rules": [rule(&["*"], &["applications", "applications/status",
-                                        "applicationsets", "applicationsets/status"])]}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-               "metadata": {"name": "flotilla:argocd:aggregate-to-edit",
-                            "labels": {"rbac.authorization.k8s.io/aggregate-to-edit": "true"}},
-               "rules": [rule(&write, &kinds)]}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-               "metadata": {"name": "flotilla:argocd:aggregate-to-view",
-                            "labels": {"rbac.authorization.k8s.io/aggregate-to-view": "true"}},
-               "rules": [rule(&["get", "list", "watch"], &kinds)]}),
+        cluster_role(
+            ROLE,
+            None,
+            vec![rule(
+                &["*"],
+                &group,
+                &[
+                    "applications",
+                    "applications/status",
+                    "applicationsets",
+                    "applicationsets/status",
+                ],
+            )],
+        ),
+        cluster_role(
+            "flotilla:argocd:aggregate-to-edit",
+            Some("edit"),
+            vec![rule(WRITE, &group, &kinds)],
+        ),
+        cluster_role(
+            "flotilla:argocd:aggregate-to-view",
+            Some("view"),
+            vec![rule(READ, &group, &kinds)],
+        ),
     ]
 }
 
@@ -111,6 +111,7 @@ async fn sync_all(ctx: &Ctx) -> kube::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn the_role_covers_argo_cds_kinds_only() {

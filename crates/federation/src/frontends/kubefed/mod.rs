@@ -15,16 +15,14 @@ mod namespace;
 pub mod rsp;
 pub mod translate;
 
-use serde_json::{Value, json};
+use serde_json::Value;
+
+use crate::roles::{READ, WRITE, cluster_role, rule};
 
 /// The role the front end adds to the controllers: KubeFed's own kinds,
 /// and creating the templates of the namespaced types KubeFed enables by
 /// default (the controllers otherwise create no user objects).
 pub const ROLE: &str = "system:flotilla:kubefed";
-
-fn rule(verbs: &[&str], groups: &[&str], resources: &[&str]) -> Value {
-    json!({"verbs": verbs, "apiGroups": groups, "resources": resources})
-}
 
 pub fn roles() -> Vec<Value> {
     let mut rules = vec![rule(
@@ -35,28 +33,20 @@ pub fn roles() -> Vec<Value> {
     for t in api::default_types().iter().filter(|t| t.namespaced) {
         rules.push(rule(&["create"], &[t.group.as_str()], &[t.plural.as_str()]));
     }
-    let write = [
-        "create",
-        "delete",
-        "deletecollection",
-        "get",
-        "list",
-        "patch",
-        "update",
-        "watch",
-    ];
+    let users_kinds = [api::TYPES_GROUP, api::SCHEDULING_GROUP];
     vec![
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-               "metadata": {"name": ROLE}, "rules": rules}),
+        cluster_role(ROLE, None, rules),
         // A namespace's editors write its federated objects; viewers read them.
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-               "metadata": {"name": "flotilla:kubefed:aggregate-to-edit",
-                            "labels": {"rbac.authorization.k8s.io/aggregate-to-edit": "true"}},
-               "rules": [rule(&write, &[api::TYPES_GROUP, api::SCHEDULING_GROUP], &["*"])]}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-               "metadata": {"name": "flotilla:kubefed:aggregate-to-view",
-                            "labels": {"rbac.authorization.k8s.io/aggregate-to-view": "true"}},
-               "rules": [rule(&["get", "list", "watch"], &[api::TYPES_GROUP, api::SCHEDULING_GROUP], &["*"])]}),
+        cluster_role(
+            "flotilla:kubefed:aggregate-to-edit",
+            Some("edit"),
+            vec![rule(WRITE, &users_kinds, &["*"])],
+        ),
+        cluster_role(
+            "flotilla:kubefed:aggregate-to-view",
+            Some("view"),
+            vec![rule(READ, &users_kinds, &["*"])],
+        ),
     ]
 }
 
@@ -69,6 +59,7 @@ pub async fn install(client: &kube::Client) -> Result<(), super::InstallError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn the_role_creates_namespaced_templates_and_nothing_of_rbac() {
