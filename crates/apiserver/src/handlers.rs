@@ -858,7 +858,7 @@ async fn apply_patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let manager = manager.to_string();
     let force = ctx.query.flag("force");
     let validation = FieldValidation::parse(ctx.query.get("fieldValidation"))?;
-    let mut applied: Value = serde_yaml::from_slice(body)
+    let mut applied: Value = crate::request::yaml_or_json(body)
         .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
     if !applied.is_object() {
         return Err(ApiError::bad_request(

@@ -247,13 +247,36 @@ pub fn parse_json(body: &[u8]) -> ApiResult<serde_json::Value> {
 }
 
 pub fn parse_yaml(body: &[u8]) -> ApiResult<serde_json::Value> {
-    serde_yaml::from_slice(body)
+    yaml_or_json(body)
         .map_err(|e| ApiError::bad_request(format!("the request body is not valid YAML: {e}")))
+}
+
+/// A YAML body, read by the JSON parser when it is JSON (as kube-rs and
+/// client-go send apply patches): YAML is a superset of JSON, and the JSON
+/// parser is several times faster.
+pub fn yaml_or_json(body: &[u8]) -> Result<serde_json::Value, serde_yaml::Error> {
+    if body.trim_ascii_start().first() == Some(&b'{')
+        && let Ok(value) = serde_json::from_slice(body)
+    {
+        return Ok(value);
+    }
+    serde_yaml::from_slice(body)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn yaml_bodies_read_as_json_when_they_are_json() {
+        let json = yaml_or_json(br#" {"kind": "ConfigMap", "data": {"a": "1"}}"#).unwrap();
+        let yaml = yaml_or_json(b"kind: ConfigMap\ndata:\n  a: \"1\"\n").unwrap();
+        assert_eq!(json, yaml);
+        // A YAML flow mapping looks like JSON and is not: YAML reads it.
+        let flow = yaml_or_json(b"{kind: ConfigMap, data: {a: \"1\"}}").unwrap();
+        assert_eq!(flow, yaml);
+        assert!(yaml_or_json(b"{kind: [").is_err());
+    }
 
     #[test]
     fn namespaced_and_cluster_paths() {

@@ -12,7 +12,6 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use ring::hmac;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::auth::User;
 use flotilla_store::Store;
@@ -122,6 +121,22 @@ pub fn authenticate(
     token: &str,
     audiences: &[String],
 ) -> Result<(User, Claims), String> {
+    authenticate_bound(signer, store, token, audiences).map(|(user, claims, _)| (user, claims))
+}
+
+/// A store key and the revision at which it held an object a token is
+/// bound to, alive.
+pub type Bound = (String, flotilla_store::Revision);
+
+/// As [`authenticate`], also naming the objects the token was found bound
+/// to and the revisions they were read at: while each is still at that
+/// revision, the token is still bound to live objects.
+pub fn authenticate_bound(
+    signer: &Signer,
+    store: &dyn Store,
+    token: &str,
+    audiences: &[String],
+) -> Result<(User, Claims, Vec<Bound>), String> {
     let claims = signer
         .verify(token, jiff::Timestamp::now().as_second())
         .map_err(String::from)?;
@@ -134,17 +149,19 @@ pub fn authenticate(
         return Err("token audiences do not match".into());
     }
     let k = &claims.kubernetes;
-    let alive = |plural: &str, r: &Ref| {
+    let mut bound = Vec::with_capacity(2);
+    let mut alive = |plural: &str, r: &Ref| {
         let key = format!("/core/{plural}/{}/{}", k.namespace, r.name);
-        store
-            .get(&key)
-            .ok()
-            .flatten()
-            .and_then(|kv| serde_json::from_slice::<Value>(&kv.value).ok())
-            .is_some_and(|obj| {
-                crate::value::str_at(&obj, "/metadata/uid") == r.uid
-                    && obj.pointer("/metadata/deletionTimestamp").is_none()
-            })
+        let Some(kv) = store.get(&key).ok().flatten() else {
+            return false;
+        };
+        // Only the uid and deletion matter; the rest is skipped unparsed.
+        let live = serde_json::from_slice::<Liveness>(&kv.value)
+            .is_ok_and(|o| o.metadata.uid == r.uid && o.metadata.deletion_timestamp.is_none());
+        if live {
+            bound.push((key, kv.mod_revision));
+        }
+        live
     };
     if !alive("serviceaccounts", &k.serviceaccount) {
         return Err(format!(
@@ -152,8 +169,8 @@ pub fn authenticate(
             k.namespace, k.serviceaccount.name
         ));
     }
-    for (plural, bound) in [("pods", &k.pod), ("secrets", &k.secret)] {
-        if let Some(r) = bound
+    for (plural, r) in [("pods", &k.pod), ("secrets", &k.secret)] {
+        if let Some(r) = r
             && !alive(plural, r)
         {
             return Err(format!(
@@ -162,10 +179,23 @@ pub fn authenticate(
             ));
         }
     }
-    Ok((
-        service_account_user(&k.namespace, &k.serviceaccount.name),
-        claims,
-    ))
+    let user = service_account_user(&k.namespace, &k.serviceaccount.name);
+    Ok((user, claims, bound))
+}
+
+/// What decides whether an object a token is bound to is still alive.
+#[derive(Deserialize)]
+struct Liveness {
+    metadata: LivenessMeta,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LivenessMeta {
+    #[serde(default)]
+    uid: String,
+    #[serde(default)]
+    deletion_timestamp: Option<serde::de::IgnoredAny>,
 }
 
 /// How upstream names a ServiceAccount as a user.

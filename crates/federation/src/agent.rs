@@ -213,6 +213,7 @@ pub async fn apply_works(hub: Client, member: Client, o: AgentOptions) {
         override_policies: [no_overrides(), no_overrides()],
         overrides_epoch: Default::default(),
         placement_epoch: Default::default(),
+        templates: Default::default(),
     });
     let changes = execution::changes(&works.changes, works.store.clone());
     let execution = async {

@@ -3,7 +3,7 @@
 //! of replicas included). Works of clusters no longer targeted go, and
 //! with them the members' copies.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -13,7 +13,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
-use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
@@ -29,8 +28,9 @@ use crate::fanout::{Change, Subscribers};
 use crate::finalizer;
 use crate::kinds::scoped_api;
 use crate::overrides::{self, Applied, OverrideError};
-use crate::packed::{Key, PackedStore};
+use crate::packed::{self, Key, PackedStore};
 use crate::queue::{self, Next, WorkQueue};
+use crate::recent::Recent;
 use crate::{events, interpreter, names};
 
 /// Bindings whose Works are written at once.
@@ -47,7 +47,7 @@ pub async fn run(
     overrides_changed: impl futures::Stream<Item = ()> + Send + 'static,
 ) {
     let queue = WorkQueue::new();
-    let state = Arc::new((ctx, Synced::default()));
+    let state = Arc::new((ctx, Synced::new(CACHE_GRACE)));
     tokio::join!(
         queue::feed(queue.clone(), works_removed),
         // A changed override policy: every binding's Works rendered again.
@@ -117,15 +117,8 @@ pub async fn template(ctx: &Ctx, binding: &Binding) -> Result<Option<DynamicObje
 }
 
 /// The generation and override epoch each binding's Works were last
-/// written at, and when.
-type Synced = Mutex<HashMap<String, Written>>;
-
-#[derive(Clone, Copy)]
-struct Written {
-    generation: Option<i64>,
-    epoch: u64,
-    at: Instant,
-}
+/// written at, by binding uid.
+type Synced = Recent<(Option<i64>, u64)>;
 
 /// How long Works just written may take to reach the controller's cache
 /// before their absence there means they are really gone. Without it a
@@ -157,10 +150,10 @@ fn works_of(ctx: &Ctx, binding: &Binding, (id_key, id): (&str, &str)) -> Vec<(St
 
 async fn sync(binding: &Binding, ctx: &Ctx, synced: &Synced) -> Result<Next, Error> {
     let (id_key, id) = binding_id(binding);
-    let ours = works_of(ctx, binding, (id_key, &id));
     let uid = binding.metadata.uid.clone().unwrap_or_default();
     if binding.metadata.deletion_timestamp.is_some() {
-        synced.lock().remove(&uid);
+        synced.forget(&uid);
+        let ours = works_of(ctx, binding, (id_key, &id));
         for (_, w) in &ours {
             delete_work(ctx, w).await?;
         }
@@ -177,32 +170,33 @@ async fn sync(binding: &Binding, ctx: &Ctx, synced: &Synced) -> Result<Next, Err
         .iter()
         .map(|t| t.name.clone())
         .collect();
-    let complete = ours.len() == targets.len() && ours.iter().all(|(c, _)| targets.contains(c));
     let epoch = ctx.overrides_epoch.load(Ordering::SeqCst);
-    let written = synced.lock().get(&uid).copied();
-    if let Some(w) = written
-        && (w.generation, w.epoch) == (binding.metadata.generation, epoch)
-    {
-        // The Works were written from this very spec and these overrides.
-        if complete {
+    let stamp = (binding.metadata.generation, epoch);
+    if synced.wrote(&uid, &stamp) {
+        // The Works were written from this very spec and these overrides
+        // (replacing any of another binding of the same name): done once
+        // the cache holds each, which needs no Work decoded. A binding's
+        // status changes as each of its Works reports, and each change
+        // comes here.
+        let cached = targets.iter().all(|c| {
+            let r = work_ref(binding, c);
+            ctx.works
+                .contains_key(&packed::key(r.namespace.as_deref(), &r.name))
+        });
+        if cached {
             return Ok(None);
         }
-        let waited = w.at.elapsed();
-        if waited < CACHE_GRACE {
-            return Ok(Some(CACHE_GRACE - waited));
+        if let Some(left) = synced.wait(&uid, &stamp) {
+            return Ok(Some(left));
         }
     }
+    let ours = works_of(ctx, binding, (id_key, &id));
     let started = Instant::now();
     let result = write_works(ctx, binding, &ours, &targets, (id_key, &id)).await;
     ctx.metrics
         .observe_binding_sync(result.is_ok(), started.elapsed());
     result?;
-    let written = Written {
-        generation: binding.metadata.generation,
-        epoch,
-        at: Instant::now(),
-    };
-    synced.lock().insert(uid, written);
+    synced.record(&uid, stamp);
     Ok(None)
 }
 
@@ -235,15 +229,24 @@ async fn write_works(
     if targets.is_empty() {
         return Ok(());
     }
-    let Some(template) = template(ctx, binding).await? else {
-        // The template is gone; the garbage collector takes the binding.
-        return Ok(());
+    // The detector's cache holds the template the binding was made from,
+    // unless it has moved on since (then the hub's is read, and the
+    // detector's update of the binding follows).
+    let (template, mut base) = match ctx
+        .templates
+        .made_from(&binding.spec.resource, binding.annotations())
+    {
+        Some(cached) => cached,
+        None => {
+            let Some(template) = template(ctx, binding).await? else {
+                // The template is gone; the garbage collector takes the binding.
+                return Ok(());
+            };
+            let manifest = interpreter::manifest(&serde_json::to_value(&template)?);
+            (Arc::new(template), manifest)
+        }
     };
-    let template = serde_json::to_value(&template)?;
-    let mut base = interpreter::manifest(&template);
-    if let Some(g) = template
-        .pointer("/metadata/generation")
-        .and_then(Value::as_i64)
+    if let Some(g) = template.metadata.generation
         && let Some(meta) = base.get_mut("metadata").and_then(Value::as_object_mut)
     {
         let a = meta.entry("annotations").or_insert_with(|| json!({}));
@@ -264,10 +267,7 @@ async fn write_works(
         .flatten()
         .filter_map(Value::as_str)
         .collect();
-    let labels = template
-        .pointer("/metadata/labels")
-        .and_then(|l| serde_json::from_value(l.clone()).ok())
-        .unwrap_or_default();
+    let labels = template.metadata.labels.clone().unwrap_or_default();
     let r = &spec.resource;
     let t = Template {
         api_version: &r.api_version,

@@ -16,6 +16,7 @@ use crate::kinds::Kinds;
 use crate::members::Members;
 use crate::metrics::Metrics;
 use crate::packed::PackedStore;
+use crate::templates::Templates;
 
 /// Tunables; the defaults are Karmada's.
 #[derive(Clone, Debug)]
@@ -84,6 +85,8 @@ pub struct Shared {
     /// a binding scheduled at the current epoch and generation needs no
     /// new decision.
     pub placement_epoch: AtomicU64,
+    /// The detector's template caches, for rendering Works.
+    pub templates: Templates,
 }
 
 pub type Ctx = Arc<Shared>;

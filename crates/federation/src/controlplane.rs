@@ -261,6 +261,7 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
         override_policies: [overrides[0].0.store.clone(), overrides[1].0.store.clone()],
         overrides_epoch: Default::default(),
         placement_epoch: Default::default(),
+        templates: Default::default(),
     });
     let (placement_tx, _) = broadcast::channel(16);
     let (kinds_tx, _) = broadcast::channel(64);

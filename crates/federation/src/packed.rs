@@ -66,6 +66,24 @@ where
         decode(&packed)
     }
 
+    /// Part of the object `r` names, decoded as `V`: a type naming only
+    /// the fields its reader needs, so that the rest (a Work's manifests)
+    /// is skipped over instead of built into values and dropped again.
+    pub fn get_as<V: DeserializeOwned>(&self, r: &ObjectRef<K>) -> Option<V> {
+        let packed = self
+            .objects
+            .read()
+            .get(key(r.namespace.as_deref(), &r.name).as_str())?
+            .clone();
+        match serde_json::from_slice(&packed.unpack()) {
+            Ok(part) => Some(part),
+            Err(error) => {
+                error!(%error, "packed object does not decode");
+                None
+            }
+        }
+    }
+
     /// Whether the store holds an object under [`key`], without decoding it.
     pub fn contains_key(&self, key: &str) -> bool {
         self.objects.read().contains_key(key)

@@ -8,10 +8,11 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt};
 use kube::ResourceExt;
 
+use serde::Deserialize;
 use serde_json::{Value, json};
 use tracing::debug;
 
-use crate::api::{AggregatedStatusItem, Binding, Scope, Work, annotations};
+use crate::api::{AggregatedStatusItem, Binding, Scope, Work, WorkStatus, annotations};
 use crate::binding::{binding_api, template, template_api, work_ref};
 use crate::conditions;
 use crate::context::Ctx;
@@ -86,11 +87,19 @@ pub(crate) fn owner(work: &Work, scope: Scope) -> Option<String> {
     }
 }
 
-fn item(cluster: &str, work: Option<&Work>) -> AggregatedStatusItem {
-    let applied = work.and_then(|w| w.condition("Applied"));
-    let manifest = work
-        .and_then(|w| w.status.as_ref())
-        .and_then(|s| s.manifest_statuses.first());
+/// The part of a Work its binding's status is made of: a binding's status
+/// reads every Work of the binding each time one of them changes, so the
+/// manifests are not decoded for it.
+#[derive(Deserialize)]
+struct StatusOfWork {
+    #[serde(default)]
+    status: Option<WorkStatus>,
+}
+
+fn item(cluster: &str, work: Option<&StatusOfWork>) -> AggregatedStatusItem {
+    let status = work.and_then(|w| w.status.as_ref());
+    let applied = status.and_then(|s| s.conditions.iter().find(|c| c.type_ == "Applied"));
+    let manifest = status.and_then(|s| s.manifest_statuses.first());
     AggregatedStatusItem {
         cluster_name: cluster.into(),
         status: manifest.and_then(|m| m.status.clone()),
@@ -121,7 +130,7 @@ async fn reconcile(binding: Arc<Binding>, ctx: Ctx) -> Result<Next, Error> {
         .map(|t| {
             item(
                 &t.name,
-                ctx.works.get(&work_ref(&binding, &t.name)).as_deref(),
+                ctx.works.get_as(&work_ref(&binding, &t.name)).as_ref(),
             )
         })
         .collect();

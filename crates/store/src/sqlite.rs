@@ -202,13 +202,32 @@ impl SqliteStore {
             log.clone(),
         ));
 
+        // The writer leaves checkpoints to a thread of their own, unless
+        // that one falls far behind.
+        conn.pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES)?;
+        let (committed, commits) = mpsc::sync_channel(1);
+        let checkpoints = Connection::open(&path)?;
+        checkpoints.busy_timeout(Duration::from_secs(5))?;
+        std::thread::Builder::new()
+            .name("flotilla-store-checkpoints".into())
+            .spawn(move || checkpoint_loop(checkpoints, commits))?;
+
         let (writer, requests) = mpsc::channel();
         let writer_window = window.clone();
         let writer_log = log.clone();
         let max_batch = options.max_batch.max(1);
         std::thread::Builder::new()
             .name("flotilla-store-writer".into())
-            .spawn(move || writer_loop(conn, writer_window, writer_log, requests, max_batch))?;
+            .spawn(move || {
+                writer_loop(
+                    conn,
+                    writer_window,
+                    writer_log,
+                    requests,
+                    max_batch,
+                    committed,
+                )
+            })?;
 
         let store = Arc::new(SqliteStore {
             window,
@@ -512,12 +531,41 @@ impl Backfill for LogReader {
     }
 }
 
+/// How often the checkpoint thread copies the WAL into the database.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
+/// The WAL size (pages) at which the writer checkpoints itself, as a
+/// backstop: 64 MiB, against SQLite's default of 1,000 pages (4 MiB).
+const WRITER_CHECKPOINT_PAGES: i64 = 16_384;
+
+/// Copies committed pages from the WAL into the database file, beside the
+/// writer. With SQLite's automatic checkpoints the writer did it itself
+/// every 4 MiB of WAL, and every write waited the tens of milliseconds that
+/// took (the copy and an fsync of the database file): the longest
+/// latencies of an idle control plane. A passive checkpoint waits for no
+/// reader and no writer. It ends with the writer (its sender of commit
+/// nudges gone).
+fn checkpoint_loop(conn: Connection, commits: mpsc::Receiver<()>) {
+    loop {
+        // Sleep until something was committed, then let more gather.
+        if commits.recv().is_err() {
+            break;
+        }
+        std::thread::sleep(CHECKPOINT_EVERY);
+        while commits.try_recv().is_ok() {}
+        if let Err(error) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            warn!(%error, "checkpoint of the store's WAL failed; retrying after the next commit");
+        }
+    }
+    debug!("store checkpoints stopped");
+}
+
 fn writer_loop(
     mut conn: Connection,
     window: Arc<EventWindow>,
     log: Arc<LogReader>,
     requests: mpsc::Receiver<Request>,
     max_batch: usize,
+    committed: mpsc::SyncSender<()>,
 ) {
     while let Ok(first) = requests.recv() {
         let mut batch = Vec::new();
@@ -536,6 +584,8 @@ fn writer_loop(
             }
         }
         commit_batch(&mut conn, &window, batch);
+        // A nudge already waiting is enough.
+        let _ = committed.try_send(());
     }
     debug!("store writer stopped");
 }

@@ -702,3 +702,34 @@ async fn writes_succeed_while_readers_list_and_get(backend: &Backend) {
     assert_eq!(listed.items.len(), 16 * 150);
     assert!(listed.items.iter().all(|kv| kv.value == b("w")));
 }
+
+/// Committed writes reach the database file beside the writer (the WAL is
+/// checkpointed by a thread of its own), long before the writer's own
+/// backstop of 64 MiB of WAL would copy them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_writes_are_checkpointed_into_the_database_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let db = dir.path().join("flotilla.db");
+    let before = std::fs::metadata(&db).unwrap().len();
+    let value = Bytes::from("x".repeat(8 * 1024));
+    for i in 0..256 {
+        store
+            .create(&format!("/k/{i:04}"), value.clone())
+            .await
+            .unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let size = std::fs::metadata(&db).unwrap().len();
+        if size >= before + 2 * 1024 * 1024 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the database file holds {size} bytes after 2 MiB were committed ({before} before)"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(store.get("/k/0255").unwrap().unwrap().value, value);
+}
