@@ -31,7 +31,7 @@ use crate::overrides::{self, Applied, OverrideError};
 use crate::packed::{self, Key, PackedStore};
 use crate::queue::{self, Next, WorkQueue};
 use crate::recent::Recent;
-use crate::{events, interpreter, names};
+use crate::{events, interpreter, names, templates};
 
 /// Bindings whose Works are written at once.
 const BINDING_SYNCS: usize = 32;
@@ -195,18 +195,24 @@ async fn sync(binding: &Binding, ctx: &Ctx, synced: &Synced) -> Result<Next, Err
     let result = write_works(ctx, binding, &ours, &targets, (id_key, &id)).await;
     ctx.metrics
         .observe_binding_sync(result.is_ok(), started.elapsed());
-    result?;
+    if !result? {
+        // Written from a template other than the binding's: rendered
+        // again once the detector's cache and the binding agree.
+        return Ok(Some(Duration::from_millis(500)));
+    }
     synced.record(&uid, stamp);
     Ok(None)
 }
 
+/// Writes the binding's Works; whether they were rendered from the very
+/// template the binding was made from.
 async fn write_works(
     ctx: &Ctx,
     binding: &Binding,
     ours: &[(String, Arc<Work>)],
     targets: &BTreeSet<String>,
     (id_key, id): (&str, &str),
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let name = binding.name_any();
     for (cluster, w) in ours {
         if targets.contains(cluster) {
@@ -227,23 +233,30 @@ async fn write_works(
         delete_work(ctx, w).await?;
     }
     if targets.is_empty() {
-        return Ok(());
+        return Ok(true);
     }
     // The detector's cache holds the template the binding was made from,
     // unless it has moved on since (then the hub's is read, and the
     // detector's update of the binding follows).
-    let (template, mut base) = match ctx
+    let (template, mut base, as_bound) = match ctx
         .templates
         .made_from(&binding.spec.resource, binding.annotations())
     {
-        Some(cached) => cached,
+        Some((template, manifest)) => (template, manifest, true),
         None => {
             let Some(template) = template(ctx, binding).await? else {
                 // The template is gone; the garbage collector takes the binding.
-                return Ok(());
+                return Ok(true);
             };
             let manifest = interpreter::manifest(&serde_json::to_value(&template)?);
-            (Arc::new(template), manifest)
+            // The hub's may be newer than the binding (an update the
+            // detector has not brought to it yet) or, while a claim is in
+            // flight, older.
+            let as_bound = binding
+                .annotations()
+                .get(annotations::TEMPLATE_DIGEST)
+                .is_none_or(|d| *d == templates::digest(&manifest));
+            (Arc::new(template), manifest, as_bound)
         }
     };
     if let Some(g) = template.metadata.generation
@@ -337,7 +350,8 @@ async fn write_works(
     for outcome in outcomes {
         failed.extend(outcome?);
     }
-    mark_binding(ctx, binding, &failed).await
+    mark_binding(ctx, binding, &failed).await?;
+    Ok(as_bound)
 }
 
 /// The condition an override failure is reported under, on the Work of

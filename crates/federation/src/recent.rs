@@ -14,36 +14,70 @@ use parking_lot::Mutex;
 
 /// Writes remembered by key, each with a stamp of what was written (a
 /// generation, a digest) and when, until the caller forgets them (once
-/// its cache shows the write, or the object is gone).
+/// its cache shows the write, or the object is gone) or, if they expire,
+/// some time after their grace.
 pub struct Recent<S> {
     grace: Duration,
-    entries: Mutex<HashMap<String, (S, Instant)>>,
+    expiring: bool,
+    entries: Mutex<Entries<S>>,
 }
 
+struct Entries<S> {
+    by_key: HashMap<String, (S, Instant)>,
+    /// The size at which expired entries are next dropped: twice what
+    /// was left the last time, so that dropping costs little per record.
+    prune_at: usize,
+}
+
+const FIRST_PRUNE_AT: usize = 1024;
+
 impl<S: Clone + PartialEq> Recent<S> {
-    /// Writes are awaited for at most `grace` once made.
+    /// Writes are awaited for at most `grace` once made, and remembered
+    /// until forgotten.
     pub fn new(grace: Duration) -> Self {
+        Self::with(grace, false)
+    }
+
+    /// As [`Recent::new`], with writes past their grace dropped as more
+    /// are recorded: for a caller that only waits on them, and may never
+    /// come back to forget one (its object gone meanwhile).
+    pub fn expiring(grace: Duration) -> Self {
+        Self::with(grace, true)
+    }
+
+    fn with(grace: Duration, expiring: bool) -> Self {
         Recent {
             grace,
-            entries: Mutex::default(),
+            expiring,
+            entries: Mutex::new(Entries {
+                by_key: HashMap::new(),
+                prune_at: FIRST_PRUNE_AT,
+            }),
         }
     }
 
     /// `key` was just written as `stamp`.
     pub fn record(&self, key: &str, stamp: S) {
-        self.entries
-            .lock()
+        let mut entries = self.entries.lock();
+        if self.expiring && entries.by_key.len() >= entries.prune_at {
+            let grace = self.grace;
+            entries.by_key.retain(|_, (_, at)| at.elapsed() < grace);
+            entries.prune_at = (entries.by_key.len() * 2).max(FIRST_PRUNE_AT);
+        }
+        entries
+            .by_key
             .insert(key.to_string(), (stamp, Instant::now()));
     }
 
     pub fn forget(&self, key: &str) {
-        self.entries.lock().remove(key);
+        self.entries.lock().by_key.remove(key);
     }
 
     /// Whether `key` was last written as `stamp` (however long ago).
     pub fn wrote(&self, key: &str, stamp: &S) -> bool {
         self.entries
             .lock()
+            .by_key
             .get(key)
             .is_some_and(|(s, _)| s == stamp)
     }
@@ -53,7 +87,7 @@ impl<S: Clone + PartialEq> Recent<S> {
     /// (then the write itself is taken to be lost).
     pub fn wait(&self, key: &str, stamp: &S) -> Option<Duration> {
         let entries = self.entries.lock();
-        let (s, at) = entries.get(key)?;
+        let (s, at) = entries.by_key.get(key)?;
         (s == stamp)
             .then(|| self.grace.checked_sub(at.elapsed()))
             .flatten()
@@ -84,5 +118,17 @@ mod tests {
         over.record("a", 1);
         assert!(over.wrote("a", &1));
         assert_eq!(over.wait("a", &1), None, "grace over");
+    }
+
+    #[test]
+    fn expiring_writes_go_once_many_are_held_and_kept_ones_stay() {
+        let expiring = Recent::expiring(Duration::ZERO);
+        let kept = Recent::new(Duration::ZERO);
+        for i in 0..FIRST_PRUNE_AT * 3 {
+            expiring.record(&i.to_string(), ());
+            kept.record(&i.to_string(), ());
+        }
+        assert!(expiring.entries.lock().by_key.len() <= FIRST_PRUNE_AT);
+        assert!(kept.wrote("0", &()), "kept until forgotten");
     }
 }

@@ -205,8 +205,14 @@ impl SqliteStore {
         // The writer leaves checkpoints to a thread of their own, unless
         // that one falls far behind.
         conn.pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES)?;
+        // A WAL grown while readers held a checkpoint off is cut back to
+        // this size once it is reused.
+        conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
         let (committed, commits) = mpsc::sync_channel(1);
         let checkpoints = Connection::open(&path)?;
+        // The database file is synced before the WAL may be reused.
+        checkpoints.pragma_update(None, "synchronous", "FULL")?;
+        checkpoints.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
         checkpoints.busy_timeout(Duration::from_secs(5))?;
         std::thread::Builder::new()
             .name("flotilla-store-checkpoints".into())
@@ -536,6 +542,8 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
 /// The WAL size (pages) at which the writer checkpoints itself, as a
 /// backstop: 64 MiB, against SQLite's default of 1,000 pages (4 MiB).
 const WRITER_CHECKPOINT_PAGES: i64 = 16_384;
+/// Bytes of WAL file kept once the WAL restarts.
+const WAL_SIZE_LIMIT: i64 = 16 * 1024 * 1024;
 
 /// Copies committed pages from the WAL into the database file, beside the
 /// writer. With SQLite's automatic checkpoints the writer did it itself

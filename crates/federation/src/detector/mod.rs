@@ -161,7 +161,7 @@ pub async fn run(ctx: Ctx, bindings: [PackedStore<Binding>; 2]) {
                         ar,
                         policies: policies.clone(),
                         bindings: bindings.clone(),
-                        created: Recent::new(CACHE_GRACE),
+                        created: Recent::expiring(CACHE_GRACE),
                     });
                     running.insert(
                         gvk,
@@ -328,49 +328,10 @@ async fn reconcile(obj: Arc<DynamicObject>, tctx: Arc<TypeCtx>) -> Result<Next, 
         }
         return Ok(None);
     };
-    let Some(claim) = claim(&obj, &policy, scope)? else {
-        return ensure_binding(&tctx, &obj, &policy, scope).await;
-    };
-    // The binding is built from the template as the claim leaves it, so
-    // the claim's own event finds the binding up to date, and the two are
-    // written at once: one round trip less on every template's way to
-    // its members. Should the claim fail, the next sync writes it again.
-    let mut claimed = (*obj).clone();
-    claim.apply_to(&mut claimed.metadata);
-    let patch = json!({"metadata": {"labels": claim.labels, "annotations": claim.annotations}});
-    let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
-    let (written, next) = tokio::join!(
-        api.patch(&name, &params, &patch),
-        ensure_binding(&tctx, &claimed, &policy, scope),
-    );
-    written?;
-    debug!(template = %name, policy = %policy.name_any(), "claimed");
-    next
-}
-
-/// The labels and annotations a policy's claim sets on a template (a
-/// null removes one), as a merge patch writes them.
-struct Claim {
-    labels: Value,
-    annotations: Value,
-}
-
-impl Claim {
-    /// `meta` as the claim's merge patch leaves it.
-    fn apply_to(&self, meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) {
-        for (patch, current) in [
-            (&self.labels, &mut meta.labels),
-            (&self.annotations, &mut meta.annotations),
-        ] {
-            let current = current.get_or_insert_default();
-            for (k, v) in patch.as_object().into_iter().flatten() {
-                match v.as_str() {
-                    Some(v) => current.insert(k.clone(), v.to_string()),
-                    None => current.remove(k),
-                };
-            }
-        }
-    }
+    // The binding is built from the template as claimed, so the claim's
+    // own write does not count as a change of the template.
+    let claimed = claim(&api, &obj, &policy, scope).await?;
+    ensure_binding(&tctx, claimed.as_ref().unwrap_or(&obj), &policy, scope).await
 }
 
 /// The policy that claimed this template, if any: (scope, permanent id).
@@ -415,13 +376,16 @@ fn choose(policies: &Policies, obj: &DynamicObject, t: &Template) -> Option<(Pol
     )
 }
 
-/// The claim `policy` makes on the template, `None` when the template
-/// already carries it.
-fn claim(obj: &DynamicObject, policy: &Policy, scope: Scope) -> Result<Option<Claim>, Error> {
+async fn claim(
+    api: &Api<DynamicObject>,
+    obj: &DynamicObject,
+    policy: &Policy,
+    scope: Scope,
+) -> Result<Option<DynamicObject>, Error> {
     let id = permanent_id(policy, scope);
     let placement = serde_json::to_string(&policy.spec.placement)?;
     let policy_name = policy.name_any();
-    let (labels, annotations) = match scope {
+    let (labels_patch, annotations_patch) = match scope {
         Scope::Namespaced => (
             json!({labels::PP_ID: id, labels::CPP_ID: null}),
             json!({annotations::PP_NAME: policy_name, annotations::PP_NAMESPACE: policy.metadata.namespace,
@@ -433,6 +397,8 @@ fn claim(obj: &DynamicObject, policy: &Policy, scope: Scope) -> Result<Option<Cl
                    annotations::PP_NAMESPACE: null, annotations::APPLIED_PLACEMENT: placement}),
         ),
     };
+    let current_labels = obj.labels();
+    let current_annotations = obj.annotations();
     let up_to_date = |patch: &Value, current: &BTreeMap<String, String>| {
         patch
             .as_object()
@@ -443,13 +409,21 @@ fn claim(obj: &DynamicObject, policy: &Policy, scope: Scope) -> Result<Option<Cl
                 None => !current.contains_key(k),
             })
     };
-    if up_to_date(&labels, obj.labels()) && up_to_date(&annotations, obj.annotations()) {
+    if up_to_date(&labels_patch, current_labels)
+        && up_to_date(&annotations_patch, current_annotations)
+    {
         return Ok(None);
     }
-    Ok(Some(Claim {
-        labels,
-        annotations,
-    }))
+    let patch = json!({"metadata": {"labels": labels_patch, "annotations": annotations_patch}});
+    let claimed = api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    debug!(template = %obj.name_any(), policy = %policy_name, "claimed");
+    Ok(Some(claimed))
 }
 
 async fn ensure_binding(
