@@ -512,7 +512,6 @@ mod tests {
     /// token working, a delete (or a new one of the same name) ends it.
     #[tokio::test]
     async fn remembered_service_account_tokens_follow_their_account() {
-        use crate::tokens::{Claims, ISSUER, KubernetesClaims, Ref};
         let (_dir, store) = store();
         let signer = Arc::new(Signer::new(b"key"));
         let a = authenticator();
@@ -526,26 +525,9 @@ mod tests {
                 .to_string(),
             )
         };
-        let created = store.create(key, account("u1", "a")).await.unwrap();
+        let created = store.create(key, account("u", "a")).await.unwrap();
         let now = jiff::Timestamp::now().as_second();
-        let token = signer.sign(&Claims {
-            aud: vec![ISSUER.into()],
-            exp: now + 600,
-            iat: now,
-            nbf: now,
-            iss: ISSUER.into(),
-            jti: "j".into(),
-            sub: "system:serviceaccount:default:robot".into(),
-            kubernetes: KubernetesClaims {
-                namespace: "default".into(),
-                serviceaccount: Ref {
-                    name: "robot".into(),
-                    uid: "u1".into(),
-                },
-                pod: None,
-                secret: None,
-            },
-        });
+        let token = signer.sign(&crate::tokens::tests::claims(now + 600));
         let who = |a: &Authenticator| {
             a.authenticate(store.as_ref(), &bearer(&token), &none)
                 .map(|u| u.map(|u| u.name))
@@ -554,7 +536,7 @@ mod tests {
         assert_eq!(who(&a).unwrap(), robot);
         assert_eq!(who(&a).unwrap(), robot, "remembered");
         store
-            .update(key, account("u1", "b"), created.mod_revision)
+            .update(key, account("u", "b"), created.mod_revision)
             .await
             .unwrap();
         assert_eq!(who(&a).unwrap(), robot, "verified again after an update");

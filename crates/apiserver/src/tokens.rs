@@ -211,10 +211,11 @@ pub fn service_account_user(namespace: &str, name: &str) -> User {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn claims(exp: i64) -> Claims {
+    /// Claims of `default/robot` (uid `u`) expiring at `exp`.
+    pub(crate) fn claims(exp: i64) -> Claims {
         Claims {
             aud: vec![ISSUER.into()],
             exp,
