@@ -75,13 +75,7 @@ where
             .read()
             .get(key(r.namespace.as_deref(), &r.name).as_str())?
             .clone();
-        match serde_json::from_slice(&packed.unpack()) {
-            Ok(part) => Some(part),
-            Err(error) => {
-                error!(%error, "packed object does not decode");
-                None
-            }
-        }
+        decode_as(&packed)
     }
 
     /// Whether the store holds an object under [`key`], without decoding it.
@@ -128,8 +122,13 @@ where
 }
 
 fn decode<K: DeserializeOwned>(packed: &Packed) -> Option<Arc<K>> {
+    decode_as(packed).map(Arc::new)
+}
+
+/// The packed object, or the part of it `V` names.
+fn decode_as<V: DeserializeOwned>(packed: &Packed) -> Option<V> {
     match serde_json::from_slice(&packed.unpack()) {
-        Ok(obj) => Some(Arc::new(obj)),
+        Ok(obj) => Some(obj),
         // Only a bug could get here: the writer encoded it.
         Err(error) => {
             error!(%error, "packed object does not decode");
