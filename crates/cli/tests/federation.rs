@@ -1260,6 +1260,13 @@ fn a_custom_resource_propagates_with_its_crd_and_goes_with_its_template() {
 fn an_existing_member_object_is_reported_then_taken_over_with_overwrite() {
     let fleet = Fleet::new(&[("member1", "us-east")]);
     let m = fleet.member("member1");
+    // ConfigMaps already delivered to the member: the member object below
+    // is seen by a running watch, not by the first read of the kind.
+    fleet.apply(&configmap_policy(
+        "first",
+        "    clusterAffinity:\n      clusterNames: [member1]",
+    ));
+    wait_holders(&fleet, &["get", "cm", "first"], &["member1"]);
     let out = m.kubectl_stdin(
         &["create", "-f", "-"],
         Some(

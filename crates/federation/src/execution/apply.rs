@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tracing::info;
 
 use super::Execution;
-use super::observed::{manifest_digest, member_object, prepare};
+use super::observed::{Presence, is_ours, manifest_digest, member_object, prepare};
 use crate::api::{ResourceIdentifier, Work, annotations, labels};
 use crate::error::{Error, is_not_found};
 use crate::kinds::scoped_api;
@@ -42,7 +42,15 @@ pub fn identify(m: &Value) -> (String, String, String, String) {
     )
 }
 
-fn ours(obj: &DynamicObject, work: &Work) -> bool {
+/// What the member holds under a manifest's name before the apply.
+struct Existing {
+    /// Labelled managed by Flotilla.
+    ours: bool,
+    /// Its `spec.replicas`, when it was read.
+    replicas: Option<Value>,
+}
+
+fn applied_from(obj: &DynamicObject, work: &Work) -> bool {
     let a = obj.annotations();
     a.get(annotations::WORK_NAME).map(String::as_str) == work.metadata.name.as_deref()
         && a.get(annotations::WORK_NAMESPACE) == work.metadata.namespace.as_ref()
@@ -79,9 +87,8 @@ pub async fn sync(
     };
     let key = member_object(cluster, &api_version, &kind, &namespace, &name);
     let digest = manifest_digest(raw);
-    if exec.watches.synced(member, cluster, &ar).await
-        && let Some(seen) = exec.watches.in_sync(&key, &digest)
-    {
+    let synced = exec.watches.synced(member, cluster, &ar).await;
+    if synced && let Some(seen) = exec.watches.in_sync(&key, &digest) {
         return Ok(Outcome {
             identifier,
             status: seen.status,
@@ -97,11 +104,26 @@ pub async fn sync(
         namespaced.then_some(namespace.as_str()),
         &ar,
     );
-    let existing = api.get_opt(&name).await.map_err(|e| e.to_string())?;
-    if let Some(obj) = &existing
-        && obj.labels().get(labels::MANAGED).map(String::as_str) != Some("true")
-        && !overwrite
-    {
+    let scalable = matches!(kind.as_str(), "Deployment" | "StatefulSet" | "ReplicaSet");
+    let presence = synced.then(|| exec.watches.presence(&key));
+    // The member is read only when the watch cannot tell what holds the
+    // name: not synced, someone else's object, or replicas to compare.
+    let existing = match presence {
+        Some(Presence::Absent) => None,
+        Some(Presence::Ours) if !scalable => Some(Existing {
+            ours: true,
+            replicas: None,
+        }),
+        _ => api
+            .get_opt(&name)
+            .await
+            .map_err(|e| e.to_string())?
+            .map(|obj| Existing {
+                ours: is_ours(&obj),
+                replicas: obj.data.pointer("/spec/replicas").cloned(),
+            }),
+    };
+    if existing.as_ref().is_some_and(|e| !e.ours) && !overwrite {
         return Err(format!(
             "{kind} {}{name} already exists in cluster {cluster} and is not managed by Flotilla; \
              set conflictResolution: Overwrite in the policy to take it over",
@@ -117,8 +139,8 @@ pub async fn sync(
     // that moved them: look for one then, not on every apply.
     let replicas_differ = existing
         .as_ref()
-        .is_some_and(|e| e.data.pointer("/spec/replicas") != applied.pointer("/spec/replicas"));
-    if matches!(kind.as_str(), "Deployment" | "StatefulSet" | "ReplicaSet")
+        .is_some_and(|e| e.replicas.as_ref() != applied.pointer("/spec/replicas"));
+    if scalable
         && replicas_differ
         && scaled_by_hpa(member, &namespace, &kind, &name).await
         && let Some(spec) = applied.get_mut("spec").and_then(Value::as_object_mut)
@@ -230,7 +252,7 @@ pub async fn leave_member(
     let Some(obj) = api.get_opt(&name).await.map_err(Error::member(cluster))? else {
         return Ok(());
     };
-    if !ours(&obj, work) {
+    if !applied_from(&obj, work) {
         return Ok(());
     }
     if leaving == Leaving::Release {

@@ -1,5 +1,6 @@
-//! What Flotilla last saw of each managed object in each member, from one
-//! watch per member and kind (label-selected on `karmada.io/managed`).
+//! What Flotilla last saw of each object in each member, from one watch
+//! per member and kind: of its own objects (labelled `karmada.io/managed`)
+//! what they hold, of the others only that they exist.
 //!
 //! A Work whose member objects the watch shows holding every field
 //! Flotilla would apply is synced without a round trip to the member. That
@@ -7,6 +8,13 @@
 //! managed objects once and checks every Work against them, instead of
 //! reading and re-applying every object. The watch also brings status
 //! changes back, and re-queues a Work whose object drifted or vanished.
+//!
+//! Knowing which names the member's other objects hold is what lets a
+//! create go straight to the apply: an object the watch has never seen is
+//! created, one it shows as someone else's is read first and refused
+//! unless the policy overwrites (the window is the watch's lag, as with
+//! Karmada's informer-based check). The watch is unfiltered, which the
+//! member serves from its stored bytes without decoding each event.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -77,6 +85,17 @@ struct Observed {
     work: Key,
 }
 
+/// What the watch knows of a name in a member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Presence {
+    /// No object holds it.
+    Absent,
+    /// Flotilla's (labelled managed).
+    Ours,
+    /// An object Flotilla did not put there.
+    Foreign,
+}
+
 /// What an in-sync object reports back to its Work.
 pub struct Seen {
     pub status: Option<Value>,
@@ -142,6 +161,8 @@ pub struct MemberWatches {
     watches: Mutex<HashMap<(String, GroupVersionKind), MemberWatch>>,
     /// Per watch, per `namespace/name`.
     observed: Mutex<HashMap<WatchKey, HashMap<Box<str>, Observed>>>,
+    /// Per watch, the `namespace/name`s of objects that are not Flotilla's.
+    foreign: Mutex<HashMap<WatchKey, HashSet<Box<str>>>>,
 }
 
 impl MemberWatches {
@@ -151,6 +172,7 @@ impl MemberWatches {
             requeue,
             watches: Mutex::default(),
             observed: Mutex::default(),
+            foreign: Mutex::default(),
         })
     }
 
@@ -194,6 +216,29 @@ impl MemberWatches {
         })
     }
 
+    /// Whether an object holds `key`'s name in the member, and whose it
+    /// is, as far as a synced watch has seen.
+    pub fn presence(&self, key: &MemberObject) -> Presence {
+        let ours = self
+            .observed
+            .lock()
+            .get(&key.watch)
+            .is_some_and(|o| o.contains_key(&key.object));
+        let foreign = || {
+            self.foreign
+                .lock()
+                .get(&key.watch)
+                .is_some_and(|f| f.contains(&key.object))
+        };
+        if ours {
+            Presence::Ours
+        } else if foreign() {
+            Presence::Foreign
+        } else {
+            Presence::Absent
+        }
+    }
+
     /// Records what an apply left in the member, so the watch's echo of
     /// it is recognised and the next sync of the Work needs no round trip.
     pub fn record(
@@ -222,6 +267,9 @@ impl MemberWatches {
     }
 
     fn insert(&self, key: MemberObject, observed: Observed) -> Option<Observed> {
+        if let Some(f) = self.foreign.lock().get_mut(&key.watch) {
+            f.remove(&key.object);
+        }
         self.observed
             .lock()
             .entry(key.watch)
@@ -229,10 +277,27 @@ impl MemberWatches {
             .insert(key.object, observed)
     }
 
-    pub fn forget(&self, key: &MemberObject) {
-        if let Some(objects) = self.observed.lock().get_mut(&key.watch) {
-            objects.remove(&key.object);
+    /// Forgets what was seen of `key`; the Work it was applied from, if
+    /// it was Flotilla's.
+    pub fn forget(&self, key: &MemberObject) -> Option<Key> {
+        if let Some(f) = self.foreign.lock().get_mut(&key.watch) {
+            f.remove(&key.object);
         }
+        let mut observed = self.observed.lock();
+        Some(observed.get_mut(&key.watch)?.remove(&key.object)?.work)
+    }
+
+    /// An object that is not Flotilla's; if it was (its label was taken
+    /// off), its Work is looked at again.
+    fn observe_foreign(&self, key: MemberObject) {
+        if let Some(work) = self.forget(&key) {
+            self.requeue.add(work);
+        }
+        self.foreign
+            .lock()
+            .entry(key.watch)
+            .or_default()
+            .insert(key.object);
     }
 
     fn ensure(
@@ -272,7 +337,7 @@ impl MemberWatches {
         ar: ApiResource,
         synced: watch::Sender<bool>,
     ) {
-        let config = watcher::Config::default().labels(&format!("{}=true", labels::MANAGED));
+        let config = watcher::Config::default();
         let mut events = watcher(api, config).default_backoff().boxed();
         // The objects of a (re)list so far: what it does not return is gone.
         let mut listed: Option<HashSet<Box<str>>> = None;
@@ -284,7 +349,7 @@ impl MemberWatches {
                     if let Some(l) = listed.as_mut() {
                         l.insert(key.object.clone());
                     }
-                    self.observe(key, &obj);
+                    self.take_in(key, &obj);
                 }
                 Ok(watcher::Event::InitDone) => {
                     if let Some(listed) = listed.take() {
@@ -294,12 +359,14 @@ impl MemberWatches {
                 }
                 Ok(watcher::Event::Apply(obj)) => {
                     let key = self.key_of(&cluster, &ar, &obj);
-                    self.observe(key, &obj);
+                    self.take_in(key, &obj);
                 }
                 Ok(watcher::Event::Delete(obj)) => {
                     let key = self.key_of(&cluster, &ar, &obj);
                     self.forget(&key);
-                    if let Some(work) = work_of(&obj) {
+                    if is_ours(&obj)
+                        && let Some(work) = work_of(&obj)
+                    {
                         self.requeue.add(self.ctx.works.shared_key(&work));
                     }
                 }
@@ -311,8 +378,17 @@ impl MemberWatches {
                 }
             }
         }
-        let kind = format!("{}/{}", ar.group, ar.kind);
-        self.observed.lock().remove(&(cluster, kind));
+        let watch = (cluster, format!("{}/{}", ar.group, ar.kind));
+        self.foreign.lock().remove(&watch);
+        self.observed.lock().remove(&watch);
+    }
+
+    fn take_in(&self, key: MemberObject, obj: &DynamicObject) {
+        if is_ours(obj) {
+            self.observe(key, obj);
+        } else {
+            self.observe_foreign(key);
+        }
     }
 
     fn key_of(&self, cluster: &str, ar: &ApiResource, obj: &DynamicObject) -> MemberObject {
@@ -373,6 +449,9 @@ impl MemberWatches {
 
     fn forget_unlisted(&self, cluster: &str, ar: &ApiResource, listed: &HashSet<Box<str>>) {
         let watch = (cluster.to_string(), format!("{}/{}", ar.group, ar.kind));
+        if let Some(f) = self.foreign.lock().get_mut(&watch) {
+            f.retain(|k| listed.contains(k));
+        }
         let gone: Vec<Observed> = {
             let mut all = self.observed.lock();
             let Some(objects) = all.get_mut(&watch) else {
@@ -387,6 +466,11 @@ impl MemberWatches {
         };
         self.requeue.add_all(gone.into_iter().map(|o| o.work));
     }
+}
+
+/// Whether a member object is Flotilla's (labelled managed).
+pub fn is_ours(obj: &DynamicObject) -> bool {
+    obj.labels().get(labels::MANAGED).map(String::as_str) == Some("true")
 }
 
 /// The Work cache's key of the Work a member object was applied from.
