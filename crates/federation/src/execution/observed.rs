@@ -407,6 +407,18 @@ impl MemberWatches {
         let Some(work_key) = work_of(obj) else {
             return;
         };
+        // The echo of an apply `record` already took in: nothing moved.
+        // (A Work changed since is reconciled by its own event.)
+        if obj.metadata.deletion_timestamp.is_none()
+            && let Some(rv) = obj.metadata.resource_version.as_deref()
+            && self.observed.lock().get(&key.watch).is_some_and(|o| {
+                o.get(&key.object).is_some_and(|p| {
+                    p.resource_version.as_deref() == Some(rv) && p.in_sync_with.is_some()
+                })
+            })
+        {
+            return;
+        }
         let Ok(live) = serde_json::to_value(obj) else {
             return;
         };
