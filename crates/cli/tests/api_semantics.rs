@@ -336,6 +336,28 @@ async fn table_and_metadata_representations() {
         .unwrap();
     assert_eq!(metadata.items.len(), 1);
     assert_eq!(metadata.items[0].name_any(), "t");
+
+    // A write's reply in the representation asked for (as kube-apiserver's
+    // transformResponseObject), the first acceptable one of the list.
+    let patch = http::Request::patch("/api/v1/namespaces/default/configmaps/t")
+        .header("content-type", "application/merge-patch+json")
+        .header(
+            "accept",
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json",
+        )
+        .body(br#"{"data":{"a":"3"}}"#.to_vec())
+        .unwrap();
+    let reply: serde_json::Value =
+        serde_json::from_str(&c.request_text(patch).await.unwrap()).unwrap();
+    assert_eq!(reply["kind"], "PartialObjectMetadata");
+    assert_eq!(reply["metadata"]["name"], "t");
+    assert!(reply.get("data").is_none(), "{reply}");
+    let stored = cms.get("t").await.unwrap();
+    assert_eq!(
+        reply["metadata"]["resourceVersion"].as_str(),
+        stored.resource_version().as_deref()
+    );
+    assert_eq!(stored.data.unwrap()["a"], "3");
 }
 
 /// What clients assume of a new namespace and a new pod, and what a

@@ -1,6 +1,10 @@
 //! Writes to the hub whose reply the controller reads little or nothing of:
 //! decoding a whole object back into its type costs about as much as the
-//! server spends on a small patch.
+//! server spends on a small patch. They ask for the reply as
+//! PartialObjectMetadata (as `kubectl get -o name` does for reads), which
+//! spares the server rendering the rest of the object (a Work's manifest);
+//! plain JSON stays acceptable, for a server that does not transform
+//! write replies.
 
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -61,11 +65,20 @@ pub async fn merge_patch_status<K: kube::Resource + Clone>(
     Ok(())
 }
 
-/// Sends a request built for `api`; the reply's body as text.
+/// The reply a writer asks for: the object's metadata, else the object.
+const METADATA_REPLY: &str =
+    "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json";
+
+/// Sends a request built for `api`, asking for the reply's metadata only;
+/// the reply's body as text.
 async fn send<K: kube::Resource + Clone>(
     api: &Api<K>,
     request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
 ) -> kube::Result<String> {
-    let request = request.map_err(kube::Error::BuildRequest)?;
+    let mut request = request.map_err(kube::Error::BuildRequest)?;
+    request.headers_mut().insert(
+        http::header::ACCEPT,
+        http::HeaderValue::from_static(METADATA_REPLY),
+    );
     api.clone().into_client().request_text(request).await
 }
