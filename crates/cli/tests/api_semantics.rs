@@ -358,6 +358,31 @@ async fn table_and_metadata_representations() {
         stored.resource_version().as_deref()
     );
     assert_eq!(stored.data.unwrap()["a"], "3");
+    // The generation a writer reads from such a reply moves with the spec.
+    let deployments: Api<Deployment> = Api::namespaced(c.clone(), "default");
+    deployments
+        .create(
+            &PostParams::default(),
+            &obj(json!({"metadata": {"name": "d"}, "spec": {
+                "selector": {"matchLabels": {"app": "d"}},
+                "template": {"metadata": {"labels": {"app": "d"}},
+                             "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}})),
+        )
+        .await
+        .unwrap();
+    let patch = http::Request::patch("/apis/apps/v1/namespaces/default/deployments/d")
+        .header("content-type", "application/merge-patch+json")
+        .header(
+            "accept",
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json",
+        )
+        .body(br#"{"spec":{"replicas":3}}"#.to_vec())
+        .unwrap();
+    let reply: serde_json::Value =
+        serde_json::from_str(&c.request_text(patch).await.unwrap()).unwrap();
+    assert_eq!(reply["kind"], "PartialObjectMetadata");
+    assert_eq!(reply["metadata"]["generation"], 2);
+    assert!(reply.get("spec").is_none(), "{reply}");
 }
 
 /// What clients assume of a new namespace and a new pod, and what a

@@ -1298,6 +1298,31 @@ fn an_existing_member_object_is_reported_then_taken_over_with_overwrite() {
     );
     let work = fleet.hub.ok(&["get", "work", "-n", "karmada-es-member1"]);
     assert_has(&work, &["ConfigMap", "False"]);
+    // The refused Work goes (its template with it) and comes back: the
+    // member's object is still not Flotilla's to take.
+    fleet.hub.ok(&["delete", "cm", "settings"]);
+    wait_for(WAIT, "the refused Work gone", || {
+        !fleet
+            .hub
+            .ok(&["get", "work", "-n", "karmada-es-member1", "-o", "name"])
+            .contains("settings")
+    });
+    fleet.apply(&configmap_policy(
+        "settings",
+        "    clusterAffinity:\n      clusterNames: [member1]",
+    ));
+    wait_for(WAIT, "the conflict reported again", || {
+        fleet
+            .jsonpath_hub(
+                &["get", "rb", "settings-configmap"],
+                "{.status.aggregatedStatus[0].appliedMessage}",
+            )
+            .contains("not managed by Flotilla")
+    });
+    assert_eq!(
+        jsonpath(m, &["get", "cm", "settings"], "{.data.owner}"),
+        "member"
+    );
     // The policy says Overwrite: the member's copy becomes the template's.
     fleet.hub.ok(&[
         "patch",

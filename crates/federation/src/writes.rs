@@ -1,10 +1,10 @@
 //! Writes to the hub whose reply the controller reads little or nothing of:
 //! decoding a whole object back into its type costs about as much as the
 //! server spends on a small patch. They ask for the reply as
-//! PartialObjectMetadata (as `kubectl get -o name` does for reads), which
-//! spares the server rendering the rest of the object (a Work's manifest);
-//! plain JSON stays acceptable, for a server that does not transform
-//! write replies.
+//! PartialObjectMetadata (as kube-rs's `patch_metadata` and client-go's
+//! metadata client do), which spares the server rendering the rest of the
+//! object (a Work's manifest); plain JSON stays acceptable, for a server
+//! that does not transform write replies.
 
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -39,7 +39,7 @@ pub async fn merge_patch<K: kube::Resource + Clone>(
         &PatchParams::default(),
         &Patch::Merge(patch),
     );
-    let text = send(api, request).await?;
+    let text = send_for_metadata(api, request).await?;
     let reply: Reply = serde_json::from_str(&text).map_err(kube::Error::SerdeError)?;
     Ok(Written {
         resource_version: reply.metadata.resource_version,
@@ -61,7 +61,7 @@ pub async fn merge_patch_status<K: kube::Resource + Clone>(
         &PatchParams::default(),
         &Patch::Merge(patch),
     );
-    send(api, request).await?;
+    send_for_metadata(api, request).await?;
     Ok(())
 }
 
@@ -71,7 +71,7 @@ const METADATA_REPLY: &str =
 
 /// Sends a request built for `api`, asking for the reply's metadata only;
 /// the reply's body as text.
-async fn send<K: kube::Resource + Clone>(
+async fn send_for_metadata<K: kube::Resource + Clone>(
     api: &Api<K>,
     request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
 ) -> kube::Result<String> {

@@ -237,7 +237,7 @@ pub async fn leave_member(
     };
     let namespace = if namespaced { namespace } else { String::new() };
     // Nothing of this object is ours to recognise any more.
-    exec.watches.forget(&member_object(
+    exec.watches.forget_ours(&member_object(
         cluster,
         &api_version,
         &kind,

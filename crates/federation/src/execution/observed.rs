@@ -5,16 +5,20 @@
 //! A Work whose member objects the watch shows holding every field
 //! Flotilla would apply is synced without a round trip to the member. That
 //! is what makes a restart cheap: the control plane lists each member's
-//! managed objects once and checks every Work against them, instead of
+//! objects of the kind once and checks every Work against them, instead of
 //! reading and re-applying every object. The watch also brings status
 //! changes back, and re-queues a Work whose object drifted or vanished.
 //!
 //! Knowing which names the member's other objects hold is what lets a
-//! create go straight to the apply: an object the watch has never seen is
-//! created, one it shows as someone else's is read first and refused
-//! unless the policy overwrites (the window is the watch's lag, as with
-//! Karmada's informer-based check). The watch is unfiltered, which the
-//! member serves from its stored bytes without decoding each event.
+//! create go straight to the apply: a name the watch shows free is applied
+//! at once, one it shows held by someone else is read first and refused
+//! unless the policy overwrites. Only while the watch is listed and
+//! flowing: during a (re)list or after an error every apply reads first.
+//! What is left is the watch's lag: an object created by someone else a
+//! moment before Flotilla's first apply of the same name is taken over,
+//! where Karmada's create on a cache miss would fail and refuse it.
+//! Flotilla's member server sends an unfiltered watch from its stored
+//! bytes, cheaper than filtering each event by label.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -159,10 +163,27 @@ pub struct MemberWatches {
     /// Works to reconcile again: drifted, deleted or changed status.
     requeue: Arc<WorkQueue<Key>>,
     watches: Mutex<HashMap<(String, GroupVersionKind), MemberWatch>>,
-    /// Per watch, per `namespace/name`.
-    observed: Mutex<HashMap<WatchKey, HashMap<Box<str>, Observed>>>,
-    /// Per watch, the `namespace/name`s of objects that are not Flotilla's.
-    foreign: Mutex<HashMap<WatchKey, HashSet<Box<str>>>>,
+    /// Per watch, per `namespace/name`: what holds the name.
+    held: Mutex<HashMap<WatchKey, HashMap<Box<str>, Held>>>,
+}
+
+/// What holds a name in a member, as the watch last saw it.
+#[derive(Clone, Debug, PartialEq)]
+enum Held {
+    /// An object Flotilla applied from a Work.
+    Ours(Observed),
+    /// Any other object: someone else's, or one labelled managed without
+    /// saying which Work it came from.
+    Foreign,
+}
+
+impl Held {
+    fn ours(&self) -> Option<&Observed> {
+        match self {
+            Held::Ours(o) => Some(o),
+            Held::Foreign => None,
+        }
+    }
 }
 
 impl MemberWatches {
@@ -171,8 +192,7 @@ impl MemberWatches {
             ctx,
             requeue,
             watches: Mutex::default(),
-            observed: Mutex::default(),
-            foreign: Mutex::default(),
+            held: Mutex::default(),
         })
     }
 
@@ -205,8 +225,8 @@ impl MemberWatches {
     /// What `key` reports if the object holds every field of the manifest
     /// with `digest`.
     pub fn in_sync(&self, key: &MemberObject, digest: &str) -> Option<Seen> {
-        let all = self.observed.lock();
-        let o = all.get(&key.watch)?.get(&key.object)?;
+        let all = self.held.lock();
+        let o = all.get(&key.watch)?.get(&key.object)?.ours()?;
         (o.in_sync_with.as_deref() == Some(digest)).then(|| Seen {
             status: o
                 .status
@@ -219,23 +239,11 @@ impl MemberWatches {
     /// Whether an object holds `key`'s name in the member, and whose it
     /// is, as far as a synced watch has seen.
     pub fn presence(&self, key: &MemberObject) -> Presence {
-        let ours = self
-            .observed
-            .lock()
-            .get(&key.watch)
-            .is_some_and(|o| o.contains_key(&key.object));
-        let foreign = || {
-            self.foreign
-                .lock()
-                .get(&key.watch)
-                .is_some_and(|f| f.contains(&key.object))
-        };
-        if ours {
-            Presence::Ours
-        } else if foreign() {
-            Presence::Foreign
-        } else {
-            Presence::Absent
+        let all = self.held.lock();
+        match all.get(&key.watch).and_then(|h| h.get(&key.object)) {
+            None => Presence::Absent,
+            Some(Held::Ours(_)) => Presence::Ours,
+            Some(Held::Foreign) => Presence::Foreign,
         }
     }
 
@@ -263,41 +271,45 @@ impl MemberWatches {
                 .works
                 .shared_key(&packed::key(work.namespace().as_deref(), &work.name_any())),
         };
-        self.insert(key, observed);
+        self.hold(key, Held::Ours(observed));
     }
 
-    fn insert(&self, key: MemberObject, observed: Observed) -> Option<Observed> {
-        if let Some(f) = self.foreign.lock().get_mut(&key.watch) {
-            f.remove(&key.object);
-        }
-        self.observed
+    /// Sets what holds `key`'s name; what held it before.
+    fn hold(&self, key: MemberObject, held: Held) -> Option<Held> {
+        self.held
             .lock()
             .entry(key.watch)
             .or_default()
-            .insert(key.object, observed)
+            .insert(key.object, held)
     }
 
-    /// Forgets what was seen of `key`; the Work it was applied from, if
-    /// it was Flotilla's.
-    pub fn forget(&self, key: &MemberObject) -> Option<Key> {
-        if let Some(f) = self.foreign.lock().get_mut(&key.watch) {
-            f.remove(&key.object);
+    /// Forgets Flotilla's object at `key` (a Work taking its copy out);
+    /// someone else's object there stays known.
+    pub fn forget_ours(&self, key: &MemberObject) {
+        let mut all = self.held.lock();
+        if let Some(h) = all.get_mut(&key.watch)
+            && matches!(h.get(&key.object), Some(Held::Ours(_)))
+        {
+            h.remove(&key.object);
         }
-        let mut observed = self.observed.lock();
-        Some(observed.get_mut(&key.watch)?.remove(&key.object)?.work)
     }
 
-    /// An object that is not Flotilla's; if it was (its label was taken
-    /// off), its Work is looked at again.
+    /// The name is free again (the watch saw its object deleted); the
+    /// Work its object was applied from, if it was Flotilla's.
+    fn vacate(&self, key: &MemberObject) -> Option<Key> {
+        let mut all = self.held.lock();
+        match all.get_mut(&key.watch)?.remove(&key.object)? {
+            Held::Ours(o) => Some(o.work),
+            Held::Foreign => None,
+        }
+    }
+
+    /// An object that is not (or no longer) Flotilla's; if it was (its
+    /// label was taken off), its Work is looked at again.
     fn observe_foreign(&self, key: MemberObject) {
-        if let Some(work) = self.forget(&key) {
-            self.requeue.add(work);
+        if let Some(Held::Ours(was)) = self.hold(key, Held::Foreign) {
+            self.requeue.add(was.work);
         }
-        self.foreign
-            .lock()
-            .entry(key.watch)
-            .or_default()
-            .insert(key.object);
     }
 
     fn ensure(
@@ -341,36 +353,53 @@ impl MemberWatches {
         let mut events = watcher(api, config).default_backoff().boxed();
         // The objects of a (re)list so far: what it does not return is gone.
         let mut listed: Option<HashSet<Box<str>>> = None;
+        // Whether what is held can be trusted to tell a free name: not
+        // during a (re)list, nor after an error until events flow again.
+        let trust = |now: bool| {
+            synced.send_if_modified(|s| std::mem::replace(s, now) != now);
+        };
         while let Some(event) = events.next().await {
+            if matches!(
+                event,
+                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))
+            ) {
+                trust(listed.is_none());
+            }
             match event {
-                Ok(watcher::Event::Init) => listed = Some(HashSet::new()),
+                Ok(watcher::Event::Init) => {
+                    trust(false);
+                    listed = Some(HashSet::new());
+                }
                 Ok(watcher::Event::InitApply(obj)) => {
                     let key = self.key_of(&cluster, &ar, &obj);
                     if let Some(l) = listed.as_mut() {
                         l.insert(key.object.clone());
                     }
-                    self.take_in(key, &obj);
+                    self.observe(key, &obj);
                 }
                 Ok(watcher::Event::InitDone) => {
                     if let Some(listed) = listed.take() {
                         self.forget_unlisted(&cluster, &ar, &listed);
                     }
-                    let _ = synced.send(true);
+                    trust(true);
                 }
                 Ok(watcher::Event::Apply(obj)) => {
                     let key = self.key_of(&cluster, &ar, &obj);
-                    self.take_in(key, &obj);
+                    self.observe(key, &obj);
                 }
                 Ok(watcher::Event::Delete(obj)) => {
                     let key = self.key_of(&cluster, &ar, &obj);
-                    self.forget(&key);
-                    if is_ours(&obj)
-                        && let Some(work) = work_of(&obj)
-                    {
-                        self.requeue.add(self.ctx.works.shared_key(&work));
+                    let work = self.vacate(&key).or_else(|| {
+                        work_of(&obj)
+                            .filter(|_| is_ours(&obj))
+                            .map(|w| self.ctx.works.shared_key(&w))
+                    });
+                    if let Some(work) = work {
+                        self.requeue.add(work);
                     }
                 }
                 Err(error) => {
+                    trust(false);
                     if self.ctx.cluster(&cluster).is_none() {
                         break;
                     }
@@ -379,15 +408,13 @@ impl MemberWatches {
             }
         }
         let watch = (cluster, format!("{}/{}", ar.group, ar.kind));
-        self.foreign.lock().remove(&watch);
-        self.observed.lock().remove(&watch);
+        self.held.lock().remove(&watch);
     }
 
-    fn take_in(&self, key: MemberObject, obj: &DynamicObject) {
-        if is_ours(obj) {
-            self.observe(key, obj);
-        } else {
-            self.observe_foreign(key);
+    fn observe(&self, key: MemberObject, obj: &DynamicObject) {
+        match work_of(obj).filter(|_| is_ours(obj)) {
+            Some(work) => self.observe_ours(key, obj, work),
+            None => self.observe_foreign(key),
         }
     }
 
@@ -403,16 +430,13 @@ impl MemberWatches {
 
     /// Takes in one event's object; re-queues its Work when the object no
     /// longer holds what the Work says, or its status or health changed.
-    fn observe(&self, key: MemberObject, obj: &DynamicObject) {
-        let Some(work_key) = work_of(obj) else {
-            return;
-        };
+    fn observe_ours(&self, key: MemberObject, obj: &DynamicObject, work_key: String) {
         // The echo of an apply `record` already took in: nothing moved.
         // (A Work changed since is reconciled by its own event.)
         if obj.metadata.deletion_timestamp.is_none()
             && let Some(rv) = obj.metadata.resource_version.as_deref()
-            && self.observed.lock().get(&key.watch).is_some_and(|o| {
-                o.get(&key.object).is_some_and(|p| {
+            && self.held.lock().get(&key.watch).is_some_and(|h| {
+                h.get(&key.object).and_then(Held::ours).is_some_and(|p| {
                     p.resource_version.as_deref() == Some(rv) && p.in_sync_with.is_some()
                 })
             })
@@ -447,8 +471,9 @@ impl MemberWatches {
             work: self.ctx.works.shared_key(&work_key),
         };
         let requeue = {
-            let previous = self.insert(key, observed.clone());
-            let unchanged = previous.as_ref().is_some_and(|p| {
+            let previous = self.hold(key, Held::Ours(observed.clone()));
+            let previous = previous.as_ref().and_then(Held::ours);
+            let unchanged = previous.is_some_and(|p| {
                 p.resource_version == observed.resource_version
                     || (p.status == observed.status && p.health == observed.health)
             });
@@ -461,22 +486,17 @@ impl MemberWatches {
 
     fn forget_unlisted(&self, cluster: &str, ar: &ApiResource, listed: &HashSet<Box<str>>) {
         let watch = (cluster.to_string(), format!("{}/{}", ar.group, ar.kind));
-        if let Some(f) = self.foreign.lock().get_mut(&watch) {
-            f.retain(|k| listed.contains(k));
+        let mut gone = Vec::new();
+        if let Some(held) = self.held.lock().get_mut(&watch) {
+            held.retain(|name, h| {
+                let keep = listed.contains(name);
+                if let (false, Held::Ours(o)) = (keep, &*h) {
+                    gone.push(o.work.clone());
+                }
+                keep
+            });
         }
-        let gone: Vec<Observed> = {
-            let mut all = self.observed.lock();
-            let Some(objects) = all.get_mut(&watch) else {
-                return;
-            };
-            let keys: Vec<Box<str>> = objects
-                .keys()
-                .filter(|k| !listed.contains(*k))
-                .cloned()
-                .collect();
-            keys.iter().filter_map(|k| objects.remove(k)).collect()
-        };
-        self.requeue.add_all(gone.into_iter().map(|o| o.work));
+        self.requeue.add_all(gone);
     }
 }
 
