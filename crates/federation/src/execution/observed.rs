@@ -359,12 +359,6 @@ impl MemberWatches {
             synced.send_if_modified(|s| std::mem::replace(s, now) != now);
         };
         while let Some(event) = events.next().await {
-            if matches!(
-                event,
-                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))
-            ) {
-                trust(listed.is_none());
-            }
             match event {
                 Ok(watcher::Event::Init) => {
                     trust(false);
@@ -384,10 +378,13 @@ impl MemberWatches {
                     trust(true);
                 }
                 Ok(watcher::Event::Apply(obj)) => {
+                    // Events flow (again, after an error).
+                    trust(true);
                     let key = self.key_of(&cluster, &ar, &obj);
                     self.observe(key, &obj);
                 }
                 Ok(watcher::Event::Delete(obj)) => {
+                    trust(true);
                     let key = self.key_of(&cluster, &ar, &obj);
                     let work = self.vacate(&key).or_else(|| {
                         work_of(&obj)
