@@ -127,6 +127,10 @@ type Synced = Recent<(Option<i64>, u64)>;
 /// Work the hub already holds answering 409.
 const CACHE_GRACE: Duration = Duration::from_secs(5);
 
+/// How soon Works rendered from a template other than the binding's (the
+/// detector's update of the binding not through yet) are rendered again.
+const RENDER_AGAIN: Duration = Duration::from_millis(500);
+
 async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Synced)>) -> Result<Next, Error> {
     let (ctx, synced) = (&state.0, &state.1);
     sync(&binding, ctx, synced).await
@@ -198,7 +202,7 @@ async fn sync(binding: &Binding, ctx: &Ctx, synced: &Synced) -> Result<Next, Err
     if !result? {
         // Written from a template other than the binding's: rendered
         // again once the detector's cache and the binding agree.
-        return Ok(Some(Duration::from_millis(500)));
+        return Ok(Some(RENDER_AGAIN));
     }
     synced.record(&uid, stamp);
     Ok(None)

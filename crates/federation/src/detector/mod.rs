@@ -376,6 +376,9 @@ fn choose(policies: &Policies, obj: &DynamicObject, t: &Template) -> Option<(Pol
     )
 }
 
+/// Writes the claim `policy` makes on the template (its labels and
+/// annotations); the template as claimed, `None` when it already carried
+/// the claim.
 async fn claim(
     api: &Api<DynamicObject>,
     obj: &DynamicObject,
