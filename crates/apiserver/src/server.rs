@@ -357,7 +357,7 @@ async fn dispatch(State(api): State<Arc<ApiServer>>, req: Request) -> Response {
         Err(e) => e.into_response(),
     };
     let response = audit.finish(response);
-    debug!(%method, %path, status = response.status().as_u16(), elapsed_ms = started.elapsed().as_millis() as u64, "request");
+    debug!(%method, %path, status = response.status().as_u16(), elapsed_us = started.elapsed().as_micros() as u64, "request");
     response
 }
 

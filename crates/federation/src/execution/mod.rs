@@ -41,6 +41,10 @@ use apply::Leaving;
 /// rather than a timer per Work held in the queue.
 const RESYNC: Duration = Duration::from_secs(300);
 
+/// How often a sweep that is due looks again while Works wait in the
+/// queue (a burst): the sweep goes after them, not ahead of them.
+const SWEEP_WAIT: Duration = Duration::from_secs(1);
+
 /// How often a deleted Work whose member is not ready looks again.
 const NOT_READY_RETRY: Duration = Duration::from_secs(5);
 
@@ -68,20 +72,10 @@ pub async fn run(ctx: Ctx, changes: impl futures::Stream<Item = Key> + Send + 's
         watches: MemberWatches::new(ctx.clone(), queue.clone()),
         namespaces: Mutex::default(),
     });
-    let sweep = {
-        let (queue, works) = (queue.clone(), ctx.works.clone());
-        async move {
-            let mut every = tokio::time::interval(RESYNC);
-            every.tick().await;
-            loop {
-                every.tick().await;
-                queue.add_all(works.keys());
-            }
-        }
-    };
+    let works = ctx.works.clone();
     tokio::join!(
         queue::feed(queue.clone(), changes),
-        sweep,
+        sweep(queue.clone(), move || works.keys()),
         queue::reconcile_packed(
             queue,
             ctx.works.clone(),
@@ -90,6 +84,25 @@ pub async fn run(ctx: Ctx, changes: impl futures::Stream<Item = Key> + Send + 's
             move |work| reconcile(work, exec.clone()),
         )
     );
+}
+
+/// Every RESYNC, puts every Work (`all`) in the queue again. A sweep that
+/// falls due while Works wait (a burst of new ones) waits until the queue
+/// has emptied, for at most one more RESYNC: a million Works queued again
+/// ahead of the burst would hold up the new ones by as many syncs.
+async fn sweep(queue: Arc<WorkQueue<Key>>, all: impl Fn() -> Vec<Key>) {
+    let mut every = tokio::time::interval(RESYNC);
+    // A sweep that waited its longest is not followed by another at once.
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    every.tick().await;
+    loop {
+        every.tick().await;
+        let latest = tokio::time::Instant::now() + RESYNC;
+        while !queue.is_empty() && tokio::time::Instant::now() < latest {
+            tokio::time::sleep(SWEEP_WAIT).await;
+        }
+        queue.add_all(all());
+    }
 }
 
 /// The Works to reconcile for a change of theirs: every change but one
@@ -367,6 +380,68 @@ pub async fn patch_status(api: &Api<Work>, work: &Work, patch: Value) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Runs the sweep over a queue holding `waiting`, counting its sweeps.
+    fn sweeping(waiting: &[&str]) -> (Arc<WorkQueue<Key>>, Arc<AtomicUsize>) {
+        let queue = WorkQueue::new();
+        queue.add_all(waiting.iter().map(|k| Key::from(*k)));
+        let sweeps = Arc::new(AtomicUsize::new(0));
+        let counted = sweeps.clone();
+        tokio::spawn(sweep(queue.clone(), move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            vec![Key::from("karmada-es-m1/swept")]
+        }));
+        (queue, sweeps)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sweep_due_during_a_burst_waits_for_the_queue_to_empty() {
+        let (queue, sweeps) = sweeping(&["karmada-es-m1/new"]);
+        tokio::time::sleep(RESYNC + SWEEP_WAIT * 5).await;
+        assert_eq!(
+            sweeps.load(Ordering::SeqCst),
+            0,
+            "swept ahead of a waiting Work"
+        );
+        let taken = Arc::new(Mutex::new(Vec::new()));
+        let seen = taken.clone();
+        tokio::spawn(queue.clone().run(1, move |key: Key| {
+            seen.lock().push(key);
+            async {}
+        }));
+        tokio::time::sleep(SWEEP_WAIT * 3).await;
+        assert_eq!(sweeps.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            taken.lock().as_slice(),
+            [
+                Key::from("karmada-es-m1/new"),
+                Key::from("karmada-es-m1/swept")
+            ],
+            "the waiting Work first, then the sweep's"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queue_that_never_empties_still_gets_its_sweep() {
+        let (_queue, sweeps) = sweeping(&["karmada-es-m1/stuck"]);
+        tokio::time::sleep(RESYNC * 2 - SWEEP_WAIT * 5).await;
+        assert_eq!(sweeps.load(Ordering::SeqCst), 0);
+        tokio::time::sleep(SWEEP_WAIT * 10).await;
+        assert_eq!(
+            sweeps.load(Ordering::SeqCst),
+            1,
+            "a sweep waits one RESYNC at most"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_queue_is_swept_every_resync() {
+        let (queue, sweeps) = sweeping(&[]);
+        tokio::spawn(queue.clone().run(1, |_key: Key| async {}));
+        tokio::time::sleep(RESYNC * 3 + SWEEP_WAIT).await;
+        assert_eq!(sweeps.load(Ordering::SeqCst), 3);
+    }
 
     fn reported(group: &str, kind: &str, namespace: &str, name: &str) -> ManifestStatus {
         ManifestStatus {
