@@ -575,7 +575,7 @@ fn writer_loop(
     max_batch: usize,
     committed: mpsc::SyncSender<()>,
 ) {
-    while let Ok(first) = requests.recv() {
+    while let Some(first) = next_request(&requests) {
         let mut batch = Vec::new();
         let mut next = Some(first);
         while let Some(request) = next.take() {
@@ -596,6 +596,25 @@ fn writer_loop(
         let _ = committed.try_send(());
     }
     debug!("store writer stopped");
+}
+
+/// How long the writer looks for the next write before it sleeps.
+const WRITER_SPIN: Duration = Duration::from_micros(300);
+
+/// The next request, or `None` once the store is gone. The writer looks
+/// for one for WRITER_SPIN before it sleeps: on a machine whose idle
+/// cores halt, waking a sleeping writer costs more than its commit, and a
+/// pipeline's writes follow each other a fraction of a millisecond apart.
+fn next_request(requests: &mpsc::Receiver<Request>) -> Option<Request> {
+    let until = std::time::Instant::now() + WRITER_SPIN;
+    while std::time::Instant::now() < until {
+        match requests.try_recv() {
+            Ok(request) => return Some(request),
+            Err(mpsc::TryRecvError::Empty) => std::thread::yield_now(),
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+        }
+    }
+    requests.recv().ok()
 }
 
 type Reply = oneshot::Sender<Result<KeyValue>>;
