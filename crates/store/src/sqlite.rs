@@ -4,7 +4,8 @@
 //! and a row with `deleted = 1` is a tombstone. A single writer thread owns
 //! the connection and commits queued writes in groups: one transaction and
 //! one fsync (WAL, `synchronous=FULL`) per group, and no write is
-//! acknowledged before its group is durable.
+//! acknowledged before its group is durable. Between groups it looks for
+//! the next write a moment before it sleeps (`next_request`).
 //!
 //! Gets and lists read the table through a small pool of read-only
 //! connections, each in its own snapshot (WAL readers never block the
@@ -18,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -544,6 +545,8 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
 const WRITER_CHECKPOINT_PAGES: i64 = 16_384;
 /// Bytes of WAL file kept once the WAL restarts.
 const WAL_SIZE_LIMIT: i64 = 16 * 1024 * 1024;
+/// How long the writer looks for the next write before it sleeps.
+const WRITER_SPIN: Duration = Duration::from_micros(300);
 
 /// Copies committed pages from the WAL into the database file, beside the
 /// writer. With SQLite's automatic checkpoints the writer did it itself
@@ -598,16 +601,13 @@ fn writer_loop(
     debug!("store writer stopped");
 }
 
-/// How long the writer looks for the next write before it sleeps.
-const WRITER_SPIN: Duration = Duration::from_micros(300);
-
 /// The next request, or `None` once the store is gone. The writer looks
 /// for one for WRITER_SPIN before it sleeps: on a machine whose idle
 /// cores halt, waking a sleeping writer costs more than its commit, and a
 /// pipeline's writes follow each other a fraction of a millisecond apart.
 fn next_request(requests: &mpsc::Receiver<Request>) -> Option<Request> {
-    let until = std::time::Instant::now() + WRITER_SPIN;
-    while std::time::Instant::now() < until {
+    let until = Instant::now() + WRITER_SPIN;
+    while Instant::now() < until {
         match requests.try_recv() {
             Ok(request) => return Some(request),
             Err(mpsc::TryRecvError::Empty) => std::thread::yield_now(),
