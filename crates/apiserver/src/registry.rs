@@ -157,6 +157,7 @@ pub async fn create(
     let stored = objects::stamp(&r, obj, kv.mod_revision);
     crate::crd::after_write(&req.api, &r, &stored).await;
     crate::rbac::after_write(&req.api, &r, &stored, false);
+    crate::admission::after_write(&req.api, &r, &stored, false);
     Ok(Written {
         obj: stored,
         warnings,
@@ -194,6 +195,7 @@ async fn remove(
         .insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
     crate::crd::after_delete(&req.api, &req.resource, &obj).await;
     crate::rbac::after_write(&req.api, &req.resource, &obj, true);
+    crate::admission::after_write(&req.api, &req.resource, &obj, true);
     Ok(obj)
 }
 
@@ -320,6 +322,7 @@ where
                 let stored = objects::stamp(&r, obj, kv.mod_revision);
                 crate::crd::after_write(&req.api, &r, &stored).await;
                 crate::rbac::after_write(&req.api, &r, &stored, false);
+                crate::admission::after_write(&req.api, &r, &stored, false);
                 return Ok(Written {
                     obj: stored,
                     warnings,

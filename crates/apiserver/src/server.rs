@@ -120,6 +120,8 @@ pub struct ApiServer {
     pub(crate) mutating_admission: RwLock<Vec<Arc<dyn crate::admission::Mutating>>>,
     /// Roles and bindings, as RBAC reads them.
     pub(crate) rbac: Arc<crate::rbac::Index>,
+    /// ResourceQuotas by namespace, as quota admission reads them.
+    pub(crate) quotas: crate::admission::QuotaIndex,
 }
 
 impl ApiServer {
@@ -181,6 +183,7 @@ impl ApiServer {
             cluster_proxy: Default::default(),
             mutating_admission: Default::default(),
             rbac: Default::default(),
+            quotas: Default::default(),
         });
         crate::crd::restore(&api)?;
         crate::crd::spawn_follower(api.clone());
@@ -197,6 +200,7 @@ impl ApiServer {
         crate::gc::spawn(api.clone());
         crate::serviceaccounts::spawn(api.clone());
         crate::apiservices::spawn(api.clone());
+        crate::admission::spawn_quota_index(api.clone());
         crate::admission::spawn_status(api.clone());
         crate::eviction::spawn_status(api.clone());
         crate::csr::spawn_signer(api.clone());

@@ -88,6 +88,24 @@ fn limit_ranges_default_and_bound_and_quotas_refuse_what_exceeds_them() {
                 .success()
         );
     }
+    // A quota raised or removed is read by the very next create.
+    s.ok(&[
+        "-n",
+        "q",
+        "patch",
+        "quota",
+        "small",
+        "--type=merge",
+        "-p",
+        r#"{"spec": {"hard": {"pods": "3"}}}"#,
+    ]);
+    assert!(
+        apply(&pod("p3", "{requests: {cpu: 100m}}"))
+            .status
+            .success()
+    );
+    let out = apply(&pod("p4", "{requests: {cpu: 100m}}"));
+    assert_has(&stderr(&out), &["used: pods=3, limited: pods=3"]);
     // The quota's status follows.
     wait_for(Duration::from_secs(20), "quota status", || {
         s.ok(&[
@@ -98,8 +116,14 @@ fn limit_ranges_default_and_bound_and_quotas_refuse_what_exceeds_them() {
             "small",
             "-o",
             "jsonpath={.status.used.pods} {.status.used.requests\\.cpu}",
-        ]) == "2 750m"
+        ]) == "3 850m"
     });
+    s.ok(&["-n", "q", "delete", "quota", "small"]);
+    assert!(
+        apply(&pod("p4", "{requests: {cpu: 100m}}"))
+            .status
+            .success()
+    );
 }
 
 /// What may not change once set, with upstream's 422s; what may, does.

@@ -1,8 +1,9 @@
 //! Every control-plane replica on one etcd serves the whole API: custom
 //! resource definitions created, changed and deleted through any replica
 //! are served by all of them, replicas started at the same instant install
-//! the federation's definitions without losing any, and `flotilla join`
-//! works through either replica.
+//! the federation's definitions without losing any, `flotilla join`
+//! works through either replica, and a ResourceQuota written through one
+//! replica is enforced by the others.
 
 mod common;
 
@@ -322,4 +323,38 @@ async fn replicas_creating_services_at_once_never_share_an_address() {
             "{listed}"
         );
     }
+}
+
+#[test]
+fn a_quota_written_through_one_replica_binds_the_others() {
+    let etcd = flotilla_store::testing::single();
+    let replicas = Server::controlplanes_on_etcd(2, &etcd.client_url, &[]);
+    replicas[0].ok(&["create", "namespace", "quota-follow"]);
+    replicas[0].ok(&[
+        "-n",
+        "quota-follow",
+        "create",
+        "quota",
+        "none",
+        "--hard=configmaps=0",
+    ]);
+    let mut n = 0;
+    let mut create = |replica: &Server| {
+        n += 1;
+        replica.kubectl(&[
+            "-n",
+            "quota-follow",
+            "create",
+            "configmap",
+            &format!("c{n}"),
+        ])
+    };
+    wait_for(FOLLOW, "replica 1 refusing past the quota", || {
+        let out = create(&replicas[1]);
+        !out.status.success() && stderr(&out).contains("exceeded quota: none")
+    });
+    replicas[0].ok(&["-n", "quota-follow", "delete", "quota", "none"]);
+    wait_for(FOLLOW, "replica 1 admitting once it is gone", || {
+        create(&replicas[1]).status.success()
+    });
 }

@@ -6,8 +6,10 @@
 
 mod certificate_approval;
 mod limit_ranger;
+mod quotas;
 mod resource_quota;
 
+pub(crate) use quotas::{QuotaIndex, after_write, spawn_follower as spawn_quota_index};
 pub use resource_quota::spawn_status;
 
 use serde_json::Value;

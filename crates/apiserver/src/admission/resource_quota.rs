@@ -108,7 +108,13 @@ impl Validating for ResourceQuota {
         };
         let r = request.resource;
         let is_pod = r.group.is_empty() && r.plural == "pods";
-        for quota in list_in(api, "", "resourcequotas", ns) {
+        let quotas = api.quotas.in_namespace(ns).unwrap_or_else(|| {
+            list_in(api, "", "resourcequotas", ns)
+                .into_iter()
+                .map(Arc::new)
+                .collect()
+        });
+        for quota in quotas {
             let quota_name = meta_str(&quota, "name").to_string();
             let Some(hard) = quota.pointer("/spec/hard").and_then(Value::as_object) else {
                 continue;
