@@ -4,8 +4,10 @@
 //! `kubectl get deploy` on the hub shows the fleet.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use serde::Deserialize;
@@ -27,7 +29,24 @@ use crate::queue::{self, Next, WorkQueue};
 /// succession; one status write for the lot, instead of one per change
 /// (each racing the scheduler's own status write), is what lets the
 /// scheduler place bindings at full speed in a burst.
-const DEBOUNCE: std::time::Duration = std::time::Duration::from_millis(100);
+const DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// How long a binding's status waits for Works that are queued but not
+/// yet tried (a Work with no condition at all) before it reports them as
+/// not applied. In a burst the execution controller's queue is seconds
+/// long: every binding's status was written once with all its Works
+/// pending and again when they were applied, one hub write in 27 of a
+/// template's, for a state the status already implies (no FullyApplied
+/// yet). A new binding's Works still to be created wait the same way. A
+/// Work tried and failed, or held back (suspended dispatching),
+/// has a condition and is reported at once, as is a pending Work of a
+/// binding whose status says FullyApplied (a cluster added to its
+/// placement).
+const PENDING_GRACE: Duration = Duration::from_secs(30);
+
+/// How often a binding waiting on pending Works looks again, besides
+/// every change of its Works.
+const PENDING_RECHECK: Duration = Duration::from_secs(1);
 
 /// Bindings whose status is written at once (Karmada's controllers run 5
 /// workers each). In a burst, placement goes first: the scheduler runs
@@ -93,7 +112,40 @@ pub(crate) fn owner(work: &Work, scope: Scope) -> Option<String> {
 #[derive(Deserialize)]
 struct StatusOfWork {
     #[serde(default)]
+    metadata: CreatedAt,
+    #[serde(default)]
     status: Option<WorkStatus>,
+}
+
+#[derive(Deserialize, Default)]
+struct CreatedAt {
+    #[serde(default, rename = "creationTimestamp")]
+    created: Option<Timestamp>,
+}
+
+/// How long to wait before writing a status of `works` (one per target
+/// cluster, None where not created yet) of a binding created at
+/// `binding_created`: Some while a Work created less than
+/// [`PENDING_GRACE`] ago has not been tried yet, or one of a binding that
+/// new is still to be created.
+fn pending_wait(
+    works: &[Option<StatusOfWork>],
+    binding_created: Option<Timestamp>,
+    now: Timestamp,
+) -> Option<Duration> {
+    let recent = |t: Option<Timestamp>| {
+        t.is_some_and(|t| {
+            crate::time::until(now, crate::time::after(t, PENDING_GRACE)) > Duration::ZERO
+        })
+    };
+    let untried = |w: &StatusOfWork| w.status.as_ref().is_none_or(|s| s.conditions.is_empty());
+    works
+        .iter()
+        .any(|w| match w {
+            Some(w) => untried(w) && recent(w.metadata.created),
+            None => recent(binding_created),
+        })
+        .then_some(PENDING_RECHECK)
 }
 
 fn item(cluster: &str, work: Option<&StatusOfWork>) -> AggregatedStatusItem {
@@ -123,16 +175,28 @@ async fn reconcile(binding: Arc<Binding>, ctx: Ctx) -> Result<Next, Error> {
     if binding.metadata.deletion_timestamp.is_some() {
         return Ok(None);
     }
+    let works: Vec<Option<StatusOfWork>> = binding
+        .spec
+        .clusters
+        .iter()
+        .map(|t| ctx.works.get_as(&work_ref(&binding, &t.name)))
+        .collect();
+    // Waiting hides nothing while the status does not claim FullyApplied.
+    let claims_applied = binding.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "FullyApplied" && c.status == "True")
+    });
+    let binding_created = binding.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    if !claims_applied && let Some(wait) = pending_wait(&works, binding_created, Timestamp::now()) {
+        return Ok(Some(wait));
+    }
     let items: Vec<AggregatedStatusItem> = binding
         .spec
         .clusters
         .iter()
-        .map(|t| {
-            item(
-                &t.name,
-                ctx.works.get_as(&work_ref(&binding, &t.name)).as_ref(),
-            )
-        })
+        .zip(&works)
+        .map(|(t, work)| item(&t.name, work.as_ref()))
         .collect();
     let mut status = binding.status.clone().unwrap_or_default();
     let failed: Vec<String> = items
@@ -227,5 +291,51 @@ async fn reflect_into_template(
         }
         Err(e) if is_not_found(&e) => Ok(()),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn work(created: &str, status: Value) -> Option<StatusOfWork> {
+        serde_json::from_value(json!({
+            "metadata": {"creationTimestamp": created},
+            "status": status,
+        }))
+        .ok()
+    }
+
+    #[test]
+    fn a_status_waits_only_for_works_not_yet_tried_and_not_for_long() {
+        let now: Timestamp = "2026-11-27T10:00:30Z".parse().unwrap();
+        let old_binding = Some("2026-11-27T09:00:00Z".parse().unwrap());
+        let new_binding = Some("2026-11-27T10:00:10Z".parse().unwrap());
+        let applied = json!({"conditions": [{"type": "Applied", "status": "True",
+            "reason": "AppliedSuccessful", "message": "", "lastTransitionTime": "2026-11-27T10:00:01Z"}]});
+        let failed = json!({"conditions": [{"type": "Applied", "status": "False",
+            "reason": "AppliedFailed", "message": "refused", "lastTransitionTime": "2026-11-27T10:00:01Z"}]});
+        // One Work queued 10 s ago and not tried: wait.
+        let queued = || work("2026-11-27T10:00:20Z", Value::Null);
+        let applied_work = || work("2026-11-27T10:00:00Z", applied.clone());
+        assert_eq!(
+            pending_wait(&[queued(), applied_work()], old_binding, now),
+            Some(PENDING_RECHECK)
+        );
+        // A new binding's Work not created yet: wait; an old one's: write.
+        assert_eq!(
+            pending_wait(&[None], new_binding, now),
+            Some(PENDING_RECHECK)
+        );
+        assert_eq!(pending_wait(&[None], old_binding, now), None);
+        // Every Work tried (applied or failed): write.
+        let failed_work = work("2026-11-27T10:00:20Z", failed);
+        assert_eq!(
+            pending_wait(&[failed_work, applied_work()], new_binding, now),
+            None
+        );
+        // Queued for longer than the grace: reported as not applied.
+        let long_queued = work("2026-11-27T09:59:00Z", json!({}));
+        assert_eq!(pending_wait(&[long_queued], old_binding, now), None);
     }
 }
