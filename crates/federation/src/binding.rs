@@ -490,7 +490,7 @@ async fn write_work(
             let mut work = Work::new(&key.name, spec.clone());
             work.metadata.namespace = Some(namespace.clone());
             desire(&mut work, binding, spec.clone(), id, applied);
-            match api.create(&PostParams::default(), &work).await {
+            match crate::writes::create(&api, &work).await {
                 Ok(created) => {
                     debug!(work = %key.name, %cluster, "work created");
                     return Ok(Arc::new(created));

@@ -7,7 +7,7 @@
 //! that does not transform write replies.
 
 use kube::Api;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -63,6 +63,27 @@ pub async fn merge_patch_status<K: kube::Resource + Clone>(
     );
     send_for_metadata(api, request).await?;
     Ok(())
+}
+
+/// Creates `obj` and reads only the metadata of the reply: `obj` as the
+/// hub now holds it, for a writer that needs its version but not the
+/// server's rendering of what it just sent (a Work's manifest).
+pub async fn create<K>(api: &Api<K>, obj: &K) -> kube::Result<K>
+where
+    K: kube::Resource + Clone + serde::Serialize,
+{
+    #[derive(Deserialize)]
+    struct Reply {
+        metadata: kube::core::ObjectMeta,
+    }
+    let body = serde_json::to_vec(obj).map_err(kube::Error::SerdeError)?;
+    let request =
+        kube::core::Request::new(api.resource_url()).create(&PostParams::default(), body);
+    let text = send_for_metadata(api, request).await?;
+    let reply: Reply = serde_json::from_str(&text).map_err(kube::Error::SerdeError)?;
+    let mut held = obj.clone();
+    *held.meta_mut() = reply.metadata;
+    Ok(held)
 }
 
 /// The reply a writer asks for: the object's metadata, else the object.
