@@ -44,10 +44,6 @@ const DEBOUNCE: Duration = Duration::from_millis(100);
 /// placement).
 const PENDING_GRACE: Duration = Duration::from_secs(30);
 
-/// How often a binding waiting on pending Works looks again, besides
-/// every change of its Works.
-const PENDING_RECHECK: Duration = Duration::from_secs(1);
-
 /// Bindings whose status is written at once (Karmada's controllers run 5
 /// workers each). In a burst, placement goes first: the scheduler runs
 /// with more, and status reporting catches up behind it.
@@ -125,27 +121,29 @@ struct CreatedAt {
 
 /// How long to wait before writing a status of `works` (one per target
 /// cluster, None where not created yet) of a binding created at
-/// `binding_created`: Some while a Work created less than
-/// [`PENDING_GRACE`] ago has not been tried yet, or one of a binding that
-/// new is still to be created.
+/// `binding_created`: while a Work created less than [`PENDING_GRACE`]
+/// ago has not been tried yet, or one of a binding that new is still to
+/// be created, until the first of them has waited that long. A change of
+/// any of the Works brings the binding back sooner.
 fn pending_wait(
     works: &[Option<StatusOfWork>],
     binding_created: Option<Timestamp>,
     now: Timestamp,
 ) -> Option<Duration> {
-    let recent = |t: Option<Timestamp>| {
-        t.is_some_and(|t| {
-            crate::time::until(now, crate::time::after(t, PENDING_GRACE)) > Duration::ZERO
-        })
+    let left = |since: Option<Timestamp>| {
+        since
+            .map(|t| crate::time::until(now, crate::time::after(t, PENDING_GRACE)))
+            .filter(|left| !left.is_zero())
     };
     let untried = |w: &StatusOfWork| w.status.as_ref().is_none_or(|s| s.conditions.is_empty());
     works
         .iter()
-        .any(|w| match w {
-            Some(w) => untried(w) && recent(w.metadata.created),
-            None => recent(binding_created),
+        .filter_map(|w| match w {
+            Some(w) if untried(w) => left(w.metadata.created),
+            Some(_) => None,
+            None => left(binding_created),
         })
-        .then_some(PENDING_RECHECK)
+        .min()
 }
 
 fn item(cluster: &str, work: Option<&StatusOfWork>) -> AggregatedStatusItem {
@@ -315,18 +313,17 @@ mod tests {
             "reason": "AppliedSuccessful", "message": "", "lastTransitionTime": "2026-11-27T10:00:01Z"}]});
         let failed = json!({"conditions": [{"type": "Applied", "status": "False",
             "reason": "AppliedFailed", "message": "refused", "lastTransitionTime": "2026-11-27T10:00:01Z"}]});
-        // One Work queued 10 s ago and not tried: wait.
+        // One Work queued 10 s ago and not tried: wait out its grace.
         let queued = || work("2026-11-27T10:00:20Z", Value::Null);
         let applied_work = || work("2026-11-27T10:00:00Z", applied.clone());
+        let secs = |s| Some(Duration::from_secs(s));
         assert_eq!(
             pending_wait(&[queued(), applied_work()], old_binding, now),
-            Some(PENDING_RECHECK)
+            secs(20)
         );
         // A new binding's Work not created yet: wait; an old one's: write.
-        assert_eq!(
-            pending_wait(&[None], new_binding, now),
-            Some(PENDING_RECHECK)
-        );
+        assert_eq!(pending_wait(&[None], new_binding, now), secs(10));
+        assert_eq!(pending_wait(&[queued(), None], new_binding, now), secs(10));
         assert_eq!(pending_wait(&[None], old_binding, now), None);
         // Every Work tried (applied or failed): write.
         let failed_work = work("2026-11-27T10:00:20Z", failed);

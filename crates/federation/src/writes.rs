@@ -77,8 +77,7 @@ where
         metadata: kube::core::ObjectMeta,
     }
     let body = serde_json::to_vec(obj).map_err(kube::Error::SerdeError)?;
-    let request =
-        kube::core::Request::new(api.resource_url()).create(&PostParams::default(), body);
+    let request = kube::core::Request::new(api.resource_url()).create(&PostParams::default(), body);
     let text = send_for_metadata(api, request).await?;
     let reply: Reply = serde_json::from_str(&text).map_err(kube::Error::SerdeError)?;
     let mut held = obj.clone();
