@@ -154,29 +154,15 @@ fn a_federated_deployment_runs_3_replicas_in_us_east_and_5_in_eu_west() {
     // every look; a change reaches the members. The members' status is
     // aggregated onto it as their pods start, so a window in which the
     // status moved proves nothing and is tried again.
-    let version = || {
-        (
-            fleet.jsonpath_hub(
-                &["get", "deploy", "payment-api", "-n", "production"],
-                "{.metadata.resourceVersion}",
-            ),
-            fleet.jsonpath_hub(
-                &["get", "deploy", "payment-api", "-n", "production"],
-                "{.status}",
-            ),
-        )
+    let template = |path: &str| {
+        fleet.jsonpath_hub(&["get", "deploy", "payment-api", "-n", "production"], path)
     };
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        let before = version();
-        std::thread::sleep(Duration::from_secs(3));
-        let after = version();
-        if after.1 != before.1 && std::time::Instant::now() < deadline {
-            continue;
-        }
-        assert_eq!(after, before, "the template was rewritten");
-        break;
-    }
+    common::assert_left_alone(
+        WAIT,
+        "the template",
+        || template("{.metadata.resourceVersion}"),
+        || template("{.status}"),
+    );
     fleet.hub.ok(&[
         "patch",
         "federateddeployment",

@@ -131,24 +131,17 @@ fn managed_cluster_and_manifest_work() {
     // pods when the member's status is next collected), so a window in
     // which the Cluster changed proves nothing and is tried again.
     let rv = |args: &[&str]| fleet.jsonpath_hub(args, "{.metadata.resourceVersion}");
-    let versions = || {
-        (
-            rv(&["get", "manifestwork", "hello-work-demo", "-n", CLUSTER]),
-            rv(&["get", "managedcluster", CLUSTER]),
-            rv(&["get", "clusters.cluster.karmada.io", CLUSTER]),
-        )
-    };
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        let before = versions();
-        std::thread::sleep(Duration::from_secs(3));
-        let after = versions();
-        if after.2 != before.2 && std::time::Instant::now() < deadline {
-            continue;
-        }
-        assert_eq!(after, before, "rewritten while its Cluster stood still");
-        break;
-    }
+    common::assert_left_alone(
+        WAIT,
+        "the ManifestWork or the ManagedCluster",
+        || {
+            (
+                rv(&["get", "manifestwork", "hello-work-demo", "-n", CLUSTER]),
+                rv(&["get", "managedcluster", CLUSTER]),
+            )
+        },
+        || rv(&["get", "clusters.cluster.karmada.io", CLUSTER]),
+    );
     let meta = fleet.jsonpath_hub(
         &["get", "manifestwork", "hello-work-demo", "-n", CLUSTER],
         "{.status.resourceStatus.manifests[0].resourceMeta}",

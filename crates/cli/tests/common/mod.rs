@@ -507,6 +507,35 @@ pub fn wait_for(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// Asserts that what `watched` reads is the same after a few seconds as
+/// before: nothing rewrites it on its own. A window in which `cause`
+/// (what it rightly follows, such as a status collected from members)
+/// moved proves nothing and is tried again, until `timeout`.
+pub fn assert_left_alone<W, C>(
+    timeout: Duration,
+    what: &str,
+    watched: impl Fn() -> W,
+    cause: impl Fn() -> C,
+) where
+    W: PartialEq + std::fmt::Debug,
+    C: PartialEq,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let (before, cause_before) = (watched(), cause());
+        std::thread::sleep(Duration::from_secs(3));
+        let (after, cause_after) = (watched(), cause());
+        if cause_after != cause_before && Instant::now() < deadline {
+            continue;
+        }
+        assert_eq!(
+            after, before,
+            "{what} rewritten while what it follows stood still"
+        );
+        return;
+    }
+}
+
 pub fn write(dir: &Path, name: &str, contents: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, contents).expect("write file");
