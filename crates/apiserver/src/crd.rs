@@ -10,7 +10,6 @@
 use std::collections::BTreeSet;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
 use flotilla_store::{DeletePrecondition, EventKind, ListOptions, StoreError};
 use serde_json::{Value, json};
@@ -352,17 +351,11 @@ pub fn restore(api: &ApiServer) -> ApiResult<()> {
 /// Follows the stored CRDs for as long as the store is open.
 pub fn spawn_follower(api: Arc<ApiServer>) {
     tokio::spawn(async move {
-        loop {
+        crate::follower::until_closed("custom resources", || async {
             let Err(error) = follow(&api).await;
-            match error {
-                StoreError::Closed => return,
-                StoreError::Compacted { .. } => continue,
-                error => {
-                    warn!(%error, "custom resource follower restarting");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            }
-        }
+            error
+        })
+        .await
     });
 }
 

@@ -29,6 +29,7 @@ pub mod discovery;
 pub mod error;
 pub mod eviction;
 pub mod fieldset;
+mod follower;
 pub mod gc;
 pub mod handlers;
 pub mod impersonation;

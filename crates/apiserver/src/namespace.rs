@@ -175,19 +175,13 @@ impl ActiveNamespaces {
 /// when the watch falls behind; ends when the store closes.
 pub fn spawn_active_namespaces(api: Arc<ApiServer>) {
     tokio::spawn(async move {
-        loop {
+        crate::follower::until_closed("active namespaces", || async {
             let Err(error) = follow_namespaces(&api).await;
             // Until relisted, every namespace is read from the store.
             api.namespaces.clear();
-            match error {
-                StoreError::Closed => return,
-                StoreError::Compacted { .. } => continue,
-                error => {
-                    warn!(%error, "namespace view restarting");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            }
-        }
+            error
+        })
+        .await
     });
 }
 

@@ -13,12 +13,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
 
 use flotilla_store::{EventKind, Revision, StoreError};
 use parking_lot::RwLock;
 use serde_json::Value;
-use tracing::warn;
 
 use crate::resources::ResourceInfo;
 use crate::server::ApiServer;
@@ -125,18 +123,13 @@ pub(crate) fn after_write(api: &ApiServer, r: &ResourceInfo, obj: &Value, delete
 /// the watch falls behind; ends when the store closes.
 pub fn spawn_follower(api: Arc<ApiServer>) {
     tokio::spawn(async move {
-        loop {
+        crate::follower::until_closed("resource quotas", || async {
             let error = follow(&api).await;
+            // Until relisted, quotas are read from the store.
             api.quotas.unsync();
-            match error {
-                StoreError::Closed => return,
-                StoreError::Compacted { .. } => continue,
-                error => {
-                    warn!(%error, "quota index restarting");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            }
-        }
+            error
+        })
+        .await
     });
 }
 

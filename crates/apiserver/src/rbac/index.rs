@@ -336,18 +336,11 @@ fn kind_of(key: &str) -> Option<&'static str> {
 /// Loads every stored RBAC object, then follows the store's changes to
 /// them until the store closes.
 pub async fn follow(index: Arc<Index>, store: Arc<dyn Store>) {
-    loop {
-        let result = follow_once(&index, store.as_ref()).await;
-        match result {
-            Err(StoreError::Closed) => return,
-            Err(StoreError::Compacted { .. }) => continue,
-            Err(error) => {
-                tracing::warn!(%error, "RBAC follower restarting");
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-            }
-            Ok(()) => return,
-        }
-    }
+    crate::follower::until_closed("RBAC", || async {
+        let Err(error) = follow_once(&index, store.as_ref()).await;
+        error
+    })
+    .await
 }
 
 /// Reads the RBAC objects stored now into the index.
@@ -362,7 +355,10 @@ pub fn load(index: &Index, store: &dyn Store) -> Result<Revision, StoreError> {
     Ok(list.revision)
 }
 
-async fn follow_once(index: &Index, store: &dyn Store) -> Result<(), StoreError> {
+async fn follow_once(
+    index: &Index,
+    store: &dyn Store,
+) -> Result<std::convert::Infallible, StoreError> {
     let revision = load(index, store)?;
     let mut watch = store.watch(PREFIX, revision)?;
     loop {
