@@ -6,7 +6,8 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use flotilla_store::{ListOptions, Revision};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
 
 use crate::error::{ApiError, ApiResult, Cause};
 use crate::managed;
@@ -94,7 +95,7 @@ const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
 /// Serializes a response body as YAML or JSON (with `content_type`).
 fn render(
     status: StatusCode,
-    body: &Value,
+    body: &impl Serialize,
     content_type: &'static str,
     yaml: bool,
     warnings: &[String],
@@ -146,9 +147,30 @@ pub fn respond_object(
     }
 }
 
-pub fn partial_metadata(obj: &Value) -> Value {
-    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-           "metadata": obj.get("metadata").cloned().unwrap_or(json!({}))})
+pub fn partial_metadata(obj: &Value) -> PartialMetadata<'_> {
+    PartialMetadata {
+        metadata: obj.get("metadata"),
+    }
+}
+
+/// An object as `PartialObjectMetadata`: its metadata, serialized where it
+/// lies (a Work's metadata is mostly managedFields: no copy of them).
+pub struct PartialMetadata<'a> {
+    metadata: Option<&'a Value>,
+}
+
+impl Serialize for PartialMetadata<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("kind", "PartialObjectMetadata")?;
+        m.serialize_entry("apiVersion", "meta.k8s.io/v1")?;
+        match self.metadata {
+            Some(meta) => m.serialize_entry("metadata", meta)?,
+            None => m.serialize_entry("metadata", &Map::new())?,
+        }
+        m.end()
+    }
 }
 
 fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
@@ -434,7 +456,7 @@ pub(crate) fn respond_list(
             &[],
         ),
         Output::PartialMetadata => {
-            let items: Vec<Value> = items.iter().map(partial_metadata).collect();
+            let items: Vec<PartialMetadata<'_>> = items.iter().map(partial_metadata).collect();
             let list = json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
                               "metadata": list_meta, "items": items});
             render(

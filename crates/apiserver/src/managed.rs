@@ -85,13 +85,18 @@ fn store_entries(obj: &mut Value, mut new: Vec<Entry>, old: &[Entry], old_list: 
             let time = unchanged
                 .map(|o| o.time.clone())
                 .unwrap_or_else(|| now.clone());
-            let mut v = json!({"manager": e.manager, "operation": e.operation,
-                "apiVersion": e.api_version, "time": time, "fieldsType": "FieldsV1",
-                "fieldsV1": e.fields.to_fields_v1()});
+            // Built in place: `json!` would copy the fields value whole.
+            let mut v = Map::new();
+            v.insert("manager".into(), Value::String(e.manager.clone()));
+            v.insert("operation".into(), Value::String(e.operation.clone()));
+            v.insert("apiVersion".into(), Value::String(e.api_version.clone()));
+            v.insert("time".into(), Value::String(time));
+            v.insert("fieldsType".into(), Value::String("FieldsV1".into()));
+            v.insert("fieldsV1".into(), e.fields.to_fields_v1());
             if !e.subresource.is_empty() {
-                v["subresource"] = json!(e.subresource);
+                v.insert("subresource".into(), Value::String(e.subresource.clone()));
             }
-            v
+            Value::Object(v)
         })
         .collect();
     let m = objects::meta_mut(obj);

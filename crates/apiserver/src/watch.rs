@@ -9,13 +9,16 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use flotilla_store::{Event, EventKind, KeyValue, ListOptions, Revision, StoreError};
 use http::{StatusCode, header};
+use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::debug;
 
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::{Ctx, Filter, invalid_list_options, parse_rv, partial_metadata};
+use crate::handlers::{
+    Ctx, Filter, PartialMetadata, invalid_list_options, parse_rv, partial_metadata,
+};
 use crate::objects;
 use crate::raw;
 use crate::request::{self, Output};
@@ -29,21 +32,21 @@ struct Encoder {
 }
 
 impl Encoder {
-    fn object(&mut self, r: &ResourceInfo, obj: &Value) -> Value {
+    fn object<'a>(&mut self, r: &ResourceInfo, obj: &'a Value) -> Served<'a> {
         match self.output {
             Output::Table(include) => {
                 let with_columns = !self.columns_sent;
                 self.columns_sent = true;
-                table::table(
+                Served::Table(table::table(
                     r,
                     std::slice::from_ref(obj),
                     json!({"resourceVersion": objects::meta_str(obj, "resourceVersion")}),
                     include,
                     with_columns,
-                )
+                ))
             }
-            Output::PartialMetadata => partial_metadata(obj),
-            Output::Json | Output::Yaml => obj.clone(),
+            Output::PartialMetadata => Served::Metadata(partial_metadata(obj)),
+            Output::Json | Output::Yaml => Served::Object(obj),
         }
     }
 
@@ -67,12 +70,26 @@ impl Encoder {
     }
 
     fn line(&mut self, r: &ResourceInfo, kind: &str, obj: &Value) -> Bytes {
+        #[derive(Serialize)]
+        struct Line<'a> {
+            #[serde(rename = "type")]
+            kind: &'a str,
+            object: Served<'a>,
+        }
         let object = self.object(r, obj);
-        let mut bytes =
-            serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+        let mut bytes = serde_json::to_vec(&Line { kind, object }).unwrap_or_default();
         bytes.push(b'\n');
         Bytes::from(bytes)
     }
+}
+
+/// An event's object as the watch serves it, serialized where it lies.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Served<'a> {
+    Table(Value),
+    Metadata(PartialMetadata<'a>),
+    Object(&'a Value),
 }
 
 /// Whether events can be written from the stored bytes: every object is

@@ -10,9 +10,12 @@ use common::status_of;
 use std::time::Duration;
 
 use common::Server;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -336,6 +339,41 @@ async fn table_and_metadata_representations() {
         .unwrap();
     assert_eq!(metadata.items.len(), 1);
     assert_eq!(metadata.items[0].name_any(), "t");
+    // A metadata watch (kube-rs `watch_metadata`), filtered and not: the
+    // object's metadata with its managedFields, and nothing else.
+    for fields in ["metadata.name=t", ""] {
+        let params = WatchParams::default().fields(fields);
+        let mut events = cms
+            .watch_metadata(
+                &params,
+                &metadata.metadata.resource_version.clone().unwrap(),
+            )
+            .await
+            .unwrap()
+            .boxed();
+        cms.patch(
+            "t",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"a": format!("1{fields}")}})),
+        )
+        .await
+        .unwrap();
+        let event = tokio::time::timeout(Duration::from_secs(5), events.try_next())
+            .await
+            .expect("an event within 5 s")
+            .unwrap();
+        let Some(WatchEvent::Modified(m)) = event else {
+            panic!("{fields:?}: {event:?}");
+        };
+        assert_eq!(
+            (m.name_any(), m.types.unwrap().kind),
+            ("t".to_string(), "PartialObjectMetadata".to_string())
+        );
+        assert!(
+            !m.metadata.managed_fields.unwrap_or_default().is_empty(),
+            "{fields:?}"
+        );
+    }
 
     // A write's reply in the representation asked for (as kube-apiserver's
     // transformResponseObject), the first acceptable one of the list.

@@ -16,6 +16,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use imbl::OrdMap;
 use parking_lot::RwLock;
 use tokio::sync::watch;
@@ -96,8 +97,22 @@ impl PackedEvent {
         }
     }
 
-    fn packed_value(event: &Event, dictionaries: &Dictionaries) -> Option<Entry> {
-        (event.kind == EventKind::Put).then(|| Entry::pack(&event.kv, dictionaries))
+    /// A put's value as held: `prepacked` (packed by the writer's caller)
+    /// when given, else packed now.
+    fn packed_value(
+        event: &Event,
+        prepacked: Option<Packed>,
+        dictionaries: &Dictionaries,
+    ) -> Option<Entry> {
+        (event.kind == EventKind::Put).then(|| match prepacked {
+            Some(value) => Entry {
+                key: event.kv.key.clone(),
+                value,
+                create_revision: event.kv.create_revision,
+                mod_revision: event.kv.mod_revision,
+            },
+            None => Entry::pack(&event.kv, dictionaries),
+        })
     }
 
     fn revision(&self) -> Revision {
@@ -127,7 +142,7 @@ fn pack_events(
                 Some(e) if e.mod_revision == p.mod_revision => e.clone(),
                 _ => Entry::pack(p, dictionaries),
             });
-            let mut value = PackedEvent::packed_value(&event, dictionaries);
+            let mut value = PackedEvent::packed_value(&event, None, dictionaries);
             if let (Some(held), Some(kv)) = (latest.get(&event.kv.key), value.as_mut()) {
                 kv.key = held.key.clone();
             }
@@ -151,10 +166,60 @@ enum Retention {
     Window,
 }
 
+/// How many of the newest events the window also holds unpacked, and how
+/// many bytes of values at most.
+const FRESH_EVENTS: usize = 1024;
+const FRESH_BYTES: usize = 4 * 1024 * 1024;
+
+/// Plain copies of the window's newest events: watchers and readers that
+/// follow close behind the writer (every controller, under load) read them
+/// without decompressing, each of them, the same values again.
+#[derive(Default)]
+struct Fresh {
+    /// The newest `events.len()` events of the history, in order.
+    events: VecDeque<Event>,
+    /// The value of each key whose newest event is here and a put.
+    values: HashMap<Arc<str>, KeyValue>,
+    bytes: usize,
+}
+
+impl Fresh {
+    fn push(&mut self, event: Event) {
+        match event.kind {
+            EventKind::Put => {
+                self.values.insert(event.kv.key.clone(), event.kv.clone());
+            }
+            EventKind::Delete => {
+                self.values.remove(&event.kv.key);
+            }
+        }
+        self.bytes += event.kv.value.len();
+        self.events.push_back(event);
+        while self.events.len() > FRESH_EVENTS || self.bytes > FRESH_BYTES {
+            self.pop_oldest();
+        }
+    }
+
+    fn pop_oldest(&mut self) {
+        let Some(e) = self.events.pop_front() else {
+            return;
+        };
+        self.bytes -= e.kv.value.len();
+        if self
+            .values
+            .get(&e.kv.key)
+            .is_some_and(|v| v.mod_revision == e.kv.mod_revision)
+        {
+            self.values.remove(&e.kv.key);
+        }
+    }
+}
+
 struct Inner {
     /// The newest entry per key, of every key or of the window's keys.
     latest: OrdMap<Arc<str>, Entry>,
     history: VecDeque<Arc<PackedEvent>>,
+    fresh: Fresh,
     revision: Revision,
     /// The window holds no event at or below this revision (compaction or
     /// window size).
@@ -170,6 +235,13 @@ impl Inner {
                 break;
             };
             self.forget(&e, retention);
+        }
+    }
+
+    /// The fresh events are the history's newest: none older.
+    fn trim_fresh(&mut self) {
+        while self.fresh.events.len() > self.history.len() {
+            self.fresh.pop_oldest();
         }
     }
 
@@ -247,6 +319,7 @@ impl Core {
         let mut inner = Inner {
             latest,
             history,
+            fresh: Fresh::default(),
             revision,
             compacted,
             closed: false,
@@ -275,11 +348,19 @@ impl Core {
 
     /// The newest value held for `key`, if it is live.
     fn latest(&self, key: &str) -> Option<KeyValue> {
-        let entry = self.inner.read().latest.get(key).cloned();
+        let entry = {
+            let inner = self.inner.read();
+            if let Some(kv) = inner.fresh.values.get(key) {
+                return Some(kv.clone());
+            }
+            inner.latest.get(key).cloned()
+        };
         entry.map(|e| e.unpack())
     }
 
-    fn apply(&self, events: Vec<Event>) {
+    /// Applies committed events, each with its value packed already where
+    /// the writer's caller did so.
+    fn apply(&self, events: Vec<(Event, Option<Packed>)>) {
         if events.is_empty() {
             return;
         }
@@ -292,7 +373,7 @@ impl Core {
             let mut in_batch = std::collections::HashSet::new();
             events
                 .iter()
-                .map(|e| {
+                .map(|(e, _)| {
                     let held = self.retention == Retention::EveryKey
                         || e.prev.as_ref().is_none_or(|p| {
                             in_batch.contains(&(&*p.key, p.mod_revision))
@@ -309,8 +390,8 @@ impl Core {
         let packed: Vec<(Event, Option<Entry>, Option<Entry>)> = events
             .into_iter()
             .zip(held_prev)
-            .map(|(e, held)| {
-                let kv = PackedEvent::packed_value(&e, &self.dictionaries);
+            .map(|((e, prepacked), held)| {
+                let kv = PackedEvent::packed_value(&e, prepacked, &self.dictionaries);
                 let prev = match (&e.prev, held) {
                     (Some(p), false) => Some(Entry::pack(p, &self.dictionaries)),
                     _ => None,
@@ -348,8 +429,10 @@ impl Core {
                 }
                 inner.revision = e.kv.mod_revision;
                 inner.history.push_back(Arc::new(e));
+                inner.fresh.push(event);
             }
             inner.trim(self.capacity, self.retention);
+            inner.trim_fresh();
             inner.revision
         };
         self.notify.send_replace(revision);
@@ -382,6 +465,7 @@ impl Core {
                 inner.forget(&e, self.retention);
             }
         }
+        inner.trim_fresh();
         inner.compacted = inner.compacted.max(revision);
     }
 
@@ -433,15 +517,26 @@ impl Core {
             });
         }
         let start = inner.history.partition_point(|e| e.revision() <= after);
-        let events: Vec<Arc<PackedEvent>> = inner
+        // History from `fresh_from` on is held plain as well.
+        let fresh_from = inner.history.len() - inner.fresh.events.len();
+        let packed: Vec<Arc<PackedEvent>> = inner
             .history
-            .range(start..)
+            .range(start.min(fresh_from)..fresh_from)
+            .filter(|e| e.kv.key.starts_with(prefix))
+            .cloned()
+            .collect();
+        let fresh: Vec<Event> = inner
+            .fresh
+            .events
+            .range(start.saturating_sub(fresh_from)..)
             .filter(|e| e.kv.key.starts_with(prefix))
             .cloned()
             .collect();
         let revision = inner.revision;
         drop(inner);
-        Ok((events.iter().map(|e| e.unpack()).collect(), revision))
+        let mut events: Vec<Event> = packed.iter().map(|e| e.unpack()).collect();
+        events.extend(fresh);
+        Ok((events, revision))
     }
 }
 
@@ -487,7 +582,8 @@ impl WatchCache {
 
     /// Applies committed events (ascending revisions) and wakes watchers.
     pub fn apply(&self, events: Vec<Event>) {
-        self.core.apply(events)
+        self.core
+            .apply(events.into_iter().map(|e| (e, None)).collect())
     }
 
     /// Waits until the cache holds `revision` (or is closed).
@@ -614,6 +710,20 @@ impl EventWindow {
 
     /// Applies committed events (ascending revisions) and wakes watchers.
     pub fn apply(&self, events: Vec<Event>) {
+        self.core
+            .apply(events.into_iter().map(|e| (e, None)).collect())
+    }
+
+    /// Packs a value about to be written under `key` as the window will
+    /// hold it. The store's writer commits alone on one thread; a caller
+    /// that packs its value on its own thread takes that work off it.
+    pub fn pack(&self, key: &str, value: &Bytes) -> Packed {
+        Packed::pack_with(value, self.core.dictionaries.pick(family(key), value))
+    }
+
+    /// As [`EventWindow::apply`], with the put values [`EventWindow::pack`]
+    /// packed.
+    pub fn apply_packed(&self, events: Vec<(Event, Option<Packed>)>) {
         self.core.apply(events)
     }
 

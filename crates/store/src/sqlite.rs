@@ -30,6 +30,7 @@ use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
 use crate::cache::{Backfill, EventWindow, Watch};
+use crate::packed::Packed;
 use crate::{
     DeletePrecondition, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision,
     Store, StoreError,
@@ -58,13 +59,17 @@ impl Default for SqliteOptions {
 }
 
 enum Op {
+    /// `packed`: the value as the event window will hold it, packed by the
+    /// caller (`EventWindow::pack`) rather than by the writer.
     Create {
         key: String,
         value: Bytes,
+        packed: Packed,
     },
     Update {
         key: String,
         value: Bytes,
+        packed: Packed,
         expected: Revision,
     },
     Delete {
@@ -655,6 +660,10 @@ fn commit_batch(conn: &mut Connection, window: &EventWindow, batch: Vec<(Op, Rep
                             .and_then(|(deleted, kv)| (!deleted).then_some(kv)),
                     },
                 };
+                let packed = match &op {
+                    Op::Create { packed, .. } | Op::Update { packed, .. } => Some(packed.clone()),
+                    Op::Delete { .. } => None,
+                };
                 let planned = plan(op, &key, current, revision + 1);
                 let event = match planned {
                     Ok(event) => event,
@@ -677,7 +686,7 @@ fn commit_batch(conn: &mut Connection, window: &EventWindow, batch: Vec<(Op, Rep
                     (event.kind == EventKind::Put).then(|| event.kv.clone()),
                 );
                 outcomes.push((reply, Ok(event.kv.clone())));
-                events.push(event);
+                events.push((event, packed));
             }
         }
         tx.commit()?;
@@ -686,7 +695,7 @@ fn commit_batch(conn: &mut Connection, window: &EventWindow, batch: Vec<(Op, Rep
 
     match result {
         Ok(()) => {
-            window.apply(events);
+            window.apply_packed(events);
             for (reply, outcome) in outcomes {
                 let _ = reply.send(outcome);
             }
@@ -797,6 +806,7 @@ impl Store for SqliteStore {
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
         self.write(Op::Create {
             key: key.to_string(),
+            packed: self.window.pack(key, &value),
             value,
         })
         .await
@@ -805,6 +815,7 @@ impl Store for SqliteStore {
     async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue> {
         self.write(Op::Update {
             key: key.to_string(),
+            packed: self.window.pack(key, &value),
             value,
             expected,
         })

@@ -69,6 +69,7 @@ on_both!(
     concurrent_writers_get_distinct_revisions,
     large_values_read_back_exactly,
     a_watch_far_behind_gets_every_event_in_order,
+    watches_from_anywhere_in_the_window_see_each_value_and_its_previous,
     writes_succeed_while_readers_list_and_get,
 );
 
@@ -467,6 +468,79 @@ async fn a_watch_far_behind_gets_every_event_in_order(backend: &Backend) {
     assert_eq!(keys, expected);
     assert!(revisions.windows(2).all(|w| w[0] < w[1]));
     assert_eq!(watch.revision(), *revisions.last().unwrap());
+}
+
+/// The window holds its newest events both compressed and plain; a watch
+/// that starts in the older part, one that starts among the newest, and
+/// gets of keys changed long ago and just now all read exact values.
+async fn watches_from_anywhere_in_the_window_see_each_value_and_its_previous(backend: &Backend) {
+    let store = backend.open().await;
+    let start = store.current_revision();
+    const KEYS: usize = 50;
+    const ROUNDS: usize = 60;
+    for k in 0..KEYS {
+        store
+            .create(&format!("/fw/{k}"), big(&format!("{k}-0")))
+            .await
+            .unwrap();
+    }
+    let mut revision = vec![0; KEYS];
+    for round in 1..ROUNDS {
+        for (k, rev) in revision.iter_mut().enumerate() {
+            let key = format!("/fw/{k}");
+            let current = store.get(&key).unwrap().unwrap();
+            assert_eq!(current.value, big(&format!("{k}-{}", round - 1)), "{key}");
+            *rev = store
+                .update(&key, big(&format!("{k}-{round}")), current.mod_revision)
+                .await
+                .unwrap()
+                .mod_revision;
+        }
+    }
+    store
+        .delete("/fw/0", DeletePrecondition::default())
+        .await
+        .unwrap();
+    assert!(store.get("/fw/0").unwrap().is_none());
+    assert_eq!(
+        store.get("/fw/1").unwrap().unwrap().value,
+        big(&format!("1-{}", ROUNDS - 1))
+    );
+    let end = store.current_revision();
+    let total = (end - start) as usize;
+    assert_eq!(total, KEYS * ROUNDS + 1);
+
+    // From the start, from the middle and from near the end.
+    for skip in [0, total / 2, total - 20] {
+        let mut watch = store.watch("/fw/", start + skip as i64).unwrap();
+        let mut events = Vec::new();
+        while events.len() < total - skip {
+            let batch = tokio::time::timeout(Duration::from_secs(5), watch.next())
+                .await
+                .expect("events within 5 s")
+                .unwrap();
+            events.extend(batch);
+        }
+        assert_eq!(events.len(), total - skip);
+        for (i, e) in events.iter().enumerate() {
+            let n = skip + i;
+            if n == total - 1 {
+                assert_eq!((e.kind, &*e.kv.key), (EventKind::Delete, "/fw/0"));
+                continue;
+            }
+            let (k, round) = (n % KEYS, n / KEYS);
+            assert_eq!(&*e.kv.key, format!("/fw/{k}"), "event {n}");
+            assert_eq!(e.kv.value, big(&format!("{k}-{round}")), "event {n}");
+            match round {
+                0 => assert!(e.prev.is_none(), "event {n}"),
+                _ => assert_eq!(
+                    e.prev.as_ref().map(|p| p.value.clone()),
+                    Some(big(&format!("{k}-{}", round - 1))),
+                    "event {n}"
+                ),
+            }
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
