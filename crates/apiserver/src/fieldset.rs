@@ -110,7 +110,8 @@ pub fn fields_of(value: &Value, at: SchemaAt<'_>) -> FieldSet {
     set
 }
 
-fn walk(value: &Value, at: SchemaAt<'_>, path: &mut Path, set: &mut FieldSet) {
+/// Adds the fields of `value`, which lies at `path`, to `set`.
+pub fn walk(value: &Value, at: SchemaAt<'_>, path: &mut Path, set: &mut FieldSet) {
     match value {
         Value::Object(m) if !m.is_empty() && !at.atomic_map() => {
             for (k, v) in m {

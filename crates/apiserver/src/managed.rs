@@ -159,6 +159,48 @@ fn ownable(obj: &Value, r: &ResourceInfo, scope: WriteScope) -> Value {
     Value::Object(out)
 }
 
+/// The fields of [`ownable`]`(obj, r, scope)`, found where they lie in
+/// `obj` rather than in a copy of it.
+fn ownable_fields(
+    obj: &Value,
+    r: &ResourceInfo,
+    scope: WriteScope,
+    root: SchemaAt<'_>,
+) -> FieldSet {
+    let Some(o) = obj.as_object() else {
+        return fieldset::fields_of(obj, root);
+    };
+    let in_scope = |k: &str| match scope {
+        WriteScope::Status => k == "status",
+        _ if r.status_subresource => k != "status",
+        _ => true,
+    };
+    let mut set = FieldSet::default();
+    let mut path = Vec::new();
+    for (k, v) in o {
+        if k == "apiVersion" || k == "kind" || !in_scope(k) {
+            continue;
+        }
+        path.push(format!("f:{k}"));
+        match (k.as_str(), v) {
+            ("metadata", Value::Object(m)) => {
+                let at = root.field(k);
+                for (f, v) in m {
+                    if SERVER_SET_METADATA.contains(&f.as_str()) {
+                        continue;
+                    }
+                    path.push(format!("f:{f}"));
+                    fieldset::walk(v, at.field(f), &mut path, &mut set);
+                    path.pop();
+                }
+            }
+            _ => fieldset::walk(v, root.field(k), &mut path, &mut set),
+        }
+        path.pop();
+    }
+    set
+}
+
 fn subresource_name(scope: WriteScope) -> &'static str {
     match scope {
         WriteScope::Status => "status",
@@ -195,16 +237,16 @@ pub fn track_update(
         Some(_) => entries(new),
         None => before.clone(),
     };
-    let new_own = ownable(new, r, scope);
-    let new_fields = fieldset::fields_of(&new_own, root);
+    // Every path below starts at a field in scope: reading it from the
+    // whole object reads what the ownable part holds.
+    let new_fields = ownable_fields(new, r, scope, root);
     let changed: Vec<Path> = match old {
         None => new_fields.leaves(),
         Some(old) => {
-            let old_own = ownable(old, r, scope);
-            let removed: Vec<Path> = fieldset::fields_of(&old_own, root)
+            let removed: Vec<Path> = ownable_fields(old, r, scope, root)
                 .leaves()
                 .into_iter()
-                .filter(|p| fieldset::get(&new_own, p).is_none())
+                .filter(|p| fieldset::get(new, p).is_none())
                 .collect();
             for e in &mut current {
                 for p in &removed {
@@ -214,7 +256,7 @@ pub fn track_update(
             new_fields
                 .leaves()
                 .into_iter()
-                .filter(|p| fieldset::get(&old_own, p) != fieldset::get(&new_own, p))
+                .filter(|p| fieldset::get(old, p) != fieldset::get(new, p))
                 .collect()
         }
     };

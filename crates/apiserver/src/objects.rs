@@ -381,8 +381,33 @@ fn keep_from(new: &mut Value, old: &Value, parent: &str, field: &str) {
     }
 }
 
+/// Whether `new` and `old` differ at most in `status` and in
+/// `metadata.managedFields`: what a status write may change.
+fn same_outside_status(new: &Value, old: &Value) -> bool {
+    let (Some(new), Some(old)) = (new.as_object(), old.as_object()) else {
+        return false;
+    };
+    let same_except = |a: &Map<String, Value>, b: &Map<String, Value>, except: &str| {
+        let len = |m: &Map<String, Value>| m.len() - usize::from(m.contains_key(except));
+        len(a) == len(b) && a.iter().all(|(k, v)| k == except || b.get(k) == Some(v))
+    };
+    let metadata_same = match (new.get("metadata"), old.get("metadata")) {
+        (Some(Value::Object(a)), Some(Value::Object(b))) => same_except(a, b, "managedFields"),
+        (a, b) => a == b,
+    };
+    metadata_same
+        && new.len() - usize::from(new.contains_key("status"))
+            == old.len() - usize::from(old.contains_key("status"))
+        && new
+            .iter()
+            .all(|(k, v)| k == "status" || k == "metadata" || old.get(k) == Some(v))
+}
+
 pub fn prepare_update(r: &ResourceInfo, obj: &mut Value, old: &Value, scope: WriteScope) {
     match scope {
+        // A status writer (a patch above all) mostly sends the rest as it
+        // was: then there is nothing to put back, and no copy of it to make.
+        WriteScope::Status if same_outside_status(obj, old) => {}
         WriteScope::Status => {
             let mut merged = old.clone();
             keep_from(&mut merged, obj, "", "status");
@@ -407,7 +432,7 @@ pub fn prepare_update(r: &ResourceInfo, obj: &mut Value, old: &Value, scope: Wri
             }
         }
     }
-    let old_meta = meta(old).cloned().unwrap_or_default();
+    let old_meta = meta(old);
     let m = meta_mut(obj);
     for f in [
         "uid",
@@ -416,7 +441,7 @@ pub fn prepare_update(r: &ResourceInfo, obj: &mut Value, old: &Value, scope: Wri
         "deletionGracePeriodSeconds",
         "generation",
     ] {
-        match old_meta.get(f) {
+        match old_meta.and_then(|o| o.get(f)) {
             Some(v) => {
                 m.insert(f.into(), v.clone());
             }
@@ -434,7 +459,7 @@ pub fn prepare_update(r: &ResourceInfo, obj: &mut Value, old: &Value, scope: Wri
     }
     if r.uses_generation && spec_differs(obj, old) {
         let g = old_meta
-            .get("generation")
+            .and_then(|o| o.get("generation"))
             .and_then(Value::as_i64)
             .unwrap_or(0);
         meta_mut(obj).insert("generation".into(), json!(g + 1));
@@ -579,6 +604,47 @@ mod tests {
         assert!(!equal_except_resource_version(&a, &c));
         let d = json!({"metadata": {"name": "a"}, "data": {"k": "w"}});
         assert!(!equal_except_resource_version(&a, &d));
+    }
+
+    #[test]
+    fn a_status_write_keeps_everything_but_status_and_managed_fields() {
+        let r = crate::builtin::resources()
+            .into_iter()
+            .find(|r| r.plural == "deployments")
+            .unwrap();
+        let old = json!({"metadata": {"name": "a", "uid": "u", "labels": {"x": "1"},
+                         "managedFields": [{"manager": "m"}]},
+                         "spec": {"replicas": 1}, "status": {"ready": 0}});
+        for (sent, kept_labels) in [
+            // The rest as it was: kept as sent.
+            (
+                json!({"metadata": {"name": "a", "uid": "u", "labels": {"x": "1"},
+                    "managedFields": [{"manager": "s"}]},
+                    "spec": {"replicas": 1}, "status": {"ready": 1}}),
+                json!({"x": "1"}),
+            ),
+            // Changes outside status: put back as they were.
+            (
+                json!({"metadata": {"name": "a", "uid": "u", "labels": {"x": "2"},
+                    "managedFields": [{"manager": "s"}]},
+                    "spec": {"replicas": 5}, "extra": 1, "status": {"ready": 1}}),
+                json!({"x": "1"}),
+            ),
+            (
+                json!({"metadata": {"name": "a", "managedFields": [{"manager": "s"}]},
+                    "status": {"ready": 1}}),
+                json!({"x": "1"}),
+            ),
+        ] {
+            let mut obj = sent;
+            prepare_update(&r, &mut obj, &old, WriteScope::Status);
+            assert_eq!(obj["status"], json!({"ready": 1}), "{obj}");
+            assert_eq!(obj["spec"], json!({"replicas": 1}), "{obj}");
+            assert_eq!(obj["metadata"]["labels"], kept_labels, "{obj}");
+            assert_eq!(obj["metadata"]["uid"], "u", "{obj}");
+            assert_eq!(obj["metadata"]["managedFields"], json!([{"manager": "s"}]));
+            assert!(obj.get("extra").is_none(), "{obj}");
+        }
     }
 
     #[test]
