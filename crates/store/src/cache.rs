@@ -10,8 +10,9 @@
 //!   for watches that start before the window, as kine does: an object
 //!   costs memory only while it is changing.
 //!
-//! Values are held [`Packed`] (stored JSON objects shrink to about 40%).
-//! Readers get plain bytes.
+//! Values are held [`Packed`] (stored JSON objects shrink to about 40%),
+//! and the newest events also as written (`Fresh`). Readers get plain
+//! bytes.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
