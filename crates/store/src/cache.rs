@@ -168,7 +168,7 @@ enum Retention {
 }
 
 /// How many of the newest events the window also holds unpacked, and how
-/// many bytes of values at most.
+/// many bytes of values (and previous values) at most.
 const FRESH_EVENTS: usize = 1024;
 const FRESH_BYTES: usize = 4 * 1024 * 1024;
 
@@ -194,18 +194,25 @@ impl Fresh {
                 self.values.remove(&event.kv.key);
             }
         }
-        self.bytes += event.kv.value.len();
+        self.bytes += Self::size(&event);
         self.events.push_back(event);
         while self.events.len() > FRESH_EVENTS || self.bytes > FRESH_BYTES {
             self.pop_oldest();
         }
     }
 
+    /// The bytes an event holds: its value and its previous value (often
+    /// the bytes of the event before it, counted again: a bound, not a
+    /// measure).
+    fn size(event: &Event) -> usize {
+        event.kv.value.len() + event.prev.as_ref().map_or(0, |p| p.value.len())
+    }
+
     fn pop_oldest(&mut self) {
         let Some(e) = self.events.pop_front() else {
             return;
         };
-        self.bytes -= e.kv.value.len();
+        self.bytes -= Self::size(&e);
         if self
             .values
             .get(&e.kv.key)

@@ -168,10 +168,13 @@ impl Drop for EtcdStore {
     }
 }
 
+/// The value is copied out: the decoded message's bytes are a slice of the
+/// gRPC read buffer, and a cache holding the slice (the watch cache's
+/// newest events) would hold the whole buffer.
 fn to_key_value(key: &str, kv: &mvccpb::KeyValue) -> KeyValue {
     KeyValue {
         key: Arc::from(key),
-        value: kv.value.clone(),
+        value: Bytes::copy_from_slice(&kv.value),
         create_revision: kv.create_revision,
         mod_revision: kv.mod_revision,
     }
