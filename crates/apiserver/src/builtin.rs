@@ -306,6 +306,15 @@ fn defs() -> Vec<Def> {
     ]
 }
 
+/// The built-in kind of `group` served as `plural`, for unit tests.
+#[cfg(test)]
+pub fn resource(group: &str, plural: &str) -> ResourceInfo {
+    resources()
+        .into_iter()
+        .find(|r| r.group == group && r.plural == plural)
+        .unwrap_or_else(|| panic!("no built-in {plural}.{group}"))
+}
+
 pub fn resources() -> Vec<ResourceInfo> {
     defs()
         .into_iter()

@@ -344,10 +344,7 @@ mod tests {
     #[test]
     fn update_strategies_default_only_when_rolling() {
         let apply = |plural: &str, obj: &mut Value| {
-            let r = crate::builtin::resources()
-                .into_iter()
-                .find(|r| r.group == "apps" && r.plural == plural)
-                .expect("built-in");
+            let r = crate::builtin::resource("apps", plural);
             crate::kinds::strategy(&r).default(obj);
         };
         let mut d = json!({"spec": {}});

@@ -473,10 +473,7 @@ mod tests {
 
     #[test]
     fn updates_keep_unchanged_entries_and_move_changed_fields() {
-        let r = crate::builtin::resources()
-            .into_iter()
-            .find(|r| r.plural == "configmaps")
-            .unwrap();
+        let r = crate::builtin::resource("", "configmaps");
         let old = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "a", "managedFields": [
                 entry("a", "x", "2026-01-01T00:00:00Z"), entry("b", "y", "2026-01-02T00:00:00Z")]},

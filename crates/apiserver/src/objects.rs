@@ -608,10 +608,7 @@ mod tests {
 
     #[test]
     fn a_status_write_keeps_everything_but_status_and_managed_fields() {
-        let r = crate::builtin::resources()
-            .into_iter()
-            .find(|r| r.plural == "deployments")
-            .unwrap();
+        let r = crate::builtin::resource("apps", "deployments");
         let old = json!({"metadata": {"name": "a", "uid": "u", "labels": {"x": "1"},
                          "managedFields": [{"manager": "m"}]},
                          "spec": {"replicas": 1}, "status": {"ready": 0}});

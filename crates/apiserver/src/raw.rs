@@ -152,10 +152,7 @@ mod tests {
 
     #[test]
     fn served_bytes_are_the_decoded_object_serialized() {
-        let r = crate::builtin::resources()
-            .into_iter()
-            .find(|r| r.plural == "configmaps")
-            .unwrap();
+        let r = crate::builtin::resource("", "configmaps");
         let cases = [
             // As stored: no resourceVersion, apiVersion and kind first.
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "labels": {"app.kubernetes.io/name": "x\"y"}}, "data": {"k": "v\n\u{00e9} \u{2028}", "n": "1"}}),
