@@ -33,9 +33,15 @@ impl Drop for Underlay {
 /// A number that differs between tests and runs (names of host-wide
 /// objects: underlays, markers).
 pub fn rand_u32() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    // Tests of one binary start together, and two read the same clock
+    // value often enough to make the same name: a per-process count
+    // tells them apart.
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+    let call = CALLS.fetch_add(1, Ordering::Relaxed);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or_default();
-    nanos ^ std::process::id().rotate_left(16)
+    nanos ^ std::process::id().rotate_left(16) ^ call.wrapping_mul(0x9E37_79B9)
 }
