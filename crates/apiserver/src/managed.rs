@@ -122,6 +122,17 @@ const SERVER_SET_METADATA: [&str; 11] = [
     "selfLink",
 ];
 
+/// Whether managers own the top-level field `k` in a write of `scope`:
+/// not type meta, and only the part the scope may change.
+fn ownable_field(k: &str, r: &ResourceInfo, scope: WriteScope) -> bool {
+    let in_scope = match scope {
+        WriteScope::Status => k == "status",
+        _ if r.status_subresource => k != "status",
+        _ => true,
+    };
+    in_scope && k != "apiVersion" && k != "kind"
+}
+
 /// The part of an object whose fields managers own: no type meta, no
 /// server-set metadata, and only the part the write's scope may change.
 /// Built from the kept fields alone: the rest (managedFields above all)
@@ -130,14 +141,9 @@ fn ownable(obj: &Value, r: &ResourceInfo, scope: WriteScope) -> Value {
     let Some(o) = obj.as_object() else {
         return obj.clone();
     };
-    let in_scope = |k: &str| match scope {
-        WriteScope::Status => k == "status",
-        _ if r.status_subresource => k != "status",
-        _ => true,
-    };
     let mut out = Map::new();
     for (k, v) in o {
-        if k == "apiVersion" || k == "kind" || !in_scope(k) {
+        if !ownable_field(k, r, scope) {
             continue;
         }
         match (k.as_str(), v) {
@@ -170,15 +176,10 @@ fn ownable_fields(
     let Some(o) = obj.as_object() else {
         return fieldset::fields_of(obj, root);
     };
-    let in_scope = |k: &str| match scope {
-        WriteScope::Status => k == "status",
-        _ if r.status_subresource => k != "status",
-        _ => true,
-    };
     let mut set = FieldSet::default();
     let mut path = Vec::new();
     for (k, v) in o {
-        if k == "apiVersion" || k == "kind" || !in_scope(k) {
+        if !ownable_field(k, r, scope) {
             continue;
         }
         path.push(format!("f:{k}"));
