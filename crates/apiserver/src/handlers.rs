@@ -217,6 +217,27 @@ impl Filter {
             .and_then(Value::as_object);
         self.labels.matches(labels) && self.fields.matches(obj)
     }
+
+    /// Whether the stored object `bytes` matches, read from its labels
+    /// alone without decoding the rest (a label-selected watch of a busy
+    /// kind sees every event of it); None when that cannot tell: a field
+    /// selector, or bytes whose metadata does not read as an object.
+    pub fn matches_stored(&self, bytes: &[u8]) -> Option<bool> {
+        #[derive(serde::Deserialize)]
+        struct Top {
+            metadata: Option<Meta>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Meta {
+            labels: Option<serde_json::Map<String, Value>>,
+        }
+        if !self.fields.is_empty() {
+            return None;
+        }
+        let top: Top = serde_json::from_slice(bytes).ok()?;
+        let labels = top.metadata.and_then(|m| m.labels);
+        Some(self.labels.matches(labels.as_ref()))
+    }
 }
 
 fn custom_selectable(r: &ResourceInfo, field: &str) -> bool {

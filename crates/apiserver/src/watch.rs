@@ -59,14 +59,39 @@ impl Encoder {
         filter: &Filter,
         event: &Event,
     ) -> ApiResult<Option<Bytes>> {
-        if !serves_stored(filter, self.output) {
+        let (before, now) = if serves_stored(filter, self.output) {
+            // An empty filter matches every object, before and after.
+            (event.prev.is_some(), true)
+        } else if let Some(matched) = self.matches_stored(r, filter, event) {
+            matched
+        } else {
             return Ok(classify(r, filter, event)?.map(|(kind, obj)| self.line(r, kind, &obj)));
-        }
-        // An empty filter matches every object, before and after.
-        match event_type(event, event.prev.is_some(), true) {
+        };
+        match event_type(event, before, now) {
             Some(kind) => Ok(Some(raw_line(r, kind, &event.kv)?)),
             None => Ok(None),
         }
+    }
+
+    /// Whether the event's object matched the filter before and matches it
+    /// now, read from the stored bytes' labels when the object is served
+    /// as stored; None when only decoding can tell.
+    fn matches_stored(
+        &self,
+        r: &ResourceInfo,
+        filter: &Filter,
+        event: &Event,
+    ) -> Option<(bool, bool)> {
+        // A converted kind is matched as served.
+        if !matches!(self.output, Output::Json | Output::Yaml) || r.conversion.is_some() {
+            return None;
+        }
+        let now = filter.matches_stored(&event.kv.value)?;
+        let before = match &event.prev {
+            Some(prev) => filter.matches_stored(&prev.value)?,
+            None => false,
+        };
+        Some((before, now))
     }
 
     fn line(&mut self, r: &ResourceInfo, kind: &str, obj: &Value) -> Bytes {

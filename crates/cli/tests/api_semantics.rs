@@ -131,6 +131,89 @@ async fn delete_collection_honours_selectors() {
     assert_eq!(left, vec!["c"]);
 }
 
+/// A label-selected watch sees an object arrive when it starts to match
+/// (ADDED), its changes while it matches, and leave when it stops
+/// (DELETED), with every field as a get serves it; combined with a field
+/// selector, the same.
+#[tokio::test]
+async fn selected_watches_see_objects_enter_and_leave() {
+    let s = Server::start();
+    let cms: Api<ConfigMap> = Api::namespaced(s.client().await, "default");
+    let label = |v: &str| json!({"metadata": {"labels": {"tier": v}}});
+    let merge = PatchParams::default();
+    for params in [
+        WatchParams::default().labels("tier=web"),
+        WatchParams::default()
+            .labels("tier in (web)")
+            .fields("metadata.name!=other"),
+    ] {
+        let version = cms
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .metadata
+            .resource_version
+            .unwrap();
+        let mut events = cms.watch(&params, &version).await.unwrap().boxed();
+        cms.create(
+            &PostParams::default(),
+            &obj(json!({"metadata": {"name": "a", "labels": {"tier": "web"}}})),
+        )
+        .await
+        .unwrap();
+        cms.create(
+            &PostParams::default(),
+            &obj(json!({"metadata": {"name": "b", "labels": {"tier": "db"}}})),
+        )
+        .await
+        .unwrap();
+        let changed = cms
+            .patch("a", &merge, &Patch::Merge(json!({"data": {"k": "v"}})))
+            .await
+            .unwrap();
+        cms.patch("a", &merge, &Patch::Merge(label("db")))
+            .await
+            .unwrap();
+        cms.patch("b", &merge, &Patch::Merge(label("web")))
+            .await
+            .unwrap();
+        cms.delete("b", &DeleteParams::default()).await.unwrap();
+        cms.delete("a", &DeleteParams::default()).await.unwrap();
+
+        let mut seen = Vec::new();
+        while seen.len() < 5 {
+            let event = tokio::time::timeout(Duration::from_secs(10), events.next())
+                .await
+                .expect("an event within 10 s")
+                .expect("the watch goes on")
+                .expect("a watch event");
+            let (kind, cm) = match event {
+                WatchEvent::Added(cm) => ("ADDED", cm),
+                WatchEvent::Modified(cm) => ("MODIFIED", cm),
+                WatchEvent::Deleted(cm) => ("DELETED", cm),
+                other => panic!("unexpected {other:?}"),
+            };
+            if kind == "MODIFIED" {
+                // Served as a get serves it: type meta, data, version.
+                assert_eq!(cm, changed, "{params:?}");
+            }
+            seen.push((kind, cm.name_any(), cm.labels()["tier"].clone()));
+        }
+        let expected = [
+            ("ADDED", "a", "web"),
+            ("MODIFIED", "a", "web"),
+            ("DELETED", "a", "db"),
+            ("ADDED", "b", "web"),
+            ("DELETED", "b", "web"),
+        ];
+        let seen: Vec<(&str, &str, &str)> = seen
+            .iter()
+            .map(|(k, n, t)| (*k, n.as_str(), t.as_str()))
+            .collect();
+        assert_eq!(seen, expected, "{params:?}");
+    }
+}
+
 #[tokio::test]
 async fn events_are_selected_by_involved_object() {
     let s = Server::start();
