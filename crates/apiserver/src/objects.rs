@@ -381,26 +381,29 @@ fn keep_from(new: &mut Value, old: &Value, parent: &str, field: &str) {
     }
 }
 
-/// Whether `new` and `old` differ at most in `status` and in
-/// `metadata.managedFields`: what a status write may change.
+/// Whether `new` and `old` differ at most in `status`, in
+/// `metadata.managedFields` and in `metadata.resourceVersion` (a patch
+/// that leaves it alone drops it; it is the store's, not data): what a
+/// status write may change.
 fn same_outside_status(new: &Value, old: &Value) -> bool {
     let (Some(new), Some(old)) = (new.as_object(), old.as_object()) else {
         return false;
     };
-    let same_except = |a: &Map<String, Value>, b: &Map<String, Value>, except: &str| {
-        let len = |m: &Map<String, Value>| m.len() - usize::from(m.contains_key(except));
-        len(a) == len(b) && a.iter().all(|(k, v)| k == except || b.get(k) == Some(v))
+    let same_except = |a: &Map<String, Value>, b: &Map<String, Value>, except: &[&str]| {
+        let len = |m: &Map<String, Value>| {
+            m.len() - except.iter().filter(|k| m.contains_key(**k)).count()
+        };
+        len(a) == len(b)
+            && a.iter()
+                .all(|(k, v)| except.contains(&k.as_str()) || b.get(k) == Some(v))
     };
     let metadata_same = match (new.get("metadata"), old.get("metadata")) {
-        (Some(Value::Object(a)), Some(Value::Object(b))) => same_except(a, b, "managedFields"),
+        (Some(Value::Object(a)), Some(Value::Object(b))) => {
+            same_except(a, b, &["managedFields", "resourceVersion"])
+        }
         (a, b) => a == b,
     };
-    metadata_same
-        && new.len() - usize::from(new.contains_key("status"))
-            == old.len() - usize::from(old.contains_key("status"))
-        && new
-            .iter()
-            .all(|(k, v)| k == "status" || k == "metadata" || old.get(k) == Some(v))
+    metadata_same && same_except(new, old, &["status", "metadata"])
 }
 
 pub fn prepare_update(r: &ResourceInfo, obj: &mut Value, old: &Value, scope: WriteScope) {
@@ -610,10 +613,18 @@ mod tests {
     fn a_status_write_keeps_everything_but_status_and_managed_fields() {
         let r = crate::builtin::resource("apps", "deployments");
         let old = json!({"metadata": {"name": "a", "uid": "u", "labels": {"x": "1"},
-                         "managedFields": [{"manager": "m"}]},
+                         "resourceVersion": "7", "managedFields": [{"manager": "m"}]},
                          "spec": {"replicas": 1}, "status": {"ready": 0}});
         for (sent, kept_labels) in [
             // The rest as it was: kept as sent.
+            (
+                json!({"metadata": {"name": "a", "uid": "u", "labels": {"x": "1"},
+                    "resourceVersion": "7", "managedFields": [{"manager": "s"}]},
+                    "spec": {"replicas": 1}, "status": {"ready": 1}}),
+                json!({"x": "1"}),
+            ),
+            // ... and without the resourceVersion, as a patch that leaves
+            // it alone sends it.
             (
                 json!({"metadata": {"name": "a", "uid": "u", "labels": {"x": "1"},
                     "managedFields": [{"manager": "s"}]},
