@@ -218,6 +218,11 @@ impl Filter {
         self.labels.matches(labels) && self.fields.matches(obj)
     }
 
+    /// Whether labels alone decide what matches: no field selector.
+    pub fn reads_labels_only(&self) -> bool {
+        self.fields.is_empty()
+    }
+
     /// Whether the stored object `bytes` matches, read from its labels
     /// alone without decoding the rest (a label-selected watch of a busy
     /// kind sees every event of it); None when that cannot tell: a field
@@ -231,7 +236,7 @@ impl Filter {
         struct Meta {
             labels: Option<serde_json::Map<String, Value>>,
         }
-        if !self.fields.is_empty() {
+        if !self.reads_labels_only() {
             return None;
         }
         let top: Top = serde_json::from_slice(bytes).ok()?;
@@ -384,8 +389,10 @@ pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
 
     let prefix = r.collection_prefix(ctx.namespace.as_deref());
     let output = request::negotiate(&ctx.headers, ctx.query.get("includeObject"))?;
-    // Without a filter, a JSON list is made of the stored bytes, undecoded.
-    let raw = filter.is_empty() && output == Output::Json;
+    // A JSON list is made of the stored bytes, undecoded, when no more than
+    // their labels decide which are in it.
+    let raw = output == Output::Json
+        && (filter.is_empty() || (filter.reads_labels_only() && r.conversion.is_none()));
     let mut items = Vec::new();
     let mut raw_items: Vec<u8> = Vec::new();
     let mut count = 0;
@@ -406,11 +413,18 @@ pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
         let mut consumed_all = true;
         for (i, kv) in page.items.iter().enumerate() {
             let matched = if raw {
-                if count > 0 {
-                    raw_items.push(b',');
+                let matched = filter.is_empty()
+                    || match filter.matches_stored(&kv.value) {
+                        Some(matched) => matched,
+                        None => filter.matches(&objects::decode(r, kv)?),
+                    };
+                if matched {
+                    if count > 0 {
+                        raw_items.push(b',');
+                    }
+                    crate::raw::write_served(&mut raw_items, r, kv)?;
                 }
-                crate::raw::write_served(&mut raw_items, r, kv)?;
-                true
+                matched
             } else {
                 let obj = objects::decode(r, kv)?;
                 let matched = filter.matches(&obj);

@@ -177,6 +177,13 @@ async fn selected_watches_see_objects_enter_and_leave() {
         cms.patch("b", &merge, &Patch::Merge(label("web")))
             .await
             .unwrap();
+        // A list under the same labels: b alone, as a get serves it.
+        let listed = cms
+            .list(&ListParams::default().labels("tier=web"))
+            .await
+            .unwrap()
+            .items;
+        assert_eq!(listed, vec![cms.get("b").await.unwrap()]);
         cms.delete("b", &DeleteParams::default()).await.unwrap();
         cms.delete("a", &DeleteParams::default()).await.unwrap();
 
