@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
-use flotilla_store::{ListOptions, Revision};
+use flotilla_store::{KeyValue, ListOptions, Revision};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -223,11 +223,12 @@ impl Filter {
         self.fields.is_empty()
     }
 
-    /// Whether the stored object `bytes` matches, read from its labels
+    /// Whether the stored object `kv` of `r` matches, read from its labels
     /// alone without decoding the rest (a label-selected watch of a busy
     /// kind sees every event of it); None when that cannot tell: a field
-    /// selector, or bytes whose metadata does not read as an object.
-    pub fn matches_stored(&self, bytes: &[u8]) -> Option<bool> {
+    /// selector, a kind converted when served (matched as served), or
+    /// bytes whose metadata does not read as an object.
+    pub fn matches_stored(&self, r: &ResourceInfo, kv: &KeyValue) -> Option<bool> {
         #[derive(serde::Deserialize)]
         struct Top {
             metadata: Option<Meta>,
@@ -236,10 +237,10 @@ impl Filter {
         struct Meta {
             labels: Option<serde_json::Map<String, Value>>,
         }
-        if !self.reads_labels_only() {
+        if !self.reads_labels_only() || r.conversion.is_some() {
             return None;
         }
-        let top: Top = serde_json::from_slice(bytes).ok()?;
+        let top: Top = serde_json::from_slice(&kv.value).ok()?;
         let labels = top.metadata.and_then(|m| m.labels);
         Some(self.labels.matches(labels.as_ref()))
     }
@@ -414,7 +415,7 @@ pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
         for (i, kv) in page.items.iter().enumerate() {
             let matched = if raw {
                 let matched = filter.is_empty()
-                    || match filter.matches_stored(&kv.value) {
+                    || match filter.matches_stored(r, kv) {
                         Some(matched) => matched,
                         None => filter.matches(&objects::decode(r, kv)?),
                     };

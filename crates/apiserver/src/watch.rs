@@ -82,13 +82,12 @@ impl Encoder {
         filter: &Filter,
         event: &Event,
     ) -> Option<(bool, bool)> {
-        // A converted kind is matched as served.
-        if !matches!(self.output, Output::Json | Output::Yaml) || r.conversion.is_some() {
+        if !matches!(self.output, Output::Json | Output::Yaml) {
             return None;
         }
-        let now = filter.matches_stored(&event.kv.value)?;
+        let now = filter.matches_stored(r, &event.kv)?;
         let before = match &event.prev {
-            Some(prev) => filter.matches_stored(&prev.value)?,
+            Some(prev) => filter.matches_stored(r, prev)?,
             None => false,
         };
         Some((before, now))
