@@ -1055,3 +1055,81 @@ pub async fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let output = request::negotiate(&ctx.headers, ctx.query.get("includeObject"))?;
     respond_list(ctx, output, deleted, list_meta)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::Query;
+
+    fn filter(query: &str) -> Filter {
+        let r = crate::builtin::resource("", "configmaps");
+        Filter::from_query(&r, &Query::parse(Some(query))).expect("a valid selector")
+    }
+
+    fn stored(value: &str) -> KeyValue {
+        KeyValue {
+            key: "/registry/configmaps/default/a".into(),
+            mod_revision: 2,
+            create_revision: 1,
+            value: bytes::Bytes::copy_from_slice(value.as_bytes()),
+        }
+    }
+
+    /// What the labels of the stored bytes say is what decoding the object
+    /// says, for every selector form and for objects with odd metadata;
+    /// what the labels cannot tell is left to decoding.
+    #[test]
+    fn a_label_match_on_stored_bytes_agrees_with_the_decoded_object() {
+        let r = crate::builtin::resource("", "configmaps");
+        let objects = [
+            r#"{"metadata":{"name":"a","labels":{"tier":"web","env":"prod"}},"data":{"k":"v"}}"#,
+            r#"{"metadata":{"name":"a","labels":{"tier":"db"}}}"#,
+            r#"{"metadata":{"name":"a","labels":null}}"#,
+            r#"{"metadata":{"name":"a"}}"#,
+            r#"{"metadata":null}"#,
+            r#"{"data":{"metadata":{"labels":{"tier":"web"}}}}"#,
+            r#"{}"#,
+        ];
+        let selectors = [
+            "labelSelector=tier%3Dweb",
+            "labelSelector=tier%21%3Dweb",
+            "labelSelector=tier+in+(web,db)",
+            "labelSelector=%21tier",
+            "labelSelector=tier,env%3Dprod",
+        ];
+        for query in selectors {
+            let f = filter(query);
+            for text in objects {
+                let kv = stored(text);
+                let decoded = objects::decode(&r, &kv).expect("an object");
+                assert_eq!(
+                    f.matches_stored(&r, &kv),
+                    Some(f.matches(&decoded)),
+                    "{query} on {text}"
+                );
+            }
+        }
+        // Labels that are not a map, metadata that is not an object, and
+        // bytes that are not an object: decoding decides.
+        let f = filter("labelSelector=tier%3Dweb");
+        for text in [
+            r#"{"metadata":{"labels":"tier=web"}}"#,
+            r#"{"metadata":[1]}"#,
+            r#"[1,2]"#,
+            r#"{"metadata":{"labels":{"tier":"web"}}"#,
+        ] {
+            assert_eq!(f.matches_stored(&r, &stored(text)), None, "{text}");
+        }
+        // A field selector, with or without labels: decoding decides.
+        let kv = stored(objects[0]);
+        assert_eq!(
+            filter("fieldSelector=metadata.name%3Da").matches_stored(&r, &kv),
+            None
+        );
+        assert_eq!(
+            filter("labelSelector=tier%3Dweb&fieldSelector=metadata.name%3Da")
+                .matches_stored(&r, &kv),
+            None
+        );
+    }
+}
