@@ -73,6 +73,11 @@ pub struct PropagationArgs {
     /// --watch-history`); its default when not given.
     #[arg(long)]
     watch_history: Option<usize>,
+    /// The control plane's Work applies in flight per member (see
+    /// `flotilla controlplane --concurrent-work-syncs`); its default when
+    /// not given.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    concurrent_work_syncs: Option<u16>,
     /// one: every member in one `flotilla member --count M` process, so
     /// that the members cost little beside the hub; each: a process per
     /// member.
@@ -331,6 +336,9 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
     }
     if let Some(history) = args.watch_history {
         hub_args.extend(["--watch-history".to_string(), history.to_string()]);
+    }
+    if let Some(syncs) = args.concurrent_work_syncs {
+        hub_args.extend(["--concurrent-work-syncs".to_string(), syncs.to_string()]);
     }
     let hub_args: Vec<&str> = hub_args.iter().map(String::as_str).collect();
     let mut hub_process = spawn(&hub_args, &hub_data)?;
@@ -747,6 +755,7 @@ fn args_json(args: &PropagationArgs) -> Value {
         "replicas": args.replicas, "concurrency": args.concurrency, "rate": args.rate,
         "restart": args.restart, "scheduler_only": args.scheduler_only,
         "store": store_name(args), "watch_history": args.watch_history,
+        "concurrent_work_syncs": args.concurrent_work_syncs,
         "member_processes": format!("{:?}", args.member_processes).to_lowercase(),
     })
 }

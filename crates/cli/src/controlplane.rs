@@ -41,9 +41,10 @@ pub struct ProbeArgs {
 /// members, by the agent for a Pull one.
 #[derive(clap::Args)]
 pub struct ExecutionArgs {
-    /// How many Works are applied to each member at once (Karmada counts
-    /// them over all members; here each member has its own, so one slow
-    /// member holds up only its own).
+    /// How many Works are applied to each member at once, at least
+    /// (Karmada counts them over all members; here each member has its
+    /// own, so one slow member holds up only its own). In a fleet of fewer
+    /// than 20 members each gets more: up to 10, from 100 shared.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrent_work_syncs: u16,
 }

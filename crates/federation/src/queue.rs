@@ -37,6 +37,40 @@ struct Shard<T> {
     has_turn: bool,
 }
 
+/// How many keys of one line may be processed at once: a share of a
+/// budget among the lines the queue has had, never under the floor nor
+/// over the ceiling. The execution controller's lines are members: each
+/// member of a small fleet gets more applies in flight (more writes per
+/// commit on the member, less time queued in a burst), each of a large
+/// one stays at the floor (every apply in flight holds a connection to
+/// its member, kept for reuse), and a stuck member never holds more than
+/// the ceiling. Lines, not busy lines: a share that grew while few
+/// members were busy (the start and the end of a burst) would open
+/// connections a large fleet then keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LineLimit {
+    pub floor: usize,
+    pub ceiling: usize,
+    pub budget: usize,
+}
+
+impl LineLimit {
+    /// The same number for every line, however many are busy.
+    pub fn fixed(n: usize) -> LineLimit {
+        LineLimit {
+            floor: n,
+            ceiling: n,
+            budget: 0,
+        }
+    }
+
+    /// Each line's limit while the queue has `lines` lines.
+    pub fn per_line(&self, lines: usize) -> usize {
+        let floor = self.floor.max(1);
+        (self.budget / lines.max(1)).clamp(floor, self.ceiling.max(floor))
+    }
+}
+
 struct State<T> {
     shards: HashMap<Arc<str>, Shard<T>>,
     /// Shards that may start a key now, served round robin.
@@ -53,7 +87,7 @@ pub struct WorkQueue<T> {
     state: Mutex<State<T>>,
     ready: Notify,
     shard_of: Option<ShardOf<T>>,
-    per_shard: usize,
+    limit: LineLimit,
 }
 
 impl<T> WorkQueue<T>
@@ -61,16 +95,16 @@ where
     T: Hash + Eq + Clone + Send + Sync + 'static,
 {
     pub fn new() -> Arc<WorkQueue<T>> {
-        Self::build(None, usize::MAX)
+        Self::build(None, LineLimit::fixed(usize::MAX))
     }
 
     /// A queue whose keys wait in the line `shard_of` names, with at most
-    /// `per_shard` of a line processed at once; lines take turns.
-    pub fn sharded(shard_of: ShardOf<T>, per_shard: usize) -> Arc<WorkQueue<T>> {
-        Self::build(Some(shard_of), per_shard.max(1))
+    /// `limit` of a line processed at once; lines take turns.
+    pub fn sharded(shard_of: ShardOf<T>, limit: LineLimit) -> Arc<WorkQueue<T>> {
+        Self::build(Some(shard_of), limit)
     }
 
-    fn build(shard_of: Option<ShardOf<T>>, per_shard: usize) -> Arc<WorkQueue<T>> {
+    fn build(shard_of: Option<ShardOf<T>>, limit: LineLimit) -> Arc<WorkQueue<T>> {
         Arc::new(WorkQueue {
             state: Mutex::new(State {
                 shards: HashMap::new(),
@@ -82,7 +116,7 @@ where
             }),
             ready: Notify::new(),
             shard_of,
-            per_shard,
+            limit,
         })
     }
 
@@ -92,10 +126,11 @@ where
 
     /// Puts `key` at the back of its line; true if its line may start it.
     fn enqueue(&self, s: &mut State<T>, key: T) -> bool {
-        let name = match s.shards.get_key_value(self.shard_name(&key)) {
-            Some((name, _)) => name.clone(),
-            None => Arc::from(self.shard_name(&key)),
+        let (name, new_line) = match s.shards.get_key_value(self.shard_name(&key)) {
+            Some((name, _)) => (name.clone(), false),
+            None => (Arc::from(self.shard_name(&key)), true),
         };
+        let limit = self.limit.per_line(s.shards.len() + usize::from(new_line));
         let shard = s.shards.entry(name.clone()).or_insert_with(|| Shard {
             waiting: VecDeque::new(),
             in_flight: 0,
@@ -103,7 +138,7 @@ where
         });
         shard.waiting.push_back(key);
         s.waiting += 1;
-        give_turn(shard, name, &mut s.turns, self.per_shard)
+        give_turn(shard, name, &mut s.turns, limit)
     }
 
     pub fn add(&self, key: T) {
@@ -167,16 +202,28 @@ where
     fn take(&self) -> Option<T> {
         let mut guard = self.state.lock();
         let s = &mut *guard;
-        let name = s.turns.pop_front()?;
-        let shard = s.shards.get_mut(&name)?;
-        shard.has_turn = false;
-        let key = shard.waiting.pop_front()?;
-        shard.in_flight += 1;
-        give_turn(shard, name, &mut s.turns, self.per_shard);
-        s.waiting -= 1;
-        s.dirty.remove(&key);
-        s.processing.insert(key.clone());
-        Some(key)
+        let limit = self.limit.per_line(s.shards.len());
+        loop {
+            let name = s.turns.pop_front()?;
+            let Some(shard) = s.shards.get_mut(&name) else {
+                continue;
+            };
+            shard.has_turn = false;
+            // The limit fell (more lines came) since this turn was given:
+            // the line waits for one of its keys to finish.
+            if shard.in_flight >= limit {
+                continue;
+            }
+            let Some(key) = shard.waiting.pop_front() else {
+                continue;
+            };
+            shard.in_flight += 1;
+            give_turn(shard, name, &mut s.turns, limit);
+            s.waiting -= 1;
+            s.dirty.remove(&key);
+            s.processing.insert(key.clone());
+            return Some(key);
+        }
     }
 
     fn done(&self, key: &T) {
@@ -185,6 +232,7 @@ where
             let s = &mut *guard;
             s.processing.remove(key);
             let mut startable = false;
+            let lines = s.shards.len();
             let name = s
                 .shards
                 .get_key_value(self.shard_name(key))
@@ -193,7 +241,8 @@ where
                 && let Some(shard) = s.shards.get_mut(&name)
             {
                 shard.in_flight = shard.in_flight.saturating_sub(1);
-                startable = give_turn(shard, name, &mut s.turns, self.per_shard);
+                let limit = self.limit.per_line(lines);
+                startable = give_turn(shard, name, &mut s.turns, limit);
             }
             if s.dirty.contains(key) {
                 startable |= self.enqueue(s, key.clone());
@@ -246,9 +295,9 @@ fn give_turn<T>(
     shard: &mut Shard<T>,
     name: Arc<str>,
     turns: &mut VecDeque<Arc<str>>,
-    per_shard: usize,
+    limit: usize,
 ) -> bool {
-    let may = !shard.waiting.is_empty() && shard.in_flight < per_shard;
+    let may = !shard.waiting.is_empty() && shard.in_flight < limit;
     if may && !shard.has_turn {
         shard.has_turn = true;
         turns.push_back(name);
@@ -425,7 +474,7 @@ mod tests {
         fn line(key: &String) -> &str {
             key.split_once('/').map_or("", |(line, _)| line)
         }
-        let queue = WorkQueue::<String>::sharded(line, 2);
+        let queue = WorkQueue::<String>::sharded(line, LineLimit::fixed(2));
         let stuck = Arc::new(AtomicUsize::new(0));
         let (most_stuck, done) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let release = Arc::new(Notify::new());
@@ -462,6 +511,62 @@ mod tests {
         })
         .await;
         assert_eq!(most_stuck.load(Ordering::SeqCst), 2);
+        assert!(queue.is_empty());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lines_share_a_budget_between_a_floor_and_a_ceiling() {
+        #[allow(clippy::ptr_arg)] // the queue's key type is String
+        fn line(key: &String) -> &str {
+            key.split_once('/').map_or("", |(line, _)| line)
+        }
+        let limit = LineLimit {
+            floor: 2,
+            ceiling: 4,
+            budget: 8,
+        };
+        assert_eq!(
+            [0, 1, 2, 3, 4, 100].map(|busy| limit.per_line(busy)),
+            [4, 4, 4, 2, 2, 2]
+        );
+        assert_eq!(LineLimit::fixed(3).per_line(1), 3);
+        let queue = WorkQueue::<String>::sharded(line, limit);
+        let in_flight: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        let done = Arc::new(AtomicUsize::new(0));
+        let release = Arc::new(Notify::new());
+        let (f, d, rel) = (in_flight.clone(), done.clone(), release.clone());
+        tokio::spawn(queue.clone().run(usize::MAX, move |key: String| {
+            let (f, d, rel) = (f.clone(), d.clone(), rel.clone());
+            async move {
+                let line = line(&key).to_string();
+                *f.lock().entry(line.clone()).or_default() += 1;
+                rel.notified().await;
+                *f.lock().entry(line).or_default() -= 1;
+                d.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+        let now = |l: &str| in_flight.lock().get(l).copied().unwrap_or(0);
+        // One line: up to the ceiling, not the whole budget.
+        queue.add_all((0..10).map(|i| format!("a/{i}")));
+        until("line a at its ceiling", || now("a") == 4).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(now("a"), 4);
+        // Four lines: the newcomers get their share of the budget; line a
+        // keeps what it started, and starts no more while over its share.
+        for l in ["b", "c", "d"] {
+            queue.add_all((0..10).map(|i| format!("{l}/{i}")));
+        }
+        until("lines b, c and d at their share", || {
+            ["b", "c", "d"].iter().all(|l| now(l) == 2)
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(["a", "b", "c", "d"].map(now), [4, 2, 2, 2]);
+        until("every key to run as they are let go", || {
+            release.notify_waiters();
+            done.load(Ordering::SeqCst) == 40
+        })
+        .await;
         assert!(queue.is_empty());
     }
 
