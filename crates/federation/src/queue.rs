@@ -55,7 +55,7 @@ pub struct LineLimit {
 }
 
 impl LineLimit {
-    /// The same number for every line, however many are busy.
+    /// The same number for every line, however many lines there are.
     pub fn fixed(n: usize) -> LineLimit {
         LineLimit {
             floor: n,

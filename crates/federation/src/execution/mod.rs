@@ -56,9 +56,10 @@ const NOT_READY_RETRY: Duration = Duration::from_secs(5);
 /// its member, kept for reuse, about 200 KiB of the hub's memory. On 2
 /// cores (docs/benchmarks.md) 16 per member instead of 5 took the p99
 /// latency of 10,000 × 10 from 46 to 21 s but the hub's peak RSS from 198
-/// to 249 MiB; 10 took it to 30 s within the spread of memory; and a share
-/// counted among the busy members instead of all of them let a
-/// 100-member burst open 96 MiB more of connections at its start and end.
+/// to 249 MiB; 10 took it from 43 to 26 s with the peak within the
+/// spread; and a share counted among the busy members instead of all of
+/// them let a 100-member burst open 96 MiB more of connections at its
+/// start and end.
 const WORK_SYNCS_SHARED: usize = 100;
 /// The most applies in flight to one member (unless
 /// `--concurrent-work-syncs` asks for more).
