@@ -1120,8 +1120,13 @@ mod tests {
         ] {
             assert_eq!(f.matches_stored(&r, &stored(text)), None, "{text}");
         }
-        // A field selector, with or without labels: decoding decides.
+        // A kind converted when served is matched as served: decoding
+        // decides.
         let kv = stored(objects[0]);
+        let events = crate::builtin::resource("events.k8s.io", "events");
+        assert!(events.conversion.is_some());
+        assert_eq!(f.matches_stored(&events, &kv), None);
+        // A field selector, with or without labels: decoding decides.
         assert_eq!(
             filter("fieldSelector=metadata.name%3Da").matches_stored(&r, &kv),
             None
