@@ -70,11 +70,12 @@ where
     /// the fields its reader needs, so that the rest (a Work's manifests)
     /// is skipped over instead of built into values and dropped again.
     pub fn get_as<V: DeserializeOwned>(&self, r: &ObjectRef<K>) -> Option<V> {
-        let packed = self
-            .objects
-            .read()
-            .get(key(r.namespace.as_deref(), &r.name).as_str())?
-            .clone();
+        self.get_key_as(&key(r.namespace.as_deref(), &r.name))
+    }
+
+    /// As [`get_as`](Self::get_as), of the object under [`key`].
+    pub fn get_key_as<V: DeserializeOwned>(&self, key: &str) -> Option<V> {
+        let packed = self.objects.read().get(key)?.clone();
         decode_as(&packed)
     }
 

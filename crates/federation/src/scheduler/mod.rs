@@ -9,7 +9,7 @@ pub mod tenancy;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use kube::{Api, ResourceExt};
@@ -82,20 +82,21 @@ pub async fn run(
     };
     let of_kinds = {
         let (bindings, state) = (bindings.clone(), state.clone());
-        kinds_changed.flat_map(move |kinds| {
+        gathered(kinds_changed).flat_map(move |kinds| {
             let keys: Vec<Key> = bindings
                 .keys()
                 .into_iter()
                 .filter(|key| {
-                    let Some(b) = bindings.get_key(key) else {
+                    // The resource's kind and the uid, not the whole
+                    // binding: this looks at every binding of the fleet.
+                    let Some(b) = bindings.get_key_as::<BindingOfKind>(key) else {
                         return false;
                     };
-                    let r = &b.spec.resource;
-                    let of_kind = kinds.contains(&(r.api_version.clone(), r.kind.clone()));
+                    let r = b.spec.resource;
+                    let of_kind = kinds.contains(&(r.api_version, r.kind));
                     if of_kind {
                         // Decided at this epoch, but on what clusters served then.
-                        let uid = b.metadata.uid.as_deref().unwrap_or_default();
-                        state.decided.lock().remove(uid);
+                        state.decided.lock().remove(&b.metadata.uid);
                     }
                     of_kind
                 })
@@ -112,6 +113,56 @@ pub async fn run(
             reconcile(b, state.clone())
         }),
     );
+}
+
+/// How long kind changes are gathered into one look at every binding:
+/// the members of a fleet report newly installed CRDs (the MCS kinds after
+/// a join) one after another, a few milliseconds apart, and each look
+/// reads every binding.
+const KIND_CHANGES_GATHERED: Duration = Duration::from_millis(250);
+
+/// `changes`, each joined with those that follow it within
+/// [`KIND_CHANGES_GATHERED`].
+fn gathered(
+    changes: impl Stream<Item = Arc<HashSet<ServedKind>>> + Send + 'static,
+) -> impl Stream<Item = HashSet<ServedKind>> + Send + 'static {
+    futures::stream::unfold(changes.boxed(), |mut changes| async move {
+        let mut kinds: HashSet<ServedKind> = (*changes.next().await?).clone();
+        let until = tokio::time::Instant::now() + KIND_CHANGES_GATHERED;
+        // A stream that ended gives what it gathered, then ends.
+        while let Ok(Some(more)) = tokio::time::timeout_at(until, changes.next()).await {
+            kinds.extend(more.iter().cloned());
+        }
+        Some((kinds, changes))
+    })
+}
+
+/// What the look at every binding for changed kinds reads of each.
+#[derive(serde::Deserialize)]
+struct BindingOfKind {
+    #[serde(default)]
+    metadata: UidOnly,
+    spec: ResourceOnly,
+}
+
+#[derive(Default, serde::Deserialize)]
+struct UidOnly {
+    #[serde(default)]
+    uid: String,
+}
+
+#[derive(serde::Deserialize)]
+struct ResourceOnly {
+    resource: KindOnly,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct KindOnly {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
 }
 
 async fn reconcile(binding: Arc<Binding>, state: Arc<State>) -> Result<Next, Error> {
@@ -290,4 +341,60 @@ async fn write_status(
     });
     crate::writes::merge_patch_status(api, name, &patch).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn kinds(names: &[&str]) -> Arc<HashSet<ServedKind>> {
+        Arc::new(
+            names
+                .iter()
+                .map(|k| ("example.com/v1".to_string(), k.to_string()))
+                .collect(),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn kind_changes_close_together_make_one_look_at_the_bindings() {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut looks = Box::pin(gathered(
+            tokio_stream::wrappers::UnboundedReceiverStream::new(rx),
+        ));
+        // Three members report within the window, a fourth well after it.
+        tx.send(kinds(&["A"])).unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        tx.send(kinds(&["B"])).unwrap();
+        tx.send(kinds(&["A", "C"])).unwrap();
+        let first = looks.next().await.unwrap();
+        assert_eq!(first, (*kinds(&["A", "B", "C"])).clone());
+        tokio::time::sleep(KIND_CHANGES_GATHERED * 2).await;
+        tx.send(kinds(&["D"])).unwrap();
+        drop(tx);
+        assert_eq!(looks.next().await.unwrap(), (*kinds(&["D"])).clone());
+        assert!(
+            looks.next().await.is_none(),
+            "the stream ends with its source"
+        );
+    }
+
+    #[test]
+    fn the_look_for_changed_kinds_reads_a_binding_s_kind_and_uid() {
+        let b: BindingOfKind = serde_json::from_value(serde_json::json!({
+            "apiVersion": "work.karmada.io/v1alpha2", "kind": "ResourceBinding",
+            "metadata": {"name": "gear-widget", "uid": "u-1", "labels": {"a": "b"}},
+            "spec": {"resource": {"apiVersion": "example.com/v1", "kind": "Widget",
+                                  "name": "gear", "namespace": "shop"},
+                     "clusters": [{"name": "member1"}]},
+            "status": {"conditions": []}
+        }))
+        .unwrap();
+        assert_eq!(b.metadata.uid, "u-1");
+        assert_eq!(
+            (b.spec.resource.api_version, b.spec.resource.kind),
+            ("example.com/v1".to_string(), "Widget".to_string())
+        );
+    }
 }
