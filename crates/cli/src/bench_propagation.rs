@@ -488,6 +488,11 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
             )
         })
         .collect();
+    // Where the machine's CPU goes while the copies travel: on a machine
+    // whose cores are all busy, the time follows it.
+    let client_pid = [std::process::id()];
+    let spent = |pids: &[u32], since: f64| cpu(pids) - since;
+    let cpu_before = (cpu(&hub_pid), cpu(&member_pids), cpu(&client_pid));
     let started = Instant::now();
     create_all(&hub, objects, args.concurrency, args.rate, Some(&created)).await?;
     let created_in = started.elapsed();
@@ -525,6 +530,11 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let distributed_in = started.elapsed();
+    let distribution_cpu = (
+        spent(&hub_pid, cpu_before.0),
+        spent(&member_pids, cpu_before.1),
+        spent(&client_pid, cpu_before.2),
+    );
     let mut latencies: Vec<f64> = {
         let seen = seen.lock();
         let created = created.lock();
@@ -621,6 +631,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
     for m in members {
         ensure_namespace(&m.client, "direct").await?;
     }
+    let direct_cpu_before = (cpu(&member_pids), cpu(&client_pid));
     let direct_started = Instant::now();
     let mut direct_objects = Vec::new();
     for (m, client) in members.iter().map(|m| &m.client).enumerate() {
@@ -641,6 +652,10 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         .await;
     results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
     let direct_in = direct_started.elapsed();
+    let direct_cpu = (
+        spent(&member_pids, direct_cpu_before.0),
+        spent(&client_pid, direct_cpu_before.1),
+    );
 
     let p = |q: f64| percentile(&latencies, q);
     let ratio = distributed_in.as_secs_f64() / direct_in.as_secs_f64().max(1e-9);
@@ -667,6 +682,13 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         "members_peak_rss_mib": members_peak_kib as f64 / 1024.0,
         "stages": stages,
         "direct_seconds": direct_in.as_secs_f64(),
+        // CPU-seconds from the first create to the last copy's arrival,
+        // and over the baseline (which the control plane takes no part in).
+        "cpu_seconds": {
+            "distribution": {"controlplane": distribution_cpu.0, "members": distribution_cpu.1, "client": distribution_cpu.2},
+            "direct": {"members": direct_cpu.0, "client": direct_cpu.1},
+        },
+        "controlplane_cpu_ms_per_copy": distribution_cpu.0 * 1000.0 / total_copies.max(1) as f64,
         "flotilla_over_direct": ratio,
         "restart_serving_seconds": restart.map(|(_, _, s)| s.as_secs_f64()),
         "restart_converge_seconds": restart.map(|(d, _, _)| d.as_secs_f64()),
@@ -691,6 +713,15 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         p(0.9),
         p(0.99),
         p(1.0)
+    );
+    println!(
+        "CPU while the copies travelled: control plane {:.1} s ({:.2} ms a copy), members {:.1} s, this client {:.1} s; over the baseline: members {:.1} s, this client {:.1} s",
+        distribution_cpu.0,
+        distribution_cpu.0 * 1000.0 / total_copies.max(1) as f64,
+        distribution_cpu.1,
+        distribution_cpu.2,
+        direct_cpu.0,
+        direct_cpu.1,
     );
     println!(
         "scheduler: {scheduled} decisions, {:.0} bindings/s of scheduler time",

@@ -1696,6 +1696,25 @@ fn the_propagation_benchmark_runs_and_reports_json() {
             .as_f64()
             .is_some_and(|r| r > 0.0)
     );
+    // Where the CPU went: the control plane worked while the copies
+    // travelled (20 creates, their bindings, 40 Works), and not at all in
+    // the baseline, which the report does not give it.
+    let cpu = &result["cpu_seconds"];
+    assert!(
+        cpu["distribution"]["controlplane"]
+            .as_f64()
+            .is_some_and(|s| s > 0.0),
+        "{cpu}"
+    );
+    for figure in [
+        &cpu["distribution"]["members"],
+        &cpu["distribution"]["client"],
+        &cpu["direct"]["members"],
+        &cpu["direct"]["client"],
+    ] {
+        assert!(figure.as_f64().is_some_and(|s| s >= 0.0), "{cpu}");
+    }
+    assert!(cpu["direct"].get("controlplane").is_none(), "{cpu}");
 
     let result = bench_json(&["--scheduler-only", "--templates", "20"]);
     assert_eq!(result["bindings"], 20);
