@@ -209,15 +209,22 @@ impl ApiServer {
 
     /// `key`'s newest value. A key this replica lacks is looked for again
     /// once its reads are current (`Store::sync`): another replica on the
-    /// same store may have written it a moment ago.
+    /// same store may have written it a moment ago. Only if that brought
+    /// anything new: most misses are the create of a new name (every
+    /// first apply to a member), and a store only this replica writes
+    /// would read SQLite twice for nothing.
     pub(crate) async fn get_latest(
         &self,
         key: &str,
     ) -> Result<Option<flotilla_store::KeyValue>, flotilla_store::StoreError> {
+        let seen = self.store.current_revision();
         if let Some(kv) = self.store.get(key)? {
             return Ok(Some(kv));
         }
         self.store.sync().await?;
+        if self.store.current_revision() == seen {
+            return Ok(None);
+        }
         self.store.get(key)
     }
 
