@@ -133,40 +133,9 @@ fn ownable_field(k: &str, r: &ResourceInfo, scope: WriteScope) -> bool {
     in_scope && k != "apiVersion" && k != "kind"
 }
 
-/// The part of an object whose fields managers own: no type meta, no
-/// server-set metadata, and only the part the write's scope may change.
-/// Built from the kept fields alone: the rest (managedFields above all)
-/// is never copied.
-fn ownable(obj: &Value, r: &ResourceInfo, scope: WriteScope) -> Value {
-    let Some(o) = obj.as_object() else {
-        return obj.clone();
-    };
-    let mut out = Map::new();
-    for (k, v) in o {
-        if !ownable_field(k, r, scope) {
-            continue;
-        }
-        match (k.as_str(), v) {
-            ("metadata", Value::Object(m)) => {
-                let kept: Map<String, Value> = m
-                    .iter()
-                    .filter(|(f, _)| !SERVER_SET_METADATA.contains(&f.as_str()))
-                    .map(|(f, v)| (f.clone(), v.clone()))
-                    .collect();
-                if !kept.is_empty() {
-                    out.insert(k.clone(), Value::Object(kept));
-                }
-            }
-            _ => {
-                out.insert(k.clone(), v.clone());
-            }
-        }
-    }
-    Value::Object(out)
-}
-
-/// The fields of [`ownable`]`(obj, r, scope)`, found where they lie in
-/// `obj` rather than in a copy of it.
+/// The fields managers own in `obj`: no type meta, no server-set
+/// metadata, and only the part the write's scope may change; found where
+/// they lie in `obj` rather than in a copy of its ownable part.
 fn ownable_fields(
     obj: &Value,
     r: &ResourceInfo,
@@ -355,9 +324,9 @@ pub fn apply(
     let live_obj = live.unwrap_or(&empty);
     let before = entries(live_obj);
     let mut current = before.clone();
-    let applied_own = ownable(applied, r, scope);
-    let live_own = ownable(live_obj, r, scope);
-    let applied_fields = fieldset::fields_of(&applied_own, root);
+    // Every path below starts at a field in scope: reading it from the
+    // whole object reads what the ownable part holds, without copying it.
+    let applied_fields = ownable_fields(applied, r, scope, root);
     let mine = Entry {
         manager: manager.to_string(),
         operation: "Apply".into(),
@@ -380,9 +349,7 @@ pub fn apply(
             .into_iter()
             .filter(|p| p.last().map(String::as_str) != Some("."))
         {
-            if e.fields.contains(&p)
-                && fieldset::get(&applied_own, &p) != fieldset::get(&live_own, &p)
-            {
+            if e.fields.contains(&p) && fieldset::get(applied, &p) != fieldset::get(live_obj, &p) {
                 conflicts.push((e.manager.clone(), p));
             }
         }
