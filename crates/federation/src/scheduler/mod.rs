@@ -153,16 +153,7 @@ struct UidOnly {
 
 #[derive(serde::Deserialize)]
 struct ResourceOnly {
-    resource: KindOnly,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct KindOnly {
-    #[serde(default)]
-    api_version: String,
-    #[serde(default)]
-    kind: String,
+    resource: crate::api::ObjectReference,
 }
 
 async fn reconcile(binding: Arc<Binding>, state: Arc<State>) -> Result<Next, Error> {
