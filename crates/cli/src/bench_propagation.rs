@@ -658,6 +658,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
     );
 
     let p = |q: f64| percentile(&latencies, q);
+    let hub_cpu_ms_per_copy = distribution_cpu.0 * 1000.0 / total_copies.max(1) as f64;
     let ratio = distributed_in.as_secs_f64() / direct_in.as_secs_f64().max(1e-9);
     let out = reporter(&args);
     let result = json!({
@@ -688,7 +689,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
             "distribution": {"controlplane": distribution_cpu.0, "members": distribution_cpu.1, "client": distribution_cpu.2},
             "direct": {"members": direct_cpu.0, "client": direct_cpu.1},
         },
-        "controlplane_cpu_ms_per_copy": distribution_cpu.0 * 1000.0 / total_copies.max(1) as f64,
+        "controlplane_cpu_ms_per_copy": hub_cpu_ms_per_copy,
         "flotilla_over_direct": ratio,
         "restart_serving_seconds": restart.map(|(_, _, s)| s.as_secs_f64()),
         "restart_converge_seconds": restart.map(|(d, _, _)| d.as_secs_f64()),
@@ -717,7 +718,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
     println!(
         "CPU while the copies travelled: control plane {:.1} s ({:.2} ms a copy), members {:.1} s, this client {:.1} s; over the baseline: members {:.1} s, this client {:.1} s",
         distribution_cpu.0,
-        distribution_cpu.0 * 1000.0 / total_copies.max(1) as f64,
+        hub_cpu_ms_per_copy,
         distribution_cpu.1,
         distribution_cpu.2,
         direct_cpu.0,

@@ -1257,6 +1257,56 @@ fn a_custom_resource_propagates_with_its_crd_and_goes_with_its_template() {
 }
 
 #[test]
+fn a_binding_of_a_kind_no_member_serves_is_placed_once_members_serve_it() {
+    let fleet = Fleet::new(&[("member1", "us-east"), ("member2", "eu-west")]);
+    // The CRD on the hub alone: the Gadget's binding has nowhere to go.
+    let crd = WIDGET_CRD
+        .split("---")
+        .next()
+        .unwrap_or_default()
+        .replace("widget", "gadget")
+        .replace("Widget", "Gadget");
+    fleet.apply(&crd);
+    fleet.apply(
+        "apiVersion: example.com/v1\nkind: Gadget\nmetadata: {name: cog, namespace: default}\nspec: {size: 3}\n---\n\
+         apiVersion: policy.karmada.io/v1alpha1\nkind: PropagationPolicy\nmetadata: {name: gadgets, namespace: default}\n\
+         spec:\n  resourceSelectors: [{apiVersion: example.com/v1, kind: Gadget}]\n\
+         \x20 placement: {clusterAffinity: {clusterNames: [member1, member2]}}\n",
+    );
+    let scheduled = |field: &str| {
+        fleet.jsonpath_hub(
+            &["get", "rb", "cog-gadget"],
+            &format!("{{.status.conditions[?(@.type==\"Scheduled\")].{field}}}"),
+        )
+    };
+    wait_for(WAIT, "the binding not scheduled", || {
+        scheduled("status") == "False"
+    });
+    assert_has(&scheduled("message"), &["did not have the API resource"]);
+    // The CRD reaches the members; their next status report names the
+    // kind, and the binding is placed without any change to it.
+    fleet.apply(
+        "apiVersion: policy.karmada.io/v1alpha1\nkind: ClusterPropagationPolicy\nmetadata: {name: gadget-crd}\n\
+         spec:\n  resourceSelectors: [{apiVersion: apiextensions.k8s.io/v1, kind: CustomResourceDefinition, name: gadgets.example.com}]\n\
+         \x20 placement: {clusterAffinity: {clusterNames: [member1, member2]}}\n",
+    );
+    wait_holders(
+        &fleet,
+        &["get", "gadget", "cog", "-n", "default"],
+        &["member1", "member2"],
+    );
+    assert_eq!(scheduled("status"), "True");
+    assert_eq!(
+        jsonpath(
+            fleet.member("member2"),
+            &["get", "gadget", "cog"],
+            "{.spec.size}"
+        ),
+        "3"
+    );
+}
+
+#[test]
 fn an_existing_member_object_is_reported_then_taken_over_with_overwrite() {
     let fleet = Fleet::new(&[("member1", "us-east")]);
     let m = fleet.member("member1");

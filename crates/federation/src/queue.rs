@@ -526,7 +526,7 @@ mod tests {
             budget: 8,
         };
         assert_eq!(
-            [0, 1, 2, 3, 4, 100].map(|busy| limit.per_line(busy)),
+            [0, 1, 2, 3, 4, 100].map(|lines| limit.per_line(lines)),
             [4, 4, 4, 2, 2, 2]
         );
         assert_eq!(LineLimit::fixed(3).per_line(1), 3);
