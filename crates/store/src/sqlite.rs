@@ -5,7 +5,8 @@
 //! the connection and commits queued writes in groups: one transaction and
 //! one fsync (WAL, `synchronous=FULL`) per group, and no write is
 //! acknowledged before its group is durable. Between groups it looks for
-//! the next write a moment before it sleeps (`next_request`).
+//! the next write a moment before it sleeps, while its writes come close
+//! together (`NextWriteLook`).
 //!
 //! Gets and lists read the table through a small pool of read-only
 //! connections, each in its own snapshot (WAL readers never block the
@@ -17,7 +18,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -214,7 +215,12 @@ impl SqliteStore {
         // A WAL grown while readers held a checkpoint off is cut back to
         // this size once it is reused.
         conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
-        let (committed, commits) = mpsc::sync_channel(1);
+        let (nudges, commits) = mpsc::sync_channel(1);
+        let written = Arc::new(AtomicU64::new(0));
+        let committed = Committed {
+            written: written.clone(),
+            nudges,
+        };
         let checkpoints = Connection::open(&path)?;
         // The database file is synced before the WAL may be reused.
         checkpoints.pragma_update(None, "synchronous", "FULL")?;
@@ -222,7 +228,7 @@ impl SqliteStore {
         checkpoints.busy_timeout(Duration::from_secs(5))?;
         std::thread::Builder::new()
             .name("flotilla-store-checkpoints".into())
-            .spawn(move || checkpoint_loop(checkpoints, commits))?;
+            .spawn(move || checkpoint_loop(checkpoints, commits, written))?;
 
         let (writer, requests) = mpsc::channel();
         let writer_window = window.clone();
@@ -543,8 +549,16 @@ impl Backfill for LogReader {
     }
 }
 
-/// How often the checkpoint thread copies the WAL into the database.
+/// How long the checkpoint thread lets commits gather before it looks at
+/// how much the WAL holds.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
+/// Writes since the last checkpoint that make the next one due at once.
+/// A store written to in a burst (the hub: thousands a second) reaches it
+/// within a look; one written to a few times a second (each of a hundred
+/// simulated members) waits for [`CHECKPOINT_AT_MOST_AFTER`].
+const CHECKPOINT_WRITES: u64 = 512;
+/// The longest a committed write waits for its checkpoint.
+const CHECKPOINT_AT_MOST_AFTER: Duration = Duration::from_secs(5);
 /// The WAL size (pages) at which the writer checkpoints itself, as a
 /// backstop: 64 MiB, against SQLite's default of 1,000 pages (4 MiB).
 const WRITER_CHECKPOINT_PAGES: i64 = 16_384;
@@ -558,16 +572,30 @@ const WRITER_SPIN: Duration = Duration::from_micros(300);
 /// every 4 MiB of WAL, and every write waited the tens of milliseconds that
 /// took (the copy and an fsync of the database file): the longest
 /// latencies of an idle control plane. A passive checkpoint waits for no
-/// reader and no writer. It ends with the writer (its sender of commit
-/// nudges gone).
-fn checkpoint_loop(conn: Connection, commits: mpsc::Receiver<()>) {
-    loop {
-        // Sleep until something was committed, then let more gather.
-        if commits.recv().is_err() {
-            break;
+/// reader and no writer.
+///
+/// Each checkpoint syncs the WAL and the database file, whatever it
+/// copies: a store with a few writes a second checkpoints once
+/// [`CHECKPOINT_WRITES`] have gathered or [`CHECKPOINT_AT_MOST_AFTER`] has
+/// passed, not after each of them (a hundred such stores in one process
+/// spent more fsyncs on checkpoints than on commits). It ends with the
+/// writer (its sender of commit nudges gone).
+fn checkpoint_loop(conn: Connection, commits: mpsc::Receiver<()>, written: Arc<AtomicU64>) {
+    // Sleep until something was committed.
+    while commits.recv().is_ok() {
+        let since = Instant::now();
+        loop {
+            // Let more gather; the writer's nudges say nothing new meanwhile.
+            std::thread::sleep(CHECKPOINT_EVERY);
+            while commits.try_recv().is_ok() {}
+            if written.load(Ordering::Relaxed) >= CHECKPOINT_WRITES
+                || since.elapsed() >= CHECKPOINT_AT_MOST_AFTER
+            {
+                break;
+            }
         }
-        std::thread::sleep(CHECKPOINT_EVERY);
-        while commits.try_recv().is_ok() {}
+        // Writes committed from here on count toward the next checkpoint.
+        written.store(0, Ordering::Relaxed);
         if let Err(error) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
             warn!(%error, "checkpoint of the store's WAL failed; retrying after the next commit");
         }
@@ -581,9 +609,10 @@ fn writer_loop(
     log: Arc<LogReader>,
     requests: mpsc::Receiver<Request>,
     max_batch: usize,
-    committed: mpsc::SyncSender<()>,
+    committed: Committed,
 ) {
-    while let Some(first) = next_request(&requests) {
+    let mut look = NextWriteLook::default();
+    while let Some(first) = look.next_request(&requests) {
         let mut batch = Vec::new();
         let mut next = Some(first);
         while let Some(request) = next.take() {
@@ -591,6 +620,7 @@ fn writer_loop(
                 Request::Write(op, reply) => batch.push((op, reply)),
                 Request::Compact(rev, reply) => {
                     // Commit what is queued before compacting.
+                    committed.count(batch.len());
                     commit_batch(&mut conn, &window, std::mem::take(&mut batch));
                     let _ = reply.send(compact(&mut conn, &window, &log, rev));
                 }
@@ -599,27 +629,81 @@ fn writer_loop(
                 next = requests.try_recv().ok();
             }
         }
+        committed.count(batch.len());
         commit_batch(&mut conn, &window, batch);
-        // A nudge already waiting is enough.
-        let _ = committed.try_send(());
+        committed.nudge();
     }
     debug!("store writer stopped");
 }
 
-/// The next request, or `None` once the store is gone. The writer looks
-/// for one for WRITER_SPIN before it sleeps: on a machine whose idle
-/// cores halt, waking a sleeping writer costs more than its commit, and a
-/// pipeline's writes follow each other a fraction of a millisecond apart.
-fn next_request(requests: &mpsc::Receiver<Request>) -> Option<Request> {
-    let until = Instant::now() + WRITER_SPIN;
-    while Instant::now() < until {
-        match requests.try_recv() {
-            Ok(request) => return Some(request),
-            Err(mpsc::TryRecvError::Empty) => std::thread::yield_now(),
-            Err(mpsc::TryRecvError::Disconnected) => return None,
-        }
+/// What the writer tells the checkpoint thread.
+struct Committed {
+    /// Writes since the last checkpoint.
+    written: Arc<AtomicU64>,
+    nudges: mpsc::SyncSender<()>,
+}
+
+impl Committed {
+    fn count(&self, writes: usize) {
+        self.written.fetch_add(writes as u64, Ordering::Relaxed);
     }
-    requests.recv().ok()
+
+    fn nudge(&self) {
+        // A nudge already waiting is enough.
+        let _ = self.nudges.try_send(());
+    }
+}
+
+/// Whether the writer looks for the next write for [`WRITER_SPIN`] before
+/// it sleeps: on a machine whose idle cores halt, waking a sleeping writer
+/// costs more than its commit, and a pipeline's writes follow each other a
+/// fraction of a millisecond apart. A store whose writes come tens of
+/// milliseconds apart (a member written to by the hub alone) would only
+/// burn the look: it looks while one of its last eight writes came within
+/// the look's time of the one before, found by looking or by the time a
+/// sleep lasted.
+#[derive(Debug)]
+struct NextWriteLook {
+    /// One bit per recent write, newest lowest: it came within WRITER_SPIN.
+    soon: u8,
+}
+
+impl Default for NextWriteLook {
+    fn default() -> Self {
+        // Look at first: a fresh store is being written to.
+        NextWriteLook { soon: 1 }
+    }
+}
+
+impl NextWriteLook {
+    /// The next request, or `None` once the store is gone.
+    fn next_request(&mut self, requests: &mpsc::Receiver<Request>) -> Option<Request> {
+        let started = Instant::now();
+        if self.looks() {
+            let until = started + WRITER_SPIN;
+            while Instant::now() < until {
+                match requests.try_recv() {
+                    Ok(request) => {
+                        self.record(true);
+                        return Some(request);
+                    }
+                    Err(mpsc::TryRecvError::Empty) => std::thread::yield_now(),
+                    Err(mpsc::TryRecvError::Disconnected) => return None,
+                }
+            }
+        }
+        let request = requests.recv().ok()?;
+        self.record(started.elapsed() < WRITER_SPIN);
+        Some(request)
+    }
+
+    fn record(&mut self, soon: bool) {
+        self.soon = (self.soon << 1) | u8::from(soon);
+    }
+
+    fn looks(&self) -> bool {
+        self.soon != 0
+    }
 }
 
 type Reply = oneshot::Sender<Result<KeyValue>>;
@@ -863,5 +947,46 @@ impl Store for SqliteStore {
             .send(Request::Compact(revision, tx))
             .map_err(|_| StoreError::Closed)?;
         rx.await.map_err(|_| StoreError::Closed)?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_writer_stops_looking_for_writes_that_come_far_apart_and_looks_again_when_they_close_up()
+    {
+        let mut look = NextWriteLook::default();
+        assert!(look.looks(), "a fresh store is being written to");
+        for n in 1..=7 {
+            look.record(false);
+            assert!(
+                look.looks(),
+                "one of the last eight came soon after {n} far apart"
+            );
+        }
+        look.record(false);
+        assert!(!look.looks(), "eight writes far apart");
+        look.record(true);
+        assert!(look.looks(), "a write soon after the one before");
+    }
+
+    #[test]
+    fn the_next_request_is_one_already_queued_or_none_once_the_store_is_gone() {
+        let (requests, queue) = mpsc::channel();
+        let mut look = NextWriteLook { soon: 0 };
+        let (reply, _answer) = oneshot::channel();
+        requests
+            .send(Request::Compact(1, reply))
+            .expect("the queue is open");
+        assert!(matches!(
+            look.next_request(&queue),
+            Some(Request::Compact(1, _))
+        ));
+        drop(requests);
+        let mut looking = NextWriteLook::default();
+        assert!(looking.next_request(&queue).is_none());
+        assert!(look.next_request(&queue).is_none());
     }
 }
