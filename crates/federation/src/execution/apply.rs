@@ -148,15 +148,12 @@ pub async fn sync(
         // The member's autoscaler owns replicas.
         spec.remove("replicas");
     }
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    let live = api
-        .patch(&name, &params, &Patch::Apply(&applied))
+    let live = apply_to_member(&api, &member.client, &name, &applied)
         .await
         .map_err(|e| e.to_string())?;
     if existing.is_none() {
         info!(%cluster, %kind, %namespace, %name, "created in member");
     }
-    let live = serde_json::to_value(&live).map_err(|e| e.to_string())?;
     exec.watches
         .record(key, &kind, &live, &applied, &digest, work);
     Ok(Outcome {
@@ -164,6 +161,24 @@ pub async fn sync(
         status: crate::interpreter::reflect_status(&live),
         health: crate::interpreter::health(&kind, &live),
     })
+}
+
+/// Server-side applies `applied` as Flotilla, taking over fields others
+/// set. The answer is read as plain JSON, the form every reader of the live
+/// object here wants (its resourceVersion, its status, whether it holds
+/// what was applied), not decoded into a typed object first and encoded
+/// back: once per copy, that was a few percent of the hub in a burst.
+async fn apply_to_member(
+    api: &Api<DynamicObject>,
+    client: &kube::Client,
+    name: &str,
+    applied: &Value,
+) -> Result<Value, kube::Error> {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let request = kube::core::Request::new(api.resource_url())
+        .patch(name, &params, &Patch::Apply(applied))
+        .map_err(kube::Error::BuildRequest)?;
+    client.request::<Value>(request).await
 }
 
 async fn scaled_by_hpa(member: &Member, namespace: &str, kind: &str, name: &str) -> bool {
