@@ -20,7 +20,7 @@ use axum_server::accept::Accept;
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::auth::User;
 
@@ -113,6 +113,12 @@ where
     type Future = Pin<Box<dyn Future<Output = Accepted<S>> + Send>>;
 
     fn accept(&self, stream: TcpStream, service: S) -> Self::Future {
+        // Small writes go out at once, as Go's servers send them: an
+        // HTTP/2 peer's frames (a window update, a ping's answer) would
+        // otherwise wait on Nagle's algorithm for the last one's ack.
+        if let Err(error) = stream.set_nodelay(true) {
+            debug!(%error, "TCP_NODELAY not set on an accepted connection");
+        }
         let handshake = self.inner.accept(stream, service);
         Box::pin(async move {
             let (stream, service) = handshake.await?;

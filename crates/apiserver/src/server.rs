@@ -337,6 +337,7 @@ impl ApiServer {
             None => {
                 info!(%addr, "API server listening (http)");
                 axum_server::from_tcp(listener)?
+                    .acceptor(axum_server::accept::NoDelayAcceptor::new())
                     .handle(handle)
                     .serve(app)
                     .await

@@ -89,10 +89,14 @@ impl ClusterProxy for HubProxy {
             .body(request.body.to_vec())
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
         if let Some(upgrade) = request.upgrade {
-            let connection = member.client.connect(outgoing).await.map_err(|e| match e {
-                kube::Error::Api(s) => ApiError::bad_request(s.message),
-                other => unavailable(cluster, other),
-            })?;
+            let connection = member
+                .upgrades
+                .connect(outgoing)
+                .await
+                .map_err(|e| match e {
+                    kube::Error::Api(s) => ApiError::bad_request(s.message),
+                    other => unavailable(cluster, other),
+                })?;
             let protocol = if connection.supports_stream_close() {
                 "v5.channel.k8s.io"
             } else {
