@@ -581,14 +581,26 @@ const WRITER_SPIN: Duration = Duration::from_micros(300);
 /// spent more fsyncs on checkpoints than on commits). It ends with the
 /// writer (its sender of commit nudges gone).
 fn checkpoint_loop(conn: Connection, commits: mpsc::Receiver<()>, written: Arc<AtomicU64>) {
+    let mut writer_gone = false;
     // Sleep until something was committed.
-    while commits.recv().is_ok() {
+    while !writer_gone && commits.recv().is_ok() {
         let since = Instant::now();
         loop {
             // Let more gather; the writer's nudges say nothing new meanwhile.
             std::thread::sleep(CHECKPOINT_EVERY);
-            while commits.try_recv().is_ok() {}
-            if written.load(Ordering::Relaxed) >= CHECKPOINT_WRITES
+            loop {
+                match commits.try_recv() {
+                    Ok(()) => continue,
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    // The store is closing: copy what is left, then stop.
+                    Err(mpsc::TryRecvError::Disconnected) => {
+                        writer_gone = true;
+                        break;
+                    }
+                }
+            }
+            if writer_gone
+                || written.load(Ordering::Relaxed) >= CHECKPOINT_WRITES
                 || since.elapsed() >= CHECKPOINT_AT_MOST_AFTER
             {
                 break;

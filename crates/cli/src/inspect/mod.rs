@@ -90,10 +90,12 @@ pub async fn member_client(
     use kube::ResourceExt;
     let name = cluster.name_any();
     if cluster.spec.sync_mode == flotilla_federation::api::sync_mode::PUSH {
+        // The HTTP/1.1 client: the CLI's few requests include exec
+        // (`flotilla network verify`), which upgrades the connection.
         return members
             .get(cluster)
             .await
-            .map(|m| m.client)
+            .map(|m| m.upgrades)
             .map_err(|e| format!("cannot build its client: {e}"));
     }
     hub_args.client_for(Some(name.clone())).await.map_err(|_| {
