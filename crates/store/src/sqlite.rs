@@ -588,17 +588,8 @@ fn checkpoint_loop(conn: Connection, commits: mpsc::Receiver<()>, written: Arc<A
         loop {
             // Let more gather; the writer's nudges say nothing new meanwhile.
             std::thread::sleep(CHECKPOINT_EVERY);
-            loop {
-                match commits.try_recv() {
-                    Ok(()) => continue,
-                    Err(mpsc::TryRecvError::Empty) => break,
-                    // The store is closing: copy what is left, then stop.
-                    Err(mpsc::TryRecvError::Disconnected) => {
-                        writer_gone = true;
-                        break;
-                    }
-                }
-            }
+            // A closing store: copy what is left, then stop.
+            writer_gone = drain_nudges(&commits);
             if writer_gone
                 || written.load(Ordering::Relaxed) >= CHECKPOINT_WRITES
                 || since.elapsed() >= CHECKPOINT_AT_MOST_AFTER
@@ -613,6 +604,17 @@ fn checkpoint_loop(conn: Connection, commits: mpsc::Receiver<()>, written: Arc<A
         }
     }
     debug!("store checkpoints stopped");
+}
+
+/// Takes the nudges waiting in `commits`; whether the writer is gone.
+fn drain_nudges(commits: &mpsc::Receiver<()>) -> bool {
+    loop {
+        match commits.try_recv() {
+            Ok(()) => {}
+            Err(mpsc::TryRecvError::Empty) => return false,
+            Err(mpsc::TryRecvError::Disconnected) => return true,
+        }
+    }
 }
 
 fn writer_loop(

@@ -148,7 +148,7 @@ pub async fn sync(
         // The member's autoscaler owns replicas.
         spec.remove("replicas");
     }
-    let live = apply_to_member(&api, &member.client, &name, &applied)
+    let live = apply_to_member(&member.client, api.resource_url(), &name, &applied)
         .await
         .map_err(|e| e.to_string())?;
     if existing.is_none() {
@@ -163,19 +163,20 @@ pub async fn sync(
     })
 }
 
-/// Server-side applies `applied` as Flotilla, taking over fields others
+/// Server-side applies `applied` as Flotilla at `url` (a resource
+/// collection), taking over fields others
 /// set. The answer is read as plain JSON, the form every reader of the live
 /// object here wants (its resourceVersion, its status, whether it holds
 /// what was applied), not decoded into a typed object first and encoded
 /// back: once per copy, that was a few percent of the hub in a burst.
 async fn apply_to_member(
-    api: &Api<DynamicObject>,
     client: &kube::Client,
+    url: &str,
     name: &str,
     applied: &Value,
 ) -> Result<Value, kube::Error> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let request = kube::core::Request::new(api.resource_url())
+    let request = kube::core::Request::new(url)
         .patch(name, &params, &Patch::Apply(applied))
         .map_err(kube::Error::BuildRequest)?;
     client.request::<Value>(request).await
