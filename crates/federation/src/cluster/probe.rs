@@ -5,10 +5,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ListParams;
+use kube::core::discovery::v2::ACCEPT_AGGREGATED_DISCOVERY_V2;
 use kube::discovery::Discovery;
 use kube::{Api, Client, Resource};
 use serde::Deserialize;
@@ -80,11 +80,10 @@ pub async fn observe(client: &Client) -> Observation {
         .ok()
         .and_then(Result::ok)
         .map(|v| v.git_version);
-    let enablements =
-        match tokio::time::timeout(PROBE_TIMEOUT, Discovery::new(client.clone()).run()).await {
-            Ok(Ok(d)) => Some(enablements(&d)),
-            _ => None,
-        };
+    let enablements = match tokio::time::timeout(PROBE_TIMEOUT, served_apis(client)).await {
+        Ok(Ok(e)) => Some(e),
+        _ => None,
+    };
     let (node_summary, allocatable) = match nodes(client).await {
         Ok((s, a)) => (Some(s), Some(a)),
         Err(_) => (None, None),
@@ -103,6 +102,121 @@ pub async fn observe(client: &Client) -> Observation {
         node_summary,
         resource_summary,
     }
+}
+
+/// What the member serves, from aggregated discovery (two requests, as
+/// client-go asks a 1.26+ server) where the member answers it, else from
+/// `/api`, `/apis` and one request per group version. A probe of every
+/// member every 10 s made the per-group form most of a 1,000-member hub's
+/// idle work.
+async fn served_apis(client: &Client) -> Result<Vec<ApiEnablement>, kube::Error> {
+    if let (Some(core), Some(groups)) = (
+        aggregated(client, "/api").await?,
+        aggregated(client, "/apis").await?,
+    ) {
+        return Ok(aggregated_enablements(
+            core.items.into_iter().chain(groups.items),
+        ));
+    }
+    let discovery = Discovery::new(client.clone()).run().await?;
+    Ok(enablements(&discovery))
+}
+
+/// One aggregated discovery document, or `None` where the server answered
+/// the older form (an `APIVersions` or `APIGroupList`): it may ignore the
+/// aggregated media type and send what `application/json` asks for.
+async fn aggregated(client: &Client, path: &str) -> Result<Option<DiscoveryDocument>, kube::Error> {
+    let request = http::Request::get(path)
+        .header(http::header::ACCEPT, ACCEPT_AGGREGATED_DISCOVERY_V2)
+        .body(Vec::new())
+        .map_err(kube::Error::HttpError)?;
+    let body = client.request_text(request).await?;
+    Ok(aggregated_document(&body))
+}
+
+fn aggregated_document(body: &str) -> Option<DiscoveryDocument> {
+    serde_json::from_str::<DiscoveryDocument>(body)
+        .ok()
+        .filter(|d| d.kind == "APIGroupDiscoveryList")
+}
+
+/// What the enablements need of an aggregated discovery document
+/// (`apidiscovery.k8s.io/v2` `APIGroupDiscoveryList`), read in one pass:
+/// the document also lists every resource's verbs, short names and
+/// subresources, which are skipped unread.
+#[derive(Debug, Default, Deserialize)]
+struct DiscoveryDocument {
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    items: Vec<DiscoveredGroup>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct DiscoveredGroup {
+    #[serde(default)]
+    metadata: DiscoveredGroupMeta,
+    #[serde(default)]
+    versions: Vec<DiscoveredVersion>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct DiscoveredGroupMeta {
+    #[serde(default)]
+    name: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct DiscoveredVersion {
+    #[serde(default)]
+    version: String,
+    #[serde(default)]
+    resources: Vec<DiscoveredResource>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DiscoveredResource {
+    #[serde(default)]
+    resource: String,
+    #[serde(default)]
+    response_kind: DiscoveredKind,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct DiscoveredKind {
+    #[serde(default)]
+    kind: String,
+}
+
+fn aggregated_enablements(groups: impl Iterator<Item = DiscoveredGroup>) -> Vec<ApiEnablement> {
+    let mut out = Vec::new();
+    for group in groups {
+        let name = group.metadata.name;
+        for version in group.versions.into_iter().filter(|v| !v.version.is_empty()) {
+            let mut resources: Vec<ApiEnablementResource> = version
+                .resources
+                .into_iter()
+                .filter(|r| !r.resource.is_empty() && !r.response_kind.kind.is_empty())
+                .map(|r| ApiEnablementResource {
+                    name: r.resource,
+                    kind: r.response_kind.kind,
+                })
+                .collect();
+            resources.sort_by(|a, b| a.name.cmp(&b.name));
+            let v = version.version;
+            out.push(ApiEnablement {
+                group_version: if name.is_empty() {
+                    v
+                } else {
+                    format!("{name}/{v}")
+                },
+                resources,
+            });
+        }
+    }
+    out.sort_by(|a, b| a.group_version.cmp(&b.group_version));
+    out
 }
 
 fn enablements(d: &Discovery) -> Vec<ApiEnablement> {
@@ -160,8 +274,33 @@ fn quantities(a: &Amounts) -> BTreeMap<String, Quantity> {
         .collect()
 }
 
+/// Only what the summaries need of a node: a fleet of a thousand members
+/// has each one's nodes read every 10 s, and a whole `Node` (images,
+/// addresses, daemon endpoints) costs several times more to decode.
+#[derive(Resource, Clone, Debug, Default, Deserialize)]
+#[resource(inherit = "k8s_openapi::api::core::v1::Node")]
+struct NodeUsage {
+    metadata: ObjectMeta,
+    status: Option<NodeUsageStatus>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct NodeUsageStatus {
+    #[serde(default)]
+    allocatable: BTreeMap<String, Quantity>,
+    #[serde(default)]
+    conditions: Vec<NodeCondition>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct NodeCondition {
+    #[serde(rename = "type")]
+    type_: String,
+    status: String,
+}
+
 async fn nodes(client: &Client) -> Result<(NodeSummary, Amounts), kube::Error> {
-    let api: Api<Node> = Api::all(client.clone());
+    let api: Api<NodeUsage> = Api::all(client.clone());
     let mut summary = NodeSummary::default();
     let mut allocatable = Amounts::new();
     let mut params = ListParams::default().limit(PAGE);
@@ -170,18 +309,16 @@ async fn nodes(client: &Client) -> Result<(NodeSummary, Amounts), kube::Error> {
         for n in &page.items {
             summary.total_num += 1;
             let status = n.status.as_ref();
-            let ready = status
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let ready = status.is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+            });
             if !ready {
                 continue;
             }
             summary.ready_num += 1;
-            for (k, q) in status
-                .and_then(|s| s.allocatable.as_ref())
-                .into_iter()
-                .flatten()
-            {
+            for (k, q) in status.into_iter().flat_map(|s| &s.allocatable) {
                 *allocatable.entry(k.clone()).or_default() += amount(k, q);
             }
         }
@@ -268,5 +405,107 @@ async fn pods(client: &Client) -> Result<(Amounts, Amounts), kube::Error> {
             Some(c) => params = params.continue_token(&c),
             None => return Ok((allocated, allocating)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_apiserver::{ApiServer, Config, loopback};
+    use tower::ServiceBuilder;
+
+    async fn server() -> (tempfile::TempDir, std::sync::Arc<ApiServer>) {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let store =
+            flotilla_store::SqliteStore::open(dir.path(), Default::default()).expect("a store");
+        let api = ApiServer::new(store, Config::default())
+            .await
+            .unwrap_or_else(|e| panic!("cannot start the API server: {}", e.message));
+        (dir, api)
+    }
+
+    /// A client of a server that does not know aggregated discovery: it
+    /// never sees the aggregated media type and answers the older form.
+    fn without_aggregated_discovery(api: &std::sync::Arc<ApiServer>) -> Client {
+        let service = ServiceBuilder::new()
+            .map_request(|mut req: http::Request<kube::client::Body>| {
+                req.headers_mut().insert(
+                    http::header::ACCEPT,
+                    http::HeaderValue::from_static("application/json"),
+                );
+                req
+            })
+            .service(api.router());
+        Client::new(service, "default")
+    }
+
+    #[tokio::test]
+    async fn served_apis_read_from_aggregated_discovery_match_the_per_group_documents() {
+        let (_dir, api) = server().await;
+        let client = loopback::in_process(&api, "", "probe-test");
+        let per_group = enablements(
+            &Discovery::new(client.clone())
+                .run()
+                .await
+                .expect("discovery"),
+        );
+        assert!(aggregated(&client, "/apis").await.expect("/apis").is_some());
+        let aggregated = served_apis(&client).await.expect("served APIs");
+        assert!(
+            aggregated.iter().any(|e| e.group_version == "apps/v1"
+                && e.resources
+                    .iter()
+                    .any(|r| r.name == "deployments" && r.kind == "Deployment")),
+            "{aggregated:?}"
+        );
+        assert!(
+            aggregated
+                .iter()
+                .any(|e| e.group_version == "v1"
+                    && e.resources.iter().any(|r| r.name == "configmaps"))
+        );
+        assert_eq!(aggregated, per_group);
+    }
+
+    #[tokio::test]
+    async fn a_server_without_aggregated_discovery_is_asked_per_group() {
+        let (_dir, api) = server().await;
+        let aggregated = served_apis(&loopback::in_process(&api, "", "probe-test"))
+            .await
+            .expect("served APIs");
+        let older = served_apis(&without_aggregated_discovery(&api))
+            .await
+            .expect("served APIs");
+        assert!(
+            older.iter().any(|e| e.group_version == "batch/v1"),
+            "{older:?}"
+        );
+        assert_eq!(older, aggregated);
+    }
+
+    #[test]
+    fn only_an_aggregated_document_is_read_as_one() {
+        assert!(aggregated_document(r#"{"kind":"APIGroupList","groups":[]}"#).is_none());
+        assert!(aggregated_document(r#"{"kind":"APIVersions","versions":["v1"]}"#).is_none());
+        assert!(aggregated_document("not json").is_none());
+        let doc = aggregated_document(
+            r#"{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","items":[
+                {"metadata":{"name":"apps"},"versions":[{"version":"v1","resources":[
+                    {"resource":"deployments","responseKind":{"group":"apps","version":"v1","kind":"Deployment"},
+                     "scope":"Namespaced","verbs":["get"],
+                     "subresources":[{"subresource":"scale","responseKind":{"group":"autoscaling","version":"v1","kind":"Scale"},"verbs":["get"]}]}]}]}]}"#,
+        )
+        .expect("an aggregated document");
+        let e = aggregated_enablements(doc.items.into_iter());
+        assert_eq!(
+            e,
+            vec![ApiEnablement {
+                group_version: "apps/v1".into(),
+                resources: vec![ApiEnablementResource {
+                    name: "deployments".into(),
+                    kind: "Deployment".into()
+                }],
+            }]
+        );
     }
 }

@@ -655,14 +655,19 @@ async fn sync(
     let decisions = decisions_api.list(&ListParams::default()).await?.items;
     let mcs: Api<DynamicObject> =
         Api::all_with(ctx.hub.clone(), &super::work::managed_cluster_resource());
-    let candidates: Vec<Candidate> = mcs
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .filter(|m| m.metadata.deletion_timestamp.is_none())
-        .map(|m| Candidate::from_managed_cluster(&serde_json::to_value(m).unwrap_or_default()))
-        .collect();
+    // Without a Placement no cluster is a candidate for anything: a fleet
+    // of a thousand ManagedClusters is not read every resync for nothing.
+    let candidates: Vec<Candidate> = if placements.is_empty() {
+        Vec::new()
+    } else {
+        mcs.list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|m| m.metadata.deletion_timestamp.is_none())
+            .map(|m| Candidate::from_managed_cluster(&serde_json::to_value(m).unwrap_or_default()))
+            .collect()
+    };
     let decided = decided(&decisions);
     let (sets, bindings, clusters) = (sets.state(), bindings.state(), ctx.clusters.state());
     let now = Timestamp::now();

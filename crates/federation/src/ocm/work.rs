@@ -5,7 +5,7 @@
 //! applied by the execution controller; the Work's per-manifest status
 //! becomes the ManifestWork's conditions, resource status and feedback.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -772,6 +772,8 @@ async fn sync_clusters(ctx: &Ctx, known: &mut HashSet<String>) -> kube::Result<(
     let ar = managed_cluster_resource();
     let api: Api<DynamicObject> = Api::all_with(ctx.hub.clone(), &ar);
     let existing = api.list(&Default::default()).await?;
+    let by_name: HashMap<String, &DynamicObject> =
+        existing.items.iter().map(|m| (m.name_any(), m)).collect();
     let namespaces: Api<Namespace> = Api::all(ctx.hub.clone());
     let params = PatchParams::apply("flotilla-ocm").force();
     for cluster in &clusters {
@@ -779,7 +781,7 @@ async fn sync_clusters(ctx: &Ctx, known: &mut HashSet<String>) -> kube::Result<(
         if cluster.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let found = existing.items.iter().find(|m| m.name_any() == name);
+        let found = by_name.get(&name).copied();
         let mut wanted = managed_cluster(cluster);
         let had_taints: Vec<Value> = found
             .and_then(|m| m.data.pointer("/spec/taints"))
@@ -822,10 +824,11 @@ async fn sync_clusters(ctx: &Ctx, known: &mut HashSet<String>) -> kube::Result<(
         }
         known.insert(name);
     }
-    known.retain(|n| clusters.iter().any(|c| &c.name_any() == n));
+    let cluster_names: HashSet<String> = clusters.iter().map(|c| c.name_any()).collect();
+    known.retain(|n| cluster_names.contains(n));
     for m in &existing.items {
         let ours = m.labels().get(FROM_CLUSTER).map(String::as_str) == Some("true");
-        if ours && !clusters.iter().any(|c| c.name_any() == m.name_any()) {
+        if ours && !cluster_names.contains(&m.name_any()) {
             match api.delete(&m.name_any(), &DeleteParams::default()).await {
                 Ok(_) => info!(cluster = %m.name_any(), "ManagedCluster removed"),
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
