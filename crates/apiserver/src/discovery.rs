@@ -1,7 +1,10 @@
 //! API discovery in both forms: aggregated (apidiscovery.k8s.io/v2) and
 //! legacy (APIVersions, APIGroupList, APIResourceList).
 
+use bytes::Bytes;
+use parking_lot::Mutex;
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
 use crate::resources::{Registry, ResourceInfo};
 
@@ -96,6 +99,62 @@ pub fn aggregated(registry: &Registry, core: bool) -> Value {
         })
         .collect();
     json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items})
+}
+
+/// An aggregated discovery document as served: its bytes and ETag.
+#[derive(Clone, Debug)]
+pub struct Document {
+    pub body: Bytes,
+    pub etag: String,
+}
+
+/// The aggregated documents, built once per registry generation: clients
+/// (a hub probing each member every 10 s, kubectl on every call) ask far
+/// more often than CRDs change. Like kube-apiserver, each carries an ETag
+/// so a client holding it may be answered 304.
+#[derive(Default)]
+pub struct AggregatedCache {
+    built: Mutex<Option<Built>>,
+}
+
+struct Built {
+    generation: u64,
+    core: Document,
+    groups: Document,
+}
+
+impl AggregatedCache {
+    /// `/api` (`core`) or `/apis` for the registry as it is now.
+    pub fn document(&self, registry: &Registry, core: bool) -> Document {
+        let generation = registry.generation();
+        let mut built = self.built.lock();
+        let current = match built.take() {
+            Some(b) if b.generation == generation => b,
+            _ => Built {
+                generation,
+                core: document(registry, true),
+                groups: document(registry, false),
+            },
+        };
+        let doc = if core { &current.core } else { &current.groups }.clone();
+        *built = Some(current);
+        doc
+    }
+}
+
+fn document(registry: &Registry, core: bool) -> Document {
+    let body = serde_json::to_vec(&aggregated(registry, core)).unwrap_or_default();
+    let etag = format!(
+        "\"{}\"",
+        Sha256::digest(&body)
+            .iter()
+            .map(|b| format!("{b:02X}"))
+            .collect::<String>()
+    );
+    Document {
+        body: Bytes::from(body),
+        etag,
+    }
 }
 
 pub fn api_versions(server_address: &str) -> Value {

@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use flotilla_store::Store;
-use http::{HeaderValue, Method, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use parking_lot::RwLock;
 use serde_json::Value;
 use tracing::{debug, info};
@@ -96,6 +96,8 @@ pub struct ApiServer {
     pub store: Arc<dyn Store>,
     pub registry: Registry,
     pub openapi: OpenApi,
+    /// The aggregated discovery documents, rebuilt when the kinds change.
+    pub discovery: discovery::AggregatedCache,
     pub config: Config,
     pub(crate) authenticator: Option<Authenticator>,
     /// Signs and verifies ServiceAccount tokens.
@@ -165,6 +167,7 @@ impl ApiServer {
             store,
             registry: Registry::new(),
             openapi: OpenApi::default(),
+            discovery: discovery::AggregatedCache::default(),
             authenticator: config.admin_token.as_deref().map(|admin| {
                 Authenticator::new(
                     admin,
@@ -545,7 +548,7 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         }
         ["api"] if is_get => {
             return Ok(if request::wants_aggregated_discovery(&parts.headers) {
-                aggregated(&discovery::aggregated(&api.registry, true))
+                aggregated(&parts.headers, api.discovery.document(&api.registry, true))
             } else {
                 json_response(
                     StatusCode::OK,
@@ -555,7 +558,7 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         }
         ["apis"] if is_get => {
             return Ok(if request::wants_aggregated_discovery(&parts.headers) {
-                aggregated(&discovery::aggregated(&api.registry, false))
+                aggregated(&parts.headers, api.discovery.document(&api.registry, false))
             } else {
                 json_response(StatusCode::OK, &discovery::api_group_list(&api.registry))
             });
@@ -841,12 +844,24 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
     }
 }
 
-fn aggregated(value: &Value) -> Response {
-    let body = serde_json::to_vec(value).unwrap_or_default();
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, discovery::AGGREGATED_CONTENT_TYPE)],
-        Body::from(body),
-    )
-        .into_response()
+/// An aggregated discovery document, or 304 to a client that holds it.
+fn aggregated(headers: &HeaderMap, doc: discovery::Document) -> Response {
+    let etag = HeaderValue::from_str(&doc.etag).ok();
+    let held = headers
+        .get(header::IF_NONE_MATCH)
+        .is_some_and(|v| v.as_bytes() == doc.etag.as_bytes());
+    let mut resp = if held {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, discovery::AGGREGATED_CONTENT_TYPE)],
+            Body::from(doc.body),
+        )
+            .into_response()
+    };
+    if let Some(etag) = etag {
+        resp.headers_mut().insert(header::ETAG, etag);
+    }
+    resp
 }

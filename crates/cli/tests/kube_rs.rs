@@ -463,6 +463,33 @@ async fn watch_from_before_the_window(store: Store) {
 async fn discovery_and_custom_resources(store: Store) {
     let s = Server::start_on(store, &[]);
     let client = s.client().await;
+    let gadget = kube::api::GroupVersionKind::gvk("demo.example.com", "v1", "Gadget");
+    let before = kube::Discovery::new(client.clone())
+        .run_aggregated()
+        .await
+        .unwrap();
+    assert!(before.resolve_gvk(&gadget).is_none());
+    // The aggregated document carries an ETag; asked again with it, the
+    // server answers 304 until the kinds change.
+    let ask_apis = |etag: Option<&str>| {
+        let mut r = http::Request::get("/apis").header(
+            http::header::ACCEPT,
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+        );
+        if let Some(etag) = etag {
+            r = r.header(http::header::IF_NONE_MATCH, etag);
+        }
+        let client = client.clone();
+        let request = r.body(kube::client::Body::empty()).unwrap();
+        async move { client.send(request).await.unwrap() }
+    };
+    let first = ask_apis(None).await;
+    assert_eq!(first.status(), 200);
+    let etag = first.headers()[http::header::ETAG]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(ask_apis(Some(&etag)).await.status(), 304);
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client.clone());
     let crd = serde_json::from_value(json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
@@ -484,13 +511,10 @@ async fn discovery_and_custom_resources(store: Store) {
         .run_aggregated()
         .await
         .unwrap();
-    let (ar, caps) = discovery
-        .resolve_gvk(&kube::api::GroupVersionKind::gvk(
-            "demo.example.com",
-            "v1",
-            "Gadget",
-        ))
-        .expect("gadget discovered");
+    let (ar, caps) = discovery.resolve_gvk(&gadget).expect("gadget discovered");
+    let changed = ask_apis(Some(&etag)).await;
+    assert_eq!(changed.status(), 200, "the kinds changed");
+    assert_ne!(changed.headers()[http::header::ETAG], etag.as_str());
     assert_eq!(caps.scope, kube::discovery::Scope::Cluster);
     let legacy = kube::Discovery::new(client.clone()).run().await.unwrap();
     assert!(
