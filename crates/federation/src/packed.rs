@@ -8,7 +8,7 @@
 //! replaces the contents once it is complete, so a reader never sees a
 //! half-listed cache.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -17,7 +17,7 @@ use flotilla_store::packed::{Dictionaries, Packed};
 use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
@@ -79,6 +79,24 @@ where
         decode_as(&packed)
     }
 
+    /// As [`get_key_as`](Self::get_key_as), through `memo`: the part is
+    /// decoded again only when the object changed since `memo` decoded it.
+    pub fn get_key_memo<V: DeserializeOwned>(&self, key: &str, memo: &Memo<V>) -> Option<Arc<V>> {
+        let packed = self.objects.read().get(key)?.clone();
+        if let Some((held, value)) = memo.entries.lock().get(key)
+            && held.is_same(&packed)
+        {
+            return Some(value.clone());
+        }
+        let value = Arc::new(decode_as::<V>(&packed)?);
+        let mut entries = memo.entries.lock();
+        if entries.len() >= memo.capacity {
+            entries.clear();
+        }
+        entries.insert(Arc::from(key), (packed, value.clone()));
+        Some(value)
+    }
+
     /// Whether the store holds an object under [`key`], without decoding it.
     pub fn contains_key(&self, key: &str) -> bool {
         self.objects.read().contains_key(key)
@@ -135,6 +153,39 @@ fn decode_as<V: DeserializeOwned>(packed: &Packed) -> Option<V> {
             error!(%error, "packed object does not decode");
             None
         }
+    }
+}
+
+/// Parts of a store's objects as a reader last decoded them, each with the
+/// packed value it came from: for a reader that reads the same objects
+/// over and over while only a few of them change (a binding's status reads
+/// every Work of the binding each time one reports: a thousand decodes per
+/// report for a binding on a thousand clusters). Bounded: past `capacity`
+/// entries it starts again empty; readers [`forget`](Memo::forget) what
+/// they will not read again soon.
+pub struct Memo<V> {
+    entries: Mutex<HashMap<Key, (Packed, Arc<V>)>>,
+    capacity: usize,
+}
+
+impl<V> Memo<V> {
+    pub fn new(capacity: usize) -> Memo<V> {
+        Memo {
+            entries: Mutex::new(HashMap::new()),
+            capacity: capacity.max(1),
+        }
+    }
+
+    pub fn forget(&self, key: &str) {
+        self.entries.lock().remove(key);
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -275,5 +326,37 @@ mod tests {
         w.apply(&watcher::Event::InitDone);
         assert!(store.get(&r("a", "three")).is_none());
         assert_eq!(store.keys(), [Key::from("b/two")]);
+    }
+
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    struct DataOnly {
+        data: std::collections::BTreeMap<String, String>,
+    }
+
+    #[tokio::test]
+    async fn a_memo_decodes_an_object_again_only_once_it_changed() {
+        let (mut w, store) = PackedWriter::<ConfigMap>::new();
+        w.apply(&watcher::Event::Init);
+        w.apply(&watcher::Event::InitApply(cm("a", "one", "1")));
+        w.apply(&watcher::Event::InitDone);
+        let memo = Memo::<DataOnly>::new(2);
+        let first = store.get_key_memo("a/one", &memo).unwrap();
+        let again = store.get_key_memo("a/one", &memo).unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "unchanged: not decoded again");
+        // Changed to the very same content: still a new version, read anew.
+        w.apply(&watcher::Event::Apply(cm("a", "one", "2")));
+        let changed = store.get_key_memo("a/one", &memo).unwrap();
+        assert_eq!(changed.data["k"], "2".repeat(100));
+        assert!(!Arc::ptr_eq(&first, &changed));
+        w.apply(&watcher::Event::Delete(cm("a", "one", "2")));
+        assert!(store.get_key_memo("a/one", &memo).is_none(), "gone is gone");
+        // Bounded: past its capacity it starts again.
+        for name in ["x", "y", "z"] {
+            w.apply(&watcher::Event::Apply(cm("a", name, name)));
+            store.get_key_memo(&format!("a/{name}"), &memo).unwrap();
+        }
+        assert!(memo.len() <= 2);
+        memo.forget("a/z");
+        assert!(memo.len() <= 1);
     }
 }

@@ -14,15 +14,15 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tracing::debug;
 
-use crate::api::{AggregatedStatusItem, Binding, Scope, Work, WorkStatus, annotations};
-use crate::binding::{binding_api, template, template_api, work_ref};
+use crate::api::{AggregatedStatusItem, Binding, Cluster, Scope, Work, WorkStatus, annotations};
+use crate::binding::{binding_api, template, template_api};
 use crate::conditions;
 use crate::context::Ctx;
 use crate::error::{Error, is_not_found};
 use crate::fanout::{Change, Subscribers};
-use crate::interpreter;
-use crate::packed::{self, Key, PackedStore};
+use crate::packed::{self, Key, Memo, PackedStore};
 use crate::queue::{self, Next, WorkQueue};
+use crate::{interpreter, names};
 
 /// How long a binding's changes gather before its status is written.
 /// Scheduling writes a binding twice and its Works report in quick
@@ -49,6 +49,12 @@ const PENDING_GRACE: Duration = Duration::from_secs(30);
 /// with more, and status reporting catches up behind it.
 const STATUS_SYNCS: usize = 5;
 
+/// Works' statuses kept decoded for bindings still settling
+/// ([`packed::Memo`]): a binding on a thousand clusters reads all its
+/// Works at each report, and decoded each of them every time. A settled
+/// binding's (FullyApplied) are forgotten.
+const WORK_MEMO: usize = 20_000;
+
 pub async fn run(
     ctx: Ctx,
     bindings: PackedStore<Binding>,
@@ -56,6 +62,7 @@ pub async fn run(
     work_owners: impl Stream<Item = String> + Send + 'static,
 ) {
     let queue = WorkQueue::new();
+    let memo = Arc::new(Memo::new(WORK_MEMO));
     let gather = {
         let (queue, bindings) = (queue.clone(), bindings.clone());
         let keys = futures::stream::select(
@@ -72,7 +79,7 @@ pub async fn run(
     tokio::join!(
         gather,
         queue::reconcile_packed(queue, bindings, STATUS_SYNCS, move |b| {
-            reconcile(b, ctx.clone())
+            reconcile(b, ctx.clone(), memo.clone())
         }),
     );
 }
@@ -126,7 +133,7 @@ struct CreatedAt {
 /// be created, until the first of them has waited that long. A change of
 /// any of the Works brings the binding back sooner.
 fn pending_wait(
-    works: &[Option<StatusOfWork>],
+    works: &[Option<Arc<StatusOfWork>>],
     binding_created: Option<Timestamp>,
     now: Timestamp,
 ) -> Option<Duration> {
@@ -169,15 +176,32 @@ fn item(cluster: &str, work: Option<&StatusOfWork>) -> AggregatedStatusItem {
     }
 }
 
-async fn reconcile(binding: Arc<Binding>, ctx: Ctx) -> Result<Next, Error> {
-    if binding.metadata.deletion_timestamp.is_some() {
-        return Ok(None);
-    }
-    let works: Vec<Option<StatusOfWork>> = binding
+/// The keys of a binding's Works in the Work cache, one per target.
+fn work_keys(binding: &Binding) -> Vec<String> {
+    let r = &binding.spec.resource;
+    let name = names::work_name(&r.kind, &r.namespace, &r.name);
+    binding
         .spec
         .clusters
         .iter()
-        .map(|t| ctx.works.get_as(&work_ref(&binding, &t.name)))
+        .map(|t| packed::key(Some(&Cluster::execution_namespace(&t.name)), &name))
+        .collect()
+}
+
+async fn reconcile(
+    binding: Arc<Binding>,
+    ctx: Ctx,
+    memo: Arc<Memo<StatusOfWork>>,
+) -> Result<Next, Error> {
+    let keys = work_keys(&binding);
+    let forget = || keys.iter().for_each(|k| memo.forget(k));
+    if binding.metadata.deletion_timestamp.is_some() {
+        forget();
+        return Ok(None);
+    }
+    let works: Vec<Option<Arc<StatusOfWork>>> = keys
+        .iter()
+        .map(|k| ctx.works.get_key_memo(k, &memo))
         .collect();
     // Waiting hides nothing while the status does not claim FullyApplied.
     let claims_applied = binding.status.as_ref().is_some_and(|s| {
@@ -194,7 +218,7 @@ async fn reconcile(binding: Arc<Binding>, ctx: Ctx) -> Result<Next, Error> {
         .clusters
         .iter()
         .zip(&works)
-        .map(|(t, work)| item(&t.name, work.as_ref()))
+        .map(|(t, work)| item(&t.name, work.as_deref()))
         .collect();
     let mut status = binding.status.clone().unwrap_or_default();
     let failed: Vec<String> = items
@@ -246,6 +270,9 @@ async fn reconcile(binding: Arc<Binding>, ctx: Ctx) -> Result<Next, Error> {
         .await?;
     }
     reflect_into_template(&ctx, &binding, &items).await?;
+    if fully {
+        forget();
+    }
     Ok(None)
 }
 
@@ -296,12 +323,13 @@ async fn reflect_into_template(
 mod tests {
     use super::*;
 
-    fn work(created: &str, status: Value) -> Option<StatusOfWork> {
+    fn work(created: &str, status: Value) -> Option<Arc<StatusOfWork>> {
         serde_json::from_value(json!({
             "metadata": {"creationTimestamp": created},
             "status": status,
         }))
         .ok()
+        .map(Arc::new)
     }
 
     #[test]

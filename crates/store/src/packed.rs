@@ -171,6 +171,16 @@ impl Packed {
         }
     }
 
+    /// Whether `other` is this very value (a clone of it), not another
+    /// one that happens to hold the same bytes: a reader that memoises
+    /// what it decoded tells by this that the object did not change.
+    pub fn is_same(&self, other: &Packed) -> bool {
+        let bytes = |p: &Packed| match p {
+            Packed::Plain(b) | Packed::Zstd(b) | Packed::Dict(_, b) => b.clone(),
+        };
+        Arc::ptr_eq(&bytes(self), &bytes(other))
+    }
+
     pub fn unpack(&self) -> Bytes {
         let (b, dictionary) = match self {
             Packed::Plain(b) => return Bytes::copy_from_slice(b),
