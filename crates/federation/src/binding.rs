@@ -97,9 +97,24 @@ pub fn binding_api(ctx: &Ctx, binding: &Binding) -> Api<Binding> {
 
 /// The Work a binding has for `cluster`, where it lives.
 pub fn work_ref(binding: &Binding, cluster: &str) -> ObjectRef<Work> {
+    ObjectRef::new(&work_name(binding)).within(&Cluster::execution_namespace(cluster))
+}
+
+/// The Work cache's keys of a binding's Works, one per target cluster in
+/// order (the Works' name worked out once).
+pub fn work_keys(binding: &Binding) -> Vec<String> {
+    let name = work_name(binding);
+    binding
+        .spec
+        .clusters
+        .iter()
+        .map(|t| packed::key(Some(&Cluster::execution_namespace(&t.name)), &name))
+        .collect()
+}
+
+fn work_name(binding: &Binding) -> String {
     let r = &binding.spec.resource;
-    ObjectRef::new(&names::work_name(&r.kind, &r.namespace, &r.name))
-        .within(&Cluster::execution_namespace(cluster))
+    names::work_name(&r.kind, &r.namespace, &r.name)
 }
 
 /// The API of the template a binding refers to.
