@@ -55,10 +55,10 @@ const STATUS_SYNCS: usize = 5;
 /// binding's (FullyApplied) are forgotten.
 const WORK_MEMO: usize = 20_000;
 
-/// Bindings on fewer clusters read their Works afresh: a handful of
-/// decodes per report costs less than the memory of holding them (10 MiB
-/// of the hub at 3,000 × 10, for no time saved).
-const MEMO_FROM_TARGETS: usize = 32;
+/// Bindings on fewer clusters read their Works afresh: there the decodes
+/// cost less than the memory of holding them (10 MiB more of the hub at
+/// 3,000 × 10, 57 MiB at 2,000 × 100, for no time saved).
+const MEMO_FROM_TARGETS: usize = 200;
 
 pub async fn run(
     ctx: Ctx,
