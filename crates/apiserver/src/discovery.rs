@@ -144,13 +144,7 @@ impl AggregatedCache {
 
 fn document(registry: &Registry, core: bool) -> Document {
     let body = serde_json::to_vec(&aggregated(registry, core)).unwrap_or_default();
-    let etag = format!(
-        "\"{}\"",
-        Sha256::digest(&body)
-            .iter()
-            .map(|b| format!("{b:02X}"))
-            .collect::<String>()
-    );
+    let etag = format!("\"{}\"", crate::openapi::hex(&Sha256::digest(&body)));
     Document {
         body: Bytes::from(body),
         etag,

@@ -363,6 +363,8 @@ impl OpenApi {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Upper-case hex, as kube-apiserver writes the hashes of its OpenAPI and
+/// discovery documents (their ETags).
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02X}")).collect()
 }

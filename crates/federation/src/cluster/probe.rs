@@ -192,9 +192,8 @@ struct DiscoveredKind {
 fn aggregated_enablements(groups: impl Iterator<Item = DiscoveredGroup>) -> Vec<ApiEnablement> {
     let mut out = Vec::new();
     for group in groups {
-        let name = group.metadata.name;
         for version in group.versions.into_iter().filter(|v| !v.version.is_empty()) {
-            let mut resources: Vec<ApiEnablementResource> = version
+            let resources = version
                 .resources
                 .into_iter()
                 .filter(|r| !r.resource.is_empty() && !r.response_kind.kind.is_empty())
@@ -203,27 +202,21 @@ fn aggregated_enablements(groups: impl Iterator<Item = DiscoveredGroup>) -> Vec<
                     kind: r.response_kind.kind,
                 })
                 .collect();
-            resources.sort_by(|a, b| a.name.cmp(&b.name));
-            let v = version.version;
-            out.push(ApiEnablement {
-                group_version: if name.is_empty() {
-                    v
-                } else {
-                    format!("{name}/{v}")
-                },
+            out.push(enablement(
+                &group.metadata.name,
+                &version.version,
                 resources,
-            });
+            ));
         }
     }
-    out.sort_by(|a, b| a.group_version.cmp(&b.group_version));
-    out
+    in_order(out)
 }
 
 fn enablements(d: &Discovery) -> Vec<ApiEnablement> {
     let mut out = Vec::new();
     for group in d.groups() {
         for version in group.versions() {
-            let mut resources: Vec<ApiEnablementResource> = group
+            let resources = group
                 .versioned_resources(version)
                 .into_iter()
                 .filter(|(ar, _)| !ar.plural.contains('/'))
@@ -232,20 +225,33 @@ fn enablements(d: &Discovery) -> Vec<ApiEnablement> {
                     kind: ar.kind,
                 })
                 .collect();
-            resources.sort_by(|a, b| a.name.cmp(&b.name));
-            let group_version = if group.name().is_empty() {
-                version.to_string()
-            } else {
-                format!("{}/{version}", group.name())
-            };
-            out.push(ApiEnablement {
-                group_version,
-                resources,
-            });
+            out.push(enablement(group.name(), version, resources));
         }
     }
-    out.sort_by(|a, b| a.group_version.cmp(&b.group_version));
-    out
+    in_order(out)
+}
+
+/// One group version's entry, its resources by name, whichever form of
+/// discovery it came from.
+fn enablement(
+    group: &str,
+    version: &str,
+    mut resources: Vec<ApiEnablementResource>,
+) -> ApiEnablement {
+    resources.sort_by(|a, b| a.name.cmp(&b.name));
+    ApiEnablement {
+        group_version: if group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{group}/{version}")
+        },
+        resources,
+    }
+}
+
+fn in_order(mut enablements: Vec<ApiEnablement>) -> Vec<ApiEnablement> {
+    enablements.sort_by(|a, b| a.group_version.cmp(&b.group_version));
+    enablements
 }
 
 /// Amounts in base units (CPU in millicores).
