@@ -34,10 +34,13 @@ pub struct Observation {
     pub resource_summary: Option<ResourceSummary>,
 }
 
-async fn get(client: &Client, path: &str) -> Result<String, kube::Error> {
-    let request = http::Request::get(path)
-        .body(Vec::new())
-        .map_err(kube::Error::HttpError)?;
+/// The body of a GET of `path`, asking for `accept` where given.
+async fn get(client: &Client, path: &str, accept: Option<&str>) -> Result<String, kube::Error> {
+    let mut request = http::Request::get(path);
+    if let Some(accept) = accept {
+        request = request.header(http::header::ACCEPT, accept);
+    }
+    let request = request.body(Vec::new()).map_err(kube::Error::HttpError)?;
     client.request_text(request).await
 }
 
@@ -48,7 +51,7 @@ pub async fn health(client: &Client) -> Result<(), Unhealthy> {
         message: format!("cluster is not reachable: {e}"),
     };
     let ask = |path: &'static str| async move {
-        tokio::time::timeout(PROBE_TIMEOUT, get(client, path)).await
+        tokio::time::timeout(PROBE_TIMEOUT, get(client, path, None)).await
     };
     let answer = match ask("/readyz").await {
         Err(elapsed) => return Err(unreachable(&elapsed)),
@@ -110,10 +113,11 @@ pub async fn observe(client: &Client) -> Observation {
 /// member every 10 s made the per-group form most of a 1,000-member hub's
 /// idle work.
 async fn served_apis(client: &Client) -> Result<Vec<ApiEnablement>, kube::Error> {
-    if let (Some(core), Some(groups)) = (
-        aggregated(client, "/api").await?,
-        aggregated(client, "/apis").await?,
-    ) {
+    // A member that answers `/api` in the older form answers `/apis` so
+    // too: it is not asked twice.
+    if let Some(core) = aggregated(client, "/api").await?
+        && let Some(groups) = aggregated(client, "/apis").await?
+    {
         return Ok(aggregated_enablements(
             core.items.into_iter().chain(groups.items),
         ));
@@ -126,11 +130,7 @@ async fn served_apis(client: &Client) -> Result<Vec<ApiEnablement>, kube::Error>
 /// the older form (an `APIVersions` or `APIGroupList`): it may ignore the
 /// aggregated media type and send what `application/json` asks for.
 async fn aggregated(client: &Client, path: &str) -> Result<Option<DiscoveryDocument>, kube::Error> {
-    let request = http::Request::get(path)
-        .header(http::header::ACCEPT, ACCEPT_AGGREGATED_DISCOVERY_V2)
-        .body(Vec::new())
-        .map_err(kube::Error::HttpError)?;
-    let body = client.request_text(request).await?;
+    let body = get(client, path, Some(ACCEPT_AGGREGATED_DISCOVERY_V2)).await?;
     Ok(aggregated_document(&body))
 }
 
