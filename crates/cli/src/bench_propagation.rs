@@ -243,10 +243,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 async fn metric_sum(hub: &kube::Client, name: &str) -> f64 {
-    let Ok(req) = http::Request::get("/metrics").body(Vec::new()) else {
-        return 0.0;
-    };
-    let Ok(text) = hub.request_text(req).await else {
+    let Some(text) = crate::bench_queues::metrics_text(hub).await else {
         return 0.0;
     };
     text.lines()
@@ -493,6 +490,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
     let client_pid = [std::process::id()];
     let spent = |pids: &[u32], since: f64| cpu(pids) - since;
     let cpu_before = (cpu(&hub_pid), cpu(&member_pids), cpu(&client_pid));
+    let queue_watch = crate::bench_queues::QueueWatch::start(&hub).await;
     let started = Instant::now();
     create_all(&hub, objects, args.concurrency, args.rate, Some(&created)).await?;
     let created_in = started.elapsed();
@@ -530,6 +528,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let distributed_in = started.elapsed();
+    let queues = queue_watch.finish(&hub).await;
     let distribution_cpu = (
         spent(&hub_pid, cpu_before.0),
         spent(&member_pids, cpu_before.1),
@@ -682,6 +681,8 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         "members_rss_mib": members_rss_kib as f64 / 1024.0,
         "members_peak_rss_mib": members_peak_kib as f64 / 1024.0,
         "stages": stages,
+        // client-go's work queue figures of each stage over the distribution.
+        "queues": queues,
         "direct_seconds": direct_in.as_secs_f64(),
         // CPU-seconds from the first create to the last copy's arrival,
         // and over the baseline (which the control plane takes no part in).
@@ -743,6 +744,15 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
             "  {stage}: {} runs, mean {:.2} ms",
             v["count"],
             v["mean_ms"].as_f64().unwrap_or(0.0)
+        );
+    }
+    for (queue, v) in &result["queues"].as_object().cloned().unwrap_or_default() {
+        println!(
+            "  queue {queue}: {} adds, waited {:.2} ms and worked {:.2} ms on average, {} deep at most",
+            v["adds"],
+            v["mean_wait_ms"].as_f64().unwrap_or(0.0),
+            v["mean_work_ms"].as_f64().unwrap_or(0.0),
+            v["peak_depth"]
         );
     }
     println!(

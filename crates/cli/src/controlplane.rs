@@ -82,6 +82,12 @@ pub struct ControlplaneArgs {
     /// generates.
     #[arg(long, value_delimiter = ',', value_parser = ["kubefed", "argocd"])]
     pub frontends: Vec<String>,
+    /// The cores the federation controllers size their concurrency for:
+    /// each stage's workers and Work applies in flight, tuned on 2 cores,
+    /// grow with them up to 16. Default: the CPUs this process may use
+    /// (its CPU affinity and cgroup quota).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub pipeline_cores: Option<u16>,
     #[command(flatten)]
     pub election: ElectionArgs,
 }
@@ -164,6 +170,10 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
         kubefed,
         argocd,
         ..Options::default()
+    };
+    let options = Options {
+        cores: args.pipeline_cores.map_or(options.cores, usize::from),
+        ..options
     };
     if let Some(addr) = args.dns_listen {
         let sockets = crate::dns::bind(addr).await?;

@@ -10,6 +10,7 @@ mod bench_member;
 mod bench_netns;
 mod bench_peering;
 mod bench_propagation;
+mod bench_queues;
 mod bench_report;
 mod controlplane;
 mod dns;

@@ -45,7 +45,13 @@ pub struct Options {
     pub kubefed: bool,
     /// Run the Argo CD front end (`--frontends argocd`).
     pub argocd: bool,
+    /// The cores the pipeline may keep busy: each stage's concurrency,
+    /// tuned on 2 cores, grows with them ([`Options::scaled`]).
+    pub cores: usize,
 }
+
+/// The most a stage's concurrency is multiplied by: 16 cores' worth.
+const MOST_SCALE: usize = 8;
 
 impl Default for Options {
     fn default() -> Options {
@@ -62,7 +68,18 @@ impl Default for Options {
             )],
             kubefed: false,
             argocd: false,
+            cores: std::thread::available_parallelism().map_or(2, |n| n.get()),
         }
+    }
+}
+
+impl Options {
+    /// `base`, a stage's concurrency as tuned on 2 cores, for this
+    /// process's cores: on 16 the stages of a burst wait on round trips,
+    /// not on CPU (docs/architecture.md), so more keys in flight keep the
+    /// cores busy; on 2 or fewer it stays as tuned.
+    pub fn scaled(&self, base: usize) -> usize {
+        base * (self.cores / 2).clamp(1, MOST_SCALE)
     }
 }
 
@@ -111,5 +128,27 @@ pub fn report(error: &Error) {
         debug!(%error, "write conflict; retrying");
     } else {
         warn!(%error, "reconcile failed; retrying");
+    }
+}
+
+#[cfg(test)]
+mod scaled_tests {
+    use super::*;
+
+    fn with_cores(cores: usize) -> Options {
+        Options {
+            cores,
+            ..Options::default()
+        }
+    }
+
+    #[test]
+    fn a_stage_keeps_its_tuning_up_to_two_cores_and_grows_with_more_up_to_sixteen() {
+        assert_eq!(with_cores(1).scaled(32), 32);
+        assert_eq!(with_cores(2).scaled(32), 32);
+        assert_eq!(with_cores(3).scaled(32), 32);
+        assert_eq!(with_cores(4).scaled(32), 64);
+        assert_eq!(with_cores(16).scaled(100), 800);
+        assert_eq!(with_cores(64).scaled(100), 800);
     }
 }

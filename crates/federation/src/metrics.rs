@@ -6,13 +6,21 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
     pub result: &'static str,
+}
+
+/// A work queue's name, as client-go's `workqueue_*` metrics label it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabel {
+    pub name: &'static str,
 }
 
 #[derive(Clone)]
@@ -22,6 +30,44 @@ pub struct Metrics {
     binding_sync_work: Family<ResultLabel, Histogram>,
     work_sync_workload: Family<ResultLabel, Histogram>,
     scheduling: Family<ResultLabel, Histogram>,
+    queues: QueueFamilies,
+}
+
+/// client-go's work queue metrics, which Karmada's controllers export:
+/// where a stage's time goes between waiting and working.
+#[derive(Clone)]
+struct QueueFamilies {
+    depth: Family<QueueLabel, Gauge>,
+    adds: Family<QueueLabel, Counter>,
+    retries: Family<QueueLabel, Counter>,
+    wait: Family<QueueLabel, Histogram>,
+    work: Family<QueueLabel, Histogram>,
+}
+
+/// One queue's handles on its metrics. A queue made without a name (in
+/// tests) gets handles that no registry exports.
+#[derive(Clone, Default)]
+pub struct QueueMetrics {
+    pub depth: Gauge,
+    pub adds: Counter,
+    pub retries: Counter,
+    pub wait: QueueHistogram,
+    pub work: QueueHistogram,
+}
+
+/// A histogram in client-go's work queue buckets (10 ns to 10 s).
+#[derive(Clone)]
+pub struct QueueHistogram(pub Histogram);
+
+impl Default for QueueHistogram {
+    fn default() -> QueueHistogram {
+        QueueHistogram(queue_buckets())
+    }
+}
+
+fn queue_buckets() -> Histogram {
+    // client-go's ExponentialBuckets(10e-9, 10, 10).
+    Histogram::new(exponential_buckets(1e-8, 10.0, 10))
 }
 
 fn buckets() -> Histogram {
@@ -47,6 +93,13 @@ impl Default for Metrics {
             binding_sync_work: family(),
             work_sync_workload: family(),
             scheduling: family(),
+            queues: QueueFamilies {
+                depth: Family::default(),
+                adds: Family::default(),
+                retries: Family::default(),
+                wait: Family::new_with_constructor(queue_buckets as fn() -> Histogram),
+                work: Family::new_with_constructor(queue_buckets as fn() -> Histogram),
+            },
         };
         {
             let mut r = metrics.registry.lock();
@@ -69,6 +122,32 @@ impl Default for Metrics {
                 "karmada_scheduler_e2e_scheduling_duration_seconds",
                 "End-to-end scheduling latency of one binding",
                 metrics.scheduling.clone(),
+            );
+            let q = &metrics.queues;
+            r.register(
+                "workqueue_depth",
+                "Current depth of workqueue",
+                q.depth.clone(),
+            );
+            r.register(
+                "workqueue_adds",
+                "Total number of adds handled by workqueue",
+                q.adds.clone(),
+            );
+            r.register(
+                "workqueue_retries",
+                "Total number of retries handled by workqueue",
+                q.retries.clone(),
+            );
+            r.register(
+                "workqueue_queue_duration_seconds",
+                "How long in seconds an item stays in workqueue before being requested",
+                q.wait.clone(),
+            );
+            r.register(
+                "workqueue_work_duration_seconds",
+                "How long in seconds processing an item from workqueue takes",
+                q.work.clone(),
             );
         }
         metrics
@@ -96,6 +175,20 @@ impl Metrics {
         self.scheduling
             .get_or_create(&result(ok))
             .observe(d.as_secs_f64());
+    }
+
+    /// The handles of the queue called `name` (queues of one name, such as
+    /// the detector's one per resource type, add up).
+    pub fn queue(&self, name: &'static str) -> QueueMetrics {
+        let label = QueueLabel { name };
+        let q = &self.queues;
+        QueueMetrics {
+            depth: q.depth.get_or_create(&label).clone(),
+            adds: q.adds.get_or_create(&label).clone(),
+            retries: q.retries.get_or_create(&label).clone(),
+            wait: QueueHistogram(q.wait.get_or_create(&label).clone()),
+            work: QueueHistogram(q.work.get_or_create(&label).clone()),
+        }
     }
 
     /// The Prometheus text exposition of every metric.

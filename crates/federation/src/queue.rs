@@ -23,6 +23,7 @@ use tokio::time::Instant;
 
 use crate::context::report;
 use crate::error::Error;
+use crate::metrics::QueueMetrics;
 use crate::packed::{Key, PackedStore};
 
 /// Which line a key waits in: one line for a plain queue; one per member
@@ -31,7 +32,8 @@ use crate::packed::{Key, PackedStore};
 pub type ShardOf<T> = for<'a> fn(&'a T) -> &'a str;
 
 struct Shard<T> {
-    waiting: VecDeque<T>,
+    /// Keys and when they were queued.
+    waiting: VecDeque<(T, Instant)>,
     in_flight: usize,
     /// In `State::turns`: keys wait and there is room for one more.
     has_turn: bool,
@@ -88,23 +90,39 @@ pub struct WorkQueue<T> {
     ready: Notify,
     shard_of: Option<ShardOf<T>>,
     limit: LineLimit,
+    metrics: QueueMetrics,
 }
 
 impl<T> WorkQueue<T>
 where
     T: Hash + Eq + Clone + Send + Sync + 'static,
 {
+    /// A queue whose metrics no registry exports.
     pub fn new() -> Arc<WorkQueue<T>> {
-        Self::build(None, LineLimit::fixed(usize::MAX))
+        Self::named(QueueMetrics::default())
+    }
+
+    /// A queue that reports its depth, adds, retries and the time keys
+    /// wait and are worked on (`Metrics::queue`).
+    pub fn named(metrics: QueueMetrics) -> Arc<WorkQueue<T>> {
+        Self::build(None, LineLimit::fixed(usize::MAX), metrics)
     }
 
     /// A queue whose keys wait in the line `shard_of` names, with at most
     /// `limit` of a line processed at once; lines take turns.
-    pub fn sharded(shard_of: ShardOf<T>, limit: LineLimit) -> Arc<WorkQueue<T>> {
-        Self::build(Some(shard_of), limit)
+    pub fn sharded(
+        shard_of: ShardOf<T>,
+        limit: LineLimit,
+        metrics: QueueMetrics,
+    ) -> Arc<WorkQueue<T>> {
+        Self::build(Some(shard_of), limit, metrics)
     }
 
-    fn build(shard_of: Option<ShardOf<T>>, limit: LineLimit) -> Arc<WorkQueue<T>> {
+    fn build(
+        shard_of: Option<ShardOf<T>>,
+        limit: LineLimit,
+        metrics: QueueMetrics,
+    ) -> Arc<WorkQueue<T>> {
         Arc::new(WorkQueue {
             state: Mutex::new(State {
                 shards: HashMap::new(),
@@ -117,6 +135,7 @@ where
             ready: Notify::new(),
             shard_of,
             limit,
+            metrics,
         })
     }
 
@@ -136,8 +155,10 @@ where
             in_flight: 0,
             has_turn: false,
         });
-        shard.waiting.push_back(key);
+        shard.waiting.push_back((key, Instant::now()));
         s.waiting += 1;
+        self.metrics.adds.inc();
+        self.metrics.depth.inc();
         give_turn(shard, name, &mut s.turns, limit)
     }
 
@@ -189,6 +210,13 @@ where
         });
     }
 
+    /// Adds `key` again after `delay`, counted as a retry (a reconcile
+    /// that failed).
+    pub fn retry_after(self: &Arc<Self>, key: T, delay: Duration) {
+        self.metrics.retries.inc();
+        self.add_after(key, delay);
+    }
+
     /// Keys waiting (not those being processed).
     pub fn len(&self) -> usize {
         self.state.lock().waiting
@@ -214,9 +242,11 @@ where
             if shard.in_flight >= limit {
                 continue;
             }
-            let Some(key) = shard.waiting.pop_front() else {
+            let Some((key, since)) = shard.waiting.pop_front() else {
                 continue;
             };
+            self.metrics.depth.dec();
+            self.metrics.wait.0.observe(since.elapsed().as_secs_f64());
             shard.in_flight += 1;
             give_turn(shard, name, &mut s.turns, limit);
             s.waiting -= 1;
@@ -274,7 +304,13 @@ where
                 running.spawn(async move {
                     let mut key = Some(first);
                     while let Some(k) = key {
+                        let started = Instant::now();
                         process(k.clone()).await;
+                        queue
+                            .metrics
+                            .work
+                            .0
+                            .observe(started.elapsed().as_secs_f64());
                         queue.done(&k);
                         key = queue.take();
                     }
@@ -360,7 +396,7 @@ pub async fn reconcile_packed<K, F, Fut>(
                     Ok(Some(after)) => queue.add_after(key, after),
                     Err(error) => {
                         report(&error);
-                        queue.add_after(key, error.retry_after());
+                        queue.retry_after(key, error.retry_after());
                     }
                 }
             }
@@ -380,6 +416,49 @@ mod tests {
             assert!(Instant::now() < deadline, "timed out waiting for {what}");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// The value of `series` in the metrics' exposition.
+    fn series(metrics: &crate::metrics::Metrics, series: &str) -> Option<f64> {
+        metrics
+            .encode()
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_named_queue_exports_client_go_workqueue_metrics() {
+        let metrics = crate::metrics::Metrics::default();
+        let queue = WorkQueue::<u32>::named(metrics.queue("test-controller"));
+        queue.add(1);
+        queue.add(1);
+        queue.add(2);
+        let depth = r#"workqueue_depth{name="test-controller"}"#;
+        let adds = r#"workqueue_adds_total{name="test-controller"}"#;
+        let waited = r#"workqueue_queue_duration_seconds_count{name="test-controller"}"#;
+        let worked = r#"workqueue_work_duration_seconds_count{name="test-controller"}"#;
+        let retries = r#"workqueue_retries_total{name="test-controller"}"#;
+        assert_eq!(series(&metrics, depth), Some(2.0));
+        assert_eq!(series(&metrics, adds), Some(2.0));
+        let done = Arc::new(AtomicUsize::new(0));
+        let d = done.clone();
+        tokio::spawn(queue.clone().run(2, move |_| {
+            let d = d.clone();
+            async move {
+                d.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+        until("both keys to be worked on", || {
+            series(&metrics, worked) == Some(2.0)
+        })
+        .await;
+        assert_eq!(done.load(Ordering::SeqCst), 2);
+        assert_eq!(series(&metrics, depth), Some(0.0));
+        assert_eq!(series(&metrics, waited), Some(2.0));
+        queue.retry_after(3, Duration::from_millis(1));
+        until("the retry to run", || done.load(Ordering::SeqCst) == 3).await;
+        assert_eq!(series(&metrics, retries), Some(1.0));
+        assert_eq!(series(&metrics, adds), Some(3.0));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -474,7 +553,8 @@ mod tests {
         fn line(key: &String) -> &str {
             key.split_once('/').map_or("", |(line, _)| line)
         }
-        let queue = WorkQueue::<String>::sharded(line, LineLimit::fixed(2));
+        let queue =
+            WorkQueue::<String>::sharded(line, LineLimit::fixed(2), QueueMetrics::default());
         let stuck = Arc::new(AtomicUsize::new(0));
         let (most_stuck, done) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let release = Arc::new(Notify::new());
@@ -530,7 +610,7 @@ mod tests {
             [4, 4, 4, 2, 2, 2]
         );
         assert_eq!(LineLimit::fixed(3).per_line(1), 3);
-        let queue = WorkQueue::<String>::sharded(line, limit);
+        let queue = WorkQueue::<String>::sharded(line, limit, QueueMetrics::default());
         let in_flight: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
         let done = Arc::new(AtomicUsize::new(0));
         let release = Arc::new(Notify::new());

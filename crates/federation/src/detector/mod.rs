@@ -257,8 +257,9 @@ fn permanent_id(policy: &Policy, scope: Scope) -> String {
         .unwrap_or_default()
 }
 
-/// Templates of one type are judged at most this many at once (kube-runtime's
-/// `Controller` has no bound; each judgement is a few writes to the hub).
+/// Templates of one type are judged at most this many at once on 2 cores,
+/// more with more cores (kube-runtime's `Controller` has no bound; each
+/// judgement is a few writes to the hub).
 const TEMPLATE_SYNCS: usize = 32;
 
 /// Templates are held packed: every object of every propagatable type
@@ -270,7 +271,7 @@ async fn watch_templates(tctx: Arc<TypeCtx>, policies_changed: broadcast::Receiv
     tctx.shared
         .templates
         .register(api_version, kind, templates.store.clone());
-    let queue = WorkQueue::new();
+    let queue = WorkQueue::named(tctx.shared.metrics.queue("resource-detector"));
     let every_template_on_policy_change = {
         let (queue, store) = (queue.clone(), templates.store.clone());
         async move {
@@ -282,11 +283,12 @@ async fn watch_templates(tctx: Arc<TypeCtx>, policies_changed: broadcast::Receiv
             }
         }
     };
+    let workers = tctx.shared.options.scaled(TEMPLATE_SYNCS);
     tokio::join!(
         drive,
         queue::feed(queue.clone(), templates.changes.keys()),
         every_template_on_policy_change,
-        queue::reconcile_packed(queue, templates.store.clone(), TEMPLATE_SYNCS, move |obj| {
+        queue::reconcile_packed(queue, templates.store.clone(), workers, move |obj| {
             reconcile(obj, tctx.clone())
         }),
     );

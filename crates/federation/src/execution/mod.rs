@@ -48,12 +48,16 @@ const SWEEP_WAIT: Duration = Duration::from_secs(1);
 /// How often a deleted Work whose member is not ready looks again.
 const NOT_READY_RETRY: Duration = Duration::from_secs(5);
 
-/// Work applies in flight shared by the fleet's members, beyond each
-/// one's `--concurrent-work-syncs`: each member of a fleet of up to 10
-/// gets [`MOST_WORK_SYNCS_PER_MEMBER`], so that in a burst each member
-/// commits more applies per fsync and Works wait less; a fleet of 20 or
-/// more stays at the floor. Every apply in flight holds a connection to
-/// its member, kept for reuse, about 200 KiB of the hub's memory. On 2
+/// Work applies in flight shared by the fleet's members on 2 cores,
+/// beyond each one's `--concurrent-work-syncs`: each member of a fleet of
+/// up to 10 gets [`MOST_WORK_SYNCS_PER_MEMBER`], so that in a burst each
+/// member commits more applies per fsync and Works wait less; a fleet of
+/// 20 or more stays at the floor. Both grow with the cores
+/// (`Options::scaled`): on 16, 100 in flight bounded a burst of 10,000 ×
+/// 10 at 6,000 Works a second, each waiting 5 s in the queue, with half
+/// the cores idle (docs/benchmarks.md). When applies went over HTTP/1.1,
+/// each held a connection to its member, about 200 KiB of the hub's
+/// memory; they now share one per member (HTTP/2). On 2
 /// cores (docs/benchmarks.md) 16 per member instead of 5 took the p99
 /// latency of 10,000 × 10 from 46 to 21 s but the hub's peak RSS from 198
 /// to 249 MiB; 10 took it from 43 to 26 s with the peak within the
@@ -87,9 +91,10 @@ pub async fn run(ctx: Ctx, changes: impl futures::Stream<Item = Key> + Send + 's
         member_of,
         LineLimit {
             floor,
-            ceiling: floor.max(MOST_WORK_SYNCS_PER_MEMBER),
-            budget: WORK_SYNCS_SHARED,
+            ceiling: floor.max(ctx.options.scaled(MOST_WORK_SYNCS_PER_MEMBER)),
+            budget: ctx.options.scaled(WORK_SYNCS_SHARED),
         },
+        ctx.metrics.queue("execution-controller"),
     );
     let exec = Arc::new(Execution {
         shared: ctx.clone(),

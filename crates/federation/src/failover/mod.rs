@@ -51,7 +51,7 @@ pub async fn run(
     changes: impl Stream<Item = Key> + Send + 'static,
     readiness_changed: impl Stream<Item = ()> + Send + 'static,
 ) {
-    let queue = WorkQueue::new();
+    let queue = WorkQueue::named(ctx.metrics.queue("failover-controller"));
     let state = Arc::new((ctx, Unhealthy::default()));
     tokio::join!(
         queue::feed_all_on(queue.clone(), bindings.clone(), readiness_changed),

@@ -148,7 +148,7 @@ fn slice_service_key(s: &EndpointSlice) -> Option<String> {
 }
 
 pub async fn run(ctx: Ctx, clusters: impl Stream<Item = Arc<Cluster>> + Send + 'static) {
-    let queue = crate::queue::WorkQueue::new();
+    let queue = crate::queue::WorkQueue::named(ctx.metrics.queue("mcs-controller"));
     let managed = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
     let (hub_imports, t1) = follow(
         Api::<ServiceImport>::all(ctx.hub.clone()),

@@ -72,7 +72,8 @@ pub async fn run(
     binding_changes: impl Stream<Item = packed::Key> + Send + 'static,
     work_owners: impl Stream<Item = String> + Send + 'static,
 ) {
-    let queue: Arc<WorkQueue<String>> = WorkQueue::new();
+    let queue: Arc<WorkQueue<String>> =
+        WorkQueue::named(ctx.metrics.queue("federated-resource-quota"));
     let of_namespace = {
         let quotas = quotas.clone();
         move |ns: &str| -> Vec<String> {
@@ -114,7 +115,7 @@ pub async fn run(
         async move {
             if let Err(error) = reconcile(&ctx, &quotas, &bindings, &key).await {
                 report(&error);
-                again.add_after(key, error.retry_after());
+                again.retry_after(key, error.retry_after());
             }
         }
     });
