@@ -83,9 +83,9 @@ pub struct ControlplaneArgs {
     #[arg(long, value_delimiter = ',', value_parser = ["kubefed", "argocd"])]
     pub frontends: Vec<String>,
     /// The cores the federation controllers size their concurrency for:
-    /// each stage's workers and Work applies in flight, tuned on 2 cores,
-    /// grow with them up to 16. Default: the CPUs this process may use
-    /// (its CPU affinity and cgroup quota).
+    /// the Work applies in flight, tuned on 2 cores, grow with them up to
+    /// 8. Default: the CPUs this process may use (its CPU affinity and
+    /// cgroup quota).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub pipeline_cores: Option<u16>,
     #[command(flatten)]

@@ -33,8 +33,7 @@ use crate::queue::{self, Next, WorkQueue};
 use crate::recent::Recent;
 use crate::{events, interpreter, names, templates};
 
-/// Bindings whose Works are written at once on 2 cores (more with more
-/// cores, `Options::scaled`).
+/// Bindings whose Works are written at once.
 const BINDING_SYNCS: usize = 32;
 
 /// Works of one binding written at once.
@@ -48,14 +47,13 @@ pub async fn run(
     overrides_changed: impl futures::Stream<Item = ()> + Send + 'static,
 ) {
     let queue = WorkQueue::named(ctx.metrics.queue("binding-controller"));
-    let workers = ctx.options.scaled(BINDING_SYNCS);
     let state = Arc::new((ctx, Synced::new(CACHE_GRACE)));
     tokio::join!(
         queue::feed(queue.clone(), works_removed),
         // A changed override policy: every binding's Works rendered again.
         queue::feed_all_on(queue.clone(), bindings.clone(), overrides_changed),
         queue::feed(queue.clone(), changes),
-        queue::reconcile_packed(queue, bindings, workers, move |b| {
+        queue::reconcile_packed(queue, bindings, BINDING_SYNCS, move |b| {
             reconcile(b, state.clone())
         }),
     );

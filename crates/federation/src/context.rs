@@ -45,13 +45,16 @@ pub struct Options {
     pub kubefed: bool,
     /// Run the Argo CD front end (`--frontends argocd`).
     pub argocd: bool,
-    /// The cores the pipeline may keep busy: each stage's concurrency,
-    /// tuned on 2 cores, grows with them ([`Options::scaled`]).
+    /// The cores the pipeline may keep busy: the Work applies in flight,
+    /// tuned on 2 cores, grow with them ([`Options::scaled`]).
     pub cores: usize,
 }
 
-/// The most a stage's concurrency is multiplied by: 16 cores' worth.
-const MOST_SCALE: usize = 8;
+/// The most a concurrency tuned on 2 cores is multiplied by: 8 cores'
+/// worth. On 16 cores (docs/benchmarks.md) 8 times the applies in flight
+/// made each one take three times as long, for 100 MiB more of the hub's
+/// memory than 4 times.
+const MOST_SCALE: usize = 4;
 
 impl Default for Options {
     fn default() -> Options {
@@ -75,9 +78,9 @@ impl Default for Options {
 
 impl Options {
     /// `base`, a stage's concurrency as tuned on 2 cores, for this
-    /// process's cores: on 16 the stages of a burst wait on round trips,
-    /// not on CPU (docs/architecture.md), so more keys in flight keep the
-    /// cores busy; on 2 or fewer it stays as tuned.
+    /// process's cores: on 16 a burst's Works waited on round trips, not
+    /// on CPU (docs/architecture.md), so more in flight keep the cores
+    /// busy; on 3 or fewer it stays as tuned.
     pub fn scaled(&self, base: usize) -> usize {
         base * (self.cores / 2).clamp(1, MOST_SCALE)
     }
@@ -143,12 +146,12 @@ mod scaled_tests {
     }
 
     #[test]
-    fn a_stage_keeps_its_tuning_up_to_two_cores_and_grows_with_more_up_to_sixteen() {
+    fn a_stage_keeps_its_tuning_up_to_three_cores_and_grows_with_more_up_to_eight() {
         assert_eq!(with_cores(1).scaled(32), 32);
         assert_eq!(with_cores(2).scaled(32), 32);
         assert_eq!(with_cores(3).scaled(32), 32);
         assert_eq!(with_cores(4).scaled(32), 64);
-        assert_eq!(with_cores(16).scaled(100), 800);
-        assert_eq!(with_cores(64).scaled(100), 800);
+        assert_eq!(with_cores(8).scaled(100), 400);
+        assert_eq!(with_cores(16).scaled(100), 400);
     }
 }

@@ -44,8 +44,8 @@ const DEBOUNCE: Duration = Duration::from_millis(100);
 /// placement).
 const PENDING_GRACE: Duration = Duration::from_secs(30);
 
-/// Bindings whose status is written at once on 2 cores (Karmada's
-/// controllers run 5 workers each; more with more cores, `Options::scaled`). In a burst, placement goes first: the scheduler runs
+/// Bindings whose status is written at once (Karmada's controllers run 5
+/// workers each). In a burst, placement goes first: the scheduler runs
 /// with more, and status reporting catches up behind it.
 const STATUS_SYNCS: usize = 5;
 
@@ -81,10 +81,9 @@ pub async fn run(
             }
         }
     };
-    let workers = ctx.options.scaled(STATUS_SYNCS);
     tokio::join!(
         gather,
-        queue::reconcile_packed(queue, bindings, workers, move |b| {
+        queue::reconcile_packed(queue, bindings, STATUS_SYNCS, move |b| {
             reconcile(b, ctx.clone(), memo.clone())
         }),
     );

@@ -257,9 +257,8 @@ fn permanent_id(policy: &Policy, scope: Scope) -> String {
         .unwrap_or_default()
 }
 
-/// Templates of one type are judged at most this many at once on 2 cores,
-/// more with more cores (kube-runtime's `Controller` has no bound; each
-/// judgement is a few writes to the hub).
+/// Templates of one type are judged at most this many at once (kube-runtime's
+/// `Controller` has no bound; each judgement is a few writes to the hub).
 const TEMPLATE_SYNCS: usize = 32;
 
 /// Templates are held packed: every object of every propagatable type
@@ -283,12 +282,11 @@ async fn watch_templates(tctx: Arc<TypeCtx>, policies_changed: broadcast::Receiv
             }
         }
     };
-    let workers = tctx.shared.options.scaled(TEMPLATE_SYNCS);
     tokio::join!(
         drive,
         queue::feed(queue.clone(), templates.changes.keys()),
         every_template_on_policy_change,
-        queue::reconcile_packed(queue, templates.store.clone(), workers, move |obj| {
+        queue::reconcile_packed(queue, templates.store.clone(), TEMPLATE_SYNCS, move |obj| {
             reconcile(obj, tctx.clone())
         }),
     );

@@ -28,9 +28,8 @@ use tenancy::{Charges, Limits, Outcome, Tenancy};
 
 pub const SCHEDULER_NAME: &str = "default-scheduler";
 
-/// Bindings scheduled at once on 2 cores (more with more cores,
-/// `Options::scaled`). Each decision is two writes to the hub; enough of
-/// them in flight keeps the cores busy in a burst.
+/// Bindings scheduled at once. Each decision is two writes to the hub;
+/// enough of them in flight keeps both cores busy in a burst.
 const SCHEDULE_SYNCS: usize = 32;
 
 /// A kind a cluster serves: (apiVersion, kind), as a binding's resource
@@ -105,13 +104,12 @@ pub async fn run(
             futures::stream::iter(keys)
         })
     };
-    let workers = state.ctx.options.scaled(SCHEDULE_SYNCS);
     tokio::join!(
         queue::feed(queue.clone(), changes),
         queue::feed(queue.clone(), in_namespace),
         queue::feed(queue.clone(), of_kinds),
         queue::feed_all_on(queue.clone(), bindings.clone(), clusters_changed),
-        queue::reconcile_packed(queue, bindings, workers, move |b| {
+        queue::reconcile_packed(queue, bindings, SCHEDULE_SYNCS, move |b| {
             reconcile(b, state.clone())
         }),
     );
