@@ -170,6 +170,12 @@ enum Retention {
 /// How many of the newest events the window also holds unpacked, and how
 /// many bytes of values (and previous values) at most.
 const FRESH_EVENTS: usize = 1024;
+/// Most of the window's older (packed) events a watch unpacks at once. A
+/// watcher that fell behind the plain part catches up in batches of this
+/// many, instead of holding everything it missed unpacked at once: a heap
+/// profile of 3,000 × 10 with 400 Work applies in flight found 47 MiB of
+/// the hub's peak in two lagging watchers' batches.
+const UNPACK_BATCH: usize = 1000;
 const FRESH_BYTES: usize = 4 * 1024 * 1024;
 
 /// Plain copies of the window's newest events: watchers and readers that
@@ -531,15 +537,22 @@ impl Core {
             .history
             .range(start.min(fresh_from)..fresh_from)
             .filter(|e| e.kv.key.starts_with(prefix))
+            .take(UNPACK_BATCH)
             .cloned()
             .collect();
-        let fresh: Vec<Event> = inner
-            .fresh
-            .events
-            .range(start.saturating_sub(fresh_from)..)
-            .filter(|e| e.kv.key.starts_with(prefix))
-            .cloned()
-            .collect();
+        // A full batch of older events may not be all of them: the watch
+        // asks again after its last one before it reads the newest.
+        let fresh: Vec<Event> = if packed.len() == UNPACK_BATCH {
+            Vec::new()
+        } else {
+            inner
+                .fresh
+                .events
+                .range(start.saturating_sub(fresh_from)..)
+                .filter(|e| e.kv.key.starts_with(prefix))
+                .cloned()
+                .collect()
+        };
         let revision = inner.revision;
         drop(inner);
         let mut events: Vec<Event> = packed.iter().map(|e| e.unpack()).collect();
@@ -797,5 +810,66 @@ impl Watch {
                 return Err(StoreError::Closed);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct NoBackfill;
+
+    impl Backfill for NoBackfill {
+        fn events_after(
+            &self,
+            _: &str,
+            _: Revision,
+            until: Revision,
+        ) -> Result<(Vec<Event>, Revision)> {
+            Ok((Vec::new(), until))
+        }
+        fn compacted(&self) -> Revision {
+            0
+        }
+    }
+
+    fn put(key: &str, revision: Revision) -> Event {
+        Event {
+            kind: EventKind::Put,
+            kv: KeyValue {
+                key: Arc::from(key),
+                value: Bytes::from(format!("{{\"n\":{revision}}}")),
+                create_revision: revision,
+                mod_revision: revision,
+            },
+            prev: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_watch_far_behind_catches_up_in_bounded_batches_missing_nothing() {
+        let window = EventWindow::new(Vec::new(), 0, 0, 10_000, Arc::new(NoBackfill));
+        let total = 3 * UNPACK_BATCH + FRESH_EVENTS;
+        let events: Vec<Event> = (1..=total as Revision)
+            .map(|r| put(&format!("/k/{r:05}"), r))
+            .collect();
+        window.apply(events);
+        let mut watch = window.watch("/k/", 0).expect("in the window");
+        let mut seen = Vec::new();
+        let mut largest_older = 0;
+        while seen.len() < total {
+            let batch = watch.next().await.expect("a batch");
+            // Until the plain newest part, each batch unpacks at most a batch.
+            if batch
+                .first()
+                .is_some_and(|e| e.revision() as usize <= total - FRESH_EVENTS)
+            {
+                largest_older = largest_older.max(batch.len());
+            }
+            seen.extend(batch.iter().map(|e| e.revision()));
+        }
+        assert_eq!(largest_older, UNPACK_BATCH);
+        assert_eq!(seen, (1..=total as Revision).collect::<Vec<_>>());
+        assert_eq!(watch.revision(), total as Revision);
     }
 }
