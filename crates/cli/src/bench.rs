@@ -89,9 +89,44 @@ impl ServerProcess {
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
+        // A wrapper (`FLOTILLA_BENCH_HUB_WRAPPER`, heaptrack say) may run
+        // the server as its child: killing the wrapper alone would leave
+        // the server running.
+        for pid in descendants(self.0.id()) {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// The processes under `pid` (children first, then theirs), from
+/// `/proc/PID/task/TID/children`; none where the kernel does not say.
+fn descendants(pid: u32) -> Vec<i32> {
+    let mut found = Vec::new();
+    let mut next = vec![pid];
+    while let Some(parent) = next.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let Ok(children) = std::fs::read_to_string(task.path().join("children")) else {
+                continue;
+            };
+            for child in children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok())
+            {
+                if let Ok(raw) = i32::try_from(child) {
+                    found.push(raw);
+                    next.push(child);
+                }
+            }
+        }
+    }
+    found
 }
 
 /// The line every bench prints about where it ran.
@@ -376,4 +411,45 @@ async fn apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
         }),
     );
     out.finish(&report)
+}
+
+#[cfg(test)]
+mod server_process_tests {
+    use super::*;
+
+    /// Whether `pid` still runs (a zombie waiting for its reaper does not).
+    fn running(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| {
+                let state = stat.rsplit_once(") ")?.1.chars().next()?;
+                Some(state != 'Z' && state != 'X')
+            })
+            .unwrap_or(false)
+    }
+
+    #[test]
+    fn a_server_run_under_a_wrapper_is_killed_with_it() {
+        let mut wrapper = Command::new("sh");
+        wrapper.args(["-c", "sleep 300 & wait"]);
+        let server = ServerProcess::start(wrapper, "a wrapper").expect("sh starts");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let child = loop {
+            if let Some(pid) = descendants(server.0.id()).first() {
+                break *pid;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the wrapper's child never started"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(running(child));
+        drop(server);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while running(child) {
+            assert!(Instant::now() < deadline, "the wrapper's child outlived it");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }
