@@ -246,12 +246,13 @@ where
                 continue;
             };
             self.metrics.depth.dec();
-            self.metrics.wait.0.observe(since.elapsed().as_secs_f64());
             shard.in_flight += 1;
             give_turn(shard, name, &mut s.turns, limit);
             s.waiting -= 1;
             s.dirty.remove(&key);
             s.processing.insert(key.clone());
+            drop(guard);
+            self.metrics.wait.0.observe(since.elapsed().as_secs_f64());
             return Some(key);
         }
     }
