@@ -46,22 +46,24 @@ struct QueueFamilies {
 
 /// One queue's handles on its metrics. A queue made without a name (in
 /// tests) gets handles that no registry exports.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct QueueMetrics {
     pub depth: Gauge,
     pub adds: Counter,
     pub retries: Counter,
-    pub wait: QueueHistogram,
-    pub work: QueueHistogram,
+    pub wait: Histogram,
+    pub work: Histogram,
 }
 
-/// A histogram in client-go's work queue buckets (10 ns to 10 s).
-#[derive(Clone)]
-pub struct QueueHistogram(pub Histogram);
-
-impl Default for QueueHistogram {
-    fn default() -> QueueHistogram {
-        QueueHistogram(queue_buckets())
+impl Default for QueueMetrics {
+    fn default() -> QueueMetrics {
+        QueueMetrics {
+            depth: Gauge::default(),
+            adds: Counter::default(),
+            retries: Counter::default(),
+            wait: queue_buckets(),
+            work: queue_buckets(),
+        }
     }
 }
 
@@ -186,8 +188,8 @@ impl Metrics {
             depth: q.depth.get_or_create(&label).clone(),
             adds: q.adds.get_or_create(&label).clone(),
             retries: q.retries.get_or_create(&label).clone(),
-            wait: QueueHistogram(q.wait.get_or_create(&label).clone()),
-            work: QueueHistogram(q.work.get_or_create(&label).clone()),
+            wait: q.wait.get_or_create(&label).clone(),
+            work: q.work.get_or_create(&label).clone(),
         }
     }
 

@@ -252,7 +252,7 @@ where
             s.dirty.remove(&key);
             s.processing.insert(key.clone());
             drop(guard);
-            self.metrics.wait.0.observe(since.elapsed().as_secs_f64());
+            self.metrics.wait.observe(since.elapsed().as_secs_f64());
             return Some(key);
         }
     }
@@ -307,11 +307,7 @@ where
                     while let Some(k) = key {
                         let started = Instant::now();
                         process(k.clone()).await;
-                        queue
-                            .metrics
-                            .work
-                            .0
-                            .observe(started.elapsed().as_secs_f64());
+                        queue.metrics.work.observe(started.elapsed().as_secs_f64());
                         queue.done(&k);
                         key = queue.take();
                     }
