@@ -535,7 +535,10 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
     match segs.as_slice() {
         ["version"] if is_get => return Ok(json_response(StatusCode::OK, &version::info())),
         ["metrics"] if is_get && api.config.metrics.is_some() => {
-            let body = api.config.metrics.as_ref().map(|m| m()).unwrap_or_default();
+            let mut body = api.config.metrics.as_ref().map(|m| m()).unwrap_or_default();
+            if let Some(stats) = api.store.writer_stats() {
+                body.push_str(&crate::storage_metrics::render(&stats));
+            }
             return Ok((
                 StatusCode::OK,
                 [(

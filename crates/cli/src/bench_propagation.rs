@@ -528,7 +528,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let distributed_in = started.elapsed();
-    let queues = queue_watch.finish(&hub).await;
+    let (queues, store_writer) = queue_watch.finish(&hub).await;
     let distribution_cpu = (
         spent(&hub_pid, cpu_before.0),
         spent(&member_pids, cpu_before.1),
@@ -683,6 +683,8 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         "stages": stages,
         // client-go's work queue figures of each stage over the distribution.
         "queues": queues,
+        // The hub's store writer over the distribution (embedded store).
+        "store_writer": store_writer,
         "direct_seconds": direct_in.as_secs_f64(),
         // CPU-seconds from the first create to the last copy's arrival,
         // and over the baseline (which the control plane takes no part in).
@@ -753,6 +755,18 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
             v["mean_wait_ms"].as_f64().unwrap_or(0.0),
             v["mean_work_ms"].as_f64().unwrap_or(0.0),
             v["peak_depth"]
+        );
+    }
+    let w = &result["store_writer"];
+    if w.is_object() {
+        println!(
+            "  store writer: {} writes in {} commits ({:.1} a commit, {:.0}/s), busy {:.0}% of the time, {:.0}% in commits' syncs",
+            w["writes"],
+            w["commits"],
+            w["writes_per_commit"].as_f64().unwrap_or(0.0),
+            w["writes_per_second"].as_f64().unwrap_or(0.0),
+            w["busy_percent"].as_f64().unwrap_or(0.0),
+            w["sync_percent"].as_f64().unwrap_or(0.0)
         );
     }
     println!(

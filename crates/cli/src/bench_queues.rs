@@ -2,7 +2,10 @@
 //! client-go `workqueue_*` metrics the hub exports: how many keys each
 //! stage took, how long they waited and how long they were worked on, and
 //! the deepest each queue got while the copies travelled. Where a burst
-//! queues is where the pipeline is short of workers or of CPU.
+//! queues is where the pipeline is short of workers or of CPU. Beside
+//! them, the embedded store's writer (`flotilla_store_*`): the one thread
+//! every write of the hub goes through, and how much of the run it was
+//! busy.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,6 +30,58 @@ struct Figures {
 }
 
 type Queues = BTreeMap<String, Figures>;
+
+/// The store writer's counters as exported (cumulative since it opened).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct WriterFigures {
+    commits: f64,
+    writes: f64,
+    busy_seconds: f64,
+    sync_seconds: f64,
+}
+
+/// The `flotilla_store_*` counters of an exposition; `None` where the hub
+/// has no writer of its own (the etcd backend).
+fn parse_writer(text: &str) -> Option<WriterFigures> {
+    let mut f = WriterFigures::default();
+    let mut found = false;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("flotilla_store_") else {
+            continue;
+        };
+        let Some((metric, value)) = rest.split_once(' ') else {
+            continue;
+        };
+        let Ok(value) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        found = true;
+        match metric {
+            "commits_total" => f.commits = value,
+            "writes_total" => f.writes = value,
+            "writer_busy_seconds_total" => f.busy_seconds = value,
+            "commit_sync_seconds_total" => f.sync_seconds = value,
+            _ => {}
+        }
+    }
+    found.then_some(f)
+}
+
+/// The writer between two readings `wall` apart: writes, writes per
+/// commit, and the share of the time it was busy and syncing.
+fn writer_report(before: WriterFigures, after: WriterFigures, wall: Duration) -> Value {
+    let wall = wall.as_secs_f64().max(1e-9);
+    let commits = after.commits - before.commits;
+    let writes = after.writes - before.writes;
+    json!({
+        "commits": commits,
+        "writes": writes,
+        "writes_per_commit": if commits > 0.0 { writes / commits } else { 0.0 },
+        "writes_per_second": writes / wall,
+        "busy_percent": (after.busy_seconds - before.busy_seconds) / wall * 100.0,
+        "sync_percent": (after.sync_seconds - before.sync_seconds) / wall * 100.0,
+    })
+}
 
 /// The hub's Prometheus text exposition, or `None` if it could not be read.
 pub async fn metrics_text(hub: &kube::Client) -> Option<String> {
@@ -77,6 +132,8 @@ fn label<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
 /// The queues between a start and now.
 pub struct QueueWatch {
     before: Queues,
+    writer_before: Option<WriterFigures>,
+    started: std::time::Instant,
     peaks: Arc<Mutex<BTreeMap<String, f64>>>,
     sampler: tokio::task::JoinHandle<()>,
 }
@@ -84,10 +141,8 @@ pub struct QueueWatch {
 impl QueueWatch {
     /// Reads the counters now and samples the depths until `finish`.
     pub async fn start(hub: &kube::Client) -> QueueWatch {
-        let before = metrics_text(hub)
-            .await
-            .map(|t| parse(&t))
-            .unwrap_or_default();
+        let text = metrics_text(hub).await.unwrap_or_default();
+        let (before, writer_before) = (parse(&text), parse_writer(&text));
         let peaks: Arc<Mutex<BTreeMap<String, f64>>> = Arc::default();
         let sampler = {
             let (hub, peaks) = (hub.clone(), peaks.clone());
@@ -107,20 +162,26 @@ impl QueueWatch {
         };
         QueueWatch {
             before,
+            writer_before,
+            started: std::time::Instant::now(),
             peaks,
             sampler,
         }
     }
 
     /// Each queue that took keys since the start: its adds and retries,
-    /// the mean time a key waited and was worked on, its deepest sample.
-    pub async fn finish(self, hub: &kube::Client) -> Value {
+    /// the mean time a key waited and was worked on, its deepest sample;
+    /// and the store writer's figures over the same time (null without).
+    pub async fn finish(self, hub: &kube::Client) -> (Value, Value) {
         self.sampler.abort();
-        let after = metrics_text(hub)
-            .await
-            .map(|t| parse(&t))
-            .unwrap_or_default();
-        report(&self.before, &after, &self.peaks.lock())
+        let wall = self.started.elapsed();
+        let text = metrics_text(hub).await.unwrap_or_default();
+        let queues = report(&self.before, &parse(&text), &self.peaks.lock());
+        let writer = match (self.writer_before, parse_writer(&text)) {
+            (Some(before), Some(after)) => writer_report(before, after, wall),
+            _ => Value::Null,
+        };
+        (queues, writer)
     }
 }
 
@@ -177,6 +238,32 @@ workqueue_work_duration_seconds_sum{name="scheduler-queue"} 1.0
 workqueue_work_duration_seconds_count{name="scheduler-queue"} 100
 karmada_scheduler_e2e_scheduling_duration_seconds_count{result="success"} 100
 "#;
+
+    #[test]
+    fn reads_the_store_writer_and_reports_its_share_of_the_time() {
+        let before = parse_writer(
+            "flotilla_store_commits_total 10\nflotilla_store_writes_total 100\n\
+             flotilla_store_writer_busy_seconds_total 1.5\nflotilla_store_commit_sync_seconds_total 0.5\n",
+        )
+        .expect("the writer's counters");
+        let after = WriterFigures {
+            commits: 20.0,
+            writes: 600.0,
+            busy_seconds: 3.5,
+            sync_seconds: 1.5,
+        };
+        let r = writer_report(before, after, Duration::from_secs(4));
+        assert_eq!(r["commits"], 10.0);
+        assert_eq!(r["writes_per_commit"], 50.0);
+        assert_eq!(r["writes_per_second"], 125.0);
+        assert_eq!(r["busy_percent"], 50.0);
+        assert_eq!(r["sync_percent"], 25.0);
+        assert_eq!(
+            parse_writer(EXPOSITION),
+            None,
+            "no writer without its counters"
+        );
+    }
 
     #[test]
     fn reads_each_queue_by_name_and_skips_buckets_and_other_metrics() {

@@ -1716,6 +1716,12 @@ fn cluster_status_reports_the_member_and_an_unreachable_member_is_tainted() {
             "work_sync_workload_duration_seconds_count{result=\"success\"}",
         ],
     );
+    // Beside them, the embedded store's writer: the writes it committed.
+    let writes = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("flotilla_store_writes_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    assert!(writes.is_some_and(|w| w > 0.0), "{metrics}");
 }
 
 /// Runs `flotilla bench propagation` with `args` and `--json`; its result.
@@ -1765,6 +1771,19 @@ fn the_propagation_benchmark_runs_and_reports_json() {
         assert!(figure.as_f64().is_some_and(|s| s >= 0.0), "{cpu}");
     }
     assert!(cpu["direct"].get("controlplane").is_none(), "{cpu}");
+    // The hub's store writer committed at least the 20 templates and their
+    // 20 bindings and 40 Works, in fewer commits than writes.
+    let writer = &result["store_writer"];
+    assert!(
+        writer["writes"].as_f64().is_some_and(|w| w >= 80.0),
+        "{writer}"
+    );
+    assert!(
+        writer["commits"]
+            .as_f64()
+            .is_some_and(|c| c >= 1.0 && c <= writer["writes"].as_f64().unwrap_or(0.0)),
+        "{writer}"
+    );
 
     let result = bench_json(&["--scheduler-only", "--templates", "20"]);
     assert_eq!(result["bindings"], 20);

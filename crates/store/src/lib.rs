@@ -129,6 +129,23 @@ pub enum StoreError {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+/// What a store's single writer has done since the store opened, for
+/// `/metrics`: whether it keeps up with the writes, as etcd's
+/// `etcd_disk_*` durations tell of etcd.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WriterStats {
+    /// Transactions committed, each with one fsync.
+    pub commits: u64,
+    /// Writes committed in them.
+    pub writes: u64,
+    /// Time spent committing groups, from the first write's check to the
+    /// last reply: while busy, arriving writes wait for the next group.
+    pub busy_seconds: f64,
+    /// The part of it in SQLite's commit: the WAL's pages written and
+    /// synced.
+    pub sync_seconds: f64,
+}
+
 /// The storage contract of the API server, shaped after etcd: every write
 /// is a compare-and-swap on one key that yields a new global revision.
 #[async_trait]
@@ -158,6 +175,11 @@ pub trait Store: Send + Sync + 'static {
     /// current.
     async fn sync(&self) -> Result<()> {
         Ok(())
+    }
+    /// The writer's figures, where this process commits the writes
+    /// itself (the embedded store); etcd reports its own.
+    fn writer_stats(&self) -> Option<WriterStats> {
+        None
     }
 }
 

@@ -34,7 +34,7 @@ use crate::cache::{Backfill, EventWindow, Watch};
 use crate::packed::Packed;
 use crate::{
     DeletePrecondition, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision,
-    Store, StoreError,
+    Store, StoreError, WriterStats,
 };
 
 /// Tuning for [`SqliteStore`].
@@ -89,6 +89,36 @@ pub struct SqliteStore {
     log: Arc<LogReader>,
     writer: mpsc::Sender<Request>,
     path: PathBuf,
+    stats: Arc<WriterCounters>,
+}
+
+/// The writer's running totals ([`WriterStats`]), nanoseconds as integers.
+#[derive(Default)]
+struct WriterCounters {
+    commits: AtomicU64,
+    writes: AtomicU64,
+    busy_nanos: AtomicU64,
+    sync_nanos: AtomicU64,
+}
+
+impl WriterCounters {
+    fn record(&self, writes: usize, busy: Duration, sync: Duration) {
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        self.writes.fetch_add(writes as u64, Ordering::Relaxed);
+        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.busy_nanos.fetch_add(nanos(busy), Ordering::Relaxed);
+        self.sync_nanos.fetch_add(nanos(sync), Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> WriterStats {
+        let seconds = |n: &AtomicU64| n.load(Ordering::Relaxed) as f64 / 1e9;
+        WriterStats {
+            commits: self.commits.load(Ordering::Relaxed),
+            writes: self.writes.load(Ordering::Relaxed),
+            busy_seconds: seconds(&self.busy_nanos),
+            sync_seconds: seconds(&self.sync_nanos),
+        }
+    }
 }
 
 /// Idle read connections kept for reuse; more are opened under load and
@@ -234,16 +264,21 @@ impl SqliteStore {
         let writer_window = window.clone();
         let writer_log = log.clone();
         let max_batch = options.max_batch.max(1);
+        let stats = Arc::new(WriterCounters::default());
+        let writer_stats = stats.clone();
         std::thread::Builder::new()
             .name("flotilla-store-writer".into())
             .spawn(move || {
                 writer_loop(
                     conn,
-                    writer_window,
-                    writer_log,
+                    Writer {
+                        window: writer_window,
+                        log: writer_log,
+                        committed,
+                        stats: writer_stats,
+                    },
                     requests,
                     max_batch,
-                    committed,
                 )
             })?;
 
@@ -252,6 +287,7 @@ impl SqliteStore {
             log,
             writer,
             path,
+            stats,
         });
         if let Some(interval) = options.compaction_interval {
             crate::spawn_compactor(
@@ -617,13 +653,32 @@ fn drain_nudges(commits: &mpsc::Receiver<()>) -> bool {
     }
 }
 
-fn writer_loop(
-    mut conn: Connection,
+/// What the writer thread works with besides its connection.
+struct Writer {
     window: Arc<EventWindow>,
     log: Arc<LogReader>,
+    committed: Committed,
+    stats: Arc<WriterCounters>,
+}
+
+impl Writer {
+    fn commit(&self, conn: &mut Connection, batch: Vec<(Op, Reply)>) {
+        if batch.is_empty() {
+            return;
+        }
+        let writes = batch.len();
+        self.committed.count(writes);
+        let started = Instant::now();
+        let sync = commit_batch(conn, &self.window, batch);
+        self.stats.record(writes, started.elapsed(), sync);
+    }
+}
+
+fn writer_loop(
+    mut conn: Connection,
+    writer: Writer,
     requests: mpsc::Receiver<Request>,
     max_batch: usize,
-    committed: Committed,
 ) {
     let mut look = NextWriteLook::default();
     while let Some(first) = look.next_request(&requests) {
@@ -634,18 +689,16 @@ fn writer_loop(
                 Request::Write(op, reply) => batch.push((op, reply)),
                 Request::Compact(rev, reply) => {
                     // Commit what is queued before compacting.
-                    committed.count(batch.len());
-                    commit_batch(&mut conn, &window, std::mem::take(&mut batch));
-                    let _ = reply.send(compact(&mut conn, &window, &log, rev));
+                    writer.commit(&mut conn, std::mem::take(&mut batch));
+                    let _ = reply.send(compact(&mut conn, &writer.window, &writer.log, rev));
                 }
             }
             if batch.len() < max_batch {
                 next = requests.try_recv().ok();
             }
         }
-        committed.count(batch.len());
-        commit_batch(&mut conn, &window, batch);
-        committed.nudge();
+        writer.commit(&mut conn, batch);
+        writer.committed.nudge();
     }
     debug!("store writer stopped");
 }
@@ -722,10 +775,10 @@ impl NextWriteLook {
 
 type Reply = oneshot::Sender<Result<KeyValue>>;
 
-fn commit_batch(conn: &mut Connection, window: &EventWindow, batch: Vec<(Op, Reply)>) {
-    if batch.is_empty() {
-        return;
-    }
+/// Commits `batch` in one transaction and answers each write; returns the
+/// time SQLite's commit took (the WAL written and synced).
+fn commit_batch(conn: &mut Connection, window: &EventWindow, batch: Vec<(Op, Reply)>) -> Duration {
+    let mut sync = Duration::ZERO;
     let mut revision = window.revision();
     // Keys written earlier in this batch, visible to later ops in it.
     let mut overlay: HashMap<String, Option<KeyValue>> = HashMap::new();
@@ -787,7 +840,9 @@ fn commit_batch(conn: &mut Connection, window: &EventWindow, batch: Vec<(Op, Rep
                 events.push((event, packed));
             }
         }
+        let syncing = Instant::now();
         tx.commit()?;
+        sync = syncing.elapsed();
         Ok(())
     })();
 
@@ -806,6 +861,7 @@ fn commit_batch(conn: &mut Connection, window: &EventWindow, batch: Vec<(Op, Rep
             }
         }
     }
+    sync
 }
 
 /// Checks an operation against the key's current value and builds its event.
@@ -949,6 +1005,10 @@ impl Store for SqliteStore {
 
     fn current_revision(&self) -> Revision {
         self.window.revision()
+    }
+
+    fn writer_stats(&self) -> Option<WriterStats> {
+        Some(self.stats.snapshot())
     }
 
     fn compacted_revision(&self) -> Revision {

@@ -1,0 +1,43 @@
+#!/bin/bash
+# Device check for issue 34: runs the propagation bench on all cores and on two.
+# usage: .dev/run.sh BIN_TAG... (each .dev/BIN_TAG.xz is a stripped flotilla)
+# then lines of "TAG TIMEOUT [taskset CPUS] bench-args..." on stdin
+set -u
+D=$(cd "$(dirname "$0")" && pwd)
+R=/tmp/res; mkdir -p $R
+for x in "$D"/*.xz; do b=$(basename "$x" .xz); mkdir -p /tmp/bin-$b; xz -d -T0 -c "$x" > /tmp/bin-$b/flotilla && chmod +x /tmp/bin-$b/flotilla; done
+nproc; date -u; (lscpu; free -g; uname -a) > $R/machine.txt 2>&1; head -15 $R/machine.txt
+ulimit -n 1048576 2>/dev/null || ulimit -n 65536
+pack() { tar -C /tmp -czf $OUT/res.tar.gz res; }
+while read -r tag to bin rest; do
+  [ -z "$tag" ] && continue
+  pre=""
+  case "$rest" in taskset*) pre="taskset -c $(echo $rest | cut -d' ' -f2)"; rest=$(echo $rest | cut -d' ' -f3-);; esac
+  python3 $D/threads.py $R/$tag.threads "flotilla controlplane" "flotilla member" "flotilla bench" &
+  sp=$!
+  t0=$(date +%s.%N)
+  timeout $to $pre /tmp/bin-$bin/flotilla bench propagation --json $rest > $R/$tag.json 2> $R/$tag.err
+  rc=$?
+  kill -TERM $sp; wait $sp 2>/dev/null
+  python3 - $R/$tag.json "$tag" "$rc" <<'PY'
+import json,sys
+try:
+    d=json.load(open(sys.argv[1]))
+    c=d.get('cpu_seconds') or {}; dc=c.get('distribution',{}); dd=c.get('direct',{})
+    print(sys.argv[2], 'rc', sys.argv[3], 'create %.1f' % d['create_seconds'], 'dist %.1f direct %.2f ratio %.2f p50 %.0f p99 %.0f rss %.1f' % (d['distribution_seconds'], d['direct_seconds'] or 0, d['flotilla_over_direct'] or 0, d['latency_ms']['p50'], d['latency_ms']['p99'], d['controlplane_peak_rss_mib']), 'cpu hub', dc.get('controlplane'), 'mem', dc.get('members'), 'cli', dc.get('client'), flush=True)
+except Exception as e:
+    print(sys.argv[2], 'rc', sys.argv[3], 'no json', e, flush=True)
+try:
+    for q, v in sorted(d.get('queues', {}).items()):
+        print('   %-28s adds %7d wait %8.1f ms work %7.1f ms peak %6d' % (q, v['adds'], v['mean_wait_ms'], v['mean_work_ms'], v['peak_depth']))
+    for k, v in d['stages'].items(): print('   %-52s %7d %8.2f ms' % (k, v['count'], v['mean_ms']))
+    w = d.get('store_writer')
+    if w: print('   store writer: writes %d commits %d (%.1f each, %.0f/s) busy %.0f%% sync %.0f%%' % (w['writes'], w['commits'], w['writes_per_commit'], w['writes_per_second'], w['busy_percent'], w['sync_percent']))
+except Exception as e:
+    print('no queues', e)
+PY
+  head -6 $R/$tag.threads
+  pkill -9 -f "flotilla controlplane"; pkill -9 -f "flotilla member"; sleep 1
+  pack
+done
+pack
