@@ -31,6 +31,8 @@ try:
     for q, v in sorted(d.get('queues', {}).items()):
         print('   %-28s adds %7d wait %8.1f ms work %7.1f ms peak %6d' % (q, v['adds'], v['mean_wait_ms'], v['mean_work_ms'], v['peak_depth']))
     for k, v in d['stages'].items(): print('   %-52s %7d %8.2f ms' % (k, v['count'], v['mean_ms']))
+    w = d.get('store_writer')
+    if w: print('   store writer: writes %d commits %d (%.1f each, %.0f/s) busy %.0f%% sync %.0f%%' % (w['writes'], w['commits'], w['writes_per_commit'], w['writes_per_second'], w['busy_percent'], w['sync_percent']))
 except Exception as e:
     print('no queues', e)
 PY
