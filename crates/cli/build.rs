@@ -2,6 +2,9 @@
 //! --version` and the benchmarks' JSON: $FLOTILLA_GIT_COMMIT when set (a
 //! build from a source tarball), else `git rev-parse --short HEAD` when
 //! the source is a git checkout and git is installed, else "unknown".
+//! A checkout whose code differs from that commit (tracked files under
+//! `crates/`, the workspace's manifest and lock file) adds `-dirty`, as
+//! `git describe --dirty` does: a benchmark of uncommitted code says so.
 //! Nothing here fails the build.
 
 use std::path::{Path, PathBuf};
@@ -30,13 +33,42 @@ fn git_path(args: &[&str]) -> Option<PathBuf> {
     })
 }
 
+/// Whether tracked code differs from HEAD. Run again whenever a source of
+/// the workspace changes (cargo compares the directory's files' times).
+fn code_changed() -> bool {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for watched in ["crates", "Cargo.toml", "Cargo.lock"] {
+        let path = workspace.join(watched);
+        if path.exists() {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
+    git(&[
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        ":(top)crates",
+        ":(top)Cargo.toml",
+        ":(top)Cargo.lock",
+    ])
+    .is_some()
+}
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=FLOTILLA_GIT_COMMIT");
     let commit = std::env::var("FLOTILLA_GIT_COMMIT")
         .ok()
         .filter(|c| !c.trim().is_empty())
-        .or_else(|| git(&["rev-parse", "--short", "HEAD"]));
+        .or_else(|| {
+            let head = git(&["rev-parse", "--short", "HEAD"])?;
+            Some(if code_changed() {
+                format!("{head}-dirty")
+            } else {
+                head
+            })
+        });
     // Run again when HEAD moves: a commit appends to the reflog and
     // rewrites the branch's ref; a checkout rewrites HEAD. Only files that
     // exist are named (cargo reruns on every build for a missing one).
