@@ -11,9 +11,15 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn git(args: &[&str]) -> Option<String> {
+    git_in(Path::new(env!("CARGO_MANIFEST_DIR")), args)
+}
+
+/// `git ARGS` run in `dir`: its output, trimmed, if it succeeded and
+/// printed something.
+fn git_in(dir: &Path, args: &[&str]) -> Option<String> {
     let out = Command::new("git")
         .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(dir)
         .output()
         .ok()?;
     if !out.status.success() {
@@ -33,26 +39,30 @@ fn git_path(args: &[&str]) -> Option<PathBuf> {
     })
 }
 
-/// Whether tracked code differs from HEAD. Run again whenever a source of
-/// the workspace changes (cargo compares the directory's files' times).
+/// Whether tracked code of the workspace differs from HEAD; a `git
+/// status` that fails says clean. Run again whenever a file under the
+/// workspace's `crates/` changes (cargo compares the files' times there,
+/// untracked ones too: an editor's swap file reruns this, harmlessly).
 fn code_changed() -> bool {
+    const CODE: [&str; 3] = ["crates", "Cargo.toml", "Cargo.lock"];
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    for watched in ["crates", "Cargo.toml", "Cargo.lock"] {
+    for watched in CODE {
         let path = workspace.join(watched);
         if path.exists() {
             println!("cargo:rerun-if-changed={}", path.display());
         }
     }
-    git(&[
+    // No optional locks: a status during a build must not take the index
+    // lock from the developer's own git commands.
+    let mut args = vec![
+        "--no-optional-locks",
         "status",
         "--porcelain",
         "--untracked-files=no",
         "--",
-        ":(top)crates",
-        ":(top)Cargo.toml",
-        ":(top)Cargo.lock",
-    ])
-    .is_some()
+    ];
+    args.extend(CODE);
+    git_in(&workspace, &args).is_some()
 }
 
 fn main() {

@@ -59,7 +59,7 @@ pub mod server;
 pub mod serviceaccounts;
 pub mod spdy;
 mod spdy_exec;
-mod storage_metrics;
+pub mod storage_metrics;
 pub mod strategic;
 pub mod table;
 pub mod tls;

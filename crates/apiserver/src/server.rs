@@ -537,7 +537,7 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         ["metrics"] if is_get && api.config.metrics.is_some() => {
             let mut body = api.config.metrics.as_ref().map(|m| m()).unwrap_or_default();
             if let Some(stats) = api.store.writer_stats() {
-                body.push_str(&crate::storage_metrics::render(&stats));
+                body = crate::storage_metrics::append(body, &stats);
             }
             return Ok((
                 StatusCode::OK,

@@ -1,37 +1,55 @@
-//! The embedded store's writer in Prometheus text, appended to `/metrics`:
-//! whether the one thread that commits every write keeps up. etcd exports
-//! the like for itself (`etcd_disk_backend_commit_duration_seconds`); a
-//! store without a writer of this process exports nothing here.
+//! The embedded store's writer in the exposition of the control plane's
+//! `/metrics`: whether the one thread that commits every write keeps up.
+//! etcd exports the like for itself (`etcd_disk_backend_commit_duration_seconds`);
+//! a store without a writer of this process exports nothing here.
 
 use std::fmt::Write;
 
 use flotilla_store::WriterStats;
 
-/// The exposition of `stats`: four counters since the store opened.
-pub fn render(stats: &WriterStats) -> String {
+/// The counter families, by their OpenMetrics names (samples add
+/// `_total`), as the bench reads them.
+pub const COMMITS: &str = "flotilla_store_commits";
+pub const WRITES: &str = "flotilla_store_writes";
+pub const BUSY_SECONDS: &str = "flotilla_store_writer_busy_seconds";
+pub const SYNC_SECONDS: &str = "flotilla_store_commit_sync_seconds";
+
+/// `exposition` (OpenMetrics text from the embedding process, or empty)
+/// with the counters of `stats` added: before its `# EOF`, which ends an
+/// OpenMetrics exposition.
+pub fn append(exposition: String, stats: &WriterStats) -> String {
+    let families = render(stats);
+    match exposition.strip_suffix("# EOF\n") {
+        Some(body) => format!("{body}{families}# EOF\n"),
+        None => exposition + &families,
+    }
+}
+
+/// The four counter families of `stats`.
+fn render(stats: &WriterStats) -> String {
     let mut out = String::new();
     let mut counter = |name: &str, help: &str, value: String| {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} counter");
-        let _ = writeln!(out, "{name} {value}");
+        let _ = writeln!(out, "{name}_total {value}");
     };
     counter(
-        "flotilla_store_commits_total",
+        COMMITS,
         "Transactions the embedded store's writer committed, one fsync each.",
         stats.commits.to_string(),
     );
     counter(
-        "flotilla_store_writes_total",
-        "Writes committed in those transactions.",
+        WRITES,
+        "Writes that took a revision in those transactions.",
         stats.writes.to_string(),
     );
     counter(
-        "flotilla_store_writer_busy_seconds_total",
-        "Time the writer spent committing groups of writes; writes arriving meanwhile wait for the next group.",
+        BUSY_SECONDS,
+        "Time the writer spent on groups of writes and on compactions; writes arriving meanwhile wait.",
         format!("{:.6}", stats.busy_seconds),
     );
     counter(
-        "flotilla_store_commit_sync_seconds_total",
+        SYNC_SECONDS,
         "The part of it in SQLite's commit: the write-ahead log written and synced.",
         format!("{:.6}", stats.sync_seconds),
     );
@@ -42,19 +60,35 @@ pub fn render(stats: &WriterStats) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn renders_each_counter_with_its_help_and_type() {
-        let text = render(&WriterStats {
+    fn stats() -> WriterStats {
+        WriterStats {
             commits: 3,
             writes: 40,
             busy_seconds: 0.25,
             sync_seconds: 0.125,
-        });
-        assert!(text.contains(
-            "# TYPE flotilla_store_commits_total counter\nflotilla_store_commits_total 3\n"
-        ));
+        }
+    }
+
+    #[test]
+    fn renders_each_counter_with_its_help_and_type() {
+        let text = render(&stats());
+        assert!(
+            text.contains(
+                "# TYPE flotilla_store_commits counter\nflotilla_store_commits_total 3\n"
+            )
+        );
         assert!(text.contains("\nflotilla_store_writes_total 40\n"));
         assert!(text.contains("\nflotilla_store_writer_busy_seconds_total 0.250000\n"));
         assert!(text.contains("\nflotilla_store_commit_sync_seconds_total 0.125000\n"));
+    }
+
+    #[test]
+    fn the_counters_go_before_the_end_of_an_openmetrics_exposition() {
+        let text = append("# TYPE a counter\na_total 1\n# EOF\n".into(), &stats());
+        assert!(text.starts_with("# TYPE a counter\na_total 1\n# HELP flotilla_store_commits "));
+        assert!(text.ends_with("flotilla_store_commit_sync_seconds_total 0.125000\n# EOF\n"));
+        assert_eq!(text.matches("# EOF").count(), 1);
+        // Text without an end marker gets them at its end.
+        assert!(append(String::new(), &stats()).ends_with("0.125000\n"));
     }
 }

@@ -43,26 +43,27 @@ struct WriterFigures {
 /// The `flotilla_store_*` counters of an exposition; `None` where the hub
 /// has no writer of its own (the etcd backend).
 fn parse_writer(text: &str) -> Option<WriterFigures> {
+    use flotilla_apiserver::storage_metrics::{BUSY_SECONDS, COMMITS, SYNC_SECONDS, WRITES};
     let mut f = WriterFigures::default();
     let mut found = false;
     for line in text.lines() {
-        let Some(rest) = line.strip_prefix("flotilla_store_") else {
+        let Some((series, value)) = line.split_once(' ') else {
             continue;
         };
-        let Some((metric, value)) = rest.split_once(' ') else {
+        let (Some(family), Ok(value)) =
+            (series.strip_suffix("_total"), value.trim().parse::<f64>())
+        else {
             continue;
         };
-        let Ok(value) = value.trim().parse::<f64>() else {
-            continue;
+        let figure = match family {
+            COMMITS => &mut f.commits,
+            WRITES => &mut f.writes,
+            BUSY_SECONDS => &mut f.busy_seconds,
+            SYNC_SECONDS => &mut f.sync_seconds,
+            _ => continue,
         };
+        *figure = value;
         found = true;
-        match metric {
-            "commits_total" => f.commits = value,
-            "writes_total" => f.writes = value,
-            "writer_busy_seconds_total" => f.busy_seconds = value,
-            "commit_sync_seconds_total" => f.sync_seconds = value,
-            _ => {}
-        }
     }
     found.then_some(f)
 }
@@ -74,8 +75,8 @@ fn writer_report(before: WriterFigures, after: WriterFigures, wall: Duration) ->
     let commits = after.commits - before.commits;
     let writes = after.writes - before.writes;
     json!({
-        "commits": commits,
-        "writes": writes,
+        "commits": commits as u64,
+        "writes": writes as u64,
         "writes_per_commit": if commits > 0.0 { writes / commits } else { 0.0 },
         "writes_per_second": writes / wall,
         "busy_percent": (after.busy_seconds - before.busy_seconds) / wall * 100.0,
@@ -141,6 +142,9 @@ pub struct QueueWatch {
 impl QueueWatch {
     /// Reads the counters now and samples the depths until `finish`.
     pub async fn start(hub: &kube::Client) -> QueueWatch {
+        // From before the first reading to after the last: the counters'
+        // differences fall within the time they are divided by.
+        let started = std::time::Instant::now();
         let text = metrics_text(hub).await.unwrap_or_default();
         let (before, writer_before) = (parse(&text), parse_writer(&text));
         let peaks: Arc<Mutex<BTreeMap<String, f64>>> = Arc::default();
@@ -163,7 +167,7 @@ impl QueueWatch {
         QueueWatch {
             before,
             writer_before,
-            started: std::time::Instant::now(),
+            started,
             peaks,
             sampler,
         }
@@ -174,8 +178,8 @@ impl QueueWatch {
     /// and the store writer's figures over the same time (null without).
     pub async fn finish(self, hub: &kube::Client) -> (Value, Value) {
         self.sampler.abort();
-        let wall = self.started.elapsed();
         let text = metrics_text(hub).await.unwrap_or_default();
+        let wall = self.started.elapsed();
         let queues = report(&self.before, &parse(&text), &self.peaks.lock());
         let writer = match (self.writer_before, parse_writer(&text)) {
             (Some(before), Some(after)) => writer_report(before, after, wall),
@@ -242,8 +246,9 @@ karmada_scheduler_e2e_scheduling_duration_seconds_count{result="success"} 100
     #[test]
     fn reads_the_store_writer_and_reports_its_share_of_the_time() {
         let before = parse_writer(
-            "flotilla_store_commits_total 10\nflotilla_store_writes_total 100\n\
-             flotilla_store_writer_busy_seconds_total 1.5\nflotilla_store_commit_sync_seconds_total 0.5\n",
+            "# TYPE flotilla_store_commits counter\nflotilla_store_commits_total 10\n\
+             flotilla_store_writes_total 100\nflotilla_store_writer_busy_seconds_total 1.5\n\
+             flotilla_store_commit_sync_seconds_total 0.5\n# EOF\n",
         )
         .expect("the writer's counters");
         let after = WriterFigures {
@@ -253,7 +258,7 @@ karmada_scheduler_e2e_scheduling_duration_seconds_count{result="success"} 100
             sync_seconds: 1.5,
         };
         let r = writer_report(before, after, Duration::from_secs(4));
-        assert_eq!(r["commits"], 10.0);
+        assert_eq!(r["commits"], 10);
         assert_eq!(r["writes_per_commit"], 50.0);
         assert_eq!(r["writes_per_second"], 125.0);
         assert_eq!(r["busy_percent"], 50.0);
@@ -262,6 +267,11 @@ karmada_scheduler_e2e_scheduling_duration_seconds_count{result="success"} 100
             parse_writer(EXPOSITION),
             None,
             "no writer without its counters"
+        );
+        assert_eq!(
+            parse_writer("flotilla_store_other_total 3\n"),
+            None,
+            "a series of another name is not the writer's"
         );
     }
 

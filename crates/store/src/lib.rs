@@ -134,15 +134,18 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 /// `etcd_disk_*` durations tell of etcd.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct WriterStats {
-    /// Transactions committed, each with one fsync.
+    /// Transactions committed that wrote something, each with one fsync.
     pub commits: u64,
-    /// Writes committed in them.
+    /// Writes that took a revision in them (not those refused: a
+    /// conflict, a key that exists).
     pub writes: u64,
-    /// Time spent committing groups, from the first write's check to the
-    /// last reply: while busy, arriving writes wait for the next group.
+    /// Time spent on groups of writes, from the first write's check to
+    /// the last reply, and on compactions: while busy, arriving writes
+    /// wait for the next group.
     pub busy_seconds: f64,
     /// The part of it in SQLite's commit: the WAL's pages written and
-    /// synced.
+    /// synced, and the writer's own checkpoints when the checkpoint
+    /// thread falls far behind.
     pub sync_seconds: f64,
 }
 

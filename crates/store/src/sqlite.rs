@@ -92,6 +92,10 @@ pub struct SqliteStore {
     stats: Arc<WriterCounters>,
 }
 
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// The writer's running totals ([`WriterStats`]), nanoseconds as integers.
 #[derive(Default)]
 struct WriterCounters {
@@ -102,12 +106,23 @@ struct WriterCounters {
 }
 
 impl WriterCounters {
-    fn record(&self, writes: usize, busy: Duration, sync: Duration) {
-        self.commits.fetch_add(1, Ordering::Relaxed);
-        self.writes.fetch_add(writes as u64, Ordering::Relaxed);
-        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        self.busy_nanos.fetch_add(nanos(busy), Ordering::Relaxed);
+    /// A group's figures: the writes that took a revision (none where the
+    /// transaction failed), the time the writer spent on the group and,
+    /// of it, in SQLite's commit.
+    fn record(&self, committed: Option<usize>, busy: Duration, sync: Duration) {
+        // A group whose every write was refused commits nothing.
+        if let Some(writes) = committed.filter(|w| *w > 0) {
+            self.commits.fetch_add(1, Ordering::Relaxed);
+            self.writes.fetch_add(writes as u64, Ordering::Relaxed);
+        }
+        self.add_busy(busy);
         self.sync_nanos.fetch_add(nanos(sync), Ordering::Relaxed);
+    }
+
+    /// Time the writer spent on other work that holds writes up
+    /// (compaction).
+    fn add_busy(&self, busy: Duration) {
+        self.busy_nanos.fetch_add(nanos(busy), Ordering::Relaxed);
     }
 
     fn snapshot(&self) -> WriterStats {
@@ -666,11 +681,17 @@ impl Writer {
         if batch.is_empty() {
             return;
         }
-        let writes = batch.len();
-        self.committed.count(writes);
+        self.committed.count(batch.len());
         let started = Instant::now();
-        let sync = commit_batch(conn, &self.window, batch);
-        self.stats.record(writes, started.elapsed(), sync);
+        let (committed, sync) = commit_batch(conn, &self.window, batch);
+        self.stats.record(committed, started.elapsed(), sync);
+    }
+
+    fn compact(&self, conn: &mut Connection, revision: Revision) -> Result<()> {
+        let started = Instant::now();
+        let result = compact(conn, &self.window, &self.log, revision);
+        self.stats.add_busy(started.elapsed());
+        result
     }
 }
 
@@ -690,7 +711,7 @@ fn writer_loop(
                 Request::Compact(rev, reply) => {
                     // Commit what is queued before compacting.
                     writer.commit(&mut conn, std::mem::take(&mut batch));
-                    let _ = reply.send(compact(&mut conn, &writer.window, &writer.log, rev));
+                    let _ = reply.send(writer.compact(&mut conn, rev));
                 }
             }
             if batch.len() < max_batch {
@@ -775,9 +796,15 @@ impl NextWriteLook {
 
 type Reply = oneshot::Sender<Result<KeyValue>>;
 
-/// Commits `batch` in one transaction and answers each write; returns the
-/// time SQLite's commit took (the WAL written and synced).
-fn commit_batch(conn: &mut Connection, window: &EventWindow, batch: Vec<(Op, Reply)>) -> Duration {
+/// Commits `batch` in one transaction and answers each write. Returns how
+/// many writes took a revision (`None` if the transaction failed and
+/// none did) and the time SQLite's commit took (the WAL written and
+/// synced, failed or not).
+fn commit_batch(
+    conn: &mut Connection,
+    window: &EventWindow,
+    batch: Vec<(Op, Reply)>,
+) -> (Option<usize>, Duration) {
     let mut sync = Duration::ZERO;
     let mut revision = window.revision();
     // Keys written earlier in this batch, visible to later ops in it.
@@ -841,10 +868,12 @@ fn commit_batch(conn: &mut Connection, window: &EventWindow, batch: Vec<(Op, Rep
             }
         }
         let syncing = Instant::now();
-        tx.commit()?;
+        let committed = tx.commit();
         sync = syncing.elapsed();
+        committed?;
         Ok(())
     })();
+    let written = result.is_ok().then_some(events.len());
 
     match result {
         Ok(()) => {
@@ -861,7 +890,7 @@ fn commit_batch(conn: &mut Connection, window: &EventWindow, batch: Vec<(Op, Rep
             }
         }
     }
-    sync
+    (written, sync)
 }
 
 /// Checks an operation against the key's current value and builds its event.
@@ -1027,6 +1056,33 @@ impl Store for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn the_writer_counts_the_writes_that_took_a_revision_and_not_those_refused() {
+        let dir = tempfile::tempdir().expect("a temporary dir");
+        let store = SqliteStore::open(dir.path(), SqliteOptions::default()).expect("opened");
+        let value = Bytes::from_static(b"{\"a\":1}");
+        let kv = store.create("/k/1", value.clone()).await.expect("created");
+        store
+            .update("/k/1", value.clone(), kv.mod_revision)
+            .await
+            .expect("updated");
+        // Refused: the key exists; the revision is not the key's.
+        assert!(store.create("/k/1", value.clone()).await.is_err());
+        assert!(store.update("/k/1", value, kv.mod_revision).await.is_err());
+        let stats = store
+            .writer_stats()
+            .expect("the embedded store has a writer");
+        assert_eq!((stats.commits, stats.writes), (2, 2), "{stats:?}");
+        assert!(stats.busy_seconds > 0.0, "{stats:?}");
+        assert!(stats.sync_seconds <= stats.busy_seconds, "{stats:?}");
+        // A compaction holds the writer up too.
+        let before = stats.busy_seconds;
+        store.compact(kv.mod_revision).await.expect("compacted");
+        let stats = store.writer_stats().expect("a writer");
+        assert!(stats.busy_seconds > before, "{stats:?}");
+        assert_eq!(stats.commits, 2, "a compaction is not a commit of writes");
+    }
 
     #[test]
     fn the_writer_stops_looking_for_writes_that_come_far_apart_and_looks_again_when_they_close_up()
