@@ -490,7 +490,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
     let client_pid = [std::process::id()];
     let spent = |pids: &[u32], since: f64| cpu(pids) - since;
     let cpu_before = (cpu(&hub_pid), cpu(&member_pids), cpu(&client_pid));
-    let queue_watch = crate::bench_queues::QueueWatch::start(&hub).await;
+    let pipeline_watch = crate::bench_queues::PipelineWatch::start(&hub).await;
     let started = Instant::now();
     create_all(&hub, objects, args.concurrency, args.rate, Some(&created)).await?;
     let created_in = started.elapsed();
@@ -528,7 +528,10 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let distributed_in = started.elapsed();
-    let (queues, store_writer) = queue_watch.finish(&hub).await;
+    let crate::bench_queues::Watched {
+        queues,
+        store_writer,
+    } = pipeline_watch.finish(&hub).await;
     let distribution_cpu = (
         spent(&hub_pid, cpu_before.0),
         spent(&member_pids, cpu_before.1),

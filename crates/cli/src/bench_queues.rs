@@ -130,8 +130,9 @@ fn label<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
     })
 }
 
-/// The queues between a start and now.
-pub struct QueueWatch {
+/// The pipeline between a start and now: its work queues and its store
+/// writer.
+pub struct PipelineWatch {
     before: Queues,
     writer_before: Option<WriterFigures>,
     started: std::time::Instant,
@@ -139,9 +140,9 @@ pub struct QueueWatch {
     sampler: tokio::task::JoinHandle<()>,
 }
 
-impl QueueWatch {
+impl PipelineWatch {
     /// Reads the counters now and samples the depths until `finish`.
-    pub async fn start(hub: &kube::Client) -> QueueWatch {
+    pub async fn start(hub: &kube::Client) -> PipelineWatch {
         // From before the first reading to after the last: the counters'
         // differences fall within the time they are divided by.
         let started = std::time::Instant::now();
@@ -164,7 +165,7 @@ impl QueueWatch {
                 }
             })
         };
-        QueueWatch {
+        PipelineWatch {
             before,
             writer_before,
             started,
@@ -176,7 +177,7 @@ impl QueueWatch {
     /// Each queue that took keys since the start: its adds and retries,
     /// the mean time a key waited and was worked on, its deepest sample;
     /// and the store writer's figures over the same time (null without).
-    pub async fn finish(self, hub: &kube::Client) -> (Value, Value) {
+    pub async fn finish(self, hub: &kube::Client) -> Watched {
         self.sampler.abort();
         let text = metrics_text(hub).await.unwrap_or_default();
         let wall = self.started.elapsed();
@@ -185,11 +186,20 @@ impl QueueWatch {
             (Some(before), Some(after)) => writer_report(before, after, wall),
             _ => Value::Null,
         };
-        (queues, writer)
+        Watched {
+            queues,
+            store_writer: writer,
+        }
     }
 }
 
-impl Drop for QueueWatch {
+/// What [`PipelineWatch::finish`] found, as the bench's JSON holds it.
+pub struct Watched {
+    pub queues: Value,
+    pub store_writer: Value,
+}
+
+impl Drop for PipelineWatch {
     fn drop(&mut self) {
         self.sampler.abort();
     }

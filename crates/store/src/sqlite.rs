@@ -92,6 +92,7 @@ pub struct SqliteStore {
     stats: Arc<WriterCounters>,
 }
 
+/// `d` in whole nanoseconds, as the writer's counters add them.
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
