@@ -318,7 +318,7 @@ async fn take(store: &dyn Store, id: &str, address: &Address) -> ApiResult<bool>
     if !reclaimable {
         return Ok(false);
     }
-    match store.update(&key, value, current.mod_revision).await {
+    match store.update_from(&current, value).await {
         Ok(_) => Ok(true),
         Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(false),
         Err(e) => Err(e.into()),

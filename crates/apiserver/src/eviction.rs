@@ -241,10 +241,7 @@ pub fn spawn_status(api: std::sync::Arc<crate::server::ApiServer>) {
                     continue;
                 };
                 // A lost race is settled at the next pass.
-                let _ = api
-                    .store
-                    .update(&kv.key, bytes.into(), kv.mod_revision)
-                    .await;
+                let _ = api.store.update_from(&kv, bytes.into()).await;
             }
         }
     });

@@ -311,11 +311,7 @@ where
             return Ok(Written { obj: old, warnings });
         }
         match store
-            .update(
-                &key,
-                objects::encode_as_stored(&r, &mut obj)?,
-                current.mod_revision,
-            )
+            .update_from(&current, objects::encode_as_stored(&r, &mut obj)?)
             .await
         {
             Ok(kv) => {
@@ -420,11 +416,7 @@ pub async fn delete(req: &Request, name: &str, opts: &DeleteOptions) -> ApiResul
                 return Ok((obj, false));
             }
             match store
-                .update(
-                    &key,
-                    objects::encode_as_stored(&r, &mut obj)?,
-                    current.mod_revision,
-                )
+                .update_from(&current, objects::encode_as_stored(&r, &mut obj)?)
                 .await
             {
                 Ok(kv) => return Ok((objects::stamp(&r, obj, kv.mod_revision), false)),
@@ -462,11 +454,7 @@ pub async fn delete(req: &Request, name: &str, opts: &DeleteOptions) -> ApiResul
                 return Ok((obj, false));
             }
             match store
-                .update(
-                    &key,
-                    objects::encode_as_stored(&r, &mut obj)?,
-                    current.mod_revision,
-                )
+                .update_from(&current, objects::encode_as_stored(&r, &mut obj)?)
                 .await
             {
                 Ok(kv) => {

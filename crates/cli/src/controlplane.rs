@@ -88,8 +88,29 @@ pub struct ControlplaneArgs {
     /// cgroup quota).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub pipeline_cores: Option<u16>,
+    /// Threads of the async runtime that serves the API and runs the
+    /// controllers [default: the CPUs this process may use, at most 8].
+    /// Every write goes through the store's one writer, which 8 already
+    /// keep busy: more cost memory and CPU, not time (docs/benchmarks.md).
+    #[arg(long, env = "TOKIO_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+    pub worker_threads: Option<u16>,
     #[command(flatten)]
     pub election: ElectionArgs,
+}
+
+/// The most runtime threads the control plane starts unless told.
+const MOST_WORKER_THREADS: usize = 8;
+
+impl ControlplaneArgs {
+    /// The async runtime's worker threads.
+    pub fn runtime_threads(&self) -> usize {
+        match self.worker_threads {
+            Some(n) => usize::from(n),
+            None => std::thread::available_parallelism()
+                .map_or(2, |n| n.get())
+                .min(MOST_WORKER_THREADS),
+        }
+    }
 }
 
 /// kube-controller-manager's leader-election flags: several replicas on one

@@ -146,10 +146,11 @@ fn main() -> std::process::ExitCode {
         let code = flotilla_member::runtime::netns::shim::main(launch);
         return std::process::ExitCode::from(code.clamp(0, 255) as u8);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Command::Controlplane(args) = &cli.command {
+        runtime.worker_threads(args.runtime_threads());
+    }
+    let runtime = match runtime.enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

@@ -183,3 +183,36 @@ async fn restarting_keeps_the_crds_and_objects() {
     assert_has(&s.ok(&["get", "pp", "-o", "name"]), &["nginx-propagation"]);
     assert_has(&s.ok(&["get", "crd"]), &["works.work.karmada.io"]);
 }
+
+/// The threads of a process named `name`, from /proc.
+fn threads_named(pid: u32, name: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("the process's threads")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim() == name)
+        .count()
+}
+
+/// The control plane's async runtime runs as many threads as
+/// `--worker-threads` says; without it, one per CPU up to 8 (every write
+/// goes through the store's one writer, which 8 keep busy). A count that
+/// is no number of threads is refused before anything starts.
+#[test]
+fn the_runtime_runs_the_worker_threads_asked_for() {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    for (args, expected) in [(&["--worker-threads", "3"][..], 3), (&[][..], cores.min(8))] {
+        let s = Server::controlplane(args);
+        let pid = s.child.as_ref().expect("running").id();
+        assert_eq!(threads_named(pid, "tokio-rt-worker"), expected, "{args:?}");
+    }
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(["controlplane", "--worker-threads", "0"])
+        .output()
+        .expect("flotilla runs");
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("invalid value '0' for '--worker-threads"),
+        "{stderr}"
+    );
+}

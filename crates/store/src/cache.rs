@@ -64,6 +64,16 @@ impl Entry {
     }
 }
 
+/// What a writer packed of its event before handing it to the store
+/// ([`EventWindow::pack`]), so that the store's one writer thread need
+/// not: a put's new value, and the value it replaced where the window no
+/// longer holds that one (a key whose last change has left the window).
+#[derive(Debug, Default)]
+pub struct Prepacked {
+    pub value: Option<Packed>,
+    pub prev: Option<Packed>,
+}
+
 /// An [`Event`] as the cache holds it. `prev` shares its bytes with the
 /// state entry or event it was.
 #[derive(Debug)]
@@ -372,9 +382,19 @@ impl Core {
         entry.map(|e| e.unpack())
     }
 
-    /// Applies committed events, each with its value packed already where
-    /// the writer's caller did so.
-    fn apply(&self, events: Vec<(Event, Option<Packed>)>) {
+    /// The revision of `key`'s newest value held, if it is live: whether
+    /// the window holds a value, without unpacking it.
+    fn held_revision(&self, key: &str) -> Option<Revision> {
+        let inner = self.inner.read();
+        if let Some(kv) = inner.fresh.values.get(key) {
+            return Some(kv.mod_revision);
+        }
+        inner.latest.get(key).map(|e| e.mod_revision)
+    }
+
+    /// Applies committed events, each with what the writer's caller packed
+    /// already.
+    fn apply(&self, events: Vec<(Event, Prepacked)>) {
         if events.is_empty() {
             return;
         }
@@ -405,9 +425,17 @@ impl Core {
             .into_iter()
             .zip(held_prev)
             .map(|((e, prepacked), held)| {
-                let kv = PackedEvent::packed_value(&e, prepacked, &self.dictionaries);
+                let kv = PackedEvent::packed_value(&e, prepacked.value, &self.dictionaries);
                 let prev = match (&e.prev, held) {
-                    (Some(p), false) => Some(Entry::pack(p, &self.dictionaries)),
+                    (Some(p), false) => Some(match prepacked.prev {
+                        Some(value) => Entry {
+                            key: p.key.clone(),
+                            value,
+                            create_revision: p.create_revision,
+                            mod_revision: p.mod_revision,
+                        },
+                        None => Entry::pack(p, &self.dictionaries),
+                    }),
                     _ => None,
                 };
                 (e, kv, prev)
@@ -603,8 +631,12 @@ impl WatchCache {
 
     /// Applies committed events (ascending revisions) and wakes watchers.
     pub fn apply(&self, events: Vec<Event>) {
-        self.core
-            .apply(events.into_iter().map(|e| (e, None)).collect())
+        self.core.apply(
+            events
+                .into_iter()
+                .map(|e| (e, Prepacked::default()))
+                .collect(),
+        )
     }
 
     /// Waits until the cache holds `revision` (or is closed).
@@ -731,8 +763,12 @@ impl EventWindow {
 
     /// Applies committed events (ascending revisions) and wakes watchers.
     pub fn apply(&self, events: Vec<Event>) {
-        self.core
-            .apply(events.into_iter().map(|e| (e, None)).collect())
+        self.core.apply(
+            events
+                .into_iter()
+                .map(|e| (e, Prepacked::default()))
+                .collect(),
+        )
     }
 
     /// Packs a value about to be written under `key` as the window will
@@ -742,9 +778,16 @@ impl EventWindow {
         Packed::pack_with(value, self.core.dictionaries.pick(family(key), value))
     }
 
-    /// As [`EventWindow::apply`], with the put values [`EventWindow::pack`]
-    /// packed.
-    pub fn apply_packed(&self, events: Vec<(Event, Option<Packed>)>) {
+    /// The revision of `key`'s current value when the window holds it
+    /// (its newest event is in the window and is not a deletion), without
+    /// reading the value. `None` tells nothing: read the backend.
+    pub fn held_revision(&self, key: &str) -> Option<Revision> {
+        self.core.held_revision(key)
+    }
+
+    /// As [`EventWindow::apply`], with what the writers packed
+    /// ([`EventWindow::pack`]) on their own threads.
+    pub fn apply_packed(&self, events: Vec<(Event, Prepacked)>) {
         self.core.apply(events)
     }
 

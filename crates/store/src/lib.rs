@@ -25,7 +25,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-pub use cache::{Backfill, EventWindow, Watch, WatchCache};
+pub use cache::{Backfill, EventWindow, Prepacked, Watch, WatchCache};
 pub use etcd::{DEFAULT_ENDPOINT as DEFAULT_ETCD_ENDPOINT, DEFAULT_PREFIX as DEFAULT_ETCD_PREFIX};
 pub use etcd::{EtcdOptions, EtcdStore};
 pub use packed::Packed;
@@ -157,6 +157,13 @@ pub trait Store: Send + Sync + 'static {
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue>;
     /// Replaces `key` if its mod revision is still `expected`.
     async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue>;
+    /// Replaces `current.key` with `value` if it is still at `current`'s
+    /// revision: [`Store::update`] for a writer holding the value it read
+    /// and changed, which a backend may take as the previous value rather
+    /// than read it again.
+    async fn update_from(&self, current: &KeyValue, value: Bytes) -> Result<KeyValue> {
+        self.update(&current.key, value, current.mod_revision).await
+    }
     /// Removes `key`; returns its last value at the deletion's revision.
     async fn delete(&self, key: &str, precondition: DeletePrecondition) -> Result<KeyValue>;
     /// The newest value of `key`.

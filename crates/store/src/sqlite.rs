@@ -30,7 +30,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, TransactionBehavio
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
-use crate::cache::{Backfill, EventWindow, Watch};
+use crate::cache::{Backfill, EventWindow, Prepacked, Watch};
 use crate::packed::Packed;
 use crate::{
     DeletePrecondition, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision,
@@ -72,11 +72,23 @@ enum Op {
         value: Bytes,
         packed: Packed,
         expected: Revision,
+        /// The value the caller read and changed, when it said which.
+        base: Option<Base>,
     },
     Delete {
         key: String,
         precondition: DeletePrecondition,
     },
+}
+
+/// The value an update was made from ([`Store::update_from`]): where it
+/// is still the key's newest, the writer takes it as the previous value
+/// instead of reading that back from the log and packing it for the
+/// window on its own thread, the one every write of the process waits on.
+struct Base {
+    kv: KeyValue,
+    /// Packed by the caller where the window no longer held it.
+    packed: Option<Packed>,
 }
 
 enum Request {
@@ -829,17 +841,9 @@ fn commit_batch(
                         key.clone()
                     }
                 };
-                // The window has applied every earlier group, so a key with
-                // an event in it needs no read.
-                let current = match overlay.get(&key) {
-                    Some(v) => v.clone(),
-                    None => match window.recent(&key) {
-                        Some(kv) => Some(kv),
-                        None => newest_row(&tx, &key, Revision::MAX)?
-                            .and_then(|(deleted, kv)| (!deleted).then_some(kv)),
-                    },
-                };
-                let packed = match &op {
+                let (op, base) = op.take_base();
+                let (current, prev) = current_value(&tx, window, &overlay, &key, base)?;
+                let value = match &op {
                     Op::Create { packed, .. } | Op::Update { packed, .. } => Some(packed.clone()),
                     Op::Delete { .. } => None,
                 };
@@ -865,7 +869,7 @@ fn commit_batch(
                     (event.kind == EventKind::Put).then(|| event.kv.clone()),
                 );
                 outcomes.push((reply, Ok(event.kv.clone())));
-                events.push((event, packed));
+                events.push((event, Prepacked { value, prev }));
             }
         }
         let syncing = Instant::now();
@@ -892,6 +896,69 @@ fn commit_batch(
         }
     }
     (written, sync)
+}
+
+impl Op {
+    /// The op without its base, and the base.
+    fn take_base(self) -> (Op, Option<Base>) {
+        match self {
+            Op::Update {
+                key,
+                value,
+                packed,
+                expected,
+                base,
+            } => (
+                Op::Update {
+                    key,
+                    value,
+                    packed,
+                    expected,
+                    base: None,
+                },
+                base,
+            ),
+            op => (op, None),
+        }
+    }
+}
+
+/// The current value of `key` in the writer's transaction (`None`: absent
+/// or deleted), and its packed form where the caller packed it. Earlier
+/// writes of the group (`overlay`) first, then the window, which has
+/// applied every earlier group, then the log. A `base` that is still the
+/// newest is taken as it is: the window's copy need not be unpacked, nor
+/// the log's read.
+fn current_value(
+    tx: &Connection,
+    window: &EventWindow,
+    overlay: &HashMap<String, Option<KeyValue>>,
+    key: &str,
+    base: Option<Base>,
+) -> Result<(Option<KeyValue>, Option<Packed>)> {
+    if let Some(v) = overlay.get(key) {
+        return Ok((v.clone(), None));
+    }
+    match (window.held_revision(key), base) {
+        (Some(held), Some(base)) if held == base.kv.mod_revision => Ok((Some(base.kv), None)),
+        (Some(_), _) => Ok((window.recent(key), None)),
+        (None, Some(base)) if newest_revision(tx, key)? == Some(base.kv.mod_revision) => {
+            Ok((Some(base.kv), base.packed))
+        }
+        (None, _) => Ok((
+            newest_row(tx, key, Revision::MAX)?.and_then(|(deleted, kv)| (!deleted).then_some(kv)),
+            None,
+        )),
+    }
+}
+
+/// The revision of `key`'s newest row, read in `conn`'s current
+/// transaction from the index alone. A tombstone's counts too: compared
+/// with a live value's revision, which no tombstone shares.
+fn newest_revision(conn: &Connection, key: &str) -> Result<Option<Revision>> {
+    let mut stmt = conn
+        .prepare_cached("SELECT revision FROM log WHERE key = ?1 ORDER BY revision DESC LIMIT 1")?;
+    Ok(stmt.query_row(params![key], |r| r.get(0)).optional()?)
 }
 
 /// Checks an operation against the key's current value and builds its event.
@@ -1002,6 +1069,26 @@ impl Store for SqliteStore {
             packed: self.window.pack(key, &value),
             value,
             expected,
+            base: None,
+        })
+        .await
+    }
+
+    async fn update_from(&self, current: &KeyValue, value: Bytes) -> Result<KeyValue> {
+        let key = &current.key;
+        // A value the window does not hold (its key's last change has
+        // left the window: a Work's status written long after its create,
+        // in a burst) is packed here, on the caller's thread.
+        let held = self.window.held_revision(key) == Some(current.mod_revision);
+        self.write(Op::Update {
+            key: key.to_string(),
+            packed: self.window.pack(key, &value),
+            value,
+            expected: current.mod_revision,
+            base: Some(Base {
+                kv: current.clone(),
+                packed: (!held).then(|| self.window.pack(key, &current.value)),
+            }),
         })
         .await
     }

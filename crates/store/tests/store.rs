@@ -71,6 +71,7 @@ on_both!(
     a_watch_far_behind_gets_every_event_in_order,
     watches_from_anywhere_in_the_window_see_each_value_and_its_previous,
     writes_succeed_while_readers_list_and_get,
+    an_update_from_a_read_value_is_checked_against_the_newest,
 );
 
 fn open(dir: &std::path::Path) -> Arc<SqliteStore> {
@@ -124,6 +125,102 @@ async fn revisions_are_global_and_cas_is_enforced(backend: &Backend) {
         store.update("/a", b("3"), gone.mod_revision).await,
         Err(StoreError::NotFound(_))
     ));
+}
+
+/// `update_from` is `update` at the read value's revision: a value
+/// changed or deleted since it was read is refused, and the update's
+/// event carries the value it replaced.
+async fn an_update_from_a_read_value_is_checked_against_the_newest(backend: &Backend) {
+    let store = backend.open().await;
+    let start = store.current_revision();
+    store.create("/u/a", b("1")).await.unwrap();
+    let read = store.get("/u/a").unwrap().unwrap();
+    let second = store.update_from(&read, b("2")).await.unwrap();
+    assert_eq!(second.create_revision, read.create_revision);
+    assert!(matches!(
+        store.update_from(&read, b("3")).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    assert_eq!(store.get("/u/a").unwrap().unwrap().value, b("2"));
+    let latest = store.get("/u/a").unwrap().unwrap();
+    store
+        .delete("/u/a", DeletePrecondition::default())
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.update_from(&latest, b("4")).await,
+        Err(StoreError::NotFound(_))
+    ));
+    let mut watch = store.watch("/u/", start).unwrap();
+    let mut events = Vec::new();
+    while events.len() < 3 {
+        let batch = tokio::time::timeout(Duration::from_secs(5), watch.next())
+            .await
+            .expect("events within 5 s")
+            .unwrap();
+        events.extend(batch);
+    }
+    assert_eq!(events[1].kv.value, b("2"));
+    assert_eq!(
+        events[1].prev.as_ref().map(|p| p.value.clone()),
+        Some(b("1"))
+    );
+    assert_eq!(events[2].kind, EventKind::Delete);
+}
+
+/// A value read from the log, its key's last change gone from the watch
+/// window (a Work's status written long after its create, in a burst):
+/// an update from it is checked against the log, and the window's event
+/// of it carries the value it replaced, for watches that start before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_from_a_value_the_window_no_longer_holds_is_checked_against_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(
+        dir.path(),
+        SqliteOptions {
+            compaction_interval: None,
+            history_capacity: 16,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    store.create("/u/a", big("a-1")).await.unwrap();
+    store.create("/u/b", big("b-1")).await.unwrap();
+    let stale_b = store.get("/u/b").unwrap().unwrap();
+    store.update_from(&stale_b, big("b-2")).await.unwrap();
+    for i in 0..40 {
+        store.create(&format!("/other/{i}"), b("x")).await.unwrap();
+    }
+    let before = store.current_revision();
+    // Both read back from the log: their keys' events have left the window.
+    let a = store.get("/u/a").unwrap().unwrap();
+    assert!(matches!(
+        store.update_from(&stale_b, big("b-3")).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    // Two writers from the same read: one wins, whether or not they
+    // commit in one group.
+    let (one, two) = tokio::join!(
+        store.update_from(&a, big("a-2")),
+        store.update_from(&a, big("a-3"))
+    );
+    assert!(one.is_ok() != two.is_ok(), "{one:?} {two:?}");
+    let won = store.get("/u/a").unwrap().unwrap();
+    assert!(won.value == big("a-2") || won.value == big("a-3"));
+    let mut watch = store.watch("/u/", before).unwrap();
+    let events = tokio::time::timeout(Duration::from_secs(5), watch.next())
+        .await
+        .expect("events within 5 s")
+        .unwrap();
+    assert_eq!(events.len(), 1, "only the winner wrote");
+    assert_eq!(events[0].kv.value, won.value);
+    assert_eq!(
+        events[0]
+            .prev
+            .as_ref()
+            .map(|p| (p.value.clone(), p.mod_revision)),
+        Some((big("a-1"), a.mod_revision))
+    );
 }
 
 async fn list_at_an_older_revision_and_paginate(backend: &Backend) {
