@@ -1,7 +1,8 @@
 #!/bin/bash
 # Device check for issue 34: runs the propagation bench on all cores and on two.
-# usage: .dev/run.sh BIN_TAG... (each .dev/BIN_TAG.xz is a stripped flotilla)
-# then lines of "TAG TIMEOUT [taskset CPUS] bench-args..." on stdin
+# usage: .dev/run.sh, each .dev/BIN.xz a stripped flotilla, with lines of
+# "TAG TIMEOUT BIN [hub=WRAPPER] [taskset CPUS] bench-args..." on stdin;
+# WRAPPER's commas are spaces (hub=env,TOKIO_WORKER_THREADS=8)
 set -u
 D=$(cd "$(dirname "$0")" && pwd)
 R=/tmp/res; mkdir -p $R
@@ -11,12 +12,13 @@ ulimit -n 1048576 2>/dev/null || ulimit -n 65536
 pack() { tar -C /tmp -czf $OUT/res.tar.gz res; }
 while read -r tag to bin rest; do
   [ -z "$tag" ] && continue
-  pre=""
+  pre=""; hubw=""
+  case "$rest" in hub=*) hubw=$(echo $rest | cut -d' ' -f1 | cut -d= -f2- | tr , ' '); rest=$(echo $rest | cut -d' ' -f2-);; esac
   case "$rest" in taskset*) pre="taskset -c $(echo $rest | cut -d' ' -f2)"; rest=$(echo $rest | cut -d' ' -f3-);; esac
   python3 $D/threads.py $R/$tag.threads "flotilla controlplane" "flotilla member" "flotilla bench" &
   sp=$!
   t0=$(date +%s.%N)
-  timeout $to $pre /tmp/bin-$bin/flotilla bench propagation --json $rest > $R/$tag.json 2> $R/$tag.err
+  FLOTILLA_BENCH_HUB_WRAPPER="$hubw" timeout $to $pre /tmp/bin-$bin/flotilla bench propagation --json $rest > $R/$tag.json 2> $R/$tag.err
   rc=$?
   kill -TERM $sp; wait $sp 2>/dev/null
   python3 - $R/$tag.json "$tag" "$rc" <<'PY'
