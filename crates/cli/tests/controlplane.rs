@@ -184,13 +184,24 @@ async fn restarting_keeps_the_crds_and_objects() {
     assert_has(&s.ok(&["get", "crd"]), &["works.work.karmada.io"]);
 }
 
-/// The threads of a process named `name`, from /proc.
-fn threads_named(pid: u32, name: &str) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .expect("the process's threads")
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|comm| comm.trim() == name)
-        .count()
+/// The `worker_threads` the control plane's log says it started with.
+fn worker_threads(log: &str) -> Option<usize> {
+    // The log's fields are set off by terminal colour codes.
+    let mut plain = String::new();
+    let mut in_escape = false;
+    for c in log.chars() {
+        match (in_escape, c) {
+            (false, '\u{1b}') => in_escape = true,
+            (true, 'm') => in_escape = false,
+            (false, c) => plain.push(c),
+            (true, _) => {}
+        }
+    }
+    let line = plain
+        .lines()
+        .find(|l| l.contains("control plane starting"))?;
+    let value = line.split("worker_threads=").nth(1)?;
+    value.split_whitespace().next()?.parse().ok()
 }
 
 /// The control plane's async runtime runs as many threads as
@@ -202,8 +213,8 @@ fn the_runtime_runs_the_worker_threads_asked_for() {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     for (args, expected) in [(&["--worker-threads", "3"][..], 3), (&[][..], cores.min(8))] {
         let s = Server::controlplane(args);
-        let pid = s.child.as_ref().expect("running").id();
-        assert_eq!(threads_named(pid, "tokio-rt-worker"), expected, "{args:?}");
+        let log = s.log();
+        assert_eq!(worker_threads(&log), Some(expected), "{args:?}: {log}");
     }
     let refused = std::process::Command::new(env!("CARGO_BIN_EXE_flotilla"))
         .args(["controlplane", "--worker-threads", "0"])

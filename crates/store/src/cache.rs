@@ -401,7 +401,8 @@ impl Core {
         // Compress before taking the lock: readers wait on it. The `prev`
         // of an event is found under the lock among the entries held (the
         // state's, or the window's newest of the key); one that is not
-        // there (a key whose last change left the window) is packed here.
+        // there (a key whose last change left the window) comes packed by
+        // the writer's caller, or is packed here.
         let held_prev: Vec<bool> = {
             let inner = self.inner.read();
             let mut in_batch = std::collections::HashSet::new();

@@ -160,7 +160,10 @@ pub trait Store: Send + Sync + 'static {
     /// Replaces `current.key` with `value` if it is still at `current`'s
     /// revision: [`Store::update`] for a writer holding the value it read
     /// and changed, which a backend may take as the previous value rather
-    /// than read it again.
+    /// than read it again. `current` is a live value as this store gave
+    /// it (a get, a list, a create's or update's result), unchanged; a
+    /// deletion's result names no live value, and an update from it is
+    /// `NotFound`.
     async fn update_from(&self, current: &KeyValue, value: Bytes) -> Result<KeyValue> {
         self.update(&current.key, value, current.mod_revision).await
     }

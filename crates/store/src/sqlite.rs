@@ -952,13 +952,20 @@ fn current_value(
     }
 }
 
-/// The revision of `key`'s newest row, read in `conn`'s current
-/// transaction from the index alone. A tombstone's counts too: compared
-/// with a live value's revision, which no tombstone shares.
+/// The revision of `key`'s newest row if it is not a tombstone, read in
+/// `conn`'s current transaction without the row's value. (A deletion's
+/// result carries its tombstone's revision: a base made from one must not
+/// match.)
 fn newest_revision(conn: &Connection, key: &str) -> Result<Option<Revision>> {
-    let mut stmt = conn
-        .prepare_cached("SELECT revision FROM log WHERE key = ?1 ORDER BY revision DESC LIMIT 1")?;
-    Ok(stmt.query_row(params![key], |r| r.get(0)).optional()?)
+    let mut stmt = conn.prepare_cached(
+        "SELECT revision, deleted FROM log WHERE key = ?1 ORDER BY revision DESC LIMIT 1",
+    )?;
+    let row = stmt
+        .query_row(params![key], |r| {
+            Ok((r.get::<_, Revision>(0)?, r.get::<_, bool>(1)?))
+        })
+        .optional()?;
+    Ok(row.and_then(|(revision, deleted)| (!deleted).then_some(revision)))
 }
 
 /// Checks an operation against the key's current value and builds its event.
@@ -1076,10 +1083,12 @@ impl Store for SqliteStore {
 
     async fn update_from(&self, current: &KeyValue, value: Bytes) -> Result<KeyValue> {
         let key = &current.key;
-        // A value the window does not hold (its key's last change has
-        // left the window: a Work's status written long after its create,
-        // in a burst) is packed here, on the caller's thread.
-        let held = self.window.held_revision(key) == Some(current.mod_revision);
+        // A key the window holds nothing of (its last change has left the
+        // window: a Work's status written long after its create, in a
+        // burst) has its value packed here, on the caller's thread. One it
+        // holds at `current`'s revision needs no packing, and one it holds
+        // at another is a conflict.
+        let unheld = self.window.held_revision(key).is_none();
         self.write(Op::Update {
             key: key.to_string(),
             packed: self.window.pack(key, &value),
@@ -1087,7 +1096,7 @@ impl Store for SqliteStore {
             expected: current.mod_revision,
             base: Some(Base {
                 kv: current.clone(),
-                packed: (!held).then(|| self.window.pack(key, &current.value)),
+                packed: unheld.then(|| self.window.pack(key, &current.value)),
             }),
         })
         .await

@@ -127,6 +127,32 @@ async fn revisions_are_global_and_cas_is_enforced(backend: &Backend) {
     ));
 }
 
+/// Updates from each of `reads` (a deleted key's last value, its
+/// deletion's result) are `NotFound`, and the key stays deleted.
+async fn no_update_revives(store: &dyn Store, reads: &[&flotilla_store::KeyValue]) {
+    for read in reads {
+        assert!(matches!(
+            store.update_from(read, b("revived")).await,
+            Err(StoreError::NotFound(_))
+        ));
+        assert!(store.get(&read.key).unwrap().is_none());
+    }
+}
+
+/// The events of `watch` until it has sent at least `n`, each batch
+/// within 5 s.
+async fn at_least(mut watch: flotilla_store::Watch, n: usize) -> Vec<flotilla_store::Event> {
+    let mut events = Vec::new();
+    while events.len() < n {
+        let batch = tokio::time::timeout(Duration::from_secs(5), watch.next())
+            .await
+            .expect("events within 5 s")
+            .unwrap();
+        events.extend(batch);
+    }
+    events
+}
+
 /// `update_from` is `update` at the read value's revision: a value
 /// changed or deleted since it was read is refused, and the update's
 /// event carries the value it replaced.
@@ -143,23 +169,12 @@ async fn an_update_from_a_read_value_is_checked_against_the_newest(backend: &Bac
     ));
     assert_eq!(store.get("/u/a").unwrap().unwrap().value, b("2"));
     let latest = store.get("/u/a").unwrap().unwrap();
-    store
+    let gone = store
         .delete("/u/a", DeletePrecondition::default())
         .await
         .unwrap();
-    assert!(matches!(
-        store.update_from(&latest, b("4")).await,
-        Err(StoreError::NotFound(_))
-    ));
-    let mut watch = store.watch("/u/", start).unwrap();
-    let mut events = Vec::new();
-    while events.len() < 3 {
-        let batch = tokio::time::timeout(Duration::from_secs(5), watch.next())
-            .await
-            .expect("events within 5 s")
-            .unwrap();
-        events.extend(batch);
-    }
+    no_update_revives(&*store, &[&latest, &gone]).await;
+    let events = at_least(store.watch("/u/", start).unwrap(), 3).await;
     assert_eq!(events[1].kv.value, b("2"));
     assert_eq!(
         events[1].prev.as_ref().map(|p| p.value.clone()),
@@ -168,10 +183,26 @@ async fn an_update_from_a_read_value_is_checked_against_the_newest(backend: &Bac
     assert_eq!(events[2].kind, EventKind::Delete);
 }
 
+/// Writes `n` small values under `prefix`, 64 at a time.
+async fn fill(store: &Arc<SqliteStore>, prefix: &str, n: usize) {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(64) {
+        let mut writes = tokio::task::JoinSet::new();
+        for i in chunk {
+            let (store, key) = (store.clone(), format!("{prefix}{i}"));
+            writes.spawn(async move { store.create(&key, b("x")).await });
+        }
+        while let Some(written) = writes.join_next().await {
+            written.unwrap().unwrap();
+        }
+    }
+}
+
 /// A value read from the log, its key's last change gone from the watch
 /// window (a Work's status written long after its create, in a burst):
 /// an update from it is checked against the log, and the window's event
-/// of it carries the value it replaced, for watches that start before it.
+/// of it carries the value it replaced, for watches that start before it,
+/// also once the event is held only packed (older than the window's
+/// newest 1,024, which it holds plain too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_update_from_a_value_the_window_no_longer_holds_is_checked_against_the_log() {
     let dir = tempfile::tempdir().unwrap();
@@ -179,7 +210,7 @@ async fn an_update_from_a_value_the_window_no_longer_holds_is_checked_against_th
         dir.path(),
         SqliteOptions {
             compaction_interval: None,
-            history_capacity: 16,
+            history_capacity: 1_200,
             ..Default::default()
         },
     )
@@ -188,9 +219,7 @@ async fn an_update_from_a_value_the_window_no_longer_holds_is_checked_against_th
     store.create("/u/b", big("b-1")).await.unwrap();
     let stale_b = store.get("/u/b").unwrap().unwrap();
     store.update_from(&stale_b, big("b-2")).await.unwrap();
-    for i in 0..40 {
-        store.create(&format!("/other/{i}"), b("x")).await.unwrap();
-    }
+    fill(&store, "/before/", 1_300).await;
     let before = store.current_revision();
     // Both read back from the log: their keys' events have left the window.
     let a = store.get("/u/a").unwrap().unwrap();
@@ -207,20 +236,25 @@ async fn an_update_from_a_value_the_window_no_longer_holds_is_checked_against_th
     assert!(one.is_ok() != two.is_ok(), "{one:?} {two:?}");
     let won = store.get("/u/a").unwrap().unwrap();
     assert!(won.value == big("a-2") || won.value == big("a-3"));
-    let mut watch = store.watch("/u/", before).unwrap();
-    let events = tokio::time::timeout(Duration::from_secs(5), watch.next())
+    // A deletion's result names no live value: no update revives it.
+    let b = store.get("/u/b").unwrap().unwrap();
+    let gone = store
+        .delete("/u/b", DeletePrecondition::default())
         .await
-        .expect("events within 5 s")
         .unwrap();
-    assert_eq!(events.len(), 1, "only the winner wrote");
+    fill(&store, "/after/", 1_100).await;
+    no_update_revives(&*store, &[&gone, &b]).await;
+    let events = at_least(store.watch("/u/", before).unwrap(), 2).await;
+    assert_eq!(events.len(), 2, "only the winner wrote, then the deletion");
     assert_eq!(events[0].kv.value, won.value);
     assert_eq!(
         events[0]
             .prev
             .as_ref()
-            .map(|p| (p.value.clone(), p.mod_revision)),
-        Some((big("a-1"), a.mod_revision))
+            .map(|p| (p.value.clone(), p.mod_revision, p.create_revision)),
+        Some((big("a-1"), a.mod_revision, a.create_revision))
     );
+    assert_eq!(events[1].kind, EventKind::Delete);
 }
 
 async fn list_at_an_older_revision_and_paginate(backend: &Backend) {

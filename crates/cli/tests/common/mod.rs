@@ -210,6 +210,8 @@ impl Server {
             .arg("--write-kubeconfig")
             .arg(&self.kubeconfig)
             .args(&self.extra)
+            // The runtime's size is the test's to say, not the runner's.
+            .env_remove("TOKIO_WORKER_THREADS")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
