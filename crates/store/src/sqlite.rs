@@ -835,13 +835,16 @@ fn commit_batch(
                 "INSERT INTO log (revision, key, deleted, create_revision, prev_revision, value)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )?;
-            for (op, reply) in batch {
+            for (mut op, reply) in batch {
                 let key = match &op {
                     Op::Create { key, .. } | Op::Update { key, .. } | Op::Delete { key, .. } => {
                         key.clone()
                     }
                 };
-                let (op, base) = op.take_base();
+                let base = match &mut op {
+                    Op::Update { base, .. } => base.take(),
+                    Op::Create { .. } | Op::Delete { .. } => None,
+                };
                 let (current, prev) = current_value(&tx, window, &overlay, &key, base)?;
                 let value = match &op {
                     Op::Create { packed, .. } | Op::Update { packed, .. } => Some(packed.clone()),
@@ -896,31 +899,6 @@ fn commit_batch(
         }
     }
     (written, sync)
-}
-
-impl Op {
-    /// The op without its base, and the base.
-    fn take_base(self) -> (Op, Option<Base>) {
-        match self {
-            Op::Update {
-                key,
-                value,
-                packed,
-                expected,
-                base,
-            } => (
-                Op::Update {
-                    key,
-                    value,
-                    packed,
-                    expected,
-                    base: None,
-                },
-                base,
-            ),
-            op => (op, None),
-        }
-    }
 }
 
 /// The current value of `key` in the writer's transaction (`None`: absent
