@@ -108,9 +108,7 @@ impl ControlplaneArgs {
     pub fn runtime_threads(&self) -> usize {
         match self.worker_threads {
             Some(n) => usize::from(n),
-            None => std::thread::available_parallelism()
-                .map_or(2, |n| n.get())
-                .min(MOST_WORKER_THREADS),
+            None => flotilla_federation::context::usable_cores().min(MOST_WORKER_THREADS),
         }
     }
 }

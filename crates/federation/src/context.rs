@@ -71,9 +71,15 @@ impl Default for Options {
             )],
             kubefed: false,
             argocd: false,
-            cores: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            cores: usable_cores(),
         }
     }
+}
+
+/// The CPUs this process may use (its CPU affinity and cgroup quota), 2
+/// when that cannot be told.
+pub fn usable_cores() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
 }
 
 impl Options {

@@ -328,7 +328,7 @@ async fn list_at_an_older_revision_and_paginate(backend: &Backend) {
 async fn watch_from_revision_and_expire_after_compaction(backend: &Backend) {
     let store = backend.open().await;
     let first = store.create("/w/a", b("1")).await.unwrap();
-    let mut watch = store.watch("/w/", first.mod_revision).unwrap();
+    let watch = store.watch("/w/", first.mod_revision).unwrap();
     store.create("/x/ignored", b("1")).await.unwrap();
     store
         .update("/w/a", b("2"), first.mod_revision)
@@ -338,14 +338,7 @@ async fn watch_from_revision_and_expire_after_compaction(backend: &Backend) {
         .delete("/w/a", DeletePrecondition::default())
         .await
         .unwrap();
-    let mut events = Vec::new();
-    while events.len() < 2 {
-        let batch = tokio::time::timeout(Duration::from_secs(5), watch.next())
-            .await
-            .unwrap()
-            .unwrap();
-        events.extend(batch);
-    }
+    let events = at_least(watch, 2).await;
     assert_eq!(events[0].kind, EventKind::Put);
     assert_eq!(events[0].prev.as_ref().unwrap().value, b("1"));
     assert_eq!(events[1].kind, EventKind::Delete);
@@ -495,11 +488,7 @@ async fn large_values_read_back_exactly_after_a_restart_of_the_embedded_store() 
     // After a restart the history (rebuilt from disk) reads the same.
     let store = open(dir.path());
     assert_eq!(store.current_revision(), final_rev);
-    let mut watch = store.watch("/p/", created).unwrap();
-    let mut events = Vec::new();
-    while events.len() < 3 {
-        events.extend(watch.next().await.unwrap());
-    }
+    let events = at_least(store.watch("/p/", created).unwrap(), 3).await;
     assert_eq!(events[0].kv.value, big("b1"));
     assert_eq!(events[1].kv.value, big("a2"));
     assert_eq!(events[1].prev.as_ref().unwrap().value, big("a1"));
@@ -551,11 +540,7 @@ async fn a_large_family_of_values_reads_back_exactly() {
         for (i, kv) in listed.items.iter().enumerate() {
             assert_eq!(kv.value, expected(i), "{}", kv.key);
         }
-        let mut watch = store.watch("/work.karmada.io/works/", from).unwrap();
-        let mut events = Vec::new();
-        while events.len() < 200 {
-            events.extend(watch.next().await.unwrap());
-        }
+        let events = at_least(store.watch("/work.karmada.io/works/", from).unwrap(), 200).await;
         for (i, e) in events[..150].iter().enumerate() {
             assert_eq!(e.kv.value, big(&format!("w{i}")));
         }
@@ -643,15 +628,11 @@ async fn watches_from_anywhere_in_the_window_see_each_value_and_its_previous(bac
 
     // From the start, from the middle and from near the end.
     for skip in [0, total / 2, total - 20] {
-        let mut watch = store.watch("/fw/", start + skip as i64).unwrap();
-        let mut events = Vec::new();
-        while events.len() < total - skip {
-            let batch = tokio::time::timeout(Duration::from_secs(5), watch.next())
-                .await
-                .expect("events within 5 s")
-                .unwrap();
-            events.extend(batch);
-        }
+        let events = at_least(
+            store.watch("/fw/", start + skip as i64).unwrap(),
+            total - skip,
+        )
+        .await;
         assert_eq!(events.len(), total - skip);
         for (i, e) in events.iter().enumerate() {
             let n = skip + i;
@@ -801,17 +782,9 @@ async fn the_embedded_store_serves_watches_and_lists_from_before_its_window() {
         .unwrap();
     let end = store.current_revision();
 
+    // Every event under the prefix up to `end`: one per write.
     let read_all = |store: Arc<SqliteStore>| async move {
-        let mut watch = store.watch("/w/", start).unwrap();
-        let mut events = Vec::new();
-        while events.last().map(|e: &flotilla_store::Event| e.revision()) != Some(end) {
-            let batch = tokio::time::timeout(Duration::from_secs(5), watch.next())
-                .await
-                .expect("events within 5 s")
-                .unwrap();
-            events.extend(batch);
-        }
-        events
+        at_least(store.watch("/w/", start).unwrap(), 1_102).await
     };
     for events in [read_all(store.clone()).await, {
         drop(store);
