@@ -12,7 +12,9 @@ use flotilla_store::WriterStats;
 pub const COMMITS: &str = "flotilla_store_commits";
 pub const WRITES: &str = "flotilla_store_writes";
 pub const BUSY_SECONDS: &str = "flotilla_store_writer_busy_seconds";
-pub const SYNC_SECONDS: &str = "flotilla_store_commit_sync_seconds";
+pub const SYNCS: &str = "flotilla_store_wal_syncs";
+pub const SYNC_SECONDS: &str = "flotilla_store_wal_sync_seconds";
+pub const PUBLISHER_BUSY_SECONDS: &str = "flotilla_store_publisher_busy_seconds";
 
 /// `exposition` (OpenMetrics text from the embedding process, or empty)
 /// with the counters of `stats` added: before its `# EOF`, which ends an
@@ -25,7 +27,7 @@ pub fn append(exposition: String, stats: &WriterStats) -> String {
     }
 }
 
-/// The four counter families of `stats`.
+/// The counter families of `stats`.
 fn render(stats: &WriterStats) -> String {
     let mut out = String::new();
     let mut counter = |name: &str, help: &str, value: String| {
@@ -35,7 +37,7 @@ fn render(stats: &WriterStats) -> String {
     };
     counter(
         COMMITS,
-        "Transactions the embedded store's writer committed, one fsync each.",
+        "Transactions the embedded store's writer committed.",
         stats.commits.to_string(),
     );
     counter(
@@ -49,9 +51,19 @@ fn render(stats: &WriterStats) -> String {
         format!("{:.6}", stats.busy_seconds),
     );
     counter(
+        SYNCS,
+        "Syncs of the write-ahead log; under load one covers several commits.",
+        stats.syncs.to_string(),
+    );
+    counter(
         SYNC_SECONDS,
-        "The part of it in SQLite's commit: the write-ahead log written and synced.",
+        "Time in those syncs, on the writer's thread or the publisher's.",
         format!("{:.6}", stats.sync_seconds),
+    );
+    counter(
+        PUBLISHER_BUSY_SECONDS,
+        "Time the publishing thread spent syncing, applying and answering groups the writer handed it under load.",
+        format!("{:.6}", stats.publisher_busy_seconds),
     );
     out
 }
@@ -65,7 +77,9 @@ mod tests {
             commits: 3,
             writes: 40,
             busy_seconds: 0.25,
+            syncs: 2,
             sync_seconds: 0.125,
+            publisher_busy_seconds: 0.5,
         }
     }
 
@@ -79,16 +93,18 @@ mod tests {
         );
         assert!(text.contains("\nflotilla_store_writes_total 40\n"));
         assert!(text.contains("\nflotilla_store_writer_busy_seconds_total 0.250000\n"));
-        assert!(text.contains("\nflotilla_store_commit_sync_seconds_total 0.125000\n"));
+        assert!(text.contains("\nflotilla_store_wal_syncs_total 2\n"));
+        assert!(text.contains("\nflotilla_store_wal_sync_seconds_total 0.125000\n"));
+        assert!(text.contains("\nflotilla_store_publisher_busy_seconds_total 0.500000\n"));
     }
 
     #[test]
     fn the_counters_go_before_the_end_of_an_openmetrics_exposition() {
         let text = append("# TYPE a counter\na_total 1\n# EOF\n".into(), &stats());
         assert!(text.starts_with("# TYPE a counter\na_total 1\n# HELP flotilla_store_commits "));
-        assert!(text.ends_with("flotilla_store_commit_sync_seconds_total 0.125000\n# EOF\n"));
+        assert!(text.ends_with("flotilla_store_publisher_busy_seconds_total 0.500000\n# EOF\n"));
         assert_eq!(text.matches("# EOF").count(), 1);
         // Text without an end marker gets them at its end.
-        assert!(append(String::new(), &stats()).ends_with("0.125000\n"));
+        assert!(append(String::new(), &stats()).ends_with("0.500000\n"));
     }
 }

@@ -32,6 +32,10 @@ pub enum Bench {
     /// What authorization adds to a read and a write (p50/p99), and how
     /// it grows with 10,000 bindings.
     Authz(crate::bench_authz::AuthzArgs),
+    /// The embedded store's writer alone, in this process: writes a second
+    /// with writers waiting on it, its groups synced by a publishing
+    /// thread (as it runs) and by the writer itself.
+    Store(crate::bench_store::StoreArgs),
     /// Compare two saved runs (`--json` output): each figure's ratio
     /// new/old, and whether it improved or regressed.
     Compare(crate::bench_report::CompareArgs),
@@ -62,6 +66,7 @@ pub async fn run(b: Bench) -> anyhow::Result<()> {
         Bench::Fabric(args) => crate::bench_fabric::run(args).await,
         Bench::Peering(args) => crate::bench_peering::run(args).await,
         Bench::Authz(args) => crate::bench_authz::run(args).await,
+        Bench::Store(args) => crate::bench_store::run(args).await,
         Bench::Propagation(args) => crate::bench_propagation::run(args).await,
         Bench::Compare(args) => crate::bench_report::compare(args),
     }

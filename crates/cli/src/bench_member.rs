@@ -200,7 +200,13 @@ pub(crate) fn rss_kib(pid: u32, field: &str) -> u64 {
 
 /// CPU seconds (user + system) the process has used.
 pub(crate) fn cpu_seconds(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    stat_cpu_seconds(&format!("/proc/{pid}/stat"))
+}
+
+/// CPU seconds (user + system) of the process or thread whose `stat` file
+/// (`/proc/PID/stat`, `/proc/PID/task/TID/stat`) is at `path`.
+pub(crate) fn stat_cpu_seconds(path: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(path) else {
         return 0.0;
     };
     // Fields after the command name (which may hold spaces) start at ')'.

@@ -763,13 +763,15 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
     let w = &result["store_writer"];
     if w.is_object() {
         println!(
-            "  store writer: {} writes in {} commits ({:.1} a commit, {:.0}/s), busy {:.0}% of the time, {:.0}% in commits' syncs",
+            "  store writer: {} writes in {} commits ({:.1} a commit, {:.0}/s) and {} syncs, busy {:.0}% of the time; the log syncing {:.0}%, the publisher busy {:.0}%",
             w["writes"],
             w["commits"],
             w["writes_per_commit"].as_f64().unwrap_or(0.0),
             w["writes_per_second"].as_f64().unwrap_or(0.0),
+            w["syncs"],
             w["busy_percent"].as_f64().unwrap_or(0.0),
-            w["sync_percent"].as_f64().unwrap_or(0.0)
+            w["sync_percent"].as_f64().unwrap_or(0.0),
+            w["publisher_busy_percent"].as_f64().unwrap_or(0.0)
         );
     }
     println!(

@@ -37,13 +37,17 @@ struct WriterFigures {
     commits: f64,
     writes: f64,
     busy_seconds: f64,
+    syncs: f64,
     sync_seconds: f64,
+    publisher_busy_seconds: f64,
 }
 
 /// The `flotilla_store_*` counters of an exposition; `None` where the hub
 /// has no writer of its own (the etcd backend).
 fn parse_writer(text: &str) -> Option<WriterFigures> {
-    use flotilla_apiserver::storage_metrics::{BUSY_SECONDS, COMMITS, SYNC_SECONDS, WRITES};
+    use flotilla_apiserver::storage_metrics::{
+        BUSY_SECONDS, COMMITS, PUBLISHER_BUSY_SECONDS, SYNC_SECONDS, SYNCS, WRITES,
+    };
     let mut f = WriterFigures::default();
     let mut found = false;
     for line in text.lines() {
@@ -59,7 +63,9 @@ fn parse_writer(text: &str) -> Option<WriterFigures> {
             COMMITS => &mut f.commits,
             WRITES => &mut f.writes,
             BUSY_SECONDS => &mut f.busy_seconds,
+            SYNCS => &mut f.syncs,
             SYNC_SECONDS => &mut f.sync_seconds,
+            PUBLISHER_BUSY_SECONDS => &mut f.publisher_busy_seconds,
             _ => continue,
         };
         *figure = value;
@@ -69,18 +75,24 @@ fn parse_writer(text: &str) -> Option<WriterFigures> {
 }
 
 /// The writer between two readings `wall` apart: writes, writes per
-/// commit, and the share of the time it was busy and syncing.
+/// commit and per sync, and the share of the time the writer was busy,
+/// the log was being synced and the publisher was busy.
 fn writer_report(before: WriterFigures, after: WriterFigures, wall: Duration) -> Value {
     let wall = wall.as_secs_f64().max(1e-9);
     let commits = after.commits - before.commits;
     let writes = after.writes - before.writes;
+    let syncs = after.syncs - before.syncs;
     json!({
         "commits": commits as u64,
         "writes": writes as u64,
         "writes_per_commit": if commits > 0.0 { writes / commits } else { 0.0 },
         "writes_per_second": writes / wall,
         "busy_percent": (after.busy_seconds - before.busy_seconds) / wall * 100.0,
+        "syncs": syncs as u64,
+        "writes_per_sync": if syncs > 0.0 { writes / syncs } else { 0.0 },
         "sync_percent": (after.sync_seconds - before.sync_seconds) / wall * 100.0,
+        "publisher_busy_percent":
+            (after.publisher_busy_seconds - before.publisher_busy_seconds) / wall * 100.0,
     })
 }
 
@@ -258,21 +270,27 @@ karmada_scheduler_e2e_scheduling_duration_seconds_count{result="success"} 100
         let before = parse_writer(
             "# TYPE flotilla_store_commits counter\nflotilla_store_commits_total 10\n\
              flotilla_store_writes_total 100\nflotilla_store_writer_busy_seconds_total 1.5\n\
-             flotilla_store_commit_sync_seconds_total 0.5\n# EOF\n",
+             flotilla_store_wal_syncs_total 5\nflotilla_store_wal_sync_seconds_total 0.5\n\
+             flotilla_store_publisher_busy_seconds_total 0.25\n# EOF\n",
         )
         .expect("the writer's counters");
         let after = WriterFigures {
             commits: 20.0,
             writes: 600.0,
             busy_seconds: 3.5,
+            syncs: 10.0,
             sync_seconds: 1.5,
+            publisher_busy_seconds: 1.25,
         };
         let r = writer_report(before, after, Duration::from_secs(4));
         assert_eq!(r["commits"], 10);
         assert_eq!(r["writes_per_commit"], 50.0);
         assert_eq!(r["writes_per_second"], 125.0);
         assert_eq!(r["busy_percent"], 50.0);
+        assert_eq!(r["syncs"], 5);
+        assert_eq!(r["writes_per_sync"], 100.0);
         assert_eq!(r["sync_percent"], 25.0);
+        assert_eq!(r["publisher_busy_percent"], 25.0);
         assert_eq!(
             parse_writer(EXPOSITION),
             None,

@@ -12,6 +12,7 @@ mod bench_peering;
 mod bench_propagation;
 mod bench_queues;
 mod bench_report;
+mod bench_store;
 mod controlplane;
 mod dns;
 mod inspect;

@@ -134,19 +134,25 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 /// `etcd_disk_*` durations tell of etcd.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct WriterStats {
-    /// Transactions committed that wrote something, each with one fsync.
+    /// Transactions committed that wrote something.
     pub commits: u64,
     /// Writes that took a revision in them (not those refused: a
     /// conflict, a key that exists).
     pub writes: u64,
-    /// Time spent on groups of writes, from the first write's check to
-    /// the last reply, and on compactions: while busy, arriving writes
-    /// wait for the next group.
+    /// Time the writer thread spent on groups of writes (checked, written
+    /// to the log, and synced and answered where it did that itself) and
+    /// on compactions: while busy, arriving writes wait for the next group.
     pub busy_seconds: f64,
-    /// The part of it in SQLite's commit: the WAL's pages written and
-    /// synced, and the writer's own checkpoints when the checkpoint
-    /// thread falls far behind.
+    /// Syncs of the write-ahead log: one per commit while writes come
+    /// apart, fewer under load, when one sync covers every group
+    /// committed before it.
+    pub syncs: u64,
+    /// Time in those syncs, on the writer's thread or the publisher's.
     pub sync_seconds: f64,
+    /// Time the publishing thread spent on groups the writer handed it
+    /// under load: the log synced, the events applied to the watch window
+    /// and the writes answered, while the writer went on to the next group.
+    pub publisher_busy_seconds: f64,
 }
 
 /// The storage contract of the API server, shaped after etcd: every write

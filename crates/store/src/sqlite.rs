@@ -2,11 +2,13 @@
 //!
 //! One table holds every write; the newest row per key is the current state
 //! and a row with `deleted = 1` is a tombstone. A single writer thread owns
-//! the connection and commits queued writes in groups: one transaction and
-//! one fsync (WAL, `synchronous=FULL`) per group, and no write is
-//! acknowledged before its group is durable. Between groups it looks for
-//! the next write a moment before it sleeps, while its writes come close
-//! together (`NextWriteLook`).
+//! the connection and commits queued writes in groups, one transaction a
+//! group (`writer.rs`). No write is acknowledged before its group is
+//! durable: the log is synced (fdatasync of the WAL) after the commit and
+//! before the group's answers (`publish.rs`); under load one sync covers
+//! several groups, and the writer commits the next while it runs. Between
+//! groups the writer looks for the next write a moment before it sleeps,
+//! while its writes come close together (`NextWriteLook`).
 //!
 //! Gets and lists read the table through a small pool of read-only
 //! connections, each in its own snapshot (WAL readers never block the
@@ -15,7 +17,6 @@
 //! reads its first events from the table. Memory holds only what changed
 //! recently, never every object.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -26,11 +27,11 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use rusqlite::config::DbConfig;
-use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, TransactionBehavior, params};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
-use crate::cache::{Backfill, EventWindow, Prepacked, Watch};
+use crate::cache::{Backfill, EventWindow, Watch};
 use crate::packed::Packed;
 use crate::{
     DeletePrecondition, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision,
@@ -47,6 +48,10 @@ pub struct SqliteOptions {
     pub compaction_interval: Option<Duration>,
     /// Most writes committed in one transaction.
     pub max_batch: usize,
+    /// Writes waiting from which the writer hands a committed group to the
+    /// publishing thread, to be synced and answered there while it writes
+    /// the next, rather than syncing and answering it itself (0: always).
+    pub pipeline_from: usize,
 }
 
 impl Default for SqliteOptions {
@@ -55,8 +60,21 @@ impl Default for SqliteOptions {
             history_capacity: 100_000,
             compaction_interval: Some(Duration::from_secs(300)),
             max_batch: 1024,
+            pipeline_from: 2,
         }
     }
+}
+
+mod publish;
+mod writer;
+
+use writer::{Queue, WriterCounters, WriterParts};
+
+/// SQLite's write-ahead log beside the database file `db`.
+fn wal_path(db: &Path) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push("-wal");
+    PathBuf::from(name)
 }
 
 enum Op {
@@ -94,59 +112,19 @@ struct Base {
 enum Request {
     Write(Op, oneshot::Sender<Result<KeyValue>>),
     Compact(Revision, oneshot::Sender<Result<()>>),
+    /// From the publisher: it has published what it was handed.
+    Published,
+    /// From the store as it is dropped: the writer stops after what is
+    /// queued before it.
+    Close,
 }
 
 pub struct SqliteStore {
     window: Arc<EventWindow>,
     log: Arc<LogReader>,
-    writer: mpsc::Sender<Request>,
+    writer: Queue,
     path: PathBuf,
     stats: Arc<WriterCounters>,
-}
-
-/// `d` in whole nanoseconds, as the writer's counters add them.
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// The writer's running totals ([`WriterStats`]), nanoseconds as integers.
-#[derive(Default)]
-struct WriterCounters {
-    commits: AtomicU64,
-    writes: AtomicU64,
-    busy_nanos: AtomicU64,
-    sync_nanos: AtomicU64,
-}
-
-impl WriterCounters {
-    /// A group's figures: the writes that took a revision (none where the
-    /// transaction failed), the time the writer spent on the group and,
-    /// of it, in SQLite's commit.
-    fn record(&self, committed: Option<usize>, busy: Duration, sync: Duration) {
-        // A group whose every write was refused commits nothing.
-        if let Some(writes) = committed.filter(|w| *w > 0) {
-            self.commits.fetch_add(1, Ordering::Relaxed);
-            self.writes.fetch_add(writes as u64, Ordering::Relaxed);
-        }
-        self.add_busy(busy);
-        self.sync_nanos.fetch_add(nanos(sync), Ordering::Relaxed);
-    }
-
-    /// Time the writer spent on other work that holds writes up
-    /// (compaction).
-    fn add_busy(&self, busy: Duration) {
-        self.busy_nanos.fetch_add(nanos(busy), Ordering::Relaxed);
-    }
-
-    fn snapshot(&self) -> WriterStats {
-        let seconds = |n: &AtomicU64| n.load(Ordering::Relaxed) as f64 / 1e9;
-        WriterStats {
-            commits: self.commits.load(Ordering::Relaxed),
-            writes: self.writes.load(Ordering::Relaxed),
-            busy_seconds: seconds(&self.busy_nanos),
-            sync_seconds: seconds(&self.sync_nanos),
-        }
-    }
 }
 
 /// Idle read connections kept for reuse; more are opened under load and
@@ -275,40 +253,33 @@ impl SqliteStore {
         conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
         let (nudges, commits) = mpsc::sync_channel(1);
         let written = Arc::new(AtomicU64::new(0));
-        let committed = Committed {
-            written: written.clone(),
-            nudges,
-        };
+        let checkpoint_written = written.clone();
         let checkpoints = Connection::open(&path)?;
         // The database file is synced before the WAL may be reused.
         checkpoints.pragma_update(None, "synchronous", "FULL")?;
         checkpoints.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
         checkpoints.busy_timeout(Duration::from_secs(5))?;
         std::thread::Builder::new()
-            .name("flotilla-store-checkpoints".into())
-            .spawn(move || checkpoint_loop(checkpoints, commits, written))?;
+            .name("store-checkpoints".into())
+            .spawn(move || checkpoint_loop(checkpoints, commits, checkpoint_written))?;
 
-        let (writer, requests) = mpsc::channel();
-        let writer_window = window.clone();
-        let writer_log = log.clone();
-        let max_batch = options.max_batch.max(1);
+        // The writer commits without syncing; the publisher syncs the log
+        // before anything of a group is answered or seen (`publish.rs`).
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
         let stats = Arc::new(WriterCounters::default());
-        let writer_stats = stats.clone();
-        std::thread::Builder::new()
-            .name("flotilla-store-writer".into())
-            .spawn(move || {
-                writer_loop(
-                    conn,
-                    Writer {
-                        window: writer_window,
-                        log: writer_log,
-                        committed,
-                        stats: writer_stats,
-                    },
-                    requests,
-                    max_batch,
-                )
-            })?;
+        let writer = writer::spawn(
+            conn,
+            WriterParts {
+                window: window.clone(),
+                log: log.clone(),
+                stats: stats.clone(),
+                written,
+                nudges,
+                wal: wal_path(&path),
+                max_batch: options.max_batch,
+                pipeline_from: options.pipeline_from,
+            },
+        )?;
 
         let store = Arc::new(SqliteStore {
             window,
@@ -332,9 +303,9 @@ impl SqliteStore {
 
     async fn write(&self, op: Op) -> Result<KeyValue> {
         let (tx, rx) = oneshot::channel();
-        self.writer
-            .send(Request::Write(op, tx))
-            .map_err(|_| StoreError::Closed)?;
+        if !self.writer.send(Request::Write(op, tx)) {
+            return Err(StoreError::Closed);
+        }
         rx.await.map_err(|_| StoreError::Closed)?
     }
 }
@@ -342,6 +313,9 @@ impl SqliteStore {
 impl Drop for SqliteStore {
     fn drop(&mut self) {
         self.window.close();
+        // The publisher holds a sender of the writer's queue too: the
+        // queue does not close by itself.
+        self.writer.send(Request::Close);
     }
 }
 
@@ -628,8 +602,6 @@ const CHECKPOINT_AT_MOST_AFTER: Duration = Duration::from_secs(5);
 const WRITER_CHECKPOINT_PAGES: i64 = 16_384;
 /// Bytes of WAL file kept once the WAL restarts.
 const WAL_SIZE_LIMIT: i64 = 16 * 1024 * 1024;
-/// How long the writer looks for the next write before it sleeps.
-const WRITER_SPIN: Duration = Duration::from_micros(300);
 
 /// Copies committed pages from the WAL into the database file, beside the
 /// writer. With SQLite's automatic checkpoints the writer did it itself
@@ -682,360 +654,6 @@ fn drain_nudges(commits: &mpsc::Receiver<()>) -> bool {
 }
 
 /// What the writer thread works with besides its connection.
-struct Writer {
-    window: Arc<EventWindow>,
-    log: Arc<LogReader>,
-    committed: Committed,
-    stats: Arc<WriterCounters>,
-}
-
-impl Writer {
-    fn commit(&self, conn: &mut Connection, batch: Vec<(Op, Reply)>) {
-        if batch.is_empty() {
-            return;
-        }
-        self.committed.count(batch.len());
-        let started = Instant::now();
-        let (committed, sync) = commit_batch(conn, &self.window, batch);
-        self.stats.record(committed, started.elapsed(), sync);
-    }
-
-    fn compact(&self, conn: &mut Connection, revision: Revision) -> Result<()> {
-        let started = Instant::now();
-        let result = compact(conn, &self.window, &self.log, revision);
-        self.stats.add_busy(started.elapsed());
-        result
-    }
-}
-
-fn writer_loop(
-    mut conn: Connection,
-    writer: Writer,
-    requests: mpsc::Receiver<Request>,
-    max_batch: usize,
-) {
-    let mut look = NextWriteLook::default();
-    while let Some(first) = look.next_request(&requests) {
-        let mut batch = Vec::new();
-        let mut next = Some(first);
-        while let Some(request) = next.take() {
-            match request {
-                Request::Write(op, reply) => batch.push((op, reply)),
-                Request::Compact(rev, reply) => {
-                    // Commit what is queued before compacting.
-                    writer.commit(&mut conn, std::mem::take(&mut batch));
-                    let _ = reply.send(writer.compact(&mut conn, rev));
-                }
-            }
-            if batch.len() < max_batch {
-                next = requests.try_recv().ok();
-            }
-        }
-        writer.commit(&mut conn, batch);
-        writer.committed.nudge();
-    }
-    debug!("store writer stopped");
-}
-
-/// What the writer tells the checkpoint thread.
-struct Committed {
-    /// Writes since the last checkpoint.
-    written: Arc<AtomicU64>,
-    nudges: mpsc::SyncSender<()>,
-}
-
-impl Committed {
-    fn count(&self, writes: usize) {
-        self.written.fetch_add(writes as u64, Ordering::Relaxed);
-    }
-
-    fn nudge(&self) {
-        // A nudge already waiting is enough.
-        let _ = self.nudges.try_send(());
-    }
-}
-
-/// Whether the writer looks for the next write for [`WRITER_SPIN`] before
-/// it sleeps: on a machine whose idle cores halt, waking a sleeping writer
-/// costs more than its commit, and a pipeline's writes follow each other a
-/// fraction of a millisecond apart. A store whose writes come tens of
-/// milliseconds apart (a member written to by the hub alone) would only
-/// burn the look: it looks while one of its last eight writes came within
-/// the look's time of the one before, found by looking or by the time a
-/// sleep lasted.
-#[derive(Debug)]
-struct NextWriteLook {
-    /// One bit per recent write, newest lowest: it came within WRITER_SPIN.
-    soon: u8,
-}
-
-impl Default for NextWriteLook {
-    fn default() -> Self {
-        // Look at first: a fresh store is being written to.
-        NextWriteLook { soon: 1 }
-    }
-}
-
-impl NextWriteLook {
-    /// The next request, or `None` once the store is gone.
-    fn next_request(&mut self, requests: &mpsc::Receiver<Request>) -> Option<Request> {
-        let started = Instant::now();
-        if self.looks() {
-            let until = started + WRITER_SPIN;
-            while Instant::now() < until {
-                match requests.try_recv() {
-                    Ok(request) => {
-                        self.record(true);
-                        return Some(request);
-                    }
-                    Err(mpsc::TryRecvError::Empty) => std::thread::yield_now(),
-                    Err(mpsc::TryRecvError::Disconnected) => return None,
-                }
-            }
-        }
-        let request = requests.recv().ok()?;
-        self.record(started.elapsed() < WRITER_SPIN);
-        Some(request)
-    }
-
-    fn record(&mut self, soon: bool) {
-        self.soon = (self.soon << 1) | u8::from(soon);
-    }
-
-    fn looks(&self) -> bool {
-        self.soon != 0
-    }
-}
-
-type Reply = oneshot::Sender<Result<KeyValue>>;
-
-/// Commits `batch` in one transaction and answers each write. Returns how
-/// many writes took a revision (`None` if the transaction failed and
-/// none did) and the time SQLite's commit took (the WAL written and
-/// synced, failed or not).
-fn commit_batch(
-    conn: &mut Connection,
-    window: &EventWindow,
-    batch: Vec<(Op, Reply)>,
-) -> (Option<usize>, Duration) {
-    let mut sync = Duration::ZERO;
-    let mut revision = window.revision();
-    // Keys written earlier in this batch, visible to later ops in it.
-    let mut overlay: HashMap<String, Option<KeyValue>> = HashMap::new();
-    let mut events = Vec::new();
-    let mut outcomes: Vec<(Reply, Result<KeyValue>)> = Vec::with_capacity(batch.len());
-
-    let result = (|| -> Result<()> {
-        // IMMEDIATE: take the write lock before the first read. A deferred
-        // transaction that reads first and then writes gets SQLITE_BUSY at
-        // once, without waiting, when a reader holds the WAL lock briefly.
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        {
-            let mut insert = tx.prepare_cached(
-                "INSERT INTO log (revision, key, deleted, create_revision, prev_revision, value)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?;
-            for (mut op, reply) in batch {
-                let key = match &op {
-                    Op::Create { key, .. } | Op::Update { key, .. } | Op::Delete { key, .. } => {
-                        key.clone()
-                    }
-                };
-                let base = match &mut op {
-                    Op::Update { base, .. } => base.take(),
-                    Op::Create { .. } | Op::Delete { .. } => None,
-                };
-                let (current, prev) = current_value(&tx, window, &overlay, &key, base)?;
-                let value = match &op {
-                    Op::Create { packed, .. } | Op::Update { packed, .. } => Some(packed.clone()),
-                    Op::Delete { .. } => None,
-                };
-                let planned = plan(op, &key, current, revision + 1);
-                let event = match planned {
-                    Ok(event) => event,
-                    Err(e) => {
-                        outcomes.push((reply, Err(e)));
-                        continue;
-                    }
-                };
-                revision += 1;
-                insert.execute(params![
-                    revision,
-                    key,
-                    event.kind == EventKind::Delete,
-                    event.kv.create_revision,
-                    event.prev.as_ref().map(|p| p.mod_revision),
-                    &event.kv.value[..],
-                ])?;
-                overlay.insert(
-                    key,
-                    (event.kind == EventKind::Put).then(|| event.kv.clone()),
-                );
-                outcomes.push((reply, Ok(event.kv.clone())));
-                events.push((event, Prepacked { value, prev }));
-            }
-        }
-        let syncing = Instant::now();
-        let committed = tx.commit();
-        sync = syncing.elapsed();
-        committed?;
-        Ok(())
-    })();
-    let written = result.is_ok().then_some(events.len());
-
-    match result {
-        Ok(()) => {
-            window.apply_packed(events);
-            for (reply, outcome) in outcomes {
-                let _ = reply.send(outcome);
-            }
-        }
-        Err(error) => {
-            warn!(%error, "store commit failed; rejecting the whole batch");
-            let message = error.to_string();
-            for (reply, _) in outcomes {
-                let _ = reply.send(Err(StoreError::Io(std::io::Error::other(message.clone()))));
-            }
-        }
-    }
-    (written, sync)
-}
-
-/// The current value of `key` in the writer's transaction (`None`: absent
-/// or deleted), and its packed form where the caller packed it. Earlier
-/// writes of the group (`overlay`) first, then the window, which has
-/// applied every earlier group, then the log. A `base` that is still the
-/// newest is taken as it is: the window's copy need not be unpacked, nor
-/// the log's read.
-fn current_value(
-    tx: &Connection,
-    window: &EventWindow,
-    overlay: &HashMap<String, Option<KeyValue>>,
-    key: &str,
-    base: Option<Base>,
-) -> Result<(Option<KeyValue>, Option<Packed>)> {
-    if let Some(v) = overlay.get(key) {
-        return Ok((v.clone(), None));
-    }
-    match (window.held_revision(key), base) {
-        (Some(held), Some(base)) if held == base.kv.mod_revision => Ok((Some(base.kv), None)),
-        (Some(_), _) => Ok((window.recent(key), None)),
-        (None, Some(base)) if newest_revision(tx, key)? == Some(base.kv.mod_revision) => {
-            Ok((Some(base.kv), base.packed))
-        }
-        (None, _) => Ok((
-            newest_row(tx, key, Revision::MAX)?.and_then(|(deleted, kv)| (!deleted).then_some(kv)),
-            None,
-        )),
-    }
-}
-
-/// The revision of `key`'s newest row if it is not a tombstone, read in
-/// `conn`'s current transaction without the row's value. (A deletion's
-/// result carries its tombstone's revision: a base made from one must not
-/// match.)
-fn newest_revision(conn: &Connection, key: &str) -> Result<Option<Revision>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT revision, deleted FROM log WHERE key = ?1 ORDER BY revision DESC LIMIT 1",
-    )?;
-    let row = stmt
-        .query_row(params![key], |r| {
-            Ok((r.get::<_, Revision>(0)?, r.get::<_, bool>(1)?))
-        })
-        .optional()?;
-    Ok(row.and_then(|(revision, deleted)| (!deleted).then_some(revision)))
-}
-
-/// Checks an operation against the key's current value and builds its event.
-fn plan(op: Op, key: &str, current: Option<KeyValue>, revision: Revision) -> Result<Event> {
-    let key: Arc<str> = Arc::from(key);
-    match op {
-        Op::Create { value, .. } => match current {
-            Some(_) => Err(StoreError::AlreadyExists(key.to_string())),
-            None => Ok(Event {
-                kind: EventKind::Put,
-                kv: KeyValue {
-                    key,
-                    value,
-                    create_revision: revision,
-                    mod_revision: revision,
-                },
-                prev: None,
-            }),
-        },
-        Op::Update {
-            value, expected, ..
-        } => {
-            let prev = current.ok_or_else(|| StoreError::NotFound(key.to_string()))?;
-            if prev.mod_revision != expected {
-                return Err(StoreError::Conflict {
-                    key: key.to_string(),
-                    expected,
-                    actual: prev.mod_revision,
-                });
-            }
-            Ok(Event {
-                kind: EventKind::Put,
-                kv: KeyValue {
-                    key,
-                    value,
-                    create_revision: prev.create_revision,
-                    mod_revision: revision,
-                },
-                prev: Some(prev),
-            })
-        }
-        Op::Delete { precondition, .. } => {
-            let prev = current.ok_or_else(|| StoreError::NotFound(key.to_string()))?;
-            if let Some(expected) = precondition.mod_revision
-                && prev.mod_revision != expected
-            {
-                return Err(StoreError::Conflict {
-                    key: key.to_string(),
-                    expected,
-                    actual: prev.mod_revision,
-                });
-            }
-            Ok(Event {
-                kind: EventKind::Delete,
-                kv: KeyValue {
-                    key,
-                    value: prev.value.clone(),
-                    create_revision: prev.create_revision,
-                    mod_revision: revision,
-                },
-                prev: Some(prev),
-            })
-        }
-    }
-}
-
-fn compact(
-    conn: &mut Connection,
-    window: &EventWindow,
-    log: &LogReader,
-    revision: Revision,
-) -> Result<()> {
-    let revision = revision.min(window.revision());
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    // Drop superseded rows and tombstones at or below the compaction point;
-    // the newest live row of every key stays.
-    let removed = tx.execute(
-        "DELETE FROM log WHERE revision <= ?1 AND (deleted = 1 OR revision <
-            (SELECT MAX(n.revision) FROM log n WHERE n.key = log.key AND n.revision <= ?1))",
-        [revision],
-    )?;
-    tx.execute(
-        "INSERT INTO meta (name, value) VALUES ('compacted', ?1)
-         ON CONFLICT (name) DO UPDATE SET value = MAX(value, excluded.value)",
-        [revision],
-    )?;
-    tx.commit()?;
-    log.compacted.fetch_max(revision, Ordering::AcqRel);
-    window.compact(revision);
-    debug!(revision, removed, "compacted");
-    Ok(())
-}
 
 #[async_trait]
 impl Store for SqliteStore {
@@ -1121,11 +739,33 @@ impl Store for SqliteStore {
 
     async fn compact(&self, revision: Revision) -> Result<()> {
         let (tx, rx) = oneshot::channel();
-        self.writer
-            .send(Request::Compact(revision, tx))
-            .map_err(|_| StoreError::Closed)?;
+        if !self.writer.send(Request::Compact(revision, tx)) {
+            return Err(StoreError::Closed);
+        }
         rx.await.map_err(|_| StoreError::Closed)?
     }
+}
+
+/// A window of `history` up to `revision`, with no log behind it, for the
+/// writer's and the publisher's own tests.
+#[cfg(test)]
+fn test_window(history: Vec<Event>, revision: Revision) -> Arc<EventWindow> {
+    struct NoLog;
+    impl Backfill for NoLog {
+        fn events_after(
+            &self,
+            _prefix: &str,
+            _after: Revision,
+            until: Revision,
+        ) -> Result<(Vec<Event>, Revision)> {
+            Ok((Vec::new(), until))
+        }
+
+        fn compacted(&self) -> Revision {
+            0
+        }
+    }
+    Arc::new(EventWindow::new(history, revision, 0, 100, Arc::new(NoLog)))
 }
 
 #[cfg(test)]
@@ -1150,6 +790,8 @@ mod tests {
             .expect("the embedded store has a writer");
         assert_eq!((stats.commits, stats.writes), (2, 2), "{stats:?}");
         assert!(stats.busy_seconds > 0.0, "{stats:?}");
+        // Written one after another: each group synced by the writer itself.
+        assert_eq!(stats.syncs, 2, "{stats:?}");
         assert!(stats.sync_seconds <= stats.busy_seconds, "{stats:?}");
         // A compaction holds the writer up too.
         let before = stats.busy_seconds;
@@ -1157,41 +799,5 @@ mod tests {
         let stats = store.writer_stats().expect("a writer");
         assert!(stats.busy_seconds > before, "{stats:?}");
         assert_eq!(stats.commits, 2, "a compaction is not a commit of writes");
-    }
-
-    #[test]
-    fn the_writer_stops_looking_for_writes_that_come_far_apart_and_looks_again_when_they_close_up()
-    {
-        let mut look = NextWriteLook::default();
-        assert!(look.looks(), "a fresh store is being written to");
-        for n in 1..=7 {
-            look.record(false);
-            assert!(
-                look.looks(),
-                "one of the last eight came soon after {n} far apart"
-            );
-        }
-        look.record(false);
-        assert!(!look.looks(), "eight writes far apart");
-        look.record(true);
-        assert!(look.looks(), "a write soon after the one before");
-    }
-
-    #[test]
-    fn the_next_request_is_one_already_queued_or_none_once_the_store_is_gone() {
-        let (requests, queue) = mpsc::channel();
-        let mut look = NextWriteLook { soon: 0 };
-        let (reply, _answer) = oneshot::channel();
-        requests
-            .send(Request::Compact(1, reply))
-            .expect("the queue is open");
-        assert!(matches!(
-            look.next_request(&queue),
-            Some(Request::Compact(1, _))
-        ));
-        drop(requests);
-        let mut looking = NextWriteLook::default();
-        assert!(looking.next_request(&queue).is_none());
-        assert!(look.next_request(&queue).is_none());
     }
 }

@@ -257,6 +257,126 @@ async fn an_update_from_a_value_the_window_no_longer_holds_is_checked_against_th
     assert_eq!(events[1].kind, EventKind::Delete);
 }
 
+/// Counters incremented by many writers at once, each a read and a
+/// compare-and-swap retried on conflict, with every committed group handed
+/// to the publishing thread (`pipeline_from: 0`): a write is checked
+/// against groups committed but not yet synced or seen, so no increment
+/// is lost, none is answered before it is durable, and watches see every
+/// change once, in order, with the value it replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_checked_against_groups_not_yet_published_lose_no_update() {
+    const KEYS: usize = 4;
+    const WRITERS: usize = 16;
+    const EACH: usize = 25;
+    let dir = tempfile::tempdir().unwrap();
+    let options = SqliteOptions {
+        compaction_interval: None,
+        pipeline_from: 0,
+        ..Default::default()
+    };
+    let store = SqliteStore::open(dir.path(), options.clone()).unwrap();
+    for k in 0..KEYS {
+        store.create(&format!("/n/{k}"), b("0")).await.unwrap();
+    }
+    let start = store.current_revision();
+    let mut writers = tokio::task::JoinSet::new();
+    for w in 0..WRITERS {
+        let store = store.clone();
+        writers.spawn(async move {
+            for i in 0..EACH {
+                let key = format!("/n/{}", (w + i) % KEYS);
+                loop {
+                    let read = store.get(&key).unwrap().unwrap();
+                    let n: u64 = std::str::from_utf8(&read.value).unwrap().parse().unwrap();
+                    match store.update_from(&read, b(&(n + 1).to_string())).await {
+                        Ok(_) => break,
+                        Err(StoreError::Conflict { .. }) => continue,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+        });
+    }
+    while let Some(done) = writers.join_next().await {
+        done.unwrap();
+    }
+    let total = |store: &SqliteStore| -> u64 {
+        (0..KEYS)
+            .map(|k| {
+                let kv = store.get(&format!("/n/{k}")).unwrap().unwrap();
+                std::str::from_utf8(&kv.value)
+                    .unwrap()
+                    .parse::<u64>()
+                    .unwrap()
+            })
+            .sum()
+    };
+    assert_eq!(total(&store), (WRITERS * EACH) as u64);
+    let stats = store.writer_stats().unwrap();
+    assert!(stats.publisher_busy_seconds > 0.0, "{stats:?}");
+    assert!(
+        stats.syncs >= 1 && stats.syncs <= stats.commits,
+        "{stats:?}"
+    );
+    // Each key's changes in order, each replacing the one before.
+    let events = at_least(store.watch("/n/", start).unwrap(), WRITERS * EACH).await;
+    assert_eq!(events.len(), WRITERS * EACH);
+    for pair in events.windows(2) {
+        assert!(pair[0].kv.mod_revision < pair[1].kv.mod_revision);
+    }
+    for event in &events {
+        let n: u64 = std::str::from_utf8(&event.kv.value)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let prev = event.prev.as_ref().expect("an update replaces a value");
+        let before: u64 = std::str::from_utf8(&prev.value).unwrap().parse().unwrap();
+        assert_eq!(n, before + 1, "{event:?}");
+    }
+    drop(store);
+    let reopened = SqliteStore::open(dir.path(), options).unwrap();
+    assert_eq!(total(&reopened), (WRITERS * EACH) as u64);
+}
+
+/// A store dropped lets go of its files: its threads end, the last
+/// connection closes, and SQLite folds the write-ahead log into the
+/// database file and removes it. (A store whose threads lived on would
+/// hold a connection and its files for the life of the process: a member
+/// simulator opens and drops one per member.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_store_closes_its_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = dir.path().join("flotilla.db-wal");
+    {
+        let store = open(dir.path());
+        let mut writes = tokio::task::JoinSet::new();
+        for i in 0..64 {
+            let store = store.clone();
+            writes.spawn(async move { store.create(&format!("/d/{i}"), b("v")).await });
+        }
+        while let Some(written) = writes.join_next().await {
+            written.unwrap().unwrap();
+        }
+        assert!(wal.exists(), "the log is open while the store is");
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while wal.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the store's log is still open 10 s after it was dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        open(dir.path())
+            .list("/d/", &ListOptions::default())
+            .unwrap()
+            .items
+            .len(),
+        64
+    );
+}
+
 async fn list_at_an_older_revision_and_paginate(backend: &Backend) {
     let store = backend.open().await;
     for i in 0..10 {

@@ -1,0 +1,304 @@
+//! Committed groups on their way out: the write-ahead log synced, then
+//! the group's events applied to the window (watches and reads see them)
+//! and its writes answered, in commit order.
+//!
+//! The writer's connection commits without syncing
+//! (`synchronous=NORMAL`); this is where the log is synced, as SQLite
+//! would at each commit with `synchronous=FULL`: no write is answered,
+//! and no read or watch sees it, before a sync that began after its
+//! commit has returned. While the writer is idle it does this itself, at
+//! once; under load it hands its groups to the publishing thread and goes
+//! on to write the next, whose checks and rows it writes while the sync
+//! runs and which it commits once the publishing thread is free again
+//! (the thread says so in the writer's queue). One sync there covers
+//! every group committed before it began.
+//!
+//! A sync that fails leaves the log in a state the process cannot vouch
+//! for (Linux may drop the unsynced pages and forget the error: see
+//! PostgreSQL's "fsyncgate"), so the store stops taking writes, as etcd
+//! stops, and says so in every refusal until the process is restarted;
+//! SQLite recovers the log from the file on the next open.
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, mpsc};
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use tracing::{debug, error};
+
+use super::Request;
+use super::writer::{Reply, WriterCounters};
+use crate::cache::{EventWindow, Prepacked};
+use crate::{Event, KeyValue, Result, StoreError};
+
+/// A committed group: its events for the window and its writes' answers
+/// (refusals among them, answered in the same order).
+pub(super) struct Group {
+    pub events: Vec<(Event, Prepacked)>,
+    pub replies: Vec<(Reply, Result<KeyValue>)>,
+}
+
+/// The store's write-ahead log file, synced through a handle of our own:
+/// an fsync writes back the file's pages whichever descriptor wrote them.
+struct Wal {
+    path: PathBuf,
+    /// Opened at the first sync: SQLite creates the file with the first
+    /// transaction, and keeps it while a connection is open.
+    file: Mutex<Option<File>>,
+}
+
+impl Wal {
+    fn sync(&self) -> std::io::Result<()> {
+        let mut file = self.file.lock();
+        if file.is_none() {
+            *file = Some(File::open(&self.path)?);
+        }
+        match file.as_ref() {
+            Some(f) => f.sync_data(),
+            None => Ok(()),
+        }
+    }
+}
+
+struct Shared {
+    window: Arc<EventWindow>,
+    wal: Wal,
+    stats: Arc<WriterCounters>,
+    /// Why the store stopped taking writes, once a sync failed.
+    failed: OnceLock<String>,
+    /// Groups handed to the publishing thread and not yet published.
+    outstanding: AtomicUsize,
+}
+
+impl Shared {
+    /// Syncs the log if any group wrote something, then publishes the
+    /// groups in order; on a failed sync refuses them all and stops the
+    /// store.
+    fn publish(&self, groups: Vec<Group>) {
+        if groups.iter().any(|g| !g.events.is_empty()) {
+            let started = Instant::now();
+            let synced = self.wal.sync();
+            self.stats.add_sync(started.elapsed());
+            if let Err(error) = synced {
+                self.fail(&error, groups);
+                return;
+            }
+        }
+        for group in groups {
+            self.window.apply_packed(group.events);
+            for (reply, outcome) in group.replies {
+                let _ = reply.send(outcome);
+            }
+        }
+    }
+
+    fn fail(&self, error: &std::io::Error, groups: Vec<Group>) {
+        error!(
+            %error,
+            wal = %self.wal.path.display(),
+            "syncing the store's write-ahead log failed; the store takes no more writes"
+        );
+        let cause = self
+            .failed
+            .get_or_init(|| {
+                format!(
+                    "syncing the store's write-ahead log {} failed ({error}): the store takes \
+                     no more writes; restart the process once the disk is healthy",
+                    self.wal.path.display()
+                )
+            })
+            .clone();
+        // Watches end: what they would be sent next may not be durable.
+        self.window.close();
+        for group in groups {
+            for (reply, _) in group.replies {
+                let _ = reply.send(Err(StoreError::Io(std::io::Error::other(cause.clone()))));
+            }
+        }
+    }
+}
+
+/// The writer's side of publishing.
+pub(super) struct Publisher {
+    shared: Arc<Shared>,
+    groups: mpsc::Sender<Group>,
+}
+
+/// Where the publisher says it has published what it was handed: the
+/// writer's own queue, which a writer holding a group open waits on.
+pub(super) type Done = mpsc::Sender<Request>;
+
+impl Publisher {
+    /// Starts the publishing thread for the log at `wal`.
+    pub(super) fn start(
+        window: Arc<EventWindow>,
+        wal: PathBuf,
+        stats: Arc<WriterCounters>,
+        done: Done,
+    ) -> std::io::Result<Publisher> {
+        let shared = Arc::new(Shared {
+            window,
+            wal: Wal {
+                path: wal,
+                file: Mutex::new(None),
+            },
+            stats,
+            failed: OnceLock::new(),
+            outstanding: AtomicUsize::new(0),
+        });
+        let (groups, handed) = mpsc::channel();
+        let publishing = shared.clone();
+        std::thread::Builder::new()
+            .name("store-publisher".into())
+            .spawn(move || publish_loop(&publishing, &handed, &done))?;
+        Ok(Publisher { shared, groups })
+    }
+
+    /// Why the store takes no more writes, if it does not.
+    pub(super) fn failed(&self) -> Option<String> {
+        self.shared.failed.get().cloned()
+    }
+
+    /// Whether every group handed over has been published: only then may
+    /// the writer publish one itself without overtaking them.
+    pub(super) fn idle(&self) -> bool {
+        self.shared.outstanding.load(Ordering::Acquire) == 0
+    }
+
+    /// Syncs and publishes `group` on the caller's thread. Only while
+    /// [`Publisher::idle`].
+    pub(super) fn publish_here(&self, group: Group) {
+        self.shared.publish(vec![group]);
+    }
+
+    /// Hands `group` to the publishing thread.
+    pub(super) fn hand_off(&self, group: Group) {
+        self.shared.outstanding.fetch_add(1, Ordering::AcqRel);
+        if let Err(mpsc::SendError(group)) = self.groups.send(group) {
+            // The thread is gone (it ends only with this sender); publish
+            // here rather than leave the writes unanswered.
+            self.shared.outstanding.fetch_sub(1, Ordering::AcqRel);
+            self.shared.publish(vec![group]);
+        }
+    }
+}
+
+/// Publishes what the writer hands over, all that has gathered at once,
+/// until the writer is gone.
+fn publish_loop(shared: &Shared, handed: &mpsc::Receiver<Group>, done: &Done) {
+    while let Ok(first) = handed.recv() {
+        let started = Instant::now();
+        let mut groups = vec![first];
+        groups.extend(handed.try_iter());
+        let count = groups.len();
+        shared.publish(groups);
+        shared.outstanding.fetch_sub(count, Ordering::AcqRel);
+        shared.stats.add_publisher_busy(started.elapsed());
+        let _ = done.send(Request::Published);
+    }
+    debug!("store publisher stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{EventKind, Revision};
+    use bytes::Bytes;
+    use tokio::sync::oneshot;
+
+    fn window() -> Arc<EventWindow> {
+        super::super::test_window(Vec::new(), 0)
+    }
+
+    fn put(key: &str, revision: Revision) -> Event {
+        Event {
+            kind: EventKind::Put,
+            kv: KeyValue {
+                key: Arc::from(key),
+                value: Bytes::from_static(b"{}"),
+                create_revision: revision,
+                mod_revision: revision,
+            },
+            prev: None,
+        }
+    }
+
+    fn group(key: &str, revision: Revision) -> (Group, oneshot::Receiver<Result<KeyValue>>) {
+        let event = put(key, revision);
+        let (reply, answer) = oneshot::channel();
+        let outcome = Ok(event.kv.clone());
+        (
+            Group {
+                events: vec![(event, Prepacked::default())],
+                replies: vec![(reply, outcome)],
+            },
+            answer,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_group_is_answered_and_seen_once_the_log_is_synced() {
+        let dir = tempfile::tempdir().expect("a temporary dir");
+        let wal = dir.path().join("store.db-wal");
+        std::fs::write(&wal, b"frames").expect("a log file");
+        let window = window();
+        let stats = Arc::new(WriterCounters::default());
+        let (done, published) = mpsc::channel();
+        let publisher =
+            Publisher::start(window.clone(), wal, stats.clone(), done).expect("started");
+        let (first, first_answer) = group("/k/1", 1);
+        let (second, second_answer) = group("/k/2", 2);
+        publisher.hand_off(first);
+        publisher.hand_off(second);
+        assert_eq!(
+            first_answer
+                .await
+                .expect("answered")
+                .expect("ok")
+                .mod_revision,
+            1
+        );
+        assert_eq!(
+            second_answer
+                .await
+                .expect("answered")
+                .expect("ok")
+                .mod_revision,
+            2
+        );
+        assert_eq!(window.revision(), 2, "both groups applied, in order");
+        assert!(stats.snapshot().syncs >= 1);
+        assert!(publisher.failed().is_none());
+        assert!(
+            matches!(published.recv(), Ok(Request::Published)),
+            "the writer is told"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_sync_refuses_the_group_and_stops_the_store() {
+        let dir = tempfile::tempdir().expect("a temporary dir");
+        // No log file where the publisher looks: its sync fails.
+        let wal = dir.path().join("missing").join("store.db-wal");
+        let window = window();
+        let stats = Arc::new(WriterCounters::default());
+        let (done, _published) = mpsc::channel();
+        let publisher = Publisher::start(window.clone(), wal, stats, done).expect("started");
+        let (lost, answer) = group("/k/1", 1);
+        publisher.publish_here(lost);
+        let refusal = answer.await.expect("answered").expect_err("not durable");
+        assert!(
+            refusal.to_string().contains("takes no more writes"),
+            "{refusal}"
+        );
+        assert_eq!(window.revision(), 0, "nothing unsynced is seen");
+        let cause = publisher.failed().expect("the store stopped");
+        assert!(cause.contains("restart the process"), "{cause}");
+        assert!(
+            window.watch("/k/", 0).is_err(),
+            "watches end with the store"
+        );
+    }
+}
