@@ -167,9 +167,11 @@ pub(crate) fn peak_rss_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
+/// The value at fraction `p` (0 to 1) of `sorted`, nearest rank; the
+/// default (zero) of an empty one.
+pub(crate) fn percentile<T: Copy + Default>(sorted: &[T], p: f64) -> T {
     if sorted.is_empty() {
-        return Duration::ZERO;
+        return T::default();
     }
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]

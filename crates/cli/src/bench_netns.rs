@@ -17,17 +17,10 @@ use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::bench::percentile;
 use crate::bench_member::{MemberArgs, rss_kib, start};
 use crate::bench_report::Reporter;
 use flotilla_member::runtime::netns::host;
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
 
 /// The processes whose network namespace is one of the member's pods'.
 async fn pod_processes(prefix: &str) -> Vec<u32> {

@@ -235,13 +235,6 @@ fn observe(
     })
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
 async fn metric_sum(hub: &kube::Client, name: &str) -> f64 {
     let Some(text) = crate::bench_queues::metrics_text(hub).await else {
         return 0.0;
@@ -659,7 +652,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         spent(&client_pid, direct_cpu_before.1),
     );
 
-    let p = |q: f64| percentile(&latencies, q);
+    let p = |q: f64| crate::bench::percentile(&latencies, q);
     let hub_cpu_ms_per_copy = distribution_cpu.0 * 1000.0 / total_copies.max(1) as f64;
     let ratio = distributed_in.as_secs_f64() / direct_in.as_secs_f64().max(1e-9);
     let out = reporter(&args);

@@ -184,11 +184,7 @@ fn figures(
     let per = |n: u64, d: u64| if d > 0 { n as f64 / d as f64 } else { 0.0 };
     let share = |a: f64, b: f64| (a - b) / seconds * 100.0;
     latencies.sort_unstable();
-    let at = |q: f64| {
-        latencies
-            .get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
-            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
-    };
+    let at = |q: f64| crate::bench::percentile(&latencies, q).as_secs_f64() * 1000.0;
     json!({
         "writes": writes,
         "seconds": seconds,

@@ -1,5 +1,6 @@
 //! `flotilla bench compare OLD NEW` and `--compare FILE`: the ratios and
-//! verdicts a user reads, and the errors for files that cannot be used.
+//! verdicts a user reads, and the errors for files that cannot be used;
+//! and `flotilla bench store`, the quickest bench that writes such a file.
 
 use std::process::{Command, Output};
 
@@ -192,5 +193,79 @@ fn a_missing_or_malformed_file_is_a_one_line_error_before_anything_runs() {
         out.stdout.is_empty(),
         "{}",
         String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// The store's writer alone, both ways it runs, in a JSON that `--compare`
+/// reads back: every write counted, each group synced before it was
+/// answered, and the writer's own CPU found.
+#[test]
+fn bench_store_reports_the_writer_both_ways_and_compares_with_an_earlier_run() {
+    let args = [
+        "bench",
+        "store",
+        "--writes",
+        "400",
+        "--concurrency",
+        "16",
+        "--json",
+    ];
+    let out = flotilla(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");
+    assert_eq!(report["bench"], "store");
+    assert_eq!(report["store"], "embedded");
+    for mode in ["pipelined", "writer_syncs"] {
+        let f = &report[mode];
+        assert_eq!(f["writes"], 400, "{mode}: {f}");
+        let commits = f["commits"].as_u64().unwrap_or(0);
+        let syncs = f["syncs"].as_u64().unwrap_or(0);
+        assert!(
+            commits >= 1 && syncs >= 1 && syncs <= commits,
+            "{mode}: {f}"
+        );
+        assert!(
+            f["writes_per_second"].as_f64().is_some_and(|w| w > 0.0),
+            "{mode}: {f}"
+        );
+        assert!(
+            f["writer_cpu_seconds"].as_f64().is_some_and(|c| c >= 0.0),
+            "{mode}: {f}"
+        );
+        assert!(
+            f["latency_ms"]["p99"].as_f64().is_some_and(|l| l > 0.0),
+            "{mode}: {f}"
+        );
+    }
+    assert_eq!(
+        report["writer_syncs"]["publisher_busy_percent"], 0.0,
+        "a writer that syncs each group itself hands nothing over"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let earlier = dir.path().join("store.json");
+    std::fs::write(&earlier, &out.stdout).unwrap();
+    let out = flotilla(&[
+        "bench",
+        "store",
+        "--writes",
+        "400",
+        "--concurrency",
+        "16",
+        "--compare",
+        earlier.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let writes = row(&stdout, "pipelined.writes");
+    assert_eq!(writes[1..4], ["400", "400", "1.00x"], "{stdout}");
+    assert!(
+        row(&stdout, "writer_syncs.writes_per_second").len() >= 5,
+        "{stdout}"
     );
 }
