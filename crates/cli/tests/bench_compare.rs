@@ -250,16 +250,7 @@ fn bench_store_reports_the_writer_both_ways_and_compares_with_an_earlier_run() {
     let dir = tempfile::tempdir().unwrap();
     let earlier = dir.path().join("store.json");
     std::fs::write(&earlier, &out.stdout).unwrap();
-    let out = flotilla(&[
-        "bench",
-        "store",
-        "--writes",
-        "400",
-        "--concurrency",
-        "16",
-        "--compare",
-        earlier.to_str().unwrap(),
-    ]);
+    let out = flotilla(&[&args[..6], &["--compare", earlier.to_str().unwrap()]].concat());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
     let writes = row(&stdout, "pipelined.writes");

@@ -857,25 +857,29 @@ impl Watch {
     }
 }
 
+/// A log with nothing before the window, for tests of what reads the
+/// window alone.
+#[cfg(test)]
+pub(crate) struct NoBackfill;
+
+#[cfg(test)]
+impl Backfill for NoBackfill {
+    fn events_after(
+        &self,
+        _: &str,
+        _: Revision,
+        until: Revision,
+    ) -> Result<(Vec<Event>, Revision)> {
+        Ok((Vec::new(), until))
+    }
+    fn compacted(&self) -> Revision {
+        0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    struct NoBackfill;
-
-    impl Backfill for NoBackfill {
-        fn events_after(
-            &self,
-            _: &str,
-            _: Revision,
-            until: Revision,
-        ) -> Result<(Vec<Event>, Revision)> {
-            Ok((Vec::new(), until))
-        }
-        fn compacted(&self) -> Revision {
-            0
-        }
-    }
 
     fn put(key: &str, revision: Revision) -> Event {
         Event {

@@ -750,22 +750,8 @@ impl Store for SqliteStore {
 /// writer's and the publisher's own tests.
 #[cfg(test)]
 fn test_window(history: Vec<Event>, revision: Revision) -> Arc<EventWindow> {
-    struct NoLog;
-    impl Backfill for NoLog {
-        fn events_after(
-            &self,
-            _prefix: &str,
-            _after: Revision,
-            until: Revision,
-        ) -> Result<(Vec<Event>, Revision)> {
-            Ok((Vec::new(), until))
-        }
-
-        fn compacted(&self) -> Revision {
-            0
-        }
-    }
-    Arc::new(EventWindow::new(history, revision, 0, 100, Arc::new(NoLog)))
+    let log = Arc::new(crate::cache::NoBackfill);
+    Arc::new(EventWindow::new(history, revision, 0, 100, log))
 }
 
 #[cfg(test)]
