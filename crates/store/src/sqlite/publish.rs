@@ -25,8 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, mpsc};
 use std::time::Instant;
 
-use parking_lot::Mutex;
-use tracing::{debug, error};
+use tracing::{debug, error, warn};
 
 use super::Request;
 use super::writer::{Reply, WriterCounters};
@@ -42,24 +41,11 @@ pub(super) struct Group {
 
 /// The store's write-ahead log file, synced through a handle of our own:
 /// an fsync writes back the file's pages whichever descriptor wrote them.
+/// SQLite made the file when the store was opened, and keeps it while a
+/// connection is open.
 struct Wal {
     path: PathBuf,
-    /// Opened at the first sync: SQLite creates the file with the first
-    /// transaction, and keeps it while a connection is open.
-    file: Mutex<Option<File>>,
-}
-
-impl Wal {
-    fn sync(&self) -> std::io::Result<()> {
-        let mut file = self.file.lock();
-        if file.is_none() {
-            *file = Some(File::open(&self.path)?);
-        }
-        match file.as_ref() {
-            Some(f) => f.sync_data(),
-            None => Ok(()),
-        }
-    }
+    file: File,
 }
 
 struct Shared {
@@ -79,7 +65,7 @@ impl Shared {
     fn publish(&self, groups: Vec<Group>) {
         if groups.iter().any(|g| !g.events.is_empty()) {
             let started = Instant::now();
-            let synced = self.wal.sync();
+            let synced = self.wal.file.sync_data();
             self.stats.add_sync(started.elapsed());
             if let Err(error) = synced {
                 self.fail(&error, groups);
@@ -123,7 +109,11 @@ impl Shared {
 /// The writer's side of publishing.
 pub(super) struct Publisher {
     shared: Arc<Shared>,
-    groups: mpsc::Sender<Group>,
+    /// The publishing thread's queue, once the thread runs: it starts at
+    /// the first hand-over, so a store whose writes never queue up (an
+    /// idle member among a thousand in one process) runs no thread for it.
+    groups: Option<mpsc::Sender<Group>>,
+    done: Done,
 }
 
 /// Where the publisher says it has published what it was handed: the
@@ -131,29 +121,26 @@ pub(super) struct Publisher {
 pub(super) type Done = mpsc::Sender<Request>;
 
 impl Publisher {
-    /// Starts the publishing thread for the log at `wal`.
+    /// The publisher of the log at `wal`.
     pub(super) fn start(
         window: Arc<EventWindow>,
         wal: PathBuf,
         stats: Arc<WriterCounters>,
         done: Done,
     ) -> std::io::Result<Publisher> {
+        let file = File::open(&wal)?;
         let shared = Arc::new(Shared {
             window,
-            wal: Wal {
-                path: wal,
-                file: Mutex::new(None),
-            },
+            wal: Wal { path: wal, file },
             stats,
             failed: OnceLock::new(),
             outstanding: AtomicUsize::new(0),
         });
-        let (groups, handed) = mpsc::channel();
-        let publishing = shared.clone();
-        std::thread::Builder::new()
-            .name("store-publisher".into())
-            .spawn(move || publish_loop(&publishing, &handed, &done))?;
-        Ok(Publisher { shared, groups })
+        Ok(Publisher {
+            shared,
+            groups: None,
+            done,
+        })
     }
 
     /// Why the store takes no more writes, if it does not.
@@ -173,14 +160,37 @@ impl Publisher {
         self.shared.publish(vec![group]);
     }
 
-    /// Hands `group` to the publishing thread.
-    pub(super) fn hand_off(&self, group: Group) {
+    /// Hands `group` to the publishing thread, started if it is not yet.
+    pub(super) fn hand_off(&mut self, group: Group) {
+        self.start_thread();
+        let Some(groups) = &self.groups else {
+            // No thread to hand it to: publish here rather than leave the
+            // writes unanswered.
+            self.shared.publish(vec![group]);
+            return;
+        };
         self.shared.outstanding.fetch_add(1, Ordering::AcqRel);
-        if let Err(mpsc::SendError(group)) = self.groups.send(group) {
-            // The thread is gone (it ends only with this sender); publish
-            // here rather than leave the writes unanswered.
+        if let Err(mpsc::SendError(group)) = groups.send(group) {
             self.shared.outstanding.fetch_sub(1, Ordering::AcqRel);
             self.shared.publish(vec![group]);
+        }
+    }
+
+    /// Starts the publishing thread unless it runs.
+    fn start_thread(&mut self) {
+        if self.groups.is_some() {
+            return;
+        }
+        let (groups, handed) = mpsc::channel();
+        let (publishing, done) = (self.shared.clone(), self.done.clone());
+        match std::thread::Builder::new()
+            .name("store-publisher".into())
+            .spawn(move || publish_loop(&publishing, &handed, &done))
+        {
+            Ok(_) => self.groups = Some(groups),
+            Err(error) => {
+                warn!(%error, "cannot start the store's publishing thread; the writer syncs itself");
+            }
         }
     }
 }
@@ -246,7 +256,7 @@ mod tests {
         let window = window();
         let stats = Arc::new(WriterCounters::default());
         let (done, published) = mpsc::channel();
-        let publisher =
+        let mut publisher =
             Publisher::start(window.clone(), wal, stats.clone(), done).expect("started");
         let (first, first_answer) = group("/k/1", 1);
         let (second, second_answer) = group("/k/2", 2);
@@ -279,9 +289,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_sync_refuses_the_group_and_stops_the_store() {
-        let dir = tempfile::tempdir().expect("a temporary dir");
-        // No log file where the publisher looks: its sync fails.
-        let wal = dir.path().join("missing").join("store.db-wal");
+        // A log whose sync fails: Linux refuses fdatasync on /dev/null.
+        let wal = PathBuf::from("/dev/null");
         let window = window();
         let stats = Arc::new(WriterCounters::default());
         let (done, _published) = mpsc::channel();
