@@ -28,9 +28,9 @@ use std::time::Instant;
 use tracing::{debug, error, warn};
 
 use super::Request;
-use super::writer::{Reply, WriterCounters};
+use super::writer::{Reply, WriterCounters, refused};
 use crate::cache::{EventWindow, Prepacked};
-use crate::{Event, KeyValue, Result, StoreError};
+use crate::{Event, KeyValue, Result};
 
 /// A committed group: its events for the window and its writes' answers
 /// (refusals among them, answered in the same order).
@@ -100,7 +100,7 @@ impl Shared {
         self.window.close();
         for group in groups {
             for (reply, _) in group.replies {
-                let _ = reply.send(Err(StoreError::Io(std::io::Error::other(cause.clone()))));
+                let _ = reply.send(Err(refused(&cause)));
             }
         }
     }

@@ -281,8 +281,10 @@ impl Writer {
     }
 }
 
-/// The error of a write refused after the log failed to sync.
-fn refused(cause: &str) -> StoreError {
+/// The error of a write refused for `cause`, a failure of the store's
+/// rather than of the write (a failed commit or sync), as each write of a
+/// refused group gets it.
+pub(super) fn refused(cause: &str) -> StoreError {
     StoreError::Io(std::io::Error::other(cause.to_string()))
 }
 
@@ -578,7 +580,7 @@ fn reject(outcomes: Vec<(Reply, Result<KeyValue>)>, error: &StoreError) {
     warn!(%error, "store commit failed; rejecting the whole group");
     let message = error.to_string();
     for (reply, _) in outcomes {
-        let _ = reply.send(Err(StoreError::Io(std::io::Error::other(message.clone()))));
+        let _ = reply.send(Err(refused(&message)));
     }
 }
 
