@@ -160,15 +160,53 @@ async fn write_pairs(
     Ok(latencies)
 }
 
-/// A JSON value of about `bytes` bytes that names its key and state, the
-/// rest alike across keys, as objects of one kind are.
+/// A Work of about `bytes` bytes, shaped as the control plane writes
+/// them: the same keys and labels as every other, a uid, names and times
+/// of its own, its ConfigMap's payload words of its own (text, not
+/// repeated bytes: values are kept compressed, and a payload of one
+/// repeated byte would flatter that), and a status once applied.
 fn value(key: &str, state: &str, bytes: usize) -> Bytes {
-    let head = format!("{{\"key\":\"{key}\",\"state\":\"{state}\",\"pad\":\"");
-    let pad = bytes.saturating_sub(head.len() + 2);
-    let mut v = head.into_bytes();
-    v.extend((0..pad).map(|i| b"abcdefghijklmnop"[i % 16]));
-    v.extend_from_slice(b"\"}");
-    Bytes::from(v)
+    let i = key
+        .rsplit('-')
+        .next()
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    let uid = format!(
+        "{:08x}-{:04x}-4ae0-a5f6-{:012x}",
+        (i * 7919) as u32,
+        i % 65536,
+        i * 104_729
+    );
+    let status = if state == "applied" {
+        format!(
+            r#","status":{{"conditions":[{{"type":"Applied","status":"True","reason":"AppliedSuccessful","message":"Manifest has been successfully applied","lastTransitionTime":"2026-11-28T12:{:02}:{:02}Z"}}],"manifestStatuses":[{{"identifier":{{"ordinal":0,"group":"","version":"v1","kind":"ConfigMap","resource":"configmaps","namespace":"bench","name":"t{i:08}"}},"health":"Healthy"}}]}}"#,
+            i % 60,
+            (i * 7) % 60
+        )
+    } else {
+        String::new()
+    };
+    let head = format!(
+        r#"{{"apiVersion":"work.karmada.io/v1alpha1","kind":"Work","metadata":{{"name":"t{i:08}-54b9c8b48d","namespace":"karmada-es-member-{}","uid":"{uid}","creationTimestamp":"2026-11-28T12:{:02}:{:02}Z","labels":{{"resourcebinding.karmada.io/permanent-id":"{uid}","work.karmada.io/permanent-id":"{uid}"}},"annotations":{{"resourcebinding.karmada.io/name":"t{i:08}-configmap","resourcebinding.karmada.io/namespace":"bench"}},"finalizers":["karmada.io/execution-controller"]}},"spec":{{"workload":{{"manifests":[{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"t{i:08}","namespace":"bench"}},"data":{{"index":"{i}","payload":""#,
+        i % 100,
+        i % 60,
+        (i * 13) % 60
+    );
+    let tail = format!(r#""}}}}]}}}}{status}}}"#);
+    const WORDS: [&str; 16] = [
+        "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
+        "juliett", "kilo", "lima", "mike", "november", "oscar", "papa",
+    ];
+    let mut payload = String::new();
+    let mut x = (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    while head.len() + payload.len() + tail.len() < bytes {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        payload.push_str(WORDS[(x % 16) as usize]);
+        payload.push(' ');
+    }
+    Bytes::from(format!("{head}{payload}{tail}"))
 }
 
 fn figures(
@@ -198,4 +236,27 @@ fn figures(
         "sync_percent": share(after.sync_seconds, before.sync_seconds),
         "latency_ms": {"p50": at(0.5), "p99": at(0.99)},
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::value;
+
+    /// The bench writes Works a client would accept: JSON, about the size
+    /// asked for, with a status once applied, and each its own.
+    #[test]
+    fn values_are_works_of_about_the_size_asked() {
+        let key = |i: u32| format!("/registry/work.karmada.io/works/bench/w-{i:08}");
+        for state in ["created", "applied"] {
+            let v = value(&key(42), state, 1_800);
+            let work: serde_json::Value = serde_json::from_slice(&v).expect("JSON");
+            assert_eq!(work["kind"], "Work");
+            assert_eq!(work["status"].is_object(), state == "applied");
+            assert!((1_800..1_900).contains(&v.len()), "{} bytes", v.len());
+        }
+        assert_ne!(
+            value(&key(1), "created", 1_800)[..],
+            value(&key(2), "created", 1_800)[..]
+        );
+    }
 }

@@ -566,7 +566,7 @@ fn a_store_in_an_unknown_format_is_refused_and_left_untouched() {
     });
     let _ = server.kill();
     let _ = server.wait();
-    assert_eq!(version(), "1");
+    assert_eq!(version(), "2");
 }
 
 /// `flotilla up --runtime netns`: the fleet's pods run, and Ctrl-C leaves

@@ -786,6 +786,12 @@ impl EventWindow {
         self.core.held_revision(key)
     }
 
+    /// Packs `dictionary`'s family against it from now on
+    /// ([`Dictionaries::seed`]): a dictionary kept from an earlier run.
+    pub fn seed_dictionary(&self, dictionary: Arc<crate::packed::Dictionary>) {
+        self.core.dictionaries.seed(dictionary);
+    }
+
     /// As [`EventWindow::apply`], with what the writers packed
     /// ([`EventWindow::pack`]) on their own threads.
     pub fn apply_packed(&self, events: Vec<(Event, Prepacked)>) {

@@ -7,6 +7,10 @@
 //! few other Works as a dictionary, to about 140. [`Dictionaries`] makes
 //! one per family of values (a resource type) once the family is large
 //! enough to repay it.
+//!
+//! The embedded store's log keeps values as they are packed here
+//! ([`Packed::stored`], [`Packed::from_stored`]) and each dictionary beside
+//! them, named by a digest of its content ([`Dictionary::id`]).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -30,6 +34,9 @@ const LEVEL: i32 = 1;
 const DICTIONARY_AT: [u32; 3] = [64, 1_024, 16_384];
 /// The most recent values of a family its dictionary is made of.
 const SAMPLES: usize = 4;
+/// The largest value unpacked: larger lengths are damage (the API server
+/// takes no object near this size).
+const UNPACK_AT_MOST: usize = 256 * 1024 * 1024;
 /// Larger values are not taken as samples.
 const SAMPLE_MAX: usize = 16 * 1024;
 
@@ -43,6 +50,10 @@ thread_local! {
 
 /// A raw-content dictionary: earlier values of the same family.
 pub struct Dictionary {
+    id: i64,
+    family: Box<str>,
+    made_at: u32,
+    content: Box<[u8]>,
     compress: CDict<'static>,
     decompress: DDict<'static>,
 }
@@ -54,12 +65,47 @@ impl std::fmt::Debug for Dictionary {
 }
 
 impl Dictionary {
-    fn new(content: &[u8]) -> Option<Arc<Dictionary>> {
+    /// The dictionary of `content`, made for `family` once it had seen
+    /// `made_at` values.
+    pub fn new(family: &str, made_at: u32, content: &[u8]) -> Option<Arc<Dictionary>> {
         Some(Arc::new(Dictionary {
+            id: content_id(content),
+            family: family.into(),
+            made_at,
+            content: content.into(),
             compress: CDict::try_create(content, LEVEL)?,
             decompress: DDict::try_create(content)?,
         }))
     }
+
+    /// Names the dictionary wherever it is kept: the first 63 bits of the
+    /// SHA-256 of its content, never 0. The same content always gets the
+    /// same id, in any process.
+    pub fn id(&self) -> i64 {
+        self.id
+    }
+
+    pub fn family(&self) -> &str {
+        &self.family
+    }
+
+    /// How many values its family had seen when it was made.
+    pub fn made_at(&self) -> u32 {
+        self.made_at
+    }
+
+    pub fn content(&self) -> &[u8] {
+        &self.content
+    }
+}
+
+fn content_id(content: &[u8]) -> i64 {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(content);
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    let id = (u64::from_le_bytes(first) >> 1) as i64;
+    id.max(1)
 }
 
 #[derive(Default)]
@@ -104,7 +150,7 @@ impl Dictionaries {
         }
         if DICTIONARY_AT.contains(&f.seen) {
             let content: Vec<u8> = f.samples.concat();
-            if let Some(d) = Dictionary::new(&content) {
+            if let Some(d) = Dictionary::new(family, f.seen, &content) {
                 f.dictionary = Some(d);
             }
             if f.seen == last {
@@ -113,6 +159,30 @@ impl Dictionaries {
         }
         f.dictionary.clone()
     }
+
+    /// Takes up `dictionary` (one kept from an earlier run) for its
+    /// family, as if the family had seen as many values as when it was
+    /// made: the family's values pack against it at once, and it is made
+    /// again only at the thresholds still ahead. A family that has seen as
+    /// many already keeps its own.
+    pub fn seed(&self, dictionary: Arc<Dictionary>) {
+        let mut families = self.families.lock();
+        let f = families.entry(dictionary.family.clone()).or_default();
+        if f.seen < dictionary.made_at {
+            f.seen = dictionary.made_at;
+            f.samples.clear();
+            f.dictionary = Some(dictionary);
+        }
+    }
+}
+
+/// How a packed value is laid out where it is kept: as it is, a zstd frame,
+/// or a zstd frame against a dictionary (by its id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Packing {
+    Plain,
+    Zstd,
+    Dict(i64),
 }
 
 /// A value as a cache holds it: one exactly sized allocation, shared by
@@ -134,7 +204,7 @@ impl Packed {
 
     /// Packs `value`, against `dictionary` if given.
     pub fn pack_with(value: &Bytes, dictionary: Option<Arc<Dictionary>>) -> Packed {
-        if value.len() < COMPRESS_FROM || value.len() > u32::MAX as usize {
+        if value.len() < COMPRESS_FROM || value.len() > UNPACK_AT_MOST {
             return Packed::Plain(Arc::from(&value[..]));
         }
         let frame = COMPRESSOR.with(|c| {
@@ -182,37 +252,49 @@ impl Packed {
     }
 
     pub fn unpack(&self) -> Bytes {
-        let (b, dictionary) = match self {
-            Packed::Plain(b) => return Bytes::copy_from_slice(b),
-            Packed::Zstd(b) => (b, None),
-            Packed::Dict(d, b) => (b, Some(&d.decompress)),
-        };
-        let (len, frame) = b.split_at(4.min(b.len()));
-        let len = len.try_into().map(u32::from_le_bytes).unwrap_or(0) as usize;
-        let decompressed = DECOMPRESSOR.with(|d| {
-            let mut d = d.borrow_mut();
-            let mut fresh;
-            let d = match d.as_mut() {
-                Some(d) => d,
-                None => {
-                    fresh = DCtx::try_create()?;
-                    &mut fresh
-                }
-            };
-            let mut out = Vec::with_capacity(len);
-            let done = match dictionary {
-                Some(dict) => d.decompress_using_ddict(&mut out, frame, dict),
-                None => d.decompress(&mut out, frame),
-            };
-            done.ok().map(|_| out)
-        });
-        match decompressed {
-            Some(v) => Bytes::from(v),
+        match self.try_unpack() {
+            Some(v) => v,
             // Only a bug could get here: `pack` made it.
             None => {
                 error!("packed value does not decompress");
                 Bytes::new()
             }
+        }
+    }
+
+    /// The value, or `None` if its bytes are not a frame this packing
+    /// makes (bytes read from a damaged file).
+    pub fn try_unpack(&self) -> Option<Bytes> {
+        match self {
+            Packed::Plain(b) => Some(Bytes::copy_from_slice(b)),
+            Packed::Zstd(b) => unpack_frame(b, None),
+            Packed::Dict(d, b) => unpack_frame(b, Some(&d.decompress)),
+        }
+    }
+
+    /// The bytes to keep and how they are packed.
+    pub fn stored(&self) -> (&[u8], Packing) {
+        match self {
+            Packed::Plain(b) => (b, Packing::Plain),
+            Packed::Zstd(b) => (b, Packing::Zstd),
+            Packed::Dict(d, b) => (b, Packing::Dict(d.id)),
+        }
+    }
+
+    /// A packed value from bytes kept as [`Packed::stored`] gave them,
+    /// with the dictionary its packing names; `None` if that dictionary
+    /// is not the one given.
+    pub fn from_stored(
+        bytes: &[u8],
+        packing: Packing,
+        dictionary: Option<Arc<Dictionary>>,
+    ) -> Option<Packed> {
+        let bytes: Arc<[u8]> = Arc::from(bytes);
+        match (packing, dictionary) {
+            (Packing::Plain, _) => Some(Packed::Plain(bytes)),
+            (Packing::Zstd, _) => Some(Packed::Zstd(bytes)),
+            (Packing::Dict(id), Some(d)) if d.id == id => Some(Packed::Dict(d, bytes)),
+            (Packing::Dict(_), _) => None,
         }
     }
 
@@ -222,6 +304,35 @@ impl Packed {
             Packed::Plain(b) | Packed::Zstd(b) | Packed::Dict(_, b) => b.len(),
         }
     }
+}
+
+/// Decompresses a packed value's bytes: the uncompressed length (4 bytes,
+/// little-endian), then a zstd frame.
+fn unpack_frame(b: &[u8], dictionary: Option<&DDict<'static>>) -> Option<Bytes> {
+    let (len, frame) = b.split_at(4.min(b.len()));
+    let len = len.try_into().map(u32::from_le_bytes).ok()? as usize;
+    DECOMPRESSOR.with(|d| {
+        let mut d = d.borrow_mut();
+        let mut fresh;
+        let d = match d.as_mut() {
+            Some(d) => d,
+            None => {
+                fresh = DCtx::try_create()?;
+                &mut fresh
+            }
+        };
+        // The length is the packer's word: a damaged one must not make a
+        // huge allocation. Values this large are never packed.
+        if len > UNPACK_AT_MOST {
+            return None;
+        }
+        let mut out = Vec::with_capacity(len);
+        let done = match dictionary {
+            Some(dict) => d.decompress_using_ddict(&mut out, frame, dict),
+            None => d.decompress(&mut out, frame),
+        };
+        done.ok().filter(|&n| n == len).map(|_| Bytes::from(out))
+    })
 }
 
 #[cfg(test)]
@@ -326,5 +437,43 @@ mod tests {
         }
         let late = applied_work(7_000);
         assert_eq!(Packed::pack_with(&late, Some(renewed)).unpack(), late);
+    }
+
+    /// Bytes read back from where packed values are kept round-trip, and
+    /// damaged ones (truncated, flipped, a huge length) unpack to nothing
+    /// rather than to something else or a panic.
+    #[test]
+    fn kept_values_round_trip_and_damaged_ones_unpack_to_nothing() {
+        let dictionaries = Dictionaries::default();
+        let mut d = None;
+        for i in 0..64 {
+            d = dictionaries.pick("/works/", &work(i));
+        }
+        let d = d.expect("a dictionary at the 64th value");
+        for packed in [
+            Packed::pack(&work(7)),
+            Packed::pack_with(&work(7), Some(d.clone())),
+        ] {
+            let (bytes, packing) = packed.stored();
+            let back = Packed::from_stored(bytes, packing, Some(d.clone())).unwrap();
+            assert_eq!(back.try_unpack().unwrap(), work(7));
+            let mut damaged = bytes.to_vec();
+            for cut in [0, 3, 4, damaged.len() / 2] {
+                let p = Packed::from_stored(&damaged[..cut], packing, Some(d.clone())).unwrap();
+                assert!(p.try_unpack().is_none(), "cut at {cut}");
+            }
+            damaged[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+            let p = Packed::from_stored(&damaged, packing, Some(d.clone())).unwrap();
+            assert!(p.try_unpack().is_none(), "a huge length");
+            let last = damaged.len() - 1;
+            damaged[..4].copy_from_slice(&(work(7).len() as u32).to_le_bytes());
+            damaged[last] ^= 0xff;
+            let p = Packed::from_stored(&damaged, packing, Some(d.clone())).unwrap();
+            assert_ne!(p.try_unpack(), Some(work(7)), "a flipped byte");
+        }
+        let other = Dictionary::new("/works/", 64, b"another content").unwrap();
+        let packed = Packed::pack_with(&work(7), Some(d));
+        let (bytes, packing) = packed.stored();
+        assert!(Packed::from_stored(bytes, packing, Some(other)).is_none());
     }
 }

@@ -66,8 +66,10 @@ impl Default for SqliteOptions {
 }
 
 mod publish;
+mod stored;
 mod writer;
 
+use stored::{LogDictionaries, StoredValue};
 use writer::{Queue, WriterCounters, WriterParts};
 
 /// SQLite's write-ahead log beside the database file `db`.
@@ -140,6 +142,8 @@ const BACKFILL_BATCH: usize = 1000;
 /// snapshot of its own.
 struct LogReader {
     path: PathBuf,
+    /// What the log's packed values were packed against.
+    dictionaries: Arc<LogDictionaries>,
     idle: Mutex<Vec<Connection>>,
     /// History at or below this revision is compacted away.
     compacted: AtomicI64,
@@ -152,16 +156,44 @@ CREATE TABLE IF NOT EXISTS log (
     deleted         INTEGER NOT NULL,
     create_revision INTEGER NOT NULL,
     prev_revision   INTEGER,
-    value           BLOB    NOT NULL
+    value           BLOB    NOT NULL,
+    packing         INTEGER NOT NULL DEFAULT 0,
+    dictionary      INTEGER
 );
 CREATE INDEX IF NOT EXISTS log_key_revision ON log (key, revision);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS dictionaries (
+    id      INTEGER PRIMARY KEY,
+    family  TEXT    NOT NULL,
+    made_at INTEGER NOT NULL,
+    content BLOB    NOT NULL
+);
 ";
 
 /// The on-disk format this build reads and writes, kept in SQLite's
-/// `user_version`. Stores made before the format was recorded (0) have
-/// this same schema and are stamped with it on open.
-const FORMAT: i64 = 1;
+/// `user_version`: 2 keeps values packed (`stored.rs`). A store of format
+/// 1, or of before the format was recorded (0), gets the columns and the
+/// table format 2 adds on open (its rows stay plain, as they were) and is
+/// stamped 2: from then on only a build that reads format 2 opens it.
+const FORMAT: i64 = 2;
+
+/// Brings the schema of a format 0 or 1 store up to [`FORMAT`], in the
+/// transaction that stamps it: adding a column with a constant default
+/// rewrites no row.
+fn upgrade_schema(conn: &Connection) -> Result<()> {
+    let packed: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM pragma_table_info('log') WHERE name = 'packing'",
+        [],
+        |r| r.get(0),
+    )?;
+    if packed == 0 {
+        conn.execute_batch(
+            "ALTER TABLE log ADD COLUMN packing INTEGER NOT NULL DEFAULT 0;
+             ALTER TABLE log ADD COLUMN dictionary INTEGER;",
+        )?;
+    }
+    Ok(())
+}
 
 /// Refuses a store written in a format this build does not know, before
 /// anything is written to it.
@@ -207,8 +239,14 @@ impl SqliteStore {
         conn.busy_timeout(Duration::from_secs(5))?;
         stable_plans(&conn)?;
         check_format(&conn, &path)?;
-        conn.execute_batch(SCHEMA)?;
-        conn.pragma_update(None, "user_version", FORMAT)?;
+        {
+            let tx = conn.unchecked_transaction()?;
+            tx.execute_batch(SCHEMA)?;
+            upgrade_schema(&tx)?;
+            tx.pragma_update(None, "user_version", FORMAT)?;
+            tx.commit()?;
+        }
+        let dictionaries = Arc::new(LogDictionaries::load(&conn)?);
 
         let compacted: Revision = conn
             .query_row("SELECT value FROM meta WHERE name = 'compacted'", [], |r| {
@@ -225,7 +263,7 @@ impl SqliteStore {
         // Reload the recent history so that watches resume across restarts
         // without reading the log.
         let history_from = compacted.max(revision - options.history_capacity as Revision);
-        let history = load_history(&conn, (history_from, revision), None, None)?;
+        let history = load_history(&conn, &dictionaries, (history_from, revision), None, None)?;
         info!(
             path = %path.display(),
             revision,
@@ -234,6 +272,7 @@ impl SqliteStore {
         );
         let log = Arc::new(LogReader {
             path: path.clone(),
+            dictionaries: dictionaries.clone(),
             idle: Mutex::new(Vec::new()),
             compacted: AtomicI64::new(compacted),
         });
@@ -244,6 +283,11 @@ impl SqliteStore {
             options.history_capacity,
             log.clone(),
         ));
+        // Values written from here on pack against the dictionaries of
+        // the last run, not against new ones made from scratch.
+        for dictionary in dictionaries.newest_of_each_family() {
+            window.seed_dictionary(dictionary);
+        }
 
         // The writer leaves checkpoints to a thread of their own, unless
         // that one falls far behind.
@@ -341,8 +385,9 @@ fn prefix_end(prefix: &str) -> Option<String> {
     None
 }
 
-const HISTORY_SELECT: &str = "SELECT l.revision, l.key, l.deleted, l.create_revision, l.value,
-        p.revision, p.create_revision, p.value
+const HISTORY_SELECT: &str = "SELECT l.revision, l.key, l.deleted, l.create_revision,
+        l.value, l.packing, l.dictionary,
+        p.revision, p.create_revision, p.value, p.packing, p.dictionary
      FROM log l LEFT JOIN log p ON p.revision = l.prev_revision
      WHERE l.revision > ?1 AND l.revision <= ?2 AND l.key >= ?3 AND (?4 IS NULL OR l.key < ?4)
      ORDER BY l.revision LIMIT ?5";
@@ -351,6 +396,7 @@ const HISTORY_SELECT: &str = "SELECT l.revision, l.key, l.deleted, l.create_revi
 /// `prefix` if given, at most `limit` if given.
 fn load_history(
     conn: &Connection,
+    dictionaries: &LogDictionaries,
     (after, until): (Revision, Revision),
     prefix: Option<&str>,
     limit: Option<usize>,
@@ -360,61 +406,81 @@ fn load_history(
     let limit = limit.map_or(-1, |l| l as i64);
     let mut stmt = conn.prepare_cached(HISTORY_SELECT)?;
     let rows = stmt.query_map(params![after, until, prefix, end, limit], |r| {
-        let key: Arc<str> = Arc::from(r.get::<_, String>(1)?);
-        let deleted: bool = r.get(2)?;
-        let kv = KeyValue {
-            key: key.clone(),
-            mod_revision: r.get(0)?,
-            create_revision: r.get(3)?,
-            value: Bytes::from(r.get::<_, Vec<u8>>(4)?),
+        let prev = match r.get::<_, Option<Revision>>(7)? {
+            Some(mod_revision) => Some((mod_revision, r.get(8)?, StoredValue::read(r, 9)?)),
+            None => None,
         };
-        let prev = match r.get::<_, Option<Revision>>(5)? {
-            Some(mod_revision) => Some(KeyValue {
-                key,
+        Ok((
+            Arc::<str>::from(r.get::<_, String>(1)?),
+            r.get::<_, bool>(2)?,
+            (r.get(0)?, r.get(3)?, StoredValue::read(r, 4)?),
+            prev,
+        ))
+    })?;
+    let mut events = Vec::new();
+    for row in rows {
+        let (key, deleted, (mod_revision, create_revision, value), prev) = row?;
+        let prev = match prev {
+            Some((mod_revision, create_revision, value)) => Some(KeyValue {
+                key: key.clone(),
                 mod_revision,
-                create_revision: r.get(6)?,
-                value: Bytes::from(r.get::<_, Vec<u8>>(7)?),
+                create_revision,
+                value: dictionaries.value(value)?,
             }),
             None => None,
         };
-        Ok(Event {
+        events.push(Event {
             kind: if deleted {
                 EventKind::Delete
             } else {
                 EventKind::Put
             },
-            kv,
+            kv: KeyValue {
+                key,
+                mod_revision,
+                create_revision,
+                value: dictionaries.value(value)?,
+            },
             prev,
-        })
-    })?;
-    let mut events = Vec::new();
-    for row in rows {
-        events.push(row?);
+        });
     }
     Ok(events)
 }
 
 /// The newest row of `key` at or below revision `at` (a tombstone
 /// included), read in `conn`'s current transaction.
-fn newest_row(conn: &Connection, key: &str, at: Revision) -> Result<Option<(bool, KeyValue)>> {
+fn newest_row(
+    conn: &Connection,
+    dictionaries: &LogDictionaries,
+    key: &str,
+    at: Revision,
+) -> Result<Option<(bool, KeyValue)>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT revision, create_revision, deleted, value FROM log
+        "SELECT revision, create_revision, deleted, value, packing, dictionary FROM log
          WHERE key = ?1 AND revision <= ?2 ORDER BY revision DESC LIMIT 1",
     )?;
     let row = stmt
         .query_row(params![key, at], |r| {
             Ok((
                 r.get::<_, bool>(2)?,
-                KeyValue {
-                    key: Arc::from(key),
-                    mod_revision: r.get(0)?,
-                    create_revision: r.get(1)?,
-                    value: Bytes::from(r.get::<_, Vec<u8>>(3)?),
-                },
+                r.get::<_, Revision>(0)?,
+                r.get::<_, Revision>(1)?,
+                StoredValue::read(r, 3)?,
             ))
         })
         .optional()?;
-    Ok(row)
+    match row {
+        Some((deleted, mod_revision, create_revision, value)) => Ok(Some((
+            deleted,
+            KeyValue {
+                key: Arc::from(key),
+                mod_revision,
+                create_revision,
+                value: dictionaries.value(value)?,
+            },
+        ))),
+        None => Ok(None),
+    }
 }
 
 /// The store's revision and compaction point as `conn`'s snapshot sees
@@ -439,7 +505,8 @@ fn snapshot_revisions(conn: &Connection) -> Result<(Revision, Revision)> {
 /// plans fixed at prepare time (`stable_plans`), SQLite cannot use an
 /// optional bound on the index, and every list scanned from its prefix to
 /// the end of the log (each create's quota check listed half the store).
-const LIST_SELECT: &str = "SELECT key, value, create_revision, revision FROM log l
+const LIST_SELECT: &str =
+    "SELECT key, create_revision, revision, value, packing, dictionary FROM log l
      WHERE key >= ?1 AND key > ?2 AND key < ?3
        AND revision = (SELECT MAX(n.revision) FROM log n
                        WHERE n.key = l.key AND n.revision <= ?4)
@@ -447,20 +514,25 @@ const LIST_SELECT: &str = "SELECT key, value, create_revision, revision FROM log
      ORDER BY key LIMIT ?5";
 
 /// [`LIST_SELECT`] for a prefix with no upper bound (the whole store).
-const LIST_ALL_SELECT: &str = "SELECT key, value, create_revision, revision FROM log l
+const LIST_ALL_SELECT: &str =
+    "SELECT key, create_revision, revision, value, packing, dictionary FROM log l
      WHERE key >= ?1 AND key > ?2
        AND revision = (SELECT MAX(n.revision) FROM log n
                        WHERE n.key = l.key AND n.revision <= ?3)
        AND deleted = 0
      ORDER BY key LIMIT ?4";
 
-fn list_row(r: &Row<'_>) -> rusqlite::Result<KeyValue> {
-    Ok(KeyValue {
-        key: Arc::from(r.get::<_, String>(0)?),
-        value: Bytes::from(r.get::<_, Vec<u8>>(1)?),
-        create_revision: r.get(2)?,
-        mod_revision: r.get(3)?,
-    })
+/// A row of [`LIST_SELECT`]: the key, its create and mod revisions, its
+/// value as kept.
+type ListRow = (Arc<str>, Revision, Revision, StoredValue);
+
+fn list_row(r: &Row<'_>) -> rusqlite::Result<ListRow> {
+    Ok((
+        Arc::from(r.get::<_, String>(0)?),
+        r.get(1)?,
+        r.get(2)?,
+        StoredValue::read(r, 3)?,
+    ))
 }
 
 impl LogReader {
@@ -504,7 +576,8 @@ impl LogReader {
     /// `key` as of revision `at`.
     fn get(&self, key: &str, at: Revision) -> Result<Option<KeyValue>> {
         self.read_on_connection(|conn| {
-            Ok(newest_row(conn, key, at)?.and_then(|(deleted, kv)| (!deleted).then_some(kv)))
+            Ok(newest_row(conn, &self.dictionaries, key, at)?
+                .and_then(|(deleted, kv)| (!deleted).then_some(kv)))
         })
     }
 
@@ -527,22 +600,31 @@ impl LogReader {
             let after = options.start_after.as_deref().unwrap_or("");
             // One more than asked, to tell whether more remain.
             let take = limit.map_or(-1, |l| l as i64 + 1);
-            let mut items = Vec::new();
+            let mut rows = Vec::new();
             match prefix_end(prefix) {
                 Some(end) => {
                     let mut stmt = conn.prepare_cached(LIST_SELECT)?;
                     for row in
                         stmt.query_map(params![prefix, after, end, revision, take], list_row)?
                     {
-                        items.push(row?);
+                        rows.push(row?);
                     }
                 }
                 None => {
                     let mut stmt = conn.prepare_cached(LIST_ALL_SELECT)?;
                     for row in stmt.query_map(params![prefix, after, revision, take], list_row)? {
-                        items.push(row?);
+                        rows.push(row?);
                     }
                 }
+            }
+            let mut items = Vec::with_capacity(rows.len());
+            for (key, create_revision, mod_revision, value) in rows {
+                items.push(KeyValue {
+                    key,
+                    value: self.dictionaries.value(value)?,
+                    create_revision,
+                    mod_revision,
+                });
             }
             let more = limit.is_some_and(|l| items.len() > l);
             if let Some(l) = limit {
@@ -573,7 +655,13 @@ impl Backfill for LogReader {
                 });
             }
             let until = until.min(newest);
-            let events = load_history(conn, (after, until), Some(prefix), Some(BACKFILL_BATCH))?;
+            let events = load_history(
+                conn,
+                &self.dictionaries,
+                (after, until),
+                Some(prefix),
+                Some(BACKFILL_BATCH),
+            )?;
             let seen = match events.last() {
                 Some(last) if events.len() == BACKFILL_BATCH => last.revision(),
                 _ => until,

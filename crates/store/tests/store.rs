@@ -1011,12 +1011,21 @@ async fn committed_writes_are_checkpointed_into_the_database_file() {
     let store = open(dir.path());
     let db = dir.path().join("flotilla.db");
     let before = std::fs::metadata(&db).unwrap().len();
-    let value = Bytes::from("x".repeat(8 * 1024));
+    // Values that do not compress: the log keeps them packed.
+    let value = |i: u64| -> Bytes {
+        let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..8 * 1024)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect::<Vec<u8>>()
+            .into()
+    };
     for i in 0..256 {
-        store
-            .create(&format!("/k/{i:04}"), value.clone())
-            .await
-            .unwrap();
+        store.create(&format!("/k/{i:04}"), value(i)).await.unwrap();
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
@@ -1030,5 +1039,220 @@ async fn committed_writes_are_checkpointed_into_the_database_file() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    assert_eq!(store.get("/k/0255").unwrap().unwrap().value, value);
+    assert_eq!(store.get("/k/0255").unwrap().unwrap().value, value(255));
+}
+
+/// A Work-like JSON value of about 1.8 KiB: alike across keys, as the
+/// objects of one kind are, with a uid and a name of its own.
+fn work(i: usize, state: &str) -> Bytes {
+    let uid = format!(
+        "{:08x}-{:04x}-4ae0-a5f6-{:012x}",
+        i * 7919,
+        i % 65536,
+        i * 104_729
+    );
+    let manifest = format!(
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"t{i:06}","namespace":"bench","labels":{{"propagationpolicy.karmada.io/name":"bench"}}}},"data":{{"index":"{i}","payload":"{}"}}}}"#,
+        "x".repeat(256)
+    );
+    Bytes::from(format!(
+        r#"{{"apiVersion":"work.karmada.io/v1alpha1","kind":"Work","metadata":{{"name":"t{i:06}-54b9c8b48d","namespace":"karmada-es-member-{}","uid":"{uid}","resourceVersion":"{}","creationTimestamp":"2026-11-28T12:{:02}:{:02}Z","labels":{{"resourcebinding.karmada.io/permanent-id":"{uid}","work.karmada.io/permanent-id":"{uid}"}},"annotations":{{"resourcebinding.karmada.io/name":"t{i:06}-configmap","resourcebinding.karmada.io/namespace":"bench"}},"finalizers":["karmada.io/execution-controller"],"managedFields":[{{"manager":"flotilla-controlplane","operation":"Update","apiVersion":"work.karmada.io/v1alpha1","time":"2026-11-28T12:00:00Z","fieldsType":"FieldsV1","fieldsV1":{{"f:spec":{{"f:workload":{{}}}}}}}}]}},"spec":{{"workload":{{"manifests":[{manifest}]}}}},"status":{{"state":"{state}"}}}}"#,
+        i % 10,
+        i * 3 + 7,
+        i % 60,
+        (i * 7) % 60,
+    ))
+}
+
+/// The bytes the log keeps for `key`'s newest row, and the dictionaries
+/// it holds, read from the database file beside the store.
+fn kept(dir: &std::path::Path, key: &str) -> (usize, i64) {
+    let conn = rusqlite::Connection::open(dir.join("flotilla.db")).unwrap();
+    let bytes: i64 = conn
+        .query_row(
+            "SELECT length(value) FROM log WHERE key = ?1 ORDER BY revision DESC LIMIT 1",
+            [key],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let dictionaries: i64 = conn
+        .query_row("SELECT COUNT(*) FROM dictionaries", [], |r| r.get(0))
+        .unwrap();
+    (bytes as usize, dictionaries)
+}
+
+/// The log keeps values packed against dictionaries of their family's own
+/// values, and keeps the dictionaries: after a restart the family packs
+/// against the one it had (no new one is made before the next threshold),
+/// and everything reads back exactly, from the log and from the window.
+#[tokio::test]
+async fn the_log_keeps_values_packed_and_their_dictionaries_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = |i: usize| format!("/work.karmada.io/works/karmada-es-member-1/w{i:04}");
+    {
+        let store = open(dir.path());
+        for i in 0..100 {
+            store.create(&key(i), work(i, "created")).await.unwrap();
+        }
+    }
+    let raw = work(99, "created").len();
+    let (bytes, dictionaries) = kept(dir.path(), &key(99));
+    assert_eq!(
+        dictionaries, 1,
+        "one dictionary, made at the family's 64th value"
+    );
+    assert!(
+        bytes * 4 < raw,
+        "the log keeps {bytes} bytes of a {raw}-byte value"
+    );
+    {
+        let store = open(dir.path());
+        for i in 100..200 {
+            store.create(&key(i), work(i, "created")).await.unwrap();
+        }
+        for i in (0..200).step_by(2) {
+            let current = store.get(&key(i)).unwrap().unwrap();
+            store
+                .update_from(&current, work(i, "applied"))
+                .await
+                .unwrap();
+        }
+    }
+    let (bytes, dictionaries) = kept(dir.path(), &key(150));
+    assert_eq!(
+        dictionaries, 1,
+        "the restarted store packed against the kept dictionary"
+    );
+    assert!(
+        bytes * 4 < raw,
+        "after the restart the log keeps {bytes} bytes"
+    );
+    let expected = |i: usize| {
+        work(
+            i,
+            if i.is_multiple_of(2) {
+                "applied"
+            } else {
+                "created"
+            },
+        )
+    };
+    let store = SqliteStore::open(
+        dir.path(),
+        SqliteOptions {
+            compaction_interval: None,
+            // A window too small to hold them: reads come from the log.
+            history_capacity: 10,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let listed = store
+        .list("/work.karmada.io/works/", &ListOptions::default())
+        .unwrap();
+    assert_eq!(listed.items.len(), 200);
+    for (i, kv) in listed.items.iter().enumerate() {
+        assert_eq!(kv.value, expected(i), "{}", kv.key);
+        assert_eq!(store.get(&kv.key).unwrap().unwrap().value, expected(i));
+    }
+    let events = at_least(store.watch("/work.karmada.io/works/", 0).unwrap(), 300).await;
+    for e in &events[200..] {
+        let i: usize = e.kv.key[e.kv.key.len() - 4..].parse().unwrap();
+        assert_eq!(e.kv.value, work(i, "applied"));
+        assert_eq!(e.prev.as_ref().unwrap().value, work(i, "created"));
+    }
+}
+
+/// A store of format 1 (plain values, no dictionaries) opens: its rows
+/// read as they were, new ones are packed, and it is stamped format 2.
+#[tokio::test]
+async fn a_store_of_format_1_opens_and_keeps_its_plain_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = |i: usize| format!("/work.karmada.io/works/ns/w{i:04}");
+    {
+        let conn = rusqlite::Connection::open(dir.path().join("flotilla.db")).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE log (revision INTEGER PRIMARY KEY, key TEXT NOT NULL,
+                 deleted INTEGER NOT NULL, create_revision INTEGER NOT NULL,
+                 prev_revision INTEGER, value BLOB NOT NULL);
+             CREATE INDEX log_key_revision ON log (key, revision);
+             CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
+        for i in 0..80 {
+            conn.execute(
+                "INSERT INTO log VALUES (?1, ?2, 0, ?1, NULL, ?3)",
+                rusqlite::params![i as i64 + 1, key(i), &work(i, "created")[..]],
+            )
+            .unwrap();
+        }
+    }
+    {
+        let store = open(dir.path());
+        assert_eq!(store.current_revision(), 80);
+        assert_eq!(
+            store.get(&key(3)).unwrap().unwrap().value,
+            work(3, "created")
+        );
+        for i in 0..80 {
+            let current = store.get(&key(i)).unwrap().unwrap();
+            store
+                .update_from(&current, work(i, "applied"))
+                .await
+                .unwrap();
+        }
+    }
+    let conn = rusqlite::Connection::open(dir.path().join("flotilla.db")).unwrap();
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 2);
+    let packed: i64 = conn
+        .query_row("SELECT COUNT(*) FROM log WHERE packing != 0", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(packed, 80, "the updates are packed, the old rows not");
+    let store = open(dir.path());
+    let events = at_least(store.watch("/work.karmada.io/works/", 0).unwrap(), 160).await;
+    for (i, e) in events[..80].iter().enumerate() {
+        assert_eq!(e.kv.value, work(i, "created"));
+    }
+    for (i, e) in events[80..].iter().enumerate() {
+        assert_eq!(e.kv.value, work(i, "applied"));
+        assert_eq!(e.prev.as_ref().unwrap().value, work(i, "created"));
+    }
+}
+
+/// A row that names a dictionary the file lacks (a damaged file) is
+/// refused with the cause, not read as something else.
+#[tokio::test]
+async fn a_value_packed_against_a_missing_dictionary_is_refused_with_its_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = open(dir.path());
+        for i in 0..70 {
+            store
+                .create(
+                    &format!("/work.karmada.io/works/ns/w{i:04}"),
+                    work(i, "created"),
+                )
+                .await
+                .unwrap();
+        }
+    }
+    {
+        let conn = rusqlite::Connection::open(dir.path().join("flotilla.db")).unwrap();
+        let changed = conn.execute("DELETE FROM dictionaries", []).unwrap();
+        assert_eq!(changed, 1);
+    }
+    let err = SqliteStore::open(dir.path(), SqliteOptions::default())
+        .err()
+        .expect("a damaged store is refused");
+    let message = err.to_string();
+    assert!(
+        message.contains("damaged") && message.contains("dictionary"),
+        "{message}"
+    );
 }

@@ -4,7 +4,7 @@
 //! on to be synced and published ([`super::publish`]): under load the next
 //! group is checked and written while the last one's fsync runs.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -15,6 +15,7 @@ use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
 use super::publish::{Group, Publisher};
+use super::stored::{LogDictionaries, columns, insert_dictionary};
 use super::{Base, LogReader, Op, Request, newest_row};
 use crate::cache::{EventWindow, Prepacked};
 use crate::packed::Packed;
@@ -131,6 +132,7 @@ pub(super) fn spawn(conn: Connection, parts: WriterParts) -> std::io::Result<Que
         requests.clone(),
     )?;
     let writer = Writer {
+        dictionaries_written: parts.log.dictionaries.ids(),
         revision: parts.window.revision(),
         window: parts.window,
         log: parts.log,
@@ -159,6 +161,8 @@ struct Writer {
     publisher: Publisher,
     /// What groups handed to the publisher wrote, until the window has it.
     unpublished: Unpublished,
+    /// The dictionaries committed to the log.
+    dictionaries_written: HashSet<i64>,
     /// The revision of the newest committed write.
     revision: Revision,
     /// Requests queued and not yet taken.
@@ -217,9 +221,13 @@ impl Writer {
             while let Some(request) = next.take() {
                 match request {
                     Request::Write(op, reply) => {
-                        if let Err((error, reply)) =
-                            group.add(op, reply, &self.window, &self.unpublished)
-                        {
+                        let outside = Outside {
+                            unpublished: &self.unpublished,
+                            window: &self.window,
+                            dictionaries: &self.log.dictionaries,
+                            dictionaries_written: &self.dictionaries_written,
+                        };
+                        if let Err((error, reply)) = group.add(op, reply, outside) {
                             group.abort(&error, reply);
                             self.stats
                                 .add_busy(started.elapsed().saturating_sub(waited));
@@ -255,6 +263,8 @@ impl Writer {
         }
         self.committed.count(group.len());
         if let Some(committed) = group.commit() {
+            self.dictionaries_written
+                .extend(committed.dictionaries.iter().copied());
             self.stats.record_commit(committed.group.events.len());
             self.revision = committed.revision;
             if self.publisher.idle() && self.waiting.load(Ordering::Relaxed) < self.pipeline_from {
@@ -432,6 +442,8 @@ struct CommittedGroup {
     revision: Revision,
     /// Each key it wrote, as it left it.
     written: HashMap<Arc<str>, Written>,
+    /// The dictionaries it wrote.
+    dictionaries: Vec<i64>,
 }
 
 /// A group being written: its transaction open, each write checked
@@ -443,6 +455,8 @@ struct OpenGroup<'c> {
     events: Vec<(Event, Prepacked)>,
     outcomes: Vec<(Reply, Result<KeyValue>)>,
     revision: Revision,
+    /// Dictionaries written in this transaction.
+    dictionaries: Vec<i64>,
 }
 
 impl<'c> OpenGroup<'c> {
@@ -457,6 +471,7 @@ impl<'c> OpenGroup<'c> {
             events: Vec::new(),
             outcomes: Vec::new(),
             revision,
+            dictionaries: Vec::new(),
         })
     }
 
@@ -473,8 +488,7 @@ impl<'c> OpenGroup<'c> {
         &mut self,
         mut op: Op,
         reply: Reply,
-        window: &EventWindow,
-        unpublished: &Unpublished,
+        outside: Outside<'_>,
     ) -> std::result::Result<(), (StoreError, Reply)> {
         let key = match &op {
             Op::Create { key, .. } | Op::Update { key, .. } | Op::Delete { key, .. } => key.clone(),
@@ -485,8 +499,9 @@ impl<'c> OpenGroup<'c> {
         };
         let known = Known {
             group: &self.overlay,
-            unpublished,
-            window,
+            unpublished: outside.unpublished,
+            window: outside.window,
+            dictionaries: outside.dictionaries,
         };
         let (current, prev) = match current_value(&self.tx, known, &key, base) {
             Ok(found) => found,
@@ -503,11 +518,19 @@ impl<'c> OpenGroup<'c> {
                 return Ok(());
             }
         };
+        // A put keeps its value as the caller packed it; a tombstone
+        // (its key's last value) as it was packed, if that is at hand.
+        let kept = value.as_ref().or(prev.as_ref());
+        if let Err(error) = self.write_dictionary(kept, outside) {
+            return Err((error, reply));
+        }
+        let (bytes, packing, dictionary) = columns(kept, &event.kv.value);
         let inserted = self
             .tx
             .prepare_cached(
-                "INSERT INTO log (revision, key, deleted, create_revision, prev_revision, value)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT INTO log (revision, key, deleted, create_revision, prev_revision,
+                                  value, packing, dictionary)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )
             .and_then(|mut insert| {
                 insert.execute(params![
@@ -516,7 +539,9 @@ impl<'c> OpenGroup<'c> {
                     event.kind == EventKind::Delete,
                     event.kv.create_revision,
                     event.prev.as_ref().map(|p| p.mod_revision),
-                    &event.kv.value[..],
+                    bytes,
+                    packing,
+                    dictionary,
                 ])
             });
         if let Err(error) = inserted {
@@ -535,6 +560,23 @@ impl<'c> OpenGroup<'c> {
         Ok(())
     }
 
+    /// Writes the dictionary `packed` was packed against, in this
+    /// transaction, unless the log has it.
+    fn write_dictionary(&mut self, packed: Option<&Packed>, outside: Outside<'_>) -> Result<()> {
+        let Some(Packed::Dict(dictionary, _)) = packed else {
+            return Ok(());
+        };
+        let id = dictionary.id();
+        if outside.dictionaries_written.contains(&id) || self.dictionaries.contains(&id) {
+            return Ok(());
+        }
+        insert_dictionary(&self.tx, dictionary)?;
+        // Readers learn it before the row that needs it is committed.
+        outside.dictionaries.remember(dictionary);
+        self.dictionaries.push(id);
+        Ok(())
+    }
+
     /// Commits the group to the log without syncing it. `None` if the
     /// commit failed: every write of the group has been answered with the
     /// error.
@@ -545,6 +587,7 @@ impl<'c> OpenGroup<'c> {
             events,
             outcomes,
             revision,
+            dictionaries,
         } = self;
         match tx.commit() {
             Ok(()) => Some(CommittedGroup {
@@ -554,6 +597,7 @@ impl<'c> OpenGroup<'c> {
                 },
                 revision,
                 written: overlay,
+                dictionaries,
             }),
             Err(error) => {
                 reject(outcomes, &StoreError::from(error));
@@ -593,6 +637,18 @@ struct Known<'a> {
     unpublished: &'a Unpublished,
     /// Every group published.
     window: &'a EventWindow,
+    /// What the log's values are packed against.
+    dictionaries: &'a LogDictionaries,
+}
+
+/// What a group being written sees of the writer beyond itself.
+#[derive(Clone, Copy)]
+struct Outside<'a> {
+    unpublished: &'a Unpublished,
+    window: &'a EventWindow,
+    dictionaries: &'a LogDictionaries,
+    /// The dictionaries committed to the log.
+    dictionaries_written: &'a HashSet<i64>,
 }
 
 /// The current value of `key` in the writer's transaction (`None`: absent
@@ -617,7 +673,8 @@ fn current_value(
             Ok((Some(base.kv), base.packed))
         }
         (None, _) => Ok((
-            newest_row(tx, key, Revision::MAX)?.and_then(|(deleted, kv)| (!deleted).then_some(kv)),
+            newest_row(tx, known.dictionaries, key, Revision::MAX)?
+                .and_then(|(deleted, kv)| (!deleted).then_some(kv)),
             None,
         )),
     }
@@ -811,13 +868,21 @@ mod tests {
         };
         let (stale_reply, _) = oneshot::channel();
         let (fresh_reply, _) = oneshot::channel();
+        let dictionaries = LogDictionaries::default();
+        let written = HashSet::new();
+        let outside = Outside {
+            unpublished: &unpublished,
+            window: &window,
+            dictionaries: &dictionaries,
+            dictionaries_written: &written,
+        };
         let mut group = OpenGroup::begin(&mut conn, 2).expect("a transaction");
         for (op, reply) in [
             (stale, stale_reply),
             (create, create_reply),
             (fresh, fresh_reply),
         ] {
-            assert!(group.add(op, reply, &window, &unpublished).is_ok());
+            assert!(group.add(op, reply, outside).is_ok());
         }
         let committed = group.commit().expect("committed");
         let outcomes: Vec<_> = committed.group.replies.iter().map(|(_, o)| o).collect();
