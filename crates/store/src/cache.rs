@@ -310,17 +310,16 @@ struct Core {
 impl Core {
     /// `state` (empty for [`Retention::Window`]) at `revision`, with
     /// `history` (ascending, all events after `compacted`) and room for
-    /// `capacity` events.
+    /// `capacity` events, packed with `dictionaries`.
     fn new(
         retention: Retention,
         state: impl IntoIterator<Item = KeyValue>,
         history: Vec<Event>,
-        revision: Revision,
-        compacted: Revision,
+        (revision, compacted): (Revision, Revision),
         capacity: usize,
+        dictionaries: Dictionaries,
     ) -> Core {
         let mut latest = HashMap::new();
-        let dictionaries = Dictionaries::default();
         let history: VecDeque<Arc<PackedEvent>> = pack_events(history, &mut latest, &dictionaries)
             .into_iter()
             .map(Arc::new)
@@ -611,9 +610,9 @@ impl WatchCache {
                 Retention::EveryKey,
                 state,
                 history,
-                revision,
-                compacted,
+                (revision, compacted),
                 capacity,
+                Dictionaries::default(),
             )),
         }
     }
@@ -731,21 +730,24 @@ pub struct EventWindow {
 impl EventWindow {
     /// A window of `history` (ascending, the events after `compacted`) at
     /// `revision`, with room for `capacity` events.
+    /// `dictionaries`: what the store kept from its last run, taken up
+    /// ([`Dictionaries::seed`]) before `history` is packed, so that the
+    /// history replayed does not make new ones of its own.
     pub fn new(
         history: Vec<Event>,
-        revision: Revision,
-        compacted: Revision,
+        (revision, compacted): (Revision, Revision),
         capacity: usize,
         backfill: Arc<dyn Backfill>,
+        dictionaries: Dictionaries,
     ) -> Self {
         EventWindow {
             core: Arc::new(Core::new(
                 Retention::Window,
                 std::iter::empty(),
                 history,
-                revision,
-                compacted,
+                (revision, compacted),
                 capacity,
+                dictionaries,
             )),
             backfill,
         }
@@ -784,12 +786,6 @@ impl EventWindow {
     /// reading the value. `None` tells nothing: read the backend.
     pub fn held_revision(&self, key: &str) -> Option<Revision> {
         self.core.held_revision(key)
-    }
-
-    /// Packs `dictionary`'s family against it from now on
-    /// ([`Dictionaries::seed`]): a dictionary kept from an earlier run.
-    pub fn seed_dictionary(&self, dictionary: Arc<crate::packed::Dictionary>) {
-        self.core.dictionaries.seed(dictionary);
     }
 
     /// As [`EventWindow::apply`], with what the writers packed
@@ -902,7 +898,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_watch_far_behind_catches_up_in_bounded_batches_missing_nothing() {
-        let window = EventWindow::new(Vec::new(), 0, 0, 10_000, Arc::new(NoBackfill));
+        let window = EventWindow::new(
+            Vec::new(),
+            (0, 0),
+            10_000,
+            Arc::new(NoBackfill),
+            Dictionaries::default(),
+        );
         let total = 3 * UNPACK_BATCH + FRESH_EVENTS;
         let events: Vec<Event> = (1..=total as Revision)
             .map(|r| put(&format!("/k/{r:05}"), r))

@@ -27,12 +27,12 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use rusqlite::config::DbConfig;
-use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, TransactionBehavior, params};
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
 use crate::cache::{Backfill, EventWindow, Watch};
-use crate::packed::Packed;
+use crate::packed::{Dictionaries, Packed};
 use crate::{
     DeletePrecondition, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision,
     Store, StoreError, WriterStats,
@@ -233,14 +233,15 @@ impl SqliteStore {
     pub fn open(dir: &Path, options: SqliteOptions) -> Result<Arc<Self>> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join("flotilla.db");
-        let conn = Connection::open(&path)?;
+        let mut conn = Connection::open(&path)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.busy_timeout(Duration::from_secs(5))?;
         stable_plans(&conn)?;
         check_format(&conn, &path)?;
         {
-            let tx = conn.unchecked_transaction()?;
+            // IMMEDIATE: the write lock before the schema is read.
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             tx.execute_batch(SCHEMA)?;
             upgrade_schema(&tx)?;
             tx.pragma_update(None, "user_version", FORMAT)?;
@@ -276,18 +277,19 @@ impl SqliteStore {
             idle: Mutex::new(Vec::new()),
             compacted: AtomicI64::new(compacted),
         });
+        // Values pack against the dictionaries of the last run, the
+        // history replayed included, not against new ones made from it.
+        let packing = Dictionaries::default();
+        for dictionary in dictionaries.newest_of_each_family() {
+            packing.seed(dictionary);
+        }
         let window = Arc::new(EventWindow::new(
             history,
-            revision,
-            history_from,
+            (revision, history_from),
             options.history_capacity,
             log.clone(),
+            packing,
         ));
-        // Values written from here on pack against the dictionaries of
-        // the last run, not against new ones made from scratch.
-        for dictionary in dictionaries.newest_of_each_family() {
-            window.seed_dictionary(dictionary);
-        }
 
         // The writer leaves checkpoints to a thread of their own, unless
         // that one falls far behind.
@@ -839,7 +841,13 @@ impl Store for SqliteStore {
 #[cfg(test)]
 fn test_window(history: Vec<Event>, revision: Revision) -> Arc<EventWindow> {
     let log = Arc::new(crate::cache::NoBackfill);
-    Arc::new(EventWindow::new(history, revision, 0, 100, log))
+    Arc::new(EventWindow::new(
+        history,
+        (revision, 0),
+        100,
+        log,
+        Dictionaries::default(),
+    ))
 }
 
 #[cfg(test)]

@@ -1161,6 +1161,32 @@ async fn the_log_keeps_values_packed_and_their_dictionaries_across_restarts() {
         assert_eq!(e.kv.value, work(i, "applied"));
         assert_eq!(e.prev.as_ref().unwrap().value, work(i, "created"));
     }
+    drop(store);
+    // A window that replays the last 100 events (all updates) on open
+    // packs them against the kept dictionary too: replaying them makes
+    // no dictionary of its own that later writes would be packed with.
+    let store = SqliteStore::open(
+        dir.path(),
+        SqliteOptions {
+            compaction_interval: None,
+            history_capacity: 100,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    for i in (1..200).step_by(2) {
+        let current = store.get(&key(i)).unwrap().unwrap();
+        store
+            .update_from(&current, work(i, "applied"))
+            .await
+            .unwrap();
+    }
+    drop(store);
+    let (_, dictionaries) = kept(dir.path(), &key(1));
+    assert_eq!(
+        dictionaries, 1,
+        "the replayed history made a dictionary of its own"
+    );
 }
 
 /// A store of format 1 (plain values, no dictionaries) opens: its rows
@@ -1254,5 +1280,59 @@ async fn a_value_packed_against_a_missing_dictionary_is_refused_with_its_cause()
     assert!(
         message.contains("damaged") && message.contains("dictionary"),
         "{message}"
+    );
+}
+
+/// A row whose bytes do not unpack (a damaged file) fails the reads and
+/// the writes of its own key with the cause; every other key is read and
+/// written as before.
+#[tokio::test]
+async fn a_damaged_value_fails_its_own_key_and_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = |i: usize| format!("/work.karmada.io/works/ns/w{i:04}");
+    {
+        let store = open(dir.path());
+        for i in 0..100 {
+            store.create(&key(i), work(i, "created")).await.unwrap();
+        }
+    }
+    {
+        let conn = rusqlite::Connection::open(dir.path().join("flotilla.db")).unwrap();
+        let changed = conn
+            .execute(
+                "UPDATE log SET value = x'ffffffff00112233' WHERE key = ?1",
+                [key(3)],
+            )
+            .unwrap();
+        assert_eq!(changed, 1);
+    }
+    // The damaged row is older than the window replays on open.
+    let store = SqliteStore::open(
+        dir.path(),
+        SqliteOptions {
+            compaction_interval: None,
+            history_capacity: 10,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let read = store.get(&key(3)).unwrap_err().to_string();
+    assert!(read.contains("damaged"), "{read}");
+    let write = store
+        .update(&key(3), work(3, "applied"), 4)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(write.contains("damaged"), "{write}");
+    let current = store.get(&key(4)).unwrap().unwrap();
+    assert_eq!(current.value, work(4, "created"));
+    store
+        .update_from(&current, work(4, "applied"))
+        .await
+        .unwrap();
+    store.create(&key(100), work(100, "created")).await.unwrap();
+    assert_eq!(
+        store.get(&key(4)).unwrap().unwrap().value,
+        work(4, "applied")
     );
 }

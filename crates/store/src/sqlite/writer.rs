@@ -505,6 +505,13 @@ impl<'c> OpenGroup<'c> {
         };
         let (current, prev) = match current_value(&self.tx, known, &key, base) {
             Ok(found) => found,
+            // A value of the key's that does not unpack (a damaged row) is
+            // this write's refusal, not the group's: the transaction is
+            // sound.
+            Err(error @ StoreError::Incompatible(_)) => {
+                self.outcomes.push((reply, Err(error)));
+                return Ok(());
+            }
             Err(error) => return Err((error, reply)),
         };
         let value = match &op {
@@ -518,9 +525,9 @@ impl<'c> OpenGroup<'c> {
                 return Ok(());
             }
         };
-        // A put keeps its value as the caller packed it; a tombstone
-        // (its key's last value) as it was packed, if that is at hand.
-        let kept = value.as_ref().or(prev.as_ref());
+        // A put keeps its value as the caller packed it; a tombstone (its
+        // key's last value, read back unpacked) is kept as it is.
+        let kept = value.as_ref();
         if let Err(error) = self.write_dictionary(kept, outside) {
             return Err((error, reply));
         }
