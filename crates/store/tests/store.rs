@@ -85,6 +85,20 @@ fn open(dir: &std::path::Path) -> Arc<SqliteStore> {
     .expect("open store")
 }
 
+/// The store in `dir` with a window of `events`: reads of anything older
+/// come from the log.
+fn open_with_window(dir: &std::path::Path, events: usize) -> Arc<SqliteStore> {
+    SqliteStore::open(
+        dir,
+        SqliteOptions {
+            compaction_interval: None,
+            history_capacity: events,
+            ..Default::default()
+        },
+    )
+    .expect("open store")
+}
+
 fn b(s: &str) -> Bytes {
     Bytes::from(s.to_string())
 }
@@ -1137,16 +1151,7 @@ async fn the_log_keeps_values_packed_and_their_dictionaries_across_restarts() {
             },
         )
     };
-    let store = SqliteStore::open(
-        dir.path(),
-        SqliteOptions {
-            compaction_interval: None,
-            // A window too small to hold them: reads come from the log.
-            history_capacity: 10,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let store = open_with_window(dir.path(), 10);
     let listed = store
         .list("/work.karmada.io/works/", &ListOptions::default())
         .unwrap();
@@ -1165,15 +1170,7 @@ async fn the_log_keeps_values_packed_and_their_dictionaries_across_restarts() {
     // A window that replays the last 100 events (all updates) on open
     // packs them against the kept dictionary too: replaying them makes
     // no dictionary of its own that later writes would be packed with.
-    let store = SqliteStore::open(
-        dir.path(),
-        SqliteOptions {
-            compaction_interval: None,
-            history_capacity: 100,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let store = open_with_window(dir.path(), 100);
     for i in (1..200).step_by(2) {
         let current = store.get(&key(i)).unwrap().unwrap();
         store
@@ -1307,15 +1304,7 @@ async fn a_damaged_value_fails_its_own_key_and_no_other() {
         assert_eq!(changed, 1);
     }
     // The damaged row is older than the window replays on open.
-    let store = SqliteStore::open(
-        dir.path(),
-        SqliteOptions {
-            compaction_interval: None,
-            history_capacity: 10,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let store = open_with_window(dir.path(), 10);
     let read = store.get(&key(3)).unwrap_err().to_string();
     assert!(read.contains("damaged"), "{read}");
     let write = store
