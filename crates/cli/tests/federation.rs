@@ -1786,11 +1786,15 @@ fn the_propagation_benchmark_runs_and_reports_json() {
         writer["commits"].as_u64().is_some_and(|c| c >= 1),
         "{writer}"
     );
+    // A sync covers one commit or more, but the counts are differences of
+    // two readings of the hub's metrics, each of which may fall between a
+    // group's commit and its sync: a group or two in flight at the first
+    // reading can add its sync without its commit.
     let commits = writer["commits"].as_u64().unwrap_or(0);
     assert!(
         writer["syncs"]
             .as_u64()
-            .is_some_and(|s| s >= 1 && s <= commits),
+            .is_some_and(|s| s >= 1 && s <= commits + 2),
         "{writer}"
     );
     let busy = writer["busy_percent"].as_f64().unwrap_or(0.0);
