@@ -9,7 +9,7 @@
 //! enough to repay it.
 //!
 //! The embedded store's log keeps values as they are packed here
-//! ([`Packed::stored`], [`Packed::from_stored`]) and each dictionary beside
+//! ([`Packed::stored`], [`unpack_stored`]) and each dictionary beside
 //! them, named by a digest of its content ([`Dictionary::id`]).
 
 use std::cell::RefCell;
@@ -281,28 +281,28 @@ impl Packed {
         }
     }
 
-    /// A packed value from bytes kept as [`Packed::stored`] gave them,
-    /// with the dictionary its packing names; `None` if that dictionary
-    /// is not the one given.
-    pub fn from_stored(
-        bytes: &[u8],
-        packing: Packing,
-        dictionary: Option<Arc<Dictionary>>,
-    ) -> Option<Packed> {
-        let bytes: Arc<[u8]> = Arc::from(bytes);
-        match (packing, dictionary) {
-            (Packing::Plain, _) => Some(Packed::Plain(bytes)),
-            (Packing::Zstd, _) => Some(Packed::Zstd(bytes)),
-            (Packing::Dict(id), Some(d)) if d.id == id => Some(Packed::Dict(d, bytes)),
-            (Packing::Dict(_), _) => None,
-        }
-    }
-
     /// The bytes held (compressed or not).
     pub fn held_len(&self) -> usize {
         match self {
             Packed::Plain(b) | Packed::Zstd(b) | Packed::Dict(_, b) => b.len(),
         }
+    }
+}
+
+/// The value of bytes kept as [`Packed::stored`] gave them, unpacked where
+/// they lie (not copied into a [`Packed`] first), with the dictionary
+/// their packing names; `None` if that is not the dictionary given or the
+/// bytes do not unpack.
+pub fn unpack_stored(
+    bytes: &[u8],
+    packing: Packing,
+    dictionary: Option<&Dictionary>,
+) -> Option<Bytes> {
+    match (packing, dictionary) {
+        (Packing::Plain, _) => Some(Bytes::copy_from_slice(bytes)),
+        (Packing::Zstd, _) => unpack_frame(bytes, None),
+        (Packing::Dict(id), Some(d)) if d.id == id => unpack_frame(bytes, Some(&d.decompress)),
+        (Packing::Dict(_), _) => None,
     }
 }
 
@@ -455,25 +455,25 @@ mod tests {
             Packed::pack_with(&work(7), Some(d.clone())),
         ] {
             let (bytes, packing) = packed.stored();
-            let back = Packed::from_stored(bytes, packing, Some(d.clone())).unwrap();
-            assert_eq!(back.try_unpack().unwrap(), work(7));
+            let back = unpack_stored(bytes, packing, Some(&d));
+            assert_eq!(back.unwrap(), work(7));
             let mut damaged = bytes.to_vec();
             for cut in [0, 3, 4, damaged.len() / 2] {
-                let p = Packed::from_stored(&damaged[..cut], packing, Some(d.clone())).unwrap();
-                assert!(p.try_unpack().is_none(), "cut at {cut}");
+                let p = unpack_stored(&damaged[..cut], packing, Some(&d));
+                assert!(p.is_none(), "cut at {cut}");
             }
             damaged[..4].copy_from_slice(&u32::MAX.to_le_bytes());
-            let p = Packed::from_stored(&damaged, packing, Some(d.clone())).unwrap();
-            assert!(p.try_unpack().is_none(), "a huge length");
+            let p = unpack_stored(&damaged, packing, Some(&d));
+            assert!(p.is_none(), "a huge length");
             let last = damaged.len() - 1;
             damaged[..4].copy_from_slice(&(work(7).len() as u32).to_le_bytes());
             damaged[last] ^= 0xff;
-            let p = Packed::from_stored(&damaged, packing, Some(d.clone())).unwrap();
-            assert_ne!(p.try_unpack(), Some(work(7)), "a flipped byte");
+            let p = unpack_stored(&damaged, packing, Some(&d));
+            assert_ne!(p, Some(work(7)), "a flipped byte");
         }
         let other = Dictionary::new("/works/", 64, b"another content").unwrap();
         let packed = Packed::pack_with(&work(7), Some(d));
         let (bytes, packing) = packed.stored();
-        assert!(Packed::from_stored(bytes, packing, Some(other)).is_none());
+        assert!(unpack_stored(bytes, packing, Some(&other)).is_none());
     }
 }

@@ -1078,6 +1078,19 @@ fn work(i: usize, state: &str) -> Bytes {
     ))
 }
 
+/// Creates `work(i, "created")` at `key(i)` for each `i` of `range` in a
+/// store opened on `dir`, then closes it.
+async fn create_works(
+    dir: &std::path::Path,
+    key: &dyn Fn(usize) -> String,
+    range: std::ops::Range<usize>,
+) {
+    let store = open(dir);
+    for i in range {
+        store.create(&key(i), work(i, "created")).await.unwrap();
+    }
+}
+
 /// The bytes the log keeps for `key`'s newest row, and the dictionaries
 /// it holds, read from the database file beside the store.
 fn kept(dir: &std::path::Path, key: &str) -> (usize, i64) {
@@ -1103,12 +1116,7 @@ fn kept(dir: &std::path::Path, key: &str) -> (usize, i64) {
 async fn the_log_keeps_values_packed_and_their_dictionaries_across_restarts() {
     let dir = tempfile::tempdir().unwrap();
     let key = |i: usize| format!("/work.karmada.io/works/karmada-es-member-1/w{i:04}");
-    {
-        let store = open(dir.path());
-        for i in 0..100 {
-            store.create(&key(i), work(i, "created")).await.unwrap();
-        }
-    }
+    create_works(dir.path(), &key, 0..100).await;
     let raw = work(99, "created").len();
     let (bytes, dictionaries) = kept(dir.path(), &key(99));
     assert_eq!(
@@ -1287,12 +1295,7 @@ async fn a_value_packed_against_a_missing_dictionary_is_refused_with_its_cause()
 async fn a_damaged_value_fails_its_own_key_and_no_other() {
     let dir = tempfile::tempdir().unwrap();
     let key = |i: usize| format!("/work.karmada.io/works/ns/w{i:04}");
-    {
-        let store = open(dir.path());
-        for i in 0..100 {
-            store.create(&key(i), work(i, "created")).await.unwrap();
-        }
-    }
+    create_works(dir.path(), &key, 0..100).await;
     {
         let conn = rusqlite::Connection::open(dir.path().join("flotilla.db")).unwrap();
         let changed = conn

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use parking_lot::RwLock;
 use rusqlite::{Connection, Row, params};
 
-use crate::packed::{Dictionary, Packed, Packing};
+use crate::packed::{Dictionary, Packed, Packing, unpack_stored};
 use crate::{Result, StoreError};
 
 /// The `packing` column: how a row's value is packed.
@@ -135,8 +135,7 @@ impl LogDictionaries {
             })?),
             Packing::Plain | Packing::Zstd => None,
         };
-        Packed::from_stored(&stored.bytes, packing, dictionary)
-            .and_then(|p| p.try_unpack())
+        unpack_stored(&stored.bytes, packing, dictionary.as_deref())
             .ok_or_else(|| damaged("a value does not decompress"))
     }
 }
