@@ -1028,11 +1028,10 @@ spec:
     );
     wait_phase(&m, "stubborn", "Running");
     let namespaces = namespaces_of(&m);
-    assert_eq!(
-        processes_in_netns(&namespaces),
-        2,
-        "the shell and its sleep"
-    );
+    // Between two sleeps the shell is alone for an instant: wait to see both.
+    wait_for(Duration::from_secs(10), "the shell and its sleep", || {
+        processes_in_netns(&namespaces) == 2
+    });
     // kubectl delete waits: meanwhile the pod is Terminating, its process
     // alive (it ignores SIGTERM) until SIGKILL at the end of the grace.
     let mut delete = std::process::Command::new("kubectl")
