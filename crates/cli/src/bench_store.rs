@@ -2,18 +2,20 @@
 //! the `Store` contract in this process (no HTTP, no encoding): how many
 //! writes a second its one writer commits when writers wait on it, with
 //! committed groups synced and answered by a publishing thread while the
-//! writer writes the next (as the store runs) and with the writer doing
-//! it itself (as it did before 2026-11-28). On a machine with cores to
-//! spare this is the bound of a burst through the control plane (the
-//! writer was busy 97–99% of one on 16 cores); the propagation bench
-//! shows how much of it a burst uses.
+//! writer writes the next (once writes wait behind a group, as the store
+//! runs on few cores; also a group of many writes whatever waits, as it
+//! runs with cores to spare) and with the writer doing it itself (as it
+//! did before 2026-11-28). On a machine with cores to spare this is the
+//! bound of a burst through the control plane (the writer was busy 97–99%
+//! of one on 16 cores); the propagation bench shows how much of it a
+//! burst uses.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use bytes::Bytes;
-use flotilla_store::{SqliteOptions, SqliteStore, Store, WriterStats};
+use flotilla_store::{PIPELINE_GROUPS_FROM, SqliteOptions, SqliteStore, Store, WriterStats};
 use serde_json::{Value, json};
 
 #[derive(clap::Args)]
@@ -32,17 +34,24 @@ pub struct StoreArgs {
     report: crate::bench_report::ReportArgs,
 }
 
-/// The two ways the writer is measured: its groups handed to the
-/// publishing thread once two writes wait (the default), or synced and
-/// answered by the writer itself whatever waits.
-const MODES: [(&str, usize); 2] = [("pipelined", 2), ("writer_syncs", usize::MAX)];
+/// The ways the writer is measured, as (`pipeline_from`,
+/// `pipeline_groups_from`): its groups handed to the publishing thread
+/// once two writes wait (as the store runs on up to
+/// [`flotilla_store::PIPELINE_GROUPS_CORES`] cores); also a group of
+/// [`PIPELINE_GROUPS_FROM`] writes or more whatever waits (as it runs on
+/// more); or synced and answered by the writer itself whatever waits.
+const MODES: [(&str, usize, usize); 3] = [
+    ("pipelined", 2, usize::MAX),
+    ("pipelined_bursts", 2, PIPELINE_GROUPS_FROM),
+    ("writer_syncs", usize::MAX, usize::MAX),
+];
 
 pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
     let out = crate::bench_report::Reporter::from_args("store", &args.report);
     out.line(crate::bench_report::machine_line());
     let mut figures = serde_json::Map::new();
-    for (mode, pipeline_from) in MODES {
-        let figure = measure(&args, pipeline_from).await?;
+    for (mode, pipeline_from, pipeline_groups_from) in MODES {
+        let figure = measure(&args, (pipeline_from, pipeline_groups_from)).await?;
         out.line(format!(
             "{mode}: {} writes in {:.2} s, {:.0}/s; {:.1} a commit, {:.1} a sync; writer busy {:.0}% ({:.1} µs of its CPU a write), publisher busy {:.0}%, syncing {:.0}%; latency p50 {:.2} ms, p99 {:.2} ms",
             figure["writes"],
@@ -72,13 +81,17 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
 }
 
 /// One measurement on a fresh store in a temporary directory.
-async fn measure(args: &StoreArgs, pipeline_from: usize) -> anyhow::Result<Value> {
+async fn measure(
+    args: &StoreArgs,
+    (pipeline_from, pipeline_groups_from): (usize, usize),
+) -> anyhow::Result<Value> {
     let dir = tempfile::tempdir().context("cannot make a temporary directory")?;
     let store = SqliteStore::open(
         dir.path(),
         SqliteOptions {
             compaction_interval: None,
             pipeline_from,
+            pipeline_groups_from,
             ..SqliteOptions::default()
         },
     )

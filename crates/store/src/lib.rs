@@ -29,7 +29,7 @@ pub use cache::{Backfill, EventWindow, Prepacked, Watch, WatchCache};
 pub use etcd::{DEFAULT_ENDPOINT as DEFAULT_ETCD_ENDPOINT, DEFAULT_PREFIX as DEFAULT_ETCD_PREFIX};
 pub use etcd::{EtcdOptions, EtcdStore};
 pub use packed::Packed;
-pub use sqlite::{SqliteOptions, SqliteStore};
+pub use sqlite::{PIPELINE_GROUPS_CORES, PIPELINE_GROUPS_FROM, SqliteOptions, SqliteStore};
 
 /// A store revision; the API layer's resourceVersion.
 pub type Revision = i64;

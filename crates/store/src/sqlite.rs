@@ -52,7 +52,26 @@ pub struct SqliteOptions {
     /// publishing thread, to be synced and answered there while it writes
     /// the next, rather than syncing and answering it itself (0: always).
     pub pipeline_from: usize,
+    /// Writes of a committed group from which it is handed to the
+    /// publishing thread whatever waits (`usize::MAX`: never). Writers
+    /// that come at once, as in a burst, leave nothing waiting behind the
+    /// group that took them all; handed over, its sync and its events'
+    /// way into the window (a quarter of the writer's CPU in a burst) run
+    /// on another core. Default: [`PIPELINE_GROUPS_FROM`] where more than
+    /// [`PIPELINE_GROUPS_CORES`] cores may run this process, never on
+    /// fewer, where that core is the request handlers'.
+    pub pipeline_groups_from: usize,
 }
+
+/// Writes of a group handed over whatever waits, with cores to spare.
+pub const PIPELINE_GROUPS_FROM: usize = 8;
+
+/// Cores this process may use above which large groups are handed over.
+/// On 2 cores it cost a burst through the control plane a sixth more time
+/// and CPU (each hand-over wakes a thread and leaves the writer looking
+/// for work), while saving the writer, not the bound there, a quarter of
+/// its CPU (docs/benchmarks.md, "Fifth session of 2026-11-28").
+pub const PIPELINE_GROUPS_CORES: usize = 4;
 
 impl Default for SqliteOptions {
     fn default() -> Self {
@@ -61,6 +80,13 @@ impl Default for SqliteOptions {
             compaction_interval: Some(Duration::from_secs(300)),
             max_batch: 1024,
             pipeline_from: 2,
+            pipeline_groups_from: if std::thread::available_parallelism().map_or(2, |n| n.get())
+                > PIPELINE_GROUPS_CORES
+            {
+                PIPELINE_GROUPS_FROM
+            } else {
+                usize::MAX
+            },
         }
     }
 }
@@ -324,6 +350,7 @@ impl SqliteStore {
                 wal: wal_path(&path),
                 max_batch: options.max_batch,
                 pipeline_from: options.pipeline_from,
+                pipeline_groups_from: options.pipeline_groups_from,
             },
         )?;
 

@@ -279,15 +279,32 @@ async fn an_update_from_a_value_the_window_no_longer_holds_is_checked_against_th
 /// change once, in order, with the value it replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_checked_against_groups_not_yet_published_lose_no_update() {
+    no_update_lost(SqliteOptions {
+        compaction_interval: None,
+        pipeline_from: 0,
+        ..Default::default()
+    })
+    .await;
+}
+
+/// The same, with groups handed over for their size alone, whatever
+/// waits behind them (as the store runs with cores to spare).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_handed_over_for_their_size_lose_no_update() {
+    no_update_lost(SqliteOptions {
+        compaction_interval: None,
+        pipeline_from: usize::MAX,
+        pipeline_groups_from: 1,
+        ..Default::default()
+    })
+    .await;
+}
+
+async fn no_update_lost(options: SqliteOptions) {
     const KEYS: usize = 4;
     const WRITERS: usize = 16;
     const EACH: usize = 25;
     let dir = tempfile::tempdir().unwrap();
-    let options = SqliteOptions {
-        compaction_interval: None,
-        pipeline_from: 0,
-        ..Default::default()
-    };
     let store = SqliteStore::open(dir.path(), options.clone()).unwrap();
     for k in 0..KEYS {
         store.create(&format!("/n/{k}"), b("0")).await.unwrap();

@@ -117,6 +117,9 @@ pub(super) struct WriterParts {
     /// hand-over (a sleeping thread woken) would cost the group's writers
     /// more than the wait it saves the next group.
     pub pipeline_from: usize,
+    /// Writes of a committed group from which it is handed over whatever
+    /// waits ([`super::SqliteOptions::pipeline_groups_from`]).
+    pub pipeline_groups_from: usize,
 }
 
 /// Starts the writer thread on `conn`, which commits without syncing
@@ -145,6 +148,7 @@ pub(super) fn spawn(conn: Connection, parts: WriterParts) -> std::io::Result<Que
         unpublished: Unpublished::default(),
         waiting: waiting.clone(),
         pipeline_from: parts.pipeline_from,
+        pipeline_groups_from: parts.pipeline_groups_from,
         max_batch: parts.max_batch.max(1),
     };
     std::thread::Builder::new()
@@ -168,6 +172,7 @@ struct Writer {
     /// Requests queued and not yet taken.
     waiting: Arc<AtomicUsize>,
     pipeline_from: usize,
+    pipeline_groups_from: usize,
     max_batch: usize,
 }
 
@@ -267,7 +272,12 @@ impl Writer {
                 .extend(committed.dictionaries.iter().copied());
             self.stats.record_commit(committed.group.events.len());
             self.revision = committed.revision;
-            if self.publisher.idle() && self.waiting.load(Ordering::Relaxed) < self.pipeline_from {
+            // A group that took every write waiting may still be a burst's:
+            // handed over too where there are cores to spare
+            // (`pipeline_groups_from`).
+            let waiting = self.waiting.load(Ordering::Relaxed) >= self.pipeline_from;
+            let large = committed.group.replies.len() >= self.pipeline_groups_from;
+            if self.publisher.idle() && !waiting && !large {
                 self.publisher.publish_here(committed.group);
             } else {
                 self.unpublished
