@@ -80,14 +80,20 @@ impl Default for SqliteOptions {
             compaction_interval: Some(Duration::from_secs(300)),
             max_batch: 1024,
             pipeline_from: 2,
-            pipeline_groups_from: if std::thread::available_parallelism().map_or(2, |n| n.get())
-                > PIPELINE_GROUPS_CORES
-            {
-                PIPELINE_GROUPS_FROM
-            } else {
-                usize::MAX
-            },
+            pipeline_groups_from: pipeline_groups_from_here(),
         }
+    }
+}
+
+/// [`SqliteOptions::pipeline_groups_from`] for the cores this process may
+/// use, read once: a member simulator opens a store per member.
+fn pipeline_groups_from_here() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    if cores > PIPELINE_GROUPS_CORES {
+        PIPELINE_GROUPS_FROM
+    } else {
+        usize::MAX
     }
 }
 
