@@ -121,14 +121,12 @@ impl Waiting {
         }
         let n = keys.len();
         let (found, left) = (0..n).map(|i| (next + i) % n).find_map(|i| {
-            let grace = match read(&keys[i]) {
-                Some(w) if untried(&w) => w.metadata.created,
-                Some(_) => return None,
-                None => binding_created,
-            };
-            let left = grace_left(grace, now)?;
-            Some((i, left.min(crate::time::until(now, until))))
+            Some((
+                i,
+                waits_for(read(&keys[i]).as_deref(), binding_created, now)?,
+            ))
         })?;
+        let left = left.min(crate::time::until(now, until));
         if let Some(w) = self.bindings.lock().get_mut(binding) {
             w.next = found;
         }
@@ -230,9 +228,19 @@ fn untried(w: &StatusOfWork) -> bool {
     w.status.as_ref().is_none_or(|s| s.conditions.is_empty())
 }
 
-/// What is left of the grace of a Work created (or, not created yet, of
-/// its binding created) at `since`; None once it has passed.
-fn grace_left(since: Option<Timestamp>, now: Timestamp) -> Option<Duration> {
+/// What is left of the grace of a Work (None: not created yet) of a
+/// binding created at `binding_created`, if it is untried and its grace
+/// (from its own creation, or its binding's) has not passed.
+fn waits_for(
+    work: Option<&StatusOfWork>,
+    binding_created: Option<Timestamp>,
+    now: Timestamp,
+) -> Option<Duration> {
+    let since = match work {
+        Some(w) if untried(w) => w.metadata.created,
+        Some(_) => return None,
+        None => binding_created,
+    };
     since
         .map(|t| crate::time::until(now, crate::time::after(t, PENDING_GRACE)))
         .filter(|left| !left.is_zero())
@@ -250,18 +258,12 @@ fn pending_wait(
     binding_created: Option<Timestamp>,
     now: Timestamp,
 ) -> Option<(usize, Duration)> {
-    let wait = works
+    let waits = works
         .iter()
-        .filter_map(|w| match w {
-            Some(w) if untried(w) => grace_left(w.metadata.created, now),
-            Some(_) => None,
-            None => grace_left(binding_created, now),
-        })
-        .min()?;
-    let first = works
-        .iter()
-        .position(|w| w.as_ref().is_none_or(|w| untried(w)))
-        .unwrap_or(0);
+        .enumerate()
+        .filter_map(|(i, w)| Some((i, waits_for(w.as_deref(), binding_created, now)?)));
+    let first = waits.clone().next()?.0;
+    let wait = waits.map(|(_, left)| left).min()?;
     Some((first, wait))
 }
 
@@ -480,7 +482,15 @@ mod tests {
         );
         // Queued for longer than the grace: reported as not applied.
         let long_queued = work("2026-11-27T09:59:00Z", json!({}));
-        assert_eq!(pending_wait(&[long_queued], old_binding, now), None);
+        assert_eq!(
+            pending_wait(std::slice::from_ref(&long_queued), old_binding, now),
+            None
+        );
+        // The Work to look at first is one that waits, not one past its grace.
+        assert_eq!(
+            super::pending_wait(&[long_queued, queued()], old_binding, now),
+            Some((1, Duration::from_secs(20)))
+        );
     }
 
     #[test]
