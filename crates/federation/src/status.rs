@@ -80,10 +80,11 @@ struct Waits {
     /// The binding's Work keys when this was recorded: another placement
     /// is read whole again.
     keys: u64,
+    /// The Work (index into the keys) the next look starts from.
     next: usize,
-    /// The earliest grace that ended a wait in the last full read, no later
-    /// than that of any Work untried then. Since then a Work can only be
-    /// tried, or be created (its grace ends after its binding's), so
+    /// When the earliest grace found by the last full read ends: no later
+    /// than the grace of any Work untried then. Since then a Work can only
+    /// be tried, or be created (its grace ends after its binding's), so
     /// waking then is never late.
     until: Timestamp,
 }
