@@ -782,9 +782,17 @@ impl Workload {
 }
 
 /// Equal when the manifests say the same, however their text is laid out.
+/// The same text is the same manifest: parsing both (each binding sync
+/// compares each of its Works) is left for texts that differ.
 impl PartialEq for Workload {
     fn eq(&self, other: &Workload) -> bool {
-        self.manifests.len() == other.manifests.len() && self.parsed() == other.parsed()
+        self.manifests.len() == other.manifests.len()
+            && (self
+                .manifests
+                .iter()
+                .zip(&other.manifests)
+                .all(|(a, b)| a.get() == b.get())
+                || self.parsed() == other.parsed())
     }
 }
 
@@ -827,5 +835,34 @@ impl Work {
             .conditions
             .iter()
             .find(|c| c.type_ == type_)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workload(texts: &[&str]) -> Workload {
+        Workload {
+            manifests: texts
+                .iter()
+                .map(|t| RawValue::from_string(t.to_string()).expect("valid JSON"))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn workloads_are_equal_by_what_their_manifests_say_not_by_their_layout() {
+        let a = r#"{"kind":"ConfigMap","data":{"k":"v"}}"#;
+        assert_eq!(workload(&[a]), workload(&[a]));
+        assert_eq!(
+            workload(&[a]),
+            workload(&[r#"{ "data": {"k": "v"}, "kind": "ConfigMap" }"#])
+        );
+        assert_ne!(
+            workload(&[a]),
+            workload(&[r#"{"kind":"ConfigMap","data":{"k":"w"}}"#])
+        );
+        assert_ne!(workload(&[a]), workload(&[a, a]));
     }
 }
