@@ -226,17 +226,26 @@ async fn sync(binding: &Binding, ctx: &Ctx, synced: &Synced) -> Result<Next, Err
         }
     }
     let ours = works_of(ctx, binding, (id_key, &id));
+    // Recorded before the writes: a Work deleted while they run forgets
+    // it, rather than be waited for once they end.
+    synced.record(&key, stamp);
     let started = Instant::now();
     let result = write_works(ctx, binding, &ours, &targets, (id_key, &id)).await;
     ctx.metrics
         .observe_binding_sync(result.is_ok(), started.elapsed());
-    if !result? {
+    match result {
+        Ok(true) => Ok(None),
         // Written from a template other than the binding's: rendered
         // again once the detector's cache and the binding agree.
-        return Ok(Some(RENDER_AGAIN));
+        Ok(false) => {
+            synced.forget(&key);
+            Ok(Some(RENDER_AGAIN))
+        }
+        Err(error) => {
+            synced.forget(&key);
+            Err(error)
+        }
     }
-    synced.record(&key, stamp);
-    Ok(None)
 }
 
 /// Writes the binding's Works; whether they were rendered from the very
