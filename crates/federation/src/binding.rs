@@ -182,10 +182,7 @@ fn works_of(ctx: &Ctx, binding: &Binding, (id_key, id): (&str, &str)) -> Vec<(St
 async fn sync(binding: &Binding, ctx: &Ctx, synced: &Synced) -> Result<Next, Error> {
     let (id_key, id) = binding_id(binding);
     let uid = binding.metadata.uid.clone().unwrap_or_default();
-    let key = packed::key(
-        binding.metadata.namespace.as_deref(),
-        binding.metadata.name.as_deref().unwrap_or_default(),
-    );
+    let key = packed::key_of(&binding.metadata).unwrap_or_default();
     if binding.metadata.deletion_timestamp.is_some() {
         synced.forget(&key);
         let ours = works_of(ctx, binding, (id_key, &id));

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use flotilla_store::packed::{Dictionaries, Packed};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -27,6 +28,11 @@ use tracing::error;
 /// objects: `/name`), so that a namespace's objects are one range.
 pub fn key(namespace: Option<&str>, name: &str) -> String {
     format!("{}/{name}", namespace.unwrap_or(""))
+}
+
+/// An object's key in the store, from its metadata; None without a name.
+pub fn key_of(meta: &ObjectMeta) -> Option<String> {
+    Some(key(meta.namespace.as_deref(), meta.name.as_deref()?))
 }
 
 /// A key as the store holds it; work queues hold the same allocation
@@ -253,8 +259,7 @@ where
                 Some(k)
             }
             watcher::Event::Delete(obj) => {
-                let meta = obj.meta();
-                let k = key(meta.namespace.as_deref(), meta.name.as_deref()?);
+                let k = key_of(obj.meta())?;
                 let removed = self.objects.write().remove_entry(k.as_str());
                 Some(removed.map_or_else(|| k.into(), |(k, _)| k))
             }
@@ -262,8 +267,7 @@ where
     }
 
     fn entry(&self, obj: &K) -> Option<(Key, Packed)> {
-        let meta = obj.meta();
-        let k = key(meta.namespace.as_deref(), meta.name.as_deref()?);
+        let k = key_of(obj.meta())?;
         match serde_json::to_vec(obj) {
             Ok(json) => {
                 let json = Bytes::from(json);
