@@ -617,6 +617,27 @@ fn validate(
     Ok(warnings)
 }
 
+/// [`validate`] for an object whose managedFields the server computed
+/// (an apply, where the request may carry none): they are left out of
+/// the schema walk and the type check, which would read about as much
+/// again as the rest of a small object, and put back as they were.
+fn validate_computed(
+    ctx: &Ctx,
+    obj: &mut Value,
+    validation: FieldValidation,
+    type_errors: TypeErrors,
+) -> ApiResult<Vec<String>> {
+    let computed = match objects::meta_mut(obj).get_mut("managedFields") {
+        Some(Value::Array(entries)) => Some(std::mem::take(entries)),
+        _ => None,
+    };
+    let result = validate(ctx, obj, validation, type_errors);
+    if let Some(entries) = computed {
+        objects::meta_mut(obj).insert("managedFields".into(), Value::Array(entries));
+    }
+    result
+}
+
 pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let r = ctx.resource.clone();
     if ctx.subresource.is_some() {
@@ -934,7 +955,7 @@ async fn apply_patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let scope = WriteScope::of(ctx.subresource.as_deref());
     if ctx.api.store.get(&ctx.key(ctx.name()))?.is_none() && scope == WriteScope::Main {
         let mut obj = managed::apply(&r, None, &applied, &manager, force, scope)?;
-        let warnings = validate(ctx, &mut obj, validation, TypeErrors::Invalid)?;
+        let warnings = validate_computed(ctx, &mut obj, validation, TypeErrors::Invalid)?;
         // The entry apply computed stays; creation adds no Update entry.
         match registry::create(&ctx.request()?, obj, warnings, |_| {}).await {
             Ok(w) => return respond_object(ctx, StatusCode::CREATED, &w.obj, &w.warnings),
@@ -946,7 +967,7 @@ async fn apply_patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     guaranteed_update(ctx, |old| {
         let mut obj = managed::apply(&r, Some(old), &applied, &manager, force, scope)?;
         objects::check_type(&r, &mut obj)?;
-        let warnings = validate(ctx, &mut obj, validation, TypeErrors::Invalid)?;
+        let warnings = validate_computed(ctx, &mut obj, validation, TypeErrors::Invalid)?;
         Ok((obj, warnings))
     })
     .await

@@ -63,10 +63,17 @@ fn managed_fields(obj: &Value) -> &[Value] {
 /// Writes `new` entries, keeping the old time of any entry whose fields
 /// did not change (so a no-op write stays a no-op). `old` were read from
 /// `old_list`, which every write has written in this form: an unchanged
-/// entry is copied from there rather than rendered again.
+/// entry is copied from there rather than rendered again, or moved from
+/// the object's own list where that holds it as stored (the object a
+/// patch or a status write began as a copy of the stored one).
 fn store_entries(obj: &mut Value, mut new: Vec<Entry>, old: &[Entry], old_list: &[Value]) {
     new.retain(|e| !e.fields.is_empty());
-    let now = crate::meta::now();
+    // Taken where it lies, so that the list written back keeps its place.
+    let mut own = match objects::meta_mut(obj).get_mut("managedFields") {
+        Some(Value::Array(own)) => std::mem::take(own),
+        _ => Vec::new(),
+    };
+    let mut now = None;
     let list: Vec<Value> = new
         .iter()
         .map(|e| {
@@ -76,15 +83,17 @@ fn store_entries(obj: &mut Value, mut new: Vec<Entry>, old: &[Entry], old_list: 
                     && o.api_version == e.api_version
                     && !o.time.is_empty()
             });
-            if let Some(stored) = unchanged
-                .and_then(|o| o.index)
-                .and_then(|i| old_list.get(i))
+            if let Some(i) = unchanged.and_then(|o| o.index)
+                && let Some(stored) = old_list.get(i)
             {
-                return stored.clone();
+                return match own.get_mut(i) {
+                    Some(held) if held == stored => std::mem::take(held),
+                    _ => stored.clone(),
+                };
             }
             let time = unchanged
                 .map(|o| o.time.clone())
-                .unwrap_or_else(|| now.clone());
+                .unwrap_or_else(|| now.get_or_insert_with(crate::meta::now).clone());
             // Built in place: `json!` would copy the fields value whole.
             let mut v = Map::new();
             v.insert("manager".into(), Value::String(e.manager.clone()));

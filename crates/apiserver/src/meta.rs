@@ -218,16 +218,28 @@ pub fn format_time(t: jiff::Timestamp) -> String {
         .to_string()
 }
 
-/// Now, as RFC 3339 UTC with second precision.
+/// Now, as RFC 3339 UTC with second precision: truncated, as upstream's
+/// `metav1.Now()` is written, so that no timestamp is ahead of the clock.
+/// Every write stamps one (managedFields, conditions); a thread formats
+/// each second once.
 pub fn now() -> String {
-    jiff::Timestamp::now()
-        .round(jiff::Unit::Second)
-        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
-        .unwrap_or_else(|_| {
-            jiff::Timestamp::now()
-                .strftime("%Y-%m-%dT%H:%M:%SZ")
-                .to_string()
-        })
+    thread_local! {
+        static FORMATTED: std::cell::RefCell<(i64, String)> =
+            const { std::cell::RefCell::new((i64::MIN, String::new())) };
+    }
+    let now = jiff::Timestamp::now();
+    FORMATTED.with_borrow_mut(|(at, text)| {
+        if *at != now.as_second() {
+            *text = rfc3339_second(now);
+            *at = now.as_second();
+        }
+        text.clone()
+    })
+}
+
+/// `t` as RFC 3339 UTC, its fraction of a second dropped.
+fn rfc3339_second(t: jiff::Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 pub fn new_uid() -> String {
@@ -237,6 +249,14 @@ pub fn new_uid() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timestamp_drops_its_fraction_rather_than_rounding_into_the_future() {
+        let t: jiff::Timestamp = "2026-11-28T23:59:31.9Z".parse().unwrap();
+        assert_eq!(rfc3339_second(t), "2026-11-28T23:59:31Z");
+        let stamped: jiff::Timestamp = now().parse().unwrap();
+        assert!(stamped <= jiff::Timestamp::now());
+    }
 
     #[test]
     fn names() {

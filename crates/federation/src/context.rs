@@ -76,11 +76,7 @@ impl Default for Options {
     }
 }
 
-/// The CPUs this process may use (its CPU affinity and cgroup quota), 2
-/// when that cannot be told.
-pub fn usable_cores() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get())
-}
+pub use flotilla_store::usable_cores;
 
 impl Options {
     /// `base`, a stage's concurrency as tuned on 2 cores, for this

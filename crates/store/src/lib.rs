@@ -31,6 +31,14 @@ pub use etcd::{EtcdOptions, EtcdStore};
 pub use packed::Packed;
 pub use sqlite::{PIPELINE_GROUPS_CORES, PIPELINE_GROUPS_FROM, SqliteOptions, SqliteStore};
 
+/// The CPUs this process may use (its CPU affinity and cgroup quota), 2
+/// when that cannot be told; read once. What the store's writer and the
+/// federation controllers size themselves for.
+pub fn usable_cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+}
+
 /// A store revision; the API layer's resourceVersion.
 pub type Revision = i64;
 

@@ -86,11 +86,9 @@ impl Default for SqliteOptions {
 }
 
 /// [`SqliteOptions::pipeline_groups_from`] for the cores this process may
-/// use, read once: a member simulator opens a store per member.
+/// use.
 fn pipeline_groups_from_here() -> usize {
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
-    if cores > PIPELINE_GROUPS_CORES {
+    if crate::usable_cores() > PIPELINE_GROUPS_CORES {
         PIPELINE_GROUPS_FROM
     } else {
         usize::MAX

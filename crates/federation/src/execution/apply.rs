@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use tracing::info;
 
 use super::Execution;
+use super::live::Lean;
 use super::observed::{Presence, is_ours, manifest_digest, member_object, prepare};
 use crate::api::{ResourceIdentifier, Work, annotations, labels};
 use crate::error::{Error, is_not_found};
@@ -168,7 +169,8 @@ pub async fn sync(
 /// set. The answer is read as plain JSON, the form every reader of the live
 /// object here wants (its resourceVersion, its status, whether it holds
 /// what was applied), not decoded into a typed object first and encoded
-/// back: once per copy, that was a few percent of the hub in a burst.
+/// back: once per copy, that was a few percent of the hub in a burst. Its
+/// managedFields are skipped over ([`Lean`]).
 async fn apply_to_member(
     client: &kube::Client,
     url: &str,
@@ -179,7 +181,7 @@ async fn apply_to_member(
     let request = kube::core::Request::new(url)
         .patch(name, &params, &Patch::Apply(applied))
         .map_err(kube::Error::BuildRequest)?;
-    client.request::<Value>(request).await
+    client.request::<Lean>(request).await.map(|Lean(live)| live)
 }
 
 async fn scaled_by_hpa(member: &Member, namespace: &str, kind: &str, name: &str) -> bool {

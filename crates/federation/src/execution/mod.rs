@@ -9,6 +9,7 @@
 
 mod apply;
 pub use apply::identify;
+mod live;
 mod observed;
 
 use std::collections::{HashMap, HashSet};

@@ -25,10 +25,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::api::DynamicObject;
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -36,6 +35,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::debug;
 
+use super::live::LiveObject;
 use crate::api::{Work, annotations, labels};
 use crate::context::Ctx;
 use crate::interpreter;
@@ -326,7 +326,7 @@ impl MemberWatches {
             return w.synced.clone();
         }
         let (tx, rx) = watch::channel(false);
-        let api = Api::<DynamicObject>::all_with(member.client.clone(), ar);
+        let api = Api::<LiveObject>::all_with(member.client.clone(), ar);
         let task = tokio::spawn(
             self.clone()
                 .run_watch(api, cluster.to_string(), ar.clone(), tx),
@@ -344,7 +344,7 @@ impl MemberWatches {
 
     async fn run_watch(
         self: Arc<Self>,
-        api: Api<DynamicObject>,
+        api: Api<LiveObject>,
         cluster: String,
         ar: ApiResource,
         synced: watch::Sender<bool>,
@@ -364,7 +364,8 @@ impl MemberWatches {
                     trust(false);
                     listed = Some(HashSet::new());
                 }
-                Ok(watcher::Event::InitApply(obj)) => {
+                Ok(watcher::Event::InitApply(mut obj)) => {
+                    obj.typed_as(&ar);
                     let key = self.key_of(&cluster, &ar, &obj);
                     if let Some(l) = listed.as_mut() {
                         l.insert(key.object.clone());
@@ -377,7 +378,8 @@ impl MemberWatches {
                     }
                     trust(true);
                 }
-                Ok(watcher::Event::Apply(obj)) => {
+                Ok(watcher::Event::Apply(mut obj)) => {
+                    obj.typed_as(&ar);
                     // Events flow (again, after an error).
                     trust(true);
                     let key = self.key_of(&cluster, &ar, &obj);
@@ -408,14 +410,14 @@ impl MemberWatches {
         self.held.lock().remove(&watch);
     }
 
-    fn observe(&self, key: MemberObject, obj: &DynamicObject) {
+    fn observe(&self, key: MemberObject, obj: &LiveObject) {
         match work_of(obj).filter(|_| is_ours(obj)) {
             Some(work) => self.observe_ours(key, obj, work),
             None => self.observe_foreign(key),
         }
     }
 
-    fn key_of(&self, cluster: &str, ar: &ApiResource, obj: &DynamicObject) -> MemberObject {
+    fn key_of(&self, cluster: &str, ar: &ApiResource, obj: &LiveObject) -> MemberObject {
         member_object(
             cluster,
             &ar.api_version,
@@ -427,7 +429,7 @@ impl MemberWatches {
 
     /// Takes in one event's object; re-queues its Work when the object no
     /// longer holds what the Work says, or its status or health changed.
-    fn observe_ours(&self, key: MemberObject, obj: &DynamicObject, work_key: String) {
+    fn observe_ours(&self, key: MemberObject, obj: &LiveObject, work_key: String) {
         // The echo of an apply `record` already took in: nothing moved.
         // (A Work changed since is reconciled by its own event.)
         if obj.metadata.deletion_timestamp.is_none()
@@ -440,9 +442,7 @@ impl MemberWatches {
         {
             return;
         }
-        let Ok(live) = serde_json::to_value(obj) else {
-            return;
-        };
+        let live = &obj.live;
         let work = self.ctx.works.get_key(&work_key);
         let name = obj.name_any();
         let namespace = obj.namespace().unwrap_or_default();
@@ -451,20 +451,19 @@ impl MemberWatches {
                 let m: Value = serde_json::from_str(raw.get()).ok()?;
                 let same =
                     |p: &str, v: &str| m.pointer(p).and_then(Value::as_str).unwrap_or("") == v;
-                (same("/kind", &obj.types.as_ref()?.kind)
+                (same("/kind", obj.kind())
                     && same("/metadata/name", &name)
                     && (namespace.is_empty() || same("/metadata/namespace", &namespace)))
                 .then_some((raw, m))
             })?;
             let digest = manifest_digest(raw.get());
-            contains(&live, &prepare(&manifest, w, &digest)).then_some(digest)
+            contains(live, &prepare(&manifest, w, &digest)).then_some(digest)
         });
-        let kind = obj.types.as_ref().map_or("", |t| t.kind.as_str());
         let observed = Observed {
             resource_version: obj.metadata.resource_version.as_deref().map(Into::into),
             in_sync_with: in_sync_with.map(Into::into),
-            status: status_text(&live),
-            health: interpreter::health(kind, &live),
+            status: status_text(live),
+            health: interpreter::health(obj.kind(), live),
             work: self.ctx.works.shared_key(&work_key),
         };
         let requeue = {
@@ -498,12 +497,12 @@ impl MemberWatches {
 }
 
 /// Whether a member object is Flotilla's (labelled managed).
-pub fn is_ours(obj: &DynamicObject) -> bool {
+pub fn is_ours(obj: &impl Resource) -> bool {
     obj.labels().get(labels::MANAGED).map(String::as_str) == Some("true")
 }
 
 /// The Work cache's key of the Work a member object was applied from.
-fn work_of(obj: &DynamicObject) -> Option<String> {
+fn work_of(obj: &impl Resource) -> Option<String> {
     let a = obj.annotations();
     Some(packed::key(
         Some(a.get(annotations::WORK_NAMESPACE)?),
