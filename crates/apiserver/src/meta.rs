@@ -210,18 +210,15 @@ pub fn generate_name(prefix: &str) -> String {
     format!("{prefix}{suffix}")
 }
 
-/// A time, as RFC 3339 UTC with second precision.
+/// A time, as RFC 3339 UTC with second precision: its fraction of a
+/// second dropped, as upstream writes a `metav1.Time`, so that no
+/// timestamp is ahead of the clock.
 pub fn format_time(t: jiff::Timestamp) -> String {
-    t.round(jiff::Unit::Second)
-        .unwrap_or(t)
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-/// Now, as RFC 3339 UTC with second precision: truncated, as upstream's
-/// `metav1.Now()` is written, so that no timestamp is ahead of the clock.
-/// Every write stamps one (managedFields, conditions); a thread formats
-/// each second once.
+/// Now, as [`format_time`] writes it. Every write stamps one
+/// (managedFields, conditions); a thread formats each second once.
 pub fn now() -> String {
     thread_local! {
         static FORMATTED: std::cell::RefCell<(i64, String)> =
@@ -230,16 +227,11 @@ pub fn now() -> String {
     let now = jiff::Timestamp::now();
     FORMATTED.with_borrow_mut(|(at, text)| {
         if *at != now.as_second() {
-            *text = rfc3339_second(now);
+            *text = format_time(now);
             *at = now.as_second();
         }
         text.clone()
     })
-}
-
-/// `t` as RFC 3339 UTC, its fraction of a second dropped.
-fn rfc3339_second(t: jiff::Timestamp) -> String {
-    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 pub fn new_uid() -> String {
@@ -253,7 +245,7 @@ mod tests {
     #[test]
     fn a_timestamp_drops_its_fraction_rather_than_rounding_into_the_future() {
         let t: jiff::Timestamp = "2026-11-28T23:59:31.9Z".parse().unwrap();
-        assert_eq!(rfc3339_second(t), "2026-11-28T23:59:31Z");
+        assert_eq!(format_time(t), "2026-11-28T23:59:31Z");
         let stamped: jiff::Timestamp = now().parse().unwrap();
         assert!(stamped <= jiff::Timestamp::now());
     }
