@@ -366,6 +366,32 @@ async fn server_side_apply_tracks_managers_and_conflicts(store: Store) {
         .unwrap_err(),
     );
     assert_eq!(e.code, 422);
+
+    // What an apply makes is validated as a create's object is (only the
+    // managedFields the server computed are left out): a value of the
+    // wrong type is refused, on an object that exists and on a new one,
+    // and nothing is written.
+    for name in ["settings", "fresh"] {
+        let e = status_of(
+            api.patch(
+                name,
+                &apply("carol", true),
+                &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": name}, "data": {"c": 5}})),
+            )
+            .await
+            .unwrap_err(),
+        );
+        assert_eq!(
+            (e.code, e.reason.as_str()),
+            (422, "Invalid"),
+            "{}",
+            e.message
+        );
+    }
+    let settings = api.get("settings").await.unwrap();
+    assert!(!settings.data.unwrap_or_default().contains_key("c"));
+    assert!(api.get_opt("fresh").await.unwrap().is_none());
 }
 
 async fn kubectl_server_side_apply_and_migration_from_client_side(store: Store) {
