@@ -627,10 +627,7 @@ fn validate_computed(
     validation: FieldValidation,
     type_errors: TypeErrors,
 ) -> ApiResult<Vec<String>> {
-    let computed = match objects::meta_mut(obj).get_mut("managedFields") {
-        Some(Value::Array(entries)) => Some(std::mem::take(entries)),
-        _ => None,
-    };
+    let computed = managed::take_entries(obj);
     let result = validate(ctx, obj, validation, type_errors);
     if let Some(entries) = computed {
         objects::meta_mut(obj).insert("managedFields".into(), Value::Array(entries));

@@ -60,6 +60,16 @@ fn managed_fields(obj: &Value) -> &[Value] {
     crate::value::array_at(obj, "/metadata/managedFields")
 }
 
+/// Takes `obj`'s managedFields list out where it lies, leaving an empty
+/// one in its place, so that the list put back keeps its position; None
+/// where there is no list.
+pub fn take_entries(obj: &mut Value) -> Option<Vec<Value>> {
+    match objects::meta_mut(obj).get_mut("managedFields") {
+        Some(Value::Array(entries)) => Some(std::mem::take(entries)),
+        _ => None,
+    }
+}
+
 /// Writes `new` entries, keeping the old time of any entry whose fields
 /// did not change (so a no-op write stays a no-op). `old` were read from
 /// `old_list`, which every write has written in this form: an unchanged
@@ -68,11 +78,7 @@ fn managed_fields(obj: &Value) -> &[Value] {
 /// patch or a status write began as a copy of the stored one).
 fn store_entries(obj: &mut Value, mut new: Vec<Entry>, old: &[Entry], old_list: &[Value]) {
     new.retain(|e| !e.fields.is_empty());
-    // Taken where it lies, so that the list written back keeps its place.
-    let mut own = match objects::meta_mut(obj).get_mut("managedFields") {
-        Some(Value::Array(own)) => std::mem::take(own),
-        _ => Vec::new(),
-    };
+    let mut own = take_entries(obj).unwrap_or_default();
     let mut now = None;
     let list: Vec<Value> = new
         .iter()
