@@ -3,7 +3,10 @@
 //! own data directory and log; the members are joined to the hub (every
 //! third one in Pull mode, through a `flotilla agent`), and one kubeconfig
 //! gets a context per cluster. The fleet's shape and ports are kept in
-//! `fleet.json`, so `flotilla up` again resumes the same fleet.
+//! `fleet.json`, so `flotilla up` again resumes the same fleet. A new
+//! fleet's servers listen on ports the OS chooses as they bind (a port
+//! picked beforehand could be taken by anything in between), learned
+//! from the kubeconfig each writes, and kept from then on.
 //!
 //! Children run in their own process group, so Ctrl-C reaches only `up`,
 //! which stops them in order (agents, hub, members) by closing their
@@ -64,6 +67,9 @@ const REGIONS: [&str; 6] = [
 /// How long a process may take to answer, and the clusters to turn Ready.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// A port not yet chosen: the server binds port 0 and the OS chooses.
+const UNCHOSEN_PORT: u16 = 0;
+
 /// The format of `fleet.json` this build writes and reads; files from
 /// before the field existed are this format.
 const SHAPE_FORMAT: u32 = 1;
@@ -113,11 +119,6 @@ impl MemberShape {
     }
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
-    Ok(listener.local_addr()?.port())
-}
-
 impl Shape {
     fn new(
         members: u16,
@@ -144,7 +145,7 @@ impl Shape {
                     name: format!("member{i}"),
                     region: REGIONS[usize::from(i - 1) % REGIONS.len()].to_string(),
                     pull: i % 3 == 0,
-                    port: free_port()?,
+                    port: UNCHOSEN_PORT,
                     pod_cidr: pod,
                     service_cidr: service,
                 })
@@ -152,12 +153,18 @@ impl Shape {
             .collect::<anyhow::Result<_>>()?;
         Ok(Shape {
             format: SHAPE_FORMAT,
-            hub_port: free_port()?,
+            hub_port: UNCHOSEN_PORT,
             members,
             runtime: runtime.to_string(),
             underlay,
             overlapping,
         })
+    }
+
+    fn save(&self, path: &Path) -> anyhow::Result<()> {
+        let text = serde_json::to_string_pretty(self)?;
+        kubeconfig::write_atomically(path, &text)
+            .with_context(|| format!("cannot write {}", path.display()))
     }
 
     fn load(path: &Path) -> anyhow::Result<Option<Shape>> {
@@ -179,10 +186,11 @@ impl Shape {
         Ok(Some(shape))
     }
 
-    /// Every port the fleet listens on, with whose it is.
+    /// Every port the fleet has listened on, with whose it is.
     fn ports(&self) -> Vec<(u16, String)> {
         std::iter::once((self.hub_port, "the control plane".to_string()))
             .chain(self.members.iter().map(|m| (m.port, m.name.clone())))
+            .filter(|(port, _)| *port != UNCHOSEN_PORT)
             .collect()
     }
 }
@@ -289,6 +297,18 @@ async fn wait_for_file(process: &mut Process, path: &Path) -> anyhow::Result<()>
     Ok(())
 }
 
+/// The port of the server a kubeconfig it wrote points at.
+fn served_port(kubeconfig: &Path) -> anyhow::Result<u16> {
+    let config = kube::config::Kubeconfig::read_from(kubeconfig)
+        .with_context(|| format!("cannot read {}", kubeconfig.display()))?;
+    let server = kubeconfig::target_of(&config)?.server;
+    server
+        .parse::<http::Uri>()
+        .ok()
+        .and_then(|uri| uri.port_u16())
+        .with_context(|| format!("{} names no port in {server:?}", kubeconfig.display()))
+}
+
 /// A member's zones: two per region.
 fn zones(region: &str) -> String {
     format!("{region}-a,{region}-b")
@@ -325,7 +345,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         )
     })?;
     let shape_path = dir.join("fleet.json");
-    let (shape, resumed) = match Shape::load(&shape_path)? {
+    let (mut shape, resumed) = match Shape::load(&shape_path)? {
         Some(shape) => {
             if let Some(n) = args.members
                 && usize::from(n) != shape.members.len()
@@ -376,9 +396,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
                 underlay,
                 args.overlapping_cidrs,
             )?;
-            let text = serde_json::to_string_pretty(&shape)?;
-            std::fs::write(&shape_path, text)
-                .with_context(|| format!("cannot write {}", shape_path.display()))?;
+            shape.save(&shape_path)?;
             (shape, false)
         }
     };
@@ -395,7 +413,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         processes: Vec::new(),
     };
     let started = tokio::select! {
-        r = start(&dir, &shape, &kubeconfig_path, &mut fleet) => r,
+        r = start(&dir, &mut shape, &shape_path, &kubeconfig_path, &mut fleet) => r,
         _ = shutdown_signal() => Err(anyhow::anyhow!("interrupted while starting")),
     };
     if let Err(e) = started {
@@ -440,7 +458,8 @@ async fn watch(fleet: &mut Fleet) -> anyhow::Error {
 
 async fn start(
     dir: &Path,
-    shape: &Shape,
+    shape: &mut Shape,
+    shape_path: &Path,
     kubeconfig_path: &Path,
     fleet: &mut Fleet,
 ) -> anyhow::Result<()> {
@@ -502,9 +521,10 @@ async fn start(
         )?);
         progress(&m.name, "starting", &format!("{} ({})", m.region, m.mode()));
     }
-    for (i, m) in shape.members.iter().enumerate() {
+    for (i, m) in shape.members.iter_mut().enumerate() {
         let kubeconfig = dir.join(&m.name).join("kubeconfig");
         wait_for_file(&mut fleet.processes[i], &kubeconfig).await?;
+        m.port = served_port(&kubeconfig)?;
         progress(&m.name, "ready", &format!("https://127.0.0.1:{}", m.port));
     }
 
@@ -526,6 +546,9 @@ async fn start(
     let answered = wait_for_file(&mut hub_process, &hub_kubeconfig).await;
     fleet.processes.push(hub_process);
     answered?;
+    shape.hub_port = served_port(&hub_kubeconfig)?;
+    // Every port is known now: kept for the next start.
+    shape.save(shape_path)?;
     progress(
         "control plane",
         "ready",

@@ -40,6 +40,26 @@ impl Up {
         std::fs::read_to_string(&self.out).unwrap_or_default()
     }
 
+    /// Waits until it says the fleet is ready; fails at once, with what it
+    /// printed, if it exits first.
+    fn wait_ready(&mut self) {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let output = self.output();
+            if output.contains("The fleet is ready") {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("flotilla up exited ({status}) before the fleet was ready:\n{output}");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for the fleet to be ready:\n{output}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     fn signal(&self, signal: &str) {
         let pid = self.child.id().to_string();
         assert!(
@@ -116,10 +136,8 @@ fn ok(kubeconfig: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn ready_fleet(up: &Up, kubeconfig: &Path) {
-    wait_for(WAIT, "the fleet to be ready", || {
-        up.output().contains("The fleet is ready")
-    });
+fn ready_fleet(up: &mut Up, kubeconfig: &Path) {
+    up.wait_ready();
     let clusters = ok(kubeconfig, &["get", "clusters"]);
     for line in ["member1", "member2", "member3"] {
         let row = clusters
@@ -137,7 +155,7 @@ fn up_starts_a_fleet_that_stops_on_ctrl_c_and_resumes() {
     let dir = tmp.path().join("fleet");
     let kubeconfig = dir.join("kubeconfig");
     let mut up = Up::start(&dir);
-    ready_fleet(&up, &kubeconfig);
+    ready_fleet(&mut up, &kubeconfig);
     let output = up.output();
     assert_has(
         &output,
@@ -171,6 +189,26 @@ fn up_starts_a_fleet_that_stops_on_ctrl_c_and_resumes() {
     std::fs::write(&f, cm).unwrap();
     ok(&kubeconfig, &["apply", "-f", f.to_str().unwrap()]);
 
+    // The ports the OS chose at the first start are kept in fleet.json.
+    let servers = ok(
+        &kubeconfig,
+        &[
+            "config",
+            "view",
+            "-o",
+            "jsonpath={.clusters[*].cluster.server}",
+        ],
+    );
+    let shape = std::fs::read_to_string(dir.join("fleet.json")).unwrap();
+    for server in servers.split_whitespace() {
+        let port = server.rsplit(':').next().unwrap();
+        assert!(
+            shape.contains(&format!("\"port\": {port}"))
+                || shape.contains(&format!("\"hub_port\": {port}")),
+            "{server} not kept in:\n{shape}"
+        );
+    }
+
     // Ctrl-C: everything stops.
     up.signal("-INT");
     assert!(up.wait().success(), "{}", up.output());
@@ -185,8 +223,21 @@ fn up_starts_a_fleet_that_stops_on_ctrl_c_and_resumes() {
 
     // Again: the same fleet, resumed.
     let mut again = Up::start(&dir);
-    ready_fleet(&again, &kubeconfig);
+    ready_fleet(&mut again, &kubeconfig);
     assert_has(&again.output(), &["resuming the fleet"]);
+    assert_eq!(
+        ok(
+            &kubeconfig,
+            &[
+                "config",
+                "view",
+                "-o",
+                "jsonpath={.clusters[*].cluster.server}"
+            ],
+        ),
+        servers,
+        "the servers moved on resume"
+    );
     assert_eq!(
         ok(
             &kubeconfig,
@@ -323,8 +374,8 @@ fn the_readme_walkthrough_plans_places_and_explains() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("fleet");
     let kubeconfig = dir.join("kubeconfig");
-    let up = Up::start(&dir);
-    ready_fleet(&up, &kubeconfig);
+    let mut up = Up::start(&dir);
+    ready_fleet(&mut up, &kubeconfig);
     let manifests = tmp.path().join("web.yaml");
     std::fs::write(&manifests, WALKTHROUGH).unwrap();
     let file = manifests.to_str().unwrap();
@@ -580,9 +631,7 @@ fn up_with_the_netns_runtime_runs_pods_that_answer() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("fleet");
     let mut up = Up::start_with(&dir, &["--runtime", "netns", "--members", "2"]);
-    wait_for(WAIT, "the fleet to be ready", || {
-        up.output().contains("The fleet is ready")
-    });
+    up.wait_ready();
     let kubeconfig = dir.join("kubeconfig");
     ok(
         &kubeconfig,
