@@ -309,10 +309,13 @@ fn web_replicas(fleet: &Fleet, member: &str) -> String {
 /// divides a FederatedDeployment's replicas by weight within bounds.
 #[test]
 fn kubefed_clusters_select_and_a_replica_scheduling_preference_divides_replicas() {
+    // The default failure threshold: a member that stalls past the short
+    // one on a loaded machine would turn NotReady, and a division planned
+    // meanwhile rightly stays without `rebalance` (KubeFed's semantics).
     let fleet = Fleet::with_args(
         &[("cluster-a", "us-east"), ("cluster-b", "eu-west")],
         &[],
-        &["--frontends", "kubefed"],
+        &["--frontends", "kubefed", "--cluster-failure-threshold", "30s"],
     );
     let kfc = |name: &str, path: &str| {
         fleet.jsonpath_hub(

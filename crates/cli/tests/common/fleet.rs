@@ -36,9 +36,15 @@ impl Fleet {
         Fleet::with_args(members, member_args, &[])
     }
 
-    /// As `new`, with extra flags for every member and for the hub.
+    /// As `new`, with extra flags for every member and for the hub (a
+    /// threshold among them replaces the short one).
     pub fn with_args(members: &[(&str, &str)], member_args: &[&str], hub_args: &[&str]) -> Fleet {
-        let mut args = SHORT_THRESHOLDS.to_vec();
+        let mut args: Vec<&str> = SHORT_THRESHOLDS
+            .chunks(2)
+            .filter(|flag| !hub_args.contains(&flag[0]))
+            .flatten()
+            .copied()
+            .collect();
         args.extend_from_slice(hub_args);
         let hub = Server::controlplane(&args);
         let mut fleet = Fleet {
