@@ -612,7 +612,8 @@ fn validate(
             causes,
         ));
     }
-    let warnings = objects::apply_schema(r, obj, validation, type_errors)?;
+    let scope = WriteScope::of(ctx.subresource.as_deref());
+    let warnings = objects::apply_schema(r, obj, validation, type_errors, scope)?;
     crate::crd::validate(r, obj)?;
     Ok(warnings)
 }

@@ -220,6 +220,7 @@ pub fn apply_schema(
     obj: &mut Value,
     validation: FieldValidation,
     type_errors: TypeErrors,
+    scope: WriteScope,
 ) -> ApiResult<Vec<String>> {
     let name = meta_str(obj, "name").to_string();
     let outcome = match &r.schema {
@@ -252,7 +253,19 @@ pub fn apply_schema(
             let resolve =
                 |reference: &str| -> Option<&Value> { openapi::resolve_builtin(reference) };
             let mut walker = Walker::new(&resolve, true);
-            walker.walk_root(obj, schema);
+            // A write of the status subresource keeps nothing of the
+            // request but its status: only that is checked against the
+            // schema, as apiextensions-apiserver's status validator does.
+            let status_schema = (scope == WriteScope::Status)
+                .then(|| schema.pointer("/properties/status"))
+                .flatten();
+            match (status_schema, obj.get_mut("status")) {
+                (Some(status_schema), Some(status)) => {
+                    walker.walk_field(status, status_schema, "status")
+                }
+                (Some(_), None) => {}
+                (None, _) => walker.walk_root(obj, schema),
+            }
             walker.outcome
         }
     };
@@ -326,8 +339,6 @@ pub fn prepare_create(r: &ResourceInfo, obj: &mut Value) {
     crate::kinds::strategy(r).prepare_create(obj);
 }
 
-/// Carries server-owned fields from `old` into an update and bumps the
-/// generation on spec changes. `status_only` is a write through `/status`.
 /// Which part of an object a write may change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriteScope {
@@ -406,6 +417,8 @@ fn same_outside_status(new: &Value, old: &Value) -> bool {
     metadata_same && same_except(new, old, &["status", "metadata"])
 }
 
+/// Carries server-owned fields from `old` into an update, and what
+/// `scope` may not change, and bumps the generation on spec changes.
 pub fn prepare_update(r: &ResourceInfo, obj: &mut Value, old: &Value, scope: WriteScope) {
     match scope {
         // A status writer (a patch above all) mostly sends the rest as it

@@ -116,6 +116,11 @@ impl<'a> Walker<'a> {
         self.walk(value, schema, "", true);
     }
 
+    /// Walks one field of the root (`status`), named `field` in causes.
+    pub fn walk_field(&mut self, value: &mut Value, schema: &'a Value, field: &str) {
+        self.walk(value, schema, field, false);
+    }
+
     fn walk(&mut self, value: &mut Value, schema: &'a Value, path: &str, root: bool) {
         let schema = self.deref(schema);
         let preserve = schema

@@ -315,7 +315,12 @@ fn kubefed_clusters_select_and_a_replica_scheduling_preference_divides_replicas(
     let fleet = Fleet::with_args(
         &[("cluster-a", "us-east"), ("cluster-b", "eu-west")],
         &[],
-        &["--frontends", "kubefed", "--cluster-failure-threshold", "30s"],
+        &[
+            "--frontends",
+            "kubefed",
+            "--cluster-failure-threshold",
+            "30s",
+        ],
     );
     let kfc = |name: &str, path: &str| {
         fleet.jsonpath_hub(

@@ -179,6 +179,38 @@ async fn custom_resources_get_the_subresources_their_crd_declares(store: Store) 
         .await
         .unwrap();
 
+    // A status write keeps only the status, and only the status is held
+    // to the schema (apiextensions-apiserver's status validator): a wrong
+    // spec alongside is dropped, a wrong status refused.
+    pools
+        .patch_status(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"size": "many"}, "status": {"selector": "app=pool"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(pools.get("p").await.unwrap().data["spec"]["size"], json!(2));
+    let refused = pools
+        .patch_status(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"size": "many"}})),
+        )
+        .await
+        .unwrap_err();
+    match refused {
+        kube::Error::Api(e) => {
+            assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"), "{e:?}");
+            assert!(e.message.contains("status.size"), "{}", e.message);
+        }
+        other => panic!("expected 422, got {other:?}"),
+    }
+    assert_eq!(
+        pools.get("p").await.unwrap().data["status"]["size"],
+        json!(2)
+    );
+
     let scale: Scale = pools.get_scale("p").await.unwrap();
     assert_eq!(scale.spec.as_ref().unwrap().replicas, Some(2));
     let status = scale.status.unwrap();
