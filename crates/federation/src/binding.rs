@@ -116,11 +116,17 @@ pub fn work_keys(binding: &Binding) -> Vec<String> {
         .spec
         .clusters
         .iter()
-        .map(|t| packed::key(Some(&Cluster::execution_namespace(&t.name)), &name))
+        .map(|t| work_key(&name, &t.name))
         .collect()
 }
 
-fn work_name(binding: &Binding) -> String {
+/// The Work cache's key of the Work named `work_name` for `cluster`.
+pub fn work_key(work_name: &str, cluster: &str) -> String {
+    packed::key(Some(&Cluster::execution_namespace(cluster)), work_name)
+}
+
+/// The name of every Work of a binding (one per cluster's namespace).
+pub fn work_name(binding: &Binding) -> String {
     let r = &binding.spec.resource;
     names::work_name(&r.kind, &r.namespace, &r.name)
 }

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use tracing::debug;
 
 use crate::api::{AggregatedStatusItem, Binding, Scope, Work, WorkStatus, annotations};
-use crate::binding::{binding_api, template, template_api, work_keys};
+use crate::binding::{binding_api, template, template_api, work_key, work_keys, work_name};
 use crate::conditions;
 use crate::context::Ctx;
 use crate::error::{Error, is_not_found};
@@ -77,9 +77,9 @@ struct Waiting {
 }
 
 struct Waits {
-    /// The binding's Work keys when this was recorded: another placement
-    /// is read whole again.
-    keys: u64,
+    /// The binding's placement when this was recorded
+    /// ([`placement_of`]): another placement is read whole again.
+    placement: u64,
     /// The Work (index into the keys) the next look starts from.
     next: usize,
     /// When the earliest grace found by the last full read ends: no later
@@ -89,9 +89,18 @@ struct Waits {
     until: Timestamp,
 }
 
-fn keys_digest(keys: &[String]) -> u64 {
+/// What a binding's Work keys follow, told without making them: the
+/// binding (uid) and its spec (generation), which holds the template and
+/// the target clusters. A binding comes back at each report of one of
+/// its Works; making all its keys each time was quadratic in its
+/// clusters. Without a generation (a server that sets none), the keys.
+fn placement_of(binding: &Binding) -> u64 {
     use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
-    BuildHasherDefault::<DefaultHasher>::default().hash_one(keys)
+    let hasher = BuildHasherDefault::<DefaultHasher>::default();
+    match binding.metadata.generation {
+        Some(generation) => hasher.hash_one((binding.metadata.uid.as_deref(), generation)),
+        None => hasher.hash_one(work_keys(binding)),
+    }
 }
 
 impl Waiting {
@@ -101,32 +110,30 @@ impl Waiting {
         }
     }
 
-    /// How much longer `binding` waits, if a Work of `keys` is still
-    /// untried within its grace: looked for from where the last look
-    /// stopped, one decode at a time. None: read every Work again.
+    /// How much longer `binding` waits, if one of its `works` (read by
+    /// index) is still untried within its grace: looked for from where the
+    /// last look stopped, one decode at a time. None: read every Work
+    /// again.
     fn still(
         &self,
         binding: &str,
-        keys: &[String],
-        read: impl Fn(&str) -> Option<Arc<StatusOfWork>>,
+        placement: u64,
+        works: usize,
+        read: impl Fn(usize) -> Option<Arc<StatusOfWork>>,
         binding_created: Option<Timestamp>,
         now: Timestamp,
     ) -> Option<Duration> {
         let (next, until) = {
             let bindings = self.bindings.lock();
             let w = bindings.get(binding)?;
-            (w.keys == keys_digest(keys)).then_some((w.next, w.until))?
+            (w.placement == placement).then_some((w.next, w.until))?
         };
         if crate::time::until(now, until).is_zero() {
             return None;
         }
-        let n = keys.len();
-        let (found, left) = (0..n).map(|i| (next + i) % n).find_map(|i| {
-            Some((
-                i,
-                waits_for(read(&keys[i]).as_deref(), binding_created, now)?,
-            ))
-        })?;
+        let (found, left) = (0..works)
+            .map(|i| (next + i) % works)
+            .find_map(|i| Some((i, waits_for(read(i).as_deref(), binding_created, now)?)))?;
         let left = left.min(crate::time::until(now, until));
         if let Some(w) = self.bindings.lock().get_mut(binding) {
             w.next = found;
@@ -134,13 +141,13 @@ impl Waiting {
         Some(left)
     }
 
-    fn wait(&self, binding: &str, keys: &[String], next: usize, wait: Duration, now: Timestamp) {
+    fn wait(&self, binding: &str, placement: u64, next: usize, wait: Duration, now: Timestamp) {
         let mut bindings = self.bindings.lock();
         if bindings.len() >= WAITING_BINDINGS && !bindings.contains_key(binding) {
             bindings.clear();
         }
         let waits = Waits {
-            keys: keys_digest(keys),
+            placement,
             next,
             until: crate::time::after(now, wait),
         };
@@ -297,12 +304,12 @@ async fn reconcile(
     memo: Arc<Memo<StatusOfWork>>,
     waiting: Arc<Waiting>,
 ) -> Result<Next, Error> {
-    let keys = work_keys(&binding);
+    let targets = &binding.spec.clusters;
     let binding_key = packed::key(binding.namespace().as_deref(), &binding.name_any());
-    let memo = (keys.len() >= MEMO_FROM_TARGETS).then_some(&*memo);
+    let memo = (targets.len() >= MEMO_FROM_TARGETS).then_some(&*memo);
     let forget = || {
         if let Some(memo) = memo {
-            keys.iter().for_each(|k| memo.forget(k));
+            work_keys(&binding).iter().for_each(|k| memo.forget(k));
         }
     };
     if binding.metadata.deletion_timestamp.is_some() {
@@ -322,14 +329,27 @@ async fn reconcile(
     });
     let binding_created = binding.metadata.creation_timestamp.as_ref().map(|t| t.0);
     let now = Timestamp::now();
-    if !claims_applied
-        && let Some(wait) = waiting.still(&binding_key, &keys, read, binding_created, now)
-    {
-        return Ok(Some(wait));
+    let placement = placement_of(&binding);
+    if !claims_applied {
+        // Only the Work looked at gets its key made.
+        let name = work_name(&binding);
+        let read_at = |i: usize| read(&work_key(&name, &targets[i].name));
+        let still = waiting.still(
+            &binding_key,
+            placement,
+            targets.len(),
+            read_at,
+            binding_created,
+            now,
+        );
+        if let Some(wait) = still {
+            return Ok(Some(wait));
+        }
     }
-    let works: Vec<Option<Arc<StatusOfWork>>> = keys.iter().map(|k| read(k)).collect();
+    let works: Vec<Option<Arc<StatusOfWork>>> =
+        work_keys(&binding).iter().map(|k| read(k)).collect();
     if !claims_applied && let Some((first, wait)) = pending_wait(&works, binding_created, now) {
-        waiting.wait(&binding_key, &keys, first, wait, now);
+        waiting.wait(&binding_key, placement, first, wait, now);
         return Ok(Some(wait));
     }
     waiting.done(&binding_key);
@@ -495,6 +515,28 @@ mod tests {
     }
 
     #[test]
+    fn a_placement_is_told_apart_by_its_binding_and_spec() {
+        let binding = |uid: &str, generation: Option<i64>, clusters: &[&str]| -> Binding {
+            serde_json::from_value(json!({
+                "metadata": {"name": "web-deployment", "namespace": "default",
+                             "uid": uid, "generation": generation},
+                "spec": {"resource": {"apiVersion": "apps/v1", "kind": "Deployment",
+                                      "namespace": "default", "name": "web"},
+                         "clusters": clusters.iter().map(|c| json!({"name": c})).collect::<Vec<_>>()},
+            }))
+            .unwrap()
+        };
+        let first = placement_of(&binding("u1", Some(2), &["m1", "m2"]));
+        assert_eq!(first, placement_of(&binding("u1", Some(2), &["m1", "m2"])));
+        assert_ne!(first, placement_of(&binding("u1", Some(3), &["m1", "m3"])));
+        assert_ne!(first, placement_of(&binding("u2", Some(2), &["m1", "m2"])));
+        // Without a generation, the clusters themselves.
+        let a = placement_of(&binding("u1", None, &["m1", "m2"]));
+        assert_eq!(a, placement_of(&binding("u1", None, &["m1", "m2"])));
+        assert_ne!(a, placement_of(&binding("u1", None, &["m1", "m3"])));
+    }
+
+    #[test]
     fn a_binding_waiting_on_an_untried_work_looks_at_one_work_at_a_time_until_all_are_tried() {
         let now: Timestamp = "2026-11-27T10:00:30Z".parse().unwrap();
         let binding_created = Some("2026-11-27T10:00:00Z".parse().unwrap());
@@ -512,9 +554,12 @@ mod tests {
         let (first, wait) = pending_wait(&works, binding_created, now).unwrap();
         assert_eq!((first, wait), (1, Duration::from_secs(10)));
         let waiting = Waiting::new();
-        waiting.wait("ns/rb", &keys, first, wait, now);
+        let placement = 1;
+        waiting.wait("ns/rb", placement, first, wait, now);
         let later: Timestamp = "2026-11-27T10:00:32Z".parse().unwrap();
-        let still = |at| waiting.still("ns/rb", &keys, read, binding_created, at);
+        let read_at = |i: usize| read(&keys[i]);
+        let still =
+            |at| waiting.still("ns/rb", placement, keys.len(), read_at, binding_created, at);
         // b still untried: the wait's end stands, read from b alone.
         assert_eq!(still(later), Some(Duration::from_secs(8)));
         // b tried: c still waits, and the wait never ends later than the
@@ -533,9 +578,16 @@ mod tests {
             .borrow_mut()
             .insert("c", work("2026-11-27T10:00:20Z", Value::Null));
         assert!(still(later).is_some());
-        let other: Vec<String> = ["a", "b", "d"].map(String::from).into();
+        let other_placement = 2;
         assert_eq!(
-            waiting.still("ns/rb", &other, read, binding_created, later),
+            waiting.still(
+                "ns/rb",
+                other_placement,
+                keys.len(),
+                read_at,
+                binding_created,
+                later
+            ),
             None
         );
         assert_eq!(still("2026-11-27T10:00:40Z".parse().unwrap()), None);
