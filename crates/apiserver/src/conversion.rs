@@ -149,6 +149,11 @@ fn hpa_v2_to_v1(obj: &mut Value) {
         let conditions = status.as_object_mut().and_then(|s| s.remove("conditions"));
         if let Some(s) = status.as_object_mut() {
             s.remove("currentMetrics");
+            // v1 always writes both counts (v2 leaves a zero
+            // `currentReplicas` out); clients' v1 models require them.
+            for count in ["currentReplicas", "desiredReplicas"] {
+                s.entry(count).or_insert(json!(0));
+            }
             let cpu = current.iter().find_map(|m| {
                 (m.pointer("/type").and_then(Value::as_str) == Some("Resource")
                     && m.pointer("/resource/name").and_then(Value::as_str) == Some("cpu"))

@@ -336,7 +336,13 @@ pub fn prepare_create(r: &ResourceInfo, obj: &mut Value) {
     if r.uses_generation {
         m.insert("generation".into(), json!(1));
     }
-    crate::kinds::strategy(r).prepare_create(obj);
+    let strategy = crate::kinds::strategy(r);
+    if let Some(status) = strategy.initial_status(obj)
+        && let Some(o) = obj.as_object_mut()
+    {
+        o.insert("status".into(), status);
+    }
+    strategy.prepare_create(obj);
 }
 
 /// Which part of an object a write may change.

@@ -81,7 +81,16 @@ pub async fn serve(
     };
     let mut streams = Vec::new();
     for port in &ports {
-        streams.push(kubelet.port_forward(&target, *port).await?);
+        match kubelet.port_forward(&target, *port).await {
+            Ok(stream) => streams.push(Ok(stream)),
+            // Nothing listens on the port: said on its error channel, as
+            // the kubelet does, and the other ports are forwarded.
+            Err(e) if e.code == http::StatusCode::INTERNAL_SERVER_ERROR => {
+                streams.push(Err(e.message))
+            }
+            // The pod cannot be reached at all.
+            Err(e) => return Err(e),
+        }
     }
     Ok(upgrade
         .protocols(PROTOCOLS)
@@ -91,15 +100,31 @@ pub async fn serve(
             let mut writers = Vec::new();
             for (i, (stream, port)) in streams.into_iter().zip(ports.iter()).enumerate() {
                 let data = (2 * i) as u8;
-                let (mut read, write) = tokio::io::split(stream);
-                writers.push(write);
                 let tx = tx.clone();
                 let port = port.to_le_bytes();
+                let headers = [data, data + 1]
+                    .map(|ch| Message::Binary(Bytes::from(vec![ch, port[0], port[1]])));
+                let (mut read, write) = match stream {
+                    Ok(stream) => tokio::io::split(stream),
+                    Err(message) => {
+                        writers.push(None);
+                        let mut failed = vec![data + 1];
+                        failed.extend_from_slice(message.as_bytes());
+                        tokio::spawn(async move {
+                            for m in headers
+                                .into_iter()
+                                .chain([Message::Binary(Bytes::from(failed))])
+                            {
+                                let _ = tx.send(m).await;
+                            }
+                        });
+                        continue;
+                    }
+                };
+                writers.push(Some(write));
                 tokio::spawn(async move {
-                    for ch in [data, data + 1] {
-                        let _ = tx
-                            .send(Message::Binary(Bytes::from(vec![ch, port[0], port[1]])))
-                            .await;
+                    for m in headers {
+                        let _ = tx.send(m).await;
                     }
                     let mut buf = vec![0u8; 32 * 1024];
                     while let Ok(n) = read.read(&mut buf).await {
@@ -128,7 +153,7 @@ pub async fn serve(
                         continue;
                     };
                     if ch % 2 == 0
-                        && let Some(w) = writers.get_mut(usize::from(ch / 2))
+                        && let Some(Some(w)) = writers.get_mut(usize::from(ch / 2))
                     {
                         let _ = w.write_all(payload).await;
                     }

@@ -130,6 +130,9 @@ enum Command {
     Standin {
         #[arg(long = "port")]
         ports: Vec<u16>,
+        /// The well-known image's page `/` answers (nginx, httpd).
+        #[arg(long)]
+        page: Option<flotilla_member::runtime::netns::images::Page>,
     },
 }
 
@@ -190,9 +193,11 @@ fn main() -> std::process::ExitCode {
             Command::Token(t) => token::run(t).await,
             Command::Kubeconfig(cmd) => users::run(cmd).await,
             Command::Store(cmd) => store_migrate::run(cmd).await,
-            Command::Standin { ports } => flotilla_member::runtime::netns::standin::serve(ports)
-                .await
-                .map_err(anyhow::Error::from),
+            Command::Standin { ports, page } => {
+                flotilla_member::runtime::netns::standin::serve(ports, page)
+                    .await
+                    .map_err(anyhow::Error::from)
+            }
             Command::ContainerShim { .. } => Ok(()),
         }
     });

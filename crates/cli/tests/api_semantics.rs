@@ -594,3 +594,82 @@ async fn namespace_defaults_pod_status_and_delete_answers() {
         .expect("a deleted ConfigMap answers a Status");
     assert_eq!(status.details.unwrap().name, "c1");
 }
+
+/// A new object answers the status upstream answers before any controller
+/// wrote one (Go always writes some of its status fields), whatever
+/// status the client sent; clients read it (the official Python client's
+/// own tests expect a Service's create to answer a status).
+#[tokio::test]
+async fn new_objects_answer_upstreams_first_status() {
+    let s = Server::start();
+    let c = s.client().await;
+    let template = json!({"metadata": {"labels": {"app": "a"}},
+                          "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
+    let selector = json!({"matchLabels": {"app": "a"}});
+    let cases = [
+        (
+            "/apis/apps/v1/namespaces/default/deployments",
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+                "spec": {"selector": selector, "template": template}, "status": {"replicas": 5}}),
+            json!({}),
+        ),
+        (
+            "/apis/apps/v1/namespaces/default/replicasets",
+            json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "rs"},
+                "spec": {"selector": selector, "template": template}}),
+            json!({"replicas": 0}),
+        ),
+        (
+            "/apis/apps/v1/namespaces/default/statefulsets",
+            json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "ss"},
+                "spec": {"serviceName": "ss", "selector": selector, "template": template}}),
+            json!({"replicas": 0, "availableReplicas": 0}),
+        ),
+        (
+            "/apis/apps/v1/namespaces/default/daemonsets",
+            json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "ds"},
+                "spec": {"selector": selector, "template": template}}),
+            json!({"currentNumberScheduled": 0, "numberMisscheduled": 0,
+                "desiredNumberScheduled": 0, "numberReady": 0}),
+        ),
+        (
+            "/api/v1/namespaces/default/services",
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc"},
+                "spec": {"ports": [{"port": 80}]}}),
+            json!({"loadBalancer": {}}),
+        ),
+        (
+            "/apis/networking.k8s.io/v1/namespaces/default/ingresses",
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "in"},
+                "spec": {"defaultBackend": {"service": {"name": "svc", "port": {"number": 80}}}}}),
+            json!({"loadBalancer": {}}),
+        ),
+        (
+            "/api/v1/namespaces/default/persistentvolumeclaims",
+            json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "pvc"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+            json!({"phase": "Pending"}),
+        ),
+        (
+            "/apis/autoscaling/v1/namespaces/default/horizontalpodautoscalers",
+            json!({"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "h"},
+                "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d"},
+                         "maxReplicas": 3}}),
+            json!({"currentReplicas": 0, "desiredReplicas": 0}),
+        ),
+    ];
+    for (path, body, want) in cases {
+        let req = http::Request::post(path)
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&body).unwrap())
+            .unwrap();
+        let created: serde_json::Value =
+            serde_json::from_str(&c.request_text(req).await.unwrap()).unwrap();
+        assert_eq!(created["status"], want, "created at {path}");
+        let name = body["metadata"]["name"].as_str().unwrap();
+        let read = get_raw(&c, &format!("{path}/{name}"), "application/json")
+            .await
+            .unwrap();
+        assert_eq!(read["status"], want, "read at {path}");
+    }
+}

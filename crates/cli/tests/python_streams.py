@@ -23,7 +23,15 @@ resp.run_forever(timeout=10)
 assert resp.returncode == 4, resp.returncode
 assert "got:hello" in resp.read_all(), "stdin reaches the command"
 
-pf = portforward(v1.connect_get_namespaced_pod_portforward, "web", "default", ports="80")
+# A port nothing listens on is told on its own error channel; the
+# request's other port is forwarded all the same.
+pf = portforward(v1.connect_get_namespaced_pod_portforward, "web", "default", ports="80,9999")
+assert pf.connected
+closed = pf.socket(9999)
+closed.setblocking(True)
+assert closed.recv(1024) == b"", "the unreachable port's socket ends"
+assert "error forwarding port 9999" in (pf.error(9999) or ""), pf.error(9999)
+closed.close()
 sock = pf.socket(80)
 sock.setblocking(True)
 sock.sendall(b"GET /via-portforward HTTP/1.1\r\nHost: web\r\nConnection: close\r\n\r\n")

@@ -113,6 +113,15 @@ impl Strategy for HorizontalPodAutoscalers {
         defaults::horizontal_pod_autoscaler(obj);
     }
 
+    /// v1 always writes both counts, v2 only the desired one (`conversion.rs`
+    /// adds the other to v1's view of a v2 object).
+    fn initial_status(&self, obj: &Value) -> Option<Value> {
+        Some(match obj.get("apiVersion").and_then(Value::as_str) {
+            Some("autoscaling/v1") => json!({"currentReplicas": 0, "desiredReplicas": 0}),
+            _ => json!({"desiredReplicas": 0}),
+        })
+    }
+
     fn columns(&self) -> Option<Vec<Column>> {
         Some(vec![
             NAME,

@@ -1,6 +1,7 @@
 //! Core kinds whose behaviour is their field selectors, what their
-//! deletion answers and `kubectl get`'s columns: ServiceAccounts, Events,
-//! Nodes, PersistentVolumeClaims, ComponentStatuses, ResourceQuotas.
+//! deletion answers, their first status and `kubectl get`'s columns:
+//! ServiceAccounts, Events, Nodes, PersistentVolumes and their claims,
+//! ComponentStatuses, ResourceQuotas.
 
 use super::Strategy;
 use crate::table::prelude::*;
@@ -159,11 +160,27 @@ impl Strategy for Nodes {
     }
 }
 
+pub struct PersistentVolumes;
+
+impl Strategy for PersistentVolumes {
+    fn returns_deleted_object(&self) -> bool {
+        true
+    }
+
+    fn initial_status(&self, _obj: &Value) -> Option<Value> {
+        Some(json!({"phase": "Pending"}))
+    }
+}
+
 pub struct PersistentVolumeClaims;
 
 impl Strategy for PersistentVolumeClaims {
     fn returns_deleted_object(&self) -> bool {
         true
+    }
+
+    fn initial_status(&self, _obj: &Value) -> Option<Value> {
+        Some(json!({"phase": "Pending"}))
     }
 
     fn columns(&self) -> Option<Vec<Column>> {

@@ -37,6 +37,17 @@ pub trait Strategy: Sync {
     /// What the server sets on a new object, after its metadata is set.
     fn prepare_create(&self, _obj: &mut Value) {}
 
+    /// The status a new object of the kind is created with, the client's
+    /// own dropped: what upstream answers before any controller has
+    /// written one (its status struct's fields that Go always writes,
+    /// such as a ReplicaSet's `replicas: 0` or a Service's empty
+    /// `loadBalancer`, and defaulted phases). Clients read it: the
+    /// official Python client's tests expect a Service's create to answer
+    /// a status. `None`: no status until one is written.
+    fn initial_status(&self, _obj: &Value) -> Option<Value> {
+        None
+    }
+
     /// Why the object is invalid beyond its schema (422 causes).
     fn validate(&self, _obj: &Value) -> Vec<Cause> {
         Vec::new()
@@ -99,10 +110,12 @@ pub fn strategy(r: &ResourceInfo) -> &'static dyn Strategy {
         ("", "persistentvolumeclaims") => &core::PersistentVolumeClaims,
         ("", "componentstatuses") => &core::ComponentStatuses,
         ("", "resourcequotas") => &core::ResourceQuotas,
-        ("", "persistentvolumes" | "podtemplates") => &ReturnsDeleted,
+        ("", "persistentvolumes") => &core::PersistentVolumes,
+        ("", "podtemplates") => &ReturnsDeleted,
         ("", "services") => &service::Services,
         ("", "endpoints") => &service::Endpoints,
         ("discovery.k8s.io", "endpointslices") => &service::EndpointSlices,
+        ("networking.k8s.io", "ingresses") => &service::Ingresses,
         ("", "replicationcontrollers") => &workloads::ReplicationControllers,
         ("apps", "deployments") => &workloads::Deployments,
         ("apps", "daemonsets") => &workloads::DaemonSets,

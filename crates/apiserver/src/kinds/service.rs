@@ -1,7 +1,8 @@
 //! Services (upstream's defaults: type, session affinity, IP families,
 //! target ports, ...; answered with themselves on deletion; their
-//! ClusterIPs and NodePorts are `allocation.rs`'s), and the Endpoints and
-//! EndpointSlices behind them, with `kubectl get`'s columns.
+//! ClusterIPs and NodePorts are `allocation.rs`'s), the Endpoints and
+//! EndpointSlices behind them and the Ingresses in front of them, with
+//! `kubectl get`'s columns.
 
 use serde_json::Value;
 
@@ -13,6 +14,10 @@ pub struct Services;
 impl Strategy for Services {
     fn default(&self, obj: &mut Value) {
         crate::defaults::service(obj);
+    }
+
+    fn initial_status(&self, _obj: &Value) -> Option<Value> {
+        Some(json!({"loadBalancer": {}}))
     }
 
     fn returns_deleted_object(&self) -> bool {
@@ -114,6 +119,61 @@ impl Strategy for EndpointSlices {
             json!(s(o, "/addressType")),
             json!(or_none(ports.join(","))),
             json!(or_none(addrs.join(","))),
+            json!(created),
+        ]
+    }
+}
+
+pub struct Ingresses;
+
+impl Strategy for Ingresses {
+    fn initial_status(&self, _obj: &Value) -> Option<Value> {
+        Some(json!({"loadBalancer": {}}))
+    }
+
+    fn columns(&self) -> Option<Vec<Column>> {
+        Some(vec![
+            NAME,
+            col("Class", "string", 0),
+            col("Hosts", "string", 0),
+            col("Address", "string", 0),
+            col("Ports", "string", 0),
+            AGE,
+        ])
+    }
+
+    /// As upstream's printer: `*` for rules without hosts, three hosts
+    /// and a count of the rest, 443 beside 80 when TLS is set.
+    fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
+        let hosts: Vec<&str> = arr(o, "/spec/rules")
+            .iter()
+            .filter_map(|r| r.get("host").and_then(Value::as_str))
+            .filter(|h| !h.is_empty())
+            .collect();
+        let hosts = match hosts.len() {
+            0 => "*".to_string(),
+            n if n > 3 => format!("{} + {} more...", hosts[..3].join(","), n - 3),
+            _ => hosts.join(","),
+        };
+        let address: Vec<&str> = arr(o, "/status/loadBalancer/ingress")
+            .iter()
+            .filter_map(|i| {
+                i.get("ip")
+                    .or_else(|| i.get("hostname"))
+                    .and_then(Value::as_str)
+            })
+            .collect();
+        let ports = if arr(o, "/spec/tls").is_empty() {
+            "80"
+        } else {
+            "80, 443"
+        };
+        vec![
+            name,
+            json!(or_none(s(o, "/spec/ingressClassName").to_string())),
+            json!(hosts),
+            json!(address.join(",")),
+            json!(ports),
             json!(created),
         ]
     }

@@ -29,11 +29,19 @@ impl Strategy for ReplicationControllers {
     fn default(&self, obj: &mut Value) {
         defaults::replication_controller(obj);
     }
+
+    fn initial_status(&self, _obj: &Value) -> Option<Value> {
+        Some(json!({"replicas": 0}))
+    }
 }
 
 impl Strategy for Deployments {
     fn default(&self, obj: &mut Value) {
         defaults::deployment(obj);
+    }
+
+    fn initial_status(&self, _obj: &Value) -> Option<Value> {
+        Some(json!({}))
     }
 
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<Cause> {
@@ -81,6 +89,10 @@ impl Strategy for ReplicaSets {
         defaults::replica_set(obj);
     }
 
+    fn initial_status(&self, _obj: &Value) -> Option<Value> {
+        Some(json!({"replicas": 0}))
+    }
+
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<Cause> {
         selector_immutable(new, old)
     }
@@ -120,6 +132,11 @@ impl Strategy for ReplicaSets {
 impl Strategy for DaemonSets {
     fn default(&self, obj: &mut Value) {
         defaults::daemon_set(obj);
+    }
+
+    fn initial_status(&self, _obj: &Value) -> Option<Value> {
+        Some(json!({"currentNumberScheduled": 0, "numberMisscheduled": 0,
+                    "desiredNumberScheduled": 0, "numberReady": 0}))
     }
 
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<Cause> {
@@ -172,6 +189,10 @@ impl Strategy for Jobs {
     /// Upstream's Job strategy: a selector on the controller uid.
     fn prepare_create(&self, obj: &mut Value) {
         defaults::job_selector(obj);
+    }
+
+    fn initial_status(&self, _obj: &Value) -> Option<Value> {
+        Some(json!({}))
     }
 
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<Cause> {
@@ -247,6 +268,10 @@ impl Strategy for CronJobs {
         defaults::cron_job(obj);
     }
 
+    fn initial_status(&self, _obj: &Value) -> Option<Value> {
+        Some(json!({}))
+    }
+
     fn columns(&self) -> Option<Vec<Column>> {
         Some(vec![
             NAME,
@@ -300,6 +325,10 @@ const STATEFULSET_MUTABLE: &[&str] = &[
 impl Strategy for StatefulSets {
     fn default(&self, obj: &mut Value) {
         defaults::stateful_set(obj);
+    }
+
+    fn initial_status(&self, _obj: &Value) -> Option<Value> {
+        Some(json!({"replicas": 0, "availableReplicas": 0}))
     }
 
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<Cause> {

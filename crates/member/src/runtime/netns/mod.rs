@@ -12,6 +12,7 @@ pub mod cgroups;
 pub mod cluster_dns;
 pub mod events;
 pub mod host;
+pub mod images;
 mod lifecycle;
 pub mod network;
 pub mod policy;

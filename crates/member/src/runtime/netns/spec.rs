@@ -20,6 +20,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use super::host::{DEFAULT_PATH, which_in};
+use super::images;
 use super::shim::{Launch, Mount};
 
 /// The user pods run as when they name none: nobody.
@@ -712,8 +713,10 @@ pub fn launch(
     }
     let command = c.command.clone().unwrap_or_default();
     let standin = command.is_empty();
+    let image = images::profile(c.image.as_deref().unwrap_or_default());
     let argv = if standin {
-        // Images are not pulled: the stand-in serves the declared ports.
+        // Images are not pulled: the stand-in serves the declared ports,
+        // or the one a well-known image listens on.
         mounts.push(Mount {
             source: helper.to_path_buf(),
             target: STANDIN_PATH.into(),
@@ -727,9 +730,18 @@ pub fn launch(
             .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
             .map(|p| p.container_port)
             .collect();
-        for p in if ports.is_empty() { vec![8080] } else { ports } {
+        let ports = if ports.is_empty() {
+            vec![i32::from(image.default_port)]
+        } else {
+            ports
+        };
+        for p in ports {
             argv.push("--port".into());
             argv.push(p.to_string());
+        }
+        if let Some(page) = image.page {
+            argv.push("--page".into());
+            argv.push(page.to_string());
         }
         argv
     } else {
@@ -744,7 +756,12 @@ pub fn launch(
             .find(|(k, _)| k == "PATH")
             .map(|(_, v)| v.as_str())
             .unwrap_or(DEFAULT_PATH);
-        let Some(resolved) = which_in(&argv[0], path) else {
+        // A program the image names otherwise than the host does.
+        let resolved = which_in(&argv[0], path).or_else(|| {
+            let (_, host) = image.renamed.iter().find(|(ours, _)| *ours == argv[0])?;
+            which_in(host, path)
+        });
+        let Some(resolved) = resolved else {
             return Err(ConfigError {
                 reason: "StartError",
                 message: format!(

@@ -4,7 +4,9 @@
 //! namespace, cluster, node and IP, so manifests written for real images
 //! run unchanged and can be called; `/bytes/{n}` streams n bytes, so
 //! `flotilla network benchmark` can measure throughput without an image.
-//! Each request is logged to stdout.
+//! For a well-known image `/` answers that image's page instead
+//! ([`super::images`]), the identity in a comment. Each request is logged
+//! to stdout.
 
 use std::net::{Ipv4Addr, SocketAddr};
 
@@ -17,6 +19,8 @@ use axum::routing::get;
 use bytes::Bytes;
 use serde_json::json;
 
+use super::images::Page;
+
 /// The most `/bytes/{n}` sends: enough for any benchmark, and a typo
 /// cannot make a pod stream for ever.
 pub const MAX_BYTES: u64 = 1 << 30;
@@ -27,17 +31,32 @@ fn var(name: &str) -> String {
     std::env::var(name).unwrap_or_default()
 }
 
-async fn identity(request: Request) -> impl IntoResponse {
-    println!("{} {}", request.method(), request.uri());
-    Json(json!({
+fn identity_of(path: &str) -> serde_json::Value {
+    json!({
         "pod": var("FLOTILLA_POD_NAME"),
         "namespace": var("FLOTILLA_POD_NAMESPACE"),
         "cluster": var("FLOTILLA_CLUSTER"),
         "node": var("FLOTILLA_NODE"),
         "container": var("FLOTILLA_CONTAINER"),
         "podIP": var("FLOTILLA_POD_IP"),
-        "path": request.uri().path(),
-    }))
+        "path": path,
+    })
+}
+
+async fn identity(request: Request) -> impl IntoResponse {
+    println!("{} {}", request.method(), request.uri());
+    Json(identity_of(request.uri().path()))
+}
+
+/// The image's own page, who answered in a comment.
+async fn page(page: Page, request: Request) -> Response {
+    println!("{} {}", request.method(), request.uri());
+    let identity = identity_of(request.uri().path()).to_string();
+    (
+        [(header::CONTENT_TYPE, "text/html")],
+        page.render(&identity),
+    )
+        .into_response()
 }
 
 /// `n` zero bytes (capped at [`MAX_BYTES`]), streamed with a
@@ -67,16 +86,21 @@ async fn bytes(Path(n): Path<String>) -> Response {
         .into_response()
 }
 
-fn app() -> Router {
-    Router::new()
+fn app(root: Option<Page>) -> Router {
+    let app = Router::new()
         .route("/health", get(|| async { "ok\n" }))
-        .route("/bytes/{n}", get(bytes))
-        .fallback(identity)
+        .route("/bytes/{n}", get(bytes));
+    match root {
+        Some(p) => app.route("/", get(move |request: Request| page(p, request))),
+        None => app,
+    }
+    .fallback(identity)
 }
 
-/// Serves every port until killed; fails when one cannot be bound.
-pub async fn serve(ports: Vec<u16>) -> std::io::Result<()> {
-    let app = app();
+/// Serves every port until killed (`root`: the page `/` answers); fails
+/// when one cannot be bound.
+pub async fn serve(ports: Vec<u16>, root: Option<Page>) -> std::io::Result<()> {
+    let app = app(root);
     let mut servers = Vec::new();
     for port in if ports.is_empty() { vec![8080] } else { ports } {
         let addr = SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
@@ -100,9 +124,16 @@ mod tests {
 
     /// The raw HTTP/1.0 response to `GET path`: (head, body length).
     async fn get(path: &str) -> (String, usize) {
+        let (head, body) = get_from(None, path).await;
+        (head, body.len())
+    }
+
+    /// The raw HTTP/1.0 response to `GET path` of a stand-in whose `/` is
+    /// `root`: (head, body).
+    async fn get_from(root: Option<super::Page>, path: &str) -> (String, String) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(axum::serve(listener, super::app()).into_future());
+        tokio::spawn(axum::serve(listener, super::app(root)).into_future());
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
         s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
             .await
@@ -112,8 +143,25 @@ mod tests {
         let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
         (
             String::from_utf8_lossy(&raw[..split]).to_string(),
-            raw.len() - split - 4,
+            String::from_utf8_lossy(&raw[split + 4..]).to_string(),
         )
+    }
+
+    #[tokio::test]
+    async fn a_well_known_images_page_answers_at_the_root_only() {
+        let (head, body) = get_from(Some(super::Page::Nginx), "/").await;
+        assert!(head.starts_with("HTTP/1.0 200"), "{head}");
+        assert!(head.to_ascii_lowercase().contains("text/html"), "{head}");
+        assert!(body.contains("<h1>Welcome to nginx!</h1>"), "{body}");
+        assert!(body.contains(r#""path":"/""#), "{body}");
+        let (_, body) = get_from(Some(super::Page::Nginx), "/hello").await;
+        let identity: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(identity["path"], "/hello");
+        let (_, body) = get_from(None, "/").await;
+        assert!(
+            serde_json::from_str::<serde_json::Value>(&body).is_ok(),
+            "{body}"
+        );
     }
 
     #[tokio::test]
