@@ -258,18 +258,26 @@ impl FieldSelector {
     }
 }
 
-/// The string value of a selectable field (`a.b.c` as a path), empty if absent.
+/// The string value of a selectable field (`a.b.c` as a path); absent,
+/// its Go zero value, as upstream formats the typed field: `false` for the
+/// booleans, `0` for the counts, empty for the rest (so
+/// `spec.unschedulable==false` selects the nodes that never set it).
 pub fn field_value(obj: &Value, field: &str) -> String {
+    let absent = || match field {
+        "spec.unschedulable" | "spec.hostNetwork" => "false".to_string(),
+        "status.replicas" | "status.successful" => "0".to_string(),
+        _ => String::new(),
+    };
     let mut v = obj;
     for part in field.split('.') {
         match v.get(part) {
             Some(x) => v = x,
-            None => return String::new(),
+            None => return absent(),
         }
     }
     match v {
         Value::String(s) => s.clone(),
-        Value::Null => String::new(),
+        Value::Null => absent(),
         other => other.to_string(),
     }
 }
@@ -313,5 +321,15 @@ mod tests {
                 .matches(&o)
         );
         assert!(FieldSelector::parse("spec.x=a", &ok).is_err());
+    }
+
+    #[test]
+    fn absent_fields_read_as_their_go_zero_values() {
+        let node = json!({"spec": {}});
+        assert_eq!(field_value(&node, "spec.unschedulable"), "false");
+        let cordoned = json!({"spec": {"unschedulable": true}});
+        assert_eq!(field_value(&cordoned, "spec.unschedulable"), "true");
+        assert_eq!(field_value(&json!({}), "status.replicas"), "0");
+        assert_eq!(field_value(&json!({}), "spec.nodeName"), "");
     }
 }
