@@ -33,6 +33,14 @@ pub struct ServiceNetwork {
     pub node_ports: RangeInclusive<u16>,
 }
 
+impl ServiceNetwork {
+    /// The range's first host: the `kubernetes` Service's address, which
+    /// no other Service is given (10.96.0.1 by default).
+    pub fn kubernetes_service_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.cluster_ip_range.network()).saturating_add(1))
+    }
+}
+
 impl Default for ServiceNetwork {
     fn default() -> Self {
         ServiceNetwork {

@@ -321,6 +321,7 @@ impl ApiServer {
     ) -> std::io::Result<()> {
         let addr: SocketAddr = listener.local_addr()?;
         *self.address.write() = addr.to_string();
+        crate::bootstrap::spawn_kubernetes_service(self.clone(), addr.port());
         let listener = listener.into_std()?;
         let app = self
             .router()

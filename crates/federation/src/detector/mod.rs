@@ -82,14 +82,15 @@ pub fn skipped_namespace(ns: &str) -> bool {
         || ns == crate::api::CLUSTER_NAMESPACE
 }
 
-/// What every cluster makes in each of its namespaces for itself (the
-/// `default` ServiceAccount, the `kube-root-ca.crt` ConfigMap with its own
-/// CA): never a template, or one cluster's CA would overwrite another's.
-fn cluster_default(kind: &str, name: &str) -> bool {
+/// What every cluster makes for itself (the `default` ServiceAccount and
+/// the `kube-root-ca.crt` ConfigMap with its own CA in each namespace, the
+/// `default/kubernetes` Service in front of its API server): never a
+/// template, or one cluster's CA or address would overwrite another's.
+fn cluster_default(kind: &str, namespace: Option<&str>, name: &str) -> bool {
     matches!(
         (kind, name),
         ("ServiceAccount", "default") | ("ConfigMap", "kube-root-ca.crt")
-    )
+    ) || (kind, namespace, name) == ("Service", Some("default"), "kubernetes")
 }
 
 struct Policies {
@@ -296,7 +297,7 @@ async fn reconcile(obj: Arc<DynamicObject>, tctx: Arc<TypeCtx>) -> Result<Next, 
     let namespace = obj.metadata.namespace.as_deref();
     if namespace.is_some_and(skipped_namespace)
         || obj.metadata.deletion_timestamp.is_some()
-        || cluster_default(&tctx.ar.kind, &obj.name_any())
+        || cluster_default(&tctx.ar.kind, namespace, &obj.name_any())
     {
         return Ok(None);
     }
