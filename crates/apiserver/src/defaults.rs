@@ -231,7 +231,7 @@ fn pod_spec(spec: &mut Value, restart_always: bool) {
             ("securityContext", json!({})),
         ],
     );
-    for list in ["containers", "initContainers"] {
+    for list in ["containers", "initContainers", "ephemeralContainers"] {
         let Some(containers) = s.get_mut(list).and_then(Value::as_array_mut) else {
             continue;
         };
@@ -248,9 +248,13 @@ fn pod_spec(spec: &mut Value, restart_always: bool) {
                     ("imagePullPolicy", json!(pull)),
                     ("terminationMessagePath", json!("/dev/termination-log")),
                     ("terminationMessagePolicy", json!("File")),
-                    ("resources", json!({})),
                 ],
             );
+            // Ephemeral containers may hold no resources (upstream leaves
+            // the struct empty).
+            if list != "ephemeralContainers" {
+                defaults_into(c, [("resources", json!({}))]);
+            }
             if let Some(ports) = c.get_mut("ports").and_then(Value::as_array_mut) {
                 for p in ports.iter_mut().filter_map(Value::as_object_mut) {
                     defaults_into(p, [("protocol", json!("TCP"))]);

@@ -44,6 +44,10 @@ fn aggregated_resource(r: &ResourceInfo) -> Value {
         subresources.push(json!({"subresource": "eviction",
             "responseKind": {"group": "policy", "version": "v1", "kind": "Eviction"},
             "verbs": ["create"]}));
+        subresources.push(
+            json!({"subresource": "ephemeralcontainers", "responseKind": kind,
+            "verbs": ["get", "patch", "update"]}),
+        );
     }
     if is_csrs(r) {
         subresources.push(json!({"subresource": "approval", "responseKind": kind, "verbs": ["get", "patch", "update"]}));
@@ -221,6 +225,10 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<
                 json!({"name": "pods/eviction", "singularName": "", "namespaced": true,
                              "group": "policy", "version": "v1", "kind": "Eviction",
                              "verbs": ["create"]}),
+            );
+            list.push(
+                json!({"name": "pods/ephemeralcontainers", "singularName": "", "namespaced": true,
+                       "kind": "Pod", "verbs": ["get", "patch", "update"]}),
             );
         }
         if is_csrs(r) {

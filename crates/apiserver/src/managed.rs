@@ -142,6 +142,7 @@ const SERVER_SET_METADATA: [&str; 11] = [
 fn ownable_field(k: &str, r: &ResourceInfo, scope: WriteScope) -> bool {
     let in_scope = match scope {
         WriteScope::Status => k == "status",
+        WriteScope::EphemeralContainers => k == "spec",
         _ if r.status_subresource => k != "status",
         _ => true,
     };
@@ -168,6 +169,18 @@ fn ownable_fields(
         }
         path.push(format!("f:{k}"));
         match (k.as_str(), v) {
+            ("spec", Value::Object(s)) if scope == WriteScope::EphemeralContainers => {
+                if let Some(v) = s.get("ephemeralContainers") {
+                    path.push("f:ephemeralContainers".into());
+                    fieldset::walk(
+                        v,
+                        root.field(k).field("ephemeralContainers"),
+                        &mut path,
+                        &mut set,
+                    );
+                    path.pop();
+                }
+            }
             ("metadata", Value::Object(m)) => {
                 let at = root.field(k);
                 for (f, v) in m {
@@ -189,6 +202,7 @@ fn ownable_fields(
 fn subresource_name(scope: WriteScope) -> &'static str {
     match scope {
         WriteScope::Status => "status",
+        WriteScope::EphemeralContainers => "ephemeralcontainers",
         _ => "",
     }
 }

@@ -357,6 +357,8 @@ pub enum WriteScope {
     Finalize,
     /// A pod's `/binding`: the node name and the PodScheduled condition.
     Binding,
+    /// A pod's `/ephemeralcontainers`: only `spec.ephemeralContainers`.
+    EphemeralContainers,
 }
 
 impl WriteScope {
@@ -367,6 +369,7 @@ impl WriteScope {
             Some("status" | "approval") => WriteScope::Status,
             Some("finalize") => WriteScope::Finalize,
             Some("binding") => WriteScope::Binding,
+            Some("ephemeralcontainers") => WriteScope::EphemeralContainers,
             _ => WriteScope::Main,
         }
     }
@@ -441,6 +444,12 @@ pub fn prepare_update(r: &ResourceInfo, obj: &mut Value, old: &Value, scope: Wri
         WriteScope::Finalize => {
             let mut merged = old.clone();
             keep_from(&mut merged, obj, "/spec", "finalizers");
+            *obj = merged;
+        }
+        WriteScope::EphemeralContainers => {
+            let mut merged = old.clone();
+            keep_from(&mut merged, obj, "/spec", "ephemeralContainers");
+            keep_from(&mut merged, obj, "/metadata", "managedFields");
             *obj = merged;
         }
         WriteScope::Binding => {}

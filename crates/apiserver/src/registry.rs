@@ -276,7 +276,9 @@ where
                 return Err(ApiError::invalid(&r.group, &r.kind, &name, causes));
             }
         }
-        if let (WriteScope::Status, Some(sub)) = (scope, req.subresource.as_deref()) {
+        if let (WriteScope::Status | WriteScope::EphemeralContainers, Some(sub)) =
+            (scope, req.subresource.as_deref())
+        {
             let causes = crate::kinds::strategy(&r).update_subresource(sub, &mut obj, &old);
             if !causes.is_empty() {
                 return Err(ApiError::invalid(&r.group, &r.kind, &name, causes));

@@ -689,6 +689,10 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
             if resource.group.is_empty()
                 && resource.plural == "pods"
                 && parts.method == Method::POST => {}
+        Some("ephemeralcontainers")
+            if resource.group.is_empty()
+                && resource.plural == "pods"
+                && matches!(parts.method, Method::GET | Method::PUT | Method::PATCH) => {}
         Some("log" | "exec" | "attach" | "portforward")
             if resource.group.is_empty()
                 && resource.plural == "pods"

@@ -1,5 +1,5 @@
 //! The status and scale subresources, for built-ins and CRDs that declare
-//! them, through kube-rs and kubectl.
+//! them, and pods' ephemeral containers, through kube-rs and kubectl.
 
 mod common;
 
@@ -34,7 +34,13 @@ async fn status_is_written_only_through_its_subresource(store: Store) {
         .create(&PostParams::default(), &deployment(2))
         .await
         .unwrap();
-    assert!(created.status.is_none(), "status is not set on create");
+    // The client's status is dropped on create: a new Deployment answers
+    // the empty status upstream answers.
+    assert_eq!(
+        created.status,
+        Some(Default::default()),
+        "status is not set on create"
+    );
 
     // /status changes only .status, whatever else the body says.
     let patched = api
@@ -226,4 +232,110 @@ async fn custom_resources_get_the_subresources_their_crd_declares(store: Store) 
     // Discovery advertises both subresources.
     let resources = s.ok(&["get", "--raw", "/apis/demo.example.com/v1"]);
     common::assert_has(&resources, &["pools/status", "pools/scale"]);
+}
+
+/// `pods/ephemeralcontainers` adds containers to a running pod (what
+/// `kubectl debug` writes): never changes or removes one, never anything
+/// else of the pod; the main endpoint cannot add them.
+#[tokio::test]
+async fn ephemeral_containers_are_only_added_through_their_subresource() {
+    use k8s_openapi::api::core::v1::Pod;
+    let s = Server::start();
+    let pods: Api<Pod> = Api::default_namespaced(s.client().await);
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "app"},
+        "spec": {"containers": [{"name": "app", "image": "busybox"}]}}))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let read = pods.get_ephemeral_containers("app").await.unwrap();
+    assert_eq!(read.spec.unwrap().ephemeral_containers, None);
+
+    let debugger = json!({"name": "debugger", "image": "busybox", "command": ["sh"]});
+    let added = pods
+        .patch_ephemeral_containers(
+            "app",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"metadata": {"labels": {"ignored": "yes"}},
+                                     "spec": {"ephemeralContainers": [debugger]}})),
+        )
+        .await
+        .unwrap();
+    let eph = added
+        .spec
+        .as_ref()
+        .unwrap()
+        .ephemeral_containers
+        .clone()
+        .unwrap();
+    assert_eq!(eph.len(), 1);
+    assert_eq!(eph[0].name, "debugger");
+    assert!(
+        added.metadata.labels.is_none(),
+        "only spec.ephemeralContainers is written: {:?}",
+        added.metadata.labels
+    );
+    let manager = added.metadata.managed_fields.unwrap_or_default();
+    assert!(
+        manager
+            .iter()
+            .any(|m| m.subresource.as_deref() == Some("ephemeralcontainers")),
+        "{manager:?}"
+    );
+
+    // A second one is added beside it (strategic merge keys on the name).
+    let both = pods
+        .patch_ephemeral_containers(
+            "app",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"ephemeralContainers": [
+                {"name": "second", "image": "busybox"}]}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(both.spec.unwrap().ephemeral_containers.unwrap().len(), 2);
+
+    // Changing, removing or naming one after a container: 422.
+    let changed = pods
+        .patch_ephemeral_containers(
+            "app",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"ephemeralContainers": [
+                {"name": "debugger", "image": "alpine"}]}})),
+        )
+        .await
+        .unwrap_err();
+    let status = status_of(changed);
+    assert_eq!(status.code, 422, "{status:?}");
+    assert!(
+        status.message.contains("may not be changed"),
+        "{}",
+        status.message
+    );
+    let clash = pods
+        .patch_ephemeral_containers(
+            "app",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"ephemeralContainers": [
+                {"name": "app", "image": "busybox", "ports": [{"containerPort": 80}]}]}})),
+        )
+        .await
+        .unwrap_err();
+    let status = status_of(clash);
+    assert_eq!(status.code, 422, "{status:?}");
+    assert!(
+        status.message.contains("Duplicate value") && status.message.contains("ports"),
+        "{}",
+        status.message
+    );
+
+    // The pod itself cannot add one.
+    let through_main = pods
+        .patch(
+            "app",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"ephemeralContainers": [
+                {"name": "third", "image": "busybox"}]}})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(status_of(through_main).code, 422);
 }

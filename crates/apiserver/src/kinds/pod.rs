@@ -62,6 +62,15 @@ impl Strategy for Pods {
         true
     }
 
+    /// `/ephemeralcontainers` (after the merge kept everything else):
+    /// containers may be added, never changed or removed, as upstream.
+    fn update_subresource(&self, subresource: &str, new: &mut Value, old: &Value) -> Vec<Cause> {
+        match subresource {
+            "ephemeralcontainers" => ephemeral_containers_update(new, old),
+            _ => Vec::new(),
+        }
+    }
+
     /// Upstream lets an update change only images, `activeDeadlineSeconds`,
     /// tolerations and `terminationGracePeriodSeconds` of a pod's spec (and
     /// remove scheduling gates); the node comes through `/binding`.
@@ -192,6 +201,101 @@ pub fn qos_class(spec: &Value) -> &'static str {
         (true, true) => "Guaranteed",
         (true, false) => "Burstable",
     }
+}
+
+/// Upstream's checks of an `/ephemeralcontainers` write: every container
+/// already there unchanged; each new one named (unique among the pod's
+/// containers) with an image, and without what only a regular container
+/// may have (ports, resources, probes, lifecycle hooks).
+fn ephemeral_containers_update(new: &Value, old: &Value) -> Vec<Cause> {
+    let list =
+        |pod: &Value, field: &str| -> Vec<Value> { arr(pod, &format!("/spec/{field}")).to_vec() };
+    let (before, after) = (
+        list(old, "ephemeralContainers"),
+        list(new, "ephemeralContainers"),
+    );
+    let mut causes = Vec::new();
+    let field = |i: usize, f: &str| {
+        if f.is_empty() {
+            format!("spec.ephemeralContainers[{i}]")
+        } else {
+            format!("spec.ephemeralContainers[{i}].{f}")
+        }
+    };
+    for b in &before {
+        let name = s(b, "/name");
+        match after.iter().position(|a| s(a, "/name") == name) {
+            None => causes.push(Cause {
+                reason: "FieldValueNotFound",
+                field: "spec.ephemeralContainers".into(),
+                message: format!("Not found: \"{name}\""),
+            }),
+            Some(i) if after[i] != *b => causes.push(Cause {
+                reason: "FieldValueForbidden",
+                field: field(i, ""),
+                message: format!(
+                    "Forbidden: existing ephemeral containers \"{name}\" may not be changed"
+                ),
+            }),
+            Some(_) => {}
+        }
+    }
+    let regular: Vec<String> = ["containers", "initContainers"]
+        .iter()
+        .flat_map(|f| list(new, f))
+        .map(|c| s(&c, "/name").to_string())
+        .collect();
+    for (i, c) in after.iter().enumerate() {
+        if before.iter().any(|b| s(b, "/name") == s(c, "/name")) {
+            continue;
+        }
+        let name = s(c, "/name");
+        if name.is_empty() {
+            causes.push(Cause {
+                reason: "FieldValueRequired",
+                field: field(i, "name"),
+                message: "Required value".into(),
+            });
+        } else if regular.iter().any(|r| r == name)
+            || after.iter().filter(|a| s(a, "/name") == name).count() > 1
+        {
+            causes.push(Cause {
+                reason: "FieldValueDuplicate",
+                field: field(i, "name"),
+                message: format!("Duplicate value: \"{name}\""),
+            });
+        }
+        if s(c, "/image").is_empty() {
+            causes.push(Cause {
+                reason: "FieldValueRequired",
+                field: field(i, "image"),
+                message: "Required value".into(),
+            });
+        }
+        for f in [
+            "ports",
+            "resources",
+            "lifecycle",
+            "livenessProbe",
+            "readinessProbe",
+            "startupProbe",
+        ] {
+            let set = c.get(f).is_some_and(|v| match v {
+                Value::Null => false,
+                Value::Array(a) => !a.is_empty(),
+                Value::Object(o) => !o.is_empty(),
+                _ => true,
+            });
+            if set {
+                causes.push(Cause {
+                    reason: "FieldValueForbidden",
+                    field: field(i, f),
+                    message: "Forbidden: cannot be set for an Ephemeral Container".into(),
+                });
+            }
+        }
+    }
+    causes
 }
 
 #[cfg(test)]
