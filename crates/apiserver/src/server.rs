@@ -103,6 +103,9 @@ pub struct ApiServer {
     /// Signs and verifies ServiceAccount tokens.
     pub(crate) tokens: Arc<crate::tokens::Signer>,
     address: RwLock<String>,
+    /// Whether a task keeps the `kubernetes` Service (one per server,
+    /// however often it serves again: a member's unreachable fault).
+    keeps_kubernetes_service: std::sync::atomic::AtomicBool,
     /// Serialises Service address assignment (read of the addresses in use,
     /// then the write that takes one).
     pub(crate) service_allocation: tokio::sync::Mutex<()>,
@@ -179,6 +182,7 @@ impl ApiServer {
             tokens,
             config,
             address: RwLock::new(String::new()),
+            keeps_kubernetes_service: Default::default(),
             service_allocation: tokio::sync::Mutex::new(()),
             namespaces: Default::default(),
             kubelet: Default::default(),
@@ -321,7 +325,12 @@ impl ApiServer {
     ) -> std::io::Result<()> {
         let addr: SocketAddr = listener.local_addr()?;
         *self.address.write() = addr.to_string();
-        crate::bootstrap::spawn_kubernetes_service(self.clone(), addr.port());
+        if !self
+            .keeps_kubernetes_service
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            crate::bootstrap::spawn_kubernetes_service(self.clone(), addr.port());
+        }
         let listener = listener.into_std()?;
         let app = self
             .router()
