@@ -63,9 +63,15 @@ async fn target(ctx: &Ctx, container: Option<&str>) -> ApiResult<(Value, Target)
             .unwrap_or_default()
     };
     let (containers, init) = (names("containers"), names("initContainers"));
+    let ephemeral = names("ephemeralContainers");
     let container = match container.filter(|c| !c.is_empty()) {
         Some(c) => {
-            if !containers.iter().chain(init.iter()).any(|n| n == c) {
+            if !containers
+                .iter()
+                .chain(init.iter())
+                .chain(ephemeral.iter())
+                .any(|n| n == c)
+            {
                 return Err(ApiError::bad_request(format!(
                     "container {c} is not valid for pod {name}"
                 )));

@@ -797,3 +797,31 @@ async fn recreate_stops_every_old_pod_before_starting_new_ones() {
         "old and new pods were alive at the same time under Recreate"
     );
 }
+
+/// `kubectl debug` on the simulator: the ephemeral container it adds is
+/// reported running with its image, and attaching to it says plainly
+/// that no container runtime is behind the pod instead of waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ephemeral_container_is_reported_and_attaching_to_it_ends() {
+    let member = Server::member("m6", &["--nodes", "1"]);
+    member.ok(&["run", "app", "--image=busybox", "--", "sleep", "3600"]);
+    member.ok(&["wait", "--for=condition=Ready", "pod/app", "--timeout=60s"]);
+    member.ok(&["debug", "app", "--image=busybox", "--container=dbg"]);
+    let pods: Api<Pod> = Api::default_namespaced(kube_client(&member.kubeconfig).await);
+    eventually("the debug container's status", || {
+        let pods = pods.clone();
+        async move {
+            let pod = pods.get("app").await.ok()?;
+            let statuses = pod.status?.ephemeral_container_statuses?;
+            let s = statuses.iter().find(|s| s.name == "dbg")?;
+            (s.image == "busybox" && s.state.as_ref()?.running.is_some()).then_some(())
+        }
+    })
+    .await;
+    let out = member.kubectl(&["attach", "app", "-c", "dbg"]);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success() && said.contains("no container runtime behind it"),
+        "kubectl attach to the debug container: {said}"
+    );
+}

@@ -33,6 +33,9 @@ pub struct PodSpec {
     #[serde(default)]
     pub containers: Vec<Container>,
     pub init_containers: Option<Vec<Container>>,
+    /// What `kubectl debug` added (the same fields, none of the
+    /// resources or ports a regular container may have).
+    pub ephemeral_containers: Option<Vec<Container>>,
     pub node_name: Option<String>,
     pub node_selector: Option<BTreeMap<String, String>>,
     pub affinity: Option<Affinity>,
@@ -124,6 +127,9 @@ pub struct PodStatus {
     pub start_time: Option<Time>,
     pub qos_class: Option<String>,
     pub container_statuses: Option<Vec<ContainerStatus>>,
+    /// Kept so that the kubelet sees an ephemeral container's first
+    /// status as a change.
+    pub ephemeral_container_statuses: Option<Vec<ContainerStatus>>,
 }
 
 /// Upstream's PodCondition without lastProbeTime, which nothing reads.

@@ -212,7 +212,14 @@ impl Kubelet {
             healthy && c.ready && matches!(c.state, ContainerState::Running { .. })
         };
         let all_ready = !run.containers.is_empty() && run.containers.iter().all(ready);
-        let images: Vec<(String, String)> = containers(pod).collect();
+        let images: Vec<(String, String)> = containers(pod)
+            .chain(
+                pod.spec
+                    .iter()
+                    .flat_map(|s| s.ephemeral_containers.iter().flatten())
+                    .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default())),
+            )
+            .collect();
         let image_of = |name: &str| {
             images
                 .iter()
@@ -276,6 +283,14 @@ impl Kubelet {
         if !run.init_containers.is_empty() {
             status["initContainerStatuses"] = json!(
                 run.init_containers
+                    .iter()
+                    .map(container_json)
+                    .collect::<Vec<_>>()
+            );
+        }
+        if !run.ephemeral_containers.is_empty() {
+            status["ephemeralContainerStatuses"] = json!(
+                run.ephemeral_containers
                     .iter()
                     .map(container_json)
                     .collect::<Vec<_>>()

@@ -77,20 +77,36 @@ fn container_started(pod: &Pod) -> Option<Time> {
         .find_map(|c| c.state.as_ref()?.running.as_ref()?.started_at.clone())
 }
 
-fn containers(pod: &Pod, state: &ContainerState, running: bool) -> Vec<ContainerRun> {
+/// The pod's containers (its ephemeral ones with `ephemeral`), all in
+/// `state`.
+fn containers(
+    pod: &Pod,
+    state: &ContainerState,
+    running: bool,
+    ephemeral: bool,
+) -> Vec<ContainerRun> {
     let uid = pod.uid().unwrap_or_default();
-    pod.spec
-        .iter()
-        .flat_map(|s| s.containers.iter())
-        .map(|c| ContainerRun {
-            name: c.name.clone(),
+    let names: Vec<String> = match &pod.spec {
+        Some(s) if ephemeral => s
+            .ephemeral_containers
+            .iter()
+            .flatten()
+            .map(|c| c.name.clone())
+            .collect(),
+        Some(s) => s.containers.iter().map(|c| c.name.clone()).collect(),
+        None => Vec::new(),
+    };
+    names
+        .into_iter()
+        .map(|name| ContainerRun {
+            id: (!matches!(state, ContainerState::Waiting { .. }))
+                .then(|| format!("flotilla://{uid}-{name}")),
+            name,
             state: state.clone(),
             last: None,
             restarts: 0,
             ready: running,
             started: running,
-            id: (!matches!(state, ContainerState::Waiting { .. }))
-                .then(|| format!("flotilla://{uid}-{}", c.name)),
         })
         .collect()
 }
@@ -102,7 +118,8 @@ fn report(pod: &Pod, phase: PodPhase, state: ContainerState, recheck: Option<Dur
         sandbox_ready: running,
         initialized: true,
         init_containers: Vec::new(),
-        containers: containers(pod, &state, running),
+        containers: containers(pod, &state, running, false),
+        ephemeral_containers: containers(pod, &state, running, true),
         recheck,
     }
 }

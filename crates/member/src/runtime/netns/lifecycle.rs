@@ -354,6 +354,8 @@ impl NetnsRuntime {
             initialized,
             init_containers: sb.init.iter().map(report).collect(),
             containers: sb.containers.iter().map(report).collect(),
+            // The pod's own view has them: `sync` fills them in.
+            ephemeral_containers: Vec::new(),
             recheck,
         }
     }

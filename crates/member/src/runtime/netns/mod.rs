@@ -476,7 +476,9 @@ impl Runtime for NetnsRuntime {
             }
         };
         let mut sb = entry.lock().await;
-        self.drive(&mut sb, &key).await
+        let mut run = self.drive(&mut sb, &key).await;
+        run.ephemeral_containers = super::ephemeral_not_run(pod, EPHEMERAL_NOT_RUN);
+        run
     }
 
     async fn remove(&self, pod_key: &str, grace: Option<Duration>) {
@@ -490,6 +492,10 @@ impl Runtime for NetnsRuntime {
         }
     }
 }
+
+/// What an ephemeral container's status says here (`kubectl debug -it`
+/// prints it instead of waiting for ever).
+const EPHEMERAL_NOT_RUN: &str = "ephemeral containers are not run by Flotilla's netns runtime yet; use kubectl exec into one of the pod's containers";
 
 /// A pod whose sandbox could not be made: Pending, retried.
 fn waiting_run(pod: &Pod, e: &ConfigError) -> PodRun {
@@ -516,6 +522,7 @@ fn waiting_run(pod: &Pod, e: &ConfigError) -> PodRun {
         initialized: false,
         init_containers: Vec::new(),
         containers,
+        ephemeral_containers: super::ephemeral_not_run(pod, EPHEMERAL_NOT_RUN),
         recheck: Some(Duration::from_secs(5)),
     }
 }
