@@ -249,16 +249,19 @@ async fn ephemeral_containers_are_only_added_through_their_subresource() {
     let read = pods.get_ephemeral_containers("app").await.unwrap();
     assert_eq!(read.spec.unwrap().ephemeral_containers, None);
 
+    // A strategic merge patch of the subresource adding `containers`.
+    let add = |body: serde_json::Value| {
+        let pods = pods.clone();
+        async move {
+            pods.patch_ephemeral_containers("app", &PatchParams::default(), &Patch::Strategic(body))
+                .await
+        }
+    };
     let debugger = json!({"name": "debugger", "image": "busybox", "command": ["sh"]});
-    let added = pods
-        .patch_ephemeral_containers(
-            "app",
-            &PatchParams::default(),
-            &Patch::Strategic(json!({"metadata": {"labels": {"ignored": "yes"}},
-                                     "spec": {"ephemeralContainers": [debugger]}})),
-        )
-        .await
-        .unwrap();
+    let added = add(json!({"metadata": {"labels": {"ignored": "yes"}},
+                           "spec": {"ephemeralContainers": [debugger]}}))
+    .await
+    .unwrap();
     let eph = added
         .spec
         .as_ref()
@@ -282,27 +285,17 @@ async fn ephemeral_containers_are_only_added_through_their_subresource() {
     );
 
     // A second one is added beside it (strategic merge keys on the name).
-    let both = pods
-        .patch_ephemeral_containers(
-            "app",
-            &PatchParams::default(),
-            &Patch::Strategic(json!({"spec": {"ephemeralContainers": [
-                {"name": "second", "image": "busybox"}]}})),
-        )
-        .await
-        .unwrap();
+    let both = add(json!({"spec": {"ephemeralContainers": [
+        {"name": "second", "image": "busybox"}]}}))
+    .await
+    .unwrap();
     assert_eq!(both.spec.unwrap().ephemeral_containers.unwrap().len(), 2);
 
     // Changing, removing or naming one after a container: 422.
-    let changed = pods
-        .patch_ephemeral_containers(
-            "app",
-            &PatchParams::default(),
-            &Patch::Strategic(json!({"spec": {"ephemeralContainers": [
-                {"name": "debugger", "image": "alpine"}]}})),
-        )
-        .await
-        .unwrap_err();
+    let changed = add(json!({"spec": {"ephemeralContainers": [
+        {"name": "debugger", "image": "alpine"}]}}))
+    .await
+    .unwrap_err();
     let status = status_of(changed);
     assert_eq!(status.code, 422, "{status:?}");
     assert!(
@@ -310,15 +303,10 @@ async fn ephemeral_containers_are_only_added_through_their_subresource() {
         "{}",
         status.message
     );
-    let clash = pods
-        .patch_ephemeral_containers(
-            "app",
-            &PatchParams::default(),
-            &Patch::Strategic(json!({"spec": {"ephemeralContainers": [
-                {"name": "app", "image": "busybox", "ports": [{"containerPort": 80}]}]}})),
-        )
-        .await
-        .unwrap_err();
+    let clash = add(json!({"spec": {"ephemeralContainers": [
+        {"name": "app", "image": "busybox", "ports": [{"containerPort": 80}]}]}}))
+    .await
+    .unwrap_err();
     let status = status_of(clash);
     assert_eq!(status.code, 422, "{status:?}");
     assert!(

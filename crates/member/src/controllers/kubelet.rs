@@ -212,14 +212,8 @@ impl Kubelet {
             healthy && c.ready && matches!(c.state, ContainerState::Running { .. })
         };
         let all_ready = !run.containers.is_empty() && run.containers.iter().all(ready);
-        let images: Vec<(String, String)> = containers(pod)
-            .chain(
-                pod.spec
-                    .iter()
-                    .flat_map(|s| s.ephemeral_containers.iter().flatten())
-                    .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default())),
-            )
-            .collect();
+        let images: Vec<(String, String)> =
+            containers(pod).chain(ephemeral_containers(pod)).collect();
         let image_of = |name: &str| {
             images
                 .iter()
@@ -280,21 +274,13 @@ impl Kubelet {
         if let Some(ip) = &pod_ip {
             status["podIPs"] = json!([{ "ip": ip }]);
         }
-        if !run.init_containers.is_empty() {
-            status["initContainerStatuses"] = json!(
-                run.init_containers
-                    .iter()
-                    .map(container_json)
-                    .collect::<Vec<_>>()
-            );
-        }
-        if !run.ephemeral_containers.is_empty() {
-            status["ephemeralContainerStatuses"] = json!(
-                run.ephemeral_containers
-                    .iter()
-                    .map(container_json)
-                    .collect::<Vec<_>>()
-            );
+        for (field, list) in [
+            ("initContainerStatuses", &run.init_containers),
+            ("ephemeralContainerStatuses", &run.ephemeral_containers),
+        ] {
+            if !list.is_empty() {
+                status[field] = json!(list.iter().map(container_json).collect::<Vec<_>>());
+            }
         }
         status
     }
@@ -317,10 +303,19 @@ fn state_json(state: &ContainerState) -> Value {
     }
 }
 
+/// The pod's containers: name and image.
 fn containers(pod: &Pod) -> impl Iterator<Item = (String, String)> + '_ {
     pod.spec
         .iter()
         .flat_map(|s| s.containers.iter())
+        .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default()))
+}
+
+/// The ephemeral containers `kubectl debug` added: name and image.
+fn ephemeral_containers(pod: &Pod) -> impl Iterator<Item = (String, String)> + '_ {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.ephemeral_containers.iter().flatten())
         .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default()))
 }
 
