@@ -243,6 +243,11 @@ impl<'a> Walker<'a> {
                 }
                 continue;
             }
+            if map.get(&key).is_some_and(Value::is_null)
+                && self.drop_null(map, &key, props, additional)
+            {
+                continue;
+            }
             if let Some(p) = props.and_then(|p| p.get(&key)) {
                 if let Some(v) = map.get_mut(&key) {
                     self.walk(v, p, &child, false);
@@ -272,6 +277,44 @@ impl<'a> Walker<'a> {
                         "Required value".into(),
                     );
                 }
+            }
+        }
+    }
+
+    /// A field sent as `null`: gone from a built-in object, as Go's
+    /// decoder makes it its zero value, which is not written; in a custom
+    /// resource, defaulted where its schema has a default, kept where it
+    /// is `nullable`, else pruned (apiextensions-apiserver's
+    /// PruneNonNullableNullsWithoutDefaults). Whether it went.
+    fn drop_null(
+        &self,
+        map: &mut Map<String, Value>,
+        key: &str,
+        props: Option<&'a Map<String, Value>>,
+        additional: Option<&'a Value>,
+    ) -> bool {
+        let property = props.and_then(|p| p.get(key));
+        if !self.validate {
+            if property.is_some() {
+                map.remove(key);
+            }
+            return property.is_some();
+        }
+        let Some(schema) = property.or(additional.filter(|a| a.is_object())) else {
+            return false;
+        };
+        let schema = self.deref(schema);
+        if schema.get("nullable").and_then(Value::as_bool) == Some(true) {
+            return false;
+        }
+        match schema.get("default") {
+            Some(default) => {
+                map.insert(key.to_string(), default.clone());
+                false
+            }
+            None => {
+                map.remove(key);
+                true
             }
         }
     }

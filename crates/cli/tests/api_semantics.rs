@@ -673,3 +673,87 @@ async fn new_objects_answer_upstreams_first_status() {
         assert_eq!(read["status"], want, "read at {path}");
     }
 }
+
+/// A field sent as `null` is stored as upstream decodes it: gone from a
+/// built-in object (Go's zero value, not written), defaulted first; in a
+/// custom resource pruned unless its schema says `nullable` or gives a
+/// default.
+#[tokio::test]
+async fn null_fields_are_dropped_as_upstream_decodes_them() {
+    let s = Server::start();
+    let c = s.client().await;
+    let post = |path: &str, body: serde_json::Value| {
+        http::Request::post(path)
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&body).unwrap())
+            .unwrap()
+    };
+    let pod: serde_json::Value = serde_json::from_str(
+        &c.request_text(post(
+            "/api/v1/namespaces/default/pods",
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": null},
+                "spec": {"containers": [{"name": "c", "image": "busybox", "workingDir": null,
+                                         "terminationMessagePath": null}]}}),
+        ))
+        .await
+        .unwrap(),
+    )
+    .unwrap();
+    let container = &pod["spec"]["containers"][0];
+    assert_eq!(container.get("workingDir"), None, "{container}");
+    assert_eq!(
+        container["terminationMessagePath"], "/dev/termination-log",
+        "{container}"
+    );
+    assert_eq!(pod["metadata"].get("labels"), None);
+    // A merge patch replaces lists whole: nulls inside their items stay
+    // in the patch and must not reach the stored object.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::default_namespaced(c.clone());
+    let status = json!({"status": {"containerStatuses": [{"name": "c", "image": "busybox",
+        "imageID": "", "ready": false, "restartCount": 0,
+        "state": {"waiting": {"reason": "ContainerCreating", "message": null}}}]}});
+    pods.patch_status("p", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    let read = get_raw(&c, "/api/v1/namespaces/default/pods/p", "application/json")
+        .await
+        .unwrap();
+    assert_eq!(
+        read["status"]["containerStatuses"][0]["state"],
+        json!({"waiting": {"reason": "ContainerCreating"}})
+    );
+
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {
+                        "plain": {"type": "string"},
+                        "defaulted": {"type": "string", "default": "x"},
+                        "nullable": {"type": "string", "nullable": true},
+                        "labels": {"type": "object",
+                                   "additionalProperties": {"type": "string"}}}}}}}}]}});
+    c.request_text(post(
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        crd,
+    ))
+    .await
+    .unwrap();
+    let widget: serde_json::Value = serde_json::from_str(
+        &c.request_text(post(
+            "/apis/example.com/v1/namespaces/default/widgets",
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"},
+                "spec": {"plain": null, "defaulted": null, "nullable": null,
+                         "labels": {"a": null, "b": "kept"}}}),
+        ))
+        .await
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        widget["spec"],
+        json!({"defaulted": "x", "nullable": null, "labels": {"b": "kept"}})
+    );
+}

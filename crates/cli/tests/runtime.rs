@@ -1157,6 +1157,47 @@ spec:
     wait_phase(&m, "ticker", "Running");
     let attached = m.kubectl(&["attach", "ticker"]);
     assert_has(&String::from_utf8_lossy(&attached.stdout), &["tick 3"]);
+    // Args without a command go to the image's own entrypoint (busybox
+    // has none: the args are the program), not to the stand-in.
+    m.ok(&[
+        "run",
+        "args-only",
+        "--image=busybox",
+        "--restart=Never",
+        "--",
+        "sh",
+        "-c",
+        "echo args ran as $0",
+    ]);
+    wait_phase(&m, "args-only", "Succeeded");
+    assert_has(&m.ok(&["logs", "args-only"]), &["args ran as sh"]);
+    // kubectl debug: the ephemeral container runs the image's shell in
+    // the pod's network, reading what is typed into it.
+    let debugged = m.ok_stdin(
+        &["debug", "-i", "shell", "--image=busybox", "-c", "dbg"],
+        "echo debug-$((6*7)) in $(hostname); exit\n",
+    );
+    assert_has(&debugged, &["debug-42 in shell"]);
+    wait_for(
+        Duration::from_secs(30),
+        "the debug container to end",
+        || {
+            jsonpath(
+                &m,
+                &["pod", "shell"],
+                "{.status.ephemeralContainerStatuses[0].state.terminated.reason}",
+            ) == "Completed"
+        },
+    );
+    // The pod itself is untouched.
+    assert_eq!(
+        jsonpath(
+            &m,
+            &["pod", "shell"],
+            "{.status.containerStatuses[0].ready}"
+        ),
+        "true"
+    );
 }
 
 /// `kubectl port-forward` running in the background, killed on drop.

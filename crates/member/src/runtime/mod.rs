@@ -94,37 +94,6 @@ pub struct PodRun {
     pub recheck: Option<Duration>,
 }
 
-/// The ephemeral containers of a runtime that does not run them: each
-/// reported terminated with `why`, so that `kubectl debug` stops waiting
-/// and says so instead of waiting for ever.
-pub fn ephemeral_not_run(pod: &Pod, why: &str) -> Vec<ContainerRun> {
-    // A time that does not move, so that the status is written once.
-    let created = pod
-        .metadata
-        .creation_timestamp
-        .clone()
-        .unwrap_or_else(crate::podutil::now);
-    pod.spec
-        .iter()
-        .flat_map(|s| s.ephemeral_containers.iter().flatten())
-        .map(|c| ContainerRun {
-            name: c.name.clone(),
-            state: ContainerState::Terminated {
-                code: 128,
-                reason: "StartError".into(),
-                message: Some(why.to_string()),
-                started: created.clone(),
-                finished: created.clone(),
-            },
-            last: None,
-            restarts: 0,
-            ready: false,
-            started: false,
-            id: None,
-        })
-        .collect()
-}
-
 /// Wakes the kubelet for a pod (namespace/name) whose runtime state changed.
 #[derive(Clone)]
 pub struct Events(mpsc::UnboundedSender<String>);

@@ -2,10 +2,14 @@
 //! none: the port a stand-in serves when the container declares none
 //! (nginx listens on 80, not the stand-in's 8080), the page it answers at
 //! `/` (nginx's welcome page, httpd's "It works!", which documentation
-//! and clients' own tests look for), and the names an image gives its
+//! and clients' own tests look for), the names an image gives its
 //! programs that the host spells otherwise (`python` in the python
-//! images is the host's `python3`). Images not named here get the plain
-//! stand-in.
+//! images is the host's `python3`), and, for the base images whose
+//! programs the host has (busybox, alpine, debian, python, curl...),
+//! what the image runs when the pod names no command: its ENTRYPOINT and
+//! CMD, so that `kubectl run -it --image=busybox -- sh` and `kubectl
+//! debug -it --image=busybox` get a shell. Images not named here get the
+//! plain stand-in.
 
 use std::str::FromStr;
 
@@ -72,13 +76,66 @@ pub struct Profile {
     /// Programs it has under another name on the host: (in the image, on
     /// the host).
     pub renamed: &'static [(&'static str, &'static str)],
+    /// What it runs when the pod names no command; `None`: an
+    /// application whose program the host lacks, imitated by the stand-in.
+    pub process: Option<ImageProcess>,
+}
+
+/// An image's ENTRYPOINT and CMD.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ImageProcess {
+    pub entrypoint: &'static [&'static str],
+    pub cmd: &'static [&'static str],
+    /// The entrypoint is a script that runs its first argument when that
+    /// names a program and puts the entrypoint's program before the
+    /// arguments otherwise (the `docker-entrypoint.sh` of curlimages/curl
+    /// and of the bash image).
+    pub runs_programs: bool,
+}
+
+impl ImageProcess {
+    /// What a container of this image runs given `args` and no command:
+    /// as Kubernetes, the ENTRYPOINT followed by `args` in place of the
+    /// CMD (the CMD when `args` is empty). `is_program` says whether a
+    /// name is a program the container can run.
+    pub fn argv(&self, args: &[String], is_program: impl Fn(&str) -> bool) -> Vec<String> {
+        let args: Vec<String> = if args.is_empty() {
+            self.cmd.iter().map(|a| a.to_string()).collect()
+        } else {
+            args.to_vec()
+        };
+        if self.runs_programs {
+            let first = args.first().map(String::as_str);
+            if first.is_some_and(|a| !a.starts_with('-') && is_program(a)) {
+                return args;
+            }
+        }
+        self.entrypoint
+            .iter()
+            .map(|a| a.to_string())
+            .chain(args)
+            .collect()
+    }
 }
 
 const PLAIN: Profile = Profile {
     default_port: 8080,
     page: None,
     renamed: &[],
+    process: None,
 };
+
+/// A base image whose CMD is a shell or another program of the host's.
+const fn runs(cmd: &'static [&'static str]) -> Profile {
+    Profile {
+        process: Some(ImageProcess {
+            entrypoint: &[],
+            cmd,
+            runs_programs: false,
+        }),
+        ..PLAIN
+    }
+}
 
 /// The profile of `image` (`nginx`, `nginx:1.27`,
 /// `docker.io/library/nginx@sha256:...`, `nginxinc/nginx-unprivileged`).
@@ -101,11 +158,49 @@ pub fn profile(image: &str) -> Profile {
         },
         "library/python" | "bitnami/python" => Profile {
             renamed: &[("python", "python3"), ("pip", "pip3")],
+            ..runs(&["python3"])
+        },
+        "library/busybox" | "google-containers/busybox" => runs(&["sh"]),
+        "library/alpine" => runs(&["/bin/sh"]),
+        "library/debian" | "library/ubuntu" | "library/fedora" => runs(&["bash"]),
+        // Their entrypoint scripts run a program named first, else theirs.
+        "curlimages/curl" => Profile {
+            process: Some(ImageProcess {
+                entrypoint: &["curl"],
+                cmd: &["curl"],
+                runs_programs: true,
+            }),
             ..PLAIN
+        },
+        "library/bash" => Profile {
+            process: Some(ImageProcess {
+                entrypoint: &["bash"],
+                cmd: &["bash"],
+                runs_programs: true,
+            }),
+            ..PLAIN
+        },
+        // zsh where the host has it, bash where not.
+        "nicolaka/netshoot" => Profile {
+            renamed: &[("zsh", "bash")],
+            ..runs(&["zsh"])
         },
         _ => PLAIN,
     }
 }
+
+/// The official images named in [`profile`].
+const OFFICIAL: &[&str] = &[
+    "library/nginx",
+    "library/httpd",
+    "library/python",
+    "library/busybox",
+    "library/alpine",
+    "library/debian",
+    "library/ubuntu",
+    "library/fedora",
+    "library/bash",
+];
 
 /// The repository `image` names, without its registry, tag or digest,
 /// with Docker Hub's `library/` for a bare name.
@@ -127,12 +222,12 @@ fn repository(image: &str) -> &str {
     };
     match path {
         "" => path,
-        p if !p.contains('/') => match p {
-            "nginx" => "library/nginx",
-            "httpd" => "library/httpd",
-            "python" => "library/python",
-            _ => p,
-        },
+        // Docker Hub's official images: `library/` before a bare name.
+        p if !p.contains('/') => OFFICIAL
+            .iter()
+            .find(|o| o.strip_prefix("library/") == Some(p))
+            .copied()
+            .unwrap_or(p),
         p => p,
     }
 }
@@ -155,7 +250,12 @@ mod tests {
             ),
             ("quay.io/submariner/nettest", "submariner/nettest"),
             ("example/web:1.0", "example/web"),
-            ("busybox", "busybox"),
+            ("busybox", "library/busybox"),
+            ("registry.k8s.io/busybox:1.28", "library/busybox"),
+            (
+                "gcr.io/google-containers/busybox",
+                "google-containers/busybox",
+            ),
         ] {
             assert_eq!(repository(image), repo, "{image}");
         }
@@ -174,6 +274,37 @@ mod tests {
         assert_eq!(profile("python:3.12").renamed[0], ("python", "python3"));
         assert_eq!(profile("example/payment-api:1.0"), PLAIN);
         assert_eq!(profile("registry.example.com/team/nginx"), PLAIN);
+    }
+
+    #[test]
+    fn base_images_run_their_entrypoint_with_the_pods_args_in_place_of_their_cmd() {
+        let host = |p: &str| ["sh", "curl", "bash"].contains(&p);
+        let argv = |image: &str, args: &[&str]| {
+            let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            profile(image).process.map(|p| p.argv(&args, host))
+        };
+        let strings = |v: &[&str]| Some(v.iter().map(|a| a.to_string()).collect::<Vec<_>>());
+        assert_eq!(argv("busybox:1.36", &[]), strings(&["sh"]));
+        assert_eq!(argv("busybox", &["sleep", "10"]), strings(&["sleep", "10"]));
+        assert_eq!(argv("alpine:3.20", &[]), strings(&["/bin/sh"]));
+        assert_eq!(argv("python:3.12", &[]), strings(&["python3"]));
+        // curl's entrypoint: options go to curl, a program runs itself.
+        assert_eq!(argv("curlimages/curl", &[]), strings(&["curl"]));
+        assert_eq!(
+            argv("curlimages/curl:8.10.1", &["-s", "http://web"]),
+            strings(&["curl", "-s", "http://web"])
+        );
+        assert_eq!(
+            argv("curlimages/curl", &["sh", "-c", "x"]),
+            strings(&["sh", "-c", "x"])
+        );
+        assert_eq!(
+            argv("curlimages/curl", &["http://web"]),
+            strings(&["curl", "http://web"])
+        );
+        // Applications and web servers: the stand-in imitates them.
+        assert_eq!(argv("nginx", &[]), None);
+        assert_eq!(argv("example/web:1.0", &["--port=9090"]), None);
     }
 
     #[test]

@@ -19,9 +19,35 @@ use super::{
 use crate::podutil;
 use crate::runtime::{ContainerRun, ContainerState, PodPhase, PodRun};
 
+/// Which of a sandbox's containers a slot is among.
+#[derive(Clone, Copy)]
+enum Group {
+    Init,
+    App,
+    Ephemeral,
+}
+
+impl PodSandbox {
+    fn group_mut(&mut self, group: Group) -> &mut [ContainerSlot] {
+        match group {
+            Group::Init => &mut self.init,
+            Group::App => &mut self.containers,
+            Group::Ephemeral => &mut self.ephemeral,
+        }
+    }
+
+    /// Every container slot, ephemeral ones included.
+    fn all_slots(&self) -> impl Iterator<Item = &ContainerSlot> {
+        self.init
+            .iter()
+            .chain(self.containers.iter())
+            .chain(self.ephemeral.iter())
+    }
+}
+
 impl NetnsRuntime {
-    /// Starts one container of `sb` (init when `init`), or records why not.
-    async fn launch(&self, sb: &mut PodSandbox, key: &str, init: bool, index: usize) {
+    /// Starts one container of `sb`, or records why not.
+    async fn launch(&self, sb: &mut PodSandbox, key: &str, group: Group, index: usize) {
         let namespace = sb.pod.namespace().unwrap_or_default();
         let resolver = Resolver::new(self.config.client.clone(), &namespace);
         let host_ip = self
@@ -42,7 +68,12 @@ impl NetnsRuntime {
             if sb.volumes.is_none() {
                 sb.volumes = Some(spec::volumes(&resolver, &id, &sb.dir.join("volumes")).await?);
             }
-            let slots = if init { &sb.init } else { &sb.containers };
+            // The field itself, not `group()`: `sb.volumes` is written above.
+            let slots = match group {
+                Group::Init => &sb.init,
+                Group::App => &sb.containers,
+                Group::Ephemeral => &sb.ephemeral,
+            };
             let c = &slots[index].spec;
             let env = spec::environment(&resolver, c, &id).await?;
             let root = sb.dir.join("rootfs").join(&c.name);
@@ -85,12 +116,7 @@ impl NetnsRuntime {
         let (netns, node_netns, ip, grace) =
             (sb.netns.clone(), sb.node.netns.clone(), sb.ip, sb.grace);
         let reference = kube::Resource::object_ref(&sb.pod, &());
-        let slots = if init {
-            &mut sb.init
-        } else {
-            &mut sb.containers
-        };
-        let slot = &mut slots[index];
+        let slot = &mut sb.group_mut(group)[index];
         let file = match prepared {
             Ok(f) => f,
             Err(e) if e.reason == "StartError" => {
@@ -202,6 +228,7 @@ impl NetnsRuntime {
         let oom = |c: &ContainerSlot| self.cgroups.oom_killed(&cgroup_id(&sb.netns, &c.spec.name));
         reap(&mut sb.init, &oom);
         reap(&mut sb.containers, &oom);
+        reap(&mut sb.ephemeral, &oom);
         // Init containers, one at a time, each to success.
         let mut initialized = true;
         let mut failed_init = false;
@@ -211,7 +238,7 @@ impl NetnsRuntime {
                 ContainerState::Running { .. } => {}
                 ContainerState::Terminated { .. } if policy == "Never" => failed_init = true,
                 _ => match ready_to_start(&sb.init[i]) {
-                    Ok(()) => self.launch(sb, key, true, i).await,
+                    Ok(()) => self.launch(sb, key, Group::Init, i).await,
                     Err(wait) => soonest(wait),
                 },
             }
@@ -234,7 +261,7 @@ impl NetnsRuntime {
                     continue;
                 }
                 match ready_to_start(&sb.containers[i]) {
-                    Ok(()) => self.launch(sb, key, false, i).await,
+                    Ok(()) => self.launch(sb, key, Group::App, i).await,
                     Err(wait) => {
                         self.recorder.emit(
                             &kube::Resource::object_ref(&sb.pod, &()),
@@ -252,6 +279,19 @@ impl NetnsRuntime {
                     && sb.containers[i].backoff_until.is_none()
                 {
                     soonest(CONFIG_RETRY);
+                }
+            }
+        }
+        // Ephemeral containers start once the pod's have, and run once.
+        if initialized && !sb.done {
+            for i in 0..sb.ephemeral.len() {
+                if sb.ephemeral[i].runs == 0
+                    && matches!(sb.ephemeral[i].state, ContainerState::Waiting { .. })
+                {
+                    self.launch(sb, key, Group::Ephemeral, i).await;
+                    if matches!(sb.ephemeral[i].state, ContainerState::Waiting { .. }) {
+                        soonest(CONFIG_RETRY);
+                    }
                 }
             }
         }
@@ -308,9 +348,12 @@ impl NetnsRuntime {
             sb.uid
         );
         let done = sb.done;
-        let report = |c: &ContainerSlot| {
+        // `restarts`: whether the slot is one the restart policy covers
+        // (ephemeral containers are not, and are never ready).
+        let report = |c: &ContainerSlot, restarts: bool| {
             // Between a crash and its restart: CrashLoopBackOff, as upstream.
             let backing_off = !done
+                && restarts
                 && will_restart(c)
                 && matches!(c.state, ContainerState::Terminated { .. })
                 && c.backoff_until.is_some_and(|t| t > Instant::now());
@@ -337,7 +380,9 @@ impl NetnsRuntime {
             let probed = |f: fn(&probes::ProbeState) -> bool| c.probes.as_ref().is_none_or(f);
             ContainerRun {
                 name: c.spec.name.clone(),
-                ready: running && probed(|p| p.ready.load(std::sync::atomic::Ordering::SeqCst)),
+                ready: restarts
+                    && running
+                    && probed(|p| p.ready.load(std::sync::atomic::Ordering::SeqCst)),
                 started: running && probed(|p| p.started.load(std::sync::atomic::Ordering::SeqCst)),
                 state,
                 last,
@@ -352,10 +397,9 @@ impl NetnsRuntime {
             phase,
             sandbox_ready: !sb.done,
             initialized,
-            init_containers: sb.init.iter().map(report).collect(),
-            containers: sb.containers.iter().map(report).collect(),
-            // The pod's own view has them: `sync` fills them in.
-            ephemeral_containers: Vec::new(),
+            init_containers: sb.init.iter().map(|c| report(c, true)).collect(),
+            containers: sb.containers.iter().map(|c| report(c, true)).collect(),
+            ephemeral_containers: sb.ephemeral.iter().map(|c| report(c, false)).collect(),
             recheck,
         }
     }
@@ -363,7 +407,7 @@ impl NetnsRuntime {
     pub(super) async fn teardown(&self, sb: &mut PodSandbox) {
         let grace = sb.grace;
         let reference = kube::Resource::object_ref(&sb.pod, &());
-        for c in sb.init.iter().chain(sb.containers.iter()) {
+        for c in sb.all_slots() {
             if c.process
                 .as_ref()
                 .is_some_and(|p| p.exit.borrow().is_none())
@@ -376,19 +420,22 @@ impl NetnsRuntime {
             }
         }
         let stops = sb
-            .init
-            .iter()
-            .chain(sb.containers.iter())
+            .all_slots()
             .filter_map(|c| c.process.as_ref())
             .map(|p| process::stop(p, grace));
         futures::future::join_all(stops).await;
-        for c in sb.init.iter_mut().chain(sb.containers.iter_mut()) {
+        for c in sb
+            .init
+            .iter_mut()
+            .chain(sb.containers.iter_mut())
+            .chain(sb.ephemeral.iter_mut())
+        {
             if let Some(task) = c.prober.take() {
                 task.abort();
             }
         }
         self.network.remove_pod(&sb.node, &sb.netns).await;
-        for c in sb.init.iter().chain(sb.containers.iter()) {
+        for c in sb.all_slots() {
             self.cgroups.remove(&cgroup_id(&sb.netns, &c.spec.name));
         }
         if let Err(error) = std::fs::remove_dir_all(&sb.dir) {

@@ -100,6 +100,9 @@ struct PodSandbox {
     volumes: Option<std::collections::BTreeMap<String, PathBuf>>,
     init: Vec<ContainerSlot>,
     containers: Vec<ContainerSlot>,
+    /// The ephemeral containers `kubectl debug` added: each run once,
+    /// never restarted.
+    ephemeral: Vec<ContainerSlot>,
     grace: Duration,
     /// Set once the pod has finished (nothing restarts any more).
     done: bool,
@@ -258,11 +261,57 @@ impl NetnsRuntime {
             dir,
             init: spec.init_containers.iter().flatten().map(slot).collect(),
             containers: spec.containers.iter().map(slot).collect(),
+            ephemeral: Vec::new(),
             pod: full,
             volumes: None,
             grace: Duration::from_secs(grace),
             done: false,
         })
+    }
+
+    /// Gives the sandbox a slot for each ephemeral container the pod has
+    /// gained (`pods/ephemeralcontainers` only ever adds them), read from
+    /// the pod as it is now.
+    async fn add_ephemeral(&self, sb: &mut PodSandbox, pod: &Pod) {
+        let added = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.ephemeral_containers.iter().flatten())
+            .any(|c| !sb.ephemeral.iter().any(|e| e.spec.name == c.name));
+        if !added || sb.done {
+            return;
+        }
+        let api: Api<FullPod> = Api::namespaced(
+            self.config.client.clone(),
+            &pod.namespace().unwrap_or_default(),
+        );
+        let full = match api.get(&pod.name_any()).await {
+            Ok(full) if full.uid() == Some(sb.uid.clone()) => full,
+            // Gone, or another pod of its name: its own sync sees to it.
+            Ok(_) => return,
+            Err(error) => {
+                warn!(pod = %pod.name_any(), %error, "cannot read the pod's ephemeral containers");
+                return;
+            }
+        };
+        for ephemeral in full
+            .spec
+            .iter()
+            .flat_map(|s| s.ephemeral_containers.iter().flatten())
+        {
+            if sb.ephemeral.iter().any(|e| e.spec.name == ephemeral.name) {
+                continue;
+            }
+            // The same fields as a container's, less ports, probes and
+            // resources (which the API refuses for them).
+            match serde_json::to_value(ephemeral).and_then(serde_json::from_value::<Container>) {
+                Ok(container) => sb.ephemeral.push(slot(&container)),
+                Err(error) => {
+                    warn!(pod = %pod.name_any(), container = %ephemeral.name, %error, "cannot read an ephemeral container")
+                }
+            }
+        }
+        sb.pod = full;
     }
 
     /// Stops every pod and removes the member's network.
@@ -296,6 +345,7 @@ impl NetnsRuntime {
             .containers
             .iter()
             .chain(sb.init.iter())
+            .chain(sb.ephemeral.iter())
             .find(|c| c.spec.name == container)
             .ok_or_else(|| {
                 format!(
@@ -476,9 +526,8 @@ impl Runtime for NetnsRuntime {
             }
         };
         let mut sb = entry.lock().await;
-        let mut run = self.drive(&mut sb, &key).await;
-        run.ephemeral_containers = super::ephemeral_not_run(pod, EPHEMERAL_NOT_RUN);
-        run
+        self.add_ephemeral(&mut sb, pod).await;
+        self.drive(&mut sb, &key).await
     }
 
     async fn remove(&self, pod_key: &str, grace: Option<Duration>) {
@@ -493,36 +542,36 @@ impl Runtime for NetnsRuntime {
     }
 }
 
-/// What an ephemeral container's status says here (`kubectl debug -it`
-/// prints it instead of waiting for ever).
-const EPHEMERAL_NOT_RUN: &str = "ephemeral containers are not run by Flotilla's netns runtime yet; use kubectl exec into one of the pod's containers";
-
 /// A pod whose sandbox could not be made: Pending, retried.
 fn waiting_run(pod: &Pod, e: &ConfigError) -> PodRun {
-    let containers = pod
-        .spec
-        .iter()
-        .flat_map(|s| s.containers.iter())
-        .map(|c| ContainerRun {
-            name: c.name.clone(),
-            state: ContainerState::Waiting {
-                reason: "ContainerCreating".into(),
-                message: Some(format!("{}: {}", e.reason, e.message)),
-            },
-            last: None,
-            restarts: 0,
-            ready: false,
-            started: false,
-            id: None,
-        })
-        .collect();
+    let waiting = |name: &String| ContainerRun {
+        name: name.clone(),
+        state: ContainerState::Waiting {
+            reason: "ContainerCreating".into(),
+            message: Some(format!("{}: {}", e.reason, e.message)),
+        },
+        last: None,
+        restarts: 0,
+        ready: false,
+        started: false,
+        id: None,
+    };
+    let spec = pod.spec.as_ref();
     PodRun {
         phase: PodPhase::Pending,
         sandbox_ready: false,
         initialized: false,
         init_containers: Vec::new(),
-        containers,
-        ephemeral_containers: super::ephemeral_not_run(pod, EPHEMERAL_NOT_RUN),
+        containers: spec
+            .iter()
+            .flat_map(|s| s.containers.iter())
+            .map(|c| waiting(&c.name))
+            .collect(),
+        ephemeral_containers: spec
+            .iter()
+            .flat_map(|s| s.ephemeral_containers.iter().flatten())
+            .map(|c| waiting(&c.name))
+            .collect(),
         recheck: Some(Duration::from_secs(5)),
     }
 }

@@ -711,9 +711,32 @@ pub fn launch(
             read_only: false,
         });
     }
-    let command = c.command.clone().unwrap_or_default();
-    let standin = command.is_empty();
     let image = images::profile(c.image.as_deref().unwrap_or_default());
+    let path = env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| DEFAULT_PATH.to_string());
+    // The name to run a program by: its own where the host has it, the
+    // host's where the image names it otherwise. The shim looks it up on
+    // the PATH, so that the program sees its argv[0] as it was written.
+    let resolve = |program: &str| {
+        if which_in(program, &path).is_some() {
+            return Some(program.to_string());
+        }
+        let (_, host) = image.renamed.iter().find(|(ours, _)| *ours == program)?;
+        which_in(host, &path).map(|_| host.to_string())
+    };
+    // As Kubernetes: the command and args; the image's ENTRYPOINT with
+    // the args in place of its CMD when there is no command.
+    let args = c.args.clone().unwrap_or_default();
+    let program: Vec<String> = match (c.command.as_deref(), image.process) {
+        (Some(command), _) if !command.is_empty() => command.iter().cloned().chain(args).collect(),
+        (_, Some(process)) => process.argv(&args, |p| resolve(p).is_some()),
+        _ => Vec::new(),
+    };
+    let standin = program.is_empty();
     let argv = if standin {
         // Images are not pulled: the stand-in serves the declared ports,
         // or the one a well-known image listens on.
@@ -745,23 +768,8 @@ pub fn launch(
         }
         argv
     } else {
-        let mut argv: Vec<String> = command
-            .iter()
-            .chain(c.args.iter().flatten())
-            .map(|a| expand(a, &env))
-            .collect();
-        let path = env
-            .iter()
-            .rev()
-            .find(|(k, _)| k == "PATH")
-            .map(|(_, v)| v.as_str())
-            .unwrap_or(DEFAULT_PATH);
-        // A program the image names otherwise than the host does.
-        let resolved = which_in(&argv[0], path).or_else(|| {
-            let (_, host) = image.renamed.iter().find(|(ours, _)| *ours == argv[0])?;
-            which_in(host, path)
-        });
-        let Some(resolved) = resolved else {
+        let mut argv: Vec<String> = program.iter().map(|a| expand(a, &env)).collect();
+        let Some(resolved) = resolve(&argv[0]) else {
             return Err(ConfigError {
                 reason: "StartError",
                 message: format!(
@@ -770,7 +778,7 @@ pub fn launch(
                 ),
             });
         };
-        argv[0] = resolved.to_string_lossy().into_owned();
+        argv[0] = resolved;
         argv
     };
     let mut env = env;
