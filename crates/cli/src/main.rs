@@ -134,6 +134,12 @@ enum Command {
         #[arg(long)]
         page: Option<flotilla_member::runtime::netns::images::Page>,
     },
+    /// The imitation of the agnhost test image's program.
+    #[command(name = "__agnhost", hide = true)]
+    Agnhost {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -198,6 +204,9 @@ fn main() -> std::process::ExitCode {
                     .await
                     .map_err(anyhow::Error::from)
             }
+            Command::Agnhost { args } => flotilla_member::runtime::netns::agnhost::run(args)
+                .await
+                .map_err(anyhow::Error::msg),
             Command::ContainerShim { .. } => Ok(()),
         }
     });

@@ -166,6 +166,9 @@ fn pods_run_processes_that_talk_log_and_take_exec() {
     let m = Server::netns_member("rt-talk", &["--nodes", "2"]);
     m.ok_stdin(&["apply", "-f", "-"], APP);
     wait_phase(&m, "client", "Running");
+    // One Event per container: events differing in message stay apart.
+    wait_event(&m, "client", "Created", "Created container main");
+    wait_event(&m, "client", "Created", "Created container sidecar");
     wait_for(Duration::from_secs(60), "two web pods running", || {
         jsonpath(&m, &["pods", "-l", "app=web"], "{.items[*].status.podIP}")
             .split_whitespace()
@@ -461,7 +464,26 @@ spec:
     image: busybox
     command: ["sleep", "3600"]
     env: [{name: X, valueFrom: {configMapKeyRef: {name: nowhere, key: k}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: liveness-exec}
+spec:
+  containers:
+  - name: liveness
+    image: registry.k8s.io/busybox
+    args: [/bin/sh, -c, "touch /tmp/healthy; sleep 2; rm -f /tmp/healthy; sleep 600"]
+    livenessProbe:
+      exec: {command: [cat, /tmp/healthy]}
+      periodSeconds: 1
 "#,
+    );
+    // An exec probe's failure says what its command said.
+    wait_event(
+        &m,
+        "liveness-exec",
+        "Unhealthy",
+        "Liveness probe failed: cat: /tmp/healthy: No such file or directory",
     );
     wait_for(Duration::from_secs(60), "job works to complete", || {
         jsonpath(&m, &["job", "works"], "{.status.succeeded}") == "1"
@@ -523,6 +545,25 @@ spec:
         "Back-off restarting failed container c",
     );
     wait_event(&m, "crasher", "Started", "Started container c");
+    // Its restarts are counted on the one Event, as `kubectl describe`
+    // shows them ("x3 over 20s").
+    wait_for(Duration::from_secs(60), "the restarts counted", || {
+        let counts = jsonpath(
+            &m,
+            &["events"],
+            "{range .items[?(@.involvedObject.name==\"crasher\")]}{.reason}={.count}{\"\\n\"}{end}",
+        );
+        let started: Vec<&str> = counts
+            .lines()
+            .filter(|l| l.starts_with("Started="))
+            .collect();
+        started.len() == 1
+            && started[0]
+                .trim_start_matches("Started=")
+                .parse::<u32>()
+                .unwrap_or(0)
+                >= 2
+    });
 
     // Init containers run first, to completion.
     wait_phase(&m, "init-first", "Running");
@@ -1157,6 +1198,42 @@ spec:
     wait_phase(&m, "ticker", "Running");
     let attached = m.kubectl(&["attach", "ticker"]);
     assert_has(&String::from_utf8_lossy(&attached.stdout), &["tick 3"]);
+    // The Kubernetes tutorial's hello-node: agnhost's netexec, imitated.
+    m.ok(&[
+        "create",
+        "deployment",
+        "hello-node",
+        "--image=registry.k8s.io/e2e-test-images/agnhost:2.39",
+        "--",
+        "/agnhost",
+        "netexec",
+        "--http-port=8080",
+    ]);
+    m.ok(&["expose", "deployment", "hello-node", "--port=8080"]);
+    m.ok(&[
+        "rollout",
+        "status",
+        "deployment/hello-node",
+        "--timeout=60s",
+    ]);
+    let answer = m.ok(&[
+        "exec",
+        "shell",
+        "--",
+        "curl",
+        "-s",
+        "http://hello-node:8080/hostname",
+    ]);
+    assert!(answer.starts_with("hello-node-"), "{answer}");
+    let echoed = m.ok(&[
+        "exec",
+        "shell",
+        "--",
+        "curl",
+        "-s",
+        "http://hello-node:8080/echo?msg=hi",
+    ]);
+    assert_eq!(echoed, "hi");
     // Args without a command go to the image's own entrypoint (busybox
     // has none: the args are the program), not to the stand-in.
     m.ok(&[

@@ -1,63 +1,137 @@
 //! The Events a kubelet records about pods (Created, Started, Killing,
-//! BackOff, Failed, Unhealthy, FailedCreatePodSandBox), through
-//! kube-runtime's recorder, which folds repeats into a series.
+//! BackOff, Failed, Unhealthy, FailedCreatePodSandBox), as upstream's
+//! kubelet records them: core/v1 Events from `kubelet`, an event repeated
+//! with the same reason and message counted on the one Event (`count`,
+//! `lastTimestamp`: what `kubectl describe` shows as "x4 over 20s"), and
+//! events that differ in message kept apart ("Created container main"
+//! and "Created container sidecar" are two, and so are a probe's timeout
+//! and its HTTP 500). kube-runtime's recorder folds every note of one
+//! reason into one series, which is not what a kubelet does.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-
-/// Records Events as the kubelet of one member.
-#[derive(Clone)]
-pub struct KubeletEvents {
-    recorder: Arc<Recorder>,
-}
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use tokio::sync::mpsc;
 
 /// Something a pod's runtime has to say: (reason, message).
 pub type Notify = Arc<dyn Fn(&'static str, String) + Send + Sync>;
 
+/// How many distinct events are remembered for counting repeats (as
+/// client-go's correlator's cache).
+const REMEMBERED: usize = 4096;
+
+/// Records Events as the kubelet of one member.
+#[derive(Clone)]
+pub struct KubeletEvents {
+    queue: mpsc::UnboundedSender<(ObjectReference, &'static str, String)>,
+}
+
 impl KubeletEvents {
+    /// Starts the writer of `cluster`'s kubelet Events (one task, so that
+    /// a repeat always finds the Event its first occurrence made).
     pub fn new(client: Client, cluster: &str) -> Self {
-        let reporter = Reporter {
-            controller: "kubelet".into(),
-            instance: Some(cluster.to_string()),
+        let (queue, mut rx) = mpsc::unbounded_channel();
+        let mut writer = Writer {
+            client,
+            instance: cluster.to_string(),
+            seen: HashMap::new(),
         };
-        KubeletEvents {
-            recorder: Arc::new(Recorder::new(client, reporter)),
-        }
+        tokio::spawn(async move {
+            while let Some((pod, reason, message)) = rx.recv().await {
+                writer.record(pod, reason, message).await;
+            }
+        });
+        KubeletEvents { queue }
     }
 
     /// Records an Event about `pod` in the background (an Event that
     /// cannot be written is not worth failing the pod for).
-    pub fn emit(&self, pod: &ObjectReference, reason: &'static str, note: String) {
-        let warning = matches!(
-            reason,
-            "Failed" | "BackOff" | "Unhealthy" | "FailedCreatePodSandBox" | "FailedMount"
-        );
-        let event = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.into(),
-            note: Some(note),
-            action: reason.into(),
-            secondary: None,
-        };
-        let recorder = self.recorder.clone();
-        let reference = pod.clone();
-        tokio::spawn(async move {
-            if let Err(error) = recorder.publish(&event, &reference).await {
-                tracing::debug!(%error, reason = event.reason, "cannot record an event");
-            }
-        });
+    pub fn emit(&self, pod: &ObjectReference, reason: &'static str, message: String) {
+        let _ = self.queue.send((pod.clone(), reason, message));
     }
 
     /// A notifier for one pod, for what runs apart from the kubelet (probes).
     pub fn for_pod(&self, pod: ObjectReference) -> Notify {
         let me = self.clone();
         Arc::new(move |reason, note| me.emit(&pod, reason, note))
+    }
+}
+
+/// (pod uid, reason, message): what makes two events the same.
+type Key = (String, &'static str, String);
+
+struct Writer {
+    client: Client,
+    instance: String,
+    /// Events written: (namespace, name, count).
+    seen: HashMap<Key, (String, String, i32)>,
+}
+
+impl Writer {
+    async fn record(&mut self, pod: ObjectReference, reason: &'static str, message: String) {
+        let namespace = pod.namespace.clone().unwrap_or_else(|| "default".into());
+        let key = (pod.uid.clone().unwrap_or_default(), reason, message.clone());
+        let now = crate::podutil::now();
+        if let Some((ns, name, count)) = self.seen.get_mut(&key) {
+            *count += 1;
+            let api: Api<Event> = Api::namespaced(self.client.clone(), ns);
+            let patch = json!({"count": *count, "lastTimestamp": now});
+            match api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => return,
+                // Expired or deleted: a new one, as the correlator would.
+                Err(error) => tracing::debug!(%error, reason, "cannot count a repeated event"),
+            }
+        }
+        let warning = matches!(
+            reason,
+            "Failed" | "BackOff" | "Unhealthy" | "FailedCreatePodSandBox" | "FailedMount"
+        );
+        let name = format!(
+            "{}.{:x}",
+            pod.name.as_deref().unwrap_or_default(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default()
+        );
+        let event = Event {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(namespace.clone()),
+                ..Default::default()
+            },
+            involved_object: pod,
+            type_: Some(if warning { "Warning" } else { "Normal" }.into()),
+            reason: Some(reason.into()),
+            message: Some(message),
+            source: Some(EventSource {
+                component: Some("kubelet".into()),
+                host: None,
+            }),
+            reporting_component: Some("kubelet".into()),
+            reporting_instance: Some(self.instance.clone()),
+            count: Some(1),
+            first_timestamp: Some(now.clone()),
+            last_timestamp: Some(now),
+            ..Default::default()
+        };
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        match api.create(&PostParams::default(), &event).await {
+            Ok(_) => {
+                if self.seen.len() >= REMEMBERED {
+                    self.seen.clear();
+                }
+                self.seen.insert(key, (namespace, name, 1));
+            }
+            Err(error) => tracing::debug!(%error, reason, "cannot record an event"),
+        }
     }
 }

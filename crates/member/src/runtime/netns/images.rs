@@ -79,6 +79,10 @@ pub struct Profile {
     /// What it runs when the pod names no command; `None`: an
     /// application whose program the host lacks, imitated by the stand-in.
     pub process: Option<ImageProcess>,
+    /// Programs of the image the host lacks that Flotilla imitates: (the
+    /// program as the image names it, the hidden `flotilla` subcommand
+    /// that runs in its place).
+    pub imitated: &'static [(&'static str, &'static str)],
 }
 
 /// An image's ENTRYPOINT and CMD.
@@ -123,6 +127,7 @@ const PLAIN: Profile = Profile {
     page: None,
     renamed: &[],
     process: None,
+    imitated: &[],
 };
 
 /// A base image whose CMD is a shell or another program of the host's.
@@ -178,6 +183,17 @@ pub fn profile(image: &str) -> Profile {
                 cmd: &["bash"],
                 runs_programs: true,
             }),
+            ..PLAIN
+        },
+        "submariner/nettest" => runs(&["/bin/bash", "-l"]),
+        // The Kubernetes test image: its entrypoint is agnhost itself.
+        "e2e-test-images/agnhost" => Profile {
+            process: Some(ImageProcess {
+                entrypoint: &["/agnhost"],
+                cmd: &[],
+                runs_programs: false,
+            }),
+            imitated: &[("/agnhost", "__agnhost"), ("agnhost", "__agnhost")],
             ..PLAIN
         },
         // zsh where the host has it, bash where not.
@@ -301,6 +317,14 @@ mod tests {
         assert_eq!(
             argv("curlimages/curl", &["http://web"]),
             strings(&["curl", "http://web"])
+        );
+        assert_eq!(
+            argv("registry.k8s.io/e2e-test-images/agnhost:2.39", &["netexec"]),
+            strings(&["/agnhost", "netexec"])
+        );
+        assert_eq!(
+            profile("registry.k8s.io/e2e-test-images/agnhost:2.40").imitated[0],
+            ("/agnhost", "__agnhost")
         );
         // Applications and web servers: the stand-in imitates them.
         assert_eq!(argv("nginx", &[]), None);

@@ -8,6 +8,7 @@
 //! It is a test bed, not a container runtime: commands are the host's
 //! binaries and run on the host's kernel with its filesystem visible.
 
+pub mod agnhost;
 pub mod cgroups;
 pub mod cluster_dns;
 pub mod events;

@@ -309,6 +309,10 @@ async fn http_get(
     }
 }
 
+/// The most of an exec probe's output kept for its message (upstream's
+/// limit).
+const MAX_EXEC_OUTPUT: usize = 10 * 1024;
+
 async fn exec(target: &ProbeTarget, command: Vec<String>, timeout: Duration) -> Result<(), String> {
     if command.is_empty() {
         return Err("no command to run".into());
@@ -326,20 +330,32 @@ async fn exec(target: &ProbeTarget, command: Vec<String>, timeout: Duration) -> 
         .arg(&file)
         .env_clear()
         .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn();
     let result = match child {
-        Ok(mut child) => match tokio::time::timeout(timeout, child.wait()).await {
-            Ok(Ok(status)) if status.success() => Ok(()),
-            Ok(Ok(status)) => Err(format!(
-                "command {:?} exited with {}",
-                launch.argv,
-                status.code().unwrap_or(-1)
-            )),
+        Ok(child) => match tokio::time::timeout(timeout, child.wait_with_output()).await {
+            Ok(Ok(out)) if out.status.success() => Ok(()),
+            // As upstream's exec prober: the failure is what the command
+            // said (its first 10 KiB).
+            Ok(Ok(out)) => {
+                let mut said = out.stdout;
+                said.extend_from_slice(&out.stderr);
+                said.truncate(MAX_EXEC_OUTPUT);
+                let said = String::from_utf8_lossy(&said).trim_end().to_string();
+                Err(if said.is_empty() {
+                    format!(
+                        "command {:?} exited with {}",
+                        launch.argv.join(" "),
+                        out.status.code().unwrap_or(-1)
+                    )
+                } else {
+                    said
+                })
+            }
             Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("command timed out after {}s", timeout.as_secs())),
+            Err(_) => Err(format!("command {:?} timed out", launch.argv.join(" "))),
         },
         Err(e) => Err(format!("cannot run the probe: {e}")),
     };

@@ -737,14 +737,27 @@ pub fn launch(
         _ => Vec::new(),
     };
     let standin = program.is_empty();
-    let argv = if standin {
-        // Images are not pulled: the stand-in serves the declared ports,
-        // or the one a well-known image listens on.
+    let imitation = program
+        .first()
+        .and_then(|p| image.imitated.iter().find(|(ours, _)| ours == p))
+        .map(|(_, subcommand)| *subcommand);
+    if standin || imitation.is_some() {
         mounts.push(Mount {
             source: helper.to_path_buf(),
             target: STANDIN_PATH.into(),
             read_only: true,
         });
+    }
+    let argv = if let Some(subcommand) = imitation {
+        // A program of the image's own that Flotilla imitates.
+        [STANDIN_PATH, subcommand]
+            .into_iter()
+            .map(str::to_string)
+            .chain(program[1..].iter().map(|a| expand(a, &env)))
+            .collect()
+    } else if standin {
+        // Images are not pulled: the stand-in serves the declared ports,
+        // or the one a well-known image listens on.
         let mut argv = vec![STANDIN_PATH.to_string(), "__standin".into()];
         let ports: Vec<i32> = c
             .ports
@@ -819,7 +832,8 @@ pub fn launch(
     })
 }
 
-/// Where the stand-in binary appears inside a container.
+/// Where the stand-in binary (Flotilla's own, for the stand-in and the
+/// imitated programs) appears inside a container.
 pub const STANDIN_PATH: &str = "/.flotilla/standin";
 
 #[cfg(test)]
