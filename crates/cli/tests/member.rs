@@ -175,6 +175,26 @@ fn deployment_rolls_out_scales_and_reports_what_does_not_fit() {
             );
         }
     });
+    // The scheduler says so in Events, as upstream's: where each pod went,
+    // and why the last two go nowhere.
+    let reasons = member.ok(&[
+        "get",
+        "events",
+        "-o",
+        "jsonpath={range .items[*]}{.source.component}/{.reason}: {.message}{\"\\n\"}{end}",
+    ]);
+    assert!(
+        reasons.lines().any(|l| l
+            .starts_with("default-scheduler/Scheduled: Successfully assigned default/web-")
+            && l.contains(" to m1-node-")),
+        "{reasons}"
+    );
+    assert!(
+        reasons.lines().any(|l| l.starts_with(
+            "default-scheduler/FailedScheduling: 0/2 nodes are available: 2 Insufficient cpu"
+        )),
+        "{reasons}"
+    );
     let out = member.kubectl(&["rollout", "status", "deployment/web", "--timeout=20s"]);
     assert!(!out.status.success());
     assert_has(

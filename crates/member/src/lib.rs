@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod controllers;
+pub mod events;
 pub mod expectations;
 pub mod faults;
 pub mod informer;

@@ -2,6 +2,7 @@
 //! feasible node with the most room left (least-allocated scoring), through
 //! the `pods/binding` subresource; a pod that fits nowhere gets
 //! PodScheduled=False, reason Unschedulable, with upstream's summary.
+//! Both are recorded as upstream's Events (Scheduled, FailedScheduling).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,12 +13,13 @@ use k8s_openapi::api::core::v1::Node;
 use crate::pod::Pod;
 use kube::api::PostParams;
 use kube::runtime::controller::Action;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::json;
 use tracing::debug;
 
 use crate::controllers::status;
+use crate::events::EventRecorder;
 use crate::informer::Change;
 use crate::placement::{self, Reject};
 use crate::podutil::{self, Requests};
@@ -61,12 +63,18 @@ fn key(pod: &Pod) -> String {
 struct Scheduler {
     cluster: Arc<Cluster>,
     accounting: Mutex<Accounting>,
+    events: EventRecorder,
 }
 
 pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
     let scheduler = Arc::new(Scheduler {
         cluster: cluster.clone(),
         accounting: Mutex::default(),
+        events: EventRecorder::new(
+            cluster.clients.scheduler.clone(),
+            "default-scheduler",
+            &cluster.config.cluster_name,
+        ),
     });
     let s = scheduler.clone();
     inf.pods.on_change(move |change| {
@@ -194,6 +202,8 @@ impl Scheduler {
                 if !status::write(&pods, &pod.name_any(), &patch).await? {
                     return Ok(Action::await_change());
                 }
+                self.events
+                    .emit(&pod.object_ref(&()), "FailedScheduling", message);
             }
             return Ok(Action::requeue(RETRY_UNSCHEDULABLE));
         };
@@ -213,6 +223,11 @@ impl Scheduler {
         {
             Ok(_) => {
                 debug!(pod = %pod.name_any(), %node, "bound");
+                self.events.emit(
+                    &pod.object_ref(&()),
+                    "Scheduled",
+                    format!("Successfully assigned {ns}/{} to {node}", pod.name_any()),
+                );
                 self.accounting.lock().set(key(&pod), Some((node, want)));
                 Ok(Action::await_change())
             }

@@ -11,7 +11,6 @@
 pub mod agnhost;
 pub mod cgroups;
 pub mod cluster_dns;
-pub mod events;
 pub mod host;
 pub mod images;
 mod lifecycle;
@@ -68,7 +67,7 @@ pub struct NetnsRuntime {
     network: MemberNetwork,
     cgroups: cgroups::Cgroups,
     events: Events,
-    recorder: events::KubeletEvents,
+    recorder: crate::events::EventRecorder,
     pods: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<PodSandbox>>>>,
 }
 
@@ -182,8 +181,11 @@ impl NetnsRuntime {
             prefix = %network.prefix,
             "the netns runtime runs pod commands as host processes: a test bed, not a container runtime"
         );
-        let recorder =
-            events::KubeletEvents::new(config.client.clone(), &config.shape.cluster_name);
+        let recorder = crate::events::EventRecorder::new(
+            config.client.clone(),
+            "kubelet",
+            &config.shape.cluster_name,
+        );
         Ok(Arc::new(NetnsRuntime {
             config,
             network,

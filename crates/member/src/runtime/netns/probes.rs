@@ -16,10 +16,10 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::info;
 
-use super::events::Notify;
 use super::host;
 use super::process::{self, Process};
 use super::shim::Launch;
+use crate::events::Notify;
 use crate::runtime::Events;
 
 /// What probes report about one container run.

@@ -1,12 +1,13 @@
-//! The Events a kubelet records about pods (Created, Started, Killing,
-//! BackOff, Failed, Unhealthy, FailedCreatePodSandBox), as upstream's
-//! kubelet records them: core/v1 Events from `kubelet`, an event repeated
-//! with the same reason and message counted on the one Event (`count`,
-//! `lastTimestamp`: what `kubectl describe` shows as "x4 over 20s"), and
-//! events that differ in message kept apart ("Created container main"
-//! and "Created container sidecar" are two, and so are a probe's timeout
-//! and its HTTP 500). kube-runtime's recorder folds every note of one
-//! reason into one series, which is not what a kubelet does.
+//! The Events the member's own components record about pods (the
+//! kubelet's Created, Started, Killing, BackOff, Failed, Unhealthy; the
+//! scheduler's Scheduled and FailedScheduling), as upstream's components
+//! record them with client-go: core/v1 Events from the component, an
+//! event repeated with the same reason and message counted on the one
+//! Event (`count`, `lastTimestamp`: what `kubectl describe` shows as "x4
+//! over 20s"), and events that differ in message kept apart ("Created
+//! container main" and "Created container sidecar" are two, and so are a
+//! probe's timeout and its HTTP 500). kube-runtime's recorder folds every
+//! note of one reason into one series, which is not what these do.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,23 +22,36 @@ use tokio::sync::mpsc;
 /// Something a pod's runtime has to say: (reason, message).
 pub type Notify = Arc<dyn Fn(&'static str, String) + Send + Sync>;
 
-/// How many distinct events are remembered for counting repeats (as
-/// client-go's correlator's cache).
-const REMEMBERED: usize = 4096;
+/// How many distinct events one recorder remembers for counting repeats
+/// (client-go's correlator keeps 4096; a member process may host a
+/// thousand clusters, each with its recorders).
+const REMEMBERED: usize = 1024;
 
-/// Records Events as the kubelet of one member.
+/// The reasons recorded as Warnings.
+const WARNINGS: &[&str] = &[
+    "Failed",
+    "BackOff",
+    "Unhealthy",
+    "FailedCreatePodSandBox",
+    "FailedMount",
+    "FailedScheduling",
+];
+
+/// Records Events as one component (`kubelet`, `default-scheduler`) of
+/// one member.
 #[derive(Clone)]
-pub struct KubeletEvents {
+pub struct EventRecorder {
     queue: mpsc::UnboundedSender<(ObjectReference, &'static str, String)>,
 }
 
-impl KubeletEvents {
-    /// Starts the writer of `cluster`'s kubelet Events (one task, so that
-    /// a repeat always finds the Event its first occurrence made).
-    pub fn new(client: Client, cluster: &str) -> Self {
+impl EventRecorder {
+    /// Starts the writer of `component`'s Events in `cluster` (one task,
+    /// so that a repeat always finds the Event its first occurrence made).
+    pub fn new(client: Client, component: &'static str, cluster: &str) -> Self {
         let (queue, mut rx) = mpsc::unbounded_channel();
         let mut writer = Writer {
             client,
+            component,
             instance: cluster.to_string(),
             seen: HashMap::new(),
         };
@@ -46,11 +60,11 @@ impl KubeletEvents {
                 writer.record(pod, reason, message).await;
             }
         });
-        KubeletEvents { queue }
+        EventRecorder { queue }
     }
 
     /// Records an Event about `pod` in the background (an Event that
-    /// cannot be written is not worth failing the pod for).
+    /// cannot be written is not worth failing anything for).
     pub fn emit(&self, pod: &ObjectReference, reason: &'static str, message: String) {
         let _ = self.queue.send((pod.clone(), reason, message));
     }
@@ -67,6 +81,7 @@ type Key = (String, &'static str, String);
 
 struct Writer {
     client: Client,
+    component: &'static str,
     instance: String,
     /// Events written: (namespace, name, count).
     seen: HashMap<Key, (String, String, i32)>,
@@ -90,10 +105,7 @@ impl Writer {
                 Err(error) => tracing::debug!(%error, reason, "cannot count a repeated event"),
             }
         }
-        let warning = matches!(
-            reason,
-            "Failed" | "BackOff" | "Unhealthy" | "FailedCreatePodSandBox" | "FailedMount"
-        );
+        let warning = WARNINGS.contains(&reason);
         let name = format!(
             "{}.{:x}",
             pod.name.as_deref().unwrap_or_default(),
@@ -113,10 +125,10 @@ impl Writer {
             reason: Some(reason.into()),
             message: Some(message),
             source: Some(EventSource {
-                component: Some("kubelet".into()),
+                component: Some(self.component.into()),
                 host: None,
             }),
-            reporting_component: Some("kubelet".into()),
+            reporting_component: Some(self.component.into()),
             reporting_instance: Some(self.instance.clone()),
             count: Some(1),
             first_timestamp: Some(now.clone()),
