@@ -84,6 +84,20 @@ pub fn storage_class(obj: &mut Value) {
     top(obj, "volumeBindingMode", json!("Immediate"));
 }
 
+pub fn persistent_volume(obj: &mut Value) {
+    set(
+        obj,
+        "/spec",
+        "persistentVolumeReclaimPolicy",
+        json!("Retain"),
+    );
+    set(obj, "/spec", "volumeMode", json!("Filesystem"));
+}
+
+pub fn persistent_volume_claim(obj: &mut Value) {
+    set(obj, "/spec", "volumeMode", json!("Filesystem"));
+}
+
 pub fn network_policy(obj: &mut Value) {
     // Ingress always; Egress too when egress rules are given.
     let egress = obj.pointer("/spec/egress").is_some();

@@ -582,6 +582,7 @@ async fn start_member(
         job_duration: args.job_duration,
         heartbeat: args.node_heartbeat,
         pod_cidr,
+        volumes_dir: data_dir.join("volumes"),
         ..SimConfig::default()
     };
     sim.validate().map_err(anyhow::Error::msg)?;

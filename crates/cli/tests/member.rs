@@ -845,3 +845,136 @@ async fn an_ephemeral_container_is_reported_and_attaching_to_it_ends() {
         "kubectl attach to the debug container: {said}"
     );
 }
+
+const STORAGE: &str = r#"
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: web}
+spec:
+  serviceName: nginx
+  replicas: 2
+  selector: {matchLabels: {app: nginx}}
+  template:
+    metadata: {labels: {app: nginx}}
+    spec:
+      containers:
+      - name: nginx
+        image: registry.k8s.io/nginx-slim:0.21
+        volumeMounts: [{name: www, mountPath: /usr/share/nginx/html}]
+  volumeClaimTemplates:
+  - metadata: {name: www}
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources: {requests: {storage: 1Gi}}
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: task-pv-volume, labels: {type: local}}
+spec:
+  storageClassName: manual
+  capacity: {storage: 10Gi}
+  accessModes: [ReadWriteOnce]
+  hostPath: {path: /mnt/data}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: task-pv-claim}
+spec:
+  storageClassName: manual
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 3Gi}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: orphan}
+spec:
+  volumes: [{name: data, persistentVolumeClaim: {claimName: nowhere}}]
+  containers: [{name: c, image: busybox}]
+"#;
+
+/// Persistent volumes as on kind: a default StorageClass whose
+/// provisioner makes a volume for each claim once a pod names it, the
+/// binder matching claims to volumes an admin made, claims from a
+/// StatefulSet's templates, reclaim by policy, and pods held back by a
+/// claim that does not exist.
+#[test]
+fn claims_bind_to_volumes_provisioned_or_made_by_hand() {
+    let member = Server::member("m-pv", &["--nodes", "2"]);
+    assert_has(
+        &member.ok(&["get", "storageclass"]),
+        &[
+            "standard (default)",
+            "rancher.io/local-path",
+            "WaitForFirstConsumer",
+        ],
+    );
+    member.ok_stdin(&["apply", "-f", "-"], STORAGE);
+    member.ok(&["rollout", "status", "statefulset/web", "--timeout=60s"]);
+    let claim = |name: &str, path: &str| {
+        member.ok(&["get", "pvc", name, "-o", &format!("jsonpath={path}")])
+    };
+    common::wait_for(WAIT, "the template claims and the manual one bound", || {
+        ["www-web-0", "www-web-1", "task-pv-claim"]
+            .iter()
+            .all(|c| claim(c, "{.status.phase}") == "Bound")
+    });
+    // Claims of a StatefulSet carry its selector's labels and the default
+    // class; each got a volume of its own.
+    let listed = member.ok(&["get", "pvc", "-l", "app=nginx", "-o", "name"]);
+    assert_eq!(listed.lines().count(), 2, "{listed}");
+    assert_eq!(claim("www-web-0", "{.spec.storageClassName}"), "standard");
+    let volume = claim("www-web-0", "{.spec.volumeName}");
+    assert!(volume.starts_with("pvc-"), "{volume}");
+    let pv =
+        |name: &str, path: &str| member.ok(&["get", "pv", name, "-o", &format!("jsonpath={path}")]);
+    assert_eq!(
+        pv(
+            &volume,
+            "{.spec.claimRef.name} {.spec.persistentVolumeReclaimPolicy} {.status.phase}"
+        ),
+        "www-web-0 Delete Bound"
+    );
+    // The manual claim took the hand-made volume: its class, its size.
+    assert_eq!(
+        claim("task-pv-claim", "{.spec.volumeName}"),
+        "task-pv-volume"
+    );
+    assert_eq!(claim("task-pv-claim", "{.status.capacity.storage}"), "10Gi");
+    assert_has(
+        &member.ok(&["get", "pv", "task-pv-volume"]),
+        &[
+            "10Gi",
+            "RWO",
+            "Retain",
+            "Bound",
+            "default/task-pv-claim",
+            "manual",
+        ],
+    );
+    // A pod naming a claim that does not exist is not scheduled, and says why.
+    common::wait_for(WAIT, "the orphan pod to say why it waits", || {
+        member
+            .ok(&[
+                "get",
+                "pod",
+                "orphan",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"PodScheduled\")].message}",
+            ])
+            .contains("persistentvolumeclaim \"nowhere\" not found")
+    });
+    // Reclaim: a provisioned volume goes with its claim (Delete); the
+    // hand-made one is Released and kept (Retain).
+    member.ok(&["delete", "pvc", "task-pv-claim"]);
+    member.ok(&["delete", "statefulset", "web"]);
+    member.ok(&["delete", "pvc", "www-web-0"]);
+    common::wait_for(WAIT, "the released and deleted volumes", || {
+        let volumes = member.ok(&[
+            "get",
+            "pv",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}={.status.phase} {end}",
+        ]);
+        volumes.contains("task-pv-volume=Released") && !volumes.contains(&volume)
+    });
+}

@@ -395,7 +395,64 @@ fn pods_run_processes_that_talk_log_and_take_exec() {
         &String::from_utf8_lossy(&previous.stderr),
         &["previous terminated container \"main\" in pod \"client\" not found"],
     );
+
+    // The StatefulSet tutorial: each pod's claim gets a volume of its own,
+    // nginx serves what is written into it, and it outlives the pod.
+    m.ok_stdin(&["apply", "-f", "-"], STATEFUL_WEB);
+    m.ok(&["rollout", "status", "statefulset/web", "--timeout=60s"]);
+    for i in 0..2 {
+        m.ok(&[
+            "exec",
+            &format!("web-{i}"),
+            "--",
+            "sh",
+            "-c",
+            "echo \"$(hostname)\" > /usr/share/nginx/html/index.html",
+        ]);
+        let served = m.ok(&[
+            "exec",
+            &format!("web-{i}"),
+            "--",
+            "curl",
+            "-s",
+            "http://localhost/",
+        ]);
+        assert_eq!(served.trim(), format!("web-{i}"));
+    }
+    m.ok(&["delete", "pod", "web-0"]);
+    wait_for(
+        Duration::from_secs(60),
+        "web-0 back with its volume",
+        || {
+            m.kubectl(&["exec", "web-0", "--", "curl", "-s", "http://localhost/"])
+                .stdout
+                .starts_with(b"web-0")
+        },
+    );
 }
+
+const STATEFUL_WEB: &str = r#"
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: web}
+spec:
+  serviceName: nginx
+  replicas: 2
+  selector: {matchLabels: {app: nginx}}
+  template:
+    metadata: {labels: {app: nginx}}
+    spec:
+      containers:
+      - name: nginx
+        image: registry.k8s.io/nginx-slim:0.21
+        ports: [{containerPort: 80, name: web}]
+        volumeMounts: [{name: www, mountPath: /usr/share/nginx/html}]
+  volumeClaimTemplates:
+  - metadata: {name: www}
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources: {requests: {storage: 1Gi}}
+"#;
 
 #[test]
 fn exit_codes_become_container_states_jobs_and_restarts() {

@@ -35,6 +35,9 @@ pub struct SimConfig {
     pub pod_cidr: Ipv4Net,
     /// Node InternalIPs.
     pub node_cidr: Ipv4Net,
+    /// Where the local provisioner keeps the directories of the volumes
+    /// it makes.
+    pub volumes_dir: std::path::PathBuf,
 }
 
 impl Default for SimConfig {
@@ -55,6 +58,7 @@ impl Default for SimConfig {
             heartbeat: Duration::from_secs(10),
             pod_cidr: Ipv4Net::new(Ipv4Addr::new(10, 128, 0, 0), 9).unwrap_or_default(),
             node_cidr: Ipv4Net::new(Ipv4Addr::new(172, 18, 0, 0), 16).unwrap_or_default(),
+            volumes_dir: std::env::temp_dir().join("flotilla-volumes"),
         }
     }
 }

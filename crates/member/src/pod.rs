@@ -44,9 +44,32 @@ pub struct PodSpec {
     pub scheduler_name: Option<String>,
     pub hostname: Option<String>,
     pub subdomain: Option<String>,
+    /// Only the PersistentVolumeClaims they name are kept of volumes.
+    pub volumes: Option<Vec<Volume>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Volume {
+    pub persistent_volume_claim: Option<ClaimSource>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimSource {
+    pub claim_name: String,
 }
 
 impl PodSpec {
+    /// The PersistentVolumeClaims the pod's volumes name.
+    pub fn claims(&self) -> impl Iterator<Item = &str> {
+        self.volumes
+            .iter()
+            .flatten()
+            .filter_map(|v| v.persistent_volume_claim.as_ref())
+            .map(|c| c.claim_name.as_str())
+    }
+
     /// The view of a full spec, e.g. a workload's pod template.
     pub fn of(spec: &k8s_openapi::api::core::v1::PodSpec) -> PodSpec {
         serde_json::to_value(spec)

@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Service};
 
 use crate::pod::Pod;
 use kube::runtime::controller::{Action, Controller};
@@ -59,6 +59,8 @@ pub struct Cluster {
     pub statefulsets: Store<StatefulSet>,
     pub daemonsets: Store<DaemonSet>,
     pub jobs: Store<Job>,
+    pub claims: Store<PersistentVolumeClaim>,
+    pub volumes: Store<PersistentVolume>,
 }
 
 impl Cluster {
@@ -78,6 +80,8 @@ pub struct Informers {
     pub statefulsets: Informer<StatefulSet>,
     pub daemonsets: Informer<DaemonSet>,
     pub jobs: Informer<Job>,
+    pub claims: Informer<PersistentVolumeClaim>,
+    pub volumes: Informer<PersistentVolume>,
 }
 
 /// A controller's main loop, ready to spawn.
@@ -115,6 +119,8 @@ impl Simulator {
             statefulsets: Informer::new(Api::all(client.clone())),
             daemonsets: Informer::new(Api::all(client.clone())),
             jobs: Informer::new(Api::all(client.clone())),
+            claims: Informer::new(Api::all(client.clone())),
+            volumes: Informer::new(Api::all(client.clone())),
         };
         let pods_by_owner = Index::new(&mut inf.pods, |p: &Pod| controller_uid(p));
         let pods_by_node = Index::new(&mut inf.pods, |p: &Pod| {
@@ -139,8 +145,10 @@ impl Simulator {
             statefulsets: inf.statefulsets.store(),
             daemonsets: inf.daemonsets.store(),
             jobs: inf.jobs.store(),
+            claims: inf.claims.store(),
+            volumes: inf.volumes.store(),
         });
-        let controllers: Vec<TaskBox> = vec![
+        let mut controllers: Vec<TaskBox> = vec![
             controllers::nodes::start(cluster.clone(), &mut inf),
             controllers::scheduler::start(cluster.clone(), &mut inf),
             controllers::kubelet::start(cluster.clone(), &mut inf, runtime),
@@ -151,6 +159,7 @@ impl Simulator {
             controllers::job::start(cluster.clone(), &mut inf),
             controllers::endpoints::start(cluster.clone(), &mut inf),
         ];
+        controllers.extend(controllers::volumes::start(cluster.clone(), &mut inf));
         let mut tasks = vec![
             tokio::spawn(inf.pods.run()),
             tokio::spawn(inf.nodes.run()),
@@ -160,6 +169,8 @@ impl Simulator {
             tokio::spawn(inf.statefulsets.run()),
             tokio::spawn(inf.daemonsets.run()),
             tokio::spawn(inf.jobs.run()),
+            tokio::spawn(inf.claims.run()),
+            tokio::spawn(inf.volumes.run()),
         ];
         let c = &cluster;
         let synced = async {
@@ -171,6 +182,8 @@ impl Simulator {
             let _ = c.statefulsets.wait_until_ready().await;
             let _ = c.daemonsets.wait_until_ready().await;
             let _ = c.jobs.wait_until_ready().await;
+            let _ = c.claims.wait_until_ready().await;
+            let _ = c.volumes.wait_until_ready().await;
         };
         if tokio::time::timeout(Duration::from_secs(60), synced)
             .await
@@ -179,6 +192,7 @@ impl Simulator {
             warn!("caches did not sync within 60s; starting the controllers anyway");
         }
         controllers::nodes::register_all(&cluster).await;
+        controllers::volumes::ensure_default_class(&cluster).await;
         tasks.extend(controllers.into_iter().map(tokio::spawn));
         info!(cluster = %cluster.config.cluster_name, nodes = cluster.config.nodes, "simulator running");
         Ok(Simulator { tasks })

@@ -5,6 +5,7 @@
 //! own included (garbage collector, namespace finalizer).
 
 mod certificate_approval;
+mod default_storage_class;
 mod limit_ranger;
 mod quotas;
 mod resource_quota;
@@ -44,7 +45,10 @@ pub trait Validating: Send + Sync {
     fn validate(&self, api: &ApiServer, request: &Request, object: &Value) -> ApiResult<()>;
 }
 
-const MUTATING: &[&dyn Mutating] = &[&limit_ranger::LimitRanger];
+const MUTATING: &[&dyn Mutating] = &[
+    &limit_ranger::LimitRanger,
+    &default_storage_class::DefaultStorageClass,
+];
 const VALIDATING: &[&dyn Validating] = &[
     &crate::rbac::escalation::Escalation,
     &certificate_approval::CertificateApproval,

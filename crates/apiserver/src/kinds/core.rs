@@ -163,6 +163,10 @@ impl Strategy for Nodes {
 pub struct PersistentVolumes;
 
 impl Strategy for PersistentVolumes {
+    fn default(&self, obj: &mut Value) {
+        crate::defaults::persistent_volume(obj);
+    }
+
     fn returns_deleted_object(&self) -> bool {
         true
     }
@@ -170,11 +174,77 @@ impl Strategy for PersistentVolumes {
     fn initial_status(&self, _obj: &Value) -> Option<Value> {
         Some(json!({"phase": "Pending"}))
     }
+
+    fn columns(&self) -> Option<Vec<Column>> {
+        Some(vec![
+            NAME,
+            col("Capacity", "string", 0),
+            col("Access Modes", "string", 0),
+            col("Reclaim Policy", "string", 0),
+            col("Status", "string", 0),
+            col("Claim", "string", 0),
+            col("StorageClass", "string", 0),
+            col("VolumeAttributesClass", "string", 0),
+            col("Reason", "string", 0),
+            AGE,
+            col("VolumeMode", "string", 1),
+        ])
+    }
+
+    fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
+        let claim = match (
+            s(o, "/spec/claimRef/namespace"),
+            s(o, "/spec/claimRef/name"),
+        ) {
+            (_, "") => String::new(),
+            (ns, name) => format!("{ns}/{name}"),
+        };
+        vec![
+            name,
+            json!(s(o, "/spec/capacity/storage")),
+            json!(access_modes(o, "/spec/accessModes")),
+            json!(s(o, "/spec/persistentVolumeReclaimPolicy")),
+            json!(s(o, "/status/phase")),
+            json!(claim),
+            json!(s(o, "/spec/storageClassName")),
+            json!(or_none(s(o, "/spec/volumeAttributesClassName").to_string())),
+            json!(s(o, "/status/reason")),
+            json!(created),
+            json!(volume_mode(o)),
+        ]
+    }
+}
+
+/// Access modes as kubectl abbreviates them (`RWO,ROX`).
+fn access_modes(o: &Value, pointer: &str) -> String {
+    arr(o, pointer)
+        .iter()
+        .filter_map(Value::as_str)
+        .map(|m| match m {
+            "ReadWriteOnce" => "RWO",
+            "ReadOnlyMany" => "ROX",
+            "ReadWriteMany" => "RWX",
+            "ReadWriteOncePod" => "RWOP",
+            other => other,
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn volume_mode(o: &Value) -> &str {
+    match s(o, "/spec/volumeMode") {
+        "" => "Filesystem",
+        m => m,
+    }
 }
 
 pub struct PersistentVolumeClaims;
 
 impl Strategy for PersistentVolumeClaims {
+    fn default(&self, obj: &mut Value) {
+        crate::defaults::persistent_volume_claim(obj);
+    }
+
     fn returns_deleted_object(&self) -> bool {
         true
     }
@@ -198,30 +268,16 @@ impl Strategy for PersistentVolumeClaims {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        let modes: Vec<&str> = arr(o, "/status/accessModes")
-            .iter()
-            .filter_map(Value::as_str)
-            .map(|m| match m {
-                "ReadWriteOnce" => "RWO",
-                "ReadOnlyMany" => "ROX",
-                "ReadWriteMany" => "RWX",
-                "ReadWriteOncePod" => "RWOP",
-                other => other,
-            })
-            .collect();
         vec![
             name,
             json!(s(o, "/status/phase")),
             json!(s(o, "/spec/volumeName")),
             json!(s(o, "/status/capacity/storage")),
-            json!(modes.join(",")),
+            json!(access_modes(o, "/status/accessModes")),
             json!(or_none(s(o, "/spec/storageClassName").to_string())),
             json!(or_none(s(o, "/spec/volumeAttributesClassName").to_string())),
             json!(created),
-            json!(match s(o, "/spec/volumeMode") {
-                "" => "Filesystem",
-                m => m,
-            }),
+            json!(volume_mode(o)),
         ]
     }
 }

@@ -12,3 +12,4 @@ pub mod replicaset;
 pub mod scheduler;
 pub mod statefulset;
 pub mod status;
+pub mod volumes;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::storage::v1::StorageClass;
 
 use crate::pod::Pod;
 use kube::api::PostParams;
@@ -18,7 +19,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 use tracing::debug;
 
-use crate::controllers::status;
+use crate::controllers::{status, volumes};
 use crate::events::EventRecorder;
 use crate::informer::Change;
 use crate::placement::{self, Reject};
@@ -129,6 +130,70 @@ fn allocatable(node: &Node) -> (i64, i64, i64) {
 }
 
 impl Scheduler {
+    /// Says why `pod` fits nowhere: PodScheduled=False and an Event, once
+    /// per message; tries again after a while.
+    async fn unschedulable(&self, pod: &Pod, message: String) -> Result<Action> {
+        let current = podutil::condition(pod, "PodScheduled");
+        if current.is_none_or(|c| c.status != "False" || c.message.as_deref() != Some(&message)) {
+            let pods: Api<Pod> = Api::namespaced(
+                self.cluster.clients.scheduler.clone(),
+                &pod.namespace().unwrap_or_default(),
+            );
+            let patch = json!({"status": {"phase": "Pending", "conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": message, "lastProbeTime": null,
+                "lastTransitionTime": podutil::now(),
+            }]}});
+            if !status::write(&pods, &pod.name_any(), &patch).await? {
+                return Ok(Action::await_change());
+            }
+            self.events
+                .emit(&pod.object_ref(&()), "FailedScheduling", message);
+        }
+        Ok(Action::requeue(RETRY_UNSCHEDULABLE))
+    }
+
+    /// Whether the claims `pod` names hold it back: a missing one, or an
+    /// unbound one this member will not provision, says so; one being
+    /// provisioned is waited for.
+    async fn claims_wait(&self, pod: &Pod) -> Result<Option<Action>> {
+        let ns = pod.namespace().unwrap_or_default();
+        let nodes = self.cluster.nodes.state().len();
+        for name in pod.spec.iter().flat_map(|s| s.claims()) {
+            let claim = self
+                .cluster
+                .claims
+                .get(&kube::runtime::reflector::ObjectRef::new(name).within(&ns));
+            let Some(claim) = claim else {
+                let message = format!("persistentvolumeclaim \"{name}\" not found");
+                return self.unschedulable(pod, message).await.map(Some);
+            };
+            let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+            if bound {
+                continue;
+            }
+            let class = claim
+                .spec
+                .as_ref()
+                .and_then(|s| s.storage_class_name.clone())
+                .unwrap_or_default();
+            let classes: Api<StorageClass> = Api::all(self.cluster.clients.scheduler.clone());
+            let provisioned_here = !class.is_empty()
+                && classes
+                    .get_opt(&class)
+                    .await?
+                    .is_some_and(|c| c.provisioner == volumes::PROVISIONER);
+            if provisioned_here {
+                return Ok(Some(Action::requeue(Duration::from_secs(1))));
+            }
+            let message = format!(
+                "0/{nodes} nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/{nodes} nodes are available: {nodes} Preemption is not helpful for scheduling."
+            );
+            return self.unschedulable(pod, message).await.map(Some);
+        }
+        Ok(None)
+    }
+
     async fn schedule(&self, pod: Arc<Pod>) -> Result<Action> {
         if !needs_scheduling(&pod) {
             return Ok(Action::await_change());
@@ -136,6 +201,9 @@ impl Scheduler {
         let Some(spec) = pod.spec.as_ref() else {
             return Ok(Action::await_change());
         };
+        if let Some(wait) = self.claims_wait(&pod).await? {
+            return Ok(wait);
+        }
         let want = podutil::requests(spec);
         let mut nodes = self.cluster.nodes.state();
         nodes.sort_by_key(|n| n.name_any());
@@ -191,21 +259,7 @@ impl Scheduler {
             } else {
                 placement::unschedulable_message(nodes.len(), &rejects)
             };
-            let current = podutil::condition(&pod, "PodScheduled");
-            if current.is_none_or(|c| c.status != "False" || c.message.as_deref() != Some(&message))
-            {
-                let patch = json!({"status": {"phase": "Pending", "conditions": [{
-                    "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                    "message": message, "lastProbeTime": null,
-                    "lastTransitionTime": podutil::now(),
-                }]}});
-                if !status::write(&pods, &pod.name_any(), &patch).await? {
-                    return Ok(Action::await_change());
-                }
-                self.events
-                    .emit(&pod.object_ref(&()), "FailedScheduling", message);
-            }
-            return Ok(Action::requeue(RETRY_UNSCHEDULABLE));
+            return self.unschedulable(&pod, message).await;
         };
         let binding = json!({
             "apiVersion": "v1", "kind": "Binding",

@@ -146,6 +146,11 @@ async fn reconcile(
         if !delete.is_empty() {
             control.delete(&key, &ns, delete).await?;
         } else if !create.is_empty() {
+            for pod in &create {
+                if let Some(i) = pod.metadata.name.as_deref().and_then(|n| ordinal(&name, n)) {
+                    create_claims(&cluster, &sts, i).await?;
+                }
+            }
             control.create(&key, &ns, create).await?;
         }
     }
@@ -202,10 +207,81 @@ fn new_pod(sts: &StatefulSet, i: i32, revision: &str) -> corev1::Pod {
     ]);
     let mut pod = podutil::pod_from_template(&spec.template, sts, Some(name.clone()), &labels);
     if let Some(ps) = pod.spec.as_mut() {
+        // Each claim template becomes the volume of its name, unless the
+        // template has a volume of that name already.
+        let volumes = ps.volumes.get_or_insert_with(Vec::new);
+        for template in spec.volume_claim_templates.iter().flatten() {
+            let volume = template.metadata.name.clone().unwrap_or_default();
+            if !volumes.iter().any(|v| v.name == volume) {
+                volumes.push(corev1::Volume {
+                    name: volume.clone(),
+                    persistent_volume_claim: Some(corev1::PersistentVolumeClaimVolumeSource {
+                        claim_name: claim_name(&volume, sts, i),
+                        read_only: None,
+                    }),
+                    ..Default::default()
+                });
+            }
+        }
+        if volumes.is_empty() {
+            ps.volumes = None;
+        }
         ps.hostname = Some(name);
         if let Some(service) = spec.service_name.filter(|s| !s.is_empty()) {
             ps.subdomain = Some(service);
         }
     }
     pod
+}
+
+/// The claim of template `volume` for ordinal `i`: `<volume>-<set>-<i>`.
+fn claim_name(volume: &str, sts: &StatefulSet, i: i32) -> String {
+    format!("{volume}-{}-{i}", sts.name_any())
+}
+
+/// Creates the claims of ordinal `i` that do not exist yet, as upstream's
+/// controller does before its pod: the template's labels and the set's
+/// selector labels, owned by the set only when its retention policy
+/// deletes them with it.
+async fn create_claims(cluster: &Cluster, sts: &StatefulSet, i: i32) -> Result<()> {
+    let spec = sts.spec.clone().unwrap_or_default();
+    let ns = sts.namespace().unwrap_or_default();
+    let api: Api<corev1::PersistentVolumeClaim> =
+        Api::namespaced(cluster.clients.controller_manager.clone(), &ns);
+    let delete_with_set = spec
+        .persistent_volume_claim_retention_policy
+        .as_ref()
+        .and_then(|p| p.when_deleted.as_deref())
+        == Some("Delete");
+    for template in spec.volume_claim_templates.iter().flatten() {
+        let volume = template.metadata.name.clone().unwrap_or_default();
+        let name = claim_name(&volume, sts, i);
+        if cluster
+            .claims
+            .get(&kube::runtime::reflector::ObjectRef::new(&name).within(&ns))
+            .is_some()
+        {
+            continue;
+        }
+        let mut labels = template.metadata.labels.clone().unwrap_or_default();
+        labels.extend(spec.selector.match_labels.clone().unwrap_or_default());
+        let claim = corev1::PersistentVolumeClaim {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(name),
+                namespace: Some(ns.clone()),
+                labels: Some(labels),
+                annotations: template.metadata.annotations.clone(),
+                owner_references: delete_with_set.then(|| vec![podutil::controller_ref(sts)]),
+                ..Default::default()
+            },
+            spec: template.spec.clone(),
+            status: None,
+        };
+        match api.create(&kube::api::PostParams::default(), &claim).await {
+            Ok(_) => {}
+            Err(e) if crate::sim::is_status(&e, 409) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }

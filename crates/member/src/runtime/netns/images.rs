@@ -45,6 +45,33 @@ impl Page {
     }
 }
 
+impl Page {
+    /// Where the image's server reads its files: a volume mounted there
+    /// is served as the server would serve it.
+    pub fn docroot(self) -> &'static str {
+        match self {
+            Page::Nginx => "/usr/share/nginx/html",
+            Page::Httpd => "/usr/local/apache2/htdocs",
+        }
+    }
+
+    /// The server's page for an error status (`404 Not Found`).
+    pub fn error(self, status: &str) -> String {
+        match self {
+            Page::Nginx => format!(
+                "<html>\n<head><title>{status}</title></head>\n<body>\n\
+                 <center><h1>{status}</h1></center>\n<hr><center>nginx</center>\n\
+                 </body>\n</html>\n"
+            ),
+            Page::Httpd => format!(
+                "<!DOCTYPE HTML PUBLIC \"-//IETF//DTD HTML 2.0//EN\">\n<html><head>\n\
+                 <title>{status}</title>\n</head><body>\n<h1>{}</h1>\n</body></html>\n",
+                status.split_once(' ').map_or(status, |(_, text)| text)
+            ),
+        }
+    }
+}
+
 impl FromStr for Page {
     type Err = String;
 
@@ -146,11 +173,14 @@ const fn runs(cmd: &'static [&'static str]) -> Profile {
 /// `docker.io/library/nginx@sha256:...`, `nginxinc/nginx-unprivileged`).
 pub fn profile(image: &str) -> Profile {
     match repository(image) {
-        "library/nginx" | "nginx/nginx" => Profile {
-            default_port: 80,
-            page: Some(Page::Nginx),
-            ..PLAIN
-        },
+        // The Kubernetes tutorials' nginx-slim, from every registry it had.
+        "library/nginx" | "nginx/nginx" | "nginx-slim" | "google_containers/nginx-slim" => {
+            Profile {
+                default_port: 80,
+                page: Some(Page::Nginx),
+                ..PLAIN
+            }
+        }
         // Built to run without root: 8080.
         "nginxinc/nginx-unprivileged" | "bitnami/nginx" => Profile {
             page: Some(Page::Nginx),

@@ -14,13 +14,13 @@
 //! The node's own traffic (the kubelet's probes) is not forwarded and so
 //! never filtered, as with most CNIs.
 
+use crate::placement::label_selector_matches as selects;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::{NetworkPolicyPeer, NetworkPolicyPort};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
@@ -45,26 +45,6 @@ pub struct PodRules {
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Rules(pub Vec<PodRules>);
-
-/// Whether `selector` selects `labels` (an empty selector selects all).
-pub fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let labels_ok = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    let exprs_ok = selector.match_expressions.iter().flatten().all(|e| {
-        let values = e.values.clone().unwrap_or_default();
-        match e.operator.as_str() {
-            "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
-            "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
-            "Exists" => labels.contains_key(&e.key),
-            "DoesNotExist" => !labels.contains_key(&e.key),
-            _ => false,
-        }
-    });
-    labels_ok && exprs_ok
-}
 
 fn pod_ip(p: &Pod) -> Option<Ipv4Addr> {
     p.status.as_ref()?.pod_ip.as_deref()?.parse().ok()

@@ -87,6 +87,63 @@ impl Resolver {
             .map_err(|e| config_error(format!("cannot read secret {name:?}: {e}")))
     }
 
+    /// The host directory of the volume bound to claim `name` (a
+    /// `hostPath` or `local` volume), made when its type asks for it.
+    async fn claimed_dir(&self, name: &str) -> Result<PathBuf, ConfigError> {
+        use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+        let claims: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.client.clone(), &self.namespace);
+        let claim = claims
+            .get_opt(name)
+            .await
+            .map_err(|e| mount_error(format!("cannot read persistentvolumeclaim {name:?}: {e}")))?
+            .ok_or_else(|| mount_error(format!("persistentvolumeclaim \"{name}\" not found")))?;
+        let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+        let volume = claim
+            .spec
+            .and_then(|s| s.volume_name)
+            .filter(|v| bound && !v.is_empty())
+            .ok_or_else(|| {
+                mount_error(format!(
+                    "pod has unbound immediate PersistentVolumeClaims: {name:?} is not bound yet"
+                ))
+            })?;
+        let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
+        let pv = volumes
+            .get_opt(&volume)
+            .await
+            .map_err(|e| mount_error(format!("cannot read persistentvolume {volume:?}: {e}")))?
+            .and_then(|pv| pv.spec)
+            .ok_or_else(|| mount_error(format!("persistentvolume \"{volume}\" not found")))?;
+        let (path, create) = match (pv.host_path, pv.local) {
+            (Some(h), _) => {
+                let create = matches!(h.type_.as_deref(), Some("DirectoryOrCreate"));
+                (PathBuf::from(h.path), create)
+            }
+            (None, Some(l)) => (PathBuf::from(l.path), false),
+            _ => {
+                return Err(mount_error(format!(
+                    "persistentvolume {volume:?} is of a type this runtime does not mount (hostPath, local)"
+                )));
+            }
+        };
+        if create {
+            std::fs::create_dir_all(&path)
+                .and_then(|()| {
+                    use std::os::unix::fs::PermissionsExt;
+                    // As local-path's: any container user may write.
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777))
+                })
+                .map_err(|e| mount_error(format!("cannot make {}: {e}", path.display())))?;
+        } else if !path.is_dir() {
+            return Err(mount_error(format!(
+                "volume {volume:?}: {} is not a directory",
+                path.display()
+            )));
+        }
+        Ok(path)
+    }
+
     /// A ConfigMap's or Secret's data as bytes per key.
     async fn data(&self, kind: Source, name: &str) -> Result<Option<Data>, ConfigError> {
         Ok(match kind {
@@ -545,9 +602,12 @@ pub async fn volumes(
             // The host's own directory, as upstream binds it.
             out.insert(v.name.clone(), PathBuf::from(&h.path));
             continue;
+        } else if let Some(claim) = &v.persistent_volume_claim {
+            out.insert(v.name.clone(), r.claimed_dir(&claim.claim_name).await?);
+            continue;
         } else {
             return Err(mount_error(format!(
-                "volume {:?} is of a type this runtime does not support (emptyDir, configMap, secret, downwardAPI, projected, hostPath)",
+                "volume {:?} is of a type this runtime does not support (emptyDir, configMap, secret, downwardAPI, projected, hostPath, persistentVolumeClaim)",
                 v.name
             )));
         };

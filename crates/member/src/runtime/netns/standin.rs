@@ -5,8 +5,11 @@
 //! run unchanged and can be called; `/bytes/{n}` streams n bytes, so
 //! `flotilla network benchmark` can measure throughput without an image.
 //! For a well-known image `/` answers that image's page instead
-//! ([`super::images`]), the identity in a comment. Each request is logged
-//! to stdout.
+//! ([`super::images`]), the identity in a comment; and where a volume is
+//! mounted at that image's document root (nginx's
+//! `/usr/share/nginx/html`), its files are served as the server would
+//! serve them, so tutorials that write an `index.html` into a volume read
+//! it back. Each request is logged to stdout.
 
 use std::net::{Ipv4Addr, SocketAddr};
 
@@ -48,15 +51,74 @@ async fn identity(request: Request) -> impl IntoResponse {
     Json(identity_of(request.uri().path()))
 }
 
-/// The image's own page, who answered in a comment.
-async fn page(page: Page, request: Request) -> Response {
+/// What a well-known image's server answers: the files of its document
+/// root where one is mounted, else its page at `/` (who answered in a
+/// comment) and the identity elsewhere.
+async fn served(page: Page, request: Request) -> Response {
     println!("{} {}", request.method(), request.uri());
-    let identity = identity_of(request.uri().path()).to_string();
+    let path = request.uri().path();
+    let docroot = std::path::Path::new(page.docroot());
+    if docroot.is_dir() {
+        return from_docroot(page, docroot, path).await;
+    }
+    if path != "/" {
+        return Json(identity_of(path)).into_response();
+    }
+    let identity = identity_of(path).to_string();
     (
         [(header::CONTENT_TYPE, "text/html")],
         page.render(&identity),
     )
         .into_response()
+}
+
+/// A file under `docroot` as nginx serves one: a directory's
+/// `index.html`, 403 for a directory without one, 404 for nothing there.
+async fn from_docroot(page: Page, docroot: &std::path::Path, path: &str) -> Response {
+    let error = |code: StatusCode| {
+        let status = format!(
+            "{} {}",
+            code.as_u16(),
+            code.canonical_reason().unwrap_or("")
+        );
+        (
+            code,
+            [(header::CONTENT_TYPE, "text/html")],
+            page.error(&status),
+        )
+            .into_response()
+    };
+    let relative = std::path::Path::new(path.trim_start_matches('/'));
+    if relative
+        .components()
+        .any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
+        return error(StatusCode::BAD_REQUEST);
+    }
+    let mut file = docroot.join(relative);
+    if file.is_dir() {
+        file.push("index.html");
+        if !file.is_file() {
+            return error(StatusCode::FORBIDDEN);
+        }
+    }
+    match tokio::fs::read(&file).await {
+        Ok(body) => {
+            let kind = match file.extension().and_then(|e| e.to_str()) {
+                Some("html" | "htm") => "text/html",
+                Some("txt") => "text/plain",
+                Some("css") => "text/css",
+                Some("js") => "application/javascript",
+                Some("json") => "application/json",
+                Some("png") => "image/png",
+                Some("svg") => "image/svg+xml",
+                _ => "application/octet-stream",
+            };
+            ([(header::CONTENT_TYPE, kind)], body).into_response()
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => error(StatusCode::FORBIDDEN),
+        Err(_) => error(StatusCode::NOT_FOUND),
+    }
 }
 
 /// `n` zero bytes (capped at [`MAX_BYTES`]), streamed with a
@@ -91,10 +153,9 @@ fn app(root: Option<Page>) -> Router {
         .route("/health", get(|| async { "ok\n" }))
         .route("/bytes/{n}", get(bytes));
     match root {
-        Some(p) => app.route("/", get(move |request: Request| page(p, request))),
-        None => app,
+        Some(p) => app.fallback(move |request: Request| served(p, request)),
+        None => app.fallback(identity),
     }
-    .fallback(identity)
 }
 
 /// Serves every port until killed (`root`: the page `/` answers); fails
@@ -162,6 +223,30 @@ mod tests {
             serde_json::from_str::<serde_json::Value>(&body).is_ok(),
             "{body}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_mounted_docroot_is_served_as_nginx_serves_it() {
+        let dir = std::env::temp_dir().join(format!("standin-docroot-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        let page = super::Page::Nginx;
+        let status = |r: &axum::response::Response| r.status().as_u16();
+        assert_eq!(status(&super::from_docroot(page, &dir, "/").await), 403);
+        std::fs::write(dir.join("index.html"), "web-0\n").unwrap();
+        let r = super::from_docroot(page, &dir, "/").await;
+        assert_eq!(status(&r), 200);
+        let body = axum::body::to_bytes(r.into_body(), 1024).await.unwrap();
+        assert_eq!(&body[..], b"web-0\n");
+        assert_eq!(
+            status(&super::from_docroot(page, &dir, "/missing").await),
+            404
+        );
+        assert_eq!(status(&super::from_docroot(page, &dir, "/sub").await), 403);
+        assert_eq!(
+            status(&super::from_docroot(page, &dir, "/../etc/passwd").await),
+            400
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[tokio::test]
