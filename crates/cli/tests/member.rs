@@ -195,6 +195,24 @@ fn deployment_rolls_out_scales_and_reports_what_does_not_fit() {
         )),
         "{reasons}"
     );
+    // And the controllers, what they made: `kubectl describe` shows these.
+    for (who, what) in [
+        (
+            "deployment-controller/ScalingReplicaSet",
+            "Scaled up replica set web-",
+        ),
+        (
+            "replicaset-controller/SuccessfulCreate",
+            "Created pod: web-",
+        ),
+    ] {
+        assert!(
+            reasons
+                .lines()
+                .any(|l| l.starts_with(&format!("{who}: {what}"))),
+            "no {who} event saying {what:?}:\n{reasons}"
+        );
+    }
     let out = member.kubectl(&["rollout", "status", "deployment/web", "--timeout=20s"]);
     assert!(!out.status.success());
     assert_has(
@@ -265,6 +283,18 @@ fn daemonset_job_and_statefulset() {
         "job/batch",
         "--timeout=60s",
     ]);
+    common::wait_for(WAIT, "the Job's Completed event", || {
+        member
+            .ok(&[
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.kind=Job,involvedObject.name=batch",
+                "-o",
+                "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
+            ])
+            .contains("Completed: Job completed")
+    });
 
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
@@ -847,25 +877,6 @@ async fn an_ephemeral_container_is_reported_and_attaching_to_it_ends() {
 }
 
 const STORAGE: &str = r#"
-apiVersion: apps/v1
-kind: StatefulSet
-metadata: {name: web}
-spec:
-  serviceName: nginx
-  replicas: 2
-  selector: {matchLabels: {app: nginx}}
-  template:
-    metadata: {labels: {app: nginx}}
-    spec:
-      containers:
-      - name: nginx
-        image: registry.k8s.io/nginx-slim:0.21
-        volumeMounts: [{name: www, mountPath: /usr/share/nginx/html}]
-  volumeClaimTemplates:
-  - metadata: {name: www}
-    spec:
-      accessModes: [ReadWriteOnce]
-      resources: {requests: {storage: 1Gi}}
 ---
 apiVersion: v1
 kind: PersistentVolume
@@ -908,6 +919,7 @@ fn claims_bind_to_volumes_provisioned_or_made_by_hand() {
             "WaitForFirstConsumer",
         ],
     );
+    member.ok_stdin(&["apply", "-f", "-"], common::STATEFUL_WEB);
     member.ok_stdin(&["apply", "-f", "-"], STORAGE);
     member.ok(&["rollout", "status", "statefulset/web", "--timeout=60s"]);
     let claim = |name: &str, path: &str| {
@@ -949,6 +961,20 @@ fn claims_bind_to_volumes_provisioned_or_made_by_hand() {
             "Bound",
             "default/task-pv-claim",
             "manual",
+        ],
+    );
+    let said = member.ok(&[
+        "get",
+        "events",
+        "-o",
+        "jsonpath={range .items[*]}{.source.component}/{.reason}: {.message}{\"\\n\"}{end}",
+    ]);
+    assert_has(
+        &said,
+        &[
+            "statefulset-controller/SuccessfulCreate: create Claim www-web-0 Pod web-0 in StatefulSet web success",
+            "statefulset-controller/SuccessfulCreate: create Pod web-0 in StatefulSet web successful",
+            "rancher.io/local-path/ProvisioningSucceeded: Successfully provisioned volume pvc-",
         ],
     );
     // A pod naming a claim that does not exist is not scheduled, and says why.

@@ -398,7 +398,7 @@ fn pods_run_processes_that_talk_log_and_take_exec() {
 
     // The StatefulSet tutorial: each pod's claim gets a volume of its own,
     // nginx serves what is written into it, and it outlives the pod.
-    m.ok_stdin(&["apply", "-f", "-"], STATEFUL_WEB);
+    m.ok_stdin(&["apply", "-f", "-"], common::STATEFUL_WEB);
     m.ok(&["rollout", "status", "statefulset/web", "--timeout=60s"]);
     for i in 0..2 {
         m.ok(&[
@@ -430,29 +430,6 @@ fn pods_run_processes_that_talk_log_and_take_exec() {
         },
     );
 }
-
-const STATEFUL_WEB: &str = r#"
-apiVersion: apps/v1
-kind: StatefulSet
-metadata: {name: web}
-spec:
-  serviceName: nginx
-  replicas: 2
-  selector: {matchLabels: {app: nginx}}
-  template:
-    metadata: {labels: {app: nginx}}
-    spec:
-      containers:
-      - name: nginx
-        image: registry.k8s.io/nginx-slim:0.21
-        ports: [{containerPort: 80, name: web}]
-        volumeMounts: [{name: www, mountPath: /usr/share/nginx/html}]
-  volumeClaimTemplates:
-  - metadata: {name: www}
-    spec:
-      accessModes: [ReadWriteOnce]
-      resources: {requests: {storage: 1Gi}}
-"#;
 
 #[test]
 fn exit_codes_become_container_states_jobs_and_restarts() {

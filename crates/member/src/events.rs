@@ -35,6 +35,11 @@ const WARNINGS: &[&str] = &[
     "FailedCreatePodSandBox",
     "FailedMount",
     "FailedScheduling",
+    "FailedCreate",
+    "FailedBinding",
+    "ProvisioningFailed",
+    "BackoffLimitExceeded",
+    "DeadlineExceeded",
 ];
 
 /// Records Events as one component (`kubelet`, `default-scheduler`) of

@@ -19,6 +19,7 @@ use tracing::{info, warn};
 
 use crate::config::SimConfig;
 use crate::controllers;
+use crate::events::EventRecorder;
 use crate::faults::Faults;
 use crate::informer::{Index, Informer, Watched, controller_uid};
 use crate::runtime::RuntimeHandle;
@@ -61,12 +62,31 @@ pub struct Cluster {
     pub jobs: Store<Job>,
     pub claims: Store<PersistentVolumeClaim>,
     pub volumes: Store<PersistentVolume>,
+    /// The Event recorders of the cluster's components, made on first use.
+    recorders: parking_lot::Mutex<std::collections::HashMap<&'static str, EventRecorder>>,
 }
 
 impl Cluster {
     /// Pods controlled by the object with `uid`.
     pub fn owned_pods(&self, uid: &str) -> Vec<Arc<Pod>> {
         self.pods_by_owner.get(uid)
+    }
+
+    /// The Event recorder of `component` (`deployment-controller`,
+    /// `default-scheduler`, ...), one per component so that its repeats
+    /// are counted on one Event.
+    pub fn recorder(&self, component: &'static str) -> EventRecorder {
+        self.recorders
+            .lock()
+            .entry(component)
+            .or_insert_with(|| {
+                EventRecorder::new(
+                    self.clients.controller_manager.clone(),
+                    component,
+                    &self.config.cluster_name,
+                )
+            })
+            .clone()
     }
 }
 
@@ -147,6 +167,7 @@ impl Simulator {
             jobs: inf.jobs.store(),
             claims: inf.claims.store(),
             volumes: inf.volumes.store(),
+            recorders: Default::default(),
         });
         let mut controllers: Vec<TaskBox> = vec![
             controllers::nodes::start(cluster.clone(), &mut inf),

@@ -563,3 +563,28 @@ pub fn can_run_netns() -> bool {
     );
     true
 }
+
+/// The StatefulSet of Kubernetes' "StatefulSet Basics" tutorial: nginx
+/// with a claim per pod from `volumeClaimTemplates`.
+pub const STATEFUL_WEB: &str = r#"
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: web}
+spec:
+  serviceName: nginx
+  replicas: 2
+  selector: {matchLabels: {app: nginx}}
+  template:
+    metadata: {labels: {app: nginx}}
+    spec:
+      containers:
+      - name: nginx
+        image: registry.k8s.io/nginx-slim:0.21
+        ports: [{containerPort: 80, name: web}]
+        volumeMounts: [{name: www, mountPath: /usr/share/nginx/html}]
+  volumeClaimTemplates:
+  - metadata: {name: www}
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources: {requests: {storage: 1Gi}}
+"#;

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{
 };
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::controllers::pods::PodControl;
@@ -40,7 +40,7 @@ pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
             .map(|ds| ObjectRef::from_obj(ds.as_ref()))
             .collect()
     });
-    let control = Arc::new(PodControl::new(cluster.clone()));
+    let control = Arc::new(PodControl::new(cluster.clone(), "daemonset-controller"));
     run_controller(
         "daemonset",
         cluster.daemonsets.clone(),
@@ -216,10 +216,14 @@ async fn reconcile(
             delete.extend(outdated.into_iter().take(room));
         }
         if !delete.is_empty() {
-            control.delete(&key, &ns, delete).await?;
+            control
+                .delete(&key, &ds.object_ref(&()), &ns, delete)
+                .await?;
         }
         if !create.is_empty() {
-            control.create(&key, &ns, create).await?;
+            control
+                .create(&key, &ds.object_ref(&()), &ns, create)
+                .await?;
         }
     }
 

@@ -13,7 +13,7 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition, ReplicaSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::controllers::status;
@@ -115,18 +115,23 @@ async fn scale(
         "metadata": {"annotations": {DESIRED: desired.to_string(), MAX_REPLICAS: (desired + max_surge).to_string()}},
         "spec": {"replicas": replicas},
     });
-    match api
-        .patch(
-            &rs.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(e) if is_status(&e, 404) => Ok(()),
-        Err(e) => Err(e.into()),
+    if status::patch_object(&api, &rs.name_any(), &patch).await? {
+        record_scaling(cluster, d, &rs.name_any(), replicas_of(rs), replicas);
     }
+    Ok(())
+}
+
+/// The Event upstream's controller records when it scales a ReplicaSet.
+fn record_scaling(cluster: &Cluster, d: &Deployment, rs: &str, from: i32, to: i32) {
+    if from == to {
+        return;
+    }
+    let direction = if to > from { "up" } else { "down" };
+    cluster.recorder("deployment-controller").emit(
+        &d.object_ref(&()),
+        "ScalingReplicaSet",
+        format!("Scaled {direction} replica set {rs} from {from} to {to}"),
+    );
 }
 
 async fn reconcile(d: Arc<Deployment>, cluster: Arc<Cluster>) -> Result<Action> {
@@ -290,7 +295,10 @@ async fn create_replicaset(
         &d.namespace().unwrap_or_default(),
     );
     match api.create(&PostParams::default(), &rs).await {
-        Ok(created) => Ok(created),
+        Ok(created) => {
+            record_scaling(cluster, d, &created.name_any(), 0, replicas);
+            Ok(created)
+        }
         // The cache lags our own create: use what is there.
         Err(e) if is_status(&e, 409) => Ok(api.get(&rs.name_any()).await?),
         Err(e) => Err(e.into()),
@@ -547,17 +555,8 @@ async fn sync_status(
         let rev = revision(rs).to_string();
         if d.annotations().get(REVISION) != Some(&rev) && rev != "0" {
             let patch = json!({"metadata": {"annotations": {REVISION: rev}}});
-            match api
-                .patch(
-                    &d.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if is_status(&e, 404) => return Ok(Action::await_change()),
-                Err(e) => return Err(e.into()),
+            if !status::patch_object(&api, &d.name_any(), &patch).await? {
+                return Ok(Action::await_change());
             }
         }
     }

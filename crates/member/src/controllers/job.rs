@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::pod::Pod;
 use k8s_openapi::api::batch::v1::Job;
 use kube::runtime::controller::Action;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::controllers::pods::PodControl;
@@ -26,7 +26,7 @@ pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
     let from_pods = inf
         .pods
         .triggers(|c| owner_ref::<Pod, Job>(c.object()).into_iter().collect());
-    let control = Arc::new(PodControl::new(cluster.clone()));
+    let control = Arc::new(PodControl::new(cluster.clone(), "job-controller"));
     run_controller(
         "job",
         cluster.jobs.clone(),
@@ -101,10 +101,25 @@ async fn reconcile(
 
     let mut conditions: Vec<Value> = Vec::new();
     let mut completion_time = None;
+    let had = |kind: &str| {
+        old.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == kind && c.status == "True")
+    };
+    // The Events upstream's controller records when a Job ends.
+    let events = cluster.recorder("job-controller");
+    if let Some((reason, message)) = failure.filter(|_| !had("Failed")) {
+        events.emit(&job.object_ref(&()), reason, message.to_string());
+    } else if complete && !had("Complete") {
+        events.emit(&job.object_ref(&()), "Completed", "Job completed".into());
+    }
     if let Some((reason, message)) = failure {
         let doomed: Vec<String> = active.iter().map(|p| p.name_any()).collect();
         if !doomed.is_empty() {
-            control.delete(&key, &ns, doomed).await?;
+            control
+                .delete(&key, &job.object_ref(&()), &ns, doomed)
+                .await?;
         }
         for kind in ["FailureTarget", "Failed"] {
             conditions.push(
@@ -139,14 +154,18 @@ async fn reconcile(
                     podutil::pod_from_template(&template, job.as_ref(), None, &BTreeMap::new())
                 })
                 .collect();
-            control.create(&key, &ns, pods).await?;
+            control
+                .create(&key, &job.object_ref(&()), &ns, pods)
+                .await?;
         } else if have > want {
             let doomed = active
                 .iter()
                 .take((have - want) as usize)
                 .map(|p| p.name_any())
                 .collect();
-            control.delete(&key, &ns, doomed).await?;
+            control
+                .delete(&key, &job.object_ref(&()), &ns, doomed)
+                .await?;
         }
     }
     if suspended && failure.is_none() && !complete {

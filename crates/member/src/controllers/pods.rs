@@ -1,15 +1,17 @@
 //! Creating and deleting a controller's pods, with expectations so a
-//! stale cache never doubles a batch; shared by the ReplicaSet, DaemonSet
-//! and Job controllers.
+//! stale cache never doubles a batch, and the Events upstream's
+//! controllers record about each (SuccessfulCreate, SuccessfulDelete);
+//! shared by the ReplicaSet, StatefulSet, DaemonSet and Job controllers.
 
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{DeleteParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
+use crate::events::EventRecorder;
 use crate::expectations::Expectations;
 use crate::sim::{Cluster, is_status};
 
@@ -19,14 +21,41 @@ const BURST: usize = 16;
 pub struct PodControl {
     cluster: Arc<Cluster>,
     expectations: Expectations,
+    events: EventRecorder,
+    /// Whether Events are worded as the StatefulSet controller's.
+    stateful: bool,
 }
 
 impl PodControl {
-    pub fn new(cluster: Arc<Cluster>) -> Self {
+    /// The pod control of `component` (`replicaset-controller`, ...).
+    pub fn new(cluster: Arc<Cluster>, component: &'static str) -> Self {
         PodControl {
+            events: cluster.recorder(component),
+            stateful: component == "statefulset-controller",
             cluster,
             expectations: Expectations::default(),
         }
+    }
+
+    /// Records `verb` (create, delete) of `pod` on its owner, in the
+    /// words of upstream's controller.
+    fn record(&self, owner: &ObjectReference, verb: &str, pod: &str) {
+        let (reason, message) = match (self.stateful, verb) {
+            (true, _) => (
+                if verb == "create" {
+                    "SuccessfulCreate"
+                } else {
+                    "SuccessfulDelete"
+                },
+                format!(
+                    "{verb} Pod {pod} in StatefulSet {} successful",
+                    owner.name.as_deref().unwrap_or_default()
+                ),
+            ),
+            (false, "create") => ("SuccessfulCreate", format!("Created pod: {pod}")),
+            (false, _) => ("SuccessfulDelete", format!("Deleted pod: {pod}")),
+        };
+        self.events.emit(owner, reason, message);
     }
 
     /// Whether the cache shows every pod write `owner` (namespace/name) made.
@@ -49,6 +78,7 @@ impl PodControl {
     pub async fn create(
         &self,
         owner: &str,
+        about: &ObjectReference,
         namespace: &str,
         pods: Vec<Pod>,
     ) -> Result<usize, kube::Error> {
@@ -76,6 +106,9 @@ impl PodControl {
             }
         }
         let n = created.len();
+        for pod in &created {
+            self.record(about, "create", pod);
+        }
         self.expectations.expect(owner, created, Vec::new());
         match error {
             Some(e) => Err(e),
@@ -86,6 +119,7 @@ impl PodControl {
     pub async fn delete(
         &self,
         owner: &str,
+        about: &ObjectReference,
         namespace: &str,
         names: Vec<String>,
     ) -> Result<(), kube::Error> {
@@ -96,7 +130,10 @@ impl PodControl {
                 let api = api.clone();
                 async move {
                     match api.delete(&name, &DeleteParams::background()).await {
-                        Ok(_) => Ok(()),
+                        Ok(_) => {
+                            self.record(about, "delete", &name);
+                            Ok(())
+                        }
                         Err(e) if is_status(&e, 404) => Ok(()),
                         Err(e) => Err(e),
                     }

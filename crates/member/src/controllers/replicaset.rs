@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::pod::Pod;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use kube::runtime::controller::Action;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::controllers::pods::PodControl;
@@ -26,7 +26,7 @@ pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
             .into_iter()
             .collect()
     });
-    let control = Arc::new(PodControl::new(cluster.clone()));
+    let control = Arc::new(PodControl::new(cluster.clone(), "replicaset-controller"));
     run_controller(
         "replicaset",
         cluster.replicasets.clone(),
@@ -91,7 +91,7 @@ async fn reconcile(
             let pods = (active.len()..want)
                 .map(|_| podutil::pod_from_template(&template, rs.as_ref(), None, &BTreeMap::new()))
                 .collect();
-            if let Err(e) = control.create(&key, &ns, pods).await {
+            if let Err(e) = control.create(&key, &rs.object_ref(&()), &ns, pods).await {
                 failure = Some(e.to_string());
             }
         } else if active.len() > want {
@@ -100,7 +100,9 @@ async fn reconcile(
                 .iter()
                 .map(|p| p.name_any())
                 .collect();
-            control.delete(&key, &ns, doomed).await?;
+            control
+                .delete(&key, &rs.object_ref(&()), &ns, doomed)
+                .await?;
         }
     }
     // Status from what the cache shows now.

@@ -71,11 +71,7 @@ pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
     let scheduler = Arc::new(Scheduler {
         cluster: cluster.clone(),
         accounting: Mutex::default(),
-        events: EventRecorder::new(
-            cluster.clients.scheduler.clone(),
-            "default-scheduler",
-            &cluster.config.cluster_name,
-        ),
+        events: cluster.recorder("default-scheduler"),
     });
     let s = scheduler.clone();
     inf.pods.on_change(move |change| {

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1 as corev1;
 
 use crate::pod::Pod;
 use kube::runtime::controller::Action;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::controllers::pods::PodControl;
@@ -28,7 +28,7 @@ pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
             .into_iter()
             .collect()
     });
-    let control = Arc::new(PodControl::new(cluster.clone()));
+    let control = Arc::new(PodControl::new(cluster.clone(), "statefulset-controller"));
     run_controller(
         "statefulset",
         cluster.statefulsets.clone(),
@@ -144,14 +144,18 @@ async fn reconcile(
             delete.push(p.name_any());
         }
         if !delete.is_empty() {
-            control.delete(&key, &ns, delete).await?;
+            control
+                .delete(&key, &sts.object_ref(&()), &ns, delete)
+                .await?;
         } else if !create.is_empty() {
             for pod in &create {
                 if let Some(i) = pod.metadata.name.as_deref().and_then(|n| ordinal(&name, n)) {
                     create_claims(&cluster, &sts, i).await?;
                 }
             }
-            control.create(&key, &ns, create).await?;
+            control
+                .create(&key, &sts.object_ref(&()), &ns, create)
+                .await?;
         }
     }
 
@@ -278,7 +282,16 @@ async fn create_claims(cluster: &Cluster, sts: &StatefulSet, i: i32) -> Result<(
             status: None,
         };
         match api.create(&kube::api::PostParams::default(), &claim).await {
-            Ok(_) => {}
+            Ok(_) => cluster.recorder("statefulset-controller").emit(
+                &sts.object_ref(&()),
+                "SuccessfulCreate",
+                format!(
+                    "create Claim {} Pod {}-{i} in StatefulSet {} success",
+                    claim.metadata.name.as_deref().unwrap_or_default(),
+                    sts.name_any(),
+                    sts.name_any()
+                ),
+            ),
             Err(e) if crate::sim::is_status(&e, 409) => {}
             Err(e) => return Err(e.into()),
         }

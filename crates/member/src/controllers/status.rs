@@ -47,6 +47,30 @@ where
     }
 }
 
+/// Writes a merge patch to the object itself (metadata, spec); an object
+/// deleted meanwhile is not an error. Returns whether it was still there.
+pub async fn patch_object<K>(
+    api: &kube::Api<K>,
+    name: &str,
+    patch: &Value,
+) -> Result<bool, kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(e) if crate::sim::is_status(&e, 404) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

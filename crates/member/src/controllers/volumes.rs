@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
@@ -92,14 +92,9 @@ struct Volumes {
 }
 
 pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> Vec<TaskBox> {
-    let client = cluster.clients.controller_manager.clone();
     let volumes = Arc::new(Volumes {
-        binder: EventRecorder::new(
-            client.clone(),
-            "persistentvolume-controller",
-            &cluster.config.cluster_name,
-        ),
-        provisioner: EventRecorder::new(client, PROVISIONER, &cluster.config.cluster_name),
+        binder: cluster.recorder("persistentvolume-controller"),
+        provisioner: cluster.recorder(PROVISIONER),
         cluster: cluster.clone(),
     });
     let own_claims = inf.claims.own_triggers(|_| true);
@@ -365,17 +360,8 @@ impl Volumes {
                     "namespace": pvc.namespace(), "name": pvc.name_any(), "uid": pvc.uid(),
                     "resourceVersion": pvc.resource_version()}},
             });
-            match volumes
-                .patch(
-                    &pv.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if is_status(&e, 404) => return Ok(Action::await_change()),
-                Err(e) => return Err(e.into()),
+            if !status::patch_object(&volumes, &pv.name_any(), &patch).await? {
+                return Ok(Action::await_change());
             }
         }
         self.finish_binding(pv, pvc).await
@@ -409,17 +395,8 @@ impl Volumes {
             }
             let patch = json!({"metadata": {"annotations": annotations},
                                "spec": {"volumeName": pv.name_any()}});
-            match claims
-                .patch(
-                    &pvc.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if is_status(&e, 404) => return Ok(Action::await_change()),
-                Err(e) => return Err(e.into()),
+            if !status::patch_object(&claims, &pvc.name_any(), &patch).await? {
+                return Ok(Action::await_change());
             }
         }
         let spec = pv.spec.clone().unwrap_or_default();
