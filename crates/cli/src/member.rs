@@ -220,12 +220,21 @@ impl RuntimeKind {
 }
 
 /// A member's default pod CIDR: a /16 of 10.128.0.0/9 picked by name.
-fn default_pod_cidr(name: &str) -> ipnet::Ipv4Net {
+/// A member's default pod range: a /16 of 10.128.0.0/9 picked by its name
+/// (so that the members of one machine seldom overlap), widened when its
+/// nodes' blocks need more than a /16 holds (1,000 nodes: a /14).
+fn default_pod_cidr(name: &str, nodes: usize, node_pods: u32) -> ipnet::Ipv4Net {
     let h = name.bytes().fold(2166136261u32, |h, b| {
         (h ^ u32::from(b)).wrapping_mul(16777619)
     });
     let second = 128 + (h % 128) as u8;
-    ipnet::Ipv4Net::new(std::net::Ipv4Addr::new(10, second, 0, 0), 16).unwrap_or_default()
+    let needed = u64::from(flotilla_member::config::pod_block_size(node_pods))
+        .saturating_mul(nodes.max(1) as u64);
+    let bits = needed.next_power_of_two().trailing_zeros().min(23) as u8;
+    let prefix = (32 - bits).min(16);
+    ipnet::Ipv4Net::new(std::net::Ipv4Addr::new(10, second, 0, 0), prefix)
+        .map(|n| n.trunc())
+        .unwrap_or_default()
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -566,7 +575,9 @@ async fn start_member(
         data_dir,
         kubeconfig: kubeconfig_path,
     } = place;
-    let pod_cidr = args.pod_cidr.unwrap_or_else(|| default_pod_cidr(&name));
+    let pod_cidr = args
+        .pod_cidr
+        .unwrap_or_else(|| default_pod_cidr(&name, args.nodes, args.node_pods));
     let sim = SimConfig {
         cluster_name: name.clone(),
         nodes: args.nodes,
@@ -920,4 +931,27 @@ fn gateway_kubeconfig(
     let contents = crate::kubeconfig::render(server, "submariner-gateway", ca_pem, token);
     crate::kubeconfig::write_atomically(&path, &contents)?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::default_pod_cidr;
+
+    #[test]
+    fn the_default_pod_range_holds_every_nodes_block() {
+        let small = default_pod_cidr("east", 3, 110);
+        assert_eq!(small.prefix_len(), 16);
+        assert_eq!(default_pod_cidr("east", 3, 110), small, "stable per name");
+        for (nodes, prefix) in [(256, 16), (257, 15), (1000, 14), (100_000, 9)] {
+            let range = default_pod_cidr("east", nodes, 110);
+            assert_eq!(range.prefix_len(), prefix, "{nodes} nodes: {range}");
+            assert_eq!(range, range.trunc(), "{range} is aligned");
+            let sim = flotilla_member::config::SimConfig {
+                nodes: nodes.min(1000),
+                pod_cidr: range,
+                ..Default::default()
+            };
+            assert!(sim.node_pod_cidr(sim.nodes - 1).is_some(), "{range}");
+        }
+    }
 }

@@ -63,6 +63,12 @@ impl Default for SimConfig {
     }
 }
 
+/// The addresses each node's pod block has for `node_pods` pods: a power
+/// of two with room for every pod, at least a /24.
+pub fn pod_block_size(node_pods: u32) -> u32 {
+    (node_pods.saturating_add(2)).next_power_of_two().max(256)
+}
+
 impl SimConfig {
     pub fn node_name(&self, i: usize) -> String {
         format!("{}-node-{i}", self.cluster_name)
@@ -88,7 +94,7 @@ impl SimConfig {
 
     /// Addresses per node: a power of two with room for every pod.
     fn block_size(&self) -> u32 {
-        (self.node_pods + 2).next_power_of_two().max(256)
+        pod_block_size(self.node_pods)
     }
 
     /// Node `i`'s pod CIDR.

@@ -27,6 +27,11 @@ pub type Notify = Arc<dyn Fn(&'static str, String) + Send + Sync>;
 /// thousand clusters, each with its recorders).
 const REMEMBERED: usize = 1024;
 
+/// How many Events may wait to be written; beyond, new ones are dropped,
+/// as client-go's broadcaster drops them when its queue of 1000 is full
+/// (a burst of ten thousand pods must not queue ten thousand writes).
+const QUEUED: usize = 1000;
+
 /// The reasons recorded as Warnings.
 const WARNINGS: &[&str] = &[
     "Failed",
@@ -46,14 +51,14 @@ const WARNINGS: &[&str] = &[
 /// one member.
 #[derive(Clone)]
 pub struct EventRecorder {
-    queue: mpsc::UnboundedSender<(ObjectReference, &'static str, String)>,
+    queue: mpsc::Sender<(ObjectReference, &'static str, String)>,
 }
 
 impl EventRecorder {
     /// Starts the writer of `component`'s Events in `cluster` (one task,
     /// so that a repeat always finds the Event its first occurrence made).
     pub fn new(client: Client, component: &'static str, cluster: &str) -> Self {
-        let (queue, mut rx) = mpsc::unbounded_channel();
+        let (queue, mut rx) = mpsc::channel(QUEUED);
         let mut writer = Writer {
             client,
             component,
@@ -71,7 +76,9 @@ impl EventRecorder {
     /// Records an Event about `pod` in the background (an Event that
     /// cannot be written is not worth failing anything for).
     pub fn emit(&self, pod: &ObjectReference, reason: &'static str, message: String) {
-        let _ = self.queue.send((pod.clone(), reason, message));
+        if self.queue.try_send((pod.clone(), reason, message)).is_err() {
+            tracing::debug!(reason, "the event queue is full; dropping an event");
+        }
     }
 
     /// A notifier for one pod, for what runs apart from the kubelet (probes).
