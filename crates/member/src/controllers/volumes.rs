@@ -375,14 +375,7 @@ impl Volumes {
     ) -> Result<Action> {
         let client = self.cluster.clients.controller_manager.clone();
         let volumes: Api<PersistentVolume> = Api::all(client.clone());
-        if phase_of_volume(pv) != "Bound"
-            && !status::write(
-                &volumes,
-                &pv.name_any(),
-                &json!({"status": {"phase": "Bound"}}),
-            )
-            .await?
-        {
+        if !set_phase(&volumes, pv, "Bound").await? {
             return Ok(Action::await_change());
         }
         let claims: Api<PersistentVolumeClaim> =
@@ -429,14 +422,7 @@ impl Volumes {
         }
         let api: Api<PersistentVolume> = Api::all(self.cluster.clients.controller_manager.clone());
         let Some((ns, name, uid)) = claim_of(&pv) else {
-            if phase_of_volume(&pv) != "Available" {
-                status::write(
-                    &api,
-                    &pv.name_any(),
-                    &json!({"status": {"phase": "Available"}}),
-                )
-                .await?;
-            }
+            set_phase(&api, &pv, "Available").await?;
             return Ok(Action::await_change());
         };
         let claim = self.cluster.claims.get(&ObjectRef::new(&name).within(&ns));
@@ -445,14 +431,7 @@ impl Volumes {
         }
         // Bound by name to a claim not made yet: it waits for it.
         if uid.is_empty() {
-            if phase_of_volume(&pv) != "Available" {
-                status::write(
-                    &api,
-                    &pv.name_any(),
-                    &json!({"status": {"phase": "Available"}}),
-                )
-                .await?;
-            }
+            set_phase(&api, &pv, "Available").await?;
             return Ok(Action::await_change());
         }
         // The claim is gone: the cache may lag behind a new claim's
@@ -489,16 +468,22 @@ impl Volumes {
             }
             return Ok(Action::await_change());
         }
-        if phase_of_volume(&pv) != "Released" {
-            status::write(
-                &api,
-                &pv.name_any(),
-                &json!({"status": {"phase": "Released"}}),
-            )
-            .await?;
-        }
+        set_phase(&api, &pv, "Released").await?;
         Ok(Action::await_change())
     }
+}
+
+/// Writes a volume's phase unless it has it; whether the volume is there.
+async fn set_phase(
+    api: &Api<PersistentVolume>,
+    pv: &PersistentVolume,
+    phase: &str,
+) -> Result<bool> {
+    if phase_of_volume(pv) == phase {
+        return Ok(true);
+    }
+    let status = json!({"status": {"phase": phase}});
+    Ok(status::write(api, &pv.name_any(), &status).await?)
 }
 
 /// Where a provisioned volume's directory is, named as local-path names
