@@ -251,6 +251,52 @@ fn exported_services_are_imported_everywhere_and_resolve_in_clusterset_local() {
     );
     assert_has(&dig(port, &["example.com", "A"]), &["status: REFUSED"]);
 
+    // Services exported all at once get ClusterSetIPs of their own,
+    // however quickly the hub's imports follow one another.
+    let burst: String = (0..8)
+        .map(|i| {
+            format!(
+                "apiVersion: v1\nkind: Service\nmetadata: {{name: burst-{i}, namespace: shop}}\nspec: {{selector: {{app: burst-{i}}}, ports: [{{port: 80}}]}}\n---\napiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata: {{name: burst-{i}, namespace: shop}}\n---\n"
+            )
+        })
+        .collect();
+    apply(m2, &burst);
+    let burst_ips = || {
+        jsonpath(
+            &fleet.hub,
+            &["get", "serviceimports", "-n", "shop"],
+            "{range .items[*]}{.metadata.name}={.spec.ips[0]} {end}",
+        )
+        .split_whitespace()
+        .filter(|p| p.starts_with("burst-") && !p.ends_with('='))
+        .map(str::to_string)
+        .collect::<Vec<_>>()
+    };
+    wait_for(WAIT, "the 8 burst imports with their IPs", || {
+        burst_ips().len() == 8
+    });
+    let mut given: Vec<String> = burst_ips()
+        .iter()
+        .map(|p| p.split_once('=').unwrap().1.to_string())
+        .chain([ip.clone()])
+        .collect();
+    given.sort();
+    given.dedup();
+    assert_eq!(
+        given.len(),
+        9,
+        "a ClusterSetIP given twice: {:?}",
+        burst_ips()
+    );
+    assert_eq!(
+        short(port, &["burst-7.shop.svc.clusterset.local", "A"]),
+        [burst_ips()
+            .iter()
+            .find_map(|p| p.strip_prefix("burst-7="))
+            .unwrap()
+            .to_string()]
+    );
+
     // A headless service: one record per ready endpoint, per cluster.
     apply(m1, &app("db", 1, DB_HEADLESS));
     apply(m2, &app("db", 1, DB_HEADLESS));

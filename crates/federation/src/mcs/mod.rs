@@ -93,6 +93,8 @@ struct Mcs {
     starting: Mutex<HashSet<String>>,
     queue: Arc<crate::queue::WorkQueue<String>>,
     hub_imports: Store<ServiceImport>,
+    /// ClusterSetIPs given that `hub_imports` does not show yet.
+    given: Mutex<ips::Ledger>,
     hub_slices: Store<EndpointSlice>,
     /// Karmada MultiClusterServices on the hub.
     fronts: Store<MultiClusterService>,
@@ -174,6 +176,7 @@ pub async fn run(ctx: Ctx, clusters: impl Stream<Item = Arc<Cluster>> + Send + '
         starting: Mutex::default(),
         queue: queue.clone(),
         hub_imports,
+        given: Mutex::default(),
         hub_slices,
         fronts,
     });
@@ -198,7 +201,20 @@ pub async fn run(ctx: Ctx, clusters: impl Stream<Item = Arc<Cluster>> + Send + '
     };
     let work = {
         let mcs = mcs.clone();
-        queue.run(4, move |key: String| {
+        // Nothing is decided on the hub's caches before they have listed:
+        // an empty import cache would give taken ClusterSetIPs again, an
+        // empty MultiClusterService cache would import everywhere.
+        let listed = {
+            let mcs = mcs.clone();
+            async move {
+                let _ = tokio::join!(
+                    mcs.hub_imports.wait_until_ready(),
+                    mcs.hub_slices.wait_until_ready(),
+                    mcs.fronts.wait_until_ready(),
+                );
+            }
+        };
+        let run = queue.run(4, move |key: String| {
             let mcs = mcs.clone();
             async move {
                 if let Err(error) = mcs.reconcile(&key).await {
@@ -206,7 +222,11 @@ pub async fn run(ctx: Ctx, clusters: impl Stream<Item = Arc<Cluster>> + Send + '
                     mcs.queue.add_after(key, Duration::from_secs(2));
                 }
             }
-        })
+        });
+        async move {
+            listed.await;
+            run.await
+        }
     };
     tokio::join!(watch_clusters, sweep, work);
     t1.abort();
@@ -410,6 +430,7 @@ impl Mcs {
         }
         let Some(import) = &merged.import else {
             self.withdraw(&members, true, ns, name).await?;
+            self.given.lock().forget(key);
             return Ok(());
         };
         self.withdraw(&others, false, ns, name).await?;
@@ -557,12 +578,14 @@ impl Mcs {
             .copied()
             .collect();
         let ips = if import.type_ == "ClusterSetIP" {
-            let have = self
+            // The pick and its record under one lock, the cache read
+            // under it too: reconciles of other services run at once.
+            let mut given = self.given.lock();
+            let cached = self
                 .hub_imports
                 .get(&ObjectRef::new(name).within(ns))
-                .map(|i| i.spec.ips.clone())
-                .unwrap_or_default();
-            let used: HashSet<IpAddr> = self
+                .map(|i| i.spec.ips.clone());
+            let others: Vec<IpAddr> = self
                 .hub_imports
                 .state()
                 .iter()
@@ -570,8 +593,11 @@ impl Mcs {
                 .flat_map(|i| i.spec.ips.clone())
                 .filter_map(|s| s.parse().ok())
                 .collect();
-            ips::assign(&ranges, &have, &used).map_err(Error::Mcs)?
+            given
+                .assign(&format!("{ns}/{name}"), &ranges, cached.as_deref(), others)
+                .map_err(Error::Mcs)?
         } else {
+            self.given.lock().forget(&format!("{ns}/{name}"));
             Vec::new()
         };
         Ok(ServiceImportSpec {
