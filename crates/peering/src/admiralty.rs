@@ -18,6 +18,7 @@ use flotilla_apiserver::admission::{Mutating, Request};
 use crate::admission::{created_pod_namespace, namespace_label};
 use flotilla_apiserver::error::ApiResult;
 use flotilla_apiserver::server::ApiServer;
+use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Node, Pod, PodSpec, Secret};
 use kube::api::{
@@ -25,6 +26,8 @@ use kube::api::{
     PostParams,
 };
 use kube::config::Kubeconfig;
+use kube::runtime::reflector::{self, Store, store::Writer};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use sha2::Digest;
@@ -149,17 +152,13 @@ struct Target {
     client: Client,
 }
 
-async fn targets(local: &Client) -> Vec<Target> {
+async fn targets(local: &Client, caches: &Caches) -> Vec<Target> {
     let mut out = Vec::new();
-    for (cluster, r) in [
-        (true, resource("ClusterTarget", "clustertargets")),
-        (false, resource("Target", "targets")),
+    for (cluster, list) in [
+        (true, caches.cluster_targets.state()),
+        (false, caches.targets.state()),
     ] {
-        let api: Api<DynamicObject> = Api::all_with(local.clone(), &r);
-        let Ok(list) = api.list(&ListParams::default()).await else {
-            continue;
-        };
-        for t in list.items {
+        for t in list {
             let spec = t.data.get("spec").cloned().unwrap_or_default();
             let Some(secret) = spec.get("kubeconfigSecret") else {
                 continue;
@@ -225,32 +224,88 @@ async fn targets(local: &Client) -> Vec<Target> {
     out
 }
 
+/// What the passes read, kept by watches: a pass lists nothing of its own
+/// cluster, so a cluster that uses no Admiralty object pays nothing for
+/// it however many pods it runs.
+struct Caches {
+    /// Pods the proxy scheduler owns (a field-selected watch).
+    proxies: Store<Pod>,
+    cluster_targets: Store<DynamicObject>,
+    targets: Store<DynamicObject>,
+    chaperons: Store<DynamicObject>,
+}
+
+/// Keeps `writer`'s store in step with `api`, for as long as it runs.
+fn follow<K>(api: Api<K>, config: watcher::Config, writer: Writer<K>) -> Store<K>
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash,
+{
+    let store = writer.as_reader();
+    tokio::spawn(
+        reflector::reflector(writer, watcher(api, config))
+            .default_backoff()
+            .for_each(|_| futures::future::ready(())),
+    );
+    store
+}
+
+fn follow_kind(local: &Client, kind: &str, plural: &str) -> Store<DynamicObject> {
+    let r = resource(kind, plural);
+    let api: Api<DynamicObject> = Api::all_with(local.clone(), &r);
+    follow(api, watcher::Config::default(), Writer::new(r))
+}
+
 /// Runs both of Admiralty's sides for the cluster `local` reaches.
 pub async fn run(local: Client) {
     if let Err(error) = flotilla_federation::crds::install_manifests(&local, crds()).await {
         debug!(%error, "cannot install Admiralty's CRDs");
     }
+    let caches = Caches {
+        proxies: follow(
+            Api::all(local.clone()),
+            watcher::Config::default().fields(&format!("spec.schedulerName={PROXY_SCHEDULER}")),
+            Writer::default(),
+        ),
+        cluster_targets: follow_kind(&local, "ClusterTarget", "clustertargets"),
+        targets: follow_kind(&local, "Target", "targets"),
+        chaperons: follow_kind(&local, "PodChaperon", "podchaperons"),
+    };
+    let mut every = tokio::time::interval(PERIOD);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let id = identity::cluster_id(&local)
-            .await
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        let ts = targets(&local).await;
-        if let Err(error) = source_pass(&local, &id, &ts).await {
-            debug!(%error, "admiralty source pass failed");
+        every.tick().await;
+        // Targets' virtual nodes, their capacity and the delegates' status
+        // live in other clusters: those are read each pass, while there
+        // is a target.
+        if !caches.cluster_targets.is_empty() || !caches.targets.is_empty() {
+            let id = identity::cluster_id(&local)
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+            let ts = targets(&local, &caches).await;
+            if let Err(error) = source_pass(&local, &id, &ts, &caches.proxies).await {
+                debug!(%error, "admiralty source pass failed");
+            }
+            if !ts.is_empty() {
+                sweep(&id, &ts, &caches.proxies).await;
+            }
         }
-        if let Err(error) = chaperon_pass(&local).await {
+        if !caches.chaperons.is_empty()
+            && let Err(error) = chaperon_pass(&local, &caches.chaperons).await
+        {
             debug!(%error, "admiralty chaperon pass failed");
         }
-        if !ts.is_empty() {
-            sweep(&local, &id, &ts).await;
-        }
-        tokio::time::sleep(PERIOD).await;
     }
 }
 
-async fn source_pass(local: &Client, id: &str, targets: &[Target]) -> Result<(), kube::Error> {
+async fn source_pass(
+    local: &Client,
+    id: &str,
+    targets: &[Target],
+    proxies: &Store<Pod>,
+) -> Result<(), kube::Error> {
     let nodes: Api<Node> = Api::all(local.clone());
     let mut ready = Vec::new();
     for t in targets {
@@ -290,8 +345,7 @@ async fn source_pass(local: &Client, id: &str, targets: &[Target]) -> Result<(),
             ready.push(t);
         }
     }
-    let pods: Api<Pod> = Api::all(local.clone());
-    for pod in pods.list(&ListParams::default()).await?.items {
+    for pod in proxies.state() {
         let spec = pod.spec.clone().unwrap_or_default();
         if spec.scheduler_name.as_deref() != Some(PROXY_SCHEDULER) {
             continue;
@@ -479,13 +533,11 @@ async fn delegate(
 /// by it; the pod's status goes back on the chaperon. Chaperons whose
 /// proxy pod is gone are removed by the source (below, by the source's
 /// own pass over its targets).
-async fn chaperon_pass(local: &Client) -> Result<(), kube::Error> {
-    let api: Api<DynamicObject> =
-        Api::all_with(local.clone(), &resource("PodChaperon", "podchaperons"));
-    let Ok(list) = api.list(&ListParams::default()).await else {
-        return Ok(());
-    };
-    for c in list.items {
+async fn chaperon_pass(
+    local: &Client,
+    chaperons: &Store<DynamicObject>,
+) -> Result<(), kube::Error> {
+    for c in chaperons.state() {
         let ns = c.namespace().unwrap_or_default();
         let pods: Api<Pod> = Api::namespaced(local.clone(), &ns);
         let pod = pods.get_opt(&c.name_any()).await?;
@@ -532,12 +584,10 @@ async fn chaperon_pass(local: &Client) -> Result<(), kube::Error> {
 }
 
 /// Removes the delegates of proxy pods that are gone.
-async fn sweep(local: &Client, id: &str, ts: &[Target]) {
-    let pods: Api<Pod> = Api::all(local.clone());
-    let Ok(list) = pods.list(&ListParams::default()).await else {
-        return;
-    };
-    let uids: Vec<String> = list.items.iter().filter_map(|p| p.uid()).collect();
+async fn sweep(id: &str, ts: &[Target], proxies: &Store<Pod>) {
+    // Delegates' parents are proxy pods: the watch of those holds them all.
+    let uids: std::collections::HashSet<String> =
+        proxies.state().iter().filter_map(|p| p.uid()).collect();
     for t in ts {
         let api: Api<DynamicObject> =
             Api::all_with(t.client.clone(), &resource("PodChaperon", "podchaperons"));
