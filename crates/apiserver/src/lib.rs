@@ -50,6 +50,7 @@ pub mod raw;
 pub mod rbac;
 pub mod registry;
 pub mod request;
+pub mod resource_metrics;
 pub mod resources;
 pub mod reviews;
 pub mod scale;

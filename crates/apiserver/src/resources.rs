@@ -80,6 +80,8 @@ pub enum Computed {
     Binding,
     /// The control plane's components and their health (`kubectl get cs`).
     ComponentStatus,
+    /// Nodes' and pods' usage, `metrics.k8s.io` (`resource_metrics.rs`).
+    Metrics,
 }
 
 /// The fields behind a `/scale` subresource, as JSON pointers.
@@ -154,7 +156,7 @@ impl ResourceInfo {
     pub fn verbs(&self) -> Vec<&'static str> {
         match self.computed {
             Some(Computed::Review | Computed::Binding) => return vec!["create"],
-            Some(Computed::ComponentStatus) => return vec!["get", "list"],
+            Some(Computed::ComponentStatus | Computed::Metrics) => return vec!["get", "list"],
             None => {}
         }
         vec![
@@ -324,6 +326,17 @@ impl Registry {
     /// Stops serving `(group, plural)`, deleted at `revision`.
     pub fn remove_custom(&self, group: &str, plural: &str, revision: i64) -> bool {
         self.set_custom(group, plural, revision, Vec::new())
+    }
+
+    /// Serves `r`, a computed resource the embedding process provides
+    /// (`metrics.k8s.io`, once something measures the pods).
+    pub fn add_computed(&self, r: ResourceInfo) {
+        let mut inner = self.inner.write();
+        inner.resources.insert(
+            (r.group.clone(), r.version.clone(), r.plural.clone()),
+            Arc::new(r),
+        );
+        inner.generation += 1;
     }
 
     /// The custom resources served now, as (group, plural).

@@ -118,6 +118,10 @@ pub struct ApiServer {
     /// virtual kubelet in a member whose pods are simulated): pods are
     /// still deleted at once rather than stopped within their grace.
     kubelet_connect_only: std::sync::atomic::AtomicBool,
+    /// What measures nodes and pods for `metrics.k8s.io`; the group is
+    /// served only once it is set.
+    pub(crate) resource_metrics:
+        std::sync::OnceLock<Arc<dyn crate::resource_metrics::ResourceMetrics>>,
     /// Karmada's `clusters/NAME/proxy` (the control plane sets it).
     pub(crate) cluster_proxy: std::sync::OnceLock<Arc<dyn crate::cluster_proxy::ClusterProxy>>,
     /// Mutating admission plugins of the embedding process, after the
@@ -133,6 +137,16 @@ impl ApiServer {
     /// Serves `clusters/NAME/proxy/...` through `proxy` (once).
     pub fn set_cluster_proxy(&self, proxy: Arc<dyn crate::cluster_proxy::ClusterProxy>) {
         let _ = self.cluster_proxy.set(proxy);
+    }
+
+    /// Serves `metrics.k8s.io` from `source` (once), as metrics-server
+    /// would behind the aggregator.
+    pub fn set_resource_metrics(&self, source: Arc<dyn crate::resource_metrics::ResourceMetrics>) {
+        if self.resource_metrics.set(source).is_ok() {
+            for r in crate::resource_metrics::resources() {
+                self.registry.add_computed(r);
+            }
+        }
     }
 
     /// Adds a mutating admission plugin, run after the built-in ones.
@@ -187,6 +201,7 @@ impl ApiServer {
             namespaces: Default::default(),
             kubelet: Default::default(),
             kubelet_connect_only: Default::default(),
+            resource_metrics: Default::default(),
             cluster_proxy: Default::default(),
             mutating_admission: Default::default(),
             rbac: Default::default(),
@@ -827,6 +842,7 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
                 handlers::bind(&ctx, &body).await
             }
             (Computed::ComponentStatus, &Method::GET, _) => crate::componentstatus::get(&ctx).await,
+            (Computed::Metrics, method, _) => crate::resource_metrics::serve(&ctx, method).await,
             _ => Err(not_allowed()),
         };
     }

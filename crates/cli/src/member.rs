@@ -695,6 +695,8 @@ async fn start_member(
     let simulator = Simulator::start(clients, sim.clone(), faults.clone(), runtime)
         .await
         .context("cannot start the simulated nodes and controllers")?;
+    // metrics.k8s.io, as metrics-server would add it to a real cluster.
+    p.api.set_resource_metrics(simulator.metrics.clone());
 
     let admin_listener = tokio::net::TcpListener::bind(args.admin_listen)
         .await

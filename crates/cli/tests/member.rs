@@ -1004,3 +1004,140 @@ fn claims_bind_to_volumes_provisioned_or_made_by_hand() {
         volumes.contains("task-pv-volume=Released") && !volumes.contains(&volume)
     });
 }
+
+/// A Deployment whose pods request CPU and memory, and the pod of the
+/// Python client's own metrics test (core-pod.yaml), which requests none.
+const MEASURED: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: api}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: api}}
+  template:
+    metadata: {labels: {app: api}}
+    spec:
+      containers:
+        - name: api
+          image: nginx
+          resources: {requests: {cpu: 250m, memory: 64Mi}}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: myapp-pod
+  labels: {app: myapp}
+spec:
+  containers:
+    - name: myapp-container
+      image: busybox
+      command: ['sh', '-c', 'echo Hello Kubernetes! && sleep 3600']
+"#;
+
+#[test]
+fn members_serve_the_resource_metrics_api_as_metrics_server_does() {
+    let member = Server::member("m1", &["--nodes", "2"]);
+    member.kubectl_stdin(&["apply", "-f", "-"], Some(MEASURED));
+    member.ok(&["rollout", "status", "deployment/api", "--timeout=60s"]);
+    member.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/myapp-pod",
+        "--timeout=60s",
+    ]);
+    // A simulated container uses what it requests.
+    let top = member.ok(&["top", "pod", "-l", "app=api", "--no-headers"]);
+    assert_eq!(top.lines().count(), 2, "{top}");
+    for line in top.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(&f[1..], ["250m", "64Mi"], "{top}");
+    }
+    let containers = member.ok(&["top", "pod", "myapp-pod", "--containers", "--no-headers"]);
+    assert_has(&containers, &["myapp-pod", "myapp-container", "0m"]);
+    // Nodes: the sum of their pods, with upstream's columns.
+    let nodes = member.ok(&["top", "node"]);
+    assert_has(
+        &nodes,
+        &[
+            "CPU(cores)",
+            "CPU(%)",
+            "MEMORY(bytes)",
+            "m1-node-0",
+            "m1-node-1",
+        ],
+    );
+    let total: u32 = member
+        .ok(&["top", "node", "--no-headers"])
+        .lines()
+        .filter_map(|l| {
+            l.split_whitespace()
+                .nth(1)?
+                .strip_suffix('m')?
+                .parse::<u32>()
+                .ok()
+        })
+        .sum();
+    assert_eq!(total, 500, "{nodes}");
+    // The objects as metrics-server writes them.
+    let raw = member.ok(&[
+        "get",
+        "--raw",
+        "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/myapp-pod",
+    ]);
+    let pod: serde_json::Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(pod["kind"], "PodMetrics");
+    assert_eq!(pod["metadata"]["labels"]["app"], "myapp");
+    assert_eq!(pod["containers"][0]["name"], "myapp-container");
+    assert!(pod["window"].as_str().unwrap().ends_with('s'), "{raw}");
+    let missing = member.kubectl(&["top", "pod", "nope"]);
+    assert_has(
+        &String::from_utf8_lossy(&missing.stderr),
+        &["pods.metrics.k8s.io \"nope\" not found"],
+    );
+    let watch = member.kubectl(&[
+        "get",
+        "--raw",
+        "/apis/metrics.k8s.io/v1beta1/pods?watch=true",
+    ]);
+    assert!(!watch.status.success(), "metrics are not watched");
+
+    // The official Python client's metrics utilities, as its own e2e
+    // test calls them.
+    let script = r#"
+import sys
+from kubernetes import client, config, utils
+config.load_kube_config(config_file=sys.argv[1])
+api = client.ApiClient()
+nodes = utils.get_nodes_metrics(api)
+assert len(nodes['items']) == 2 and 'usage' in nodes['items'][0], nodes
+pods = utils.get_pods_metrics(api, 'default')
+assert 'myapp-pod' in [i['metadata']['name'] for i in pods['items']], pods
+one = utils.get_pods_metrics(api, 'default', 'app=myapp')
+assert [i['metadata']['name'] for i in one['items']] == ['myapp-pod'], one
+every = utils.get_pods_metrics_in_all_namespaces(api, ['default', 'kube-system'])
+assert 'error' not in every['default'], every
+print('metrics ok')
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(&member.kubeconfig)
+        .output()
+        .expect(
+            "python3 runs (install the client with: pip install kubernetes, or run bash .ci/run)",
+        );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("metrics ok"),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A server with nothing that measures pods (the control plane) does
+    // not serve the group, as a cluster without metrics-server.
+    let hub = Server::start();
+    let top = hub.kubectl(&["top", "pod"]);
+    assert_has(
+        &String::from_utf8_lossy(&top.stderr),
+        &["Metrics API not available"],
+    );
+}

@@ -1806,3 +1806,59 @@ spec: {target: ClusterIPService, serviceRef: {name: echo}}
         },
     );
 }
+
+#[test]
+fn kubectl_top_reads_what_the_pods_processes_use() {
+    if !can_run() {
+        return;
+    }
+    let m = Server::netns_member("rt-top", &["--nodes", "1"]);
+    m.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: spinner}
+spec:
+  containers: [{name: c, image: busybox, command: ["sh", "-c", "while :; do :; done"]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: hoarder}
+spec:
+  containers: [{name: c, image: busybox, command: ["sh", "-c", "x=$(head -c 30000000 /dev/zero | tr '\\0' a); sleep 3600"]}]
+"#,
+    );
+    wait_phase(&m, "spinner", "Running");
+    wait_phase(&m, "hoarder", "Running");
+    // (millicores, MiB) of a pod, as `kubectl top` prints them.
+    let top = |pod: &str| -> Option<(u64, u64)> {
+        let out = m.kubectl(&["top", "pod", pod, "--no-headers"]);
+        let line = String::from_utf8_lossy(&out.stdout).to_string();
+        let f: Vec<&str> = line.split_whitespace().collect();
+        Some((
+            f.get(1)?.strip_suffix('m')?.parse().ok()?,
+            f.get(2)?.strip_suffix("Mi")?.parse().ok()?,
+        ))
+    };
+    // A busy loop uses most of a core (less on a loaded machine), the
+    // other pod's shell holds its 30 MB string and sleeps.
+    wait_for(
+        Duration::from_secs(60),
+        "the spinner's CPU and the hoarder's memory",
+        || {
+            matches!(
+                (top("spinner"), top("hoarder")),
+                (Some((spin_cpu, _)), Some((hoard_cpu, hoard_mib)))
+                    if spin_cpu >= 200 && hoard_cpu < spin_cpu && hoard_mib >= 28
+            )
+        },
+    );
+    let node = m.ok(&["top", "node", "--no-headers"]);
+    let node_cpu: u64 = node
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.strip_suffix('m')?.parse().ok())
+        .unwrap_or(0);
+    assert!(node_cpu >= 200, "the node counts its pods: {node}");
+}

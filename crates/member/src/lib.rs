@@ -7,6 +7,7 @@ pub mod events;
 pub mod expectations;
 pub mod faults;
 pub mod informer;
+pub mod metrics;
 pub mod placement;
 pub mod pod;
 pub mod podutil;

@@ -110,6 +110,8 @@ pub type TaskBox = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// A running simulator; dropping it stops every task.
 pub struct Simulator {
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The cluster's metrics-server, for the API server to serve.
+    pub metrics: Arc<crate::metrics::MetricsServer>,
 }
 
 impl Drop for Simulator {
@@ -169,6 +171,11 @@ impl Simulator {
             volumes: inf.volumes.store(),
             recorders: Default::default(),
         });
+        let metrics = Arc::new(crate::metrics::MetricsServer::new(
+            cluster.clone(),
+            runtime.runtime.clone(),
+            crate::metrics::RESOLUTION,
+        ));
         let mut controllers: Vec<TaskBox> = vec![
             controllers::nodes::start(cluster.clone(), &mut inf),
             controllers::scheduler::start(cluster.clone(), &mut inf),
@@ -216,7 +223,7 @@ impl Simulator {
         controllers::volumes::ensure_default_class(&cluster).await;
         tasks.extend(controllers.into_iter().map(tokio::spawn));
         info!(cluster = %cluster.config.cluster_name, nodes = cluster.config.nodes, "simulator running");
-        Ok(Simulator { tasks })
+        Ok(Simulator { tasks, metrics })
     }
 }
 

@@ -119,6 +119,26 @@ pub trait Runtime: Send + Sync {
     /// terminationGracePeriodSeconds) and removes its sandbox; returns
     /// once nothing of it runs.
     async fn remove(&self, pod_key: &str, grace: Option<Duration>);
+    /// What each of `pods`' running containers has used so far, in the
+    /// same order: None for a pod it runs nothing of. Read by the
+    /// member's metrics (`metrics.rs`), which turns the CPU counters into
+    /// rates.
+    fn usage(&self, pods: &[std::sync::Arc<Pod>]) -> Vec<Option<Vec<ContainerUsage>>> {
+        vec![None; pods.len()]
+    }
+}
+
+/// A running container's use of resources, as a kubelet's summary API
+/// reports it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ContainerUsage {
+    pub name: String,
+    /// When the container started: its CPU counter was zero then.
+    pub started: jiff::Timestamp,
+    /// CPU time used since it started (all its processes).
+    pub cpu: Duration,
+    /// Memory in use now (resident set of its processes), bytes.
+    pub memory_bytes: u64,
 }
 
 /// The key runtimes know a pod by.

@@ -185,4 +185,31 @@ impl Runtime for SimRuntime {
     async fn remove(&self, pod_key: &str, _grace: Option<Duration>) {
         self.creating.lock().remove(pod_key);
     }
+
+    /// A simulated container uses what it requests: CPU at its request's
+    /// rate since it started (nothing without a request), memory its
+    /// request, as the scheduler counts it. `kubectl top` and an HPA see
+    /// the same figures the pods were placed by.
+    fn usage(&self, pods: &[std::sync::Arc<Pod>]) -> Vec<Option<Vec<super::ContainerUsage>>> {
+        let now = jiff::Timestamp::now();
+        pods.iter()
+            .map(|pod| {
+                if podutil::phase(pod) != "Running" {
+                    return None;
+                }
+                let started = container_started(pod)?.0;
+                let elapsed = now.duration_since(started).as_secs_f64().max(0.0);
+                let containers = pod.spec.as_ref()?.containers.iter().map(|c| {
+                    let millis = c.resources.cpu_request.unwrap_or(0).max(0) as f64;
+                    super::ContainerUsage {
+                        name: c.name.clone(),
+                        started,
+                        cpu: Duration::from_secs_f64(millis / 1000.0 * elapsed),
+                        memory_bytes: c.resources.memory_request.unwrap_or(0).max(0) as u64,
+                    }
+                });
+                Some(containers.collect())
+            })
+            .collect()
+    }
 }

@@ -23,6 +23,7 @@ pub mod shim;
 pub mod spec;
 pub mod standin;
 pub mod streams;
+pub mod usage;
 pub mod views;
 
 use std::collections::HashMap;
@@ -542,6 +543,33 @@ impl Runtime for NetnsRuntime {
             }
             self.teardown(&mut sb).await;
         }
+    }
+
+    fn usage(&self, pods: &[Arc<Pod>]) -> Vec<Option<Vec<super::ContainerUsage>>> {
+        let table = usage::ProcessTable::read();
+        pods.iter()
+            .map(|pod| {
+                let sandbox = self.pods.lock().get(&super::key(pod)).cloned()?;
+                // A sandbox being changed is measured next time.
+                let sb = sandbox.try_lock().ok()?;
+                if Some(sb.uid.as_str()) != pod.metadata.uid.as_deref() {
+                    return None;
+                }
+                let running = sb.containers.iter().filter_map(|slot| {
+                    let p = slot
+                        .process
+                        .as_ref()
+                        .filter(|p| p.exit.borrow().is_none())?;
+                    Some(super::ContainerUsage {
+                        name: slot.spec.name.clone(),
+                        started: slot.started.as_ref()?.0,
+                        cpu: table.cpu(p.pid),
+                        memory_bytes: table.memory(p.pid),
+                    })
+                });
+                Some(running.collect())
+            })
+            .collect()
     }
 }
 

@@ -1,0 +1,288 @@
+//! `metrics.k8s.io/v1beta1`, the Resource Metrics API (`kubectl top`, the
+//! HorizontalPodAutoscaler's resource metrics). Upstream, metrics-server
+//! scrapes the kubelets and serves it through the aggregator; here
+//! whatever runs the cluster's pods implements [`ResourceMetrics`] (the
+//! member: its runtime's usage) and the server answers from it. A server
+//! given no source does not serve the group, as a cluster without
+//! metrics-server (`kubectl top`: "Metrics API not available").
+//!
+//! Read-only, as metrics-server: get and list, label and field
+//! selectors; no watch.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::response::Response;
+use http::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::error::{ApiError, ApiResult};
+use crate::handlers::{Ctx, Filter, respond_list, respond_object};
+use crate::resources::{Computed, Printer, PrinterColumn, ResourceInfo, Schema};
+
+pub const GROUP: &str = "metrics.k8s.io";
+pub const VERSION: &str = "v1beta1";
+
+/// CPU (nanocores: billionths of a core) and memory (working set, bytes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub cpu_nanocores: u64,
+    pub memory_bytes: u64,
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Usage) {
+        self.cpu_nanocores += other.cpu_nanocores;
+        self.memory_bytes += other.memory_bytes;
+    }
+}
+
+/// One sample: when it ends, how long it spans, and the object's labels
+/// (metrics-server copies them, so label selectors work).
+#[derive(Clone, Debug)]
+pub struct Sample {
+    pub timestamp: jiff::Timestamp,
+    pub window: Duration,
+    pub labels: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct NodeMetrics {
+    pub name: String,
+    pub sample: Sample,
+    pub usage: Usage,
+}
+
+#[derive(Clone, Debug)]
+pub struct PodMetrics {
+    pub namespace: String,
+    pub name: String,
+    pub sample: Sample,
+    /// By container name.
+    pub containers: Vec<(String, Usage)>,
+}
+
+/// What measures the cluster's nodes and pods.
+pub trait ResourceMetrics: Send + Sync {
+    fn nodes(&self) -> Vec<NodeMetrics>;
+    /// Pods of `namespace`, or of every namespace.
+    fn pods(&self, namespace: Option<&str>) -> Vec<PodMetrics>;
+}
+
+/// The two resources of the group, as the registry serves them.
+pub fn resources() -> Vec<ResourceInfo> {
+    let column = |name: &str, path: &str| PrinterColumn {
+        name: name.into(),
+        type_: "string".into(),
+        format: String::new(),
+        description: String::new(),
+        priority: 0,
+        json_path: path.into(),
+    };
+    let info =
+        |plural: &str, kind: &str, namespaced: bool, columns: Vec<PrinterColumn>| ResourceInfo {
+            group: GROUP.into(),
+            version: VERSION.into(),
+            plural: plural.into(),
+            singular: String::new(),
+            kind: kind.into(),
+            list_kind: format!("{kind}List"),
+            namespaced,
+            short_names: Vec::new(),
+            categories: Vec::new(),
+            status_subresource: false,
+            uses_generation: false,
+            custom: false,
+            printer: Printer::Custom(columns),
+            schema: Schema::Structural(std::sync::Arc::new(
+                json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+            )),
+            selectable_fields: Vec::new(),
+            scale: None,
+            computed: Some(Computed::Metrics),
+            conversion: None,
+        };
+    vec![
+        info(
+            "nodes",
+            "NodeMetrics",
+            false,
+            vec![
+                column("CPU", ".usage.cpu"),
+                column("Memory", ".usage.memory"),
+                column("Window", ".window"),
+            ],
+        ),
+        info(
+            "pods",
+            "PodMetrics",
+            true,
+            vec![column("Window", ".window")],
+        ),
+    ]
+}
+
+/// A CPU quantity as metrics-server writes it (`resource.NewScaledQuantity
+/// (n, Nano)`, canonical: the largest suffix that is exact).
+pub fn cpu_quantity(nanocores: u64) -> String {
+    match nanocores {
+        0 => "0".into(),
+        n if n.is_multiple_of(1_000_000_000) => format!("{}", n / 1_000_000_000),
+        n if n.is_multiple_of(1_000_000) => format!("{}m", n / 1_000_000),
+        n if n.is_multiple_of(1_000) => format!("{}u", n / 1_000),
+        n => format!("{n}n"),
+    }
+}
+
+/// A memory quantity as metrics-server writes it (binary SI, canonical).
+pub fn memory_quantity(bytes: u64) -> String {
+    if bytes == 0 {
+        return "0".into();
+    }
+    for (shift, suffix) in [(40, "Ti"), (30, "Gi"), (20, "Mi"), (10, "Ki")] {
+        if bytes.is_multiple_of(1u64 << shift) {
+            return format!("{}{suffix}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
+}
+
+fn usage_json(u: Usage) -> Value {
+    json!({"cpu": cpu_quantity(u.cpu_nanocores), "memory": memory_quantity(u.memory_bytes)})
+}
+
+/// metrics-server's window: a Go duration (`10.062s`, `1m0s`).
+fn window(d: Duration) -> String {
+    let ms = d.as_millis();
+    let (minutes, rest) = (ms / 60_000, ms % 60_000);
+    let seconds = format!("{}.{:03}", rest / 1000, rest % 1000);
+    let seconds = seconds.trim_end_matches('0').trim_end_matches('.');
+    if minutes > 0 {
+        format!("{minutes}m{seconds}s")
+    } else {
+        format!("{seconds}s")
+    }
+}
+
+/// A time as metav1.Time writes it (RFC 3339, whole seconds).
+fn whole_seconds(t: jiff::Timestamp) -> String {
+    jiff::Timestamp::from_second(t.as_second())
+        .unwrap_or(t)
+        .to_string()
+}
+
+fn metadata(name: &str, namespace: Option<&str>, s: &Sample) -> Value {
+    // metrics-server stamps its objects as made when asked.
+    let mut meta =
+        json!({"name": name, "creationTimestamp": whole_seconds(jiff::Timestamp::now())});
+    if let Some(ns) = namespace {
+        meta["namespace"] = json!(ns);
+    }
+    if !s.labels.is_empty() {
+        meta["labels"] = json!(s.labels);
+    }
+    meta
+}
+
+pub fn node_json(n: &NodeMetrics) -> Value {
+    json!({"kind": "NodeMetrics", "apiVersion": format!("{GROUP}/{VERSION}"),
+           "metadata": metadata(&n.name, None, &n.sample),
+           "timestamp": whole_seconds(n.sample.timestamp),
+           "window": window(n.sample.window),
+           "usage": usage_json(n.usage)})
+}
+
+pub fn pod_json(p: &PodMetrics) -> Value {
+    let containers: Vec<Value> = p
+        .containers
+        .iter()
+        .map(|(name, u)| json!({"name": name, "usage": usage_json(*u)}))
+        .collect();
+    json!({"kind": "PodMetrics", "apiVersion": format!("{GROUP}/{VERSION}"),
+           "metadata": metadata(&p.name, Some(&p.namespace), &p.sample),
+           "timestamp": whole_seconds(p.sample.timestamp),
+           "window": window(p.sample.window),
+           "containers": containers})
+}
+
+/// GET of `nodes` or `pods` in the group, one or a list.
+pub async fn serve(ctx: &Ctx, method: &Method) -> ApiResult<Response> {
+    if method != Method::GET {
+        return Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        ));
+    }
+    if ctx.query.flag("watch") {
+        return Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource (watch)",
+        ));
+    }
+    let source = ctx.api.resource_metrics.get().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request".to_string(),
+        )
+    })?;
+    let nodes = ctx.resource.plural == "nodes";
+    let items: Vec<(String, Value)> = if nodes {
+        source
+            .nodes()
+            .iter()
+            .map(|n| (n.name.clone(), node_json(n)))
+            .collect()
+    } else {
+        source
+            .pods(ctx.namespace.as_deref())
+            .iter()
+            .map(|p| (p.name.clone(), pod_json(p)))
+            .collect()
+    };
+    if let Some(name) = ctx.name.as_deref() {
+        let (_, one) = items
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .ok_or_else(|| ApiError::not_found(GROUP, &ctx.resource.plural, name))?;
+        return respond_object(ctx, StatusCode::OK, &one, &[]);
+    }
+    let filter = Filter::from_query(&ctx.resource, &ctx.query)?;
+    let mut items: Vec<Value> = items
+        .into_iter()
+        .map(|(_, v)| v)
+        .filter(|v| filter.matches(v))
+        .collect();
+    items.sort_by(|a, b| {
+        let key = |v: &Value| {
+            (
+                v["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                v["metadata"]["name"].as_str().unwrap_or("").to_string(),
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    let output = crate::request::negotiate(&ctx.headers, ctx.query.get("includeObject"))?;
+    respond_list(ctx, output, items, json!({}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_and_windows_as_metrics_server_writes_them() {
+        assert_eq!(cpu_quantity(0), "0");
+        assert_eq!(cpu_quantity(250_000_000), "250m");
+        assert_eq!(cpu_quantity(2_000_000_000), "2");
+        assert_eq!(cpu_quantity(137_158_232), "137158232n");
+        assert_eq!(cpu_quantity(5_000), "5u");
+        assert_eq!(memory_quantity(16 * 1024 * 1024), "16Mi");
+        assert_eq!(memory_quantity(1_263_616), "1234Ki");
+        assert_eq!(memory_quantity(1_000_001), "1000001");
+        assert_eq!(window(Duration::from_millis(10_062)), "10.062s");
+        assert_eq!(window(Duration::from_secs(15)), "15s");
+        assert_eq!(window(Duration::from_millis(60_500)), "1m0.5s");
+    }
+}

@@ -1,0 +1,229 @@
+//! The member's metrics-server: nodes' and pods' usage for
+//! `metrics.k8s.io` (`kubectl top`, HPAs), measured when asked.
+//!
+//! Upstream, metrics-server scrapes each kubelet every `--metric-resolution`
+//! (15 s) and serves CPU as the rate between a container's last two
+//! cumulative counters (or since the container started, when it has one),
+//! memory as the last working set. This does the same from the runtime's
+//! counters, but reads them only when a request comes: a point is kept per
+//! container and moved on once it is a resolution old, so a rate spans
+//! between one and two resolutions (a container younger than that: its
+//! whole life). Nothing runs between requests. A node's usage is the sum
+//! of its pods'.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flotilla_apiserver::resource_metrics::{
+    NodeMetrics, PodMetrics, ResourceMetrics, Sample, Usage,
+};
+use kube::ResourceExt;
+use parking_lot::Mutex;
+
+use crate::pod::Pod;
+use crate::podutil;
+use crate::runtime::{ContainerUsage, Runtime, key};
+use crate::sim::Cluster;
+
+/// metrics-server's default `--metric-resolution`.
+pub const RESOLUTION: Duration = Duration::from_secs(15);
+
+/// A container's CPU counter at a moment.
+#[derive(Clone, Copy, Debug)]
+struct Point {
+    at: Instant,
+    wall: jiff::Timestamp,
+    cpu: Duration,
+}
+
+/// A container's last two points, as metrics-server keeps them.
+#[derive(Clone, Copy, Debug)]
+struct Points {
+    /// The start of the run they are of (a new run starts at zero).
+    started: jiff::Timestamp,
+    prev: Point,
+    last: Point,
+}
+
+pub struct MetricsServer {
+    cluster: Arc<Cluster>,
+    runtime: Arc<dyn Runtime>,
+    resolution: Duration,
+    /// By `namespace/pod/container`.
+    points: Mutex<HashMap<String, Points>>,
+}
+
+impl MetricsServer {
+    pub fn new(cluster: Arc<Cluster>, runtime: Arc<dyn Runtime>, resolution: Duration) -> Self {
+        MetricsServer {
+            cluster,
+            runtime,
+            resolution,
+            points: Mutex::default(),
+        }
+    }
+
+    /// The usage of each of `pods` that runs, with its node.
+    fn measure(&self, pods: &[Arc<Pod>], all: bool) -> Vec<(Option<String>, PodMetrics)> {
+        let running: Vec<Arc<Pod>> = pods
+            .iter()
+            .filter(|p| podutil::phase(p) == "Running" && p.metadata.deletion_timestamp.is_none())
+            .cloned()
+            .collect();
+        let usage = self.runtime.usage(&running);
+        let (now, wall) = (Instant::now(), jiff::Timestamp::now());
+        let mut points = self.points.lock();
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for (pod, containers) in running.iter().zip(usage) {
+            let Some(containers) = containers else {
+                continue;
+            };
+            let pod_key = key(pod);
+            let mut window = Duration::ZERO;
+            let mut timestamp = wall;
+            let mut measured = Vec::new();
+            for c in containers {
+                let id = format!("{pod_key}/{}", c.name);
+                let p = self.advance(&mut points, &id, &c, now, wall);
+                seen.insert(id);
+                let spans = p.last.at.duration_since(p.prev.at);
+                window = window.max(spans);
+                timestamp = timestamp.min(p.last.wall);
+                let used = p.last.cpu.saturating_sub(p.prev.cpu);
+                let rate = if spans.is_zero() {
+                    0
+                } else {
+                    (used.as_nanos() as f64 / spans.as_secs_f64()) as u64
+                };
+                measured.push((
+                    c.name.clone(),
+                    Usage {
+                        cpu_nanocores: rate,
+                        memory_bytes: c.memory_bytes,
+                    },
+                ));
+            }
+            if measured.is_empty() {
+                continue;
+            }
+            let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+            out.push((
+                node,
+                PodMetrics {
+                    namespace: pod.namespace().unwrap_or_default(),
+                    name: pod.name_any(),
+                    sample: Sample {
+                        timestamp,
+                        window,
+                        labels: pod.labels().clone(),
+                    },
+                    containers: measured,
+                },
+            ));
+        }
+        if all {
+            // Points of containers that no longer run go.
+            points.retain(|id, _| seen.contains(id));
+        }
+        out
+    }
+
+    /// A container's points, moved on when the last is a resolution old.
+    fn advance(
+        &self,
+        points: &mut HashMap<String, Points>,
+        id: &str,
+        c: &ContainerUsage,
+        now: Instant,
+        wall: jiff::Timestamp,
+    ) -> Points {
+        let current = Point {
+            at: now,
+            wall,
+            cpu: c.cpu,
+        };
+        let kept = points
+            .get(id)
+            .copied()
+            .filter(|p| p.started == c.started && p.last.cpu <= c.cpu);
+        let next = match kept {
+            Some(p) if now.duration_since(p.last.at) >= self.resolution => Points {
+                prev: p.last,
+                last: current,
+                ..p
+            },
+            Some(p) => p,
+            // First seen, or started again: its counter was zero when it
+            // started.
+            None => {
+                let since_start = wall.duration_since(c.started);
+                let since_start = if since_start.is_negative() {
+                    Duration::ZERO
+                } else {
+                    since_start.unsigned_abs()
+                };
+                Points {
+                    started: c.started,
+                    prev: Point {
+                        at: now.checked_sub(since_start).unwrap_or(now),
+                        wall: c.started,
+                        cpu: Duration::ZERO,
+                    },
+                    last: current,
+                }
+            }
+        };
+        points.insert(id.to_string(), next);
+        next
+    }
+}
+
+impl ResourceMetrics for MetricsServer {
+    fn pods(&self, namespace: Option<&str>) -> Vec<PodMetrics> {
+        match namespace {
+            Some(ns) => self.measure(&self.cluster.pods_by_namespace.get(ns), false),
+            None => self.measure(&self.cluster.pods.state(), true),
+        }
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect()
+    }
+
+    fn nodes(&self) -> Vec<NodeMetrics> {
+        let pods = self.measure(&self.cluster.pods.state(), true);
+        let mut by_node: BTreeMap<String, (Usage, Duration)> = BTreeMap::new();
+        for (node, p) in &pods {
+            let Some(node) = node else { continue };
+            let (usage, window) = by_node.entry(node.clone()).or_default();
+            for (_, u) in &p.containers {
+                *usage += *u;
+            }
+            *window = (*window).max(p.sample.window);
+        }
+        let wall = jiff::Timestamp::now();
+        self.cluster
+            .nodes
+            .state()
+            .iter()
+            .map(|n| {
+                let name = n.name_any();
+                let (usage, window) = by_node.remove(&name).unwrap_or_default();
+                NodeMetrics {
+                    sample: Sample {
+                        timestamp: wall,
+                        window: if window.is_zero() {
+                            self.resolution
+                        } else {
+                            window
+                        },
+                        labels: n.labels().clone(),
+                    },
+                    name,
+                    usage,
+                }
+            })
+            .collect()
+    }
+}
