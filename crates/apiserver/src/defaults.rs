@@ -109,8 +109,37 @@ pub fn network_policy(obj: &mut Value) {
     set(obj, "/spec", "policyTypes", types);
 }
 
+/// autoscaling/v2's defaults: one replica at least, 80% of the pods' CPU
+/// request when no metric is named, and a behavior's missing rules and
+/// fields as the controller's built-in ones.
 pub fn horizontal_pod_autoscaler(obj: &mut Value) {
     set(obj, "/spec", "minReplicas", json!(1));
+    let no_metrics = obj
+        .pointer("/spec/metrics")
+        .and_then(Value::as_array)
+        .is_none_or(Vec::is_empty);
+    if no_metrics && let Some(spec) = obj.pointer_mut("/spec").and_then(Value::as_object_mut) {
+        spec.insert(
+            "metrics".into(),
+            json!([{"type": "Resource", "resource": {"name": "cpu",
+                    "target": {"type": "Utilization", "averageUtilization": 80}}}]),
+        );
+    }
+    if obj.pointer("/spec/behavior").is_some_and(Value::is_object) {
+        let up_policies = json!([{"type": "Pods", "value": 4, "periodSeconds": 15},
+                                 {"type": "Percent", "value": 100, "periodSeconds": 15}]);
+        let down_policies = json!([{"type": "Percent", "value": 100, "periodSeconds": 15}]);
+        for (rules, window, policies) in [
+            ("scaleUp", 0, up_policies),
+            ("scaleDown", 300, down_policies),
+        ] {
+            set(obj, "/spec/behavior", rules, json!({}));
+            let at = format!("/spec/behavior/{rules}");
+            set(obj, &at, "stabilizationWindowSeconds", json!(window));
+            set(obj, &at, "selectPolicy", json!("Max"));
+            set(obj, &at, "policies", policies);
+        }
+    }
 }
 
 /// Sets a top-level field of `obj` unless it is set.

@@ -1141,3 +1141,184 @@ print('metrics ok')
         &["Metrics API not available"],
     );
 }
+
+/// The HorizontalPodAutoscaler walkthrough's php-apache (its pods request
+/// 200m and, simulated, use it: 100% of the request), one Deployment of
+/// 4 pods using half of an HPA's 200% target, and one without requests.
+const AUTOSCALED: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: php-apache}
+spec:
+  selector: {matchLabels: {run: php-apache}}
+  template:
+    metadata: {labels: {run: php-apache}}
+    spec:
+      containers:
+      - name: php-apache
+        image: registry.k8s.io/hpa-example
+        ports: [{containerPort: 80}]
+        resources: {limits: {cpu: 500m}, requests: {cpu: 200m}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: quiet}
+spec:
+  replicas: 4
+  selector: {matchLabels: {app: quiet}}
+  template:
+    metadata: {labels: {app: quiet}}
+    spec:
+      containers: [{name: quiet, image: nginx, resources: {requests: {cpu: 100m}}}]
+---
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: quiet}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: quiet}
+  minReplicas: 1
+  maxReplicas: 6
+  metrics:
+  - type: Resource
+    resource: {name: cpu, target: {type: Utilization, averageUtilization: 200}}
+  behavior:
+    scaleDown: {stabilizationWindowSeconds: 0}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: unmeasured}
+spec:
+  selector: {matchLabels: {app: unmeasured}}
+  template:
+    metadata: {labels: {app: unmeasured}}
+    spec:
+      containers: [{name: app, image: nginx}]
+---
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: unmeasured}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: unmeasured}
+  maxReplicas: 3
+"#;
+
+#[test]
+fn horizontal_pod_autoscalers_scale_on_the_pods_cpu() {
+    let member = Server::member("m1", &["--nodes", "3"]);
+    member.kubectl_stdin(&["apply", "-f", "-"], Some(AUTOSCALED));
+    member.ok(&[
+        "rollout",
+        "status",
+        "deployment/php-apache",
+        "--timeout=60s",
+    ]);
+    // The walkthrough's command, verbatim.
+    member.ok(&[
+        "autoscale",
+        "deployment",
+        "php-apache",
+        "--cpu-percent=50",
+        "--min=1",
+        "--max=4",
+    ]);
+    let hpa = |name: &str, path: &str| {
+        member.ok(&["get", "hpa", name, "-o", &format!("jsonpath={path}")])
+    };
+    // 100% against 50%: twice the pods each sync (upstream's default
+    // scale-up: 4 pods or 100% per 15 s), up to the maximum.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while hpa("php-apache", "{.status.desiredReplicas}") != "4" {
+        assert!(
+            Instant::now() < deadline,
+            "php-apache never reached 4: {}",
+            member.ok(&["describe", "hpa", "php-apache"])
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    member.ok(&[
+        "rollout",
+        "status",
+        "deployment/php-apache",
+        "--timeout=60s",
+    ]);
+    let table = member.ok(&["get", "hpa", "php-apache", "--no-headers"]);
+    assert_has(
+        &table,
+        &["Deployment/php-apache", "cpu: 100%/50%", "1", "4"],
+    );
+    let described = member.ok(&["describe", "hpa", "php-apache"]);
+    assert_has(
+        &described,
+        &[
+            "New size: 2; reason: cpu resource utilization (percentage of request) above target",
+            "New size: 4; reason: cpu resource utilization (percentage of request) above target",
+            "ValidMetricFound",
+        ],
+    );
+    assert_eq!(
+        hpa(
+            "php-apache",
+            "{.status.currentMetrics[0].resource.current.averageValue}"
+        ),
+        "200m"
+    );
+
+    // 50% against 200%: halved, and halved again, no stabilization
+    // window asked for scaling down; never under the minimum.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while member.ok(&["get", "deploy", "quiet", "-o", "jsonpath={.spec.replicas}"]) != "1" {
+        assert!(
+            Instant::now() < deadline,
+            "quiet never scaled down: {}",
+            member.ok(&["describe", "hpa", "quiet"])
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_has(
+        &member.ok(&["describe", "hpa", "quiet"]),
+        &[
+            "New size: 2; reason: All metrics below target",
+            "New size: 1; reason: All metrics below target",
+        ],
+    );
+
+    // No CPU request to measure against: the HPA says so and scales
+    // nothing (the API defaulted its metric to 80% of the CPU request).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while hpa(
+        "unmeasured",
+        "{.status.conditions[?(@.type==\"ScalingActive\")].reason}",
+    ) != "FailedGetResourceMetric"
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            member.ok(&["describe", "hpa", "unmeasured"])
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_has(
+        &hpa(
+            "unmeasured",
+            "{.status.conditions[?(@.type==\"ScalingActive\")].message}",
+        ),
+        &["missing request for cpu in container app of Pod unmeasured-"],
+    );
+    assert_eq!(
+        hpa(
+            "unmeasured",
+            "{.spec.metrics[0].resource.target.averageUtilization}"
+        ),
+        "80"
+    );
+    assert_eq!(
+        member.ok(&[
+            "get",
+            "deploy",
+            "unmeasured",
+            "-o",
+            "jsonpath={.spec.replicas}"
+        ]),
+        "1"
+    );
+}

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Service};
 
@@ -62,6 +63,7 @@ pub struct Cluster {
     pub jobs: Store<Job>,
     pub claims: Store<PersistentVolumeClaim>,
     pub volumes: Store<PersistentVolume>,
+    pub hpas: Store<HorizontalPodAutoscaler>,
     /// The Event recorders of the cluster's components, made on first use.
     recorders: parking_lot::Mutex<std::collections::HashMap<&'static str, EventRecorder>>,
 }
@@ -102,6 +104,7 @@ pub struct Informers {
     pub jobs: Informer<Job>,
     pub claims: Informer<PersistentVolumeClaim>,
     pub volumes: Informer<PersistentVolume>,
+    pub hpas: Informer<HorizontalPodAutoscaler>,
 }
 
 /// A controller's main loop, ready to spawn.
@@ -143,6 +146,7 @@ impl Simulator {
             jobs: Informer::new(Api::all(client.clone())),
             claims: Informer::new(Api::all(client.clone())),
             volumes: Informer::new(Api::all(client.clone())),
+            hpas: Informer::new(Api::all(client.clone())),
         };
         let pods_by_owner = Index::new(&mut inf.pods, |p: &Pod| controller_uid(p));
         let pods_by_node = Index::new(&mut inf.pods, |p: &Pod| {
@@ -169,6 +173,7 @@ impl Simulator {
             jobs: inf.jobs.store(),
             claims: inf.claims.store(),
             volumes: inf.volumes.store(),
+            hpas: inf.hpas.store(),
             recorders: Default::default(),
         });
         let metrics = Arc::new(crate::metrics::MetricsServer::new(
@@ -186,6 +191,7 @@ impl Simulator {
             controllers::daemonset::start(cluster.clone(), &mut inf),
             controllers::job::start(cluster.clone(), &mut inf),
             controllers::endpoints::start(cluster.clone(), &mut inf),
+            controllers::hpa::start(cluster.clone(), &mut inf),
         ];
         controllers.extend(controllers::volumes::start(cluster.clone(), &mut inf));
         let mut tasks = vec![
@@ -199,6 +205,7 @@ impl Simulator {
             tokio::spawn(inf.jobs.run()),
             tokio::spawn(inf.claims.run()),
             tokio::spawn(inf.volumes.run()),
+            tokio::spawn(inf.hpas.run()),
         ];
         let c = &cluster;
         let synced = async {
@@ -212,6 +219,7 @@ impl Simulator {
             let _ = c.jobs.wait_until_ready().await;
             let _ = c.claims.wait_until_ready().await;
             let _ = c.volumes.wait_until_ready().await;
+            let _ = c.hpas.wait_until_ready().await;
         };
         if tokio::time::timeout(Duration::from_secs(60), synced)
             .await

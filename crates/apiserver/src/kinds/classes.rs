@@ -135,19 +135,75 @@ impl Strategy for HorizontalPodAutoscalers {
     }
 
     fn cells(&self, o: &Value, name: Value, created: String) -> Vec<Value> {
-        let targets: Vec<String> = arr(o, "/spec/metrics")
+        // As kubectl's printer: each metric's current value (from the
+        // status entry of the same index) against its target.
+        let statuses = arr(o, "/status/currentMetrics");
+        let metrics = arr(o, "/spec/metrics");
+        let mut targets: Vec<String> = metrics
             .iter()
-            .map(|m| {
-                let resource = s(m, "/resource/name");
-                match m.pointer("/resource/target/averageUtilization") {
-                    Some(t) => format!("{resource}: <unknown>/{t}%"),
-                    None => format!(
-                        "{resource}: <unknown>/{}",
-                        s(m, "/resource/target/averageValue")
-                    ),
+            .take(4)
+            .enumerate()
+            .map(|(n, m)| {
+                let status = statuses.get(n);
+                let source = match s(m, "/type") {
+                    "ContainerResource" => "/containerResource",
+                    "Pods" => "/pods",
+                    "Object" => "/object",
+                    "External" => "/external",
+                    _ => "/resource",
+                };
+                let current = |field: &str| {
+                    status
+                        .and_then(|st| st.pointer(&format!("{source}/current/{field}")))
+                        .map(|v| match v {
+                            Value::String(q) => q.clone(),
+                            other => other.to_string(),
+                        })
+                };
+                let target = |field: &str| m.pointer(&format!("{source}/target/{field}"));
+                match source {
+                    "/resource" | "/containerResource" => {
+                        let resource = s(m, &format!("{source}/name"));
+                        match target("averageValue") {
+                            Some(v) => format!(
+                                "{resource}: {}/{}",
+                                current("averageValue").unwrap_or_else(|| "<unknown>".into()),
+                                v.as_str().unwrap_or_default()
+                            ),
+                            None => format!(
+                                "{resource}: {}/{}",
+                                current("averageUtilization")
+                                    .map_or_else(|| "<unknown>".into(), |u| format!("{u}%")),
+                                target("averageUtilization")
+                                    .map_or_else(|| "<auto>".into(), |t| format!("{t}%"))
+                            ),
+                        }
+                    }
+                    _ => {
+                        let (field, shown) = match target("value") {
+                            Some(v) => ("value", v.as_str().unwrap_or_default().to_string()),
+                            None => (
+                                "averageValue",
+                                format!(
+                                    "{} (avg)",
+                                    target("averageValue")
+                                        .and_then(Value::as_str)
+                                        .unwrap_or_default()
+                                ),
+                            ),
+                        };
+                        format!(
+                            "{}/{shown}",
+                            current(field).unwrap_or_else(|| "<unknown>".into())
+                        )
+                    }
                 }
             })
             .collect();
+        if metrics.len() > 4 {
+            let more = format!("{} + {} more...", targets.join(", "), metrics.len() - 4);
+            targets = vec![more];
+        }
         vec![
             name,
             json!(format!(

@@ -4,6 +4,7 @@
 pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
+pub mod hpa;
 pub mod job;
 pub mod kubelet;
 pub mod nodes;
