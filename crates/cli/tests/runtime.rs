@@ -1862,3 +1862,108 @@ spec:
         .unwrap_or(0);
     assert!(node_cpu >= 200, "the node counts its pods: {node}");
 }
+
+/// The HorizontalPodAutoscaler walkthrough (kubernetes.io, "Horizontal
+/// Pod Autoscaler Walkthrough"), its manifest and commands as written but
+/// for the load generator's `-i --tty --rm`.
+const PHP_APACHE: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: php-apache
+spec:
+  selector:
+    matchLabels:
+      run: php-apache
+  template:
+    metadata:
+      labels:
+        run: php-apache
+    spec:
+      containers:
+      - name: php-apache
+        image: registry.k8s.io/hpa-example
+        ports:
+        - containerPort: 80
+        resources:
+          limits:
+            cpu: 500m
+          requests:
+            cpu: 200m
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: php-apache
+  labels:
+    run: php-apache
+spec:
+  ports:
+  - port: 80
+  selector:
+    run: php-apache
+"#;
+
+#[test]
+fn the_hpa_walkthrough_scales_php_apache_under_load() {
+    if !can_run() {
+        return;
+    }
+    let m = Server::netns_member("rt-hpa", &["--nodes", "2"]);
+    m.ok_stdin(&["apply", "-f", "-"], PHP_APACHE);
+    m.ok(&[
+        "rollout",
+        "status",
+        "deployment/php-apache",
+        "--timeout=60s",
+    ]);
+    m.ok(&[
+        "autoscale",
+        "deployment",
+        "php-apache",
+        "--cpu-percent=50",
+        "--min=1",
+        "--max=10",
+    ]);
+    m.ok(&[
+        "run",
+        "load-generator",
+        "--image=busybox:1.28",
+        "--restart=Never",
+        "--",
+        "/bin/sh",
+        "-c",
+        "while sleep 0.01; do wget -q -O- http://php-apache; done",
+    ]);
+    wait_phase(&m, "load-generator", "Running");
+    // The page answers as the image's does (the generator's own output
+    // has no newline: a runtime's log shows it only once 16 KiB are in),
+    // and its work shows as CPU: the HPA adds replicas.
+    assert_eq!(
+        m.ok(&[
+            "exec",
+            "load-generator",
+            "--",
+            "wget",
+            "-q",
+            "-O-",
+            "http://php-apache"
+        ]),
+        "OK!"
+    );
+    wait_for(Duration::from_secs(90), "php-apache scaled out", || {
+        jsonpath(&m, &["hpa", "php-apache"], "{.status.desiredReplicas}")
+            .parse::<u32>()
+            .is_ok_and(|n| n > 1)
+    });
+    assert_has(
+        &m.ok(&["describe", "hpa", "php-apache"]),
+        &["cpu resource utilization (percentage of request) above target"],
+    );
+    m.ok(&[
+        "rollout",
+        "status",
+        "deployment/php-apache",
+        "--timeout=60s",
+    ]);
+}

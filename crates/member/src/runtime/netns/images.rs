@@ -20,6 +20,9 @@ use std::str::FromStr;
 pub enum Page {
     Nginx,
     Httpd,
+    /// The HorizontalPodAutoscaler walkthrough's php-apache: its
+    /// index.php spends CPU on every request, then says `OK!`.
+    HpaExample,
 }
 
 impl Page {
@@ -41,17 +44,33 @@ impl Page {
                  <!-- served by Flotilla's stand-in for the image: {identity} -->\n\
                  </body></html>\n"
             ),
+            Page::HpaExample => "OK!".into(),
+        }
+    }
+
+    /// The work the image's page does before it answers (the stand-in
+    /// does it too, so the pod's CPU follows its load).
+    pub fn work(self) {
+        if self == Page::HpaExample {
+            // hpa-example's index.php: a million square roots.
+            let mut x = 0.0001f64;
+            for _ in 0..=1_000_000 {
+                x += std::hint::black_box(x).sqrt();
+            }
+            std::hint::black_box(x);
         }
     }
 }
 
 impl Page {
     /// Where the image's server reads its files: a volume mounted there
-    /// is served as the server would serve it.
-    pub fn docroot(self) -> &'static str {
+    /// is served as the server would serve it (hpa-example's page is a
+    /// program, not a file).
+    pub fn docroot(self) -> Option<&'static str> {
         match self {
-            Page::Nginx => "/usr/share/nginx/html",
-            Page::Httpd => "/usr/local/apache2/htdocs",
+            Page::Nginx => Some("/usr/share/nginx/html"),
+            Page::Httpd => Some("/usr/local/apache2/htdocs"),
+            Page::HpaExample => None,
         }
     }
 
@@ -63,7 +82,7 @@ impl Page {
                  <center><h1>{status}</h1></center>\n<hr><center>nginx</center>\n\
                  </body>\n</html>\n"
             ),
-            Page::Httpd => format!(
+            Page::Httpd | Page::HpaExample => format!(
                 "<!DOCTYPE HTML PUBLIC \"-//IETF//DTD HTML 2.0//EN\">\n<html><head>\n\
                  <title>{status}</title>\n</head><body>\n<h1>{}</h1>\n</body></html>\n",
                 status.split_once(' ').map_or(status, |(_, text)| text)
@@ -79,7 +98,10 @@ impl FromStr for Page {
         match s {
             "nginx" => Ok(Page::Nginx),
             "httpd" => Ok(Page::Httpd),
-            other => Err(format!("no page named {other:?} (nginx, httpd)")),
+            "hpa-example" => Ok(Page::HpaExample),
+            other => Err(format!(
+                "no page named {other:?} (nginx, httpd, hpa-example)"
+            )),
         }
     }
 }
@@ -89,6 +111,7 @@ impl std::fmt::Display for Page {
         f.write_str(match self {
             Page::Nginx => "nginx",
             Page::Httpd => "httpd",
+            Page::HpaExample => "hpa-example",
         })
     }
 }
@@ -189,6 +212,12 @@ pub fn profile(image: &str) -> Profile {
         "library/httpd" => Profile {
             default_port: 80,
             page: Some(Page::Httpd),
+            ..PLAIN
+        },
+        // The HPA walkthrough's php-apache (Apache on port 80).
+        "hpa-example" | "google_containers/hpa-example" => Profile {
+            default_port: 80,
+            page: Some(Page::HpaExample),
             ..PLAIN
         },
         "library/python" | "bitnami/python" => Profile {

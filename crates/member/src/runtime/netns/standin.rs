@@ -57,13 +57,15 @@ async fn identity(request: Request) -> impl IntoResponse {
 async fn served(page: Page, request: Request) -> Response {
     println!("{} {}", request.method(), request.uri());
     let path = request.uri().path();
-    let docroot = std::path::Path::new(page.docroot());
-    if docroot.is_dir() {
+    if let Some(docroot) = page.docroot().map(std::path::Path::new)
+        && docroot.is_dir()
+    {
         return from_docroot(page, docroot, path).await;
     }
-    if path != "/" {
+    if path != "/" && !(page == Page::HpaExample && path == "/index.php") {
         return Json(identity_of(path)).into_response();
     }
+    let _ = tokio::task::spawn_blocking(move || page.work()).await;
     let identity = identity_of(path).to_string();
     (
         [(header::CONTENT_TYPE, "text/html")],
