@@ -140,6 +140,9 @@ const EXPECTED: &[(&str, &str)] = &[
         "successfully rolled out",
     ),
     ("kubectl get pods -o wide", "Running"),
+    ("kubectl top pod -l app=payment-api", "payment-api-"),
+    ("kubectl top pod ", "500m"),
+    ("kubectl get hpa web", "100%/50%"),
     (
         "kubectl exec client -- curl -s payment-api/",
         "\"cluster\":\"east\"",

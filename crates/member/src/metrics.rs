@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use flotilla_apiserver::resource_metrics::{
     NodeMetrics, PodMetrics, ResourceMetrics, Sample, Usage,
@@ -29,11 +29,10 @@ use crate::sim::Cluster;
 /// metrics-server's default `--metric-resolution`.
 pub const RESOLUTION: Duration = Duration::from_secs(15);
 
-/// A container's CPU counter at a moment.
+/// A container's CPU counter at the moment the runtime read it.
 #[derive(Clone, Copy, Debug)]
 struct Point {
-    at: Instant,
-    wall: jiff::Timestamp,
+    at: jiff::Timestamp,
     cpu: Duration,
 }
 
@@ -44,6 +43,29 @@ struct Points {
     started: jiff::Timestamp,
     prev: Point,
     last: Point,
+}
+
+impl Points {
+    /// The time between the two points.
+    fn window(&self) -> Duration {
+        let d = self.last.at.duration_since(self.prev.at);
+        if d.is_negative() {
+            Duration::ZERO
+        } else {
+            d.unsigned_abs()
+        }
+    }
+
+    /// CPU used between them, in nanocores, rounded down (so that a
+    /// whole request reads as itself once in millicores, rounded up).
+    fn rate(&self) -> u64 {
+        let window = self.window().as_nanos();
+        if window == 0 {
+            return 0;
+        }
+        let used = self.last.cpu.saturating_sub(self.prev.cpu).as_nanos();
+        u64::try_from(used * 1_000_000_000 / window).unwrap_or(u64::MAX)
+    }
 }
 
 pub struct MetricsServer {
@@ -72,7 +94,7 @@ impl MetricsServer {
             .cloned()
             .collect();
         let usage = self.runtime.usage(&running);
-        let (now, wall) = (Instant::now(), jiff::Timestamp::now());
+        let wall = jiff::Timestamp::now();
         let mut points = self.points.lock();
         let mut seen = HashSet::new();
         let mut out = Vec::new();
@@ -86,21 +108,14 @@ impl MetricsServer {
             let mut measured = Vec::new();
             for c in containers {
                 let id = format!("{pod_key}/{}", c.name);
-                let p = self.advance(&mut points, &id, &c, now, wall);
+                let p = self.advance(&mut points, &id, &c);
                 seen.insert(id);
-                let spans = p.last.at.duration_since(p.prev.at);
-                window = window.max(spans);
-                timestamp = timestamp.min(p.last.wall);
-                let used = p.last.cpu.saturating_sub(p.prev.cpu);
-                let rate = if spans.is_zero() {
-                    0
-                } else {
-                    (used.as_nanos() as f64 / spans.as_secs_f64()) as u64
-                };
+                window = window.max(p.window());
+                timestamp = timestamp.min(p.last.at);
                 measured.push((
                     c.name.clone(),
                     Usage {
-                        cpu_nanocores: rate,
+                        cpu_nanocores: p.rate(),
                         memory_bytes: c.memory_bytes,
                     },
                 ));
@@ -136,12 +151,9 @@ impl MetricsServer {
         points: &mut HashMap<String, Points>,
         id: &str,
         c: &ContainerUsage,
-        now: Instant,
-        wall: jiff::Timestamp,
     ) -> Points {
         let current = Point {
-            at: now,
-            wall,
+            at: c.at,
             cpu: c.cpu,
         };
         let kept = points
@@ -149,7 +161,7 @@ impl MetricsServer {
             .copied()
             .filter(|p| p.started == c.started && p.last.cpu <= c.cpu);
         let next = match kept {
-            Some(p) if now.duration_since(p.last.at) >= self.resolution => Points {
+            Some(p) if c.at.duration_since(p.last.at).unsigned_abs() >= self.resolution => Points {
                 prev: p.last,
                 last: current,
                 ..p
@@ -157,23 +169,14 @@ impl MetricsServer {
             Some(p) => p,
             // First seen, or started again: its counter was zero when it
             // started.
-            None => {
-                let since_start = wall.duration_since(c.started);
-                let since_start = if since_start.is_negative() {
-                    Duration::ZERO
-                } else {
-                    since_start.unsigned_abs()
-                };
-                Points {
-                    started: c.started,
-                    prev: Point {
-                        at: now.checked_sub(since_start).unwrap_or(now),
-                        wall: c.started,
-                        cpu: Duration::ZERO,
-                    },
-                    last: current,
-                }
-            }
+            None => Points {
+                started: c.started,
+                prev: Point {
+                    at: c.started,
+                    cpu: Duration::ZERO,
+                },
+                last: current,
+            },
         };
         points.insert(id.to_string(), next);
         next

@@ -135,6 +135,8 @@ pub struct ContainerUsage {
     pub name: String,
     /// When the container started: its CPU counter was zero then.
     pub started: jiff::Timestamp,
+    /// When these figures were read.
+    pub at: jiff::Timestamp,
     /// CPU time used since it started (all its processes).
     pub cpu: Duration,
     /// Memory in use now (resident set of its processes), bytes.

@@ -198,13 +198,15 @@ impl Runtime for SimRuntime {
                     return None;
                 }
                 let started = container_started(pod)?.0;
-                let elapsed = now.duration_since(started).as_secs_f64().max(0.0);
-                let containers = pod.spec.as_ref()?.containers.iter().map(|c| {
-                    let millis = c.resources.cpu_request.unwrap_or(0).max(0) as f64;
+                let elapsed = u128::try_from(now.duration_since(started).as_nanos()).unwrap_or(0);
+                let containers = pod.spec.as_ref()?.containers.iter().map(move |c| {
+                    let millis = u128::try_from(c.resources.cpu_request.unwrap_or(0)).unwrap_or(0);
+                    let cpu = u64::try_from(millis * elapsed / 1000).unwrap_or(u64::MAX);
                     super::ContainerUsage {
                         name: c.name.clone(),
                         started,
-                        cpu: Duration::from_secs_f64(millis / 1000.0 * elapsed),
+                        at: now,
+                        cpu: Duration::from_nanos(cpu),
                         memory_bytes: c.resources.memory_request.unwrap_or(0).max(0) as u64,
                     }
                 });

@@ -547,6 +547,7 @@ impl Runtime for NetnsRuntime {
 
     fn usage(&self, pods: &[Arc<Pod>]) -> Vec<Option<Vec<super::ContainerUsage>>> {
         let table = usage::ProcessTable::read();
+        let at = jiff::Timestamp::now();
         pods.iter()
             .map(|pod| {
                 let sandbox = self.pods.lock().get(&super::key(pod)).cloned()?;
@@ -563,6 +564,7 @@ impl Runtime for NetnsRuntime {
                     Some(super::ContainerUsage {
                         name: slot.spec.name.clone(),
                         started: slot.started.as_ref()?.0,
+                        at,
                         cpu: table.cpu(p.pid),
                         memory_bytes: table.memory(p.pid),
                     })

@@ -1,0 +1,260 @@
+//! An HPA's `behavior`: what becomes of a proposed replica count before it
+//! is written (upstream's `normalizeDesiredReplicasWithBehaviors`). The
+//! stabilization windows hold the count at the lowest recommendation of the
+//! scale-up window and the highest of the scale-down window; the rate
+//! policies limit the change over each policy's period, counting the
+//! changes already made in it; then min and max. No I/O: the controller
+//! keeps one [`History`] per HPA.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::autoscaling::v2::{HPAScalingRules, HorizontalPodAutoscalerBehavior};
+use serde_json::json;
+
+/// Upstream's scale-up rules when an HPA names none: 4 pods or 100% per
+/// 15 s, whichever is more, at once.
+pub fn default_scale_up() -> HPAScalingRules {
+    serde_json::from_value(
+        json!({"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
+        "policies": [{"type": "Pods", "value": 4, "periodSeconds": 15},
+                     {"type": "Percent", "value": 100, "periodSeconds": 15}]}),
+    )
+    .unwrap_or_default()
+}
+
+/// Upstream's scale-down rules: 100% per 15 s, after 300 s of lower
+/// recommendations.
+pub fn default_scale_down() -> HPAScalingRules {
+    serde_json::from_value(
+        json!({"stabilizationWindowSeconds": 300, "selectPolicy": "Max",
+        "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}]}),
+    )
+    .unwrap_or_default()
+}
+
+/// What changes are remembered for: beyond the longest period a policy
+/// may have (1800 s, as upstream validates).
+const REMEMBERED: Duration = Duration::from_secs(1800);
+
+/// One HPA's recent recommendations and scale changes.
+#[derive(Debug, Default)]
+pub struct History {
+    recommendations: Vec<(Instant, i32)>,
+    changes: Vec<(Instant, i32)>,
+}
+
+/// A normalized count and why it differs from the proposal.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub replicas: i32,
+    /// A stabilization window held the count (AbleToScale's reason).
+    pub stabilized: Option<&'static str>,
+    /// A rate policy or a bound limited it (ScalingLimited's reason and
+    /// message).
+    pub limited: Option<(&'static str, &'static str)>,
+}
+
+fn window(rules: &HPAScalingRules, default: i32) -> Duration {
+    Duration::from_secs(rules.stabilization_window_seconds.unwrap_or(default).max(0) as u64)
+}
+
+impl History {
+    /// Records a change of the target's replicas made at `at`.
+    pub fn scaled(&mut self, at: Instant, change: i32) {
+        self.changes.push((at, change));
+    }
+
+    /// Pods added and removed within `seconds` before `now`.
+    fn changed_within(&self, now: Instant, seconds: i32) -> (i32, i32) {
+        let period = Duration::from_secs(seconds.max(0) as u64);
+        self.changes
+            .iter()
+            .filter(|(at, _)| now.duration_since(*at) <= period)
+            .fold((0, 0), |(added, removed), (_, d)| {
+                if *d > 0 {
+                    (added.saturating_add(*d), removed)
+                } else {
+                    (added, removed.saturating_sub(*d))
+                }
+            })
+    }
+
+    /// `proposed` (the metrics' count, `current` replicas now) after the
+    /// behavior and the bounds; the proposal is remembered.
+    pub fn normalize(
+        &mut self,
+        behavior: Option<&HorizontalPodAutoscalerBehavior>,
+        current: i32,
+        proposed: i32,
+        (min, max): (i32, i32),
+        now: Instant,
+    ) -> Outcome {
+        let up = behavior
+            .and_then(|b| b.scale_up.clone())
+            .unwrap_or_else(default_scale_up);
+        let down = behavior
+            .and_then(|b| b.scale_down.clone())
+            .unwrap_or_else(default_scale_down);
+        let (up_window, down_window) = (window(&up, 0), window(&down, 300));
+        self.recommendations
+            .retain(|(at, _)| now.duration_since(*at) <= up_window.max(down_window));
+        self.changes
+            .retain(|(at, _)| now.duration_since(*at) <= REMEMBERED);
+        let (mut up_rec, mut down_rec) = (proposed, proposed);
+        for (at, r) in &self.recommendations {
+            let age = now.duration_since(*at);
+            if age <= up_window {
+                up_rec = up_rec.min(*r);
+            }
+            if age <= down_window {
+                down_rec = down_rec.max(*r);
+            }
+        }
+        self.recommendations.push((now, proposed));
+        let stabilized_count = current.max(up_rec).min(down_rec);
+        let stabilized = match stabilized_count.cmp(&proposed) {
+            std::cmp::Ordering::Greater => Some("ScaleDownStabilized"),
+            std::cmp::Ordering::Less => Some("ScaleUpStabilized"),
+            std::cmp::Ordering::Equal => None,
+        };
+        let mut desired = stabilized_count;
+        let mut limited = None;
+        if desired > current {
+            let limit = self.limit(&up, current, now, true);
+            if desired > limit {
+                desired = limit;
+                limited = Some((
+                    "ScaleUpLimit",
+                    "the desired replica count is increasing faster than the maximum scale rate",
+                ));
+            }
+        } else if desired < current {
+            let limit = self.limit(&down, current, now, false);
+            if desired < limit {
+                desired = limit;
+                limited = Some((
+                    "ScaleDownLimit",
+                    "the desired replica count is decreasing faster than the maximum scale rate",
+                ));
+            }
+        }
+        if desired > max {
+            desired = max;
+            limited = Some((
+                "TooManyReplicas",
+                "the desired replica count is more than the maximum replica count",
+            ));
+        } else if desired < min {
+            desired = min;
+            limited = Some((
+                "TooFewReplicas",
+                "the desired replica count is less than the minimum replica count",
+            ));
+        }
+        Outcome {
+            replicas: desired,
+            stabilized,
+            limited,
+        }
+    }
+
+    /// The furthest the rules let the count go from `current` now: each
+    /// policy's limit from the count its period started at, the policies
+    /// chosen by `selectPolicy` (Max: the largest change).
+    fn limit(&self, rules: &HPAScalingRules, current: i32, now: Instant, up: bool) -> i32 {
+        let limits: Vec<i32> = rules
+            .policies
+            .iter()
+            .flatten()
+            .map(|p| {
+                let (added, removed) = self.changed_within(now, p.period_seconds);
+                let start = if up {
+                    current.saturating_sub(added).saturating_add(removed)
+                } else {
+                    current.saturating_add(removed).saturating_sub(added)
+                };
+                let percent = p.value as f64 / 100.0;
+                match (p.type_.as_str(), up) {
+                    ("Pods", true) => start.saturating_add(p.value),
+                    ("Pods", false) => start.saturating_sub(p.value),
+                    (_, true) => (start as f64 * (1.0 + percent)).ceil() as i32,
+                    (_, false) => (start as f64 * (1.0 - percent)).floor() as i32,
+                }
+            })
+            .collect();
+        // Max picks the policy allowing the largest change: the highest
+        // limit up, the lowest down.
+        let pick_highest = match rules.select_policy.as_deref() {
+            Some("Disabled") => return current,
+            Some("Min") => !up,
+            _ => up,
+        };
+        let picked = if pick_highest {
+            limits.iter().copied().max()
+        } else {
+            limits.iter().copied().min()
+        };
+        picked.unwrap_or(if up { i32::MAX } else { i32::MIN })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn behavior(value: serde_json::Value) -> HorizontalPodAutoscalerBehavior {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn by_default_up_at_once_within_the_rate_and_down_after_five_minutes() {
+        let t0 = Instant::now();
+        let mut h = History::default();
+        // 1 → 20 asked: 4 pods or 100% per 15 s, the larger: 5.
+        let o = h.normalize(None, 1, 20, (1, 30), t0);
+        assert_eq!(o.replicas, 5);
+        assert_eq!(o.limited.map(|l| l.0), Some("ScaleUpLimit"));
+        h.scaled(t0, 4);
+        // Within the same 15 s, from 5: the period began at 1, so 5 is
+        // still the limit.
+        assert_eq!(
+            h.normalize(None, 5, 20, (1, 30), t0 + Duration::from_secs(5))
+                .replicas,
+            5
+        );
+        // After the period: from 5, up to 10.
+        let later = t0 + Duration::from_secs(20);
+        assert_eq!(h.normalize(None, 5, 20, (1, 30), later).replicas, 10);
+        // Down: the highest recommendation of the last 300 s holds.
+        let o = h.normalize(None, 10, 2, (1, 30), later + Duration::from_secs(15));
+        assert_eq!(
+            (o.replicas, o.stabilized),
+            (10, Some("ScaleDownStabilized"))
+        );
+        let o = h.normalize(None, 10, 2, (1, 30), later + Duration::from_secs(400));
+        assert_eq!((o.replicas, o.stabilized), (2, None));
+    }
+
+    #[test]
+    fn policies_windows_and_bounds_as_written() {
+        let t0 = Instant::now();
+        let mut h = History::default();
+        let slow_down = behavior(json!({"scaleDown": {"stabilizationWindowSeconds": 0,
+            "selectPolicy": "Min", "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60},
+                                                {"type": "Percent", "value": 50, "periodSeconds": 60}]}}));
+        // Min: the smaller change, one pod.
+        let o = h.normalize(Some(&slow_down), 10, 2, (1, 30), t0);
+        assert_eq!(
+            (o.replicas, o.limited.map(|l| l.0)),
+            (9, Some("ScaleDownLimit"))
+        );
+        let disabled = behavior(json!({"scaleUp": {"selectPolicy": "Disabled"}}));
+        assert_eq!(h.normalize(Some(&disabled), 3, 8, (1, 30), t0).replicas, 3);
+        // The bounds come last.
+        let o = h.normalize(None, 3, 3, (5, 30), t0);
+        assert_eq!(
+            (o.replicas, o.limited.map(|l| l.0)),
+            (5, Some("TooFewReplicas"))
+        );
+    }
+}
