@@ -548,9 +548,13 @@ async fn update_scale(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     }
     check_name_matches(ctx, &scale_body)?;
     let r = ctx.resource.clone();
+    let manager = ctx.manager();
     let written = registry::update(&ctx.request()?, |old| {
         let mut obj = old.clone();
         scale::write_back(&r, &mut obj, &scale_body)?;
+        // The writer owns the replicas now (`kubectl scale`, an HPA), so
+        // an applier that leaves them out does not reset them.
+        managed::track_update(&r, Some(old), &mut obj, &manager, WriteScope::Scale);
         Ok((obj, Vec::new()))
     })
     .await?;
@@ -893,6 +897,7 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             apply(&mut view, true)?;
             let mut obj = old.clone();
             scale::write_back(&r, &mut obj, &view)?;
+            managed::track_update(&r, Some(old), &mut obj, &manager, WriteScope::Scale);
             Ok((obj, Vec::new()))
         })
         .await?;

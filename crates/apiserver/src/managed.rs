@@ -203,6 +203,7 @@ fn subresource_name(scope: WriteScope) -> &'static str {
     match scope {
         WriteScope::Status => "status",
         WriteScope::EphemeralContainers => "ephemeralcontainers",
+        WriteScope::Scale => "scale",
         _ => "",
     }
 }

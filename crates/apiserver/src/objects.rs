@@ -359,6 +359,9 @@ pub enum WriteScope {
     Binding,
     /// A pod's `/ephemeralcontainers`: only `spec.ephemeralContainers`.
     EphemeralContainers,
+    /// A workload's `/scale`: the replicas, written as the main endpoint
+    /// writes them, their ownership recorded as the scale subresource's.
+    Scale,
 }
 
 impl WriteScope {
@@ -453,7 +456,7 @@ pub fn prepare_update(r: &ResourceInfo, obj: &mut Value, old: &Value, scope: Wri
             *obj = merged;
         }
         WriteScope::Binding => {}
-        WriteScope::Main => {
+        WriteScope::Main | WriteScope::Scale => {
             normalize(r, obj);
             if r.status_subresource {
                 keep_from(obj, old, "", "status");

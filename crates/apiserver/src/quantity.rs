@@ -34,7 +34,9 @@ pub fn parse(q: &str) -> Option<f64> {
 
 /// CPU in millicores, rounded up as the scheduler does.
 pub fn millicores(q: &str) -> Option<i64> {
-    parse(q).map(|v| (v * 1000.0).ceil() as i64)
+    // Through whole nanos first: "9m" parses to 0.009000000000000001,
+    // which must not round up to 10m.
+    parse(q).map(|v| ((v * 1e9).round() / 1e6).ceil() as i64)
 }
 
 /// A whole-unit quantity (bytes, pods), rounded up.

@@ -32,8 +32,8 @@ pub struct Usage {
 
 impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, other: Usage) {
-        self.cpu_nanocores += other.cpu_nanocores;
-        self.memory_bytes += other.memory_bytes;
+        self.cpu_nanocores = self.cpu_nanocores.saturating_add(other.cpu_nanocores);
+        self.memory_bytes = self.memory_bytes.saturating_add(other.memory_bytes);
     }
 }
 
@@ -134,21 +134,9 @@ pub fn cpu_quantity(nanocores: u64) -> String {
     }
 }
 
-/// A memory quantity as metrics-server writes it (binary SI, canonical).
-pub fn memory_quantity(bytes: u64) -> String {
-    if bytes == 0 {
-        return "0".into();
-    }
-    for (shift, suffix) in [(40, "Ti"), (30, "Gi"), (20, "Mi"), (10, "Ki")] {
-        if bytes.is_multiple_of(1u64 << shift) {
-            return format!("{}{suffix}", bytes >> shift);
-        }
-    }
-    bytes.to_string()
-}
-
 fn usage_json(u: Usage) -> Value {
-    json!({"cpu": cpu_quantity(u.cpu_nanocores), "memory": memory_quantity(u.memory_bytes)})
+    let memory = i64::try_from(u.memory_bytes).unwrap_or(i64::MAX);
+    json!({"cpu": cpu_quantity(u.cpu_nanocores), "memory": crate::quantity::format_bytes(memory)})
 }
 
 /// metrics-server's window: a Go duration (`10.062s`, `1m0s`).
@@ -164,17 +152,9 @@ fn window(d: Duration) -> String {
     }
 }
 
-/// A time as metav1.Time writes it (RFC 3339, whole seconds).
-fn whole_seconds(t: jiff::Timestamp) -> String {
-    jiff::Timestamp::from_second(t.as_second())
-        .unwrap_or(t)
-        .to_string()
-}
-
 fn metadata(name: &str, namespace: Option<&str>, s: &Sample) -> Value {
     // metrics-server stamps its objects as made when asked.
-    let mut meta =
-        json!({"name": name, "creationTimestamp": whole_seconds(jiff::Timestamp::now())});
+    let mut meta = json!({"name": name, "creationTimestamp": crate::meta::now()});
     if let Some(ns) = namespace {
         meta["namespace"] = json!(ns);
     }
@@ -187,7 +167,7 @@ fn metadata(name: &str, namespace: Option<&str>, s: &Sample) -> Value {
 pub fn node_json(n: &NodeMetrics) -> Value {
     json!({"kind": "NodeMetrics", "apiVersion": format!("{GROUP}/{VERSION}"),
            "metadata": metadata(&n.name, None, &n.sample),
-           "timestamp": whole_seconds(n.sample.timestamp),
+           "timestamp": crate::meta::format_time(n.sample.timestamp),
            "window": window(n.sample.window),
            "usage": usage_json(n.usage)})
 }
@@ -200,7 +180,7 @@ pub fn pod_json(p: &PodMetrics) -> Value {
         .collect();
     json!({"kind": "PodMetrics", "apiVersion": format!("{GROUP}/{VERSION}"),
            "metadata": metadata(&p.name, Some(&p.namespace), &p.sample),
-           "timestamp": whole_seconds(p.sample.timestamp),
+           "timestamp": crate::meta::format_time(p.sample.timestamp),
            "window": window(p.sample.window),
            "containers": containers})
 }
@@ -225,19 +205,26 @@ pub async fn serve(ctx: &Ctx, method: &Method) -> ApiResult<Response> {
         )
     })?;
     let nodes = ctx.resource.plural == "nodes";
-    let items: Vec<(String, Value)> = if nodes {
-        source
-            .nodes()
-            .iter()
-            .map(|n| (n.name.clone(), node_json(n)))
-            .collect()
-    } else {
-        source
-            .pods(ctx.namespace.as_deref())
-            .iter()
-            .map(|p| (p.name.clone(), pod_json(p)))
-            .collect()
-    };
+    let source = source.clone();
+    let namespace = ctx.namespace.clone();
+    // Measuring may read the host (`/proc`): off the async workers.
+    let items: Vec<(String, Value)> = tokio::task::spawn_blocking(move || {
+        if nodes {
+            source
+                .nodes()
+                .iter()
+                .map(|n| (n.name.clone(), node_json(n)))
+                .collect()
+        } else {
+            source
+                .pods(namespace.as_deref())
+                .iter()
+                .map(|p| (p.name.clone(), pod_json(p)))
+                .collect()
+        }
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("measuring failed: {e}")))?;
     if let Some(name) = ctx.name.as_deref() {
         let (_, one) = items
             .into_iter()
@@ -278,9 +265,6 @@ mod tests {
         assert_eq!(cpu_quantity(2_000_000_000), "2");
         assert_eq!(cpu_quantity(137_158_232), "137158232n");
         assert_eq!(cpu_quantity(5_000), "5u");
-        assert_eq!(memory_quantity(16 * 1024 * 1024), "16Mi");
-        assert_eq!(memory_quantity(1_263_616), "1234Ki");
-        assert_eq!(memory_quantity(1_000_001), "1000001");
         assert_eq!(window(Duration::from_millis(10_062)), "10.062s");
         assert_eq!(window(Duration::from_secs(15)), "15s");
         assert_eq!(window(Duration::from_millis(60_500)), "1m0.5s");

@@ -142,6 +142,47 @@ async fn deployments_scale_through_the_subresource(store: Store) {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("Expected resource version"), "{stderr}");
+
+    // Whoever scales owns the replicas (an entry for the scale
+    // subresource), so an applier that leaves them out keeps them: what an
+    // HPA set survives the next apply of its workload's manifest.
+    let applied = |replicas: Option<i32>| {
+        let mut d = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "applied"},
+            "spec": {"selector": {"matchLabels": {"app": "applied"}},
+                     "template": {"metadata": {"labels": {"app": "applied"}},
+                                  "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
+        if let Some(r) = replicas {
+            d["spec"]["replicas"] = json!(r);
+        }
+        d
+    };
+    let pp = PatchParams::apply("deployer").force();
+    api.patch("applied", &pp, &Patch::Apply(applied(Some(2))))
+        .await
+        .unwrap();
+    s.ok(&["scale", "deployment", "applied", "--replicas=6"]);
+    let d = api.get("applied").await.unwrap();
+    let entries = d.metadata.managed_fields.unwrap_or_default();
+    let scaler = entries
+        .iter()
+        .find(|e| e.subresource.as_deref() == Some("scale"))
+        .unwrap_or_else(|| panic!("no entry for the scale subresource: {entries:?}"));
+    assert_eq!(scaler.operation.as_deref(), Some("Update"));
+    assert!(
+        serde_json::to_string(&scaler.fields_v1)
+            .unwrap()
+            .contains("f:replicas"),
+        "{scaler:?}"
+    );
+    api.patch("applied", &pp, &Patch::Apply(applied(None)))
+        .await
+        .unwrap();
+    assert_eq!(
+        api.get("applied").await.unwrap().spec.unwrap().replicas,
+        Some(6),
+        "the scaler's replicas kept"
+    );
 }
 
 async fn custom_resources_get_the_subresources_their_crd_declares(store: Store) {

@@ -45,6 +45,16 @@ const WARNINGS: &[&str] = &[
     "ProvisioningFailed",
     "BackoffLimitExceeded",
     "DeadlineExceeded",
+    "FailedGetScale",
+    "FailedRescale",
+    "FailedGetResourceMetric",
+    "FailedGetContainerResourceMetric",
+    "FailedGetPodsMetric",
+    "FailedGetObjectMetric",
+    "FailedGetExternalMetric",
+    "FailedComputeMetricsReplicas",
+    "SelectorRequired",
+    "InvalidSelector",
 ];
 
 /// Records Events as one component (`kubelet`, `default-scheduler`) of

@@ -87,7 +87,12 @@ impl MetricsServer {
     }
 
     /// The usage of each of `pods` that runs, with its node.
-    fn measure(&self, pods: &[Arc<Pod>], all: bool) -> Vec<(Option<String>, PodMetrics)> {
+    /// `namespace`: the namespace `pods` are all of, or None for all of them.
+    fn measure(
+        &self,
+        pods: &[Arc<Pod>],
+        namespace: Option<&str>,
+    ) -> Vec<(Option<String>, PodMetrics)> {
         let running: Vec<Arc<Pod>> = pods
             .iter()
             .filter(|p| podutil::phase(p) == "Running" && p.metadata.deletion_timestamp.is_none())
@@ -138,9 +143,13 @@ impl MetricsServer {
                 },
             ));
         }
-        if all {
-            // Points of containers that no longer run go.
-            points.retain(|id, _| seen.contains(id));
+        // Points of containers that no longer run go.
+        match namespace {
+            None => points.retain(|id, _| seen.contains(id)),
+            Some(ns) => {
+                let prefix = format!("{ns}/");
+                points.retain(|id, _| !id.starts_with(&prefix) || seen.contains(id));
+            }
         }
         out
     }
@@ -186,8 +195,8 @@ impl MetricsServer {
 impl ResourceMetrics for MetricsServer {
     fn pods(&self, namespace: Option<&str>) -> Vec<PodMetrics> {
         match namespace {
-            Some(ns) => self.measure(&self.cluster.pods_by_namespace.get(ns), false),
-            None => self.measure(&self.cluster.pods.state(), true),
+            Some(ns) => self.measure(&self.cluster.pods_by_namespace.get(ns), Some(ns)),
+            None => self.measure(&self.cluster.pods.state(), None),
         }
         .into_iter()
         .map(|(_, p)| p)
@@ -195,7 +204,7 @@ impl ResourceMetrics for MetricsServer {
     }
 
     fn nodes(&self) -> Vec<NodeMetrics> {
-        let pods = self.measure(&self.cluster.pods.state(), true);
+        let pods = self.measure(&self.cluster.pods.state(), None);
         let mut by_node: BTreeMap<String, (Usage, Duration)> = BTreeMap::new();
         for (node, p) in &pods {
             let Some(node) = node else { continue };

@@ -271,6 +271,14 @@ pub async fn run(local: Client) {
         targets: follow_kind(&local, "Target", "targets"),
         chaperons: follow_kind(&local, "PodChaperon", "podchaperons"),
     };
+    // Nothing is decided on a cache that has not listed: an empty proxy
+    // cache would have the sweep delete every delegate.
+    let _ = tokio::join!(
+        caches.proxies.wait_until_ready(),
+        caches.cluster_targets.wait_until_ready(),
+        caches.targets.wait_until_ready(),
+        caches.chaperons.wait_until_ready(),
+    );
     let mut every = tokio::time::interval(PERIOD);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

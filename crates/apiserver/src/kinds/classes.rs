@@ -141,7 +141,7 @@ impl Strategy for HorizontalPodAutoscalers {
         let metrics = arr(o, "/spec/metrics");
         let mut targets: Vec<String> = metrics
             .iter()
-            .take(4)
+            .take(2)
             .enumerate()
             .map(|(n, m)| {
                 let status = statuses.get(n);
@@ -180,17 +180,15 @@ impl Strategy for HorizontalPodAutoscalers {
                         }
                     }
                     _ => {
+                        let average = target("averageValue")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default();
                         let (field, shown) = match target("value") {
                             Some(v) => ("value", v.as_str().unwrap_or_default().to_string()),
-                            None => (
-                                "averageValue",
-                                format!(
-                                    "{} (avg)",
-                                    target("averageValue")
-                                        .and_then(Value::as_str)
-                                        .unwrap_or_default()
-                                ),
-                            ),
+                            // kubectl marks an average only where a value
+                            // could be meant (Object, External).
+                            None if source == "/pods" => ("averageValue", average.to_string()),
+                            None => ("averageValue", format!("{average} (avg)")),
                         };
                         format!(
                             "{}/{shown}",
@@ -200,8 +198,8 @@ impl Strategy for HorizontalPodAutoscalers {
                 }
             })
             .collect();
-        if metrics.len() > 4 {
-            let more = format!("{} + {} more...", targets.join(", "), metrics.len() - 4);
+        if metrics.len() > 2 {
+            let more = format!("{} + {} more...", targets.join(", "), metrics.len() - 2);
             targets = vec![more];
         }
         vec![

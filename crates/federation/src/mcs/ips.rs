@@ -63,13 +63,21 @@ impl Ledger {
         {
             self.pending.remove(key);
         }
+        let mut used: HashSet<IpAddr> = others.into_iter().collect();
+        // Another import's IPs the cache shows in use need no remembering.
+        self.pending.retain(|k, ips| {
+            k == key
+                || !ips
+                    .iter()
+                    .filter_map(|s| s.parse::<IpAddr>().ok())
+                    .all(|ip| used.contains(&ip))
+        });
         let have = self
             .pending
             .get(key)
             .map(Vec::as_slice)
             .or(cached)
             .unwrap_or_default();
-        let mut used: HashSet<IpAddr> = others.into_iter().collect();
         used.extend(
             self.pending
                 .iter()

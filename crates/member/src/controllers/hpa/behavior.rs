@@ -79,8 +79,21 @@ impl History {
             })
     }
 
+    /// A new HPA's history: upstream records its current count as the
+    /// first recommendation, so that a restart does not skip the
+    /// scale-down window.
+    pub fn starting_at(current: i32, now: Instant) -> History {
+        History {
+            recommendations: vec![(now, current)],
+            changes: Vec::new(),
+        }
+    }
+
     /// `proposed` (the metrics' count, `current` replicas now) after the
-    /// behavior and the bounds; the proposal is remembered.
+    /// behavior and the bounds; the proposal is remembered. An HPA without
+    /// `behavior` gets upstream's older rules (`normalizeDesiredReplicas`):
+    /// the highest recommendation of the last 300 s when going down, at
+    /// most twice the pods (and at least 4) when going up.
     pub fn normalize(
         &mut self,
         behavior: Option<&HorizontalPodAutoscalerBehavior>,
@@ -89,6 +102,10 @@ impl History {
         (min, max): (i32, i32),
         now: Instant,
     ) -> Outcome {
+        let Some(behavior) = behavior else {
+            return self.normalize_without_behavior(current, proposed, (min, max), now);
+        };
+        let behavior = Some(behavior);
         let up = behavior
             .and_then(|b| b.scale_up.clone())
             .unwrap_or_else(default_scale_up);
@@ -101,12 +118,13 @@ impl History {
         self.changes
             .retain(|(at, _)| now.duration_since(*at) <= REMEMBERED);
         let (mut up_rec, mut down_rec) = (proposed, proposed);
+        // Within a window: after its start (a 0 s window holds nothing).
         for (at, r) in &self.recommendations {
             let age = now.duration_since(*at);
-            if age <= up_window {
+            if age < up_window {
                 up_rec = up_rec.min(*r);
             }
-            if age <= down_window {
+            if age < down_window {
                 down_rec = down_rec.max(*r);
             }
         }
@@ -138,23 +156,45 @@ impl History {
                 ));
             }
         }
-        if desired > max {
-            desired = max;
+        let (replicas, bounded) = bound(desired, (min, max));
+        Outcome {
+            replicas,
+            stabilized,
+            limited: bounded.or(limited),
+        }
+    }
+
+    fn normalize_without_behavior(
+        &mut self,
+        current: i32,
+        proposed: i32,
+        bounds: (i32, i32),
+        now: Instant,
+    ) -> Outcome {
+        let window = Duration::from_secs(300);
+        self.recommendations
+            .retain(|(at, _)| now.duration_since(*at) <= window);
+        let highest = self
+            .recommendations
+            .iter()
+            .map(|(_, r)| *r)
+            .fold(proposed, i32::max);
+        self.recommendations.push((now, proposed));
+        let stabilized = (highest != proposed).then_some("ScaleDownStabilized");
+        let up_limit = current.saturating_mul(2).max(4);
+        let (mut desired, mut limited) = (highest, None);
+        if desired > up_limit {
+            desired = up_limit;
             limited = Some((
-                "TooManyReplicas",
-                "the desired replica count is more than the maximum replica count",
-            ));
-        } else if desired < min {
-            desired = min;
-            limited = Some((
-                "TooFewReplicas",
-                "the desired replica count is less than the minimum replica count",
+                "ScaleUpLimit",
+                "the desired replica count is increasing faster than the maximum scale rate",
             ));
         }
+        let (replicas, bounded) = bound(desired, bounds);
         Outcome {
-            replicas: desired,
+            replicas,
             stabilized,
-            limited,
+            limited: bounded.or(limited),
         }
     }
 
@@ -194,7 +234,36 @@ impl History {
         } else {
             limits.iter().copied().min()
         };
-        picked.unwrap_or(if up { i32::MAX } else { i32::MIN })
+        // Never a limit that moves the other way (changes someone else
+        // made in the period can put its start beyond `current`).
+        match (picked, up) {
+            (Some(l), true) => l.max(current),
+            (Some(l), false) => l.min(current),
+            (None, _) => current,
+        }
+    }
+}
+
+/// `desired` within min and max, and the ScalingLimited reason if not.
+fn bound(desired: i32, (min, max): (i32, i32)) -> (i32, Option<(&'static str, &'static str)>) {
+    if desired > max {
+        (
+            max,
+            Some((
+                "TooManyReplicas",
+                "the desired replica count is more than the maximum replica count",
+            )),
+        )
+    } else if desired < min {
+        (
+            min,
+            Some((
+                "TooFewReplicas",
+                "the desired replica count is less than the minimum replica count",
+            )),
+        )
+    } else {
+        (desired, None)
     }
 }
 
@@ -207,32 +276,56 @@ mod tests {
     }
 
     #[test]
-    fn by_default_up_at_once_within_the_rate_and_down_after_five_minutes() {
+    fn without_behavior_up_to_twice_the_pods_and_down_after_five_minutes() {
         let t0 = Instant::now();
-        let mut h = History::default();
-        // 1 → 20 asked: 4 pods or 100% per 15 s, the larger: 5.
+        let mut h = History::starting_at(1, t0);
+        // 1 → 20 asked: at most max(2 × 1, 4).
         let o = h.normalize(None, 1, 20, (1, 30), t0);
-        assert_eq!(o.replicas, 5);
-        assert_eq!(o.limited.map(|l| l.0), Some("ScaleUpLimit"));
-        h.scaled(t0, 4);
-        // Within the same 15 s, from 5: the period began at 1, so 5 is
-        // still the limit.
         assert_eq!(
-            h.normalize(None, 5, 20, (1, 30), t0 + Duration::from_secs(5))
+            (o.replicas, o.limited.map(|l| l.0)),
+            (4, Some("ScaleUpLimit"))
+        );
+        assert_eq!(
+            h.normalize(None, 4, 20, (1, 30), t0 + Duration::from_secs(15))
                 .replicas,
+            8
+        );
+        // Down: the highest recommendation of the last 300 s holds (the
+        // first one: the count the HPA found).
+        let mut down = History::starting_at(4, t0);
+        let o = down.normalize(None, 4, 2, (1, 30), t0 + Duration::from_secs(15));
+        assert_eq!((o.replicas, o.stabilized), (4, Some("ScaleDownStabilized")));
+        let o = down.normalize(None, 4, 2, (1, 30), t0 + Duration::from_secs(400));
+        assert_eq!((o.replicas, o.stabilized), (2, None));
+    }
+
+    #[test]
+    fn with_behavior_the_default_rules_and_the_changes_of_each_period() {
+        let t0 = Instant::now();
+        let mut h = History::starting_at(1, t0);
+        let defaults = behavior(json!({}));
+        // 4 pods or 100% per 15 s, the larger: 5.
+        let o = h.normalize(Some(&defaults), 1, 20, (1, 30), t0);
+        assert_eq!(
+            (o.replicas, o.limited.map(|l| l.0)),
+            (5, Some("ScaleUpLimit"))
+        );
+        h.scaled(t0, 4);
+        // Within the same period the start is still 1.
+        let soon = t0 + Duration::from_secs(5);
+        assert_eq!(
+            h.normalize(Some(&defaults), 5, 20, (1, 30), soon).replicas,
             5
         );
-        // After the period: from 5, up to 10.
         let later = t0 + Duration::from_secs(20);
-        assert_eq!(h.normalize(None, 5, 20, (1, 30), later).replicas, 10);
-        // Down: the highest recommendation of the last 300 s holds.
-        let o = h.normalize(None, 10, 2, (1, 30), later + Duration::from_secs(15));
         assert_eq!(
-            (o.replicas, o.stabilized),
-            (10, Some("ScaleDownStabilized"))
+            h.normalize(Some(&defaults), 5, 20, (1, 30), later).replicas,
+            10
         );
-        let o = h.normalize(None, 10, 2, (1, 30), later + Duration::from_secs(400));
-        assert_eq!((o.replicas, o.stabilized), (2, None));
+        // A first recommendation holds a new HPA for the scale-down window.
+        let mut fresh = History::starting_at(6, t0);
+        let o = fresh.normalize(Some(&defaults), 6, 2, (1, 30), t0 + Duration::from_secs(1));
+        assert_eq!((o.replicas, o.stabilized), (6, Some("ScaleDownStabilized")));
     }
 
     #[test]
@@ -251,7 +344,7 @@ mod tests {
         let disabled = behavior(json!({"scaleUp": {"selectPolicy": "Disabled"}}));
         assert_eq!(h.normalize(Some(&disabled), 3, 8, (1, 30), t0).replicas, 3);
         // The bounds come last.
-        let o = h.normalize(None, 3, 3, (5, 30), t0);
+        let o = History::default().normalize(None, 3, 3, (5, 30), t0);
         assert_eq!(
             (o.replicas, o.limited.map(|l| l.0)),
             (5, Some("TooFewReplicas"))

@@ -26,7 +26,6 @@ use k8s_openapi::api::autoscaling::v2::{
     HorizontalPodAutoscaler, HorizontalPodAutoscalerCondition, HorizontalPodAutoscalerStatus,
     MetricSpec,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
@@ -52,6 +51,7 @@ pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
     let hpa = Arc::new(Autoscaler {
         synced: Mutex::default(),
         histories: Mutex::default(),
+        kinds: Mutex::default(),
     });
     let triggers = vec![boxed(inf.hpas.own_triggers(|_| true))];
     run_controller(
@@ -76,6 +76,8 @@ struct Autoscaler {
     /// unless its spec changed.
     synced: Mutex<HashMap<String, (Instant, Option<i64>)>>,
     histories: Mutex<HashMap<String, History>>,
+    /// Targets' resources by kind, as discovery found them.
+    kinds: Mutex<HashMap<GroupVersionKind, ApiResource>>,
 }
 
 fn condition(
@@ -89,10 +91,7 @@ fn condition(
         status: if status { "True" } else { "False" }.into(),
         reason: Some(reason.into()),
         message: Some(message),
-        last_transition_time: Some(Time(
-            jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
-                .unwrap_or_else(|_| jiff::Timestamp::now()),
-        )),
+        last_transition_time: Some(podutil::now()),
     }
 }
 
@@ -142,14 +141,21 @@ impl Autoscaler {
         };
 
         // The target's scale.
-        let scaled =
-            match scale_api(&client, &ns, target.api_version.as_deref(), &target.kind).await {
-                Ok(api) => match api.get_scale(&target.name).await {
-                    Ok(scale) => Ok((api, scale)),
-                    Err(e) => Err(e.to_string()),
-                },
-                Err(e) => Err(e),
-            };
+        let scaled = match scale_api(
+            &self.kinds,
+            &client,
+            &ns,
+            target.api_version.as_deref(),
+            &target.kind,
+        )
+        .await
+        {
+            Ok(api) => match api.get_scale(&target.name).await {
+                Ok(scale) => Ok((api, scale)),
+                Err(e) => Err(e.to_string()),
+            },
+            Err(e) => Err(e),
+        };
         let (api, scale) = match scaled {
             Ok(s) => s,
             Err(error) => {
@@ -181,11 +187,23 @@ impl Autoscaler {
             ));
             (0, String::new())
         } else if current > max {
+            conditions.push(condition(
+                "ScalingLimited",
+                true,
+                "TooManyReplicas",
+                "the desired replica count is more than the maximum replica count".into(),
+            ));
             (
                 max,
                 "Current number of replicas above Spec.MaxReplicas".to_string(),
             )
         } else if current < min {
+            conditions.push(condition(
+                "ScalingLimited",
+                true,
+                "TooFewReplicas",
+                "the desired replica count is less than the minimum replica count".into(),
+            ));
             (
                 min,
                 "Current number of replicas below Spec.MinReplicas".to_string(),
@@ -248,7 +266,7 @@ impl Autoscaler {
                 .histories
                 .lock()
                 .entry(key.clone())
-                .or_default()
+                .or_insert_with(|| History::starting_at(current, Instant::now()))
                 .normalize(
                     spec.behavior.as_ref(),
                     current,
@@ -326,17 +344,14 @@ impl Autoscaler {
             self.histories
                 .lock()
                 .entry(key.clone())
-                .or_default()
+                .or_insert_with(|| History::starting_at(current, Instant::now()))
                 .scaled(Instant::now(), desired - current);
             recorder.emit(
                 &reference,
                 "SuccessfulRescale",
                 format!("New size: {desired}; reason: {reason}"),
             );
-            status.last_scale_time = Some(Time(
-                jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
-                    .unwrap_or_else(|_| jiff::Timestamp::now()),
-            ));
+            status.last_scale_time = Some(podutil::now());
         }
         self.write_status(cluster, hpa, status, conditions).await?;
         Ok(requeue)
@@ -352,6 +367,12 @@ impl Autoscaler {
         current: i32,
         metrics: &[MetricSpec],
     ) -> std::result::Result<Vec<Option<Proposal>>, (String, String)> {
+        if selector.is_empty() {
+            return Err((
+                "SelectorRequired".into(),
+                "the HPA target's scale is missing a selector".into(),
+            ));
+        }
         let parsed = LabelSelector::parse(selector).map_err(|e| {
             (
                 "InvalidSelector".to_string(),
@@ -360,12 +381,6 @@ impl Autoscaler {
                 ),
             )
         })?;
-        if selector.is_empty() {
-            return Err((
-                "InvalidSelector".into(),
-                "the HPA target's scale is missing a selector".into(),
-            ));
-        }
         let pods: Vec<Arc<Pod>> = cluster
             .pods_by_namespace
             .get(ns)
@@ -396,8 +411,11 @@ impl Autoscaler {
                 }
             }
         }
-        match (out.iter().all(Option::is_none), first_error) {
-            (true, Some(e)) => Err(e),
+        // As upstream: a metric that fails blocks scaling down (it might
+        // have asked for more), and all failing blocks everything.
+        let best = out.iter().flatten().map(|p| p.replicas).max();
+        match first_error {
+            Some(e) if best.is_none_or(|b| b < current) => Err(e),
             _ => Ok(out),
         }
     }
@@ -415,7 +433,7 @@ impl Autoscaler {
             .as_ref()
             .and_then(|s| s.conditions.clone())
             .unwrap_or_default();
-        let conditions: Vec<_> = conditions
+        let mut conditions: Vec<_> = conditions
             .into_iter()
             .map(|mut c| {
                 if let Some(old) = before
@@ -427,6 +445,20 @@ impl Autoscaler {
                 c
             })
             .collect();
+        // A sync sets the conditions it decided on; the others stay as the
+        // last sync left them (upstream's setCondition).
+        for old in before {
+            if conditions.iter().all(|c| c.type_ != old.type_) {
+                conditions.push(old);
+            }
+        }
+        let order = |t: &str| {
+            ["AbleToScale", "ScalingActive", "ScalingLimited"]
+                .iter()
+                .position(|o| *o == t)
+                .unwrap_or(3)
+        };
+        conditions.sort_by_key(|c| order(&c.type_));
         status.conditions = Some(conditions);
         let desired = serde_json::to_value(&status).map_err(kube::Error::SerdeError)?;
         if let Some(patch) = super::status::patch(&hpa.status, &desired) {
@@ -443,7 +475,8 @@ impl Autoscaler {
 /// The Event reasons a metric failure is recorded under.
 fn reason_static(reason: &str) -> &'static str {
     match reason {
-        "InvalidSelector" => "SelectorRequired",
+        "InvalidSelector" => "InvalidSelector",
+        "SelectorRequired" => "SelectorRequired",
         "FailedGetResourceMetric" => "FailedGetResourceMetric",
         "FailedGetContainerResourceMetric" => "FailedGetContainerResourceMetric",
         "FailedGetPodsMetric" => "FailedGetPodsMetric",
@@ -454,8 +487,9 @@ fn reason_static(reason: &str) -> &'static str {
 }
 
 /// The `/scale` of the target's kind, found through discovery (any kind
-/// with a scale subresource, custom ones included).
+/// with a scale subresource, custom ones included) once per kind.
 async fn scale_api(
+    kinds: &Mutex<HashMap<GroupVersionKind, ApiResource>>,
     client: &kube::Client,
     ns: &str,
     api_version: Option<&str>,
@@ -464,11 +498,21 @@ async fn scale_api(
     let api_version = api_version.unwrap_or("v1");
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     let gvk = GroupVersionKind::gvk(group, version, kind);
-    let (resource, _): (ApiResource, _) = kube::discovery::pinned_kind(client, &gvk)
-        .await
-        .map_err(|e| {
-            format!("the server could not find the requested resource {kind}.{api_version}: {e}")
-        })?;
+    let known = kinds.lock().get(&gvk).cloned();
+    let resource = match known {
+        Some(r) => r,
+        None => {
+            let (r, _) = kube::discovery::pinned_kind(client, &gvk)
+                .await
+                .map_err(|e| {
+                    format!(
+                        "the server could not find the requested resource {kind}.{api_version}: {e}"
+                    )
+                })?;
+            kinds.lock().insert(gvk, r.clone());
+            r
+        }
+    };
     Ok(Api::namespaced_with(client.clone(), ns, &resource))
 }
 
@@ -496,17 +540,13 @@ async fn pod_usage(
                 .into_iter()
                 .flatten()
                 .filter_map(|c| {
-                    let q = |r: &str| {
-                        c.pointer(&format!("/usage/{r}"))
-                            .and_then(Value::as_str)
-                            .and_then(crate::quantity::parse)
-                    };
+                    let q = |r: &str| c.pointer(&format!("/usage/{r}")).and_then(Value::as_str);
                     Some((
                         c.get("name")?.as_str()?.to_string(),
-                        // As Quantity.MilliValue(): rounded up.
+                        // CPU as Quantity.MilliValue() reads it: rounded up.
                         (
-                            (q("cpu").unwrap_or(0.0) * 1000.0).ceil(),
-                            q("memory").unwrap_or(0.0),
+                            q("cpu").and_then(crate::quantity::millicores).unwrap_or(0) as f64,
+                            q("memory").and_then(crate::quantity::parse).unwrap_or(0.0),
                         ),
                     ))
                 })

@@ -65,7 +65,9 @@ async fn served(page: Page, request: Request) -> Response {
     if path != "/" && !(page == Page::HpaExample && path == "/index.php") {
         return Json(identity_of(path)).into_response();
     }
-    let _ = tokio::task::spawn_blocking(move || page.work()).await;
+    if page == Page::HpaExample {
+        let _ = tokio::task::spawn_blocking(move || page.work()).await;
+    }
     let identity = identity_of(path).to_string();
     (
         [(header::CONTENT_TYPE, "text/html")],

@@ -14,7 +14,7 @@ const TICKS_PER_SECOND: u64 = 100;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Stat {
     parent: i32,
-    /// utime + stime, in ticks.
+    /// utime + stime + cutime + cstime, in ticks.
     ticks: u64,
 }
 
@@ -23,14 +23,16 @@ struct Stat {
 fn parse_stat(line: &str) -> Option<Stat> {
     let rest = &line[line.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the command: state(0) ppid(1) ... utime(11) stime(12).
+    // After the command: state(0) ppid(1) ... utime(11) stime(12)
+    // cutime(13) cstime(14). The children's times are those of children
+    // that ended and were waited for: with them a tree's sum does not drop
+    // when a process of it exits.
     let parent = fields.get(1)?.parse().ok()?;
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some(Stat {
-        parent,
-        ticks: utime + stime,
-    })
+    let mut ticks = 0u64;
+    for i in 11..=14 {
+        ticks = ticks.saturating_add(fields.get(i)?.parse().ok()?);
+    }
+    Some(Stat { parent, ticks })
 }
 
 /// The resident set in bytes, from `/proc/PID/status`'s `VmRSS: N kB`.
@@ -79,9 +81,10 @@ impl ProcessTable {
     /// `pid` and its descendants.
     fn tree(&self, pid: i32) -> Vec<i32> {
         let mut out = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         let mut todo = vec![pid];
         while let Some(p) = todo.pop() {
-            if !self.stats.contains_key(&p) || out.contains(&p) {
+            if !self.stats.contains_key(&p) || !seen.insert(p) {
                 continue;
             }
             out.push(p);
@@ -90,8 +93,8 @@ impl ProcessTable {
         out
     }
 
-    /// CPU time used by `pid`'s tree (those alive now: what ended took
-    /// its counter with it, as a process leaving a cgroup does not).
+    /// CPU time used by `pid`'s tree: its live processes' and what those
+    /// waited for.
     pub fn cpu(&self, pid: i32) -> Duration {
         let ticks: u64 = self
             .tree(pid)
@@ -99,7 +102,7 @@ impl ProcessTable {
             .filter_map(|p| self.stats.get(p))
             .map(|s| s.ticks)
             .sum();
-        Duration::from_millis(ticks * 1000 / TICKS_PER_SECOND)
+        Duration::from_millis(ticks.saturating_mul(1000) / TICKS_PER_SECOND)
     }
 
     /// Resident memory of `pid`'s tree, bytes.
@@ -119,7 +122,7 @@ mod tests {
 
     #[test]
     fn stat_lines_with_odd_commands_parse() {
-        let line = "4242 (my (odd) cmd) S 4241 4242 4242 0 -1 4194304 100 0 0 0 250 50 0 0 20 0 1 0 100 1000 200";
+        let line = "4242 (my (odd) cmd) S 4241 4242 4242 0 -1 4194304 100 0 0 0 250 40 7 3 20 0 1 0 100 1000 200";
         assert_eq!(
             parse_stat(line),
             Some(Stat {
