@@ -1202,6 +1202,20 @@ spec:
   maxReplicas: 3
 "#;
 
+/// Polls `done` every 500 ms for 90 s (an HPA syncs every 15 s); fails
+/// with what `kubectl describe hpa NAME` says.
+fn until_hpa(member: &Server, name: &str, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "HPA {name} never reached {what}:\n{}",
+            member.ok(&["describe", "hpa", name])
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 #[test]
 fn horizontal_pod_autoscalers_scale_on_the_pods_cpu() {
     let member = Server::member("m1", &["--nodes", "3"]);
@@ -1226,15 +1240,9 @@ fn horizontal_pod_autoscalers_scale_on_the_pods_cpu() {
     };
     // 100% against 50%: twice the pods each sync (upstream's default
     // scale-up: 4 pods or 100% per 15 s), up to the maximum.
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while hpa("php-apache", "{.status.desiredReplicas}") != "4" {
-        assert!(
-            Instant::now() < deadline,
-            "php-apache never reached 4: {}",
-            member.ok(&["describe", "hpa", "php-apache"])
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    until_hpa(&member, "php-apache", "4 replicas", || {
+        hpa("php-apache", "{.status.desiredReplicas}") == "4"
+    });
     member.ok(&[
         "rollout",
         "status",
@@ -1265,15 +1273,9 @@ fn horizontal_pod_autoscalers_scale_on_the_pods_cpu() {
 
     // 50% against 200%: halved, and halved again, no stabilization
     // window asked for scaling down; never under the minimum.
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while member.ok(&["get", "deploy", "quiet", "-o", "jsonpath={.spec.replicas}"]) != "1" {
-        assert!(
-            Instant::now() < deadline,
-            "quiet never scaled down: {}",
-            member.ok(&["describe", "hpa", "quiet"])
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    until_hpa(&member, "quiet", "1 replica", || {
+        member.ok(&["get", "deploy", "quiet", "-o", "jsonpath={.spec.replicas}"]) == "1"
+    });
     assert_has(
         &member.ok(&["describe", "hpa", "quiet"]),
         &[
@@ -1284,19 +1286,12 @@ fn horizontal_pod_autoscalers_scale_on_the_pods_cpu() {
 
     // No CPU request to measure against: the HPA says so and scales
     // nothing (the API defaulted its metric to 80% of the CPU request).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while hpa(
-        "unmeasured",
-        "{.status.conditions[?(@.type==\"ScalingActive\")].reason}",
-    ) != "FailedGetResourceMetric"
-    {
-        assert!(
-            Instant::now() < deadline,
-            "{}",
-            member.ok(&["describe", "hpa", "unmeasured"])
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    until_hpa(&member, "unmeasured", "FailedGetResourceMetric", || {
+        hpa(
+            "unmeasured",
+            "{.status.conditions[?(@.type==\"ScalingActive\")].reason}",
+        ) == "FailedGetResourceMetric"
+    });
     assert_has(
         &hpa(
             "unmeasured",
