@@ -74,39 +74,27 @@ pub fn propose_one(
     usage: &PodUsage,
     current: i32,
 ) -> std::result::Result<Proposal, (String, String)> {
-    let (resource, container, target, failed) = match metric.type_.as_str() {
+    // The Event and condition reason of this metric's failures, as
+    // upstream's: FailedGetResourceMetric, FailedGetPodsMetric, ...
+    let failed = format!("FailedGet{}Metric", metric.type_);
+    let missing = || {
+        (
+            failed.clone(),
+            format!("a {} metric without its source", metric.type_),
+        )
+    };
+    let (resource, container, target) = match metric.type_.as_str() {
         "Resource" => {
-            let r = metric.resource.as_ref().ok_or_else(|| {
-                (
-                    "FailedGetResourceMetric".to_string(),
-                    "a Resource metric without its resource".to_string(),
-                )
-            })?;
-            (
-                r.name.clone(),
-                None,
-                r.target.clone(),
-                "FailedGetResourceMetric",
-            )
+            let r = metric.resource.as_ref().ok_or_else(missing)?;
+            (r.name.clone(), None, r.target.clone())
         }
         "ContainerResource" => {
-            let r = metric.container_resource.as_ref().ok_or_else(|| {
-                (
-                    "FailedGetContainerResourceMetric".to_string(),
-                    "a ContainerResource metric without its resource".to_string(),
-                )
-            })?;
-            (
-                r.name.clone(),
-                Some(r.container.clone()),
-                r.target.clone(),
-                "FailedGetContainerResourceMetric",
-            )
+            let r = metric.container_resource.as_ref().ok_or_else(missing)?;
+            (r.name.clone(), Some(r.container.clone()), r.target.clone())
         }
         other => {
-            let reason = format!("FailedGet{other}Metric");
             return Err((
-                reason,
+                failed,
                 format!(
                     "unable to get {other} metric: no custom or external metrics API is served by this cluster"
                 ),
@@ -115,13 +103,13 @@ pub fn propose_one(
     };
     if resource != "cpu" && resource != "memory" {
         return Err((
-            failed.into(),
+            failed,
             format!(
                 "unable to get metrics for resource {resource}: only cpu and memory are measured"
             ),
         ));
     }
-    let err = |m: String| (failed.to_string(), m);
+    let err = |m: String| (failed.clone(), m);
     // Per pod: usage of the resource (millicores or bytes).
     let mut with_metrics: BTreeMap<String, f64> = BTreeMap::new();
     let (mut missing, mut unready) = (Vec::new(), Vec::new());
