@@ -159,6 +159,10 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
     p.api.add_mutating_admission(Arc::new(
         flotilla_federation::ocm::admission::ClusterSetBindings,
     ));
+    // What Karmada's webhooks default and refuse of (Cron)FederatedHPAs.
+    p.api.add_mutating_admission(Arc::new(
+        flotilla_federation::autoscaling::admission::Autoscalers,
+    ));
     let server = tokio::spawn(p.api.serve(p.listener, Some(p.tls), shutdown_signal()));
     // Ready means the Karmada API is served: install before publishing.
     flotilla_federation::crds::install(&admin)

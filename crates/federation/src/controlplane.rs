@@ -29,8 +29,8 @@ use crate::packed::PackedStore;
 use crate::quota::api::FederatedResourceQuota;
 use crate::scheduler::tenancy::Tenancy;
 use crate::{
-    binding, cluster, detector, execution, failover, mcs, ocm, quota, rebalancer, scheduler,
-    status, taint_policy,
+    autoscaling, binding, cluster, detector, execution, failover, mcs, ocm, quota, rebalancer,
+    scheduler, status, taint_policy,
 };
 
 /// What of a cluster placement depends on: a change here reschedules.
@@ -296,6 +296,7 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
             readiness_tx.clone(),
         )),
         Box::pin(rebalancer::run(ctx.clone())),
+        Box::pin(autoscaling::run(ctx.clone())),
         Box::pin(cluster::run(
             ctx.clone(),
             clusters.store.clone(),

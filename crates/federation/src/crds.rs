@@ -456,6 +456,7 @@ pub async fn install(client: &kube::Client) -> Result<(), InstallError> {
     all.extend(crate::ocm::placement::crds());
     all.extend(crate::ocm::replicaset::crds());
     all.push(crate::quota::api::crd());
+    all.extend(crate::autoscaling::api::crds());
     install_manifests(client, all).await?;
     info!(count = kinds().len(), "Karmada CRDs installed");
     Ok(())

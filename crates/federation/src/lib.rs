@@ -8,6 +8,7 @@
 pub mod agent;
 pub mod agents;
 pub mod api;
+pub mod autoscaling;
 pub mod binding;
 pub mod cluster;
 pub mod conditions;

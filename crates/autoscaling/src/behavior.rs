@@ -1,4 +1,4 @@
-//! An HPA's `behavior`: what becomes of a proposed replica count before it
+//! An autoscaler's `behavior`: what becomes of a proposed replica count before it
 //! is written (upstream's `normalizeDesiredReplicasWithBehaviors`). The
 //! stabilization windows hold the count at the lowest recommendation of the
 //! scale-up window and the highest of the scale-down window; the rate
@@ -135,25 +135,43 @@ impl History {
             std::cmp::Ordering::Less => Some("ScaleUpStabilized"),
             std::cmp::Ordering::Equal => None,
         };
+        // As upstream's `convertDesiredReplicasWithBehaviorRate`: the
+        // tighter of the rate limit and the bound holds, and names why.
         let mut desired = stabilized_count;
         let mut limited = None;
         if desired > current {
             let limit = self.limit(&up, current, now, true);
-            if desired > limit {
-                desired = limit;
-                limited = Some((
-                    "ScaleUpLimit",
-                    "the desired replica count is increasing faster than the maximum scale rate",
-                ));
+            let (allowed, reason) = if max > limit {
+                (
+                    limit,
+                    (
+                        "ScaleUpLimit",
+                        "the desired replica count is increasing faster than the maximum scale rate",
+                    ),
+                )
+            } else {
+                (max, TOO_MANY)
+            };
+            if desired > allowed {
+                desired = allowed;
+                limited = Some(reason);
             }
         } else if desired < current {
             let limit = self.limit(&down, current, now, false);
-            if desired < limit {
-                desired = limit;
-                limited = Some((
-                    "ScaleDownLimit",
-                    "the desired replica count is decreasing faster than the maximum scale rate",
-                ));
+            let (allowed, reason) = if min < limit {
+                (
+                    limit,
+                    (
+                        "ScaleDownLimit",
+                        "the desired replica count is decreasing faster than the maximum scale rate",
+                    ),
+                )
+            } else {
+                (min, TOO_FEW)
+            };
+            if desired < allowed {
+                desired = allowed;
+                limited = Some(reason);
             }
         }
         let (replicas, bounded) = bound(desired, (min, max));
@@ -244,24 +262,21 @@ impl History {
     }
 }
 
+const TOO_MANY: (&str, &str) = (
+    "TooManyReplicas",
+    "the desired replica count is more than the maximum replica count",
+);
+const TOO_FEW: (&str, &str) = (
+    "TooFewReplicas",
+    "the desired replica count is less than the minimum replica count",
+);
+
 /// `desired` within min and max, and the ScalingLimited reason if not.
 fn bound(desired: i32, (min, max): (i32, i32)) -> (i32, Option<(&'static str, &'static str)>) {
     if desired > max {
-        (
-            max,
-            Some((
-                "TooManyReplicas",
-                "the desired replica count is more than the maximum replica count",
-            )),
-        )
+        (max, Some(TOO_MANY))
     } else if desired < min {
-        (
-            min,
-            Some((
-                "TooFewReplicas",
-                "the desired replica count is less than the minimum replica count",
-            )),
-        )
+        (min, Some(TOO_FEW))
     } else {
         (desired, None)
     }

@@ -6,17 +6,15 @@
 //! controller brings the pods and their usage.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
+use flotilla_apiserver::quantity;
 use k8s_openapi::api::autoscaling::v2::{
     ContainerResourceMetricStatus, MetricSpec, MetricStatus, MetricValueStatus,
     ResourceMetricStatus,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::ResourceExt;
 
-use crate::pod::Pod;
-use crate::podutil;
+use crate::pods::{PodSample, PodUsage};
 
 /// `--horizontal-pod-autoscaler-tolerance`.
 const TOLERANCE: f64 = 0.1;
@@ -30,49 +28,15 @@ pub struct Proposal {
     pub name: String,
 }
 
-/// Usage by pod name and container name, in millicores and bytes.
-pub type PodUsage = HashMap<String, BTreeMap<String, (f64, f64)>>;
-
-/// A pod's request of `resource` (millicores or bytes), summed over its
-/// containers (or `container`'s alone); an error names the container
-/// without one.
-fn request(pod: &Pod, resource: &str, container: Option<&str>) -> std::result::Result<f64, String> {
-    let mut total = 0.0;
-    for c in pod.spec.iter().flat_map(|s| &s.containers) {
-        if container.is_some_and(|n| n != c.name) {
-            continue;
-        }
-        let r = if resource == "cpu" {
-            c.resources.cpu_request
-        } else {
-            c.resources.memory_request
-        };
-        match r {
-            Some(v) => total += v as f64,
-            None => {
-                return Err(format!(
-                    "missing request for {resource} in container {} of Pod {}",
-                    c.name,
-                    pod.name_any()
-                ));
-            }
-        }
-    }
-    Ok(total)
-}
-
-fn ready(pod: &Pod) -> bool {
-    podutil::is_ready(pod)
-}
-
 /// One Resource or ContainerResource metric's proposal, upstream's
 /// replica calculator: pods without metrics and unready pods count
 /// against the direction of the move.
 pub fn propose_one(
     metric: &MetricSpec,
-    pods: &[Arc<Pod>],
+    pods: &[PodSample],
     usage: &PodUsage,
     current: i32,
+    calibration: f64,
 ) -> std::result::Result<Proposal, (String, String)> {
     // The Event and condition reason of this metric's failures, as
     // upstream's: FailedGetResourceMetric, FailedGetPodsMetric, ...
@@ -114,17 +78,17 @@ pub fn propose_one(
     let mut with_metrics: BTreeMap<String, f64> = BTreeMap::new();
     let (mut missing, mut unready) = (Vec::new(), Vec::new());
     for pod in pods {
-        let name = pod.name_any();
-        if podutil::phase(pod) == "Pending" {
-            unready.push(pod.clone());
+        let name = pod.name.clone();
+        if pod.pending {
+            unready.push(pod);
             continue;
         }
         let Some(containers) = usage.get(&name) else {
-            missing.push(pod.clone());
+            missing.push(pod);
             continue;
         };
-        if resource == "cpu" && !ready(pod) {
-            unready.push(pod.clone());
+        if resource == "cpu" && !pod.ready {
+            unready.push(pod);
             continue;
         }
         let used: f64 = containers
@@ -139,7 +103,7 @@ pub fn propose_one(
             "unable to get metrics for resource {resource}: no metrics returned from resource metrics API"
         )));
     }
-    let by_name: HashMap<String, &Arc<Pod>> = pods.iter().map(|p| (p.name_any(), p)).collect();
+    let by_name: HashMap<&str, &PodSample> = pods.iter().map(|p| (p.name.as_str(), p)).collect();
     let ready_count = with_metrics.len() as f64;
     let label = match &container {
         Some(_) => format!("{resource} container resource"),
@@ -151,8 +115,8 @@ pub fn propose_one(
             let requests = |names: &mut dyn Iterator<Item = &String>| -> std::result::Result<f64, (String, String)> {
                 let mut total = 0.0;
                 for n in names {
-                    if let Some(p) = by_name.get(n) {
-                        total += request(p, &resource, container.as_deref()).map_err(err)?;
+                    if let Some(p) = by_name.get(n.as_str()) {
+                        total += p.request(&resource, container.as_deref()).map_err(err)?;
                     }
                 }
                 Ok(total)
@@ -167,7 +131,7 @@ pub fn propose_one(
             let replicas = adjust(
                 ratio,
                 ready_count,
-                current,
+                (current, calibration),
                 &missing,
                 &unready,
                 |pods_assumed: &[(f64, f64)]| {
@@ -176,7 +140,7 @@ pub fn propose_one(
                     ((used + extra_used) * 100.0 / (total_request + extra_req)) / percent
                 },
                 |p, full| {
-                    let req = request(p, &resource, container.as_deref()).unwrap_or(0.0);
+                    let req = p.request(&resource, container.as_deref()).unwrap_or(0.0);
                     (if full { req } else { 0.0 }, req)
                 },
             );
@@ -198,7 +162,7 @@ pub fn propose_one(
             let target_value = target
                 .average_value
                 .as_ref()
-                .and_then(|q| crate::quantity::parse(&q.0))
+                .and_then(|q| quantity::parse(&q.0))
                 .map(|v| if resource == "cpu" { v * 1000.0 } else { v })
                 .filter(|v| *v > 0.0)
                 .ok_or_else(|| err("an AverageValue target without its value".into()))?;
@@ -207,7 +171,7 @@ pub fn propose_one(
             let replicas = adjust(
                 ratio,
                 ready_count,
-                current,
+                (current, calibration),
                 &missing,
                 &unready,
                 |assumed: &[(f64, f64)]| {
@@ -242,18 +206,18 @@ pub fn propose_one(
 fn adjust(
     ratio: f64,
     ready_count: f64,
-    current: i32,
-    missing: &[Arc<Pod>],
-    unready: &[Arc<Pod>],
+    (current, calibration): (i32, f64),
+    missing: &[&PodSample],
+    unready: &[&PodSample],
     ratio_with: impl Fn(&[(f64, f64)]) -> f64,
-    assume: impl Fn(&Pod, bool) -> (f64, f64),
+    assume: impl Fn(&PodSample, bool) -> (f64, f64),
 ) -> i32 {
     let scale_up = ratio > 1.0;
     if missing.is_empty() && (unready.is_empty() || !scale_up) {
         if (ratio - 1.0).abs() <= TOLERANCE {
             return current;
         }
-        return (ratio * ready_count).ceil() as i32;
+        return (ratio * ready_count / calibration).ceil() as i32;
     }
     let mut assumed: Vec<(f64, f64)> = missing.iter().map(|p| assume(p, !scale_up)).collect();
     if scale_up {
@@ -266,7 +230,7 @@ fn adjust(
     {
         return current;
     }
-    let replicas = (new_ratio * (ready_count + assumed.len() as f64)).ceil() as i32;
+    let replicas = (new_ratio * (ready_count + assumed.len() as f64) / calibration).ceil() as i32;
     if (new_ratio < 1.0 && replicas > current) || (new_ratio > 1.0 && replicas < current) {
         return current;
     }
@@ -281,9 +245,9 @@ fn metric_status(
     average: f64,
 ) -> MetricStatus {
     let value = if resource == "cpu" {
-        crate::quantity::format_millicores(average.round() as i64)
+        quantity::format_millicores(average.round() as i64)
     } else {
-        crate::quantity::format_bytes(average.round() as i64)
+        quantity::format_bytes(average.round() as i64)
     };
     let current = MetricValueStatus {
         average_utilization: utilization,
@@ -320,18 +284,33 @@ mod tests {
     fn the_tolerance_holds_and_missing_pods_count_against_the_move() {
         // Within 10%: no change.
         assert_eq!(
-            adjust(1.05, 4.0, 4, &[], &[], |_| 0.0, |_, _| (0.0, 0.0)),
+            adjust(1.05, 4.0, (4, 1.0), &[], &[], |_| 0.0, |_, _| (0.0, 0.0)),
             4
         );
         // Twice the target on 2 pods: 4.
-        assert_eq!(adjust(2.0, 2.0, 2, &[], &[], |_| 0.0, |_, _| (0.0, 0.0)), 4);
+        assert_eq!(
+            adjust(2.0, 2.0, (2, 1.0), &[], &[], |_| 0.0, |_, _| (0.0, 0.0)),
+            4
+        );
         // Half the target on 4 pods: 2.
-        assert_eq!(adjust(0.5, 4.0, 4, &[], &[], |_| 0.0, |_, _| (0.0, 0.0)), 2);
+        assert_eq!(
+            adjust(0.5, 4.0, (4, 1.0), &[], &[], |_| 0.0, |_, _| (0.0, 0.0)),
+            2
+        );
         // Scaling down with a pod without metrics: assumed at its target,
         // the ratio goes to 0.9, within the tolerance: no change.
-        let missing = vec![Arc::new(Pod::default())];
+        let pod = PodSample::default();
+        let missing = vec![&pod];
         assert_eq!(
-            adjust(0.8, 1.0, 2, &missing, &[], |_| 0.9, |_, _| (1.0, 1.0)),
+            adjust(
+                0.8,
+                1.0,
+                (2, 1.0),
+                &missing,
+                &[],
+                |_| 0.9,
+                |_, _| (1.0, 1.0)
+            ),
             2
         );
     }
