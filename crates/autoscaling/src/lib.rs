@@ -11,11 +11,13 @@
 //!
 //! - [`replicas`]: upstream's replica calculator, a proposal per metric;
 //! - [`behavior`]: stabilization windows, rate policies and bounds;
-//! - [`pods`]: what the calculator reads of a pod and of its metrics.
+//! - [`pods`]: what the calculator reads of a pod and of its metrics;
+//! - [`memory`]: what a controller remembers of its autoscalers.
 
 #![forbid(unsafe_code)]
 
 pub mod behavior;
+pub mod memory;
 pub mod pods;
 pub mod replicas;
 
@@ -30,6 +32,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 
 pub use behavior::History;
+pub use memory::Memory;
 pub use pods::{PodSample, PodUsage};
 use replicas::Proposal;
 

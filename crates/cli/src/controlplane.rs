@@ -159,6 +159,10 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
     p.api.add_mutating_admission(Arc::new(
         flotilla_federation::ocm::admission::ClusterSetBindings,
     ));
+    // metrics.k8s.io from the members', as karmada-metrics-adapter.
+    p.api.set_resource_metrics(Arc::new(
+        flotilla_federation::metrics_adapter::FleetMetrics::new(client.clone()),
+    ));
     // What Karmada's webhooks default and refuse of (Cron)FederatedHPAs.
     p.api.add_mutating_admission(Arc::new(
         flotilla_federation::autoscaling::admission::Autoscalers,

@@ -231,6 +231,27 @@ fn a_federated_hpa_scales_its_template_on_the_members_pods_cpu() {
             "SuccessfulRescale: New size: 5; reason: cpu resource utilization (percentage of request) above target",
         ],
     );
+    // The control plane's metrics.k8s.io answers from the members', as
+    // karmada-metrics-adapter: `kubectl top` lists the fleet's pods.
+    let top = std::cell::RefCell::new(String::new());
+    until(
+        Duration::from_secs(60),
+        "kubectl top pod on the control plane to list the 10 pods",
+        || {
+            let out = fleet
+                .hub
+                .kubectl(&["top", "pod", "-l", "app=nginx", "--no-headers"]);
+            let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+            let pods = listed.lines().filter(|l| l.starts_with("nginx-")).count();
+            *top.borrow_mut() = listed;
+            pods == 10
+        },
+        || format!("{}\n{}", top.borrow(), fleet.hub.log()),
+    );
+    let top = top.into_inner();
+    assert!(top.lines().all(|l| l.contains("25m")), "{top}");
+    let nodes = fleet.hub.ok(&["top", "node", "--no-headers"]);
+    assert_eq!(nodes.lines().count(), 4, "two nodes a member:\n{nodes}");
 }
 
 #[test]

@@ -103,6 +103,11 @@ const EXPECTED: &[(&str, &str)] = &[
     ("flotilla clusters", "member3"),
     ("flotilla plan -f web.yaml", "member3"),
     ("flotilla get deploy web", "2/2"),
+    // The FederatedHPA's decision (before "kubectl get deploy web ").
+    (
+        "kubectl get deploy web -o jsonpath='{.spec.replicas}'",
+        "12",
+    ),
     ("kubectl get deploy web ", "4/4"),
     (
         "flotilla describe placement deploy/web",
@@ -113,6 +118,9 @@ const EXPECTED: &[(&str, &str)] = &[
         "mirror.eu.example.com/nginx:1.27",
     ),
     ("kubectl scale deploy web --replicas=8", "scaled"),
+    ("kubectl get fhpa web", "REFERENCE-KIND"),
+    ("flotilla get deployments web", "6/6"),
+    ("kubectl delete fhpa web", "scaled"),
     ("kubectl --context member1 get serviceexport web", "Ready"),
     (
         "kubectl --context member2 get serviceimport web",

@@ -31,6 +31,7 @@ pub mod mcs;
 pub mod member_identity;
 pub mod members;
 pub mod metrics;
+pub mod metrics_adapter;
 pub mod names;
 pub mod ocm;
 pub mod overrides;

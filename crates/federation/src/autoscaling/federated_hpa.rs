@@ -11,12 +11,10 @@
 //! count is written to the template's `/scale`, and the scheduler divides
 //! it among the members as the policy says.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use flotilla_autoscaling::pods::container_usage;
-use flotilla_autoscaling::{Decision, Failure, History, PodSample, PodUsage, SYNC_PERIOD};
+use flotilla_autoscaling::{Decision, Failure, Memory, PodSample, PodUsage, SYNC_PERIOD};
 use futures::StreamExt;
 use k8s_openapi::api::autoscaling::v2::{
     HorizontalPodAutoscalerCondition, HorizontalPodAutoscalerStatus,
@@ -29,28 +27,16 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
-use parking_lot::Mutex;
 use serde_json::json;
 use tracing::{debug, warn};
 
 use super::api::FederatedHPA;
-use crate::api::{Binding, Scope, binding_resource};
+use crate::api::{Binding, Scope, binding_resource, sync_mode};
 use crate::context::{Ctx, retry};
 use crate::error::{Error, is_not_found};
 use crate::{events, names};
 
 const COMPONENT: &str = "federatedhpa-controller";
-
-/// What the controller remembers between syncs, by `namespace/name`, as
-/// Karmada's does in memory.
-#[derive(Default)]
-struct Memory {
-    /// When each FederatedHPA was last synced, at which generation: its
-    /// own status writes wake it, and it syncs at most once a period
-    /// unless its spec changed.
-    synced: Mutex<HashMap<String, (Instant, Option<i64>)>>,
-    histories: Mutex<HashMap<String, History>>,
-}
 
 struct State {
     ctx: Ctx,
@@ -87,36 +73,19 @@ struct MemberPart {
 }
 
 impl State {
-    /// Whether `key` was synced at this generation less than a period
-    /// ago: then the wait until it is due.
-    fn throttle(&self, key: &str, generation: Option<i64>) -> Option<std::time::Duration> {
-        let mut synced = self.memory.synced.lock();
-        let now = Instant::now();
-        if let Some((at, g)) = synced.get(key)
-            && *g == generation
-            && now.duration_since(*at) < SYNC_PERIOD
-        {
-            return Some(SYNC_PERIOD - now.duration_since(*at));
-        }
-        synced.insert(key.to_string(), (now, generation));
-        // What deleted FederatedHPAs left goes.
-        if synced.len() > self.store.state().len() {
-            let live: std::collections::HashSet<String> =
-                self.store.state().iter().map(|f| key_of(f)).collect();
-            synced.retain(|k, _| live.contains(k));
-            self.memory.histories.lock().retain(|k, _| live.contains(k));
-        }
-        None
-    }
-
     async fn reconcile(&self, fhpa: &FederatedHPA) -> Result<Action, Error> {
         let requeue = Action::requeue(SYNC_PERIOD);
         if fhpa.metadata.deletion_timestamp.is_some() {
             return Ok(Action::await_change());
         }
         let key = key_of(fhpa);
-        if let Some(wait) = self.throttle(&key, fhpa.metadata.generation) {
+        if let Some(wait) = self.memory.wait(&key, fhpa.metadata.generation) {
             return Ok(Action::requeue(wait));
+        }
+        // What deleted FederatedHPAs left goes.
+        if self.memory.len() > self.store.state().len() {
+            let live = self.store.state().iter().map(|f| key_of(f)).collect();
+            self.memory.retain(&live);
         }
         let ns = fhpa.namespace().unwrap_or_default();
         let spec = fhpa.spec.as_hpa();
@@ -183,24 +152,9 @@ impl State {
         let mut decision = match flotilla_autoscaling::bounded(&spec, current) {
             Some(d) => d,
             None => {
-                let observed = observed(&parts);
                 let calibration = f64::from(in_members) / f64::from(current.max(1));
-                let now = Instant::now();
-                let mut histories = self.memory.histories.lock();
-                let history = histories
-                    .entry(key.clone())
-                    .or_insert_with(|| History::starting_at(current, now));
-                flotilla_autoscaling::decide(
-                    &spec,
-                    current,
-                    observed
-                        .as_ref()
-                        .map(|(p, u)| (p.as_slice(), u))
-                        .map_err(Clone::clone),
-                    calibration,
-                    history,
-                    now,
-                )
+                self.memory
+                    .decide(&key, &spec, current, &observed(&parts), calibration)
             }
         };
         if let Some((reason, message)) = decision.warning.clone() {
@@ -308,6 +262,15 @@ impl State {
         name: &str,
     ) -> Option<MemberPart> {
         let found = self.ctx.cluster(cluster)?;
+        if found.spec.sync_mode == sync_mode::PULL {
+            // The control plane holds no credentials for a Pull member
+            // (its agent reaches out); Karmada cannot read it either.
+            debug!(
+                cluster,
+                "a Pull member's pods are not read for a FederatedHPA"
+            );
+            return None;
+        }
         let member = match self.ctx.members.get(&found).await {
             Ok(m) => m,
             Err(error) => {
@@ -403,12 +366,7 @@ impl State {
             .await
         {
             Ok(_) => {
-                self.memory
-                    .histories
-                    .lock()
-                    .entry(key.to_string())
-                    .or_insert_with(|| History::starting_at(current, Instant::now()))
-                    .scaled(Instant::now(), desired - current);
+                self.memory.scaled(key, current, desired);
                 let message = format!("New size: {desired}; reason: {}", decision.reason);
                 self.event(fhpa, ("Normal", "SuccessfulRescale", &message))
                     .await;

@@ -20,10 +20,9 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use flotilla_autoscaling::pods::{ContainerRequest, container_usage};
-use flotilla_autoscaling::{Decision, Failure, History, PodSample, PodUsage, SYNC_PERIOD};
+use flotilla_autoscaling::{Decision, Failure, Memory, PodSample, PodUsage, SYNC_PERIOD};
 use k8s_openapi::api::autoscaling::v2::{
     HorizontalPodAutoscaler, HorizontalPodAutoscalerCondition, HorizontalPodAutoscalerStatus,
 };
@@ -41,8 +40,7 @@ const COMPONENT: &str = "horizontal-pod-autoscaler";
 
 pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
     let hpa = Arc::new(Autoscaler {
-        synced: Mutex::default(),
-        histories: Mutex::default(),
+        memory: Memory::default(),
         kinds: Mutex::default(),
     });
     let triggers = vec![boxed(inf.hpas.own_triggers(|_| true))];
@@ -59,15 +57,9 @@ pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
     )
 }
 
-/// What an HPA remembers between syncs, as upstream's controller does in
-/// memory: its recent recommendations (stabilization) and scale changes
-/// (rate policies), by `namespace/name`.
 struct Autoscaler {
-    /// When each HPA was last synced, at which generation: its own status
-    /// writes wake it, and upstream syncs an HPA at most once a period
-    /// unless its spec changed.
-    synced: Mutex<HashMap<String, (Instant, Option<i64>)>>,
-    histories: Mutex<HashMap<String, History>>,
+    /// Each HPA's last sync and history.
+    memory: Memory,
     /// Targets' resources by kind, as discovery found them.
     kinds: Mutex<HashMap<GroupVersionKind, ApiResource>>,
 }
@@ -80,27 +72,18 @@ impl Autoscaler {
         }
         let ns = hpa.namespace().unwrap_or_default();
         let key = format!("{ns}/{}", hpa.name_any());
-        {
-            let mut synced = self.synced.lock();
-            let now = Instant::now();
-            if let Some((at, generation)) = synced.get(&key)
-                && *generation == hpa.metadata.generation
-                && now.duration_since(*at) < SYNC_PERIOD
-            {
-                return Ok(Action::requeue(SYNC_PERIOD - now.duration_since(*at)));
-            }
-            synced.insert(key.clone(), (now, hpa.metadata.generation));
-            // What deleted HPAs left goes.
-            if synced.len() > cluster.hpas.state().len() {
-                let live: std::collections::HashSet<String> = cluster
-                    .hpas
-                    .state()
-                    .iter()
-                    .map(|h| format!("{}/{}", h.namespace().unwrap_or_default(), h.name_any()))
-                    .collect();
-                synced.retain(|k, _| live.contains(k));
-                self.histories.lock().retain(|k, _| live.contains(k));
-            }
+        if let Some(wait) = self.memory.wait(&key, hpa.metadata.generation) {
+            return Ok(Action::requeue(wait));
+        }
+        // What deleted HPAs left goes.
+        if self.memory.len() > cluster.hpas.state().len() {
+            let live = cluster
+                .hpas
+                .state()
+                .iter()
+                .map(|h| format!("{}/{}", h.namespace().unwrap_or_default(), h.name_any()))
+                .collect();
+            self.memory.retain(&live);
         }
         let recorder = cluster.recorder(COMPONENT);
         let reference = hpa.object_ref(&());
@@ -153,22 +136,7 @@ impl Autoscaler {
             Some(d) => d,
             None => {
                 let observed = self.observe(cluster, &client, &ns, &selector).await;
-                let now = Instant::now();
-                let mut histories = self.histories.lock();
-                let history = histories
-                    .entry(key.clone())
-                    .or_insert_with(|| History::starting_at(current, now));
-                flotilla_autoscaling::decide(
-                    &spec,
-                    current,
-                    observed
-                        .as_ref()
-                        .map(|(p, u)| (p.as_slice(), u))
-                        .map_err(Clone::clone),
-                    1.0,
-                    history,
-                    now,
-                )
+                self.memory.decide(&key, &spec, current, &observed, 1.0)
             }
         };
         if let Some((reason, message)) = &decision.warning {
@@ -226,11 +194,7 @@ impl Autoscaler {
         let patch = json!({"spec": {"replicas": desired}});
         api.patch_scale(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
-        self.histories
-            .lock()
-            .entry(key.to_string())
-            .or_insert_with(|| History::starting_at(current, Instant::now()))
-            .scaled(Instant::now(), desired - current);
+        self.memory.scaled(key, current, desired);
         Ok(())
     }
 
