@@ -496,3 +496,112 @@ spec:
         ],
     );
 }
+
+/// Karmada's deploymentReplicasSyncer scenario: an HPA propagated with
+/// its Deployment scales it in each member; the members keep what their
+/// HPAs set, and the Divided template follows their sum.
+#[test]
+fn member_hpas_own_replicas_and_a_divided_template_follows_their_sum() {
+    let fleet = Fleet::new(&[("member1", "eu"), ("member2", "us")]);
+    fleet.apply(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: api, labels: {app: api}}
+spec:
+  replicas: 4
+  selector: {matchLabels: {app: api}}
+  template:
+    metadata: {labels: {app: api}}
+    spec:
+      containers:
+      - {name: api, image: nginx, resources: {requests: {cpu: 100m}}}
+---
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: api}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: api}
+  minReplicas: 2
+  maxReplicas: 3
+  metrics:
+  - type: Resource
+    resource: {name: cpu, target: {type: Utilization, averageUtilization: 80}}
+---
+apiVersion: policy.karmada.io/v1alpha1
+kind: PropagationPolicy
+metadata: {name: api}
+spec:
+  resourceSelectors:
+  - {apiVersion: apps/v1, kind: Deployment, name: api}
+  - {apiVersion: autoscaling/v2, kind: HorizontalPodAutoscaler, name: api}
+  placement:
+    clusterAffinity: {clusterNames: [member1, member2]}
+    replicaScheduling:
+      replicaSchedulingType: Divided
+      replicaDivisionPreference: Weighted
+      weightPreference:
+        staticWeightList:
+        - {targetCluster: {clusterNames: [member1]}, weight: 1}
+        - {targetCluster: {clusterNames: [member2]}, weight: 1}
+"#,
+    );
+    let describe = || {
+        format!(
+            "{}\n{}",
+            fleet.hub.ok(&["get", "deployment", "api", "-o", "yaml"]),
+            fleet.hub.ok(&["describe", "rb", "api-deployment"])
+        )
+    };
+    // The HPA template marks its target as Karmada's marker does.
+    until(
+        Duration::from_secs(60),
+        "the retain-replicas label on the template",
+        || {
+            fleet.jsonpath_hub(
+                &["get", "deployment", "api"],
+                "{.metadata.labels.resourcetemplate\\.karmada\\.io/retain-replicas}",
+            ) == "true"
+        },
+        describe,
+    );
+    // The simulated pods use all they request (over 80%): each member's
+    // HPA scales its 2 to its maximum, 3; the template follows, 6.
+    until(
+        Duration::from_secs(90),
+        "3 in each member and the template at 6",
+        || {
+            replicas_in(&fleet, "member1", "api") == 3
+                && replicas_in(&fleet, "member2", "api") == 3
+                && fleet.jsonpath_hub(&["get", "deployment", "api"], "{.spec.replicas}") == "6"
+        },
+        describe,
+    );
+    // A count written by hand is taken back to what the members run.
+    fleet
+        .hub
+        .ok(&["scale", "deployment", "api", "--replicas=10"]);
+    until(
+        Duration::from_secs(60),
+        "the template back at 6",
+        || fleet.jsonpath_hub(&["get", "deployment", "api"], "{.spec.replicas}") == "6",
+        describe,
+    );
+    assert_eq!(replicas_in(&fleet, "member1", "api"), 3, "{}", describe());
+    assert_eq!(replicas_in(&fleet, "member2", "api"), 3, "{}", describe());
+    // The HPA gone, the mark goes.
+    fleet.hub.ok(&["delete", "hpa", "api"]);
+    until(
+        Duration::from_secs(60),
+        "the label removed",
+        || {
+            fleet
+                .jsonpath_hub(
+                    &["get", "deployment", "api"],
+                    "{.metadata.labels.resourcetemplate\\.karmada\\.io/retain-replicas}",
+                )
+                .is_empty()
+        },
+        describe,
+    );
+}

@@ -13,6 +13,7 @@ use super::Execution;
 use super::live::Lean;
 use super::observed::{Presence, is_ours, manifest_digest, member_object, prepare};
 use crate::api::{ResourceIdentifier, Work, annotations, labels};
+use crate::autoscaling::scale_target_marker::RETAIN_REPLICAS;
 use crate::error::{Error, is_not_found};
 use crate::kinds::scoped_api;
 use crate::members::Member;
@@ -141,9 +142,16 @@ pub async fn sync(
     let replicas_differ = existing
         .as_ref()
         .is_some_and(|e| e.replicas.as_ref() != applied.pointer("/spec/replicas"));
+    // A template marked as scaled by the members' HPAs (Karmada's label),
+    // or a member HPA found targeting the object: the member owns them.
+    let retained = applied
+        .pointer("/metadata/labels")
+        .and_then(|l| l.get(RETAIN_REPLICAS))
+        .and_then(Value::as_str)
+        == Some("true");
     if scalable
         && replicas_differ
-        && scaled_by_hpa(member, &namespace, &kind, &name).await
+        && (retained || scaled_by_hpa(member, &namespace, &kind, &name).await)
         && let Some(spec) = applied.get_mut("spec").and_then(Value::as_object_mut)
     {
         // The member's autoscaler owns replicas.
