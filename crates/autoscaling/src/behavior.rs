@@ -142,13 +142,7 @@ impl History {
         if desired > current {
             let limit = self.limit(&up, current, now, true);
             let (allowed, reason) = if max > limit {
-                (
-                    limit,
-                    (
-                        "ScaleUpLimit",
-                        "the desired replica count is increasing faster than the maximum scale rate",
-                    ),
-                )
+                (limit, SCALE_UP_LIMIT)
             } else {
                 (max, TOO_MANY)
             };
@@ -159,13 +153,7 @@ impl History {
         } else if desired < current {
             let limit = self.limit(&down, current, now, false);
             let (allowed, reason) = if min < limit {
-                (
-                    limit,
-                    (
-                        "ScaleDownLimit",
-                        "the desired replica count is decreasing faster than the maximum scale rate",
-                    ),
-                )
+                (limit, SCALE_DOWN_LIMIT)
             } else {
                 (min, TOO_FEW)
             };
@@ -199,14 +187,13 @@ impl History {
             .fold(proposed, i32::max);
         self.recommendations.push((now, proposed));
         let stabilized = (highest != proposed).then_some("ScaleDownStabilized");
+        // Upstream's `convertDesiredReplicasWithRules`: the rate limit
+        // holds (and names why) only where it is tighter than the maximum.
         let up_limit = current.saturating_mul(2).max(4);
         let (mut desired, mut limited) = (highest, None);
-        if desired > up_limit {
+        if desired > up_limit && bounds.1 > up_limit {
             desired = up_limit;
-            limited = Some((
-                "ScaleUpLimit",
-                "the desired replica count is increasing faster than the maximum scale rate",
-            ));
+            limited = Some(SCALE_UP_LIMIT);
         }
         let (replicas, bounded) = bound(desired, bounds);
         Outcome {
@@ -262,6 +249,14 @@ impl History {
     }
 }
 
+const SCALE_UP_LIMIT: (&str, &str) = (
+    "ScaleUpLimit",
+    "the desired replica count is increasing faster than the maximum scale rate",
+);
+const SCALE_DOWN_LIMIT: (&str, &str) = (
+    "ScaleDownLimit",
+    "the desired replica count is decreasing faster than the maximum scale rate",
+);
 const TOO_MANY: (&str, &str) = (
     "TooManyReplicas",
     "the desired replica count is more than the maximum replica count",
@@ -341,6 +336,36 @@ mod tests {
         let mut fresh = History::starting_at(6, t0);
         let o = fresh.normalize(Some(&defaults), 6, 2, (1, 30), t0 + Duration::from_secs(1));
         assert_eq!((o.replicas, o.stabilized), (6, Some("ScaleDownStabilized")));
+    }
+
+    #[test]
+    fn the_tighter_of_the_rate_limit_and_the_bound_names_the_limit() {
+        let t0 = Instant::now();
+        // Without behavior: 2 pods may go to 4; a maximum of 4 is the
+        // bound that holds (upstream: TooManyReplicas), one of 5 the rate.
+        let o = History::default().normalize(None, 2, 10, (1, 4), t0);
+        assert_eq!(
+            (o.replicas, o.limited.map(|l| l.0)),
+            (4, Some("TooManyReplicas"))
+        );
+        let o = History::default().normalize(None, 2, 10, (1, 5), t0);
+        assert_eq!(
+            (o.replicas, o.limited.map(|l| l.0)),
+            (4, Some("ScaleUpLimit"))
+        );
+        // With the default behavior: 5 pods may go to 10 (100%); a
+        // maximum of 10 holds as the bound.
+        let defaults = behavior(json!({}));
+        let o = History::default().normalize(Some(&defaults), 5, 50, (1, 10), t0);
+        assert_eq!(
+            (o.replicas, o.limited.map(|l| l.0)),
+            (10, Some("TooManyReplicas"))
+        );
+        let o = History::default().normalize(Some(&defaults), 5, 50, (1, 11), t0);
+        assert_eq!(
+            (o.replicas, o.limited.map(|l| l.0)),
+            (10, Some("ScaleUpLimit"))
+        );
     }
 
     #[test]

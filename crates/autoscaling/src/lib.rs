@@ -131,10 +131,7 @@ pub fn metrics_of(spec: &HorizontalPodAutoscalerSpec) -> Vec<MetricSpec> {
 /// failure upstream reports.
 pub fn parse_selector(selector: &str) -> Result<LabelSelector, Failure> {
     if selector.is_empty() {
-        return Err((
-            "SelectorRequired".into(),
-            "the HPA target's scale is missing a selector".into(),
-        ));
+        return Err(selector_required());
     }
     LabelSelector::parse(selector).map_err(|e| {
         (
@@ -142,6 +139,14 @@ pub fn parse_selector(selector: &str) -> Result<LabelSelector, Failure> {
             format!("couldn't convert selector into a corresponding internal selector object: {e}"),
         )
     })
+}
+
+/// The failure of a target whose scale names no selector.
+pub fn selector_required() -> Failure {
+    (
+        "SelectorRequired".into(),
+        "the HPA target's scale is missing a selector".into(),
+    )
 }
 
 /// The failure of reading the resource metrics API.
@@ -242,20 +247,21 @@ pub fn decide(
         .map(|p| p.as_ref().map(|p| p.status.clone()).unwrap_or_default())
         .collect();
     let proposals: Vec<Proposal> = proposals.into_iter().flatten().collect();
+    // The metric that asks for the most (the first of equals), as upstream.
+    let best = proposals
+        .iter()
+        .reduce(|a, b| if b.replicas > a.replicas { b } else { a });
     let active = condition(
         "ScalingActive",
         true,
         "ValidMetricFound",
         format!(
             "the HPA was able to successfully calculate a replica count from {}",
-            proposals
-                .first()
-                .map_or("cpu resource utilization (percentage of request)", |p| p
-                    .name
-                    .as_str())
+            best.map_or("cpu resource utilization (percentage of request)", |p| p
+                .name
+                .as_str())
         ),
     );
-    let best = proposals.iter().max_by_key(|p| p.replicas);
     let proposed = best.map_or(current, |p| p.replicas);
     let reason = match best {
         Some(p) if proposed > current => format!("{} above target", p.name),
@@ -325,6 +331,30 @@ fn propose(
     match first_error {
         Some(e) if best.is_none_or(|b| b < current) => Err(e),
         _ => Ok(out),
+    }
+}
+
+/// Sets `c` in `conditions`, in place of one of its type.
+pub fn set_condition(
+    conditions: &mut Vec<HorizontalPodAutoscalerCondition>,
+    c: HorizontalPodAutoscalerCondition,
+) {
+    match conditions.iter_mut().find(|o| o.type_ == c.type_) {
+        Some(o) => *o = c,
+        None => conditions.insert(0, c),
+    }
+}
+
+/// The key an autoscaler is remembered by: its uid (a deleted and
+/// recreated one starts afresh), else its namespace and name.
+pub fn memory_key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    match &meta.uid {
+        Some(uid) => uid.clone(),
+        None => format!(
+            "{}/{}",
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default()
+        ),
     }
 }
 

@@ -82,6 +82,6 @@ impl Memory {
         lock(&self.histories)
             .entry(key.to_string())
             .or_insert_with(|| History::starting_at(current, now))
-            .scaled(now, desired - current);
+            .scaled(now, desired.saturating_sub(current));
     }
 }

@@ -250,8 +250,15 @@ fn a_federated_hpa_scales_its_template_on_the_members_pods_cpu() {
     );
     let top = top.into_inner();
     assert!(top.lines().all(|l| l.contains("25m")), "{top}");
-    let nodes = fleet.hub.ok(&["top", "node", "--no-headers"]);
-    assert_eq!(nodes.lines().count(), 4, "two nodes a member:\n{nodes}");
+    until(
+        Duration::from_secs(60),
+        "kubectl top node on the control plane to list both members' nodes",
+        || {
+            let out = fleet.hub.kubectl(&["top", "node", "--no-headers"]);
+            String::from_utf8_lossy(&out.stdout).lines().count() == 4
+        },
+        || fleet.hub.ok(&["get", "clusters"]),
+    );
 }
 
 #[test]

@@ -183,19 +183,36 @@ fn sample(v: &Value) -> Sample {
 }
 
 /// A Go duration as metrics-server writes its windows (`15s`, `10.062s`,
-/// `1m0.5s`).
+/// `1m0.5s`, `500ms`): numbers, each with its unit; `None` for anything
+/// else, or beyond what a Duration holds.
 fn go_duration(s: &str) -> Option<Duration> {
-    let (minutes, seconds) = match s.split_once('m') {
-        Some((m, rest)) => (m.parse::<u64>().ok()?, rest),
-        None => (0, s),
-    };
-    let seconds = seconds.strip_suffix('s').unwrap_or(seconds);
-    let seconds: f64 = if seconds.is_empty() {
-        0.0
-    } else {
-        seconds.parse().ok()?
-    };
-    Some(Duration::from_secs(minutes * 60) + Duration::from_secs_f64(seconds.max(0.0)))
+    let mut rest = s;
+    let mut seconds = 0f64;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let value: f64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let (scale, unit_len) = [
+            ("ns", 1e-9),
+            ("us", 1e-6),
+            ("\u{b5}s", 1e-6),
+            ("ms", 1e-3),
+            ("s", 1.0),
+            ("m", 60.0),
+            ("h", 3600.0),
+        ]
+        .iter()
+        .find(|(unit, _)| rest.starts_with(unit))
+        .map(|(unit, scale)| (*scale, unit.len()))?;
+        seconds += value * scale;
+        rest = &rest[unit_len..];
+    }
+    Duration::try_from_secs_f64(seconds).ok()
 }
 
 #[cfg(test)]
@@ -208,7 +225,11 @@ mod tests {
         assert_eq!(go_duration("15s"), Some(Duration::from_secs(15)));
         assert_eq!(go_duration("10.062s"), Some(Duration::from_millis(10_062)));
         assert_eq!(go_duration("1m0.5s"), Some(Duration::from_millis(60_500)));
-        assert_eq!(go_duration("soon"), None);
+        assert_eq!(go_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(go_duration("1h2m"), Some(Duration::from_secs(3720)));
+        for bad in ["soon", "", "15", "1e400s", "9999999999999999999999m"] {
+            assert_eq!(go_duration(bad), None, "{bad}");
+        }
         let u = usage(Some(&json!({"cpu": "99997937n", "memory": "64Mi"})));
         assert_eq!(
             u,

@@ -207,13 +207,23 @@ fn federated_hpa(object: &Value) -> Vec<String> {
     ] {
         let Some(rules) = rules else { continue };
         let at = format!("spec.behavior.{direction}");
-        if let Some(w) = rules.stabilization_window_seconds
-            && !(0..=3600).contains(&w)
-        {
-            errors.push(invalid(
+        match rules.stabilization_window_seconds {
+            Some(w) if w < 0 => errors.push(invalid(
+                &format!("{at}.stabilizationWindowSeconds"),
+                w,
+                "must be greater than or equal to 0",
+            )),
+            Some(w) if w > 3600 => errors.push(invalid(
                 &format!("{at}.stabilizationWindowSeconds"),
                 w,
                 "must be less than or equal to 3600",
+            )),
+            _ => {}
+        }
+        if rules.policies.as_ref().is_some_and(Vec::is_empty) {
+            errors.push(required(
+                &format!("{at}.policies"),
+                "must specify at least one Policy",
             ));
         }
         if let Some(p) = &rules.select_policy

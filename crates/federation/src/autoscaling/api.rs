@@ -95,7 +95,9 @@ pub struct CronFederatedHPARule {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct CronFederatedHPAStatus {
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Always written, so that a merge patch clears the histories of rules
+    /// that are gone.
+    #[serde(default)]
     pub execution_histories: Vec<ExecutionHistory>,
 }
 

@@ -19,6 +19,7 @@ use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use parking_lot::Mutex;
@@ -48,7 +49,8 @@ struct Plan {
 
 #[derive(Default)]
 struct Plans {
-    /// By CronFederatedHPA (`namespace/name`), then by rule name.
+    /// By CronFederatedHPA (its uid: one deleted and made again is
+    /// planned afresh), then by rule name.
     rules: HashMap<String, HashMap<String, Plan>>,
     /// The target each CronFederatedHPA's rules were planned for.
     targets: HashMap<String, String>,
@@ -57,15 +59,18 @@ struct Plans {
 struct State {
     ctx: Ctx,
     plans: Mutex<Plans>,
+    store: Store<CronFederatedHPA>,
 }
 
 pub async fn run(ctx: Ctx) {
     let api: Api<CronFederatedHPA> = Api::all(ctx.hub.clone());
+    let controller = Controller::new(api, watcher::Config::default());
     let state = Arc::new(State {
         ctx,
         plans: Mutex::default(),
+        store: controller.store(),
     });
-    Controller::new(api, watcher::Config::default())
+    controller
         .run(
             |cron, state: Arc<State>| async move { state.reconcile(&cron).await },
             |cron, error, state| retry(cron, error, state.ctx.clone()),
@@ -90,15 +95,22 @@ enum Outcome {
 
 impl State {
     async fn reconcile(&self, cron: &CronFederatedHPA) -> Result<Action, Error> {
-        let key = format!(
-            "{}/{}",
-            cron.namespace().unwrap_or_default(),
-            cron.name_any()
-        );
-        if cron.metadata.deletion_timestamp.is_some() {
+        let key = flotilla_autoscaling::memory_key(&cron.metadata);
+        {
+            // What deleted CronFederatedHPAs planned goes.
             let mut plans = self.plans.lock();
-            plans.rules.remove(&key);
-            plans.targets.remove(&key);
+            if plans.rules.len() >= self.store.state().len() {
+                let live: std::collections::HashSet<String> = self
+                    .store
+                    .state()
+                    .iter()
+                    .map(|c| flotilla_autoscaling::memory_key(&c.metadata))
+                    .collect();
+                plans.rules.retain(|k, _| live.contains(k));
+                plans.targets.retain(|k, _| live.contains(k));
+            }
+        }
+        if cron.metadata.deletion_timestamp.is_some() {
             return Ok(Action::await_change());
         }
         let target = serde_json::to_string(&cron.spec.scale_target_ref).unwrap_or_default();
@@ -163,7 +175,7 @@ impl State {
             if let Outcome::Failed(message) = &outcome {
                 self.event(cron, ("Warning", "ScaleFailed", message)).await;
             }
-            info!(cron = %key, rule = %rule.name, ok = matches!(outcome, Outcome::Applied), "rule fired");
+            info!(namespace = %cron.namespace().unwrap_or_default(), cron = %cron.name_any(), rule = %rule.name, ok = matches!(outcome, Outcome::Applied), "rule fired");
             fired.push((rule, scheduled, outcome));
         }
         let executed = Timestamp::now();
@@ -264,6 +276,8 @@ impl State {
         }
     }
 
+    /// Sets the FederatedHPA's bounds, read and written again when
+    /// someone else wrote between (its own status writes do).
     async fn scale_federated_hpa(
         &self,
         ns: &str,
@@ -271,28 +285,35 @@ impl State {
         rule: &CronFederatedHPARule,
     ) -> Result<(), String> {
         let api: Api<FederatedHPA> = Api::namespaced(self.ctx.hub.clone(), ns);
-        let fhpa = api.get(name).await.map_err(|e| e.to_string())?;
-        let mut spec = serde_json::Map::new();
-        if let Some(max) = rule.target_max_replicas
-            && max != fhpa.spec.max_replicas
-        {
-            spec.insert("maxReplicas".into(), json!(max));
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let fhpa = api.get(name).await.map_err(|e| e.to_string())?;
+            let mut spec = serde_json::Map::new();
+            if let Some(max) = rule.target_max_replicas
+                && max != fhpa.spec.max_replicas
+            {
+                spec.insert("maxReplicas".into(), json!(max));
+            }
+            if let Some(min) = rule.target_min_replicas
+                && Some(min) != fhpa.spec.min_replicas
+            {
+                spec.insert("minReplicas".into(), json!(min));
+            }
+            if spec.is_empty() {
+                return Ok(());
+            }
+            let patch =
+                json!({"metadata": {"resourceVersion": fhpa.resource_version()}, "spec": spec});
+            match api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 && attempts < 5 => continue,
+                Err(e) => return Err(e.to_string()),
+            }
         }
-        if let Some(min) = rule.target_min_replicas
-            && Some(min) != fhpa.spec.min_replicas
-        {
-            spec.insert("minReplicas".into(), json!(min));
-        }
-        if spec.is_empty() {
-            return Ok(());
-        }
-        // Guarded by the resourceVersion read: a concurrent change fails
-        // the firing rather than being overwritten.
-        let patch = json!({"metadata": {"resourceVersion": fhpa.resource_version()}, "spec": spec});
-        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
     }
 
     async fn scale_workload(

@@ -37,6 +37,8 @@ use crate::error::{Error, is_not_found};
 use crate::{events, names};
 
 const COMPONENT: &str = "federatedhpa-controller";
+/// How long one member's part of a sync may take.
+const MEMBER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 struct State {
     ctx: Ctx,
@@ -70,6 +72,8 @@ struct MemberPart {
     /// None: that member's metrics could not be read (its pods count as
     /// pods without metrics).
     usage: Option<PodUsage>,
+    /// The member's scale of the workload names no selector.
+    no_selector: bool,
 }
 
 impl State {
@@ -133,14 +137,17 @@ impl State {
                 return Ok(requeue);
             }
         };
-        let parts = futures::future::join_all(
-            clusters
-                .iter()
-                .map(|c| self.member_part(c, &ns, &api_version, &target.kind, &target.name)),
-        )
+        let parts = futures::future::join_all(clusters.iter().map(|c| {
+            // A member that does not answer is left out, not waited for.
+            tokio::time::timeout(
+                MEMBER_TIMEOUT,
+                self.member_part(c, &ns, &api_version, &target.kind, &target.name),
+            )
+        }))
         .await;
-        let parts: Vec<MemberPart> = parts.into_iter().flatten().collect();
-        let in_members: i32 = parts.iter().map(|p| p.replicas).sum();
+        let parts: Vec<MemberPart> = parts.into_iter().flatten().flatten().collect();
+        let in_members: i64 = parts.iter().map(|p| i64::from(p.replicas)).sum();
+        let in_members = i32::try_from(in_members).unwrap_or(i32::MAX);
         if in_members == 0 && current > 0 {
             let message = "failed to get replicas in any of clusters, possibly because all of clusters are not ready";
             self.warn(fhpa, "FailedGetScale", message).await;
@@ -304,6 +311,7 @@ impl State {
                 replicas,
                 pods: Vec::new(),
                 usage: None,
+                no_selector: true,
             });
         }
         let params = ListParams::default().labels(&selector);
@@ -344,6 +352,7 @@ impl State {
             replicas,
             pods,
             usage,
+            no_selector: false,
         })
     }
 
@@ -370,7 +379,10 @@ impl State {
                 let message = format!("New size: {desired}; reason: {}", decision.reason);
                 self.event(fhpa, ("Normal", "SuccessfulRescale", &message))
                     .await;
-                decision.conditions[0] = flotilla_autoscaling::succeeded_rescale(desired);
+                flotilla_autoscaling::set_condition(
+                    &mut decision.conditions,
+                    flotilla_autoscaling::succeeded_rescale(desired),
+                );
                 status.last_scale_time = Some(Time(Timestamp::now()));
             }
             Err(e) => {
@@ -379,7 +391,10 @@ impl State {
                     decision.reason
                 );
                 self.warn(fhpa, "FailedRescale", &message).await;
-                decision.conditions[0] = flotilla_autoscaling::failed_update_scale(&e.to_string());
+                flotilla_autoscaling::set_condition(
+                    &mut decision.conditions,
+                    flotilla_autoscaling::failed_update_scale(&e.to_string()),
+                );
             }
         }
     }
@@ -422,12 +437,15 @@ impl State {
 }
 
 fn key_of(f: &FederatedHPA) -> String {
-    format!("{}/{}", f.namespace().unwrap_or_default(), f.name_any())
+    flotilla_autoscaling::memory_key(&f.metadata)
 }
 
 /// The members' pods and their usage as one fleet, or why there is no
 /// usage at all.
 fn observed(parts: &[MemberPart]) -> Result<(Vec<PodSample>, PodUsage), Failure> {
+    if !parts.is_empty() && parts.iter().all(|p| p.no_selector) {
+        return Err(flotilla_autoscaling::selector_required());
+    }
     if parts.iter().all(|p| p.usage.is_none()) {
         let clusters: Vec<&str> = parts.iter().map(|p| p.cluster.as_str()).collect();
         return Err(flotilla_autoscaling::metrics_api_failure(format!(

@@ -3,7 +3,8 @@
 //! ranges, steps and lists) or one of `@yearly`, `@annually`, `@monthly`,
 //! `@weekly`, `@daily`, `@hourly`, evaluated in the rule's time zone.
 //! That is what Karmada both admits and runs (its webhook's parser admits
-//! more, which its scheduler then refuses). croner evaluates it.
+//! more, which its scheduler then refuses); croner, which evaluates it,
+//! would read Quartz's extensions too, so the fields are checked first.
 
 use croner::Cron;
 use croner::parser::{CronParser, Seconds};
@@ -35,7 +36,7 @@ impl Schedule {
             "@weekly" => "0 0 * * 0",
             "@daily" => "0 0 * * *",
             "@hourly" => "0 * * * *",
-            other if other.split_whitespace().count() == 5 => other,
+            other if other.split_whitespace().count() == 5 && standard(other) => other,
             _ => return Err(ScheduleError::Format),
         };
         let cron = CronParser::builder()
@@ -61,6 +62,31 @@ impl Schedule {
             .ok()
             .map(|z| z.timestamp())
     }
+}
+
+/// Whether the five fields use only a CronJob's syntax: numbers, `*`,
+/// `?`, ranges, steps, lists, and month and weekday names where they
+/// belong. croner also reads Quartz's `L`, `W`, `#` and a leading `+`;
+/// Karmada's scheduler does not run them, so neither is admitted here.
+fn standard(expression: &str) -> bool {
+    const MONTHS: [&str; 12] = [
+        "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
+    ];
+    const DAYS: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
+    expression.split_whitespace().enumerate().all(|(i, field)| {
+        field.split([',', '-', '/']).all(|token| match token {
+            "*" | "?" => true,
+            t if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) => true,
+            t => {
+                let names: &[&str] = match i {
+                    3 => &MONTHS,
+                    4 => &DAYS,
+                    _ => &[],
+                };
+                names.iter().any(|n| n.eq_ignore_ascii_case(t))
+            }
+        })
+    })
 }
 
 #[cfg(test)]

@@ -71,7 +71,7 @@ impl Autoscaler {
             return Ok(requeue);
         }
         let ns = hpa.namespace().unwrap_or_default();
-        let key = format!("{ns}/{}", hpa.name_any());
+        let key = flotilla_autoscaling::memory_key(&hpa.metadata);
         if let Some(wait) = self.memory.wait(&key, hpa.metadata.generation) {
             return Ok(Action::requeue(wait));
         }
@@ -81,7 +81,7 @@ impl Autoscaler {
                 .hpas
                 .state()
                 .iter()
-                .map(|h| format!("{}/{}", h.namespace().unwrap_or_default(), h.name_any()))
+                .map(|h| flotilla_autoscaling::memory_key(&h.metadata))
                 .collect();
             self.memory.retain(&live);
         }
@@ -164,14 +164,20 @@ impl Autoscaler {
                         decision.reason
                     ),
                 );
-                decision.conditions[0] = flotilla_autoscaling::failed_update_scale(&e.to_string());
+                flotilla_autoscaling::set_condition(
+                    &mut decision.conditions,
+                    flotilla_autoscaling::failed_update_scale(&e.to_string()),
+                );
             } else if desired != current {
                 recorder.emit(
                     &reference,
                     "SuccessfulRescale",
                     format!("New size: {desired}; reason: {}", decision.reason),
                 );
-                decision.conditions[0] = flotilla_autoscaling::succeeded_rescale(desired);
+                flotilla_autoscaling::set_condition(
+                    &mut decision.conditions,
+                    flotilla_autoscaling::succeeded_rescale(desired),
+                );
                 status.last_scale_time = Some(podutil::now());
             }
         }
