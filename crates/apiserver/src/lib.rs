@@ -54,6 +54,7 @@ pub mod resource_metrics;
 pub mod resources;
 pub mod reviews;
 pub mod scale;
+pub mod schedule;
 pub mod schema;
 pub mod selector;
 pub mod server;

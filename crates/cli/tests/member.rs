@@ -1317,3 +1317,111 @@ fn horizontal_pod_autoscalers_scale_on_the_pods_cpu() {
         "1"
     );
 }
+
+/// The Kubernetes tutorial "Running Automated Tasks with a CronJob",
+/// verbatim.
+const HELLO_CRONJOB: &str = r#"
+apiVersion: batch/v1
+kind: CronJob
+metadata:
+  name: hello
+spec:
+  schedule: "* * * * *"
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          containers:
+          - name: hello
+            image: busybox:1.28
+            imagePullPolicy: IfNotPresent
+            command:
+            - /bin/sh
+            - -c
+            - date; echo Hello from the Kubernetes cluster
+          restartPolicy: OnFailure
+"#;
+
+#[test]
+fn cronjobs_create_jobs_on_schedule() {
+    let member = Server::member("m3", &["--nodes", "1"]);
+    member.ok_stdin(&["apply", "-f", "-"], HELLO_CRONJOB);
+    let cron =
+        |path: &str| member.ok(&["get", "cronjob", "hello", "-o", &format!("jsonpath={path}")]);
+    // The next minute: one Job, owned by the CronJob, named after the
+    // scheduled minute, run to completion.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let job = loop {
+        let jobs = member.ok(&[
+            "get",
+            "jobs",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} {.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}{\"\\n\"}{end}",
+        ]);
+        if let Some(line) = jobs.lines().find(|l| l.starts_with("hello-")) {
+            break line.to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no Job within a minute and a half:\n{}",
+            member.ok(&["describe", "cronjob", "hello"])
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let (name, owner) = job.split_once(' ').unwrap_or_default();
+    assert_eq!(owner, "CronJob/hello");
+    let minutes: i64 = name.trim_start_matches("hello-").parse().unwrap_or(0);
+    let scheduled = member.ok(&[
+        "get",
+        "job",
+        name,
+        "-o",
+        "jsonpath={.metadata.annotations.batch\\.kubernetes\\.io/cronjob-scheduled-timestamp}",
+    ]);
+    let at: k8s_openapi::jiff::Timestamp = scheduled.trim().parse().expect("a timestamp");
+    assert_eq!(at.as_second(), minutes * 60, "{scheduled}");
+    member.ok(&[
+        "wait",
+        "--for=condition=complete",
+        &format!("job/{name}"),
+        "--timeout=60s",
+    ]);
+    let last = cron("{.status.lastScheduleTime}");
+    assert_eq!(last.trim(), scheduled.trim());
+    common::wait_for(WAIT, "the last successful time and no active Job", || {
+        !cron("{.status.lastSuccessfulTime}").is_empty() && cron("{.status.active}").is_empty()
+    });
+    let events = member.ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.kind=CronJob,involvedObject.name=hello",
+        "-o",
+        "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
+    ]);
+    assert_has(
+        &events,
+        &[
+            &format!("SuccessfulCreate: Created job {name}"),
+            "SawCompletedJob",
+        ],
+    );
+    // kubectl's own columns.
+    assert_has(
+        &member.ok(&["get", "cronjob", "hello"]),
+        &["SCHEDULE", "* * * * *", "SUSPEND", "False"],
+    );
+    // A schedule the controller could not run is refused.
+    let bad = member.kubectl(&[
+        "create",
+        "cronjob",
+        "bad",
+        "--image=busybox",
+        "--schedule=every minute",
+    ]);
+    assert!(!bad.status.success());
+    assert_has(
+        &String::from_utf8_lossy(&bad.stderr),
+        &["spec.schedule: Invalid value: \"every minute\""],
+    );
+}

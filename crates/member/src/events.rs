@@ -35,6 +35,8 @@ const QUEUED: usize = 1000;
 /// The reasons recorded as Warnings.
 const WARNINGS: &[&str] = &[
     "Failed",
+    "UnparseableSchedule",
+    "FailedDelete",
     "BackOff",
     "Unhealthy",
     "FailedCreatePodSandBox",

@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Service};
 
 use crate::pod::Pod;
@@ -64,6 +64,7 @@ pub struct Cluster {
     pub claims: Store<PersistentVolumeClaim>,
     pub volumes: Store<PersistentVolume>,
     pub hpas: Store<HorizontalPodAutoscaler>,
+    pub cronjobs: Store<CronJob>,
     /// The Event recorders of the cluster's components, made on first use.
     recorders: parking_lot::Mutex<std::collections::HashMap<&'static str, EventRecorder>>,
 }
@@ -105,6 +106,7 @@ pub struct Informers {
     pub claims: Informer<PersistentVolumeClaim>,
     pub volumes: Informer<PersistentVolume>,
     pub hpas: Informer<HorizontalPodAutoscaler>,
+    pub cronjobs: Informer<CronJob>,
 }
 
 /// A controller's main loop, ready to spawn.
@@ -147,6 +149,7 @@ impl Simulator {
             claims: Informer::new(Api::all(client.clone())),
             volumes: Informer::new(Api::all(client.clone())),
             hpas: Informer::new(Api::all(client.clone())),
+            cronjobs: Informer::new(Api::all(client.clone())),
         };
         let pods_by_owner = Index::new(&mut inf.pods, |p: &Pod| controller_uid(p));
         let pods_by_node = Index::new(&mut inf.pods, |p: &Pod| {
@@ -174,6 +177,7 @@ impl Simulator {
             claims: inf.claims.store(),
             volumes: inf.volumes.store(),
             hpas: inf.hpas.store(),
+            cronjobs: inf.cronjobs.store(),
             recorders: Default::default(),
         });
         let metrics = Arc::new(crate::metrics::MetricsServer::new(
@@ -192,6 +196,7 @@ impl Simulator {
             controllers::job::start(cluster.clone(), &mut inf),
             controllers::endpoints::start(cluster.clone(), &mut inf),
             controllers::hpa::start(cluster.clone(), &mut inf),
+            controllers::cronjob::start(cluster.clone(), &mut inf),
         ];
         controllers.extend(controllers::volumes::start(cluster.clone(), &mut inf));
         let mut tasks = vec![
@@ -206,6 +211,7 @@ impl Simulator {
             tokio::spawn(inf.claims.run()),
             tokio::spawn(inf.volumes.run()),
             tokio::spawn(inf.hpas.run()),
+            tokio::spawn(inf.cronjobs.run()),
         ];
         let c = &cluster;
         let synced = async {
@@ -220,6 +226,7 @@ impl Simulator {
             let _ = c.claims.wait_until_ready().await;
             let _ = c.volumes.wait_until_ready().await;
             let _ = c.hpas.wait_until_ready().await;
+            let _ = c.cronjobs.wait_until_ready().await;
         };
         if tokio::time::timeout(Duration::from_secs(60), synced)
             .await

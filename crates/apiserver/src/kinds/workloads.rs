@@ -268,6 +268,43 @@ impl Strategy for CronJobs {
         defaults::cron_job(obj);
     }
 
+    /// The schedule and its zone must be what the controller can run.
+    fn validate(&self, obj: &Value) -> Vec<Cause> {
+        use crate::schedule::{Schedule, ScheduleError};
+        let schedule = s(obj, "/spec/schedule");
+        let zone = obj.pointer("/spec/timeZone").and_then(Value::as_str);
+        let invalid = |field: &str, value: &str, why: String| Cause {
+            reason: "FieldValueInvalid",
+            field: field.into(),
+            message: format!("Invalid value: {value:?}: {why}"),
+        };
+        if schedule.is_empty() {
+            return vec![Cause {
+                reason: "FieldValueRequired",
+                field: "spec.schedule".into(),
+                message: "Required value".into(),
+            }];
+        }
+        if schedule.contains("TZ") {
+            return vec![invalid(
+                "spec.schedule",
+                schedule,
+                "cannot use TZ or CRON_TZ in schedule, use timeZone field instead".into(),
+            )];
+        }
+        match Schedule::parse(schedule, Some(zone.unwrap_or("UTC"))) {
+            Ok(_) => Vec::new(),
+            Err(ScheduleError::Format) => vec![invalid(
+                "spec.schedule",
+                schedule,
+                "expected exactly 5 fields (minute, hour, day of month, month, day of week) or a descriptor such as @daily".into(),
+            )],
+            Err(e @ ScheduleError::Zone(_)) => {
+                vec![invalid("spec.timeZone", zone.unwrap_or_default(), e.to_string())]
+            }
+        }
+    }
+
     fn initial_status(&self, _obj: &Value) -> Option<Value> {
         Some(json!({}))
     }
@@ -297,11 +334,12 @@ impl Strategy for CronJobs {
             name,
             json!(s(o, "/spec/schedule")),
             json!(or_none(s(o, "/spec/timeZone").to_string())),
-            json!(
-                o.pointer("/spec/suspend")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false)
-            ),
+            // Upstream's printBoolPtr: "True", "False", "<unset>".
+            json!(match o.pointer("/spec/suspend").and_then(Value::as_bool) {
+                Some(true) => "True",
+                Some(false) => "False",
+                None => "<unset>",
+            }),
             json!(arr(o, "/status/active").len()),
             json!(last),
             json!(created),

@@ -30,10 +30,10 @@ use super::api::{
     API_VERSION, CronFederatedHPA, CronFederatedHPARule, ExecutionHistory, FailedExecution,
     FederatedHPA, SuccessfulExecution,
 };
-use super::schedule::Schedule;
 use crate::context::{Ctx, retry};
 use crate::error::{Error, is_not_found};
 use crate::events;
+use flotilla_apiserver::schedule::Schedule;
 
 const COMPONENT: &str = "cronfederatedhpa-controller";
 /// The history limits' default (the CRD defaults them too).

@@ -14,7 +14,6 @@ pub mod cron;
 pub mod federated_hpa;
 pub mod replicas_syncer;
 pub mod scale_target_marker;
-pub mod schedule;
 
 use crate::context::Ctx;
 

@@ -37,7 +37,8 @@ pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
     )
 }
 
-fn finished(job: &Job) -> bool {
+/// Whether the Job has ended (Complete or Failed).
+pub(crate) fn finished(job: &Job) -> bool {
     job.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())

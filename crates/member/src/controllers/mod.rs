@@ -1,6 +1,7 @@
 //! One controller per concern, as kube-controller-manager, kube-scheduler
 //! and the kubelet divide the work.
 
+pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;

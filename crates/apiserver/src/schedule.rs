@@ -1,10 +1,10 @@
-//! A CronFederatedHPA rule's schedule: the five fields of a Kubernetes
-//! CronJob (minute, hour, day of month, month, day of week; names,
-//! ranges, steps and lists) or one of `@yearly`, `@annually`, `@monthly`,
-//! `@weekly`, `@daily`, `@hourly`, evaluated in the rule's time zone.
-//! That is what Karmada both admits and runs (its webhook's parser admits
-//! more, which its scheduler then refuses); croner, which evaluates it,
-//! would read Quartz's extensions too, so the fields are checked first.
+//! Cron schedules as a CronJob reads them (and Karmada's CronFederatedHPA
+//! rules): the five fields (minute, hour, day of month, month, day of
+//! week; numbers, names, ranges, steps and lists) or one of `@yearly`,
+//! `@annually`, `@monthly`, `@weekly`, `@daily`, `@midnight`, `@hourly`,
+//! evaluated in a time zone. That is what upstream's parser
+//! (robfig/cron's standard one) reads; croner, which evaluates it, would
+//! read Quartz's extensions too, so the fields are checked first.
 
 use croner::Cron;
 use croner::parser::{CronParser, Seconds};
@@ -34,7 +34,7 @@ impl Schedule {
             "@yearly" | "@annually" => "0 0 1 1 *",
             "@monthly" => "0 0 1 * *",
             "@weekly" => "0 0 * * 0",
-            "@daily" => "0 0 * * *",
+            "@daily" | "@midnight" => "0 0 * * *",
             "@hourly" => "0 * * * *",
             other if other.split_whitespace().count() == 5 && standard(other) => other,
             _ => return Err(ScheduleError::Format),
