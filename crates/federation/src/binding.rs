@@ -202,12 +202,19 @@ async fn sync(binding: &Binding, ctx: &Ctx, synced: &Synced) -> Result<Next, Err
         finalizer::remove(&binding_api(ctx, binding), binding, finalizers::BINDING).await?;
         return Ok(None);
     }
-    let targets: BTreeSet<String> = binding
+    let mut targets: BTreeSet<String> = binding
         .spec
         .clusters
         .iter()
         .map(|t| t.name.clone())
         .collect();
+    // As Karmada's mergeTargetClusters: a dependency goes where the
+    // bindings that require it go, whatever its own placement says.
+    targets.extend(
+        crate::dependencies::required_by(binding)
+            .into_iter()
+            .flat_map(|s| s.clusters.into_iter().map(|c| c.name)),
+    );
     let epoch = ctx.overrides_epoch.load(Ordering::SeqCst);
     let stamp = (uid, binding.metadata.generation, epoch);
     if synced.wrote(&key, &stamp) {

@@ -29,8 +29,8 @@ use crate::packed::PackedStore;
 use crate::quota::api::FederatedResourceQuota;
 use crate::scheduler::tenancy::Tenancy;
 use crate::{
-    autoscaling, binding, cluster, detector, execution, failover, mcs, ocm, quota, rebalancer,
-    scheduler, status, taint_policy,
+    autoscaling, binding, cluster, dependencies, detector, execution, failover, mcs, ocm, quota,
+    rebalancer, scheduler, status, taint_policy,
 };
 
 /// What of a cluster placement depends on: a change here reschedules.
@@ -429,6 +429,13 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
             failover::changes(&fanout.changes),
             signal(readiness_tx.subscribe()),
         )));
+        if scope == Scope::Namespaced {
+            controllers.push(Box::pin(dependencies::run(
+                ctx.clone(),
+                store.clone(),
+                dependencies::changes(&fanout.changes),
+            )));
+        }
         controllers.push(Box::pin(status::run(
             ctx.clone(),
             store.clone(),

@@ -15,6 +15,7 @@ pub mod conditions;
 pub mod context;
 pub mod controlplane;
 pub mod crds;
+pub mod dependencies;
 pub mod detector;
 pub mod error;
 pub mod events;

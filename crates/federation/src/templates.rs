@@ -37,6 +37,25 @@ impl Templates {
             .insert((api_version.to_string(), kind.to_string()), store);
     }
 
+    /// The template of `api_version`/`kind` named `name` in `namespace`
+    /// ("" for cluster-scoped ones) as the cache holds it, if the kind is
+    /// watched and it exists.
+    pub fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Arc<DynamicObject>> {
+        let store = self
+            .0
+            .read()
+            .get(&(api_version.to_string(), kind.to_string()))?
+            .clone();
+        let namespace = (!namespace.is_empty()).then_some(namespace);
+        store.get_key(&packed::key(namespace, name))
+    }
+
     /// The kind is no longer watched.
     pub fn unregister(&self, api_version: &str, kind: &str) {
         self.0

@@ -173,6 +173,11 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<State>) -> Result<Next, Err
     }
     debug!(binding = %binding.name_any(), generation = ?binding.metadata.generation, epoch, last = ?decided.lock().get(&uid), "scheduling");
     let spec = &binding.spec;
+    // A binding no policy placed (a dependency attached to the bindings
+    // that require it) is not scheduled: its clusters are theirs.
+    if spec.placement.is_none() {
+        return Ok(None);
+    }
     if spec
         .scheduler_name
         .as_deref()

@@ -1,0 +1,137 @@
+//! What a workload template depends on, as Karmada's default interpreter
+//! reads it (`GetDependencies`): the ConfigMaps, Secrets,
+//! PersistentVolumeClaims and ServiceAccount its pod template names. No
+//! I/O: the template's JSON in, the dependencies out.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+/// One object a template needs in the same namespace.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Dependency {
+    pub kind: &'static str,
+    pub name: String,
+}
+
+impl Dependency {
+    pub fn api_version(&self) -> &'static str {
+        "v1"
+    }
+}
+
+/// Where each kind keeps its pod template.
+fn pod_spec<'a>(kind: &str, template: &'a Value) -> Option<&'a Value> {
+    match kind {
+        "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet" | "Job" => {
+            template.pointer("/spec/template/spec")
+        }
+        "CronJob" => template.pointer("/spec/jobTemplate/spec/template/spec"),
+        "Pod" => template.get("spec"),
+        _ => None,
+    }
+}
+
+/// The dependencies of a template of `kind`, sorted; none for kinds
+/// without a pod template.
+pub fn dependencies(kind: &str, template: &Value) -> Vec<Dependency> {
+    let Some(spec) = pod_spec(kind, template) else {
+        return Vec::new();
+    };
+    let mut found = BTreeSet::new();
+    let mut add = |kind: &'static str, name: Option<&Value>| {
+        if let Some(name) = name.and_then(Value::as_str).filter(|n| !n.is_empty()) {
+            found.insert(Dependency {
+                kind,
+                name: name.to_string(),
+            });
+        }
+    };
+    let items = |v: Option<&Value>| v.and_then(Value::as_array).cloned().unwrap_or_default();
+    for volume in items(spec.get("volumes")) {
+        add("ConfigMap", volume.pointer("/configMap/name"));
+        add("Secret", volume.pointer("/secret/secretName"));
+        add(
+            "PersistentVolumeClaim",
+            volume.pointer("/persistentVolumeClaim/claimName"),
+        );
+        for source in items(volume.pointer("/projected/sources")) {
+            add("ConfigMap", source.pointer("/configMap/name"));
+            add("Secret", source.pointer("/secret/name"));
+        }
+        // Secrets volume plugins name for their credentials.
+        for at in [
+            "/csi/nodePublishSecretRef/name",
+            "/azureFile/secretName",
+            "/cephfs/secretRef/name",
+            "/cinder/secretRef/name",
+            "/flexVolume/secretRef/name",
+            "/rbd/secretRef/name",
+            "/iscsi/secretRef/name",
+            "/scaleIO/secretRef/name",
+            "/storageos/secretRef/name",
+        ] {
+            add("Secret", volume.pointer(at));
+        }
+    }
+    for list in ["containers", "initContainers", "ephemeralContainers"] {
+        for container in items(spec.get(list)) {
+            for from in items(container.get("envFrom")) {
+                add("ConfigMap", from.pointer("/configMapRef/name"));
+                add("Secret", from.pointer("/secretRef/name"));
+            }
+            for env in items(container.get("env")) {
+                add("ConfigMap", env.pointer("/valueFrom/configMapKeyRef/name"));
+                add("Secret", env.pointer("/valueFrom/secretKeyRef/name"));
+            }
+        }
+    }
+    for secret in items(spec.get("imagePullSecrets")) {
+        add("Secret", secret.get("name"));
+    }
+    // Every namespace has its `default` ServiceAccount.
+    let account = spec
+        .get("serviceAccountName")
+        .filter(|a| a.as_str() != Some("default"));
+    add("ServiceAccount", account);
+    found.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_deployment_depends_on_what_its_pods_name() {
+        let deployment = json!({"spec": {"template": {"spec": {
+        "serviceAccountName": "runner",
+        "imagePullSecrets": [{"name": "registry"}],
+        "containers": [{"name": "app", "image": "nginx",
+            "envFrom": [{"configMapRef": {"name": "settings"}}],
+            "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "token", "key": "t"}}}]}],
+        "volumes": [
+            {"name": "a", "configMap": {"name": "settings"}},
+            {"name": "b", "persistentVolumeClaim": {"claimName": "data"}},
+            {"name": "c", "projected": {"sources": [{"secret": {"name": "certs"}}]}}
+        ]}}}});
+        let names: Vec<String> = dependencies("Deployment", &deployment)
+            .into_iter()
+            .map(|d| format!("{}/{}", d.kind, d.name))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "ConfigMap/settings",
+                "PersistentVolumeClaim/data",
+                "Secret/certs",
+                "Secret/registry",
+                "Secret/token",
+                "ServiceAccount/runner"
+            ]
+        );
+        let default_account = json!({"spec": {"serviceAccountName": "default", "containers": []}});
+        assert!(dependencies("Pod", &default_account).is_empty());
+        assert!(dependencies("ConfigMap", &json!({"data": {}})).is_empty());
+    }
+}
