@@ -54,6 +54,27 @@ impl Schedule {
         Ok(Schedule { cron, zone })
     }
 
+    /// The last time at or before `at` the schedule fired.
+    pub fn latest_at_or_before(&self, at: Timestamp) -> Option<Timestamp> {
+        let start = at.to_zoned(self.zone.clone());
+        self.cron
+            .find_previous_occurrence(&start, true)
+            .ok()
+            .map(|z| z.timestamp())
+    }
+
+    /// `t` in RFC 3339 with the schedule's zone's offset, as Go's
+    /// `t.In(zone).Format(time.RFC3339)` writes it (`Z` for no offset).
+    pub fn rfc3339_in_zone(&self, t: Timestamp) -> String {
+        let t = Timestamp::from_second(t.as_second()).unwrap_or(t);
+        let offset = self.zone.to_offset(t);
+        if offset.seconds() == 0 {
+            t.to_string()
+        } else {
+            t.display_with_offset(offset).to_string()
+        }
+    }
+
     /// The first time after `after` (strictly) the schedule fires.
     pub fn next_after(&self, after: Timestamp) -> Option<Timestamp> {
         let start = after.to_zoned(self.zone.clone());
@@ -109,6 +130,18 @@ mod tests {
         assert_eq!(
             daily.next_after(at("2026-12-01T10:00:00Z")),
             Some(at("2026-12-01T16:00:00Z"))
+        );
+        assert_eq!(
+            daily.latest_at_or_before(at("2026-12-01T10:00:00Z")),
+            Some(at("2026-11-30T16:00:00Z"))
+        );
+        assert_eq!(
+            daily.rfc3339_in_zone(at("2026-11-30T16:00:00Z")),
+            "2026-12-01T00:00:00+08:00"
+        );
+        assert_eq!(
+            every.rfc3339_in_zone(at("2026-12-01T19:31:00Z")),
+            "2026-12-01T19:31:00Z"
         );
         let weekdays = Schedule::parse("30 9 * * MON-FRI", Some("UTC")).unwrap();
         // 2026-12-05 is a Saturday.

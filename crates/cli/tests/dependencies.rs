@@ -144,6 +144,36 @@ fn a_deployments_configmaps_and_secrets_follow_it() {
         },
         describe,
     );
+    // A reference dropped from the pod template: that dependency goes,
+    // the other stays; put back, it returns.
+    fleet.hub.ok(&[
+        "patch",
+        "deployment",
+        "my-nginx",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/spec/template/spec/containers/0/envFrom"}]"#,
+    ]);
+    until(
+        Duration::from_secs(60),
+        "the Secret gone from member1, the ConfigMap still there",
+        || !has("member1", &secret) && has("member1", &cm),
+        describe,
+    );
+    fleet.hub.ok(&[
+        "patch",
+        "deployment",
+        "my-nginx",
+        "--type=json",
+        "-p",
+        r#"[{"op":"add","path":"/spec/template/spec/containers/0/envFrom","value":[{"secretRef":{"name":"my-nginx-secret"}}]}]"#,
+    ]);
+    until(
+        Duration::from_secs(60),
+        "the Secret back in member1",
+        || has("member1", &secret),
+        describe,
+    );
     // The workload moves: its dependencies move with it.
     fleet.hub.ok(&[
         "patch",

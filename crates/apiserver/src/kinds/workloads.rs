@@ -278,6 +278,34 @@ impl Strategy for CronJobs {
             field: field.into(),
             message: format!("Invalid value: {value:?}: {why}"),
         };
+        let mut causes: Vec<Cause> = [
+            "startingDeadlineSeconds",
+            "successfulJobsHistoryLimit",
+            "failedJobsHistoryLimit",
+        ]
+        .iter()
+        .filter_map(|f| {
+            let v = obj.pointer(&format!("/spec/{f}")).and_then(Value::as_i64)?;
+            (v < 0).then(|| {
+                invalid(
+                    &format!("spec.{f}"),
+                    &v.to_string(),
+                    "must be greater than or equal to 0".into(),
+                )
+            })
+        })
+        .collect();
+        // Upstream names a zone; "" and "Local" are the server's, not one.
+        if let Some(z @ ("" | "Local")) = zone {
+            causes.push(invalid(
+                "spec.timeZone",
+                z,
+                format!("unknown time zone {z}"),
+            ));
+        }
+        if !causes.is_empty() {
+            return causes;
+        }
         if schedule.is_empty() {
             return vec![Cause {
                 reason: "FieldValueRequired",

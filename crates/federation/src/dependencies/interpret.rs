@@ -14,28 +14,42 @@ pub struct Dependency {
     pub name: String,
 }
 
+/// The kind of a dependency as the interpreter names it ("" for a kind
+/// that is never one).
+pub fn kind_of(kind: &str) -> &'static str {
+    match kind {
+        "ConfigMap" => "ConfigMap",
+        "Secret" => "Secret",
+        "PersistentVolumeClaim" => "PersistentVolumeClaim",
+        "ServiceAccount" => "ServiceAccount",
+        _ => "",
+    }
+}
+
 impl Dependency {
     pub fn api_version(&self) -> &'static str {
         "v1"
     }
 }
 
-/// Where each kind keeps its pod template.
-fn pod_spec<'a>(kind: &str, template: &'a Value) -> Option<&'a Value> {
-    match kind {
-        "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet" | "Job" => {
+/// Where each kind Karmada's default interpreter knows keeps its pod
+/// template (a custom kind of the same name in another group has none).
+fn pod_spec<'a>(api_version: &str, kind: &str, template: &'a Value) -> Option<&'a Value> {
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    match (group, kind) {
+        ("apps", "Deployment" | "StatefulSet" | "DaemonSet") | ("batch", "Job") => {
             template.pointer("/spec/template/spec")
         }
-        "CronJob" => template.pointer("/spec/jobTemplate/spec/template/spec"),
-        "Pod" => template.get("spec"),
+        ("batch", "CronJob") => template.pointer("/spec/jobTemplate/spec/template/spec"),
+        ("", "Pod") => template.get("spec"),
         _ => None,
     }
 }
 
-/// The dependencies of a template of `kind`, sorted; none for kinds
-/// without a pod template.
-pub fn dependencies(kind: &str, template: &Value) -> Vec<Dependency> {
-    let Some(spec) = pod_spec(kind, template) else {
+/// The dependencies of a template of `api_version`/`kind`, sorted; none
+/// for kinds without a pod template.
+pub fn dependencies(api_version: &str, kind: &str, template: &Value) -> Vec<Dependency> {
+    let Some(spec) = pod_spec(api_version, kind, template) else {
         return Vec::new();
     };
     let mut found = BTreeSet::new();
@@ -115,7 +129,7 @@ mod tests {
             {"name": "b", "persistentVolumeClaim": {"claimName": "data"}},
             {"name": "c", "projected": {"sources": [{"secret": {"name": "certs"}}]}}
         ]}}}});
-        let names: Vec<String> = dependencies("Deployment", &deployment)
+        let names: Vec<String> = dependencies("apps/v1", "Deployment", &deployment)
             .into_iter()
             .map(|d| format!("{}/{}", d.kind, d.name))
             .collect();
@@ -131,7 +145,9 @@ mod tests {
             ]
         );
         let default_account = json!({"spec": {"serviceAccountName": "default", "containers": []}});
-        assert!(dependencies("Pod", &default_account).is_empty());
-        assert!(dependencies("ConfigMap", &json!({"data": {}})).is_empty());
+        assert!(dependencies("v1", "Pod", &default_account).is_empty());
+        assert!(dependencies("v1", "ConfigMap", &json!({"data": {}})).is_empty());
+        // A custom kind named as a workload is not read as one.
+        assert!(dependencies("example.com/v1", "Deployment", &deployment).is_empty());
     }
 }

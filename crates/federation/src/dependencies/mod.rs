@@ -117,16 +117,10 @@ pub async fn run(
                     if state.bindings.get_key(&key).is_some() {
                         queue.add(Key::from(key));
                     } else {
-                        // A parent gone: what it required is released.
-                        let gone = state.parents.lock().remove(&key);
+                        // Gone: what it required is released by the
+                        // attached bindings' own looks, in the queue.
+                        state.parents.lock().remove(&key);
                         state.attached.lock().remove(&key);
-                        if let Some(deps) = gone
-                            && let Some((ns, name)) = key.split_once('/')
-                        {
-                            for dep in deps {
-                                let _ = state.release(ns, name, &dep).await;
-                            }
-                        }
                     }
                 }
             }
@@ -153,7 +147,8 @@ impl State {
             return Ok(());
         }
         // As a parent: its dependencies follow its clusters.
-        let now = if is_parent(b) {
+        // A parent not yet scheduled needs nothing anywhere yet.
+        let now = if is_parent(b) && !b.spec.clusters.is_empty() {
             self.dependencies_of(b)
         } else {
             Vec::new()
@@ -173,7 +168,7 @@ impl State {
                 .collect(),
         };
         for dep in &now {
-            self.attach(&ns, dep, &snapshot).await?;
+            self.attach(&ns, dep, &snapshot, b).await?;
         }
         for dep in before.iter().filter(|d| !now.contains(d)) {
             self.release(&ns, &name, dep).await?;
@@ -190,13 +185,22 @@ impl State {
             return Ok(());
         }
         self.attached.lock().insert(key);
+        // Kept: requirers that exist, are scheduled and still need this
+        // dependency (so a release lost to a conflict or a restart is
+        // made good here).
+        let me = interpret::Dependency {
+            kind: interpret::kind_of(&b.spec.resource.kind),
+            name: b.spec.resource.name.clone(),
+        };
         let kept: Vec<Snapshot> = required
             .iter()
             .filter(|s| {
                 let parent = packed::key(Some(&s.namespace), &s.name);
-                self.bindings
-                    .get_key(&parent)
-                    .is_some_and(|p| is_parent(&p))
+                self.bindings.get_key(&parent).is_some_and(|p| {
+                    is_parent(&p)
+                        && !p.spec.clusters.is_empty()
+                        && self.dependencies_of(&p).contains(&me)
+                })
             })
             .cloned()
             .collect();
@@ -212,9 +216,14 @@ impl State {
         let Some(template) = self.template(&r.api_version, &r.kind, &r.namespace, &r.name) else {
             return Vec::new();
         };
-        interpret::dependencies(&r.kind, &template)
+        interpret::dependencies(&r.api_version, &r.kind, &template)
             .into_iter()
-            .filter(|d| self.template("v1", d.kind, &r.namespace, &d.name).is_some())
+            .filter(|d| {
+                self.ctx
+                    .templates
+                    .get(d.api_version(), d.kind, &r.namespace, &d.name)
+                    .is_some()
+            })
             .collect()
     }
 
@@ -234,21 +243,33 @@ impl State {
     /// Records that `parent` needs `dep` on its clusters: the dependency's
     /// binding made, or its `requiredBy` entry for the parent brought up to
     /// date.
-    async fn attach(&self, ns: &str, dep: &Dependency, parent: &Snapshot) -> Result<(), Error> {
+    async fn attach(
+        &self,
+        ns: &str,
+        dep: &Dependency,
+        parent: &Snapshot,
+        parent_binding: &Binding,
+    ) -> Result<(), Error> {
         let name = names::binding_name(dep.kind, &dep.name);
-        let Some(template) = self.template(dep.api_version(), dep.kind, ns, &dep.name) else {
+        let Some(template) = self
+            .ctx
+            .templates
+            .get(dep.api_version(), dep.kind, ns, &dep.name)
+        else {
             return Ok(());
         };
-        let uid = template
-            .pointer("/metadata/uid")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
+        let uid = template.metadata.uid.clone().unwrap_or_default();
         let version = template
-            .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
+            .metadata
+            .resource_version
+            .clone()
+            .unwrap_or_default();
+        // As Karmada: the requirer's conflict policy and deletion
+        // preference hold for what it brings along.
+        let (conflict, preserve) = (
+            parent_binding.spec.conflict_resolution.clone(),
+            parent_binding.spec.preserve_resources_on_deletion,
+        );
         let api = self.attached_api(ns);
         match self.bindings.get_key(&packed::key(Some(ns), &name)) {
             None => {
@@ -269,6 +290,8 @@ impl State {
                             "name": dep.name, "uid": uid, "resourceVersion": version},
                         "requiredBy": [parent],
                         "clusters": parent.clusters,
+                        "conflictResolution": conflict,
+                        "preserveResourcesOnDeletion": preserve,
                     },
                 });
                 let binding: Binding = serde_json::from_value(binding)?;
@@ -292,10 +315,12 @@ impl State {
                     None => required.push(parent.clone()),
                 }
                 required.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-                let stale_version = existing.spec.resource.uid == uid
-                    && existing.spec.resource.resource_version != version
-                    && existing.spec.placement.is_none();
-                if required == required_by(&existing) && !stale_version {
+                let stale = existing.spec.placement.is_none()
+                    && ((existing.spec.resource.uid == uid
+                        && existing.spec.resource.resource_version != version)
+                        || existing.spec.conflict_resolution != conflict
+                        || existing.spec.preserve_resources_on_deletion != preserve);
+                if required == required_by(&existing) && !stale {
                     return Ok(());
                 }
                 let mut patch = json!({
@@ -306,6 +331,8 @@ impl State {
                     patch["spec"]["clusters"] = json!(union(&required));
                     // The dependency changed: its Works are written again.
                     patch["spec"]["resource"] = json!({"resourceVersion": version});
+                    patch["spec"]["conflictResolution"] = json!(conflict);
+                    patch["spec"]["preserveResourcesOnDeletion"] = json!(preserve);
                 }
                 self.patch(&api, &name, &patch).await
             }
@@ -332,12 +359,20 @@ impl State {
         let name = b.name_any();
         let api = self.attached_api(&ns);
         if required.is_empty() && b.spec.placement.is_none() {
-            match api.delete(&name, &DeleteParams::default()).await {
+            // Only the version looked at: a requirer added meanwhile keeps it.
+            let params = DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    resource_version: b.resource_version(),
+                    uid: b.uid(),
+                }),
+                ..Default::default()
+            };
+            match api.delete(&name, &params).await {
                 Ok(_) => {
                     info!(binding = %name, namespace = %ns, "dependency no longer required");
                     return Ok(());
                 }
-                Err(e) if is_not_found(&e) => return Ok(()),
+                Err(e) if is_not_found(&e) || crate::error::is_conflict(&e) => return Ok(()),
                 Err(e) => return Err(e.into()),
             }
         }

@@ -29,9 +29,6 @@ use crate::informer::owner_ref;
 use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, run_controller};
 
 const COMPONENT: &str = "cronjob-controller";
-/// How many schedule times are looked through for the most recent one
-/// missed (upstream gives up on more than 100 and runs the latest).
-const MOST_TIMES: usize = 100_000;
 
 pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
     let own = inf.cronjobs.own_triggers(|_| true);
@@ -65,7 +62,6 @@ fn reference(job: &Job) -> ObjectReference {
         namespace: job.namespace(),
         name: Some(job.name_any()),
         uid: job.uid(),
-        resource_version: job.resource_version(),
         ..Default::default()
     }
 }
@@ -120,7 +116,7 @@ async fn reconcile(cron: Arc<CronJob>, cluster: Arc<Cluster>) -> Result<Action> 
         events.emit(
             &me,
             "SawCompletedJob",
-            format!("Saw completed job: {}, status: {outcome}", j.name_any()),
+            format!("Saw completed job: {}, condition: {outcome}", j.name_any()),
         );
     }
     for j in owned.iter().filter(|j| succeeded(j)) {
@@ -135,14 +131,14 @@ async fn reconcile(cron: Arc<CronJob>, cluster: Arc<Cluster>) -> Result<Action> 
         (spec.successful_jobs_history_limit, true),
         (spec.failed_jobs_history_limit, false),
     ] {
-        let Some(keep) = keep else { continue };
+        let Some(keep) = keep.and_then(|k| usize::try_from(k).ok()) else {
+            continue;
+        };
         let done: Vec<&Arc<Job>> = owned
             .iter()
             .filter(|j| finished(j) && succeeded(j) == want)
             .collect();
-        let extra = done
-            .len()
-            .saturating_sub(usize::try_from(keep).unwrap_or(0));
+        let extra = done.len().saturating_sub(keep);
         for j in done.into_iter().take(extra) {
             delete(&jobs_api, j, &events, &me).await;
         }
@@ -175,23 +171,24 @@ async fn reconcile(cron: Arc<CronJob>, cluster: Arc<Cluster>) -> Result<Action> 
         if let Some(deadline) = spec.starting_deadline_seconds {
             let window = now
                 .checked_sub(SignedDuration::from_secs(deadline.max(0)))
-                .unwrap_or(now);
+                .unwrap_or(Timestamp::MIN);
             earliest = earliest.max(window);
         }
-        // The most recent time due, of those since the earliest.
-        let mut due = None;
-        let mut t = earliest;
-        for _ in 0..MOST_TIMES {
-            match schedule.next_after(t) {
-                Some(next) if next <= now => {
-                    due = Some(next);
-                    t = next;
-                }
-                _ => break,
-            }
-        }
+        // The most recent time due since the earliest, if any (only it
+        // runs, however many were missed).
+        let due = schedule.latest_at_or_before(now).filter(|t| *t > earliest);
         wake = schedule.next_after(now);
-        if let Some(at) = due {
+        // A time whose Job exists was handled (by an earlier look whose
+        // writes the cache does not show yet, or before a restart).
+        let made = |at: Timestamp| {
+            let name = job_name(&cron, at);
+            owned.iter().any(|j| j.name_any() == name)
+        };
+        if let Some(at) = due.filter(|at| made(*at)) {
+            if last_schedule.as_ref().is_none_or(|t| t.0 < at) {
+                last_schedule = Some(Time(at));
+            }
+        } else if let Some(at) = due {
             let policy = spec.concurrency_policy.as_deref().unwrap_or("Allow");
             if !active.is_empty() && policy == "Forbid" {
                 events.emit(
@@ -206,7 +203,7 @@ async fn reconcile(cron: Arc<CronJob>, cluster: Arc<Cluster>) -> Result<Action> 
                     }
                     active.clear();
                 }
-                match create(&jobs_api, &cron, &spec, at).await {
+                match create(&jobs_api, &cron, &spec, schedule, at).await {
                     Ok(Some(job)) => {
                         events.emit(
                             &me,
@@ -253,10 +250,16 @@ async fn reconcile(cron: Arc<CronJob>, cluster: Arc<Cluster>) -> Result<Action> 
 }
 
 /// The Job for the time `at`, or `None` when it exists already.
+/// The Job of the time `at`: named after its minute since the epoch.
+fn job_name(cron: &CronJob, at: Timestamp) -> String {
+    format!("{}-{}", cron.name_any(), at.as_second().div_euclid(60))
+}
+
 async fn create(
     api: &Api<Job>,
     cron: &CronJob,
     spec: &k8s_openapi::api::batch::v1::CronJobSpec,
+    schedule: &Schedule,
     at: Timestamp,
 ) -> std::result::Result<Option<Job>, kube::Error> {
     let template = &spec.job_template;
@@ -264,16 +267,14 @@ async fn create(
     let mut annotations = meta.annotations.unwrap_or_default();
     annotations.insert(
         "batch.kubernetes.io/cronjob-scheduled-timestamp".into(),
-        Timestamp::from_second(at.as_second())
-            .unwrap_or(at)
-            .to_string(),
+        schedule.rfc3339_in_zone(at),
     );
     let owner = crate::podutil::controller_ref(cron);
     let job: Job = serde_json::from_value(json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": format!("{}-{}", cron.name_any(), at.as_second().div_euclid(60)),
+            "name": job_name(cron, at),
             "namespace": cron.namespace(),
             "labels": meta.labels,
             "annotations": annotations,
