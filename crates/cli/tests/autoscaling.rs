@@ -7,29 +7,10 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::fleet::{Fleet, jsonpath, stderr};
-use common::{Server, assert_has};
-
-/// Polls `cond` once a second (each poll runs kubectl) until it holds;
-/// on timeout, fails with what `describe` shows.
-fn until(
-    timeout: Duration,
-    what: &str,
-    mut cond: impl FnMut() -> bool,
-    describe: impl Fn() -> String,
-) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}:\n{}",
-            describe()
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    }
-}
+use common::{Server, assert_has, until};
 
 /// Karmada's "Autoscaling across clusters with resource metrics" tutorial.
 const NGINX: &str = r#"

@@ -4,9 +4,10 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::fleet::{Fleet, exists};
+use common::until;
 
 /// Karmada's "propagate dependencies" example, with a Secret beside the
 /// ConfigMap, placed on member1.
@@ -73,23 +74,6 @@ spec:
       clusterNames:
         - member1
 "#;
-
-fn until(
-    timeout: Duration,
-    what: &str,
-    mut cond: impl FnMut() -> bool,
-    describe: impl Fn() -> String,
-) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}:\n{}",
-            describe()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
 
 #[test]
 fn a_deployments_configmaps_and_secrets_follow_it() {

@@ -325,7 +325,7 @@ impl Strategy for CronJobs {
             Err(ScheduleError::Format) => vec![invalid(
                 "spec.schedule",
                 schedule,
-                "expected exactly 5 fields (minute, hour, day of month, month, day of week) or a descriptor such as @daily".into(),
+                "not a schedule: five fields (minute 0-59, hour 0-23, day of month 1-31, month 1-12 or JAN-DEC, day of week 0-6 or SUN-SAT) or a descriptor such as @daily".into(),
             )],
             Err(e @ ScheduleError::Zone(_)) => {
                 vec![invalid("spec.timeZone", zone.unwrap_or_default(), e.to_string())]

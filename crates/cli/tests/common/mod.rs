@@ -500,6 +500,25 @@ pub fn which(bin: &str) -> Option<PathBuf> {
     })
 }
 
+/// Polls `cond` every half second (each poll may run kubectl) until it
+/// holds; on timeout, fails with what `describe` shows.
+pub fn until(
+    timeout: Duration,
+    what: &str,
+    mut cond: impl FnMut() -> bool,
+    describe: impl Fn() -> String,
+) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}:\n{}",
+            describe()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 /// Polls `cond` until it holds or the deadline passes.
 pub fn wait_for(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;

@@ -87,18 +87,26 @@ fn target_ref(object: &Value, errors: &mut Vec<String>) {
     }
 }
 
-fn federated_hpa(object: &Value) -> Vec<String> {
-    let mut errors = Vec::new();
-    target_ref(object, &mut errors);
-    let spec: FederatedHPASpec = match object
+/// The object's `spec` as `T`, or the errors that say why not.
+fn spec_of<T: serde::de::DeserializeOwned>(object: &Value) -> Result<T, Vec<String>> {
+    match object
         .get("spec")
         .cloned()
         .map(serde_json::from_value)
         .transpose()
     {
-        Ok(Some(spec)) => spec,
-        Ok(None) => return vec![required("spec", "")],
-        Err(e) => return vec![invalid("spec", "", &e.to_string())],
+        Ok(Some(spec)) => Ok(spec),
+        Ok(None) => Err(vec![required("spec", "")]),
+        Err(e) => Err(vec![invalid("spec", "", &e.to_string())]),
+    }
+}
+
+fn federated_hpa(object: &Value) -> Vec<String> {
+    let mut errors = Vec::new();
+    target_ref(object, &mut errors);
+    let spec: FederatedHPASpec = match spec_of(object) {
+        Ok(spec) => spec,
+        Err(errors) => return errors,
     };
     let min = spec.min_replicas.unwrap_or(1);
     if min < 1 {
@@ -269,15 +277,9 @@ fn lower_first(s: &str) -> String {
 
 fn cron_federated_hpa(object: &Value) -> Vec<String> {
     let mut errors = Vec::new();
-    let spec: CronFederatedHPASpec = match object
-        .get("spec")
-        .cloned()
-        .map(serde_json::from_value)
-        .transpose()
-    {
-        Ok(Some(spec)) => spec,
-        Ok(None) => return vec![required("spec", "")],
-        Err(e) => return vec![invalid("spec", "", &e.to_string())],
+    let spec: CronFederatedHPASpec = match spec_of(object) {
+        Ok(spec) => spec,
+        Err(errors) => return errors,
     };
     let target = &spec.scale_target_ref;
     let scales_fhpa = target.api_version.as_deref() == Some(API_VERSION);
