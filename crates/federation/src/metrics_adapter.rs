@@ -29,6 +29,8 @@ const MEMBER_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub struct FleetMetrics {
     hub: Client,
+    /// Member clients of its own: the controllers' live in a runtime that
+    /// goes with each term as leader, this serves from the API's.
     members: Members,
     runtime: Handle,
 }

@@ -61,6 +61,7 @@ pub struct Cluster {
     pub statefulsets: Store<StatefulSet>,
     pub daemonsets: Store<DaemonSet>,
     pub jobs: Store<Job>,
+    pub jobs_by_owner: Index<Job>,
     pub claims: Store<PersistentVolumeClaim>,
     pub volumes: Store<PersistentVolume>,
     pub hpas: Store<HorizontalPodAutoscaler>,
@@ -158,6 +159,7 @@ impl Simulator {
         let pods_by_namespace = Index::new(&mut inf.pods, |p: &Pod| p.namespace());
         let replicasets_by_owner =
             Index::new(&mut inf.replicasets, |r: &ReplicaSet| controller_uid(r));
+        let jobs_by_owner = Index::new(&mut inf.jobs, |j: &Job| controller_uid(j));
         let cluster = Arc::new(Cluster {
             clients,
             config,
@@ -174,6 +176,7 @@ impl Simulator {
             statefulsets: inf.statefulsets.store(),
             daemonsets: inf.daemonsets.store(),
             jobs: inf.jobs.store(),
+            jobs_by_owner,
             claims: inf.claims.store(),
             volumes: inf.volumes.store(),
             hpas: inf.hpas.store(),

@@ -90,17 +90,7 @@ async fn reconcile(cron: Arc<CronJob>, cluster: Arc<Cluster>) -> Result<Action> 
     let jobs_api: Api<Job> = Api::namespaced(client.clone(), &ns);
     let old = cron.status.clone().unwrap_or_default();
 
-    let mut owned: Vec<Arc<Job>> = cluster
-        .jobs
-        .state()
-        .into_iter()
-        .filter(|j| {
-            j.namespace().as_deref() == Some(ns.as_str())
-                && j.owner_references()
-                    .iter()
-                    .any(|o| o.controller == Some(true) && o.uid == uid)
-        })
-        .collect();
+    let mut owned: Vec<Arc<Job>> = cluster.jobs_by_owner.get(&uid);
     owned.sort_by_key(|j| started(j));
 
     // What ended since the last look.
@@ -127,21 +117,13 @@ async fn reconcile(cron: Arc<CronJob>, cluster: Arc<Cluster>) -> Result<Action> 
     }
 
     // The history: the oldest finished Jobs beyond the limits go.
-    for (keep, want) in [
-        (spec.successful_jobs_history_limit, true),
-        (spec.failed_jobs_history_limit, false),
-    ] {
-        let Some(keep) = keep.and_then(|k| usize::try_from(k).ok()) else {
-            continue;
-        };
-        let done: Vec<&Arc<Job>> = owned
-            .iter()
-            .filter(|j| finished(j) && succeeded(j) == want)
-            .collect();
-        let extra = done.len().saturating_sub(keep);
-        for j in done.into_iter().take(extra) {
-            delete(&jobs_api, j, &events, &me).await;
-        }
+    let ended: Vec<(bool, bool)> = owned.iter().map(|j| (finished(j), succeeded(j))).collect();
+    let limits = (
+        spec.successful_jobs_history_limit,
+        spec.failed_jobs_history_limit,
+    );
+    for i in beyond_history(&ended, limits) {
+        delete(&jobs_api, &owned[i], &events, &me).await;
     }
     let mut active: Vec<ObjectReference> = owned
         .iter()
@@ -164,19 +146,11 @@ async fn reconcile(cron: Arc<CronJob>, cluster: Arc<Cluster>) -> Result<Action> 
     let now = Timestamp::now();
     let mut wake = None;
     if let Some(schedule) = schedule.as_ref().filter(|_| !spec.suspend.unwrap_or(false)) {
-        let mut earliest = last_schedule
+        let since = last_schedule
             .as_ref()
             .or(cron.metadata.creation_timestamp.as_ref())
             .map_or(now, |t| t.0);
-        if let Some(deadline) = spec.starting_deadline_seconds {
-            let window = now
-                .checked_sub(SignedDuration::from_secs(deadline.max(0)))
-                .unwrap_or(Timestamp::MIN);
-            earliest = earliest.max(window);
-        }
-        // The most recent time due since the earliest, if any (only it
-        // runs, however many were missed).
-        let due = schedule.latest_at_or_before(now).filter(|t| *t > earliest);
+        let due = due(schedule, since, spec.starting_deadline_seconds, now);
         wake = schedule.next_after(now);
         // A time whose Job exists was handled (by an earlier look whose
         // writes the cache does not show yet, or before a restart).
@@ -250,6 +224,48 @@ async fn reconcile(cron: Arc<CronJob>, cluster: Arc<Cluster>) -> Result<Action> 
 }
 
 /// The Job for the time `at`, or `None` when it exists already.
+/// The time a Job is due for at `now`, if any: the most recent the
+/// schedule names after `since` (the last scheduled time, else the
+/// CronJob's creation) and within `startingDeadlineSeconds` of now. Only
+/// it runs, however many were missed, as upstream.
+fn due(
+    schedule: &Schedule,
+    since: Timestamp,
+    deadline_seconds: Option<i64>,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    let mut earliest = since;
+    if let Some(deadline) = deadline_seconds {
+        let window = now
+            .checked_sub(SignedDuration::from_secs(deadline.max(0)))
+            .unwrap_or(Timestamp::MIN);
+        earliest = earliest.max(window);
+    }
+    schedule.latest_at_or_before(now).filter(|t| *t > earliest)
+}
+
+/// Which finished Jobs (`(finished, succeeded)` each, oldest first) are
+/// beyond the history limits `(successful, failed)`: the oldest of each
+/// kind past its limit. No limit keeps all; a negative one is ignored.
+fn beyond_history(
+    jobs: &[(bool, bool)],
+    (successful, failed): (Option<i32>, Option<i32>),
+) -> Vec<usize> {
+    let mut gone = Vec::new();
+    for (limit, want) in [(successful, true), (failed, false)] {
+        let Some(keep) = limit.and_then(|k| usize::try_from(k).ok()) else {
+            continue;
+        };
+        let done: Vec<usize> = (0..jobs.len())
+            .filter(|&i| jobs[i].0 && jobs[i].1 == want)
+            .collect();
+        let extra = done.len().saturating_sub(keep);
+        gone.extend(done.into_iter().take(extra));
+    }
+    gone.sort_unstable();
+    gone
+}
+
 /// The Job of the time `at`: named after its minute since the epoch.
 fn job_name(cron: &CronJob, at: Timestamp) -> String {
     format!("{}-{}", cron.name_any(), at.as_second().div_euclid(60))
@@ -308,5 +324,59 @@ async fn delete(
         ),
         Err(kube::Error::Api(s)) if s.code == 404 => {}
         Err(e) => events.emit(me, "FailedDelete", format!("Deleted job: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn only_the_latest_missed_time_runs_within_the_deadline() {
+        let hourly = Schedule::parse("0 * * * *", Some("UTC")).unwrap();
+        let now = at("2026-12-01T10:20:00Z");
+        // Missed since 07:30: 10:00 alone is due.
+        assert_eq!(
+            due(&hourly, at("2026-12-01T07:30:00Z"), None, now),
+            Some(at("2026-12-01T10:00:00Z"))
+        );
+        // Run already: nothing more until 11:00.
+        assert_eq!(due(&hourly, at("2026-12-01T10:00:00Z"), None, now), None);
+        // 20 minutes late, with 10 minutes allowed: missed.
+        assert_eq!(
+            due(&hourly, at("2026-12-01T07:30:00Z"), Some(600), now),
+            None
+        );
+        assert_eq!(
+            due(&hourly, at("2026-12-01T07:30:00Z"), Some(1800), now),
+            Some(at("2026-12-01T10:00:00Z"))
+        );
+        // In a zone: 09:00 in Shanghai is 01:00 UTC.
+        let nine = Schedule::parse("0 9 * * *", Some("Asia/Shanghai")).unwrap();
+        assert_eq!(
+            due(&nine, at("2026-11-30T12:00:00Z"), None, now),
+            Some(at("2026-12-01T01:00:00Z"))
+        );
+    }
+
+    #[test]
+    fn the_oldest_finished_jobs_beyond_the_limits_go() {
+        // Oldest first: ok, failed, ok, running, failed, ok.
+        let jobs = [
+            (true, true),
+            (true, false),
+            (true, true),
+            (false, false),
+            (true, false),
+            (true, true),
+        ];
+        // Upstream's defaults: 3 successful, 1 failed.
+        assert_eq!(beyond_history(&jobs, (Some(3), Some(1))), [1]);
+        assert_eq!(beyond_history(&jobs, (Some(1), Some(0))), [0, 1, 2, 4]);
+        assert!(beyond_history(&jobs, (None, Some(-1))).is_empty());
     }
 }
