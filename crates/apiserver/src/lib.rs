@@ -66,6 +66,7 @@ pub mod strategic;
 pub mod table;
 pub mod tls;
 pub mod token_file;
+pub mod token_secrets;
 pub mod tokens;
 pub mod value;
 pub mod version;

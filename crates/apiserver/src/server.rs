@@ -221,6 +221,7 @@ impl ApiServer {
         crate::namespace::spawn_active_namespaces(api.clone());
         crate::gc::spawn(api.clone());
         crate::serviceaccounts::spawn(api.clone());
+        crate::token_secrets::spawn(api.clone());
         crate::apiservices::spawn(api.clone());
         crate::admission::spawn_quota_index(api.clone());
         crate::admission::spawn_status(api.clone());

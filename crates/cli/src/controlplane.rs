@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use flotilla_apiserver::{Config, loopback};
 use flotilla_federation::context::Options;
+use flotilla_federation::frontends;
 use flotilla_federation::leader::{self, Election};
 use flotilla_federation::metrics::Metrics;
 
@@ -77,9 +78,11 @@ pub struct ControlplaneArgs {
     pub dns_listen: Option<std::net::SocketAddr>,
     /// Foreign fleet APIs to serve over the pipeline: `kubefed`
     /// (KubeFed's `types.kubefed.io` and `core.kubefed.io`) and `argocd`
-    /// (Argo CD's Application and ApplicationSet, synced from local git
-    /// repositories). Each lets the controllers create the objects its API
-    /// generates.
+    /// (Argo CD's Application and ApplicationSet, synced from git
+    /// repositories on this host). Each lets the controllers create the
+    /// objects its API generates. Off by default here (`flotilla up` turns
+    /// both on): a front end that is off still serves its kinds, and
+    /// refuses a new object of them with how to turn it on.
     #[arg(long, value_delimiter = ',', value_parser = ["kubefed", "argocd"])]
     pub frontends: Vec<String>,
     /// The cores the federation controllers size their concurrency for:
@@ -167,6 +170,14 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
     p.api.add_mutating_admission(Arc::new(
         flotilla_federation::autoscaling::admission::Autoscalers,
     ));
+    // The front ends that are off: their kinds are served, and a new
+    // object of them is refused with how to turn them on.
+    let on = |f: &frontends::Frontend| args.frontends.iter().any(|n| n == f.name);
+    let off: Vec<_> = frontends::ALL.into_iter().filter(|f| !on(f)).collect();
+    if !off.is_empty() {
+        p.api
+            .add_mutating_admission(Arc::new(frontends::SwitchedOff(off)));
+    }
     let server = tokio::spawn(p.api.serve(p.listener, Some(p.tls), shutdown_signal()));
     // Ready means the Karmada API is served: install before publishing.
     flotilla_federation::crds::install(&admin)
@@ -175,17 +186,13 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
     flotilla_federation::roles::install(&admin)
         .await
         .context("cannot install the control plane's roles")?;
-    let kubefed = args.frontends.iter().any(|f| f == "kubefed");
-    if kubefed {
-        flotilla_federation::frontends::kubefed::install(&admin)
-            .await
-            .context("cannot install KubeFed's CRDs and roles")?;
-    }
-    let argocd = args.frontends.iter().any(|f| f == "argocd");
-    if argocd {
-        flotilla_federation::frontends::argocd::install(&admin)
-            .await
-            .context("cannot install Argo CD's CRDs and roles")?;
+    for frontend in frontends::ALL {
+        if on(frontend) {
+            frontend.install(&admin).await
+        } else {
+            frontend.install_switched_off(&admin).await
+        }
+        .with_context(|| format!("cannot install {}'s CRDs and roles", frontend.api))?;
     }
     // The hub is the network fabric's broker too.
     flotilla_fabric::broker::install(&admin)
@@ -200,8 +207,8 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
         graceful_eviction_timeout: args.graceful_eviction_timeout,
         cluster_monitor_grace_period: args.cluster_monitor_grace_period,
         clusterset_ip_ranges: args.clusterset_ip_range.clone(),
-        kubefed,
-        argocd,
+        kubefed: on(&frontends::KUBEFED),
+        argocd: on(&frontends::ARGOCD),
         ..Options::default()
     };
     let options = Options {

@@ -52,6 +52,11 @@ pub struct UpArgs {
     /// instead of distinct ones routed directly.
     #[arg(long)]
     pub overlapping_cidrs: bool,
+    /// The hub's foreign fleet APIs, as `flotilla controlplane
+    /// --frontends`: `kubefed`, `argocd`, or `none` [default: both, or
+    /// what the fleet in --data-dir was last started with]
+    #[arg(long, value_delimiter = ',', value_parser = ["kubefed", "argocd", "none"])]
+    pub frontends: Option<Vec<String>>,
 }
 
 /// Regions given to members in turn.
@@ -94,10 +99,20 @@ struct Shape {
     /// Members share their CIDRs and join through Globalnet.
     #[serde(default)]
     overlapping: bool,
+    /// The hub's `--frontends`.
+    #[serde(default = "all_frontends")]
+    frontends: Vec<String>,
 }
 
 fn sim_runtime() -> String {
     "sim".into()
+}
+
+fn all_frontends() -> Vec<String> {
+    flotilla_federation::frontends::ALL
+        .iter()
+        .map(|f| f.name.to_string())
+        .collect()
 }
 
 #[derive(Serialize, Deserialize, Debug)]
@@ -158,6 +173,7 @@ impl Shape {
             runtime: runtime.to_string(),
             underlay,
             overlapping,
+            frontends: all_frontends(),
         })
     }
 
@@ -400,6 +416,12 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             (shape, false)
         }
     };
+    // Front ends may change from one start to the next: only the hub's
+    // flags follow.
+    if let Some(chosen) = args.frontends {
+        shape.frontends = chosen.into_iter().filter(|f| f != "none").collect();
+        shape.save(&shape_path)?;
+    }
     let kubeconfig_path = args
         .write_kubeconfig
         .unwrap_or_else(|| dir.join("kubeconfig"));
@@ -540,9 +562,22 @@ async fn start(
         s("--write-kubeconfig"),
         hub_kubeconfig.display().to_string(),
     ];
+    let mut args = args;
+    if !shape.frontends.is_empty() {
+        args.extend([s("--frontends"), shape.frontends.join(",")]);
+    }
     let mut hub_process =
         Process::spawn(&exe, "control plane", &args, logs.join("controlplane.log"))?;
-    progress("control plane", "starting", "");
+    let frontends = if shape.frontends.is_empty() {
+        "none".to_string()
+    } else {
+        shape.frontends.join(", ")
+    };
+    progress(
+        "control plane",
+        "starting",
+        &format!("front ends: {frontends}"),
+    );
     let answered = wait_for_file(&mut hub_process, &hub_kubeconfig).await;
     fleet.processes.push(hub_process);
     answered?;

@@ -98,6 +98,108 @@ fn service_account_tokens_authenticate_and_are_reviewed() {
     assert_has(&stderr(&out), &["serviceaccounts \"nobody\" not found"]);
 }
 
+/// A Secret of type `kubernetes.io/service-account-token`, as the
+/// Kubernetes docs make one by hand (and `karmadactl join` does), is
+/// filled by the tokens controller: the token works until the Secret or
+/// its account goes.
+#[test]
+fn service_account_token_secrets_are_filled_as_kube_controller_manager_does() {
+    let s = Server::start();
+    s.ok(&["create", "serviceaccount", "build-robot"]);
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: v1
+kind: Secret
+metadata:
+  name: build-robot-secret
+  annotations:
+    kubernetes.io/service-account.name: build-robot
+type: kubernetes.io/service-account-token
+"#,
+    );
+    let field = |path: &str| {
+        s.ok(&[
+            "get",
+            "secret",
+            "build-robot-secret",
+            "-o",
+            &format!("jsonpath={path}"),
+        ])
+    };
+    wait_for(Duration::from_secs(30), "the token filled in", || {
+        !field("{.data.token}").is_empty()
+    });
+    let decode = |b64: String| {
+        use base64::Engine as _;
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(b64.trim())
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    assert_eq!(decode(field("{.data.namespace}")), "default");
+    assert!(decode(field(r"{.data.ca\.crt}")).contains("BEGIN CERTIFICATE"));
+    assert_eq!(
+        field(r"{.metadata.annotations.kubernetes\.io/service-account\.uid}"),
+        s.ok(&[
+            "get",
+            "serviceaccount",
+            "build-robot",
+            "-o",
+            "jsonpath={.metadata.uid}"
+        ])
+    );
+    assert_has(
+        &s.ok(&["describe", "secret", "build-robot-secret"]),
+        &["kubernetes.io/service-account-token", "token:"],
+    );
+    let token = decode(field("{.data.token}"));
+    let whoami = |token: &str| {
+        s.kubectl(&[
+            "--token",
+            token,
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ])
+    };
+    assert_eq!(
+        String::from_utf8_lossy(&whoami(&token).stdout),
+        "system:serviceaccount:default:build-robot"
+    );
+    // Deleting the Secret ends the token.
+    s.ok(&["delete", "secret", "build-robot-secret"]);
+    assert_has(&stderr(&whoami(&token)), &["Unauthorized"]);
+    // A filled Secret whose account is deleted goes with it.
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: again\n  annotations: {kubernetes.io/service-account.name: build-robot}\ntype: kubernetes.io/service-account-token\n",
+    );
+    wait_for(Duration::from_secs(30), "the second token", || {
+        !s.ok(&["get", "secret", "again", "-o", "jsonpath={.data.token}"])
+            .is_empty()
+    });
+    s.ok(&["delete", "serviceaccount", "build-robot"]);
+    wait_for(
+        Duration::from_secs(30),
+        "the Secret of a gone account deleted",
+        || !s.kubectl(&["get", "secret", "again"]).status.success(),
+    );
+    // Other Secrets are defaulted as upstream's: no type is Opaque.
+    s.ok(&["create", "secret", "generic", "plain", "--from-literal=a=b"]);
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: untyped}\ndata: {a: Yg==}\n",
+    );
+    assert_eq!(
+        s.ok(&["get", "secret", "untyped", "-o", "jsonpath={.type}"]),
+        "Opaque"
+    );
+}
+
 #[test]
 fn auth_can_i_and_whoami_answer_from_the_server() {
     let s = Server::start();

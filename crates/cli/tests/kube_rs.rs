@@ -500,6 +500,11 @@ async fn discovery_and_custom_resources(store: Store) {
                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object",
                      "required": ["size"], "properties": {"size": {"type": "integer", "minimum": 1}}}}}}}]}})).unwrap();
     let crd = crds.create(&PostParams::default(), &crd).await.unwrap();
+    // Defaulted as apiextensions' SetDefaults: no conversion is None.
+    assert_eq!(
+        crd.spec.conversion.as_ref().map(|c| c.strategy.as_str()),
+        Some("None")
+    );
     let conditions = crd.status.unwrap().conditions.unwrap();
     assert!(
         conditions

@@ -762,6 +762,183 @@ spec:
     });
 }
 
+/// The seeds' offloading and its ConfigMap, as the head of a file a user
+/// applies in one go.
+const OFFLOADED_NAMESPACE: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: burst
+---
+apiVersion: sharing.liqo.io/v1beta1
+kind: NamespaceOffloading
+metadata:
+  name: burst-offloading
+  namespace: burst
+spec:
+  clusterSelector:
+    matchLabels: {}
+  podOffloadingPolicy: LocalAndRemote
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: burst}
+data: {color: green}
+"#;
+
+/// Pods that can run only on a virtual node: a Deployment's and a bare
+/// one (created right after the offloading, before any controller acts).
+const REMOTE_ONLY: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: remote-only, namespace: burst}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: remote-only}}
+  template:
+    metadata: {labels: {app: remote-only}}
+    spec:
+      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+            - matchExpressions:
+              - {key: liqo.io/type, operator: In, values: [virtual-node]}
+      containers:
+      - name: app
+        image: example/app:1.0
+        resources: {requests: {cpu: 50m, memory: 32Mi}}
+"#;
+
+const REMOTE_ONLY_POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: solo, namespace: burst, labels: {app: remote-only}}
+spec:
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms:
+        - matchExpressions:
+          - {key: liqo.io/type, operator: In, values: [virtual-node]}
+  containers:
+  - name: app
+    image: example/app:1.0
+"#;
+
+#[test]
+fn a_file_applied_in_one_go_offloads_the_same_every_time() {
+    let east = Server::member("east", &[]);
+    let west = Server::member("west", &[]);
+    let out = peer(&east, &west, &[]);
+    assert!(out.status.success(), "peer: {}", stderr(&out));
+
+    // Applied, deleted and applied again with the same names: each time
+    // the pods are admitted under the offloading that exists as they are
+    // made, run in the provider, and the ConfigMap is in the twin.
+    let describe = || {
+        let out = |args: &[&str]| String::from_utf8_lossy(&east.kubectl(args).stdout).into_owned();
+        format!(
+            "{}\n{}",
+            out(&["describe", "pods", "-n", "burst"]),
+            out(&["get", "nso", "-n", "burst", "-o", "yaml"])
+        )
+    };
+    let in_one_go = format!("{OFFLOADED_NAMESPACE}---{REMOTE_ONLY_POD}---{REMOTE_ONLY}");
+    for round in 1..=6 {
+        let applied = std::time::Instant::now();
+        east.ok_stdin(&["apply", "-f", "-"], &in_one_go);
+        common::until(
+            WAIT,
+            &format!("round {round}: the ConfigMap in the twin"),
+            || {
+                jsonpath(
+                    &west,
+                    &["get", "configmap", "settings", "-n", "burst-east"],
+                    "{.data.color}",
+                ) == "green"
+            },
+            describe,
+        );
+        let reflected = applied.elapsed();
+        common::until(
+            WAIT,
+            &format!("round {round}: every pod running in the provider"),
+            || {
+                let p = pods(&east, "burst", "app=remote-only");
+                p.len() == 3 && p.iter().all(|p| p.1 == "Running" && p.2 == "liqo-west")
+            },
+            describe,
+        );
+        eprintln!(
+            "round {round}: ConfigMap reflected after {reflected:?}, pods running after {:?}",
+            applied.elapsed()
+        );
+        east.ok_stdin(
+            &["delete", "-f", "-", "--wait", "--ignore-not-found"],
+            &in_one_go,
+        );
+    }
+
+    // A workload made before its namespace was offloaded gets no
+    // toleration; it is told why, and created again it runs.
+    east.ok(&["create", "namespace", "late"]);
+    east.ok_stdin(
+        &["apply", "-n", "late", "-f", "-"],
+        &REMOTE_ONLY.replace("namespace: burst", "namespace: late"),
+    );
+    east.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: offloading.liqo.io/v1beta1
+kind: NamespaceOffloading
+metadata: {name: offloading, namespace: late}
+spec: {podOffloadingStrategy: LocalAndRemote}
+"#,
+    );
+    let warned = || {
+        jsonpath(
+            &east,
+            &[
+                "get",
+                "events",
+                "-n",
+                "late",
+                "--field-selector",
+                "reason=OffloadingNotApplied",
+            ],
+            "{range .items[*]}{.involvedObject.name}: {.message}{\"\\n\"}{end}",
+        )
+    };
+    common::until(
+        WAIT,
+        "a Warning Event on each pod made too early",
+        || warned().lines().count() == 2,
+        || format!("{}\n{}", warned(), describe()),
+    );
+    assert_has(
+        &warned(),
+        &[
+            "was created before namespace late was offloaded (NamespaceOffloading offloading)",
+            "does not tolerate the virtual nodes' taint virtual-node.liqo.io/not-allowed",
+            "kubectl rollout restart -n late deployment/NAME",
+        ],
+    );
+    east.ok(&["rollout", "restart", "-n", "late", "deployment/remote-only"]);
+    common::until(
+        WAIT,
+        "the restarted pods running in the provider",
+        || {
+            let p = pods(&east, "late", "app=remote-only");
+            p.len() == 2 && p.iter().all(|p| p.1 == "Running" && p.2 == "liqo-west")
+        },
+        || {
+            String::from_utf8_lossy(&east.kubectl(&["describe", "pods", "-n", "late"]).stdout)
+                .into_owned()
+        },
+    );
+}
+
 #[test]
 fn netns_peers_reach_each_other_and_offloaded_pods_give_logs_and_exec() {
     netns_peers("pe-east", "pe-west", false);

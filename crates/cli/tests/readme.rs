@@ -95,99 +95,120 @@ fn heredoc_end(text: &str) -> Option<String> {
 }
 
 /// What a command must print, beyond succeeding, as its comment in the
-/// README says: (how the command starts, what its output contains).
-const EXPECTED: &[(&str, &str)] = &[
-    ("kubectl --kubeconfig alice.kubeconfig auth whoami", "alice"),
-    ("flotilla get deploy api -n team-a", "1/1"),
-    ("kubectl --kubeconfig alice.kubeconfig auth can-i", "no"),
-    ("flotilla clusters", "member3"),
-    ("flotilla plan -f web.yaml", "member3"),
-    ("flotilla get deploy web", "2/2"),
+/// README says: (how the command starts, what its output contains, each).
+/// Every figure a comment states is among them
+/// (`every_figure_the_readme_states_is_checked`).
+const EXPECTED: &[(&str, &[&str])] = &[
+    (
+        "kubectl --kubeconfig alice.kubeconfig auth whoami",
+        &["alice"],
+    ),
+    ("flotilla get deploy api -n team-a", &["1/1"]),
+    ("kubectl --kubeconfig alice.kubeconfig auth can-i", &["no"]),
+    ("flotilla clusters", &["member3"]),
+    (
+        "flotilla plan -f web.yaml",
+        &[
+            "member1    1 replica",
+            "member2    1 replica   overrides: OverridePolicy/eu-mirror",
+            "member3    2 replicas",
+        ],
+    ),
+    ("flotilla get deploy web", &["1/1", "2/2"]),
     // The FederatedHPA's decision (before "kubectl get deploy web ").
     (
         "kubectl get deploy web -o jsonpath='{.spec.replicas}'",
-        "12",
+        &["12"],
     ),
-    ("kubectl get deploy web ", "4/4"),
+    ("kubectl get deploy web ", &["4/4"]),
     (
         "flotilla describe placement deploy/web",
-        "PropagationPolicy default/web",
+        &["PropagationPolicy default/web"],
     ),
     (
         "kubectl --context member2 get deploy web -o jsonpath",
-        "mirror.eu.example.com/nginx:1.27",
+        &["mirror.eu.example.com/nginx:1.27"],
     ),
-    ("kubectl scale deploy web --replicas=8", "scaled"),
-    ("kubectl get fhpa web", "REFERENCE-KIND"),
-    ("flotilla get deployments web", "6/6"),
-    ("kubectl delete fhpa web", "scaled"),
-    ("kubectl --context member1 get serviceexport web", "Ready"),
+    ("kubectl scale deploy web --replicas=8", &["scaled"]),
+    ("kubectl get fhpa web", &["REFERENCE-KIND"]),
+    ("flotilla get deployments web", &["3/3", "6/6"]),
+    ("kubectl delete fhpa web", &["scaled"]),
+    (
+        "kubectl --context member1 get serviceexport web",
+        &["Ready"],
+    ),
     (
         "kubectl --context member2 get serviceimport web",
-        "ClusterSetIP",
+        &["ClusterSetIP"],
     ),
-    ("kubectl --context member2 get endpointslices", "web-"),
+    ("kubectl --context member2 get endpointslices", &["web-"]),
     (
         "kubectl --context member3 get serviceimport web",
-        "ClusterSetIP",
+        &["ClusterSetIP"],
     ),
-    ("dig @127.0.0.1 -p 5353 +short web.default", "243.0."),
+    ("dig @127.0.0.1 -p 5353 +short web.default", &["243.0."]),
     (
         "dig @127.0.0.1 -p 5353 +short SRV",
-        "web.default.svc.clusterset.local",
+        &["web.default.svc.clusterset.local"],
     ),
-    ("kubectl get namespaces", "kube-node-lease"),
-    ("kubectl explain deployment.spec.strategy", "rollingUpdate"),
+    ("kubectl get namespaces", &["kube-node-lease"]),
+    (
+        "kubectl explain deployment.spec.strategy",
+        &["rollingUpdate"],
+    ),
     (
         "kubectl --kubeconfig /tmp/hub-b/kubeconfig -n kube-system get lease",
-        "flotilla-controlplane",
+        &["flotilla-controlplane"],
     ),
-    ("kubectl get nodes", "member1-"),
+    ("kubectl get nodes", &["member1-"]),
     (
         "kubectl rollout status deployment/web",
-        "successfully rolled out",
+        &["successfully rolled out"],
     ),
-    ("kubectl get pods -o wide", "Running"),
-    ("kubectl top pod -l app=payment-api", "payment-api-"),
-    ("kubectl top pod ", "500m"),
-    ("kubectl get hpa web", "100%/50%"),
+    ("kubectl get pods -o wide", &["Running"]),
+    ("kubectl top pod -l app=payment-api", &["payment-api-"]),
+    ("kubectl top pod ", &["500m"]),
+    ("kubectl get hpa web", &["100%/50%"]),
     (
         "kubectl exec client -- curl -s payment-api/",
-        "\"cluster\":\"east\"",
+        &["\"cluster\":\"east\""],
     ),
     (
         "kubectl exec client -- cat /etc/resolv.conf",
-        "nameserver 10.96.0.10",
+        &["nameserver 10.96.0.10"],
     ),
     (
         "kubectl logs deployment/payment-api",
-        "serving HTTP on :8080",
+        &["serving HTTP on :8080"],
     ),
-    ("flotilla network show connections", "connected"),
+    ("flotilla network show connections", &["connected"]),
     (
         "kubectl exec client -- curl -s http://payment-api.production.svc.clusterset.local",
-        "ok",
+        &["ok"],
     ),
-    ("flotilla network verify", "passed"),
+    ("flotilla network verify", &["passed"]),
     (
         "flotilla peer --kubeconfig",
-        "virtual node liqo-milan Ready",
+        &["virtual node liqo-milan Ready"],
     ),
-    ("kubectl get node liqo-milan", "milan"),
-    ("kubectl get pods -n production -o wide", "liqo-milan"),
+    ("kubectl get node liqo-milan", &["milan"]),
+    ("kubectl get pods -n production -o wide", &["liqo-milan"]),
     (
         "kubectl --kubeconfig /tmp/peering/milan/kubeconfig get pods",
-        "Running",
+        &["Running"],
     ),
-    ("flotilla peering info", "Virtual node liqo-milan: Healthy"),
-    ("flotilla unpeer", "unpeered"),
+    (
+        "flotilla peering info",
+        &["Virtual node liqo-milan: Healthy"],
+    ),
+    ("flotilla unpeer", &["unpeered"]),
 ];
 
-fn expected(command: &str) -> &'static str {
+fn expected(command: &str) -> &'static [&'static str] {
     EXPECTED
         .iter()
         .find(|(start, _)| command.starts_with(start))
-        .map_or("", |(_, out)| out)
+        .map_or(&[], |(_, out)| out)
 }
 
 /// Single-quoted for bash.
@@ -223,22 +244,27 @@ cargo() {{
   esac
 }}
 
-# Runs the command read from stdin until it succeeds (and prints $2), for
-# up to 90 s.
+# Runs the command read from stdin until it succeeds and prints each of
+# $2..., for up to 90 s.
 step() {{
-  local section="$1" want="$2" cmd out status
+  local section="$1" cmd out status missing want
+  shift
   cmd=$(cat)
   local deadline=$((SECONDS + 90))
   while :; do
     # In this shell, so that what a command exports stays for the next.
     eval "$cmd" >/tmp/step.out 2>&1 </dev/null; status=$?
     out=$(cat /tmp/step.out)
-    if [ $status -eq 0 ] && {{ [ -z "$want" ] || grep -qF -- "$want" <<<"$out"; }}; then
+    missing=""
+    for want in "$@"; do
+      grep -qF -- "$want" <<<"$out" || missing="$want"
+    done
+    if [ $status -eq 0 ] && [ -z "$missing" ]; then
       printf 'ok   [%s] %s\n' "$section" "$(head -n1 <<<"$cmd")"
       return 0
     fi
     if [ $SECONDS -ge $deadline ]; then
-      printf 'FAIL [%s]\n%s\n--- exit %s, wanted %q; output:\n%s\n' "$section" "$cmd" "$status" "$want" "$out"
+      printf 'FAIL [%s]\n%s\n--- exit %s, wanted %q; output:\n%s\n' "$section" "$cmd" "$status" "$missing" "$out"
       exit 1
     fi
     sleep 1
@@ -287,10 +313,10 @@ echo "ok   [Run] cargo run --release -- up"
         } else {
             "step"
         };
-        let want = if runs_in_background {
-            ""
+        let wants: Vec<String> = if runs_in_background {
+            Vec::new()
         } else {
-            expected(command)
+            expected(command).iter().map(|w| quoted(w)).collect()
         };
         let section = quoted(&step.section);
         if runs_in_background {
@@ -300,7 +326,7 @@ echo "ok   [Run] cargo run --release -- up"
         } else {
             s.push_str(&format!(
                 "{runner} {section} {} <<'__README_STEP__'\n{command}\n__README_STEP__\n",
-                quoted(want)
+                wants.join(" ")
             ));
         }
     }
@@ -331,6 +357,97 @@ fn the_readme_parses_into_the_commands_a_user_runs() {
         heredoc_end("kubectl apply -f - <<'YAML'   # x"),
         Some("YAML".into())
     );
+}
+
+/// Units that make a number in the README's prose a measurement, which
+/// drifts as the code changes: such figures belong in docs/benchmarks.md,
+/// with the command that measures them.
+const MEASURED: &[&str] = &[
+    "B", "kB", "KB", "MB", "GB", "KiB", "MiB", "GiB", "ms", "s", "seconds", "minutes", "min",
+    "hours", "%",
+];
+
+/// The figures a text states: its words that start with a digit (one
+/// that merely holds a digit, `member1` or `nginx:1.27`, is a name).
+fn figures(text: &str) -> Vec<&str> {
+    text.split(|c: char| c.is_whitespace() || ",;()\"'".contains(c))
+        .map(|w| w.trim_end_matches([':', '.']))
+        .filter(|w| w.starts_with(|c: char| c.is_ascii_digit()))
+        .collect()
+}
+
+/// The measurements the README's prose states ("about 70 MB", "50%").
+fn measurements(prose: &str) -> Vec<String> {
+    let words: Vec<&str> = prose.split_whitespace().collect();
+    let mut found = Vec::new();
+    for (i, word) in words.iter().enumerate() {
+        let Some(figure) = figures(word).first().copied() else {
+            continue;
+        };
+        let digits = figure.len()
+            - figure
+                .trim_start_matches(|c: char| c.is_ascii_digit() || c == '.')
+                .len();
+        let (number, glued) = figure.split_at(digits);
+        let next = words
+            .get(i + 1)
+            .map(|w| w.trim_end_matches(|c: char| c.is_ascii_punctuation() && c != '%'));
+        let unit = if glued.is_empty() {
+            next.unwrap_or_default()
+        } else {
+            glued
+        };
+        if MEASURED.contains(&unit) {
+            found.push(format!("{number} {unit}"));
+        }
+    }
+    found
+}
+
+#[test]
+fn every_figure_the_readme_states_is_checked() {
+    let readme = include_str!("../../../README.md");
+    let mut in_block = false;
+    let prose: Vec<&str> = readme
+        .lines()
+        .filter(|line| {
+            if line.trim_start().starts_with("```") {
+                in_block = !in_block;
+                return false;
+            }
+            !in_block
+        })
+        .collect();
+    let stated = measurements(&prose.join("\n"));
+    assert!(
+        stated.is_empty(),
+        "the README's prose states {stated:?}: a test cannot see these; record them in \
+         docs/benchmarks.md with the command that measures them, and link there"
+    );
+    assert_eq!(
+        measurements("a binary of about 70 MB, 13 minutes to build, 50% idle"),
+        ["70 MB", "13 minutes", "50 %"]
+    );
+    // What a command's comment promises, the test sees in its output.
+    for step in steps(readme) {
+        let comment = step
+            .text
+            .lines()
+            .next()
+            .and_then(|l| l.split_once(" # "))
+            .map_or("", |(_, c)| c);
+        let needles: Vec<&str> = expected(&step.text)
+            .iter()
+            .flat_map(|n| figures(n))
+            .collect();
+        for figure in figures(comment) {
+            assert!(
+                needles.contains(&figure),
+                "the README says {figure} of `{}` ({comment}), and EXPECTED does not check it",
+                step.text.lines().next().unwrap_or_default()
+            );
+        }
+    }
 }
 
 #[test]

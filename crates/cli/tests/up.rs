@@ -183,6 +183,12 @@ fn up_starts_a_fleet_that_stops_on_ctrl_c_and_resumes() {
     assert_eq!(regions, "us-east eu-west ap-south");
     let nodes = ok(&kubeconfig, &["--context", "member3", "get", "nodes"]);
     assert_has(&nodes, &["member3-node-0", "Ready"]);
+    // The seeds' KubeFed manifest applies to the fleet as started.
+    let federated = "apiVersion: types.kubefed.io/v1beta1\nkind: FederatedDeployment\nmetadata: {name: payment-api, namespace: default}\nspec:\n  template:\n    metadata: {labels: {app: payment-api}}\n    spec:\n      replicas: 3\n      selector: {matchLabels: {app: payment-api}}\n      template:\n        metadata: {labels: {app: payment-api}}\n        spec: {containers: [{name: payment-api, image: myregistry/payment-api:v2.1.0}]}\n  placement:\n    clusters: [{name: member1}, {name: member2}]\n";
+    let fd = tmp.path().join("fd.yaml");
+    std::fs::write(&fd, federated).unwrap();
+    ok(&kubeconfig, &["apply", "-f", fd.to_str().unwrap()]);
+    assert_has(&output, &["front ends: kubefed, argocd"]);
     // Something to find again after the restart.
     let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: kept, namespace: default}\ndata: {a: \"1\"}\n";
     let f = tmp.path().join("cm.yaml");
@@ -221,10 +227,28 @@ fn up_starts_a_fleet_that_stops_on_ctrl_c_and_resumes() {
         assert!(!out.status.success(), "{context} still answers");
     }
 
-    // Again: the same fleet, resumed.
-    let mut again = Up::start(&dir);
+    // Again: the same fleet, resumed, its front ends turned off.
+    let mut again = Up::start_with(&dir, &["--frontends", "none"]);
     ready_fleet(&mut again, &kubeconfig);
-    assert_has(&again.output(), &["resuming the fleet"]);
+    assert_has(&again.output(), &["resuming the fleet", "front ends: none"]);
+    // What they made stays; a new object of theirs says how to turn them on.
+    ok(&kubeconfig, &["get", "federateddeployment", "payment-api"]);
+    let another = tmp.path().join("another.yaml");
+    std::fs::write(&another, federated.replace("payment-api", "checkout")).unwrap();
+    let refused = kubectl(&kubeconfig, &["create", "-f", another.to_str().unwrap()]);
+    assert!(!refused.status.success());
+    assert_has(
+        &String::from_utf8_lossy(&refused.stderr),
+        &[
+            "Forbidden",
+            "served by the kubefed front end, which is off",
+            "flotilla up --frontends kubefed",
+        ],
+    );
+    assert_has(
+        &std::fs::read_to_string(dir.join("fleet.json")).unwrap(),
+        &["\"frontends\": []"],
+    );
     assert_eq!(
         ok(
             &kubeconfig,

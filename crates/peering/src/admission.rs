@@ -27,17 +27,22 @@ impl Mutating for OffloadedPods {
         let Some(ns) = created_pod_namespace(request) else {
             return Ok(());
         };
-        if namespace_label(api, ns, SCHEDULING_ENABLED).as_deref() != Some("true") {
-            return Ok(());
-        }
-        // The labelled namespace without a NamespaceOffloading yet (the
-        // controller is making the default one): the defaults.
-        let offloading = namespace_offloading(api, ns)
-            .map(|spec| spec.interpret())
-            .unwrap_or_else(|| NamespaceOffloadingSpec::default().interpret());
+        // The NamespaceOffloading that exists as the pod is created
+        // decides, by its spec: the namespace's label and the status
+        // follow it a controller pass later, and a file applied in one
+        // go (namespace, offloading, workload) must not race them. A
+        // labelled namespace without one yet (the controller is making
+        // the default one) gets the defaults.
+        let spec = match namespace_offloading(api, ns) {
+            Some(spec) => spec,
+            None if namespace_label(api, ns, SCHEDULING_ENABLED).as_deref() == Some("true") => {
+                NamespaceOffloadingSpec::default()
+            }
+            None => return Ok(()),
+        };
         // An invalid spec is said on the NamespaceOffloading; its pods
         // stay local until it is fixed.
-        if let Ok(offloading) = offloading {
+        if let Ok(offloading) = spec.interpret() {
             mutate(object, &offloading);
         }
         Ok(())

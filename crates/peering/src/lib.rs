@@ -28,6 +28,7 @@ pub mod peer;
 pub mod provider;
 pub mod quantity;
 pub mod remote;
+pub mod wake;
 
 use kube::Client;
 use tracing::{info, warn};

@@ -91,6 +91,16 @@ impl Strategy for Leases {
 pub struct CustomResourceDefinitions;
 
 impl Strategy for CustomResourceDefinitions {
+    /// apiextensions' SetDefaults_CustomResourceDefinitionSpec: no
+    /// conversion is `strategy: None`.
+    fn default(&self, obj: &mut Value) {
+        if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut)
+            && spec.get("conversion").is_none_or(Value::is_null)
+        {
+            spec.insert("conversion".into(), json!({"strategy": "None"}));
+        }
+    }
+
     fn columns(&self) -> Option<Vec<Column>> {
         Some(vec![NAME, col("Created At", "date", 0)])
     }

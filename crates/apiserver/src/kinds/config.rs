@@ -64,6 +64,19 @@ fn frozen(new: &Value, old: &Value, fields: &[&str]) -> Vec<Cause> {
 }
 
 impl Strategy for Secrets {
+    /// Upstream's SetDefaults_Secret: no type is `Opaque`.
+    fn default(&self, obj: &mut Value) {
+        if let Some(map) = obj.as_object_mut()
+            && map
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .is_empty()
+        {
+            map.insert("type".into(), Value::from("Opaque"));
+        }
+    }
+
     fn selectable_fields(&self) -> &'static [&'static str] {
         &["type"]
     }

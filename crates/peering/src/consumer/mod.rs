@@ -6,7 +6,8 @@
 //! - `virtual_node`: a VirtualNode becomes a Node with the granted
 //!   capacity, Ready while the provider answers;
 //! - `offloading`: NamespaceOffloadings become twin namespaces in the
-//!   selected providers, with status;
+//!   selected providers, with status (`stranded`: a pod created before
+//!   its namespace was offloaded is told why it cannot run);
 //! - `pods`: a pod bound to a virtual node runs in the provider as a
 //!   ShadowPod, and its status comes back;
 //! - `reflection`: ConfigMaps, Secrets, Services, Ingresses and
@@ -17,6 +18,7 @@ pub mod offloading;
 pub mod pods;
 pub mod reflection;
 pub mod slices;
+pub mod stranded;
 pub mod tokens;
 pub mod virtual_node;
 
@@ -24,9 +26,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::ListParams;
+use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client, ResourceExt};
 use parking_lot::Mutex;
+use tokio::sync::Notify;
 use tracing::warn;
 
 use crate::api::{ForeignCluster, tenant_namespace};
@@ -115,6 +118,14 @@ impl Peers {
             });
         }
         out
+    }
+}
+
+/// Wakes a loop on every change of a NamespaceOffloading, of either group.
+pub(crate) fn wake_on_offloadings(local: &Client, wake: &Arc<Notify>) {
+    for group in [crate::api::OFFLOADING_GROUP, crate::api::SHARING_GROUP] {
+        let api: Api<DynamicObject> = Api::all_with(local.clone(), &offloading::resource(group));
+        crate::wake::on_changes(api, wake.clone());
     }
 }
 

@@ -14,9 +14,10 @@ use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
+use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
-use super::{Peers, Provider};
+use super::{Peers, Provider, stranded};
 use crate::api::{
     DEFAULT_OFFLOADING_NAME, LiqoCondition, NamespaceMap, NamespaceOffloading,
     NamespaceOffloadingStatus, OFFLOADING_GROUP, Offloading, PodOffloading, REMOTE_CLUSTER_ID,
@@ -72,11 +73,16 @@ pub async fn list(client: &Client) -> Vec<Entry> {
 }
 
 pub async fn run(peers: Arc<Peers>) {
+    // A new or changed NamespaceOffloading (or a namespace labelled for
+    // one) is acted on at once; the period catches the providers' maps.
+    let wake = Arc::new(Notify::new());
+    super::wake_on_offloadings(&peers.local, &wake);
+    crate::wake::on_changes(Api::<Namespace>::all(peers.local.clone()), wake.clone());
     loop {
         if let Err(error) = pass(&peers).await {
             debug!(%error, "namespace offloading not synced");
         }
-        tokio::time::sleep(PERIOD).await;
+        crate::wake::woken_or_after(&wake, PERIOD).await;
     }
 }
 
@@ -120,6 +126,9 @@ async fn pass(peers: &Peers) -> Result<(), kube::Error> {
         write_status(peers, entry, &ns, status).await;
         if let Ok(o) = &plan {
             label_namespace(peers, &ns, o.pods != PodOffloading::Local).await;
+            if o.pods != PodOffloading::Local {
+                stranded::warn(peers, &ns, &entry.object.name_any()).await;
+            }
         }
     }
     Ok(())
@@ -320,6 +329,13 @@ fn status_of(
                     &there.map(|r| r.message.clone()).unwrap_or_default(),
                 )
             }
+            // An earlier twin of the same name still going there.
+            Some("Terminating") => LiqoCondition::new(
+                "Ready",
+                "False",
+                "Creating",
+                &there.map(|r| r.message.clone()).unwrap_or_default(),
+            ),
             _ => LiqoCondition::new(
                 "Ready",
                 "False",

@@ -8,10 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, PodSpec, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -30,25 +28,14 @@ pub async fn run(peers: Arc<Peers>) {
     // Local pod changes wake the loop at once; the period catches the
     // provider's changes.
     let wake = Arc::new(Notify::new());
-    let w = wake.clone();
-    let local = peers.local.clone();
-    tokio::spawn(async move {
-        let pods: Api<Pod> = Api::all(local);
-        let mut events = watcher(pods, watcher::Config::default()).boxed();
-        while let Some(e) = events.next().await {
-            if e.is_ok() {
-                w.notify_one();
-            }
-        }
-    });
+    crate::wake::on_changes(Api::<Pod>::all(peers.local.clone()), wake.clone());
+    // A twin turning ready lets waiting pods go.
+    super::wake_on_offloadings(&peers.local, &wake);
     loop {
         if let Err(error) = pass(&peers).await {
             debug!(%error, "offloaded pods not synced");
         }
-        tokio::select! {
-            _ = wake.notified() => {}
-            _ = tokio::time::sleep(PERIOD) => {}
-        }
+        crate::wake::woken_or_after(&wake, PERIOD).await;
     }
 }
 

@@ -22,6 +22,7 @@ use kube::api::{
 use kube::{Api, Client, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
+use tokio::sync::Notify;
 use tracing::{debug, info};
 
 use super::offloading;
@@ -141,11 +142,14 @@ async fn settings(local: &Client) -> BTreeMap<&'static str, (Policy, bool)> {
 
 pub async fn run(peers: Arc<Peers>) {
     let reported: Mutex<HashSet<String>> = Mutex::default();
+    // A twin turning ready is reflected into at once.
+    let wake = Arc::new(Notify::new());
+    super::wake_on_offloadings(&peers.local, &wake);
     loop {
         if let Err(error) = pass(&peers, &reported).await {
             debug!(%error, "reflection pass failed");
         }
-        tokio::time::sleep(PERIOD).await;
+        crate::wake::woken_or_after(&wake, PERIOD).await;
     }
 }
 

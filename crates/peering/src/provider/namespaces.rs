@@ -6,6 +6,7 @@
 //! taken over: the map says so.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -13,6 +14,7 @@ use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
+use tokio::sync::Notify;
 use tracing::{debug, info};
 
 use crate::api::{
@@ -26,11 +28,14 @@ const MANAGER: &str = "liqo-namespace-map";
 const PERIOD: Duration = Duration::from_millis(500);
 
 pub async fn run(local: Client) {
+    // A consumer's new map is acted on at once.
+    let wake = Arc::new(Notify::new());
+    crate::wake::on_changes(Api::<NamespaceMap>::all(local.clone()), wake.clone());
     loop {
         if let Err(error) = pass(&local).await {
             debug!(%error, "namespace maps not synced");
         }
-        tokio::time::sleep(PERIOD).await;
+        crate::wake::woken_or_after(&wake, PERIOD).await;
     }
 }
 
@@ -77,7 +82,19 @@ async fn sync(
         let is_tenant = existing
             .as_ref()
             .is_some_and(|n| n.labels().contains_key(TENANT_NAMESPACE_LABEL));
+        let terminating = existing
+            .as_ref()
+            .is_some_and(|n| n.metadata.deletion_timestamp.is_some());
         let (phase, message) = match made_for {
+            // The twin of an earlier namespace of the same name, still
+            // going: nothing can be written in it, so it is made anew
+            // once it is gone.
+            Some(Some(id)) if id == consumer && !is_tenant && terminating => (
+                "Terminating",
+                format!(
+                    "namespace {ours} is being deleted in the provider; it is created again once it is gone"
+                ),
+            ),
             Some(Some(id)) if id == consumer && !is_tenant => ("Accepted", String::new()),
             Some(_) => (
                 "CreationLoopBackOff",

@@ -62,12 +62,6 @@ pub fn roles() -> Vec<Value> {
     ]
 }
 
-/// Installs Argo CD's CRDs, and the front end's role bound to the
-/// controllers' user.
-pub async fn install(client: &kube::Client) -> Result<(), super::InstallError> {
-    super::install(client, api::crds(), roles(), ROLE).await
-}
-
 /// Looks at every ApplicationSet, then every Application (there are
 /// few): whenever a set's or an application's spec, a Cluster, or an
 /// application's Work changes, and each PERIOD, which is also how git is

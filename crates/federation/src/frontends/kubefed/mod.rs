@@ -50,12 +50,6 @@ pub fn roles() -> Vec<Value> {
     ]
 }
 
-/// Installs KubeFed's CRDs, and the front end's role bound to the
-/// controllers' user.
-pub async fn install(client: &kube::Client) -> Result<(), super::InstallError> {
-    super::install(client, api::crds(), roles(), ROLE).await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
