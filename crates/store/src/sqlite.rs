@@ -70,7 +70,7 @@ pub const PIPELINE_GROUPS_FROM: usize = 8;
 /// On 2 cores it cost a burst through the control plane a sixth more time
 /// and CPU (each hand-over wakes a thread and leaves the writer looking
 /// for work), while saving the writer, not the bound there, a quarter of
-/// its CPU (docs/benchmarks.md, "Fifth session of 2026-11-28").
+/// its CPU (docs/benchmarks/history.md, "Fifth session of 2026-11-28").
 pub const PIPELINE_GROUPS_CORES: usize = 4;
 
 impl Default for SqliteOptions {
