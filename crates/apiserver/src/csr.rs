@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
-use flotilla_store::{ListOptions, StoreError};
 use rcgen::{ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use serde_json::{Value, json};
 use tracing::{info, warn};
@@ -481,54 +480,29 @@ pub fn spawn_signer(api: Arc<ApiServer>) {
             return;
         }
     };
-    tokio::spawn(async move {
-        loop {
-            match run(&api, &signer).await {
-                Err(StoreError::Closed) => return,
-                Err(error) => {
-                    warn!(%error, "CSR signer restarting");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-                Ok(()) => {}
-            }
-        }
-    });
-}
-
-/// Every request once, then each change, until the next pass is due.
-async fn run(api: &Arc<ApiServer>, signer: &Signer) -> Result<(), StoreError> {
     let Some(r) = api
         .registry
         .get("certificates.k8s.io", "v1", "certificatesigningrequests")
     else {
         // Nothing to sign on a server without the kind.
-        std::future::pending::<()>().await;
-        return Ok(());
+        return;
     };
-    let prefix = r.prefix();
-    let listed = api.store.list(&prefix, &ListOptions::default())?;
-    for kv in &listed.items {
-        if let Ok(obj) = objects::decode(&r, kv) {
-            reconcile(api, signer, &obj).await;
-        }
-    }
-    let mut watch = api.store.watch(&prefix, listed.revision)?;
-    let resync = tokio::time::sleep(RESYNC);
-    tokio::pin!(resync);
-    loop {
-        tokio::select! {
-            _ = &mut resync => return Ok(()),
-            events = watch.next() => {
-                for event in events?.iter() {
-                    if event.kind == flotilla_store::EventKind::Put
-                        && let Ok(obj) = objects::decode(&r, &event.kv)
-                    {
-                        reconcile(api, signer, &obj).await;
-                    }
+    let store = api.store.clone();
+    // Every request once, then each change, and all again each RESYNC.
+    tokio::spawn(crate::follower::each_put(
+        store,
+        "CSR signer",
+        r.prefix(),
+        RESYNC,
+        move |kv| {
+            let (api, signer, r) = (api.clone(), signer.clone(), r.clone());
+            async move {
+                if let Ok(obj) = objects::decode(&r, &kv) {
+                    reconcile(&api, &signer, &obj).await;
                 }
             }
-        }
-    }
+        },
+    ));
 }
 
 /// Whether `csr` waits for this signer: approved, not denied or failed,

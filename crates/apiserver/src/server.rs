@@ -12,7 +12,7 @@ use flotilla_store::Store;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use parking_lot::RwLock;
 use serde_json::Value;
-use tracing::{debug, info};
+use tracing::{Instrument, debug, info};
 
 use crate::auth::Authenticator;
 use crate::authz::{Decision, Mode};
@@ -384,21 +384,41 @@ async fn dispatch(State(api): State<Arc<ApiServer>>, req: Request) -> Response {
     let path = req.uri().path().to_string();
     let started = std::time::Instant::now();
     let audit = crate::audit::Audited::begin(api.config.audit.as_ref(), &req);
-    let response = match crate::codec::incoming(req).await {
-        Ok((req, protobuf)) => {
-            let response = audit
-                .route(route(api, req))
-                .await
-                .unwrap_or_else(|e| e.into_response());
-            match protobuf {
-                Some(how) => crate::codec::outgoing(response, how).await,
-                None => response,
+    // What a request is, for everything logged while it is served; route
+    // fills in who asks and what once it knows.
+    let span = tracing::info_span!(
+        "request",
+        %method,
+        %path,
+        audit_id = %audit.id(),
+        user = tracing::field::Empty,
+        verb = tracing::field::Empty,
+        resource = tracing::field::Empty,
+        namespace = tracing::field::Empty,
+    );
+    let served = async {
+        match crate::codec::incoming(req).await {
+            Ok((req, protobuf)) => {
+                let response = audit
+                    .route(route(api, req))
+                    .await
+                    .unwrap_or_else(|e| e.into_response());
+                match protobuf {
+                    Some(how) => crate::codec::outgoing(response, how).await,
+                    None => response,
+                }
             }
+            Err(e) => e.into_response(),
         }
-        Err(e) => e.into_response(),
     };
-    let response = audit.finish(response);
-    debug!(%method, %path, status = response.status().as_u16(), elapsed_us = started.elapsed().as_micros() as u64, "request");
+    let response = audit.finish(served.instrument(span.clone()).await);
+    span.in_scope(|| {
+        debug!(
+            status = response.status().as_u16(),
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "request"
+        );
+    });
     response
 }
 
@@ -497,6 +517,27 @@ async fn proxy_to_member(
         .await
 }
 
+/// The verb a resource request is authorized and logged as, as
+/// upstream's request info names it.
+fn request_verb(method: &Method, rp: &request::ResourcePath, watch: bool) -> crate::authz::Verb {
+    use crate::authz::Verb;
+    // Running something in a pod is creating, whichever the method.
+    if let Some("exec" | "attach" | "portforward") = rp.subresource.as_deref() {
+        return Verb::Create;
+    }
+    match (method, rp.name.is_some()) {
+        (&Method::GET | &Method::HEAD, false) if watch => Verb::Watch,
+        (&Method::GET | &Method::HEAD, false) => Verb::List,
+        (&Method::GET | &Method::HEAD, true) => Verb::Get,
+        (&Method::POST, _) => Verb::Create,
+        (&Method::PUT, _) => Verb::Update,
+        (&Method::PATCH, _) => Verb::Patch,
+        (&Method::DELETE, true) => Verb::Delete,
+        (&Method::DELETE, false) => Verb::DeleteCollection,
+        (other, _) => Verb::Other(other.as_str().to_ascii_lowercase()),
+    }
+}
+
 async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
     let (mut parts, body) = req.into_parts();
     let path = parts.uri.path().trim_end_matches('/').to_string();
@@ -521,6 +562,7 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
             crate::audit::authenticated(&requester);
             let user = crate::impersonation::resolve(&api, requester, &parts.headers)?;
             crate::audit::impersonated(&parts.headers, &user);
+            tracing::Span::current().record("user", tracing::field::display(&user.name));
             Some(user)
         }
         None => None,
@@ -680,6 +722,19 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
     })
     .ok_or_else(ApiError::path_not_found)?;
     crate::audit::resource_request(&parts.method, query.flag("watch"), &rp);
+    let verb = request_verb(&parts.method, &rp, query.flag("watch"));
+    let span = tracing::Span::current();
+    span.record("verb", tracing::field::display(verb.as_str()));
+    span.record(
+        "resource",
+        tracing::field::display(match &rp.subresource {
+            Some(sub) => format!("{}/{sub}", rp.plural),
+            None => rp.plural.clone(),
+        }),
+    );
+    if let Some(ns) = &rp.namespace {
+        span.record("namespace", tracing::field::display(ns));
+    }
     let resource = api
         .registry
         .get(group, version, &rp.plural)
@@ -747,23 +802,6 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
     };
 
     if let Some(user) = &user {
-        use crate::authz::Verb;
-        let verb = match (&parts.method, rp.name.is_some()) {
-            (&Method::GET | &Method::HEAD, false) if query.flag("watch") => Verb::Watch,
-            (&Method::GET | &Method::HEAD, false) => Verb::List,
-            (&Method::GET | &Method::HEAD, true) => Verb::Get,
-            (&Method::POST, _) => Verb::Create,
-            (&Method::PUT, _) => Verb::Update,
-            (&Method::PATCH, _) => Verb::Patch,
-            (&Method::DELETE, true) => Verb::Delete,
-            (&Method::DELETE, false) => Verb::DeleteCollection,
-            (other, _) => Verb::Other(other.as_str().to_ascii_lowercase()),
-        };
-        // Running something in a pod is creating, whichever the method.
-        let verb = match rp.subresource.as_deref() {
-            Some("exec" | "attach" | "portforward") => Verb::Create,
-            _ => verb,
-        };
         api.check(
             user,
             &crate::authz::Attributes {

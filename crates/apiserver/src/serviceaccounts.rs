@@ -7,7 +7,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_store::{ListOptions, StoreError};
 use serde_json::{Value, json};
 use tracing::warn;
 
@@ -22,44 +21,19 @@ const RESYNC: Duration = Duration::from_secs(10);
 pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
 const ROOT_CA_DESCRIPTION: &str = "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters.";
 
+/// Every namespace, then each as it is written; all again each RESYNC.
 pub fn spawn(api: Arc<ApiServer>) {
-    tokio::spawn(async move {
-        loop {
-            match run(&api).await {
-                Err(StoreError::Closed) => return,
-                Err(error) => {
-                    warn!(%error, "service account controller restarting");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-                Ok(()) => {}
-            }
-        }
-    });
-}
-
-/// One pass over every namespace, then each new namespace as it comes,
-/// until the next pass is due.
-async fn run(api: &Arc<ApiServer>) -> Result<(), StoreError> {
-    const PREFIX: &str = "/core/namespaces/";
-    let listed = api.store.list(PREFIX, &ListOptions::default())?;
-    for kv in &listed.items {
-        reconcile(api, &kv.value).await;
-    }
-    let mut watch = api.store.watch(PREFIX, listed.revision)?;
-    let resync = tokio::time::sleep(RESYNC);
-    tokio::pin!(resync);
-    loop {
-        tokio::select! {
-            _ = &mut resync => return Ok(()),
-            events = watch.next() => {
-                for event in events?.iter() {
-                    if event.kind == flotilla_store::EventKind::Put {
-                        reconcile(api, &event.kv.value).await;
-                    }
-                }
-            }
-        }
-    }
+    let store = api.store.clone();
+    tokio::spawn(crate::follower::each_put(
+        store,
+        "service account controller",
+        "/core/namespaces/".into(),
+        RESYNC,
+        move |kv| {
+            let api = api.clone();
+            async move { reconcile(&api, &kv.value).await }
+        },
+    ));
 }
 
 async fn reconcile(api: &Arc<ApiServer>, namespace: &[u8]) {

@@ -12,9 +12,8 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
-use flotilla_store::{ListOptions, StoreError};
 use serde_json::{Value, json};
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use crate::objects::{self, WriteScope};
 use crate::registry::{self, Request};
@@ -31,42 +30,19 @@ const RESYNC: Duration = Duration::from_secs(10);
 /// Legacy tokens carry no expiry; the claims need one: 9999-12-31.
 const NEVER: i64 = 253_402_300_799;
 
+/// Every Secret, then each as it is written; all again each RESYNC.
 pub fn spawn(api: Arc<ApiServer>) {
-    tokio::spawn(async move {
-        loop {
-            match run(&api).await {
-                Err(StoreError::Closed) => return,
-                Err(error) => {
-                    warn!(%error, "token secrets controller restarting");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-                Ok(()) => {}
-            }
-        }
-    });
-}
-
-/// Every Secret, then each as it changes, until the next pass is due.
-async fn run(api: &Arc<ApiServer>) -> Result<(), StoreError> {
-    let listed = api.store.list(PREFIX, &ListOptions::default())?;
-    for kv in &listed.items {
-        reconcile(api, &kv.value).await;
-    }
-    let mut watch = api.store.watch(PREFIX, listed.revision)?;
-    let resync = tokio::time::sleep(RESYNC);
-    tokio::pin!(resync);
-    loop {
-        tokio::select! {
-            _ = &mut resync => return Ok(()),
-            events = watch.next() => {
-                for event in events?.iter() {
-                    if event.kind == flotilla_store::EventKind::Put {
-                        reconcile(api, &event.kv.value).await;
-                    }
-                }
-            }
-        }
-    }
+    let store = api.store.clone();
+    tokio::spawn(crate::follower::each_put(
+        store,
+        "token secrets controller",
+        PREFIX.into(),
+        RESYNC,
+        move |kv| {
+            let api = api.clone();
+            async move { reconcile(&api, &kv.value).await }
+        },
+    ));
 }
 
 async fn reconcile(api: &Arc<ApiServer>, raw: &[u8]) {

@@ -145,10 +145,15 @@ enum Command {
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
+            // FLOTILLA_LOG, else the usual RUST_LOG (`flotilla=debug` is
+            // every crate of ours), else info.
             tracing_subscriber::EnvFilter::try_from_env("FLOTILLA_LOG")
+                .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // Colours for a terminal only: logs go to files too (`flotilla up`).
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     // The shim must enter namespaces while it has one thread: before tokio.

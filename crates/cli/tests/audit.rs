@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use base64::Engine;
-use common::{Server, flotilla};
+use common::{Server, assert_has, flotilla};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use serde_json::{Value, json};
@@ -372,6 +372,32 @@ rules:
     }
     // Older GETs went with the removed backups; the newest are all here.
     assert!((3..12).contains(&gets), "{gets} GETs kept");
+}
+
+/// Everything logged while a request is served carries who asked what,
+/// and its audit ID, so one request can be followed in the log.
+#[test]
+fn a_request_is_logged_in_a_span_naming_who_asked_what() {
+    let s = Server::start_with_env(&[], &[("RUST_LOG", "flotilla=debug")]);
+    s.ok(&["create", "configmap", "traced", "--from-literal=a=b"]);
+    let log = s.log();
+    let line = log
+        .lines()
+        .find(|l| {
+            l.contains("path=/api/v1/namespaces/default/configmaps ") && l.contains("status=201")
+        })
+        .unwrap_or_else(|| panic!("no line for the create:\n{log}"));
+    assert_has(
+        line,
+        &[
+            "request{method=POST",
+            "audit_id=",
+            "user=",
+            "verb=create",
+            "resource=configmaps",
+            "namespace=default",
+        ],
+    );
 }
 
 #[test]

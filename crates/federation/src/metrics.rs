@@ -48,6 +48,9 @@ struct QueueFamilies {
 /// tests) gets handles that no registry exports.
 #[derive(Clone)]
 pub struct QueueMetrics {
+    /// The controller the queue feeds: its metrics' `name` label, and its
+    /// reconciles' span.
+    pub name: &'static str,
     pub depth: Gauge,
     pub adds: Counter,
     pub retries: Counter,
@@ -58,6 +61,7 @@ pub struct QueueMetrics {
 impl Default for QueueMetrics {
     fn default() -> QueueMetrics {
         QueueMetrics {
+            name: "",
             depth: Gauge::default(),
             adds: Counter::default(),
             retries: Counter::default(),
@@ -185,6 +189,7 @@ impl Metrics {
         let label = QueueLabel { name };
         let q = &self.queues;
         QueueMetrics {
+            name,
             depth: q.depth.get_or_create(&label).clone(),
             adds: q.adds.get_or_create(&label).clone(),
             retries: q.retries.get_or_create(&label).clone(),

@@ -15,7 +15,7 @@ use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio::time::Instant;
-use tracing::warn;
+use tracing::{Instrument, warn};
 
 /// How long a failed pass waits before the next.
 const RETRY: Duration = Duration::from_secs(1);
@@ -133,7 +133,8 @@ pub async fn run<F, Fut, E>(
     let mut changes = std::pin::pin!(changes);
     loop {
         let started = Instant::now();
-        if let Err(error) = pass().await {
+        let span = tracing::info_span!("reconcile", controller);
+        if let Err(error) = pass().instrument(span).await {
             warn!(%error, controller, "pass failed; retrying");
             tokio::time::sleep(RETRY).await;
             continue;

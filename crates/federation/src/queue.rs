@@ -20,6 +20,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::context::report;
 use crate::error::Error;
@@ -290,6 +291,7 @@ where
     /// (the detector runs one per resource type) holds no task at all.
     pub async fn run<F, Fut>(self: Arc<Self>, workers: usize, process: F)
     where
+        T: std::fmt::Display,
         F: Fn(T) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
@@ -306,7 +308,12 @@ where
                     let mut key = Some(first);
                     while let Some(k) = key {
                         let started = Instant::now();
-                        process(k.clone()).await;
+                        let span = tracing::info_span!(
+                            "reconcile",
+                            controller = queue.metrics.name,
+                            key = %k
+                        );
+                        process(k.clone()).instrument(span).await;
                         queue.metrics.work.observe(started.elapsed().as_secs_f64());
                         queue.done(&k);
                         key = queue.take();

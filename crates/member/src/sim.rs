@@ -16,7 +16,7 @@ use crate::pod::Pod;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
-use tracing::{info, warn};
+use tracing::{Instrument, info, warn};
 
 use crate::config::SimConfig;
 use crate::controllers;
@@ -266,6 +266,9 @@ where
     for t in triggers {
         controller = controller.reconcile_on(t);
     }
+    // Each reconcile's span (kube-runtime's, naming the object) sits in
+    // the controller's.
+    let span = tracing::info_span!("controller", name);
     Box::pin(
         controller
             .run(
@@ -276,7 +279,8 @@ where
                 },
                 cluster,
             )
-            .for_each(|_| futures::future::ready(())),
+            .for_each(|_| futures::future::ready(()))
+            .instrument(span),
     )
 }
 

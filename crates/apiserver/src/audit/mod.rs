@@ -681,6 +681,11 @@ impl Audited {
         Audited { id, record }
     }
 
+    /// The request's audit ID, as answered in its `Audit-ID` header.
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
     /// Runs `route` with the record in reach of its notes; writes the
     /// `Panic` stage if it panics (and goes on panicking).
     pub(crate) async fn route(

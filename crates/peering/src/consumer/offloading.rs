@@ -15,7 +15,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch,
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::Notify;
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::{Peers, Provider, stranded};
 use crate::api::{
@@ -79,7 +79,10 @@ pub async fn run(peers: Arc<Peers>) {
     super::wake_on_offloadings(&peers.local, &wake);
     crate::wake::on_changes(Api::<Namespace>::all(peers.local.clone()), wake.clone());
     loop {
-        if let Err(error) = pass(&peers).await {
+        if let Err(error) = pass(&peers)
+            .instrument(info_span!("reconcile", controller = MANAGER))
+            .await
+        {
             debug!(%error, "namespace offloading not synced");
         }
         crate::wake::woken_or_after(&wake, PERIOD).await;

@@ -13,7 +13,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
-use tracing::{debug, info};
+use tracing::{Instrument, debug, info, info_span};
 
 use super::offloading::{self, Entry};
 use super::{Peers, Provider};
@@ -32,7 +32,13 @@ pub async fn run(peers: Arc<Peers>) {
     // A twin turning ready lets waiting pods go.
     super::wake_on_offloadings(&peers.local, &wake);
     loop {
-        if let Err(error) = pass(&peers).await {
+        if let Err(error) = pass(&peers)
+            .instrument(info_span!(
+                "reconcile",
+                controller = "liqo-virtual-kubelet-pods"
+            ))
+            .await
+        {
             debug!(%error, "offloaded pods not synced");
         }
         crate::wake::woken_or_after(&wake, PERIOD).await;

@@ -23,7 +23,7 @@ use kube::{Api, Client, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
-use tracing::{debug, info};
+use tracing::{Instrument, debug, info, info_span};
 
 use super::offloading;
 use super::{Peers, Provider};
@@ -146,7 +146,10 @@ pub async fn run(peers: Arc<Peers>) {
     let wake = Arc::new(Notify::new());
     super::wake_on_offloadings(&peers.local, &wake);
     loop {
-        if let Err(error) = pass(&peers, &reported).await {
+        if let Err(error) = pass(&peers, &reported)
+            .instrument(info_span!("reconcile", controller = MANAGER))
+            .await
+        {
             debug!(%error, "reflection pass failed");
         }
         crate::wake::woken_or_after(&wake, PERIOD).await;

@@ -15,7 +15,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::Notify;
-use tracing::{debug, info};
+use tracing::{Instrument, debug, info, info_span};
 
 use crate::api::{
     NamespaceMap, REMOTE_CLUSTER_ID, RemoteNamespaceStatus, TENANT_NAMESPACE_LABEL,
@@ -32,7 +32,10 @@ pub async fn run(local: Client) {
     let wake = Arc::new(Notify::new());
     crate::wake::on_changes(Api::<NamespaceMap>::all(local.clone()), wake.clone());
     loop {
-        if let Err(error) = pass(&local).await {
+        if let Err(error) = pass(&local)
+            .instrument(info_span!("reconcile", controller = MANAGER))
+            .await
+        {
             debug!(%error, "namespace maps not synced");
         }
         crate::wake::woken_or_after(&wake, PERIOD).await;
