@@ -118,9 +118,14 @@ fn rand_suffix() -> u128 {
 }
 
 fn kubectl(kubeconfig: &Path, args: &[&str]) -> std::process::Output {
+    // A discovery cache of the fleet's own: the OS hands ports out again,
+    // and kubectl's shared cache would answer for another test's server.
+    let cache = kubeconfig.with_file_name("kube-cache");
     Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(kubeconfig)
+        .arg("--cache-dir")
+        .arg(cache)
         .args(args)
         .output()
         .expect("run kubectl")
