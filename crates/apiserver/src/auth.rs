@@ -33,39 +33,11 @@ use parking_lot::Mutex;
 use crate::client_cert::ClientCertificate;
 use crate::error::ApiError;
 use crate::tokens::Signer;
+use crate::user::{TokenAuthenticator, User};
 use crate::value::str_at;
 
 pub const BOOTSTRAP_TOKEN_TYPE: &str = "bootstrap.kubernetes.io/token";
 pub const BOOTSTRAP_TOKEN_PREFIX: &str = "bootstrap-token-";
-
-/// Who made a request.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct User {
-    pub name: String,
-    pub groups: Vec<String>,
-}
-
-impl User {
-    /// Who a request without credentials is, as upstream names it.
-    pub fn anonymous() -> User {
-        User {
-            name: "system:anonymous".into(),
-            groups: vec!["system:unauthenticated".into()],
-        }
-    }
-}
-
-/// One way of recognising a bearer token.
-pub trait TokenAuthenticator: Send + Sync {
-    /// The user, when the token is one of this kind and valid.
-    fn authenticate(&self, store: &dyn Store, token: &str) -> Option<User>;
-}
-
-impl<T: TokenAuthenticator + ?Sized> TokenAuthenticator for Arc<T> {
-    fn authenticate(&self, store: &dyn Store, token: &str) -> Option<User> {
-        (**self).authenticate(store, token)
-    }
-}
 
 /// The admin token in the data dir (`flotilla-admin`, `system:masters`).
 pub struct AdminToken {

@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::auth::User;
 use crate::error::ApiError;
-use crate::selector::FieldSelector;
+use crate::user::User;
+use flotilla_core::selector::FieldSelector;
 
 /// What a request does, as upstream's authorizers name it.
 #[derive(Clone, Debug, PartialEq, Eq)]

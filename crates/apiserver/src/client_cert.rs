@@ -22,7 +22,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tracing::{debug, warn};
 
-use crate::auth::User;
+use crate::user::User;
 
 /// Why a certificate names no user.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -97,7 +97,7 @@ fn is_cpu_utilization(metric: &Value) -> bool {
 }
 
 fn annotate(obj: &mut Value, key: &str, value: String) {
-    let annotations = crate::objects::meta_mut(obj)
+    let annotations = crate::value::meta_mut(obj)
         .entry("annotations")
         .or_insert_with(|| json!({}));
     if !annotations.is_object() {
@@ -109,7 +109,7 @@ fn annotate(obj: &mut Value, key: &str, value: String) {
 }
 
 fn take_annotation(obj: &mut Value, key: &str) -> Option<Value> {
-    crate::objects::meta_mut(obj)
+    crate::value::meta_mut(obj)
         .get_mut("annotations")?
         .as_object_mut()?
         .remove(key)
@@ -231,7 +231,7 @@ fn hpa_v1_to_v2(obj: &mut Value) {
 }
 
 fn drop_empty_annotations(obj: &mut Value) {
-    let meta = crate::objects::meta_mut(obj);
+    let meta = crate::value::meta_mut(obj);
     if meta
         .get("annotations")
         .and_then(Value::as_object)

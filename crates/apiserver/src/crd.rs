@@ -45,7 +45,9 @@ pub fn validate(r: &ResourceInfo, obj: &Value) -> ApiResult<()> {
     let name = meta_str(obj, "name");
     if group.is_empty() {
         bad("spec.group", "FieldValueRequired", "Required value".into());
-    } else if !meta::validate_dns1123_subdomain(group).is_empty() || !group.contains('.') {
+    } else if !flotilla_core::validation::validate_dns1123_subdomain(group).is_empty()
+        || !group.contains('.')
+    {
         bad(
             "spec.group",
             "FieldValueInvalid",
@@ -58,7 +60,7 @@ pub fn validate(r: &ResourceInfo, obj: &Value) -> ApiResult<()> {
             "FieldValueRequired",
             "Required value".into(),
         );
-    } else if !meta::validate_dns1123_label(plural).is_empty() {
+    } else if !flotilla_core::validation::validate_dns1123_label(plural).is_empty() {
         bad(
             "spec.names.plural",
             "FieldValueInvalid",
@@ -116,7 +118,7 @@ pub fn validate(r: &ResourceInfo, obj: &Value) -> ApiResult<()> {
     }
     for (i, v) in versions.iter().enumerate() {
         let vname = s(v, "/name");
-        if !meta::validate_dns1123_label(vname).is_empty() {
+        if !flotilla_core::validation::validate_dns1123_label(vname).is_empty() {
             bad(
                 &format!("spec.versions[{i}].name"),
                 "FieldValueInvalid",

@@ -42,7 +42,7 @@ const FAILED: &str = "Failed";
 /// A new request, as upstream's strategy makes it: who asked is the
 /// authenticated requester (whatever the client wrote), and nothing is
 /// approved or issued at creation.
-pub fn prepare_create(obj: &mut Value, requester: Option<&crate::auth::User>) {
+pub fn prepare_create(obj: &mut Value, requester: Option<&crate::user::User>) {
     if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
         for field in ["username", "uid", "groups", "extra"] {
             spec.remove(field);

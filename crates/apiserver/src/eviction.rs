@@ -17,7 +17,7 @@ use crate::error::{ApiError, ApiResult, Cause, Details};
 use crate::handlers::{self, Ctx};
 use crate::objects::{self, meta_str};
 use crate::request;
-use crate::selector::LabelSelector;
+use flotilla_core::selector::LabelSelector;
 
 pub async fn evict(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let eviction = request::parse_body(&ctx.headers, body)?;

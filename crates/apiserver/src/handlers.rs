@@ -19,9 +19,9 @@ use crate::registry::{self, DeleteOptions, Next, Request, Written};
 use crate::request::{self, Output, Query};
 use crate::resources::ResourceInfo;
 use crate::scale;
-use crate::selector::{FieldSelector, LabelSelector};
 use crate::server::ApiServer;
 use crate::table;
+use flotilla_core::selector::{FieldSelector, LabelSelector};
 
 /// One resource request, parsed.
 pub struct Ctx {
@@ -34,7 +34,7 @@ pub struct Ctx {
     pub headers: HeaderMap,
     /// Who asked; None for the server's own requests (and when serving
     /// without authentication).
-    pub user: Option<crate::auth::User>,
+    pub user: Option<crate::user::User>,
 }
 
 impl Ctx {

@@ -5,10 +5,10 @@
 
 use http::HeaderMap;
 
-use crate::auth::User;
 use crate::authz::{Attributes, Verb};
 use crate::error::{ApiError, ApiResult};
 use crate::server::ApiServer;
+use crate::user::User;
 
 pub const USER: &str = "impersonate-user";
 pub const GROUP: &str = "impersonate-group";

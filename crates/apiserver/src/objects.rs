@@ -90,19 +90,7 @@ pub fn stored_lifecycle(stored: &[u8]) -> Option<Lifecycle> {
     serde_json::from_slice::<Stored>(stored).ok()?.metadata
 }
 
-pub fn meta(obj: &Value) -> Option<&Map<String, Value>> {
-    obj.get("metadata").and_then(Value::as_object)
-}
-
-pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
-    if !obj.get("metadata").is_some_and(Value::is_object) {
-        obj["metadata"] = json!({});
-    }
-    match obj.get_mut("metadata") {
-        Some(Value::Object(m)) => m,
-        _ => unreachable!("metadata was just made an object"),
-    }
-}
+pub use crate::value::{meta, meta_mut};
 
 pub fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
     meta(obj)
@@ -183,12 +171,12 @@ pub fn validate_meta(r: &ResourceInfo, obj: &Value) -> Vec<Cause> {
         });
     } else {
         let errs = if r.is_namespace() {
-            meta::validate_dns1123_label(name)
+            flotilla_core::validation::validate_dns1123_label(name)
         } else if r.group == "rbac.authorization.k8s.io" {
             // RBAC's names are path segments (`system:discovery`).
-            meta::validate_path_segment_name(name)
+            flotilla_core::validation::validate_path_segment_name(name)
         } else {
-            meta::validate_dns1123_subdomain(name)
+            flotilla_core::validation::validate_dns1123_subdomain(name)
         };
         for e in errs {
             causes.push(Cause {

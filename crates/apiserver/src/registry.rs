@@ -12,12 +12,12 @@ use std::sync::Arc;
 use flotilla_store::{DeletePrecondition, Revision, StoreError};
 use serde_json::{Value, json};
 
-use crate::auth::User;
 use crate::error::{ApiError, ApiResult, Cause};
 use crate::meta;
 use crate::objects::{self, WriteScope, meta_str};
 use crate::resources::ResourceInfo;
 use crate::server::ApiServer;
+use crate::user::User;
 
 /// What a write is about and who asks, without the HTTP around it.
 #[derive(Clone)]

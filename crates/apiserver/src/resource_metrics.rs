@@ -136,7 +136,7 @@ pub fn cpu_quantity(nanocores: u64) -> String {
 
 fn usage_json(u: Usage) -> Value {
     let memory = i64::try_from(u.memory_bytes).unwrap_or(i64::MAX);
-    json!({"cpu": cpu_quantity(u.cpu_nanocores), "memory": crate::quantity::format_bytes(memory)})
+    json!({"cpu": cpu_quantity(u.cpu_nanocores), "memory": flotilla_core::quantity::format_bytes(memory)})
 }
 
 /// metrics-server's window: a Go duration (`10.062s`, `1m0s`).

@@ -9,13 +9,13 @@ use axum::response::Response;
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::auth::User;
 use crate::authz::{Attributes, Decision, Verb};
 use crate::error::{ApiError, ApiResult, Cause};
 use crate::handlers::{Ctx, respond_object};
 use crate::objects::meta_str;
 use crate::request;
 use crate::tokens::{self, Claims, KubernetesClaims, Ref};
+use crate::user::User;
 use crate::value::str_at;
 
 /// Who the server's own requests and unauthenticated embeddings are.

@@ -43,7 +43,7 @@ pub struct Config {
     pub authorizers: crate::authz::Chain,
     /// Tokens of the embedding process's components and whom each names
     /// (`auth::component_identity`).
-    pub component_identities: Vec<(String, crate::auth::User)>,
+    pub component_identities: Vec<(String, crate::user::User)>,
     /// RBAC, or every authenticated request allowed (tests only).
     pub authorization_mode: crate::authz::Mode,
     /// The CA that signs the serving certificate (PEM), published in every
@@ -82,7 +82,7 @@ impl Default for Config {
     }
 }
 
-fn is_privileged(user: &crate::auth::User) -> bool {
+fn is_privileged(user: &crate::user::User) -> bool {
     user.groups
         .iter()
         .any(|g| g == crate::authz::PRIVILEGED_GROUP)
@@ -253,7 +253,7 @@ impl ApiServer {
 
     /// Whether `user` may make the request: `system:masters`, then the
     /// embedding process's authorizers, then RBAC.
-    pub fn authorize(&self, user: &crate::auth::User, a: &crate::authz::Attributes) -> Decision {
+    pub fn authorize(&self, user: &crate::user::User, a: &crate::authz::Attributes) -> Decision {
         self.decide(
             user,
             || self.config.authorizers.decide(user, a),
@@ -262,7 +262,7 @@ impl ApiServer {
     }
 
     /// [`ApiServer::authorize`] for a non-resource path.
-    pub fn authorize_path(&self, user: &crate::auth::User, verb: &str, path: &str) -> Decision {
+    pub fn authorize_path(&self, user: &crate::user::User, verb: &str, path: &str) -> Decision {
         self.decide(
             user,
             || self.config.authorizers.decide_path(user, verb, path),
@@ -273,7 +273,7 @@ impl ApiServer {
     /// The union's order, for either kind of request.
     fn decide(
         &self,
-        user: &crate::auth::User,
+        user: &crate::user::User,
         chain: impl FnOnce() -> Decision,
         rbac: impl FnOnce() -> Decision,
     ) -> Decision {
@@ -291,7 +291,7 @@ impl ApiServer {
     }
 
     /// The request allowed, or upstream's 403.
-    pub fn check(&self, user: &crate::auth::User, a: &crate::authz::Attributes) -> ApiResult<()> {
+    pub fn check(&self, user: &crate::user::User, a: &crate::authz::Attributes) -> ApiResult<()> {
         match crate::audit::decided(self.authorize(user, a)) {
             Decision::Allow => Ok(()),
             Decision::Deny(reason) => Err(a.forbidden(user, &reason)),
@@ -300,7 +300,7 @@ impl ApiServer {
     }
 
     /// [`ApiServer::check`] for a non-resource path.
-    pub fn check_path(&self, user: &crate::auth::User, verb: &str, path: &str) -> ApiResult<()> {
+    pub fn check_path(&self, user: &crate::user::User, verb: &str, path: &str) -> ApiResult<()> {
         match crate::audit::decided(self.authorize_path(user, verb, path)) {
             Decision::Allow => Ok(()),
             Decision::Deny(reason) => Err(crate::authz::forbidden_path(user, verb, path, &reason)),
@@ -441,7 +441,7 @@ fn text(body: &'static str) -> Response {
 async fn proxy_to_member(
     api: &Arc<ApiServer>,
     proxy: Arc<dyn crate::cluster_proxy::ClusterProxy>,
-    user: Option<&crate::auth::User>,
+    user: Option<&crate::user::User>,
     cluster: &str,
     member_path: String,
     mut parts: http::request::Parts,
@@ -558,7 +558,7 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         Some(authenticator) => {
             let requester = authenticator
                 .authenticate(api.store.as_ref(), &parts.headers, &parts.extensions)?
-                .unwrap_or_else(crate::auth::User::anonymous);
+                .unwrap_or_else(crate::user::User::anonymous);
             crate::audit::authenticated(&requester);
             let user = crate::impersonation::resolve(&api, requester, &parts.headers)?;
             crate::audit::impersonated(&parts.headers, &user);

@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tracing::warn;
 
-use crate::auth::{TokenAuthenticator, User};
+use crate::user::{TokenAuthenticator, User};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenFileError {

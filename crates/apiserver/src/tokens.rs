@@ -13,7 +13,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use ring::hmac;
 use serde::{Deserialize, Serialize};
 
-use crate::auth::User;
+use crate::user::User;
 use flotilla_store::Store;
 
 /// The issuer and default audience, as a cluster named `cluster.local`.

@@ -1,7 +1,8 @@
-//! Reads of JSON objects by pointer, with the empty value when absent:
-//! what printers, CRD handling and admission do with untyped objects.
+//! Reads of JSON objects by pointer, with the empty value when absent,
+//! and an object's metadata: what printers, CRD handling, conversion and
+//! admission do with untyped objects.
 
-use serde_json::Value;
+use serde_json::{Map, Value, json};
 
 pub fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
     v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
@@ -24,4 +25,18 @@ pub fn strings_at(v: &Value, pointer: &str) -> Vec<String> {
         .iter()
         .filter_map(|x| x.as_str().map(String::from))
         .collect()
+}
+
+pub fn meta(obj: &Value) -> Option<&Map<String, Value>> {
+    obj.get("metadata").and_then(Value::as_object)
+}
+
+pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.get("metadata").is_some_and(Value::is_object) {
+        obj["metadata"] = json!({});
+    }
+    match obj.get_mut("metadata") {
+        Some(Value::Object(m)) => m,
+        _ => unreachable!("metadata was just made an object"),
+    }
 }

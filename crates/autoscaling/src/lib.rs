@@ -23,7 +23,7 @@ pub mod replicas;
 
 use std::time::Instant;
 
-use flotilla_apiserver::selector::LabelSelector;
+use flotilla_core::selector::LabelSelector;
 use k8s_openapi::api::autoscaling::v2::{
     HorizontalPodAutoscalerCondition, HorizontalPodAutoscalerSpec, MetricSpec, MetricStatus,
 };

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use flotilla_apiserver::quantity;
+use flotilla_core::quantity;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use flotilla_apiserver::quantity;
+use flotilla_core::quantity;
 use k8s_openapi::api::autoscaling::v2::{
     ContainerResourceMetricStatus, MetricSpec, MetricStatus, MetricValueStatus,
     ResourceMetricStatus,

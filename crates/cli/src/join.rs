@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use flotilla_client::credentials::Credentials;
 use flotilla_federation::join::{self, JoinRequest};
-use flotilla_federation::members::Credentials;
 
 #[derive(clap::Args)]
 pub struct JoinArgs {

@@ -4,15 +4,6 @@
 mod agent;
 mod apiserver;
 mod bench;
-mod bench_authz;
-mod bench_fabric;
-mod bench_member;
-mod bench_netns;
-mod bench_peering;
-mod bench_propagation;
-mod bench_queues;
-mod bench_report;
-mod bench_store;
 mod controlplane;
 mod dns;
 mod inspect;

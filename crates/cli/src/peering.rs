@@ -237,7 +237,7 @@ pub async fn unpeer(args: UnpeerArgs) -> anyhow::Result<()> {
 
 /// `region in (eu,us), !staging` as node selector requirements.
 fn selector_term(s: &str) -> anyhow::Result<serde_json::Value> {
-    let parsed = flotilla_apiserver::selector::LabelSelector::parse(s)
+    let parsed = flotilla_core::selector::LabelSelector::parse(s)
         .map_err(|e| anyhow::anyhow!("--selector {s:?}: {e}"))?;
     Ok(json!({"matchExpressions": parsed.requirements_json()}))
 }

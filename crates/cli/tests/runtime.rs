@@ -1617,7 +1617,7 @@ fn clusterset_ips_clusterset_dns_and_global_ingress_ips_reach_pods() {
     assert!(curl("http://echo/", "5").status.success(), "{}", m.log());
 
     // The CRDs the hub would install, and a Globalnet one, by hand.
-    for crd in flotilla_federation::mcs::api::crds() {
+    for crd in flotilla_core::mcs::crds() {
         m.ok_stdin(&["apply", "-f", "-"], &crd.to_string());
     }
     m.ok_stdin(&["apply", "-f", "-"], GLOBAL_INGRESS_IP_CRD);

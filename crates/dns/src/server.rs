@@ -5,9 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_federation::mcs::api::{
-    MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL, ServiceImport,
-};
+use flotilla_core::mcs::{MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL, ServiceImport};
 use futures::StreamExt;
 use hickory_proto::op::{Message, OpCode, ResponseCode};
 use hickory_proto::serialize::binary::{BinDecodable, BinEncodable};

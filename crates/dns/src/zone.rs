@@ -17,7 +17,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use flotilla_federation::mcs::api::{SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL, ServiceImport};
+use flotilla_core::mcs::{SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL, ServiceImport};
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::rdata::{A, AAAA, PTR, SOA, SRV, TXT};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
@@ -334,7 +334,7 @@ fn srv(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_federation::mcs::api::ServiceImportSpec;
+    use flotilla_core::mcs::ServiceImportSpec;
     use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions};
 
     fn import(name: &str, type_: &str, ips: &[&str]) -> Arc<ServiceImport> {

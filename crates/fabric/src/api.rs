@@ -298,7 +298,7 @@ pub struct GlobalIngressIpStatus {
 pub const CLUSTER_IP_SERVICE: &str = "ClusterIPService";
 
 fn kind(kind: &str, plural: &str, namespaced: bool, short: &[&str], columns: Vec<Value>) -> Value {
-    use flotilla_federation::crds::{Kind, age};
+    use flotilla_core::crd::{Kind, age};
     let mut columns = columns;
     columns.push(age());
     let mut crd = Kind {
@@ -308,19 +308,19 @@ fn kind(kind: &str, plural: &str, namespaced: bool, short: &[&str], columns: Vec
         plural: plural.into(),
         short_names: short.iter().map(|s| s.to_string()).collect(),
         namespaced,
-        categorized: false,
+        categories: &[],
         columns,
-        spec: flotilla_federation::crds::open_schema(),
+        spec: flotilla_core::crd::open_schema(),
     }
     .crd();
     // Gateways and Globalnet's objects may have no spec at all.
-    flotilla_federation::crds::spec_optional(&mut crd);
+    flotilla_core::crd::spec_optional(&mut crd);
     crd
 }
 
 /// The CRDs the broker (the hub) serves: clusters and endpoints.
 pub fn broker_crds() -> Vec<Value> {
-    use flotilla_federation::crds::column;
+    use flotilla_core::crd::column;
     vec![
         kind(
             "Cluster",
@@ -346,7 +346,7 @@ pub fn broker_crds() -> Vec<Value> {
 /// The CRDs a member's fabric serves: its own copies of the broker's
 /// kinds, gateways and Globalnet's allocations.
 pub fn member_crds() -> Vec<Value> {
-    use flotilla_federation::crds::column;
+    use flotilla_core::crd::column;
     let mut crds = broker_crds();
     crds.extend([
         kind(

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use flotilla_federation::members::Credentials;
+use flotilla_client::credentials::Credentials;
 use ipnet::Ipv4Net;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
@@ -181,7 +181,7 @@ pub async fn install(hub: &Client) -> Result<(), String> {
         Err(kube::Error::Api(e)) if e.code == 409 => {}
         Err(e) => return Err(format!("cannot make the broker namespace: {e}")),
     }
-    flotilla_federation::crds::install_manifests(hub, crate::api::broker_crds())
+    flotilla_client::crd::install(hub, crate::api::broker_crds())
         .await
         .map_err(|e| e.to_string())
 }

@@ -14,7 +14,7 @@
 use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr};
 
-use flotilla_member::runtime::netns::host::{self, HostError};
+use flotilla_host::{self as host, HostError};
 use ipnet::Ipv4Net;
 use tokio::net::UdpSocket;
 

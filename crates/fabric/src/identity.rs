@@ -73,7 +73,7 @@ pub async fn bootstrap(member: &Client) -> Result<String, String> {
     crate::gateway::ensure_operator_namespace(member)
         .await
         .map_err(|e| format!("cannot make the {OPERATOR_NAMESPACE} namespace: {e}"))?;
-    flotilla_federation::crds::install_manifests(member, crate::api::member_crds())
+    flotilla_client::crd::install(member, crate::api::member_crds())
         .await
         .map_err(|e| e.to_string())?;
     let params = PatchParams::apply(MANAGER).force();

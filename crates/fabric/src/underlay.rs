@@ -7,7 +7,7 @@
 
 use std::net::Ipv4Addr;
 
-use flotilla_member::runtime::netns::host::{self, HostError};
+use flotilla_host::{self as host, HostError};
 use ipnet::Ipv4Net;
 
 pub const BRIDGE: &str = "ul0";

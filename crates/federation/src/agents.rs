@@ -7,8 +7,8 @@
 //! Endpoints (every cluster's readable). Everything of other clusters,
 //! and everything else, is 403.
 
-use flotilla_apiserver::auth::User;
 use flotilla_apiserver::authz::{Attributes, Authorizer, Decision, Verb};
+use flotilla_apiserver::user::User;
 
 use crate::api::{CLUSTER_GROUP, CLUSTER_NAMESPACE, Cluster, WORK_GROUP};
 

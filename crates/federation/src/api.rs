@@ -18,6 +18,8 @@ use serde_json::value::RawValue;
 pub const CLUSTER_GROUP: &str = "cluster.karmada.io";
 pub const POLICY_GROUP: &str = "policy.karmada.io";
 pub const WORK_GROUP: &str = "work.karmada.io";
+/// Karmada's category: `kubectl get karmada-io` lists its kinds.
+pub const CATEGORY: &str = "karmada-io";
 
 /// Where Push clusters' credentials live (as `karmadactl join` does).
 pub const CLUSTER_NAMESPACE: &str = "karmada-cluster";

@@ -31,7 +31,8 @@ use crate::overrides::{self, Applied, OverrideError};
 use crate::packed::{self, Key, PackedStore};
 use crate::queue::{self, Next, WorkQueue};
 use crate::recent::Recent;
-use crate::{events, interpreter, names, templates};
+use crate::{interpreter, names, templates};
+use flotilla_client::events;
 
 /// Bindings whose Works are written at once.
 const BINDING_SYNCS: usize = 32;

@@ -7,28 +7,12 @@
 //! `spec` and `status` as written; the controllers read them with typed
 //! views.
 
-use std::time::Duration;
-
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams};
+use flotilla_client::crd::InstallError;
+use flotilla_core::crd::{Kind, age, column, condition, open_object, wide};
 use serde_json::{Value, json};
 use tracing::info;
 
-const CATEGORY: &str = "karmada-io";
-
-/// One kind as a CRD describes it (Karmada's, and the MCS API's).
-pub struct Kind {
-    pub group: &'static str,
-    pub version: &'static str,
-    pub kind: String,
-    pub plural: String,
-    pub short_names: Vec<String>,
-    pub namespaced: bool,
-    /// In the `karmada-io` category (`kubectl get karmada-io`).
-    pub categorized: bool,
-    pub columns: Vec<Value>,
-    pub spec: Value,
-}
+use crate::api::CATEGORY;
 
 /// A namespaced kind of the `karmada-io` category and its cluster-scoped
 /// twin, named as Karmada names them (PropagationPolicy `pp` and
@@ -47,7 +31,7 @@ fn twins(
         plural: plural.into(),
         short_names: vec![short.into()],
         namespaced: true,
-        categorized: true,
+        categories: &[CATEGORY],
         columns: columns.clone(),
         spec: spec.clone(),
     };
@@ -58,56 +42,11 @@ fn twins(
         plural: format!("cluster{plural}"),
         short_names: vec![format!("c{short}")],
         namespaced: false,
-        categorized: true,
+        categories: &[CATEGORY],
         columns,
         spec,
     };
     [namespaced, cluster]
-}
-
-pub fn column(name: &str, type_: &str, path: &str) -> Value {
-    json!({"name": name, "type": type_, "jsonPath": path})
-}
-
-fn wide(name: &str, type_: &str, path: &str) -> Value {
-    json!({"name": name, "type": type_, "jsonPath": path, "priority": 1})
-}
-
-/// A `spec` schema that keeps whatever is written (the controllers read
-/// such kinds with typed views).
-pub fn open_schema() -> Value {
-    json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
-}
-
-/// Lets objects of `crd` have no `spec` at all (kinds with status only).
-pub fn spec_optional(crd: &mut Value) {
-    if let Some(schema) = crd
-        .pointer_mut("/spec/versions/0/schema/openAPIV3Schema")
-        .and_then(Value::as_object_mut)
-    {
-        schema.remove("required");
-    }
-}
-
-pub fn age() -> Value {
-    column("AGE", "date", ".metadata.creationTimestamp")
-}
-
-fn condition(name: &str, type_: &str) -> Value {
-    column(
-        name,
-        "string",
-        &format!(".status.conditions[?(@.type==\"{type_}\")].status"),
-    )
-}
-
-/// An object whose unlisted fields are kept as written.
-fn open_object(properties: Value, required: &[&str]) -> Value {
-    let mut o = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true, "properties": properties});
-    if !required.is_empty() {
-        o["required"] = json!(required);
-    }
-    o
 }
 
 fn propagation_spec() -> Value {
@@ -216,7 +155,7 @@ fn kinds() -> Vec<Kind> {
         plural: "clusters".into(),
         short_names: Vec::new(),
         namespaced: false,
-        categorized: false,
+        categories: &[],
         columns: vec![
             column("VERSION", "string", ".status.kubernetesVersion"),
             column("MODE", "string", ".spec.syncMode"),
@@ -252,7 +191,7 @@ fn kinds() -> Vec<Kind> {
         plural: "works".into(),
         short_names: vec!["wk".into()],
         namespaced: true,
-        categorized: true,
+        categories: &[CATEGORY],
         columns: vec![
             column(
                 "WORKLOAD-KIND",
@@ -276,7 +215,7 @@ fn kinds() -> Vec<Kind> {
         plural: "workloadrebalancers".into(),
         short_names: Vec::new(),
         namespaced: false,
-        categorized: true,
+        categories: &[CATEGORY],
         columns: vec![age()],
         spec: open_object(
             json!({
@@ -308,7 +247,7 @@ fn kinds() -> Vec<Kind> {
         plural: "clustertaintpolicies".into(),
         short_names: Vec::new(),
         namespaced: false,
-        categorized: true,
+        categories: &[CATEGORY],
         columns: vec![age()],
         spec: open_object(
             json!({
@@ -338,7 +277,7 @@ fn kinds() -> Vec<Kind> {
         plural: "multiclusterservices".into(),
         short_names: vec!["mcs".into()],
         namespaced: true,
-        categorized: true,
+        categories: &[CATEGORY],
         columns: vec![age()],
         spec: open_object(
             json!({
@@ -380,69 +319,9 @@ fn kinds() -> Vec<Kind> {
     kinds
 }
 
-impl Kind {
-    pub fn crd(&self) -> Value {
-        let singular = self.kind.to_lowercase();
-        let mut names = json!({
-            "kind": &self.kind,
-            "listKind": format!("{}List", self.kind),
-            "plural": self.plural,
-            "singular": singular,
-        });
-        if !self.short_names.is_empty() {
-            names["shortNames"] = json!(self.short_names);
-        }
-        if self.categorized {
-            names["categories"] = json!([CATEGORY]);
-        }
-        json!({
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": format!("{}.{}", self.plural, self.group)},
-            "spec": {
-                "group": self.group,
-                "names": names,
-                "scope": if self.namespaced { "Namespaced" } else { "Cluster" },
-                "versions": [{
-                    "name": self.version,
-                    "served": true,
-                    "storage": true,
-                    "additionalPrinterColumns": self.columns,
-                    "subresources": {"status": {}},
-                    "schema": {"openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {
-                            "apiVersion": {"type": "string"},
-                            "kind": {"type": "string"},
-                            "metadata": {"type": "object"},
-                            "spec": self.spec,
-                            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                        },
-                        "required": ["spec"],
-                    }},
-                }],
-            },
-        })
-    }
-}
-
 /// Every CRD the control plane serves, as manifests.
 pub fn manifests() -> Vec<Value> {
     kinds().iter().map(Kind::crd).collect()
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum InstallError {
-    #[error("cannot install CRD {name}: {source}")]
-    Apply {
-        name: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("CRD {0} was not Established within 30s")]
-    NotEstablished(String),
-    #[error("a built-in CRD manifest does not parse: {0}")]
-    Manifest(#[from] serde_json::Error),
 }
 
 /// Server-side applies every CRD (idempotent across restarts and
@@ -457,43 +336,15 @@ pub async fn install(client: &kube::Client) -> Result<(), InstallError> {
     all.extend(crate::ocm::replicaset::crds());
     all.push(crate::quota::api::crd());
     all.extend(crate::autoscaling::api::crds());
-    install_manifests(client, all).await?;
+    flotilla_client::crd::install(client, all).await?;
     info!(count = kinds().len(), "Karmada CRDs installed");
-    Ok(())
-}
-
-/// Server-side applies `manifests` (CRDs) and waits until each is
-/// Established: on the hub, and in members for the MCS API.
-pub async fn install_manifests(
-    client: &kube::Client,
-    manifests: Vec<Value>,
-) -> Result<(), InstallError> {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let params = PatchParams::apply("flotilla-controlplane").force();
-    for manifest in manifests {
-        let crd: CustomResourceDefinition = serde_json::from_value(manifest)?;
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        api.patch(&name, &params, &Patch::Apply(&crd))
-            .await
-            .map_err(|source| InstallError::Apply {
-                name: name.clone(),
-                source,
-            })?;
-        let established = kube::runtime::wait::await_condition(
-            api.clone(),
-            &name,
-            kube::runtime::conditions::is_crd_established(),
-        );
-        match tokio::time::timeout(Duration::from_secs(30), established).await {
-            Ok(Ok(_)) => {}
-            _ => return Err(InstallError::NotEstablished(name)),
-        }
-    }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
     use super::*;
 
     #[test]

@@ -19,7 +19,7 @@ pub enum Error {
     #[error("invalid object: {0}")]
     Invalid(#[from] serde_json::Error),
     #[error(transparent)]
-    Install(#[from] crate::crds::InstallError),
+    Install(#[from] flotilla_client::crd::InstallError),
     /// A multi-cluster service that cannot be served as asked (a full
     /// ClusterSetIP range, a member watch that ended).
     #[error("{0}")]

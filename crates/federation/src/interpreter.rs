@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::{Map, Value, json};
 
 use crate::api::{AggregatedStatusItem, ReplicaRequirements, annotations};
-use flotilla_apiserver::quantity;
+use flotilla_core::quantity;
 
 /// Kinds whose replicas Flotilla divides; everything else is Duplicated.
 fn is_workload(api_version: &str, kind: &str) -> bool {

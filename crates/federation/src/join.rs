@@ -15,7 +15,7 @@ use secrecy::ExposeSecret;
 use serde_json::json;
 
 use crate::api::{CLUSTER_NAMESPACE, Cluster, ClusterSpec, SecretRef, sync_mode};
-use crate::members::Credentials;
+use flotilla_client::credentials::Credentials;
 
 #[derive(Debug, thiserror::Error)]
 pub enum JoinError {

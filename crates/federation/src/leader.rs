@@ -8,7 +8,6 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
@@ -71,7 +70,9 @@ pub async fn lead<F: Future<Output = ()>>(
     lead: F,
 ) -> Result<(), LostLease> {
     let api: Api<Lease> = Api::namespaced(client.clone(), &e.namespace);
-    ensure_namespace(&client, &e.namespace).await;
+    if let Err(error) = flotilla_client::namespace::ensure(&client, &e.namespace, &[]).await {
+        warn!(%error, namespace = %e.namespace, "cannot create the lease's namespace");
+    }
     let mut seen = Observed::default();
     loop {
         match try_acquire_or_renew(&api, &e, &mut seen).await {
@@ -188,21 +189,5 @@ async fn try_acquire_or_renew(
         }
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
         Err(error) => Err(error),
-    }
-}
-
-async fn ensure_namespace(client: &Client, name: &str) {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    if let Err(error) = api.create(&PostParams::default(), &ns).await
-        && !matches!(&error, kube::Error::Api(s) if s.code == 409)
-    {
-        warn!(%error, namespace = %name, "cannot create the lease's namespace");
     }
 }

@@ -18,7 +18,6 @@ pub mod crds;
 pub mod dependencies;
 pub mod detector;
 pub mod error;
-pub mod events;
 pub mod execution;
 pub mod failover;
 pub mod fanout;

@@ -10,10 +10,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use flotilla_apiserver::quantity;
 use flotilla_apiserver::resource_metrics::{
     NodeMetrics, PodMetrics, ResourceMetrics, Sample, Usage,
 };
+use flotilla_core::quantity;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, Client, ResourceExt};

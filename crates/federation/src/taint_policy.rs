@@ -21,10 +21,11 @@ use serde_json::json;
 use tracing::info;
 
 use crate::api::{Cluster, ClusterTaintPolicy, MatchCondition};
+use crate::conditions;
 use crate::context::{Ctx, retry};
 use crate::error::Error;
 use crate::selector::cluster_matches;
-use crate::{conditions, events};
+use flotilla_client::events;
 
 /// Whether every condition matches the cluster's; none never matches. A
 /// condition the cluster does not report matches neither In nor NotIn.

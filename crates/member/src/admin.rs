@@ -154,7 +154,7 @@ fn pods_body(body: Option<Json<PodsBody>>) -> Result<Option<PodsBody>, Box<Respo
             "namespace is required",
         )));
     }
-    if let Err(e) = flotilla_apiserver::selector::LabelSelector::parse(&b.selector) {
+    if let Err(e) = flotilla_core::selector::LabelSelector::parse(&b.selector) {
         return Err(Box::new(error(
             StatusCode::BAD_REQUEST,
             format!("selector {:?}: {e}", b.selector),

@@ -82,7 +82,7 @@ impl Faults {
         let s = self.state.read();
         s.unready_pods.get(namespace).is_some_and(|selectors| {
             selectors.iter().any(|sel| {
-                flotilla_apiserver::selector::LabelSelector::parse(sel)
+                flotilla_core::selector::LabelSelector::parse(sel)
                     .is_ok_and(|parsed| parsed.matches(Some(labels)))
             })
         })

@@ -12,7 +12,7 @@ pub mod placement;
 pub mod pod;
 pub mod podutil;
 pub mod runtime;
-pub use flotilla_apiserver::quantity;
+pub use flotilla_core::quantity;
 pub mod sim;
 
 pub use config::SimConfig;

@@ -58,7 +58,7 @@ fn resource(kind: &str, plural: &str) -> ApiResource {
 
 /// Admiralty's CRDs.
 pub fn crds() -> Vec<Value> {
-    use flotilla_federation::crds::{Kind, age};
+    use flotilla_core::crd::{Kind, age};
     let kind = |k: &str, plural: &str, namespaced: bool| {
         let mut crd = Kind {
             group: GROUP,
@@ -67,12 +67,12 @@ pub fn crds() -> Vec<Value> {
             plural: plural.into(),
             short_names: Vec::new(),
             namespaced,
-            categorized: false,
+            categories: &[],
             columns: vec![age()],
-            spec: flotilla_federation::crds::open_schema(),
+            spec: flotilla_core::crd::open_schema(),
         }
         .crd();
-        flotilla_federation::crds::spec_optional(&mut crd);
+        flotilla_core::crd::spec_optional(&mut crd);
         crd
     };
     vec![
@@ -258,7 +258,7 @@ fn follow_kind(local: &Client, kind: &str, plural: &str) -> Store<DynamicObject>
 
 /// Runs both of Admiralty's sides for the cluster `local` reaches.
 pub async fn run(local: Client) {
-    if let Err(error) = flotilla_federation::crds::install_manifests(&local, crds()).await {
+    if let Err(error) = flotilla_client::crd::install(&local, crds()).await {
         debug!(%error, "cannot install Admiralty's CRDs");
     }
     let caches = Caches {

@@ -510,7 +510,7 @@ fn crd(
     short: &[&str],
     columns: Vec<Value>,
 ) -> Value {
-    use flotilla_federation::crds::{Kind, age};
+    use flotilla_core::crd::{Kind, age};
     let mut columns = columns;
     columns.push(age());
     let mut crd = Kind {
@@ -520,9 +520,9 @@ fn crd(
         plural: plural.into(),
         short_names: short.iter().map(|s| s.to_string()).collect(),
         namespaced,
-        categorized: false,
+        categories: &[],
         columns,
-        spec: flotilla_federation::crds::open_schema(),
+        spec: flotilla_core::crd::open_schema(),
     }
     .crd();
     crd["spec"]["names"]["categories"] = json!(["liqo"]);
@@ -531,7 +531,7 @@ fn crd(
 
 /// Every CRD a peered cluster serves (consumer and provider alike).
 pub fn crds() -> Vec<Value> {
-    use flotilla_federation::crds::column;
+    use flotilla_core::crd::column;
     let condition = |name: &str, type_: &str| {
         column(
             name,

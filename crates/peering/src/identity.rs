@@ -1,7 +1,7 @@
 //! A cluster's Liqo identity: its cluster ID, in the ConfigMap
 //! `liqo/liqo-clusterid-configmap` (`CLUSTER_ID`), as Liqo keeps it.
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 
@@ -23,7 +23,7 @@ pub async fn ensure_cluster_id(client: &Client, wanted: &str) -> Result<String, 
     if let Some(id) = cluster_id(client).await? {
         return Ok(id);
     }
-    ensure_namespace(client, LIQO_NAMESPACE, &[]).await?;
+    flotilla_client::namespace::ensure(client, LIQO_NAMESPACE, &[]).await?;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), LIQO_NAMESPACE);
     let cm = ConfigMap {
         metadata: ObjectMeta {
@@ -65,36 +65,6 @@ pub fn valid(id: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !id.starts_with('-')
         && !id.ends_with('-')
-}
-
-/// Creates namespace `name` with `labels` unless it exists.
-pub async fn ensure_namespace(
-    client: &Client,
-    name: &str,
-    labels: &[(&str, &str)],
-) -> Result<(), kube::Error> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    if api.get_opt(name).await?.is_some() {
-        return Ok(());
-    }
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels: Some(
-                labels
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            ),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    match api.create(&PostParams::default(), &ns).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e),
-    }
 }
 
 #[cfg(test)]

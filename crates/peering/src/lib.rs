@@ -46,7 +46,7 @@ pub async fn run(local: Client, name: &str) {
             }
         }
     };
-    if let Err(error) = flotilla_federation::crds::install_manifests(&local, api::crds()).await {
+    if let Err(error) = flotilla_client::crd::install(&local, api::crds()).await {
         warn!(%error, "cannot install the peering CRDs");
     }
     info!(cluster_id = %id, "peering controllers running");

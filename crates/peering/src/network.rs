@@ -8,9 +8,9 @@
 //! A cluster already in a fleet's fabric keeps it: the peers connect
 //! through that one.
 
+use flotilla_client::credentials::Credentials;
 use flotilla_fabric::api::{BROKER_NAMESPACE, CONNECTED, Gateway, OPERATOR_NAMESPACE};
 use flotilla_fabric::broker::{self, BrokerAccess};
-use flotilla_federation::members::Credentials;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client};

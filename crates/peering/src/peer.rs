@@ -82,7 +82,7 @@ pub struct Side {
     pub client: Client,
     /// The administrator's credentials, for what the cluster runs itself
     /// (its gateways' access to it as a broker).
-    pub credentials: flotilla_federation::members::Credentials,
+    pub credentials: flotilla_client::credentials::Credentials,
     /// The API server URL, as the kubeconfig names it.
     pub server: String,
     pub ca_pem: Option<Vec<u8>>,
@@ -161,7 +161,7 @@ pub async fn peer(
         ids.consumer, ids.provider
     ));
     for (side, which) in [(consumer, "consumer"), (provider, "provider")] {
-        flotilla_federation::crds::install_manifests(&side.client, api::crds())
+        flotilla_client::crd::install(&side.client, api::crds())
             .await
             .map_err(|e| PeerError::Crds {
                 side: which,
@@ -218,7 +218,7 @@ pub async fn peer(
 /// The consumer's identity in the provider; returns its token.
 async fn provider_identity(provider: &Client, ids: &Peering) -> Result<String, PeerError> {
     let tenant = tenant_namespace(&ids.consumer);
-    identity::ensure_namespace(
+    flotilla_client::namespace::ensure(
         provider,
         &tenant,
         &[
@@ -443,7 +443,7 @@ async fn consumer_side(
     options: &PeerOptions,
 ) -> Result<(), PeerError> {
     let tenant = tenant_namespace(&ids.provider);
-    identity::ensure_namespace(
+    flotilla_client::namespace::ensure(
         &consumer.client,
         &tenant,
         &[

@@ -32,7 +32,7 @@ pub struct Request<'a> {
     pub namespace: Option<&'a str>,
     pub old: Option<&'a Value>,
     /// Who writes; None for the server's own writes.
-    pub user: Option<&'a crate::auth::User>,
+    pub user: Option<&'a crate::user::User>,
     /// The part written (`status`, `approval`), if not the whole object.
     pub subresource: Option<&'a str>,
 }
@@ -127,7 +127,7 @@ pub(crate) fn containers(pod: &Value) -> impl Iterator<Item = &Value> {
 /// A quantity's value (cores, bytes), or None.
 pub(crate) fn amount(q: Option<&Value>) -> Option<f64> {
     match q? {
-        Value::String(s) => crate::quantity::parse(s),
+        Value::String(s) => flotilla_core::quantity::parse(s),
         Value::Number(n) => n.as_f64(),
         _ => None,
     }

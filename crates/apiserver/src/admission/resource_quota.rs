@@ -21,8 +21,8 @@ use tracing::warn;
 use super::{Operation, Request, Validating, amount, containers, list_in};
 use crate::error::{ApiError, ApiResult};
 use crate::objects::meta_str;
-use crate::quantity::{format_bytes, format_millicores};
 use crate::server::ApiServer;
+use flotilla_core::quantity::{format_bytes, format_millicores};
 
 pub struct ResourceQuota;
 

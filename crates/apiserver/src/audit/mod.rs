@@ -42,10 +42,10 @@ pub use backend::{Rotation, Sink};
 pub use event::{ObjectReference, UserInfo};
 pub use policy::{Evaluated, Level, Policy, PolicyError, Stage};
 
-use crate::auth::User;
 use crate::authz::Decision;
 use crate::error::{ApiError, ApiResult};
 use crate::request::ResourcePath;
+use crate::user::User;
 
 /// The response header that carries the audit ID.
 pub const AUDIT_ID: &str = "audit-id";

@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 
 use super::Strategy;
 use crate::error::Cause;
-use crate::quantity;
 use crate::table::prelude::*;
+use flotilla_core::quantity;
 
 pub struct Pods;
 

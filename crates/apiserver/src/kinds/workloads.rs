@@ -270,7 +270,7 @@ impl Strategy for CronJobs {
 
     /// The schedule and its zone must be what the controller can run.
     fn validate(&self, obj: &Value) -> Vec<Cause> {
-        use crate::schedule::{Schedule, ScheduleError};
+        use flotilla_core::schedule::{Schedule, ScheduleError};
         let schedule = s(obj, "/spec/schedule");
         let zone = obj.pointer("/spec/timeZone").and_then(Value::as_str);
         let invalid = |field: &str, value: &str, why: String| Cause {

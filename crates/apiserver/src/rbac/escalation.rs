@@ -9,10 +9,10 @@ use serde_json::Value;
 use super::index::RoleRef;
 use super::rule::{self, Rule};
 use crate::admission::{Request, Validating};
-use crate::auth::User;
 use crate::authz::{Attributes, Decision, Mode, Verb};
 use crate::error::{ApiError, ApiResult, Details};
 use crate::server::ApiServer;
+use crate::user::User;
 use crate::value::str_at;
 
 pub struct Escalation;

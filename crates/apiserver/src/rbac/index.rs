@@ -13,9 +13,9 @@ use parking_lot::RwLock;
 use serde_json::Value;
 
 use super::rule::Rule;
-use crate::auth::User;
-use crate::selector::LabelSelector;
+use crate::user::User;
 use crate::value::str_at;
+use flotilla_core::selector::LabelSelector;
 
 /// Where RBAC's kinds are stored.
 pub const PREFIX: &str = "/rbac.authorization.k8s.io/";

@@ -17,10 +17,10 @@ pub mod rule;
 
 use serde_json::Value;
 
-use crate::auth::User;
 use crate::authz::{Attributes, Decision, Verb};
 use crate::resources::ResourceInfo;
 use crate::server::ApiServer;
+use crate::user::User;
 pub use index::Index;
 use rule::Request;
 

@@ -1,7 +1,7 @@
 //! `flotilla clusters`: the fleet at a glance.
 
-use flotilla_apiserver::quantity;
 use flotilla_apiserver::table::human_duration;
+use flotilla_core::quantity;
 use flotilla_federation::api::Cluster;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};

@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use flotilla_core::mcs::ServiceExport;
 use flotilla_fabric::api::{self as fabric, BROKER_NAMESPACE, Cluster as BrokerCluster, Gateway};
 use flotilla_federation::api::Cluster;
-use flotilla_federation::mcs::api::ServiceExport;
 use flotilla_federation::members::Members;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{

@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use flotilla_core::mcs::ServiceImport;
 use flotilla_fabric::api::{self, Gateway};
-use flotilla_federation::mcs::api::ServiceImport;
 use kube::Api;
 use serde_json::Value;
 

@@ -588,7 +588,7 @@ async fn install_crds_unless_served(member: &Client) -> Result<(), String> {
     if served {
         return Ok(());
     }
-    flotilla_federation::crds::install_manifests(member, manifests)
+    flotilla_client::crd::install(member, manifests)
         .await
         .map_err(|e| e.to_string())
 }

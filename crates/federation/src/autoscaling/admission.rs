@@ -16,7 +16,7 @@ use flotilla_apiserver::error::{ApiError, ApiResult};
 use serde_json::Value;
 
 use super::api::{API_VERSION, CronFederatedHPASpec, FederatedHPASpec, GROUP};
-use flotilla_apiserver::schedule::{Schedule, ScheduleError};
+use flotilla_core::schedule::{Schedule, ScheduleError};
 
 pub struct Autoscalers;
 

@@ -12,7 +12,7 @@ use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::crds::{Kind, age, column};
+use flotilla_core::crd::{Kind, age, column};
 
 pub const GROUP: &str = "autoscaling.karmada.io";
 pub const VERSION: &str = "v1alpha1";
@@ -156,7 +156,7 @@ pub fn crds() -> Vec<Value> {
         plural: "federatedhpas".into(),
         short_names: vec!["fhpa".into()],
         namespaced: true,
-        categorized: true,
+        categories: &[crate::api::CATEGORY],
         columns: vec![
             column("REFERENCE-KIND", "string", ".spec.scaleTargetRef.kind"),
             column("REFERENCE-NAME", "string", ".spec.scaleTargetRef.name"),
@@ -184,7 +184,7 @@ pub fn crds() -> Vec<Value> {
         plural: "cronfederatedhpas".into(),
         short_names: vec!["cronfhpa".into()],
         namespaced: true,
-        categorized: true,
+        categories: &[crate::api::CATEGORY],
         columns: vec![
             column("REFERENCE-KIND", "string", ".spec.scaleTargetRef.kind"),
             column("REFERENCE-NAME", "string", ".spec.scaleTargetRef.name"),

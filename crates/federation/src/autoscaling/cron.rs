@@ -32,8 +32,8 @@ use super::api::{
 };
 use crate::context::{Ctx, retry};
 use crate::error::{Error, is_not_found};
-use crate::events;
-use flotilla_apiserver::schedule::Schedule;
+use flotilla_client::events;
+use flotilla_core::schedule::Schedule;
 
 const COMPONENT: &str = "cronfederatedhpa-controller";
 /// The history limits' default (the CRD defaults them too).

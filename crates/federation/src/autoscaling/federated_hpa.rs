@@ -34,7 +34,8 @@ use super::api::FederatedHPA;
 use crate::api::{Binding, Scope, binding_resource, sync_mode};
 use crate::context::{Ctx, retry};
 use crate::error::{Error, is_not_found};
-use crate::{events, names};
+use crate::names;
+use flotilla_client::events;
 
 const COMPONENT: &str = "federatedhpa-controller";
 /// How long one member's part of a sync may take.

@@ -14,7 +14,7 @@ use kube::{Api, Client, Resource};
 use serde::Deserialize;
 
 use crate::api::{ApiEnablement, ApiEnablementResource, NodeSummary, ResourceSummary};
-use flotilla_apiserver::quantity;
+use flotilla_core::quantity;
 
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 const PAGE: u32 = 500;

@@ -1,10 +1,10 @@
 //! Putting one manifest into a member, and taking it out again.
 
+use flotilla_client::namespace::Ensured;
 use std::sync::Arc;
 
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use tracing::info;
@@ -216,20 +216,11 @@ async fn ensure_namespace(
     if exec.namespaces.lock().contains(&key) {
         return Ok(());
     }
-    let api: Api<Namespace> = Api::all(member.client.clone());
-    if api
-        .get_opt(namespace)
+    let ensured = flotilla_client::namespace::ensure(&member.client, namespace, &[])
         .await
-        .map_err(|e| e.to_string())?
-        .is_none()
-    {
-        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}}))
-            .map_err(|e| e.to_string())?;
-        match api.create(&PostParams::default(), &ns).await {
-            Ok(_) => info!(%cluster, %namespace, "namespace created in member"),
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => return Err(format!("cannot create namespace {namespace}: {e}")),
-        }
+        .map_err(|e| format!("cannot create namespace {namespace}: {e}"))?;
+    if ensured == Ensured::Created {
+        info!(%cluster, %namespace, "namespace created in member");
     }
     exec.namespaces.lock().insert(key);
     Ok(())

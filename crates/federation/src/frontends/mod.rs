@@ -64,7 +64,7 @@ impl Frontend {
     /// applies one is told how to turn it on (with `SwitchedOff` in the
     /// admission chain) rather than that the kind does not exist.
     pub async fn install_switched_off(&self, client: &kube::Client) -> Result<(), InstallError> {
-        Ok(crate::crds::install_manifests(client, (self.crds)()).await?)
+        Ok(flotilla_client::crd::install(client, (self.crds)()).await?)
     }
 }
 
@@ -95,7 +95,7 @@ impl Mutating for SwitchedOff {
 #[derive(Debug, thiserror::Error)]
 pub enum InstallError {
     #[error(transparent)]
-    Crds(#[from] crate::crds::InstallError),
+    Crds(#[from] flotilla_client::crd::InstallError),
     #[error("cannot apply the front end's roles: {0}")]
     Roles(#[from] kube::Error),
     #[error("a built-in role does not parse: {0}")]
@@ -111,7 +111,7 @@ pub async fn install(
     roles: Vec<Value>,
     role: &str,
 ) -> Result<(), InstallError> {
-    crate::crds::install_manifests(client, crds).await?;
+    flotilla_client::crd::install(client, crds).await?;
     let params = PatchParams::apply("flotilla-controlplane").force();
     let cluster_roles: Api<ClusterRole> = Api::all(client.clone());
     for r in roles {

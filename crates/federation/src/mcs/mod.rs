@@ -12,7 +12,7 @@
 //! leaves at once: its exports and endpoints are gone from every import
 //! at the next reconcile.
 
-pub mod api;
+pub use flotilla_core::mcs as api;
 pub mod ips;
 pub mod merge;
 pub mod pull;
@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -293,7 +293,7 @@ impl Mcs {
             return self.start_pull_member(cluster).await;
         }
         let client = self.ctx.members.get(cluster).await?.client;
-        crate::crds::install_manifests(&client, api::crds()).await?;
+        flotilla_client::crd::install(&client, api::crds()).await?;
         let id = cluster_id(&client, &cluster.name_any()).await?;
         let q = || self.queue.clone();
         let all = watcher::Config::default;
@@ -731,7 +731,7 @@ impl Mcs {
             };
             let api: Api<ServiceExport> = Api::namespaced(client.clone(), ns);
             if provides && have.is_none() {
-                ensure_namespace(client, ns).await?;
+                flotilla_client::namespace::ensure(client, ns, &[]).await?;
                 match api.create(&PostParams::default(), &export).await {
                     Ok(_) => {
                         info!(cluster = %m.name, service = %format!("{ns}/{name}"), "exported for a MultiClusterService")
@@ -909,19 +909,6 @@ async fn write_export_status(
     Ok(())
 }
 
-async fn ensure_namespace(client: &Client, ns: &str) -> Result<(), Error> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    if api.get_opt(ns).await?.is_some() {
-        return Ok(());
-    }
-    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
-    match api.create(&PostParams::default(), &namespace).await {
-        Ok(_) => Ok(()),
-        Err(e) if crate::error::is_conflict(&e) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// The exported labels, and ours.
 fn import_labels(import: &merge::Import) -> BTreeMap<String, String> {
     let mut labels = import.labels.clone();
@@ -972,7 +959,7 @@ async fn apply_import(
     {
         return Ok((*have).clone());
     }
-    ensure_namespace(client, ns).await?;
+    flotilla_client::namespace::ensure(client, ns, &[]).await?;
     let api: Api<ServiceImport> = Api::namespaced(client.clone(), ns);
     let body = import_manifest(ns, name, spec, import);
     let params = PatchParams::apply(MANAGER).force();

@@ -239,7 +239,7 @@ struct Reporter {
 }
 
 async fn run_reporter(hub: &Client, member: &Client, cluster: &str) -> Result<(), Error> {
-    crate::crds::install_manifests(member, api::crds()).await?;
+    flotilla_client::crd::install(member, api::crds()).await?;
     let id = super::cluster_id(member, cluster).await?;
     // The hub names this member's endpoints by its cluster id.
     Api::<Cluster>::all(hub.clone())

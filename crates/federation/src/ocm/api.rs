@@ -9,7 +9,7 @@ use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::crds::{Kind, age, column};
+use flotilla_core::crd::{Kind, age, column};
 
 pub const GROUP: &str = "cluster.open-cluster-management.io";
 /// The label that makes a cluster a member of the set it names
@@ -90,7 +90,7 @@ fn kinds() -> Vec<Kind> {
         plural: "managedclustersets".into(),
         short_names: vec!["mclset".into(), "mclsets".into()],
         namespaced: false,
-        categorized: false,
+        categories: &[],
         columns: vec![
             column(
                 "Empty",
@@ -113,7 +113,7 @@ fn kinds() -> Vec<Kind> {
         plural: "managedclustersetbindings".into(),
         short_names: vec!["mclsetbinding".into(), "mclsetbindings".into()],
         namespaced: true,
-        categorized: false,
+        categories: &[],
         columns: vec![age()],
         spec: json!({
             "type": "object",
@@ -132,7 +132,7 @@ pub fn crds() -> Vec<Value> {
         .map(|k| {
             let mut crd = k.crd();
             if !k.namespaced {
-                crate::crds::spec_optional(&mut crd);
+                flotilla_core::crd::spec_optional(&mut crd);
             }
             crd
         })

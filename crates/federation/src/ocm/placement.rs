@@ -27,9 +27,9 @@ use super::api::{ManagedClusterSet, ManagedClusterSetBinding};
 use super::clusterset;
 use crate::api::Cluster;
 use crate::context::Ctx;
-use crate::crds::{Kind, age, column};
 use crate::passes::{self, Watched};
 use crate::selector::labels_match;
+use flotilla_core::crd::{Kind, age, column};
 
 pub const GROUP: &str = "cluster.open-cluster-management.io";
 pub const VERSION: &str = "v1beta1";
@@ -68,7 +68,7 @@ fn kinds() -> Vec<Kind> {
         plural: "placements".into(),
         short_names: vec![],
         namespaced: true,
-        categorized: false,
+        categories: &[],
         columns: vec![
             column(
                 "Succeeded",
@@ -110,9 +110,9 @@ fn kinds() -> Vec<Kind> {
         plural: "placementdecisions".into(),
         short_names: vec![],
         namespaced: true,
-        categorized: false,
+        categories: &[],
         columns: vec![age()],
-        spec: crate::crds::open_schema(),
+        spec: flotilla_core::crd::open_schema(),
     };
     vec![placement, decision]
 }
@@ -125,7 +125,7 @@ pub fn crds() -> Vec<Value> {
         .iter()
         .map(|k| {
             let mut crd = k.crd();
-            crate::crds::spec_optional(&mut crd);
+            flotilla_core::crd::spec_optional(&mut crd);
             crd
         })
         .collect()

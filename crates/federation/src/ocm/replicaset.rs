@@ -18,8 +18,8 @@ use tracing::{debug, info, warn};
 use super::placement::{PLACEMENT_LABEL, decision_resource, placement_resource};
 use super::work::{CLEANUP_FINALIZER, WORK_GROUP, manifest_work_resource};
 use crate::context::Ctx;
-use crate::crds::{Kind, age, column};
 use crate::passes::{self, Watched};
+use flotilla_core::crd::{Kind, age, column};
 
 pub const VERSION: &str = "v1alpha1";
 /// On a ManifestWork: the ManifestWorkReplicaSet (`<namespace>.<name>`)
@@ -45,7 +45,7 @@ fn kind() -> Kind {
         plural: "manifestworkreplicasets".into(),
         short_names: vec!["mwrs".into()],
         namespaced: true,
-        categorized: false,
+        categories: &[],
         columns: vec![
             column(
                 "Placement",

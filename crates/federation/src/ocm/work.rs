@@ -19,8 +19,8 @@ use tracing::{debug, info, warn};
 
 use crate::api::{Cluster, ManifestStatus, Work, WorkSpec, Workload};
 use crate::context::Ctx;
-use crate::crds::{Kind, age, column};
 use crate::passes::{self, Watched};
+use flotilla_core::crd::{Kind, age, column};
 
 pub const CLUSTER_GROUP: &str = "cluster.open-cluster-management.io";
 pub const WORK_GROUP: &str = "work.open-cluster-management.io";
@@ -55,7 +55,7 @@ fn kinds() -> Vec<Kind> {
             plural: "managedclusters".into(),
             short_names: vec!["mcl".into(), "mcls".into()],
             namespaced: false,
-            categorized: false,
+            categories: &[],
             columns: vec![
                 column("Hub Accepted", "boolean", ".spec.hubAcceptsClient"),
                 column(
@@ -79,7 +79,7 @@ fn kinds() -> Vec<Kind> {
             plural: "manifestworks".into(),
             short_names: vec!["mw".into()],
             namespaced: true,
-            categorized: false,
+            categories: &[],
             columns: vec![
                 column(
                     "Applied",
@@ -104,7 +104,7 @@ pub fn crds() -> Vec<Value> {
         .iter()
         .map(|k| {
             let mut crd = k.crd();
-            crate::crds::spec_optional(&mut crd);
+            flotilla_core::crd::spec_optional(&mut crd);
             crd
         })
         .collect()

@@ -9,7 +9,7 @@ use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::crds::{Kind, column};
+use flotilla_core::crd::{Kind, column};
 
 /// Labels of the Works carrying a quota's ResourceQuotas (Karmada's).
 pub const NAMESPACE_LABEL: &str = "federatedresourcequota.karmada.io/namespace";
@@ -77,7 +77,7 @@ pub fn crd() -> Value {
         plural: "federatedresourcequotas".into(),
         short_names: Vec::new(),
         namespaced: true,
-        categorized: true,
+        categories: &[crate::api::CATEGORY],
         columns: vec![
             column("OVERALL", "string", ".status.overall"),
             column("OVERALL_USED", "string", ".status.overallUsed"),

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use flotilla_apiserver::quantity;
+use flotilla_core::quantity;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::api::{FederatedResourceQuota, ResourceList};

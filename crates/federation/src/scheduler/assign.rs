@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use flotilla_apiserver::quantity;
+use flotilla_core::quantity;
 
 use crate::api::{Cluster, ReplicaRequirements};
 

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_apiserver::schedule::Schedule;
+use flotilla_core::schedule::Schedule;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

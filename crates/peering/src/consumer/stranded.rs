@@ -58,7 +58,7 @@ pub async fn warn(peers: &Peers, ns: &str, offloading: &str) {
             uid: pod.uid(),
             ..Default::default()
         };
-        flotilla_federation::events::record(
+        flotilla_client::events::record(
             &peers.local,
             involved,
             COMPONENT,

@@ -21,7 +21,6 @@ use crate::api::{
     NamespaceMap, REMOTE_CLUSTER_ID, RemoteNamespaceStatus, TENANT_NAMESPACE_LABEL,
     tenant_namespace,
 };
-use crate::identity;
 use crate::peer::{identity_name, twin_binding};
 
 const MANAGER: &str = "liqo-namespace-map";
@@ -107,7 +106,8 @@ async fn sync(
                 ),
             ),
             None => {
-                identity::ensure_namespace(local, ours, &[(REMOTE_CLUSTER_ID, consumer)]).await?;
+                flotilla_client::namespace::ensure(local, ours, &[(REMOTE_CLUSTER_ID, consumer)])
+                    .await?;
                 info!(namespace = %ours, %consumer, "twin namespace created");
                 ("Accepted", String::new())
             }

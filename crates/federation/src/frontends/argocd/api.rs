@@ -6,7 +6,7 @@
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
-use crate::crds::{Kind, age, column, open_schema};
+use flotilla_core::crd::{Kind, age, column, open_schema};
 
 pub const GROUP: &str = "argoproj.io";
 pub const VERSION: &str = "v1alpha1";
@@ -48,7 +48,7 @@ fn kinds() -> Vec<Kind> {
             plural: "applications".into(),
             short_names: vec!["app".into(), "apps".into()],
             namespaced: true,
-            categorized: false,
+            categories: &[],
             columns: vec![
                 column("Sync Status", "string", ".status.sync.status"),
                 column("Health Status", "string", ".status.health.status"),
@@ -64,7 +64,7 @@ fn kinds() -> Vec<Kind> {
             plural: "applicationsets".into(),
             short_names: vec!["appset".into(), "appsets".into()],
             namespaced: true,
-            categorized: false,
+            categories: &[],
             columns: vec![age()],
             spec: open_schema(),
         },

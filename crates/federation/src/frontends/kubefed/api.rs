@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::crds::{Kind, age, column, open_schema};
+use flotilla_core::crd::{Kind, age, column, open_schema};
 
 pub const TYPES_GROUP: &str = "types.kubefed.io";
 pub const CORE_GROUP: &str = "core.kubefed.io";
@@ -112,7 +112,7 @@ fn federated_kind(t: &TargetType) -> Kind {
         plural: t.federated_plural(),
         short_names: vec![],
         namespaced: federated_namespaced(t),
-        categorized: false,
+        categories: &[],
         columns: vec![age()],
         spec: open_schema(),
     }
@@ -126,7 +126,7 @@ fn type_config_kind() -> Kind {
         plural: "federatedtypeconfigs".into(),
         short_names: vec!["ftc".into()],
         namespaced: true,
-        categorized: false,
+        categories: &[],
         columns: vec![age()],
         spec: json!({
             "type": "object",
@@ -149,7 +149,7 @@ fn kubefed_cluster_kind() -> Kind {
         plural: "kubefedclusters".into(),
         short_names: vec![],
         namespaced: true,
-        categorized: false,
+        categories: &[],
         columns: vec![
             age(),
             column(
@@ -170,7 +170,7 @@ fn rsp_kind() -> Kind {
         plural: "replicaschedulingpreferences".into(),
         short_names: vec!["rsp".into()],
         namespaced: true,
-        categorized: false,
+        categories: &[],
         columns: vec![age()],
         spec: json!({
             "type": "object",
@@ -194,7 +194,7 @@ pub fn crds() -> Vec<Value> {
         .iter()
         .map(|t| {
             let mut crd = federated_kind(t).crd();
-            crate::crds::spec_optional(&mut crd);
+            flotilla_core::crd::spec_optional(&mut crd);
             crd
         })
         .collect();

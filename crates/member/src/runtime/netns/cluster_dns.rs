@@ -24,7 +24,7 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-use super::host;
+use flotilla_host as host;
 
 const NAMESPACE: &str = "kube-system";
 const NAME: &str = "kube-dns";

@@ -13,11 +13,12 @@ use tracing::warn;
 
 use super::spec::{self, ConfigError, PodIdentity, Resolver};
 use super::{
-    BACKOFF_MAX, CONFIG_RETRY, ContainerSlot, NetnsRuntime, PodSandbox, cgroup_id, host, log_path,
+    BACKOFF_MAX, CONFIG_RETRY, ContainerSlot, NetnsRuntime, PodSandbox, cgroup_id, log_path,
     probes, process, sandbox_error, shim, write_private,
 };
 use crate::podutil;
 use crate::runtime::{ContainerRun, ContainerState, PodPhase, PodRun};
+use flotilla_host as host;
 
 /// Which of a sandbox's containers a slot is among.
 #[derive(Clone, Copy)]

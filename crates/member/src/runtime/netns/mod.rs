@@ -11,7 +11,6 @@
 pub mod agnhost;
 pub mod cgroups;
 pub mod cluster_dns;
-pub mod host;
 pub mod images;
 mod lifecycle;
 pub mod network;
@@ -33,6 +32,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use flotilla_host as host;
 use k8s_openapi::api::core::v1::{Container, Pod as FullPod};
 use kube::{Api, Client, ResourceExt};
 use tracing::{info, warn};

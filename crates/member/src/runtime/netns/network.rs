@@ -23,8 +23,8 @@ use std::net::Ipv4Addr;
 use ipnet::Ipv4Net;
 use sha2::{Digest, Sha256};
 
-use super::host::{self, HostError};
 use crate::config::SimConfig;
+use flotilla_host::{self as host, HostError};
 
 /// The names and addresses of one member's network.
 #[derive(Clone, Debug)]

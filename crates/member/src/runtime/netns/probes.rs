@@ -16,11 +16,11 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::info;
 
-use super::host;
 use super::process::{self, Process};
 use super::shim::Launch;
 use crate::events::Notify;
 use crate::runtime::Events;
+use flotilla_host as host;
 
 /// What probes report about one container run.
 #[derive(Clone)]

@@ -49,8 +49,9 @@ use tokio::sync::Notify;
 use tracing::warn;
 
 use super::network::MemberNetwork;
+use super::policy;
 use super::views::{GlobalIngressIP, IMPORT_NAME_LABEL, ServiceImport};
-use super::{host, policy};
+use flotilla_host as host;
 
 pub const TABLE: &str = "flotilla";
 /// The mark of packets to masquerade (hairpin).

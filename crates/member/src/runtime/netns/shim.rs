@@ -153,8 +153,8 @@ fn enter(launch: &Launch) -> Result<Never, String> {
         .rev()
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v.as_str())
-        .unwrap_or(super::host::DEFAULT_PATH);
-    let resolved = super::host::which_in(program, path)
+        .unwrap_or(flotilla_host::DEFAULT_PATH);
+    let resolved = flotilla_host::which_in(program, path)
         .ok_or_else(|| format!("exec: {program:?}: executable file not found in $PATH"))?;
     let program = &resolved.to_string_lossy().into_owned();
     let argv = launch

@@ -19,9 +19,9 @@ use k8s_openapi::api::core::v1::{
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use super::host::{DEFAULT_PATH, which_in};
 use super::images;
 use super::shim::{Launch, Mount};
+use flotilla_host::{DEFAULT_PATH, which_in};
 
 /// The user pods run as when they name none: nobody.
 pub const DEFAULT_UID: u32 = 65534;

@@ -17,8 +17,9 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
+use super::NetnsRuntime;
 use super::shim::Launch;
-use super::{NetnsRuntime, host};
+use flotilla_host as host;
 
 /// How often a followed log is read for more.
 const FOLLOW_POLL: Duration = Duration::from_millis(100);

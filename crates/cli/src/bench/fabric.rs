@@ -15,9 +15,9 @@ use flotilla_fabric::api::{CONNECTED, Gateway, OPERATOR_NAMESPACE};
 use kube::Api;
 use kube::api::ListParams;
 
-use crate::bench::{ServerProcess, client_when_ready};
-use crate::bench_member::rss_kib;
-use crate::bench_report::Reporter;
+use crate::bench::harness::{ServerProcess, client_when_ready};
+use crate::bench::member::rss_kib;
+use crate::bench::report::Reporter;
 
 #[derive(clap::Args)]
 pub struct FabricArgs {
@@ -34,7 +34,7 @@ pub struct FabricArgs {
     #[arg(long)]
     no_throughput: bool,
     #[command(flatten)]
-    report: crate::bench_report::ReportArgs,
+    report: crate::bench::report::ReportArgs,
 }
 
 const WAIT: Duration = Duration::from_secs(300);
@@ -126,7 +126,7 @@ pub async fn run(args: FabricArgs) -> anyhow::Result<()> {
         "flotilla bench fabric: {} members, {} nodes (gateways) each, underlay outage {:?}",
         args.members, args.nodes, args.outage
     ));
-    out.line(crate::bench_report::machine_line());
+    out.line(crate::bench::report::machine_line());
     let dir = tempfile::tempdir()?;
     let underlay = format!("flt-ul-b{:06x}", std::process::id() & 0xff_ffff);
     flotilla_fabric::underlay::create(&underlay, "100.64.0.0/16".parse()?)

@@ -1,13 +1,13 @@
 //! core/v1 Events the controllers record on the objects they act for, as
-//! Karmada's do. Best effort: an Event that cannot be written is logged,
+//! Karmada's and Liqo's do. Best effort: an Event that cannot be written is logged,
 //! never retried, and never fails the reconcile that recorded it.
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 use tracing::warn;
-
-use crate::conditions;
 
 /// Records `(type, reason, message)` on `involved`, from `component`.
 pub async fn record(
@@ -21,7 +21,7 @@ pub async fn record(
         .namespace
         .clone()
         .unwrap_or_else(|| "default".into());
-    let now = conditions::now();
+    let now = Time(Timestamp::now());
     let event = Event {
         metadata: ObjectMeta {
             name: Some(format!(

@@ -17,10 +17,10 @@ use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::bench::percentile;
-use crate::bench_member::{MemberArgs, rss_kib, start};
-use crate::bench_report::Reporter;
-use flotilla_member::runtime::netns::host;
+use crate::bench::harness::percentile;
+use crate::bench::member::{MemberArgs, rss_kib, start};
+use crate::bench::report::Reporter;
+use flotilla_host as host;
 
 /// The processes whose network namespace is one of the member's pods'.
 async fn pod_processes(prefix: &str) -> Vec<u32> {
@@ -93,7 +93,7 @@ pub async fn run(args: &MemberArgs) -> anyhow::Result<()> {
         "flotilla bench member --runtime netns: {} nodes, {} pods (stand-in workload)",
         args.nodes, args.pods
     ));
-    out.line(crate::bench_report::machine_line());
+    out.line(crate::bench::report::machine_line());
     let member = start(0, args, dir.path()).await?;
     let pid = member.process.0.id();
     let measured = measure(args, &member, dir.path(), &out).await;
@@ -125,7 +125,7 @@ pub async fn run(args: &MemberArgs) -> anyhow::Result<()> {
 /// The figures, as the run's JSON has them.
 async fn measure(
     args: &MemberArgs,
-    member: &crate::bench_member::Member,
+    member: &crate::bench::member::Member,
     dir: &std::path::Path,
     out: &Reporter,
 ) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {

@@ -10,8 +10,8 @@ use anyhow::{Context, bail};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, PostParams};
 
-use crate::bench::{ServerProcess, client_when_ready, peak_rss_kib};
-use crate::bench_report::Reporter;
+use crate::bench::harness::{ServerProcess, client_when_ready, peak_rss_kib};
+use crate::bench::report::Reporter;
 
 #[derive(clap::Args)]
 pub struct MemberArgs {
@@ -43,7 +43,7 @@ pub struct MemberArgs {
     #[arg(long, value_enum, default_value = "one")]
     member_processes: MemberProcesses,
     #[command(flatten)]
-    pub(crate) report: crate::bench_report::ReportArgs,
+    pub(crate) report: crate::bench::report::ReportArgs,
 }
 
 /// How a bench runs its simulated members.
@@ -274,7 +274,7 @@ async fn ready_pods(client: &kube::Client) -> usize {
 
 pub async fn run(args: MemberArgs) -> anyhow::Result<()> {
     if args.runtime == crate::member::RuntimeKind::Netns {
-        return crate::bench_netns::run(&args).await;
+        return crate::bench::netns::run(&args).await;
     }
     let out = Reporter::from_args("member", &args.report);
     let dir = tempfile::tempdir()?;
@@ -282,7 +282,7 @@ pub async fn run(args: MemberArgs) -> anyhow::Result<()> {
         "flotilla bench member: {} member(s) x {} nodes x {} pods in {} Deployments",
         args.members, args.nodes, args.pods, args.deployments
     ));
-    out.line(crate::bench_report::machine_line());
+    out.line(crate::bench::report::machine_line());
     let started = Instant::now();
     let flags: Vec<String> = [
         "--nodes",

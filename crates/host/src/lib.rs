@@ -1,10 +1,12 @@
-//! The host side of the netns runtime: the tools it drives (iproute2's
-//! `ip`), the checks that it may use them, and sockets opened inside a
-//! network namespace.
+//! The host side of everything that runs in network namespaces (the
+//! member's netns runtime and kube-proxy, the fabric's gateways): the tools
+//! they drive (iproute2's `ip`, `nft`, `sysctl`), the checks that they may
+//! use them, and sockets opened inside a network namespace.
 //!
 //! Links and addresses are made with `ip` rather than netlink from this
 //! process: every step is then one command a reader can run by hand, and
 //! a namespace is entered only by the child that needs it.
+#![forbid(unsafe_code)]
 
 use std::io;
 use std::net::SocketAddr;

@@ -42,11 +42,11 @@ fn split_top_level(s: &str) -> Vec<&str> {
 }
 
 fn valid_label_key(k: &str) -> bool {
-    crate::meta::validate_qualified_name(k).is_empty()
+    crate::validation::validate_qualified_name(k).is_empty()
 }
 
 fn valid_label_value(v: &str) -> bool {
-    crate::meta::validate_label_value(v).is_empty()
+    crate::validation::validate_label_value(v).is_empty()
 }
 
 impl LabelSelector {

@@ -20,7 +20,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
-use crate::bench::{ServerProcess, client_when_ready, peak_rss_kib, print_machine};
+use crate::bench::harness::{ServerProcess, client_when_ready, peak_rss_kib, print_machine};
 
 #[derive(clap::Args)]
 pub struct PropagationArgs {
@@ -63,8 +63,8 @@ pub struct PropagationArgs {
     /// After the run, compare each figure with an earlier run's JSON
     /// (before, now, now/before, better or worse; on stderr under
     /// --json). The file is read before the run starts.
-    #[arg(long, value_name = "FILE", value_parser = crate::bench_report::Baseline::parse)]
-    compare: Option<crate::bench_report::Baseline>,
+    #[arg(long, value_name = "FILE", value_parser = crate::bench::report::Baseline::parse)]
+    compare: Option<crate::bench::report::Baseline>,
     /// The control plane's store; with etcd, the bench starts an etcd of
     /// its own (the `etcd` binary on the PATH, or $ETCD_BIN).
     #[arg(long, value_enum, default_value = "embedded")]
@@ -82,7 +82,7 @@ pub struct PropagationArgs {
     /// that the members cost little beside the hub; each: a process per
     /// member.
     #[arg(long, value_enum, default_value = "one")]
-    member_processes: crate::bench_member::MemberProcesses,
+    member_processes: crate::bench::member::MemberProcesses,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
@@ -203,16 +203,6 @@ async fn create_all(
     results.into_iter().collect()
 }
 
-async fn ensure_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
-    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let ns = serde_json::from_value(json!({"metadata": {"name": name}}))?;
-    match api.create(&PostParams::default(), &ns).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// Records when each object of `kind` first appears in a member.
 fn observe(
     member: kube::Client,
@@ -236,7 +226,7 @@ fn observe(
 }
 
 async fn metric_sum(hub: &kube::Client, name: &str) -> f64 {
-    let Some(text) = crate::bench_queues::metrics_text(hub).await else {
+    let Some(text) = crate::bench::queues::metrics_text(hub).await else {
         return 0.0;
     };
     text.lines()
@@ -337,7 +327,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
     let flags: Vec<String> = ["--nodes", "3", "--pod-startup", "1s"]
         .map(String::from)
         .to_vec();
-    let fleet = crate::bench_member::start_members(
+    let fleet = crate::bench::member::start_members(
         args.member_processes,
         args.members,
         &flags,
@@ -392,7 +382,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
     // any template, each apart.
     let cpu = |pids: &[u32]| -> f64 {
         pids.iter()
-            .map(|p| crate::bench_member::cpu_seconds(*p))
+            .map(|p| crate::bench::member::cpu_seconds(*p))
             .sum()
     };
     let hub_pid = [hub_process.0.id()];
@@ -403,7 +393,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         |before: f64, after: f64| (after - before) / JOINED_IDLE.as_secs_f64() * 100.0;
     let hub_idle_cpu = idle_percent(hub_before, cpu(&hub_pid));
     let members_idle_cpu = idle_percent(members_before, cpu(&member_pids));
-    let hub_rss_joined_kib = crate::bench_member::rss_kib(hub_process.0.id(), "VmRSS:");
+    let hub_rss_joined_kib = crate::bench::member::rss_kib(hub_process.0.id(), "VmRSS:");
     let members_rss_joined_kib = fleet.rss_kib("VmRSS:");
     if !args.json {
         println!(
@@ -420,7 +410,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
             members_rss_joined_kib as f64 / 1024.0 / args.members as f64,
         );
     }
-    ensure_namespace(&hub, NAMESPACE).await?;
+    flotilla_client::namespace::ensure(&hub, NAMESPACE, &[]).await?;
     let placement = match args.division {
         Division::Duplicated => json!({}),
         Division::Divided => json!({"replicaScheduling": {"replicaSchedulingType": "Divided",
@@ -483,7 +473,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
     let client_pid = [std::process::id()];
     let spent = |pids: &[u32], since: f64| cpu(pids) - since;
     let cpu_before = (cpu(&hub_pid), cpu(&member_pids), cpu(&client_pid));
-    let pipeline_watch = crate::bench_queues::PipelineWatch::start(&hub).await;
+    let pipeline_watch = crate::bench::queues::PipelineWatch::start(&hub).await;
     let started = Instant::now();
     create_all(&hub, objects, args.concurrency, args.rate, Some(&created)).await?;
     let created_in = started.elapsed();
@@ -521,7 +511,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let distributed_in = started.elapsed();
-    let crate::bench_queues::Watched {
+    let crate::bench::queues::Watched {
         queues,
         store_writer,
     } = pipeline_watch.finish(&hub).await;
@@ -624,7 +614,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
 
     // The baseline: the same objects straight to the members.
     for m in members {
-        ensure_namespace(&m.client, "direct").await?;
+        flotilla_client::namespace::ensure(&m.client, "direct", &[]).await?;
     }
     let direct_cpu_before = (cpu(&member_pids), cpu(&client_pid));
     let direct_started = Instant::now();
@@ -652,7 +642,7 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
         spent(&client_pid, direct_cpu_before.1),
     );
 
-    let p = |q: f64| crate::bench::percentile(&latencies, q);
+    let p = |q: f64| crate::bench::harness::percentile(&latencies, q);
     let hub_cpu_ms_per_copy = distribution_cpu.0 * 1000.0 / total_copies.max(1) as f64;
     let ratio = distributed_in.as_secs_f64() / direct_in.as_secs_f64().max(1e-9);
     let out = reporter(&args);
@@ -789,8 +779,8 @@ pub async fn run(args: PropagationArgs) -> anyhow::Result<()> {
 
 /// The run's JSON and `--compare`; the lines for people are printed
 /// only without --json.
-fn reporter(args: &PropagationArgs) -> crate::bench_report::Reporter {
-    crate::bench_report::Reporter::new("propagation", args.json, args.compare.clone())
+fn reporter(args: &PropagationArgs) -> crate::bench::report::Reporter {
+    crate::bench::report::Reporter::new("propagation", args.json, args.compare.clone())
 }
 
 fn store_name(args: &PropagationArgs) -> &'static str {

@@ -14,9 +14,9 @@ use kube::ResourceExt;
 use kube::api::{Api, PostParams, WatchEvent, WatchParams};
 use std::collections::HashMap;
 
-use crate::bench::client_when_ready;
-use crate::bench_fabric::spawn;
-use crate::bench_member::rss_kib;
+use crate::bench::fabric::spawn;
+use crate::bench::harness::client_when_ready;
+use crate::bench::member::rss_kib;
 
 #[derive(clap::Args)]
 pub struct PeeringArgs {
@@ -24,7 +24,7 @@ pub struct PeeringArgs {
     #[arg(long, default_value_t = 200)]
     pods: usize,
     #[command(flatten)]
-    report: crate::bench_report::ReportArgs,
+    report: crate::bench::report::ReportArgs,
 }
 
 const WAIT: Duration = Duration::from_secs(300);
@@ -33,12 +33,12 @@ pub async fn run(args: PeeringArgs) -> anyhow::Result<()> {
     if args.pods == 0 {
         bail!("--pods must be at least 1");
     }
-    let reporter = crate::bench_report::Reporter::from_args("peering", &args.report);
+    let reporter = crate::bench::report::Reporter::from_args("peering", &args.report);
     reporter.line(format!(
         "flotilla bench peering: 2 simulated members, {} offloaded pods",
         args.pods
     ));
-    reporter.line(crate::bench_report::machine_line());
+    reporter.line(crate::bench::report::machine_line());
     let dir = tempfile::tempdir()?;
     let s = |v: &str| v.to_string();
     let mut procs = Vec::new();

@@ -31,7 +31,7 @@ pub struct StoreArgs {
     #[arg(long, default_value_t = 1_800)]
     value_bytes: usize,
     #[command(flatten)]
-    report: crate::bench_report::ReportArgs,
+    report: crate::bench::report::ReportArgs,
 }
 
 /// The ways the writer is measured, as (`pipeline_from`,
@@ -47,8 +47,8 @@ const MODES: [(&str, usize, usize); 3] = [
 ];
 
 pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
-    let out = crate::bench_report::Reporter::from_args("store", &args.report);
-    out.line(crate::bench_report::machine_line());
+    let out = crate::bench::report::Reporter::from_args("store", &args.report);
+    out.line(crate::bench::report::machine_line());
     let mut figures = serde_json::Map::new();
     for (mode, pipeline_from, pipeline_groups_from) in MODES {
         let figure = measure(&args, (pipeline_from, pipeline_groups_from)).await?;
@@ -143,7 +143,7 @@ fn store_threads_cpu() -> HashMap<(String, String), f64> {
             let path = task.ok()?.path();
             let name = std::fs::read_to_string(path.join("comm")).ok()?;
             let id = path.file_name()?.to_string_lossy().into_owned();
-            let cpu = crate::bench_member::stat_cpu_seconds(&path.join("stat").to_string_lossy());
+            let cpu = crate::bench::member::stat_cpu_seconds(&path.join("stat").to_string_lossy());
             Some(((name.trim().to_string(), id), cpu))
         })
         .collect()
@@ -235,7 +235,7 @@ fn figures(
     let per = |n: u64, d: u64| if d > 0 { n as f64 / d as f64 } else { 0.0 };
     let share = |a: f64, b: f64| (a - b) / seconds * 100.0;
     latencies.sort_unstable();
-    let at = |q: f64| crate::bench::percentile(&latencies, q).as_secs_f64() * 1000.0;
+    let at = |q: f64| crate::bench::harness::percentile(&latencies, q).as_secs_f64() * 1000.0;
     json!({
         "writes": writes,
         "seconds": seconds,

@@ -7,8 +7,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use flotilla_apiserver::auth::{self, User};
+use flotilla_apiserver::auth;
 use flotilla_apiserver::authz::Mode;
+use flotilla_apiserver::user::User;
 use flotilla_apiserver::{ApiServer, Config};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
@@ -26,7 +27,7 @@ pub struct AuthzArgs {
     #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
     bindings: Vec<usize>,
     #[command(flatten)]
-    report: crate::bench_report::ReportArgs,
+    report: crate::bench::report::ReportArgs,
 }
 
 const NAMESPACE: &str = "bench";
@@ -45,8 +46,8 @@ struct Row {
 }
 
 pub async fn run(args: AuthzArgs) -> anyhow::Result<()> {
-    let out = crate::bench_report::Reporter::from_args("authz", &args.report);
-    out.line(crate::bench_report::machine_line());
+    let out = crate::bench::report::Reporter::from_args("authz", &args.report);
+    out.line(crate::bench::report::machine_line());
     let mut rows = Vec::new();
     rows.push(
         measure(Mode::AlwaysAllow, &[0], args.requests)

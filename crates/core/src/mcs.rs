@@ -6,11 +6,11 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
-use kube::CustomResource;
+use kube_derive::CustomResource;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::crds::{Kind, age, column};
+use crate::crd::{Kind, age, column};
 
 pub const GROUP: &str = "multicluster.x-k8s.io";
 /// The label of an import's EndpointSlices naming their ServiceImport.
@@ -36,9 +36,9 @@ pub struct ServiceExport {
     pub status: Option<ServiceExportStatus>,
 }
 
-impl kube::Resource for ServiceExport {
+impl kube_core::Resource for ServiceExport {
     type DynamicType = ();
-    type Scope = kube::core::NamespaceResourceScope;
+    type Scope = kube_core::NamespaceResourceScope;
 
     fn kind(_: &()) -> Cow<'_, str> {
         "ServiceExport".into()
@@ -82,6 +82,7 @@ pub struct ServiceExportStatus {
 /// A service of the clusterset, as every member sees it.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
+    crates(kube_core = "::kube_core"),
     group = "multicluster.x-k8s.io",
     version = "v1alpha1",
     kind = "ServiceImport",
@@ -142,6 +143,7 @@ pub struct ImportCluster {
 /// clusters (every cluster when a list is empty).
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
+    crates(kube_core = "::kube_core"),
     group = "networking.karmada.io",
     version = "v1alpha1",
     kind = "MultiClusterService",
@@ -204,6 +206,7 @@ impl MultiClusterService {
 /// KEP-2149's ClusterProperty (`about.k8s.io/v1alpha1`).
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
+    crates(kube_core = "::kube_core"),
     group = "about.k8s.io",
     version = "v1alpha1",
     kind = "ClusterProperty",
@@ -228,7 +231,7 @@ fn crd(
         plural: plural.into(),
         short_names: short.iter().map(|s| s.to_string()).collect(),
         namespaced,
-        categorized: false,
+        categories: &[],
         columns: if kind == "ServiceImport" {
             // mcs-api's columns: `kubectl get serviceimport` shows the
             // type and the ClusterSetIPs.

@@ -1,0 +1,12 @@
+//! Types and pure logic that more than one Flotilla crate reads. Nothing
+//! here does I/O or needs a runtime: quantities, label and field
+//! selectors, cron schedules, Kubernetes' name rules, CRD manifests and
+//! the Multi-Cluster Services API's types.
+#![forbid(unsafe_code)]
+
+pub mod crd;
+pub mod mcs;
+pub mod quantity;
+pub mod schedule;
+pub mod selector;
+pub mod validation;
