@@ -5,7 +5,8 @@
 //! A checkout whose code differs from that commit (tracked files under
 //! `crates/`, the workspace's manifest and lock file) adds `-dirty`, as
 //! `git describe --dirty` does: a benchmark of uncommitted code says so.
-//! Nothing here fails the build.
+//! Nothing here fails the build. It also passes the binary's linker
+//! options ([`link_options`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -65,8 +66,23 @@ fn code_changed() -> bool {
     git_in(&workspace, &args).is_some()
 }
 
+/// Linker options for the binary on x86_64 Linux with glibc, where Rust
+/// links with its own lld: relative relocations packed as DT_RELR
+/// (glibc 2.36 and later read them), which takes the relocation table
+/// from 3.4 MB to a few KB (docs/benchmarks.md, "Build").
+fn link_options() {
+    let target = |key: &str| std::env::var(key).unwrap_or_default();
+    if target("CARGO_CFG_TARGET_OS") == "linux"
+        && target("CARGO_CFG_TARGET_ENV") == "gnu"
+        && target("CARGO_CFG_TARGET_ARCH") == "x86_64"
+    {
+        println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
+    }
+}
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    link_options();
     println!("cargo:rerun-if-env-changed=FLOTILLA_GIT_COMMIT");
     let commit = std::env::var("FLOTILLA_GIT_COMMIT")
         .ok()

@@ -6,6 +6,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::kinds::Discovered;
 use crate::resources::{Registry, ResourceInfo};
 
 pub const AGGREGATED_CONTENT_TYPE: &str =
@@ -19,14 +20,12 @@ fn gv(group: &str, version: &str) -> String {
     }
 }
 
-/// ServiceAccounts serve `/token` (TokenRequest, `reviews.rs`).
-fn is_service_accounts(r: &ResourceInfo) -> bool {
-    r.group.is_empty() && r.plural == "serviceaccounts"
-}
-
-/// CertificateSigningRequests serve `/approval` (`kubectl certificate approve`).
-fn is_csrs(r: &ResourceInfo) -> bool {
-    r.group == "certificates.k8s.io" && r.plural == "certificatesigningrequests"
+/// The subresources a kind of its own serves that discovery lists.
+fn discovered(r: &ResourceInfo) -> impl Iterator<Item = (&'static str, &'static Discovered)> {
+    crate::kinds::strategy(r)
+        .subresources()
+        .iter()
+        .filter_map(|s| Some((s.name, s.discovered.as_ref()?)))
 }
 
 fn aggregated_resource(r: &ResourceInfo) -> Value {
@@ -40,22 +39,14 @@ fn aggregated_resource(r: &ResourceInfo) -> Value {
             "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
             "verbs": ["get", "patch", "update"]}));
     }
-    if r.group.is_empty() && r.plural == "pods" {
-        subresources.push(json!({"subresource": "eviction",
-            "responseKind": {"group": "policy", "version": "v1", "kind": "Eviction"},
-            "verbs": ["create"]}));
-        subresources.push(
-            json!({"subresource": "ephemeralcontainers", "responseKind": kind,
-            "verbs": ["get", "patch", "update"]}),
-        );
-    }
-    if is_csrs(r) {
-        subresources.push(json!({"subresource": "approval", "responseKind": kind, "verbs": ["get", "patch", "update"]}));
-    }
-    if is_service_accounts(r) {
-        subresources.push(json!({"subresource": "token",
-            "responseKind": {"group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest"},
-            "verbs": ["create"]}));
+    for (name, d) in discovered(r) {
+        let response = match d.response {
+            Some((group, version, kind)) => {
+                json!({"group": group, "version": version, "kind": kind})
+            }
+            None => kind.clone(),
+        };
+        subresources.push(json!({"subresource": name, "responseKind": response, "verbs": d.verbs}));
     }
     let mut v = json!({
         "resource": r.plural,
@@ -220,25 +211,18 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<
                              "group": "autoscaling", "version": "v1", "kind": "Scale",
                              "verbs": ["get", "patch", "update"]}));
         }
-        if r.group.is_empty() && r.plural == "pods" {
-            list.push(
-                json!({"name": "pods/eviction", "singularName": "", "namespaced": true,
-                             "group": "policy", "version": "v1", "kind": "Eviction",
-                             "verbs": ["create"]}),
-            );
-            list.push(
-                json!({"name": "pods/ephemeralcontainers", "singularName": "", "namespaced": true,
-                       "kind": "Pod", "verbs": ["get", "patch", "update"]}),
-            );
-        }
-        if is_csrs(r) {
-            list.push(json!({"name": "certificatesigningrequests/approval", "singularName": "", "namespaced": false,
-                             "kind": r.kind, "verbs": ["get", "patch", "update"]}));
-        }
-        if is_service_accounts(r) {
-            list.push(json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true,
-                             "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest",
-                             "verbs": ["create"]}));
+        for (name, d) in discovered(r) {
+            let mut v = json!({"name": format!("{}/{name}", r.plural), "singularName": "",
+                               "namespaced": r.namespaced, "verbs": d.verbs});
+            match d.response {
+                Some((group, version, kind)) => {
+                    v["group"] = json!(group);
+                    v["version"] = json!(version);
+                    v["kind"] = json!(kind);
+                }
+                None => v["kind"] = json!(r.kind),
+            }
+            list.push(v);
         }
     }
     Some(

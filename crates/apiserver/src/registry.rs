@@ -120,13 +120,11 @@ pub async fn create(
         user: req.user.as_ref(),
         subresource: req.subresource.as_deref(),
     };
-    crate::admission::mutate(&req.api, &admission, &mut obj)?;
+    req.api.mutate(&admission, &mut obj)?;
     objects::prepare_create(&r, &mut obj);
-    if r.group == "certificates.k8s.io" && r.plural == "certificatesigningrequests" {
-        crate::csr::prepare_create(&mut obj, req.user.as_ref());
-    }
+    crate::kinds::strategy(&r).prepare_create_by(&mut obj, req.user.as_ref());
     crate::crd::refresh_status(&r, &mut obj);
-    crate::admission::validate(&req.api, &admission, &obj)?;
+    req.api.validate(&admission, &obj)?;
     let _allocating = if r.is_service() {
         let guard = req.api.service_allocation.lock().await;
         let network = &req.api.config.service_network;
@@ -156,8 +154,8 @@ pub async fn create(
     };
     let stored = objects::stamp(&r, obj, kv.mod_revision);
     crate::crd::after_write(&req.api, &r, &stored).await;
-    crate::rbac::after_write(&req.api, &r, &stored, false);
-    crate::admission::after_write(&req.api, &r, &stored, false);
+    crate::rbac::after_write(&req.api.rbac, &r, &stored, false);
+    crate::admission::after_write(&req.api.quotas, &r, &stored, false);
     Ok(Written {
         obj: stored,
         warnings,
@@ -194,8 +192,8 @@ async fn remove(
     objects::meta_mut(&mut obj)
         .insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
     crate::crd::after_delete(&req.api, &req.resource, &obj).await;
-    crate::rbac::after_write(&req.api, &req.resource, &obj, true);
-    crate::admission::after_write(&req.api, &req.resource, &obj, true);
+    crate::rbac::after_write(&req.api.rbac, &req.resource, &obj, true);
+    crate::admission::after_write(&req.api.quotas, &req.resource, &obj, true);
     Ok(obj)
 }
 
@@ -266,7 +264,7 @@ where
             user: req.user.as_ref(),
             subresource: req.subresource.as_deref(),
         };
-        crate::admission::mutate(&req.api, &admission, &mut obj)?;
+        req.api.mutate(&admission, &mut obj)?;
         objects::prepare_update(&r, &mut obj, &old, scope);
         crate::crd::refresh_status(&r, &mut obj);
         if scope == WriteScope::Main {
@@ -284,7 +282,7 @@ where
                 return Err(ApiError::invalid(&r.group, &r.kind, &name, causes));
             }
         }
-        crate::admission::validate(&req.api, &admission, &obj)?;
+        req.api.validate(&admission, &obj)?;
         if r.is_service() {
             let network = &req.api.config.service_network;
             let claim = !req.dry_run;
@@ -319,8 +317,8 @@ where
             Ok(kv) => {
                 let stored = objects::stamp(&r, obj, kv.mod_revision);
                 crate::crd::after_write(&req.api, &r, &stored).await;
-                crate::rbac::after_write(&req.api, &r, &stored, false);
-                crate::admission::after_write(&req.api, &r, &stored, false);
+                crate::rbac::after_write(&req.api.rbac, &r, &stored, false);
+                crate::admission::after_write(&req.api.quotas, &r, &stored, false);
                 return Ok(Written {
                     obj: stored,
                     warnings,

@@ -19,6 +19,7 @@ use crate::authz::{Decision, Mode};
 use crate::discovery;
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::{self, Ctx};
+use crate::kinds::ServedBy;
 use crate::openapi::OpenApi;
 use crate::request::{self, Query};
 use crate::resources::Registry;
@@ -94,7 +95,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Shared state of one API server.
 pub struct ApiServer {
     pub store: Arc<dyn Store>,
-    pub registry: Registry,
+    pub registry: Arc<Registry>,
     pub openapi: OpenApi,
     /// The aggregated discovery documents, rebuilt when the kinds change.
     pub discovery: discovery::AggregatedCache,
@@ -130,7 +131,7 @@ pub struct ApiServer {
     /// Roles and bindings, as RBAC reads them.
     pub(crate) rbac: Arc<crate::rbac::Index>,
     /// ResourceQuotas by namespace, as quota admission reads them.
-    pub(crate) quotas: crate::admission::QuotaIndex,
+    pub(crate) quotas: Arc<crate::admission::QuotaIndex>,
 }
 
 impl ApiServer {
@@ -182,7 +183,7 @@ impl ApiServer {
         let tokens = Arc::new(crate::tokens::Signer::new(&key));
         let api = Arc::new(ApiServer {
             store,
-            registry: Registry::new(),
+            registry: Arc::new(Registry::new()),
             openapi: OpenApi::default(),
             discovery: discovery::AggregatedCache::default(),
             authenticator: config.admin_token.as_deref().map(|admin| {
@@ -223,8 +224,12 @@ impl ApiServer {
         crate::serviceaccounts::spawn(api.clone());
         crate::token_secrets::spawn(api.clone());
         crate::apiservices::spawn(api.clone());
-        crate::admission::spawn_quota_index(api.clone());
-        crate::admission::spawn_status(api.clone());
+        crate::admission::spawn_quota_index(
+            api.store.clone(),
+            api.registry.clone(),
+            api.quotas.clone(),
+        );
+        crate::admission::spawn_status(api.store.clone(), api.registry.clone());
         crate::eviction::spawn_status(api.clone());
         crate::csr::spawn_signer(api.clone());
         Ok(api)
@@ -249,6 +254,38 @@ impl ApiServer {
             return Ok(None);
         }
         self.store.get(key)
+    }
+
+    /// What admission plugins see of this server.
+    pub(crate) fn admission_view(&self) -> crate::admission::View<'_> {
+        crate::admission::View::new(
+            self.store.as_ref(),
+            &self.registry,
+            self,
+            self.config.authorization_mode,
+            &self.rbac,
+            &self.quotas,
+        )
+    }
+
+    /// The mutating admission plugins on a write, the embedding
+    /// process's after the built-in ones.
+    pub(crate) fn mutate(
+        &self,
+        request: &crate::admission::Request,
+        object: &mut Value,
+    ) -> ApiResult<()> {
+        let added = self.mutating_admission.read().clone();
+        crate::admission::mutate(&self.admission_view(), &added, request, object)
+    }
+
+    /// The validating admission plugins on a write.
+    pub(crate) fn validate(
+        &self,
+        request: &crate::admission::Request,
+        object: &Value,
+    ) -> ApiResult<()> {
+        crate::admission::validate(&self.admission_view(), request, object)
     }
 
     /// Whether `user` may make the request: `system:masters`, then the
@@ -748,45 +785,29 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
     {
         return Err(ApiError::path_not_found());
     }
+    // Which part of the server answers a kind's own subresource.
+    let mut served_by = None;
     match rp.subresource.as_deref() {
         None => {}
         Some("status") if resource.status_subresource => {}
         Some("finalize") if resource.is_namespace() && parts.method == Method::PUT => {}
         Some("scale") if resource.scale.is_some() => {}
-        Some("eviction")
-            if resource.group.is_empty()
-                && resource.plural == "pods"
-                && parts.method == Method::POST => {}
-        Some("approval")
-            if resource.group == "certificates.k8s.io"
-                && resource.plural == "certificatesigningrequests"
-                && parts.method != Method::POST => {}
-        Some("token")
-            if resource.group.is_empty()
-                && resource.plural == "serviceaccounts"
-                && parts.method == Method::POST => {}
-        Some("binding")
-            if resource.group.is_empty()
-                && resource.plural == "pods"
-                && parts.method == Method::POST => {}
-        Some("ephemeralcontainers")
-            if resource.group.is_empty()
-                && resource.plural == "pods"
-                && matches!(parts.method, Method::GET | Method::PUT | Method::PATCH) => {}
-        Some("log" | "exec" | "attach" | "portforward")
-            if resource.group.is_empty()
-                && resource.plural == "pods"
-                && api.kubelet.get().is_some() => {}
-        Some(sub @ ("log" | "exec" | "attach" | "portforward"))
-            if resource.group.is_empty() && resource.plural == "pods" =>
-        {
-            // No kubelet runs containers behind this API: say so plainly.
-            let name = rp.name.as_deref().unwrap_or_default();
-            return Err(ApiError::bad_request(format!(
-                "pods \"{name}\" has no container runtime behind it: {sub} is not available on this cluster (Flotilla serves the Kubernetes API; look at the pod's status and events instead)"
-            )));
+        Some(sub) => {
+            let own = crate::kinds::strategy(&resource)
+                .subresources()
+                .iter()
+                .find(|s| s.name == sub && s.methods.allow(&parts.method))
+                .ok_or_else(ApiError::path_not_found)?;
+            if own.served_by == ServedBy::Kubelet && api.kubelet.get().is_none() {
+                // No kubelet runs containers behind this API: say so plainly.
+                let name = rp.name.as_deref().unwrap_or_default();
+                return Err(ApiError::bad_request(format!(
+                    "{} \"{name}\" has no container runtime behind it: {sub} is not available on this cluster (Flotilla serves the Kubernetes API; look at the pod's status and events instead)",
+                    resource.plural
+                )));
+            }
+            served_by = Some(own.served_by);
         }
-        Some(_) => return Err(ApiError::path_not_found()),
     }
 
     let body = if matches!(
@@ -811,9 +832,10 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
                 subresource: rp.subresource.as_deref(),
                 // A namespace's own path is in that namespace, as upstream's
                 // request info has it: a namespace admin may read it.
-                namespace: match (resource.group.as_str(), resource.plural.as_str()) {
-                    ("", "namespaces") => rp.name.as_deref(),
-                    _ => rp.namespace.as_deref(),
+                namespace: if resource.is_namespace() {
+                    rp.name.as_deref()
+                } else {
+                    rp.namespace.as_deref()
                 },
                 path_name: rp.name.as_deref(),
                 field_selector: query.get("fieldSelector"),
@@ -821,8 +843,8 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
             },
         )?;
     }
-    let connect = match (rp.subresource.as_deref(), api.kubelet.get()) {
-        (Some("log" | "exec" | "attach" | "portforward"), Some(k)) => Some(k.clone()),
+    let connect = match (served_by, api.kubelet.get()) {
+        (Some(ServedBy::Kubelet), Some(k)) => Some(k.clone()),
         _ => None,
     };
     // The connect subresources upgrade: to a WebSocket, or (kubectl's
@@ -888,9 +910,10 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
     if let Some(kubelet) = connect {
         return crate::connect::serve(&ctx, kubelet, parts.uri.query(), upgrade, spdy).await;
     }
-    match ctx.subresource.as_deref() {
-        Some("token") => return crate::reviews::token_request(&ctx, &body).await,
-        Some("eviction") => return crate::eviction::evict(&ctx, &body).await,
+    match served_by {
+        Some(ServedBy::Token) => return crate::reviews::token_request(&ctx, &body).await,
+        Some(ServedBy::Eviction) => return crate::eviction::evict(&ctx, &body).await,
+        Some(ServedBy::Binding) => return handlers::bind(&ctx, &body).await,
         _ => {}
     }
     match (&parts.method, ctx.name.is_some()) {
@@ -905,9 +928,6 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         (&Method::DELETE, false) => handlers::delete_collection(&ctx, &body).await,
         (&Method::GET, true) => handlers::get(&ctx).await,
         (&Method::PUT, true) => handlers::update(&ctx, &body).await,
-        (&Method::POST, true) if ctx.subresource.as_deref() == Some("binding") => {
-            handlers::bind(&ctx, &body).await
-        }
         (&Method::PATCH, true) => handlers::patch(&ctx, &body).await,
         (&Method::DELETE, true) => handlers::delete(&ctx, &body).await,
         (m, _) => Err(ApiError::method_not_allowed(format!(
@@ -936,4 +956,16 @@ fn aggregated(headers: &HeaderMap, doc: discovery::Document) -> Response {
         resp.headers_mut().insert(header::ETAG, etag);
     }
     resp
+}
+
+/// The server decides as it does for requests, for admission plugins
+/// that ask who may do what ([`crate::admission::View::authorize`]).
+impl crate::authz::Authorizer for ApiServer {
+    fn authorize(&self, user: &crate::user::User, request: &crate::authz::Attributes) -> Decision {
+        ApiServer::authorize(self, user, request)
+    }
+
+    fn authorize_path(&self, user: &crate::user::User, verb: &str, path: &str) -> Decision {
+        ApiServer::authorize_path(self, user, verb, path)
+    }
 }

@@ -83,7 +83,7 @@ pub struct ControlplaneArgs {
     /// objects its API generates. Off by default here (`flotilla up` turns
     /// both on): a front end that is off still serves its kinds, and
     /// refuses a new object of them with how to turn it on.
-    #[arg(long, value_delimiter = ',', value_parser = ["kubefed", "argocd"])]
+    #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(frontends::optional_names()))]
     pub frontends: Vec<String>,
     /// The cores the federation controllers size their concurrency for:
     /// the Work applies in flight, tuned on 2 cores, grow with them up to
@@ -160,7 +160,7 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
         .set_cluster_proxy(flotilla_federation::proxy::HubProxy::new(client.clone()));
     // Binding a cluster set to a namespace needs the set's `bind`.
     p.api.add_mutating_admission(Arc::new(
-        flotilla_federation::ocm::admission::ClusterSetBindings,
+        flotilla_federation::clustersets::admission::ClusterSetBindings,
     ));
     // metrics.k8s.io from the members', as karmada-metrics-adapter.
     p.api.set_resource_metrics(Arc::new(
@@ -172,8 +172,8 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
     ));
     // The front ends that are off: their kinds are served, and a new
     // object of them is refused with how to turn them on.
-    let on = |f: &frontends::Frontend| args.frontends.iter().any(|n| n == f.name);
-    let off: Vec<_> = frontends::ALL.into_iter().filter(|f| !on(f)).collect();
+    let on = |f: &dyn frontends::Frontend| frontends::is_on(f, &args.frontends);
+    let off: Vec<_> = frontends::ALL.into_iter().filter(|f| !on(*f)).collect();
     if !off.is_empty() {
         p.api
             .add_mutating_admission(Arc::new(frontends::SwitchedOff(off)));
@@ -188,11 +188,11 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
         .context("cannot install the control plane's roles")?;
     for frontend in frontends::ALL {
         if on(frontend) {
-            frontend.install(&admin).await
+            frontends::install_on(frontend, &admin).await
         } else {
-            frontend.install_switched_off(&admin).await
+            frontends::install_switched_off(frontend, &admin).await
         }
-        .with_context(|| format!("cannot install {}'s CRDs and roles", frontend.api))?;
+        .with_context(|| format!("cannot install {}'s CRDs and roles", frontend.api()))?;
     }
     // The hub is the network fabric's broker too.
     flotilla_fabric::broker::install(&admin)
@@ -207,8 +207,7 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
         graceful_eviction_timeout: args.graceful_eviction_timeout,
         cluster_monitor_grace_period: args.cluster_monitor_grace_period,
         clusterset_ip_ranges: args.clusterset_ip_range.clone(),
-        kubefed: on(&frontends::KUBEFED),
-        argocd: on(&frontends::ARGOCD),
+        frontends: args.frontends.clone(),
         ..Options::default()
     };
     let options = Options {

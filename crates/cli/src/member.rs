@@ -660,6 +660,24 @@ async fn start_member(
             let netns = NetnsRuntime::start(config, events)
                 .await
                 .map_err(anyhow::Error::msg)?;
+            // Services and cluster DNS on the pods' network, as kube-proxy
+            // and CoreDNS provide them.
+            tokio::spawn(flotilla_member::proxy::run(
+                clients.kubelet.clone(),
+                Arc::new(netns.network().clone()),
+            ));
+            let network = netns.network();
+            if let Err(e) = flotilla_member::dns::start(
+                clients.kubelet.clone(),
+                &network.prefix,
+                network.bridge_ip(),
+                dns_ip(args.service_cidr),
+            )
+            .await
+            {
+                netns.shutdown().await;
+                bail!(e);
+            }
             // Pods on a peering's virtual node are reached through the
             // provider; the rest through the netns runtime.
             p.api

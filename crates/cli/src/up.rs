@@ -55,7 +55,9 @@ pub struct UpArgs {
     /// The hub's foreign fleet APIs, as `flotilla controlplane
     /// --frontends`: `kubefed`, `argocd`, or `none` [default: both, or
     /// what the fleet in --data-dir was last started with]
-    #[arg(long, value_delimiter = ',', value_parser = ["kubefed", "argocd", "none"])]
+    #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(
+        flotilla_federation::frontends::optional_names().chain(["none"])
+    ))]
     pub frontends: Option<Vec<String>>,
 }
 
@@ -109,9 +111,8 @@ fn sim_runtime() -> String {
 }
 
 fn all_frontends() -> Vec<String> {
-    flotilla_federation::frontends::ALL
-        .iter()
-        .map(|f| f.name.to_string())
+    flotilla_federation::frontends::optional_names()
+        .map(String::from)
         .collect()
 }
 

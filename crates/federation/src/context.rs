@@ -41,10 +41,8 @@ pub struct Options {
     /// Where multi-cluster services' ClusterSetIPs come from: one range
     /// per IP family (`--clusterset-ip-range`).
     pub clusterset_ip_ranges: Vec<ipnet::IpNet>,
-    /// Run the KubeFed front end (`--frontends kubefed`).
-    pub kubefed: bool,
-    /// Run the Argo CD front end (`--frontends argocd`).
-    pub argocd: bool,
+    /// The optional front ends to run, by name (`--frontends`).
+    pub frontends: Vec<String>,
     /// The cores the pipeline may keep busy: the Work applies in flight,
     /// tuned on 2 cores, grow with them ([`Options::scaled`]).
     pub cores: usize,
@@ -69,8 +67,7 @@ impl Default for Options {
             clusterset_ip_ranges: vec![ipnet::IpNet::V4(
                 ipnet::Ipv4Net::new(std::net::Ipv4Addr::new(243, 0, 0, 0), 16).unwrap_or_default(),
             )],
-            kubefed: false,
-            argocd: false,
+            frontends: Vec::new(),
             cores: usable_cores(),
         }
     }

@@ -19,18 +19,18 @@ use crate::api::{
     Binding, Cluster, ClusterTaintPolicy, OverridePolicy, Scope, Work, binding_resource,
     override_resource,
 };
+use crate::clustersets::api::{ManagedClusterSet, ManagedClusterSetBinding};
 use crate::context::{Ctx, Options, Shared};
 use crate::fanout::{Fanout, PackedFanout};
 use crate::kinds::Kinds;
 use crate::members::Members;
 use crate::metrics::Metrics;
-use crate::ocm::api::{ManagedClusterSet, ManagedClusterSetBinding};
 use crate::packed::PackedStore;
 use crate::quota::api::FederatedResourceQuota;
 use crate::scheduler::tenancy::Tenancy;
 use crate::{
-    autoscaling, binding, cluster, dependencies, detector, execution, failover, mcs, ocm, quota,
-    rebalancer, scheduler, status, taint_policy,
+    autoscaling, binding, cluster, dependencies, detector, execution, failover, frontends, mcs,
+    quota, rebalancer, scheduler, status, taint_policy,
 };
 
 /// What of a cluster placement depends on: a change here reschedules.
@@ -332,7 +332,7 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
         set_bindings.changes.shared(),
         placement_tx.clone(),
     )));
-    controllers.push(Box::pin(ocm::clusterset::run(
+    controllers.push(Box::pin(crate::clustersets::run(
         ctx.hub.clone(),
         cluster_sets.store.clone(),
         set_bindings.store.clone(),
@@ -344,25 +344,16 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
             signal(placement_tx.subscribe()).boxed(),
         ]),
     )));
-    if ctx.options.kubefed {
-        controllers.push(Box::pin(crate::frontends::kubefed::controller::run(
-            ctx.hub.clone(),
-            clusters.store.clone(),
-        )));
+    // The front ends that are on: foreign fleet APIs into the pipeline.
+    let informers = frontends::Informers {
+        cluster_sets: cluster_sets.store.clone(),
+        set_bindings: set_bindings.store.clone(),
+    };
+    for frontend in frontends::ALL {
+        if frontends::is_on(frontend, &ctx.options.frontends) {
+            controllers.extend(frontend.controllers(&ctx, &informers));
+        }
     }
-    if ctx.options.argocd {
-        controllers.push(Box::pin(crate::frontends::argocd::run(ctx.clone())));
-    }
-    // OCM: ManagedClusters after the Clusters, ManifestWorks into Works.
-    controllers.push(Box::pin(ocm::work::run(ctx.clone())));
-    // OCM: Placements into PlacementDecisions; ManifestWorkReplicaSets
-    // into ManifestWorks in the decided clusters' namespaces.
-    controllers.push(Box::pin(ocm::placement::run(
-        ctx.clone(),
-        cluster_sets.store.clone(),
-        set_bindings.store.clone(),
-    )));
-    controllers.push(Box::pin(ocm::replicaset::run(ctx.clone())));
     let mut caches = vec![
         listed(clusters.store.clone()),
         packed_listed(&works.store),

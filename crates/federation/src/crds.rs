@@ -330,10 +330,7 @@ pub async fn install(client: &kube::Client) -> Result<(), InstallError> {
     let mut all = manifests();
     all.extend(crate::mcs::api::crds());
     // Tenants: OCM's cluster sets and Karmada's FederatedResourceQuota.
-    all.extend(crate::ocm::api::crds());
-    all.extend(crate::ocm::work::crds());
-    all.extend(crate::ocm::placement::crds());
-    all.extend(crate::ocm::replicaset::crds());
+    all.extend(crate::clustersets::api::crds());
     all.push(crate::quota::api::crd());
     all.extend(crate::autoscaling::api::crds());
     flotilla_client::crd::install(client, all).await?;

@@ -21,10 +21,10 @@ use flotilla_apiserver::resource_metrics::{
 use kube::ResourceExt;
 use parking_lot::Mutex;
 
+use crate::cluster::Cluster;
 use crate::pod::Pod;
 use crate::podutil;
 use crate::runtime::{ContainerUsage, Runtime, key};
-use crate::sim::Cluster;
 
 /// metrics-server's default `--metric-resolution`.
 pub const RESOLUTION: Duration = Duration::from_secs(15);

@@ -13,11 +13,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use flotilla_apiserver::admission::{Mutating, Request};
+use flotilla_apiserver::admission::{Mutating, Request, View};
 
 use crate::admission::{created_pod_namespace, namespace_label};
 use flotilla_apiserver::error::ApiResult;
-use flotilla_apiserver::server::ApiServer;
 use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Node, Pod, PodSpec, Secret};
@@ -104,7 +103,7 @@ pub fn node_name(namespace: Option<&str>, name: &str) -> String {
 pub struct ProxyPods;
 
 impl Mutating for ProxyPods {
-    fn admit(&self, api: &ApiServer, request: &Request, object: &mut Value) -> ApiResult<()> {
+    fn admit(&self, view: &View, request: &Request, object: &mut Value) -> ApiResult<()> {
         let Some(ns) = created_pod_namespace(request) else {
             return Ok(());
         };
@@ -112,7 +111,7 @@ impl Mutating for ProxyPods {
             .pointer("/metadata/annotations")
             .and_then(Value::as_object)
             .is_some_and(|a| a.contains_key(ELECT));
-        if elected && namespace_label(api, ns, ENABLED_LABEL).as_deref() == Some("enabled") {
+        if elected && namespace_label(view, ns, ENABLED_LABEL).as_deref() == Some("enabled") {
             proxy(object);
         }
         Ok(())

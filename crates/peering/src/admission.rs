@@ -4,9 +4,8 @@
 //! NamespaceOffloading says, must run on them (`Remote`), may (`LocalAndRemote`,
 //! with a cluster selector limiting which), or must not (`Local`).
 
-use flotilla_apiserver::admission::{self, Mutating, Operation, Request};
+use flotilla_apiserver::admission::{Mutating, Operation, Request, View};
 use flotilla_apiserver::error::ApiResult;
-use flotilla_apiserver::server::ApiServer;
 use k8s_openapi::api::core::v1::{
     NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Toleration,
 };
@@ -23,7 +22,7 @@ use crate::api::{
 pub struct OffloadedPods;
 
 impl Mutating for OffloadedPods {
-    fn admit(&self, api: &ApiServer, request: &Request, object: &mut Value) -> ApiResult<()> {
+    fn admit(&self, view: &View, request: &Request, object: &mut Value) -> ApiResult<()> {
         let Some(ns) = created_pod_namespace(request) else {
             return Ok(());
         };
@@ -33,9 +32,9 @@ impl Mutating for OffloadedPods {
         // go (namespace, offloading, workload) must not race them. A
         // labelled namespace without one yet (the controller is making
         // the default one) gets the defaults.
-        let spec = match namespace_offloading(api, ns) {
+        let spec = match namespace_offloading(view, ns) {
             Some(spec) => spec,
-            None if namespace_label(api, ns, SCHEDULING_ENABLED).as_deref() == Some("true") => {
+            None if namespace_label(view, ns, SCHEDULING_ENABLED).as_deref() == Some("true") => {
                 NamespaceOffloadingSpec::default()
             }
             None => return Ok(()),
@@ -58,8 +57,8 @@ pub fn created_pod_namespace<'a>(request: &Request<'a>) -> Option<&'a str> {
 }
 
 /// The value of label `key` on namespace `ns`.
-pub fn namespace_label(api: &ApiServer, ns: &str, key: &str) -> Option<String> {
-    admission::get_object(api, ("", "v1", "namespaces"), None, ns)?
+pub fn namespace_label(view: &View, ns: &str, key: &str) -> Option<String> {
+    view.get_object(("", "v1", "namespaces"), None, ns)?
         .pointer(&format!("/metadata/labels/{}", key.replace('/', "~1")))?
         .as_str()
         .map(str::to_string)
@@ -67,10 +66,10 @@ pub fn namespace_label(api: &ApiServer, ns: &str, key: &str) -> Option<String> {
 
 /// The namespace's NamespaceOffloading (`offloading` first, as Liqo reads
 /// only that one, then any other), under either group.
-fn namespace_offloading(api: &ApiServer, ns: &str) -> Option<NamespaceOffloadingSpec> {
+fn namespace_offloading(view: &View, ns: &str) -> Option<NamespaceOffloadingSpec> {
     let mut all: Vec<Value> = [OFFLOADING_GROUP, SHARING_GROUP]
         .iter()
-        .flat_map(|g| admission::list_version_in(api, g, VERSION, "namespaceoffloadings", ns))
+        .flat_map(|g| view.list_version_in(g, VERSION, "namespaceoffloadings", ns))
         .filter(|o| o.pointer("/metadata/deletionTimestamp").is_none())
         .collect();
     all.sort_by_key(|o| {

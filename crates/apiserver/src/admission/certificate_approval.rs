@@ -6,10 +6,9 @@
 
 use serde_json::Value;
 
-use super::{Request, Validating};
+use super::{Request, Validating, View};
 use crate::authz::{Attributes, Decision, Verb};
 use crate::error::{ApiError, ApiResult};
-use crate::server::ApiServer;
 use crate::value::str_at;
 
 pub struct CertificateApproval;
@@ -17,7 +16,7 @@ pub struct CertificateApproval;
 const GROUP: &str = "certificates.k8s.io";
 
 impl Validating for CertificateApproval {
-    fn validate(&self, api: &ApiServer, request: &Request, object: &Value) -> ApiResult<()> {
+    fn validate(&self, view: &View, request: &Request, object: &Value) -> ApiResult<()> {
         let r = request.resource;
         if r.group != GROUP
             || r.plural != "certificatesigningrequests"
@@ -45,7 +44,7 @@ impl Validating for CertificateApproval {
                     field_selector: None,
                     body: &[],
                 };
-                api.authorize(user, &a) == Decision::Allow
+                view.authorize(user, &a) == Decision::Allow
             });
         if allowed {
             return Ok(());

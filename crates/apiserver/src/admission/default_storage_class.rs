@@ -6,9 +6,8 @@
 
 use serde_json::{Value, json};
 
-use super::{Mutating, Operation, Request};
+use super::{Mutating, Operation, Request, View};
 use crate::error::ApiResult;
-use crate::server::ApiServer;
 
 pub struct DefaultStorageClass;
 
@@ -16,15 +15,9 @@ const IS_DEFAULT: &str = "storageclass.kubernetes.io/is-default-class";
 const IS_DEFAULT_BETA: &str = "storageclass.beta.kubernetes.io/is-default-class";
 
 /// The name of the default StorageClass, if there is one.
-fn default_class(api: &ApiServer) -> Option<String> {
-    let r = api.registry.get("storage.k8s.io", "v1", "storageclasses")?;
-    let list = api
-        .store
-        .list(&r.collection_prefix(None), &Default::default())
-        .ok()?;
-    list.items
-        .iter()
-        .filter_map(|kv| serde_json::from_slice::<Value>(&kv.value).ok())
+fn default_class(view: &View) -> Option<String> {
+    view.list("storage.k8s.io", "v1", "storageclasses", None)
+        .into_iter()
         .filter(|class| {
             [IS_DEFAULT, IS_DEFAULT_BETA].iter().any(|a| {
                 class
@@ -53,7 +46,7 @@ fn default_class(api: &ApiServer) -> Option<String> {
 }
 
 impl Mutating for DefaultStorageClass {
-    fn admit(&self, api: &ApiServer, request: &Request, claim: &mut Value) -> ApiResult<()> {
+    fn admit(&self, view: &View, request: &Request, claim: &mut Value) -> ApiResult<()> {
         if request.operation != Operation::Create
             || !request.resource.group.is_empty()
             || request.resource.plural != "persistentvolumeclaims"
@@ -65,7 +58,7 @@ impl Mutating for DefaultStorageClass {
             return Ok(());
         }
         if let (Some(class), Some(spec)) = (
-            default_class(api),
+            default_class(view),
             claim.get_mut("spec").and_then(Value::as_object_mut),
         ) {
             spec.insert("storageClassName".into(), json!(class));

@@ -6,12 +6,9 @@
 
 use serde_json::{Value, json};
 
-use super::{
-    Mutating, Operation, Request, Validating, amount, containers, containers_mut, list_in,
-};
+use super::{Mutating, Operation, Request, Validating, View, amount, containers, containers_mut};
 use crate::error::{ApiError, ApiResult};
 use crate::objects::meta_str;
-use crate::server::ApiServer;
 
 pub struct LimitRanger;
 
@@ -22,8 +19,8 @@ fn is_new_pod(request: &Request) -> bool {
 }
 
 /// The `type: Container` items of the namespace's LimitRanges.
-fn container_limits(api: &ApiServer, namespace: &str) -> Vec<Value> {
-    list_in(api, "", "limitranges", namespace)
+fn container_limits(view: &View, namespace: &str) -> Vec<Value> {
+    view.list_in("", "limitranges", namespace)
         .into_iter()
         .flat_map(|lr| {
             lr.pointer("/spec/limits")
@@ -36,11 +33,11 @@ fn container_limits(api: &ApiServer, namespace: &str) -> Vec<Value> {
 }
 
 impl Mutating for LimitRanger {
-    fn admit(&self, api: &ApiServer, request: &Request, pod: &mut Value) -> ApiResult<()> {
+    fn admit(&self, view: &View, request: &Request, pod: &mut Value) -> ApiResult<()> {
         let Some(ns) = request.namespace.filter(|_| is_new_pod(request)) else {
             return Ok(());
         };
-        let items = container_limits(api, ns);
+        let items = container_limits(view, ns);
         if items.is_empty() {
             return Ok(());
         }
@@ -114,11 +111,11 @@ impl Mutating for LimitRanger {
 }
 
 impl Validating for LimitRanger {
-    fn validate(&self, api: &ApiServer, request: &Request, pod: &Value) -> ApiResult<()> {
+    fn validate(&self, view: &View, request: &Request, pod: &Value) -> ApiResult<()> {
         let Some(ns) = request.namespace.filter(|_| is_new_pod(request)) else {
             return Ok(());
         };
-        let items = container_limits(api, ns);
+        let items = container_limits(view, ns);
         for container in containers(pod) {
             for item in &items {
                 for (bound, over) in [("max", true), ("min", false)] {

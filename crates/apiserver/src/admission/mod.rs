@@ -13,11 +13,123 @@ mod resource_quota;
 pub(crate) use quotas::{QuotaIndex, after_write, spawn_follower as spawn_quota_index};
 pub use resource_quota::spawn_status;
 
+use flotilla_store::Store;
 use serde_json::Value;
 
+use crate::authz::{Attributes, Authorizer, Decision, Mode};
 use crate::error::ApiResult;
-use crate::resources::ResourceInfo;
-use crate::server::ApiServer;
+use crate::resources::{Registry, ResourceInfo};
+use crate::user::User;
+
+/// What an admission plugin sees of the server: the stored objects, read
+/// only; who may do what; the quotas in force. Not the server itself: a
+/// plugin neither writes nor serves, so it cannot call back into the
+/// handlers that called it.
+pub struct View<'a> {
+    store: &'a dyn Store,
+    registry: &'a Registry,
+    authorizer: &'a dyn Authorizer,
+    pub(crate) authorization_mode: Mode,
+    pub(crate) rbac: &'a crate::rbac::Index,
+    pub(crate) quotas: &'a QuotaIndex,
+}
+
+impl<'a> View<'a> {
+    pub(crate) fn new(
+        store: &'a dyn Store,
+        registry: &'a Registry,
+        authorizer: &'a dyn Authorizer,
+        authorization_mode: Mode,
+        rbac: &'a crate::rbac::Index,
+        quotas: &'a QuotaIndex,
+    ) -> View<'a> {
+        View {
+            store,
+            registry,
+            authorizer,
+            authorization_mode,
+            rbac,
+            quotas,
+        }
+    }
+
+    /// Whether `user` may make the request, as the server would decide.
+    pub fn authorize(&self, user: &User, attributes: &Attributes) -> Decision {
+        self.authorizer.authorize(user, attributes)
+    }
+
+    /// One stored object of `group/version` `plural`, for plugins that
+    /// decide by other objects (None when absent or the kind is not
+    /// served).
+    pub fn get_object(
+        &self,
+        (group, version, plural): (&str, &str, &str),
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Value> {
+        let r = self.registry.get(group, version, plural)?;
+        let kv = self.store.get(&r.key(namespace, name)).ok()??;
+        serde_json::from_slice(&kv.value).ok()
+    }
+
+    /// The objects of `plural` (core group unless `group`, version v1) in
+    /// `namespace`.
+    pub(crate) fn list_in(&self, group: &str, plural: &str, namespace: &str) -> Vec<Value> {
+        self.list_version_in(group, "v1", plural, namespace)
+    }
+
+    /// The stored objects of `group/version` `plural` in `namespace`, for
+    /// plugins that decide by other objects (none when the kind is not
+    /// served).
+    pub fn list_version_in(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+        namespace: &str,
+    ) -> Vec<Value> {
+        self.list(group, version, plural, Some(namespace))
+    }
+
+    /// The stored objects of `group/version` `plural`, in `namespace` or
+    /// in all.
+    pub(crate) fn list(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+    ) -> Vec<Value> {
+        stored(
+            self.store,
+            self.registry,
+            (group, version, plural),
+            namespace,
+        )
+    }
+}
+
+/// The stored objects of `group/version` `plural`, in `namespace` or in
+/// all (none when the kind is not served or the store fails).
+pub(crate) fn stored(
+    store: &dyn Store,
+    registry: &Registry,
+    (group, version, plural): (&str, &str, &str),
+    namespace: Option<&str>,
+) -> Vec<Value> {
+    let Some(r) = registry.get(group, version, plural) else {
+        return Vec::new();
+    };
+    store
+        .list(&r.collection_prefix(namespace), &Default::default())
+        .map(|l| {
+            l.items
+                .iter()
+                .filter_map(|kv| serde_json::from_slice(&kv.value).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Operation {
@@ -38,11 +150,11 @@ pub struct Request<'a> {
 }
 
 pub trait Mutating: Send + Sync {
-    fn admit(&self, api: &ApiServer, request: &Request, object: &mut Value) -> ApiResult<()>;
+    fn admit(&self, view: &View, request: &Request, object: &mut Value) -> ApiResult<()>;
 }
 
 pub trait Validating: Send + Sync {
-    fn validate(&self, api: &ApiServer, request: &Request, object: &Value) -> ApiResult<()>;
+    fn validate(&self, view: &View, request: &Request, object: &Value) -> ApiResult<()>;
 }
 
 const MUTATING: &[&dyn Mutating] = &[
@@ -56,49 +168,27 @@ const VALIDATING: &[&dyn Validating] = &[
     &resource_quota::ResourceQuota,
 ];
 
-/// The mutating plugins, in order: the built-in ones, then those the
-/// embedding process added (`ApiServer::add_mutating_admission`).
-pub fn mutate(api: &ApiServer, request: &Request, object: &mut Value) -> ApiResult<()> {
+/// The mutating plugins, in order: the built-in ones, then `added`, those
+/// the embedding process added (`ApiServer::add_mutating_admission`).
+pub fn mutate(
+    view: &View,
+    added: &[std::sync::Arc<dyn Mutating>],
+    request: &Request,
+    object: &mut Value,
+) -> ApiResult<()> {
     MUTATING
         .iter()
-        .try_for_each(|p| p.admit(api, request, object))?;
-    let added = api.mutating_admission.read().clone();
-    added.iter().try_for_each(|p| p.admit(api, request, object))
+        .try_for_each(|p| p.admit(view, request, object))?;
+    added
+        .iter()
+        .try_for_each(|p| p.admit(view, request, object))
 }
 
 /// The validating plugins, in order; the first refusal stands.
-pub fn validate(api: &ApiServer, request: &Request, object: &Value) -> ApiResult<()> {
+pub fn validate(view: &View, request: &Request, object: &Value) -> ApiResult<()> {
     VALIDATING
         .iter()
-        .try_for_each(|p| p.validate(api, request, object))
-}
-
-/// The objects of `plural` (core group unless `group`) in `namespace`.
-pub(crate) fn list_in(api: &ApiServer, group: &str, plural: &str, namespace: &str) -> Vec<Value> {
-    list_version_in(api, group, "v1", plural, namespace)
-}
-
-/// The stored objects of `group/version` `plural` in `namespace`, for
-/// plugins that decide by other objects (none when the kind is not served).
-pub fn list_version_in(
-    api: &ApiServer,
-    group: &str,
-    version: &str,
-    plural: &str,
-    namespace: &str,
-) -> Vec<Value> {
-    let Some(r) = api.registry.get(group, version, plural) else {
-        return Vec::new();
-    };
-    api.store
-        .list(&r.collection_prefix(Some(namespace)), &Default::default())
-        .map(|l| {
-            l.items
-                .iter()
-                .filter_map(|kv| serde_json::from_slice(&kv.value).ok())
-                .collect()
-        })
-        .unwrap_or_default()
+        .try_for_each(|p| p.validate(view, request, object))
 }
 
 /// The containers and init containers of a pod spec.
@@ -131,17 +221,4 @@ pub(crate) fn amount(q: Option<&Value>) -> Option<f64> {
         Value::Number(n) => n.as_f64(),
         _ => None,
     }
-}
-
-/// One stored object of `group/version` `plural`, for plugins that decide
-/// by other objects (None when absent or the kind is not served).
-pub fn get_object(
-    api: &ApiServer,
-    (group, version, plural): (&str, &str, &str),
-    namespace: Option<&str>,
-    name: &str,
-) -> Option<Value> {
-    let r = api.registry.get(group, version, plural)?;
-    let kv = api.store.get(&r.key(namespace, name)).ok()??;
-    serde_json::from_slice(&kv.value).ok()
 }

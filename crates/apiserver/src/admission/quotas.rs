@@ -18,9 +18,9 @@ use flotilla_store::{EventKind, Revision, StoreError};
 use parking_lot::RwLock;
 use serde_json::Value;
 
-use crate::resources::ResourceInfo;
-use crate::server::ApiServer;
+use crate::resources::{Registry, ResourceInfo};
 use crate::value::str_at;
+use flotilla_store::Store;
 
 #[derive(Default)]
 pub struct QuotaIndex {
@@ -104,7 +104,7 @@ fn is_quota(r: &ResourceInfo) -> bool {
 
 /// This replica's write of `obj` (stamped with its revision), applied at
 /// once; anything but a ResourceQuota is ignored.
-pub(crate) fn after_write(api: &ApiServer, r: &ResourceInfo, obj: &Value, deleted: bool) {
+pub(crate) fn after_write(quotas: &QuotaIndex, r: &ResourceInfo, obj: &Value, deleted: bool) {
     if !is_quota(r) {
         return;
     }
@@ -115,34 +115,33 @@ pub(crate) fn after_write(api: &ApiServer, r: &ResourceInfo, obj: &Value, delete
         str_at(obj, "/metadata/namespace"),
         str_at(obj, "/metadata/name"),
     );
-    api.quotas
-        .apply(namespace, name, (!deleted).then_some(obj), revision);
+    quotas.apply(namespace, name, (!deleted).then_some(obj), revision);
 }
 
-/// Keeps `api.quotas` from a list and watch of the store, relisting when
-/// the watch falls behind; ends when the store closes.
-pub fn spawn_follower(api: Arc<ApiServer>) {
+/// Keeps `quotas` from a list and watch of the store, relisting when the
+/// watch falls behind; ends when the store closes.
+pub fn spawn_follower(store: Arc<dyn Store>, registry: Arc<Registry>, quotas: Arc<QuotaIndex>) {
     tokio::spawn(async move {
         crate::follower::until_closed("resource quotas", || async {
-            let error = follow(&api).await;
+            let error = follow(store.as_ref(), &registry, &quotas).await;
             // Until relisted, quotas are read from the store.
-            api.quotas.unsync();
+            quotas.unsync();
             error
         })
         .await
     });
 }
 
-async fn follow(api: &ApiServer) -> StoreError {
-    let Some(r) = api.registry.get("", "v1", "resourcequotas") else {
+async fn follow(store: &dyn Store, registry: &Registry, quotas: &QuotaIndex) -> StoreError {
+    let Some(r) = registry.get("", "v1", "resourcequotas") else {
         return StoreError::Closed;
     };
     let prefix = r.prefix();
-    let listed = match api.store.list(&prefix, &Default::default()) {
+    let listed = match store.list(&prefix, &Default::default()) {
         Ok(listed) => listed,
         Err(error) => return error,
     };
-    let mut watch = match api.store.watch(&prefix, listed.revision) {
+    let mut watch = match store.watch(&prefix, listed.revision) {
         Ok(watch) => watch,
         Err(error) => return error,
     };
@@ -151,7 +150,7 @@ async fn follow(api: &ApiServer) -> StoreError {
         let (namespace, name) = key.get(prefix.len()..)?.split_once('/')?;
         Some((namespace.to_string(), name.to_string()))
     };
-    api.quotas.replace(
+    quotas.replace(
         listed
             .items
             .iter()
@@ -178,8 +177,7 @@ async fn follow(api: &ApiServer) -> StoreError {
                     Err(_) => continue,
                 },
             };
-            api.quotas
-                .apply(&namespace, &name, obj.as_ref(), event.kv.mod_revision);
+            quotas.apply(&namespace, &name, obj.as_ref(), event.kv.mod_revision);
         }
     }
 }

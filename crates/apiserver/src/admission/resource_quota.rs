@@ -18,11 +18,12 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 use tracing::warn;
 
-use super::{Operation, Request, Validating, amount, containers, list_in};
+use super::{Operation, Request, Validating, View, amount, containers, stored};
 use crate::error::{ApiError, ApiResult};
 use crate::objects::meta_str;
-use crate::server::ApiServer;
+use crate::resources::Registry;
 use flotilla_core::quantity::{format_bytes, format_millicores};
+use flotilla_store::Store;
 
 pub struct ResourceQuota;
 
@@ -79,13 +80,15 @@ fn pod_total(pod: &Value, field: &str, resource: &str) -> Option<f64> {
     Some(total)
 }
 
-fn usage(api: &ApiServer, namespace: &str, m: &Measure) -> f64 {
+/// What a namespace uses of `m`, from its objects as `list` (group,
+/// plural) reads them.
+fn usage(list: &dyn Fn(&str, &str) -> Vec<Value>, m: &Measure) -> f64 {
     match m {
-        Measure::Count(group, plural) => list_in(api, group, plural, namespace)
+        Measure::Count(group, plural) => list(group, plural)
             .iter()
             .filter(|o| !(plural == "pods" && group.is_empty() && is_terminated(o)))
             .count() as f64,
-        Measure::Compute(field, resource) => list_in(api, "", "pods", namespace)
+        Measure::Compute(field, resource) => list("", "pods")
             .iter()
             .filter(|p| !is_terminated(p))
             .filter_map(|p| pod_total(p, field, resource))
@@ -102,14 +105,15 @@ fn show(m: &Measure, v: f64) -> String {
 }
 
 impl Validating for ResourceQuota {
-    fn validate(&self, api: &ApiServer, request: &Request, obj: &Value) -> ApiResult<()> {
+    fn validate(&self, view: &View, request: &Request, obj: &Value) -> ApiResult<()> {
         let (Operation::Create, Some(ns)) = (request.operation, request.namespace) else {
             return Ok(());
         };
         let r = request.resource;
         let is_pod = r.group.is_empty() && r.plural == "pods";
-        let quotas = api.quotas.in_namespace(ns).unwrap_or_else(|| {
-            list_in(api, "", "resourcequotas", ns)
+        let list = |group: &str, plural: &str| view.list_in(group, plural, ns);
+        let quotas = view.quotas.in_namespace(ns).unwrap_or_else(|| {
+            list("", "resourcequotas")
                 .into_iter()
                 .map(Arc::new)
                 .collect()
@@ -142,7 +146,7 @@ impl Validating for ResourceQuota {
                 let Some(limit) = amount(Some(limit)) else {
                     continue;
                 };
-                let used = usage(api, ns, &m);
+                let used = usage(&list, &m);
                 if used + delta > limit + 1e-9 {
                     return Err(ApiError::forbidden(format!(
                         "{} \"{}\" is forbidden: exceeded quota: {quota_name}, requested: {key}={}, used: {key}={}, limited: {key}={}",
@@ -160,14 +164,14 @@ impl Validating for ResourceQuota {
 }
 
 /// Keeps every quota's `status.hard` and `status.used` current.
-pub fn spawn_status(api: Arc<ApiServer>) {
+pub fn spawn_status(store: Arc<dyn Store>, registry: Arc<Registry>) {
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(Duration::from_secs(5)).await;
-            let Some(r) = api.registry.get("", "v1", "resourcequotas") else {
+            let Some(r) = registry.get("", "v1", "resourcequotas") else {
                 continue;
             };
-            let listed = match api.store.list(&r.prefix(), &Default::default()) {
+            let listed = match store.list(&r.prefix(), &Default::default()) {
                 Ok(l) => l,
                 Err(flotilla_store::StoreError::Closed) => return,
                 Err(_) => continue,
@@ -177,11 +181,14 @@ pub fn spawn_status(api: Arc<ApiServer>) {
                     continue;
                 };
                 let ns = meta_str(&quota, "namespace").to_string();
+                let list = |group: &str, plural: &str| {
+                    stored(store.as_ref(), &registry, (group, "v1", plural), Some(&ns))
+                };
                 let hard = quota.pointer("/spec/hard").cloned().unwrap_or(json!({}));
                 let mut used = Map::new();
                 for key in hard.as_object().into_iter().flatten().map(|(k, _)| k) {
                     if let Some(m) = measure(key) {
-                        used.insert(key.clone(), json!(show(&m, usage(&api, &ns, &m))));
+                        used.insert(key.clone(), json!(show(&m, usage(&list, &m))));
                     }
                 }
                 let status = json!({"hard": hard, "used": used});
@@ -192,11 +199,7 @@ pub fn spawn_status(api: Arc<ApiServer>) {
                 let Ok(bytes) = serde_json::to_vec(&quota) else {
                     continue;
                 };
-                match api
-                    .store
-                    .update(&kv.key, bytes.into(), kv.mod_revision)
-                    .await
-                {
+                match store.update(&kv.key, bytes.into(), kv.mod_revision).await {
                     Ok(_) | Err(flotilla_store::StoreError::Conflict { .. }) => {}
                     Err(error) => warn!(%error, "quota status not written"),
                 }

@@ -2,13 +2,30 @@
 //! Leases, CustomResourceDefinitions (`crd.rs` serves what they define),
 //! with `kubectl get`'s columns.
 
-use super::Strategy;
+use super::{Discovered, Methods, READ_WRITE_VERBS, ServedBy, Strategy, Subresource};
 use crate::error::Cause;
 use crate::table::prelude::*;
 
 pub struct CertificateSigningRequests;
 
 impl Strategy for CertificateSigningRequests {
+    fn subresources(&self) -> &'static [Subresource] {
+        &[Subresource {
+            name: "approval",
+            methods: Methods::NotPost,
+            served_by: ServedBy::Handlers,
+            discovered: Some(Discovered {
+                response: None,
+                verbs: READ_WRITE_VERBS,
+            }),
+        }]
+    }
+
+    /// The requester's identity, from the request, whatever the body says.
+    fn prepare_create_by(&self, obj: &mut Value, user: Option<&crate::user::User>) {
+        crate::csr::prepare_create(obj, user);
+    }
+
     fn update_subresource(&self, subresource: &str, new: &mut Value, old: &Value) -> Vec<Cause> {
         crate::csr::update_subresource(subresource, new, old)
     }

@@ -3,12 +3,24 @@
 //! ServiceAccounts, Events, Nodes, PersistentVolumes and their claims,
 //! ComponentStatuses, ResourceQuotas.
 
-use super::Strategy;
+use super::{Discovered, Methods, ServedBy, Strategy, Subresource};
 use crate::table::prelude::*;
 
 pub struct ServiceAccounts;
 
 impl Strategy for ServiceAccounts {
+    fn subresources(&self) -> &'static [Subresource] {
+        &[Subresource {
+            name: "token",
+            methods: Methods::Post,
+            served_by: ServedBy::Token,
+            discovered: Some(Discovered {
+                response: Some(("authentication.k8s.io", "v1", "TokenRequest")),
+                verbs: &["create"],
+            }),
+        }]
+    }
+
     fn returns_deleted_object(&self) -> bool {
         true
     }

@@ -23,7 +23,78 @@ use crate::resources::ResourceInfo;
 
 pub use config::MAX_DATA_BYTES;
 
+/// A subresource a kind serves beyond those every kind may have
+/// (`status`, `scale`), and which part of the server answers it.
+pub struct Subresource {
+    pub name: &'static str,
+    /// The methods it answers; another gets 404, as upstream's
+    /// unregistered routes do.
+    pub methods: Methods,
+    pub served_by: ServedBy,
+    /// How discovery lists it; None: not listed.
+    pub discovered: Option<Discovered>,
+}
+
+/// A subresource as discovery lists it.
+pub struct Discovered {
+    /// What it answers, as (group, version, kind); None: the kind itself.
+    pub response: Option<(&'static str, &'static str, &'static str)>,
+    pub verbs: &'static [&'static str],
+}
+
+/// The verbs of a subresource that is part of the object.
+pub const READ_WRITE_VERBS: &[&str] = &["get", "patch", "update"];
+
+/// The methods a subresource answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Methods {
+    Any,
+    Post,
+    /// Everything but POST (a CSR's `approval`: read, replaced, patched).
+    NotPost,
+    /// GET, PUT and PATCH (a pod's `ephemeralcontainers`).
+    ReadWrite,
+}
+
+impl Methods {
+    pub fn allow(self, method: &http::Method) -> bool {
+        use http::Method;
+        match self {
+            Methods::Any => true,
+            Methods::Post => method == Method::POST,
+            Methods::NotPost => method != Method::POST,
+            Methods::ReadWrite => matches!(*method, Method::GET | Method::PUT | Method::PATCH),
+        }
+    }
+}
+
+/// Which part of the server answers a subresource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServedBy {
+    /// The generic handlers, as a write of part of the object (a CSR's
+    /// `approval`, a pod's `ephemeralcontainers`).
+    Handlers,
+    /// A pod's `binding` (`handlers::bind`).
+    Binding,
+    /// A pod's `eviction` (`eviction.rs`).
+    Eviction,
+    /// A ServiceAccount's `token` (`reviews.rs`).
+    Token,
+    /// The kubelet behind the server (`connect.rs`): logs, exec, attach,
+    /// port-forward. Where none runs, the request is refused with why.
+    Kubelet,
+}
+
 pub trait Strategy: Sync {
+    /// The kind's own subresources ([`Subresource`]).
+    fn subresources(&self) -> &'static [Subresource] {
+        &[]
+    }
+
+    /// What the server sets on a new object of a user's, before
+    /// admission: a CSR's requester.
+    fn prepare_create_by(&self, _obj: &mut Value, _user: Option<&crate::user::User>) {}
+
     /// Fields a fieldSelector may name, beyond `metadata.name` and
     /// `metadata.namespace`.
     fn selectable_fields(&self) -> &'static [&'static str] {

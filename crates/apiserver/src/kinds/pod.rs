@@ -1,18 +1,64 @@
 //! Pods: created `Pending` with their QoS class (whatever status the
 //! client sent), selectable by node, phase and the rest upstream allows,
-//! answered with themselves on deletion. Their `/binding` is in
-//! `handlers.rs`, `/eviction` in `eviction.rs`.
+//! answered with themselves on deletion. Their subresources are listed
+//! here; `/binding` is served in `handlers.rs`, `/eviction` in
+//! `eviction.rs`, the kubelet's in `connect.rs`.
 
 use serde_json::{Value, json};
 
-use super::Strategy;
+use super::{Discovered, Methods, READ_WRITE_VERBS, ServedBy, Strategy, Subresource};
 use crate::error::Cause;
 use crate::table::prelude::*;
 use flotilla_core::quantity;
 
 pub struct Pods;
 
+const fn kubelet(name: &'static str) -> Subresource {
+    Subresource {
+        name,
+        methods: Methods::Any,
+        served_by: ServedBy::Kubelet,
+        discovered: None,
+    }
+}
+
+/// A pod's own subresources.
+const SUBRESOURCES: &[Subresource] = &[
+    Subresource {
+        name: "binding",
+        methods: Methods::Post,
+        served_by: ServedBy::Binding,
+        discovered: None,
+    },
+    Subresource {
+        name: "eviction",
+        methods: Methods::Post,
+        served_by: ServedBy::Eviction,
+        discovered: Some(Discovered {
+            response: Some(("policy", "v1", "Eviction")),
+            verbs: &["create"],
+        }),
+    },
+    Subresource {
+        name: "ephemeralcontainers",
+        methods: Methods::ReadWrite,
+        served_by: ServedBy::Handlers,
+        discovered: Some(Discovered {
+            response: None,
+            verbs: READ_WRITE_VERBS,
+        }),
+    },
+    kubelet("log"),
+    kubelet("exec"),
+    kubelet("attach"),
+    kubelet("portforward"),
+];
+
 impl Strategy for Pods {
+    fn subresources(&self) -> &'static [Subresource] {
+        SUBRESOURCES
+    }
+
     /// A pod on a node is stopped by its kubelet first: the grace is the
     /// request's, or the pod's terminationGracePeriodSeconds (30). One not
     /// scheduled, or already finished, goes at once.

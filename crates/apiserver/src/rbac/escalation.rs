@@ -8,19 +8,19 @@ use serde_json::Value;
 
 use super::index::RoleRef;
 use super::rule::{self, Rule};
-use crate::admission::{Request, Validating};
+use crate::admission::{Request, Validating, View};
 use crate::authz::{Attributes, Decision, Mode, Verb};
 use crate::error::{ApiError, ApiResult, Details};
-use crate::server::ApiServer;
+
 use crate::user::User;
 use crate::value::str_at;
 
 pub struct Escalation;
 
 impl Validating for Escalation {
-    fn validate(&self, api: &ApiServer, request: &Request, object: &Value) -> ApiResult<()> {
+    fn validate(&self, view: &View, request: &Request, object: &Value) -> ApiResult<()> {
         let r = request.resource;
-        if r.group != super::GROUP || api.config.authorization_mode == Mode::AlwaysAllow {
+        if r.group != super::GROUP || view.authorization_mode == Mode::AlwaysAllow {
             return Ok(());
         }
         let Some(user) = request.user else {
@@ -59,7 +59,7 @@ impl Validating for Escalation {
                 field_selector: None,
                 body: &[],
             };
-            api.authorize(user, &attributes) == Decision::Allow
+            view.authorize(user, &attributes) == Decision::Allow
         };
         let wanted = match r.plural.as_str() {
             "roles" | "clusterroles" => {
@@ -67,7 +67,7 @@ impl Validating for Escalation {
                     return Ok(());
                 }
                 if object.get("aggregationRule").is_some_and(|a| !a.is_null())
-                    && !holds_everything(api, user)
+                    && !holds_everything(view, user)
                 {
                     return Err(forbidden(
                         "must have cluster-admin privileges to use the aggregationRule".into(),
@@ -87,7 +87,7 @@ impl Validating for Escalation {
                 if may("bind", role_plural, &role.name) {
                     return Ok(());
                 }
-                match api.rbac.role_rules(&role, namespace) {
+                match view.rbac.role_rules(&role, namespace) {
                     Some(rules) => rules,
                     None => {
                         return Err(forbidden(format!(
@@ -100,7 +100,7 @@ impl Validating for Escalation {
             }
             _ => return Ok(()),
         };
-        let held = api.rbac.resolve(user, namespace).rules;
+        let held = view.rbac.resolve(user, namespace).rules;
         let missing = rule::uncovered(&held, &wanted);
         if missing.is_empty() {
             return Ok(());
@@ -117,12 +117,12 @@ impl Validating for Escalation {
 }
 
 /// Whether `user` holds every verb on every resource cluster-wide.
-fn holds_everything(api: &ApiServer, user: &User) -> bool {
+fn holds_everything(view: &View, user: &User) -> bool {
     let all = Rule {
         verbs: vec!["*".into()],
         api_groups: vec!["*".into()],
         resources: vec!["*".into()],
         ..Rule::default()
     };
-    rule::uncovered(&api.rbac.resolve(user, None).rules, &[all]).is_empty()
+    rule::uncovered(&view.rbac.resolve(user, None).rules, &[all]).is_empty()
 }

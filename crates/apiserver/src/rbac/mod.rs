@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use crate::authz::{Attributes, Decision, Verb};
 use crate::resources::ResourceInfo;
-use crate::server::ApiServer;
+
 use crate::user::User;
 pub use index::Index;
 use rule::Request;
@@ -60,7 +60,7 @@ fn decision(found: Result<(), Vec<String>>) -> Decision {
 }
 
 /// After this replica wrote an RBAC object: the index takes it at once.
-pub(crate) fn after_write(api: &ApiServer, r: &ResourceInfo, obj: &Value, deleted: bool) {
+pub(crate) fn after_write(index: &Index, r: &ResourceInfo, obj: &Value, deleted: bool) {
     if r.group != GROUP {
         return;
     }
@@ -69,5 +69,5 @@ pub(crate) fn after_write(api: &ApiServer, r: &ResourceInfo, obj: &Value, delete
         .and_then(Value::as_str)
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    api.rbac.apply(&r.kind, obj, revision, deleted);
+    index.apply(&r.kind, obj, revision, deleted);
 }

@@ -21,7 +21,7 @@ use super::table::{Cell, Colour, Table};
 use super::{HubArgs, hub_error};
 
 /// KubeFed's federated kinds: each has a template of its target kind.
-const KUBEFED_TYPES_GROUP: &str = "types.kubefed.io";
+use flotilla_federation::frontends::kubefed::api::TYPES_GROUP as KUBEFED_TYPES_GROUP;
 
 #[derive(clap::Subcommand)]
 pub enum Describe {

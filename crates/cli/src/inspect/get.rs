@@ -12,10 +12,10 @@ use kube::api::{DynamicObject, ListParams};
 use kube::{Api, ResourceExt};
 use serde_json::Value;
 
-use super::frontends;
 use super::resolve::{self, Resolved};
 use super::table::{Cell, Table};
 use super::{HubArgs, hub_error};
+use flotilla_federation::frontends;
 
 #[derive(clap::Args)]
 pub struct GetArgs {
@@ -63,7 +63,7 @@ pub async fn run(args: GetArgs) -> anyhow::Result<()> {
         (false, _) | (true, true) => None,
         (true, false) => Some(args.namespace.clone().unwrap_or_else(|| "default".into())),
     };
-    if frontends::is_front_end(&resolved.ar.group) {
+    if frontends::listed_from_hub(&resolved.ar.group) {
         let endpoints: Vec<(String, String)> = clusters
             .iter()
             .map(|c| {
@@ -181,7 +181,7 @@ async fn from_hub(
     let mut table = Table::new(headers);
     for o in &objects {
         let value = serde_json::to_value(o)?;
-        let mut rows = frontends::rows(&value, endpoints);
+        let mut rows = frontends::placements(&value, endpoints);
         if rows.is_empty() {
             rows.push(frontends::Row {
                 cluster: "-".into(),

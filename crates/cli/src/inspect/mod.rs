@@ -4,7 +4,6 @@
 
 pub mod clusters;
 pub mod describe;
-mod frontends;
 pub mod get;
 mod placement;
 pub mod plan;

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use flotilla_federation::api::{BindingSpec, Cluster, ClusterAffinity, Placement};
-use flotilla_federation::ocm::api::{ManagedClusterSet, ManagedClusterSetBinding};
-use flotilla_federation::ocm::clusterset::{self, Restriction};
+use flotilla_federation::clustersets::api::{ManagedClusterSet, ManagedClusterSetBinding};
+use flotilla_federation::clustersets::{self as clusterset, Restriction};
 use flotilla_federation::scheduler::core::{affinity_in_use, rejection};
 use flotilla_federation::scheduler::tenancy::Limits;
 use kube::api::ListParams;

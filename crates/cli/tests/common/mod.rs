@@ -529,9 +529,13 @@ pub fn wait_for(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
 }
 
 /// Asserts that what `watched` reads is the same after a few seconds as
-/// before: nothing rewrites it on its own. A window in which `cause`
-/// (what it rightly follows, such as a status collected from members)
-/// moved proves nothing and is tried again, until `timeout`.
+/// before: nothing rewrites it on its own. What it rightly follows
+/// (`cause`, such as a status collected from members) may move, and
+/// `watched` then follows it a moment later: a window counts only when
+/// `cause` stood still through it and through the window before, so a
+/// change of `cause` just before the window is not taken for a rewrite.
+/// Windows are tried until one counts or `timeout` passes (then the last
+/// one is judged).
 pub fn assert_left_alone<W, C>(
     timeout: Duration,
     what: &str,
@@ -542,18 +546,21 @@ pub fn assert_left_alone<W, C>(
     C: PartialEq,
 {
     let deadline = Instant::now() + timeout;
+    let (mut before, mut cause_before) = (watched(), cause());
+    let mut settled = false;
     loop {
-        let (before, cause_before) = (watched(), cause());
         std::thread::sleep(Duration::from_secs(3));
         let (after, cause_after) = (watched(), cause());
-        if cause_after != cause_before && Instant::now() < deadline {
-            continue;
+        let still = cause_after == cause_before;
+        if (still && settled) || Instant::now() >= deadline {
+            assert_eq!(
+                after, before,
+                "{what} rewritten while what it follows stood still"
+            );
+            return;
         }
-        assert_eq!(
-            after, before,
-            "{what} rewritten while what it follows stood still"
-        );
-        return;
+        settled = still;
+        (before, cause_before) = (after, cause_after);
     }
 }
 

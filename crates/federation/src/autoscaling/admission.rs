@@ -10,8 +10,7 @@
 
 use std::collections::HashSet;
 
-use flotilla_apiserver::ApiServer;
-use flotilla_apiserver::admission::{Mutating, Request};
+use flotilla_apiserver::admission::{Mutating, Request, View};
 use flotilla_apiserver::error::{ApiError, ApiResult};
 use serde_json::Value;
 
@@ -21,7 +20,7 @@ use flotilla_core::schedule::{Schedule, ScheduleError};
 pub struct Autoscalers;
 
 impl Mutating for Autoscalers {
-    fn admit(&self, _: &ApiServer, request: &Request, object: &mut Value) -> ApiResult<()> {
+    fn admit(&self, _: &View, request: &Request, object: &mut Value) -> ApiResult<()> {
         let r = request.resource;
         if r.group != GROUP || request.subresource.is_some() {
             return Ok(());

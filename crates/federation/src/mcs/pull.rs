@@ -240,7 +240,7 @@ struct Reporter {
 
 async fn run_reporter(hub: &Client, member: &Client, cluster: &str) -> Result<(), Error> {
     flotilla_client::crd::install(member, api::crds()).await?;
-    let id = super::cluster_id(member, cluster).await?;
+    let id = super::members::cluster_id(member, cluster).await?;
     // The hub names this member's endpoints by its cluster id.
     Api::<Cluster>::all(hub.clone())
         .patch(
@@ -252,25 +252,25 @@ async fn run_reporter(hub: &Client, member: &Client, cluster: &str) -> Result<()
     let queue = WorkQueue::new();
     let namespace = Cluster::execution_namespace(cluster);
     let all = watcher::Config::default;
-    let (exports, a) = super::follow(
+    let (exports, a) = super::members::follow(
         Api::all(member.clone()),
         all(),
         queue.clone(),
-        super::key_of,
+        super::members::key_of,
     );
-    let (services, b) = super::follow(
+    let (services, b) = super::members::follow(
         Api::all(member.clone()),
         all(),
         queue.clone(),
-        super::key_of,
+        super::members::key_of,
     );
-    let (slices, c) = super::follow(
+    let (slices, c) = super::members::follow(
         Api::all(member.clone()),
         all(),
         queue.clone(),
-        super::slice_service_key,
+        super::members::slice_service_key,
     );
-    let (reports, d) = super::follow(
+    let (reports, d) = super::members::follow(
         Api::namespaced(hub.clone(), &namespace),
         all().labels(REPORT_LABEL),
         queue.clone(),
@@ -328,7 +328,7 @@ impl Reporter {
         if let Some(s) = self.services.get(&ObjectRef::new(name).within(ns)) {
             manifests.push(strip(serde_json::to_value(&*s)?, "Service"));
         }
-        let mut own: Vec<Value> = super::own_slices(&self.slices, ns, name)
+        let mut own: Vec<Value> = super::imports::own_slices(&self.slices, ns, name)
             .iter()
             .filter_map(|s| serde_json::to_value(&**s).ok())
             .map(|v| strip(v, "EndpointSlice"))
@@ -392,6 +392,79 @@ fn strip(mut v: Value, kind: &str) -> Value {
         }
     }
     v
+}
+
+use super::imports::{import_manifest, wanted_slices};
+use super::{MANAGER, Mcs, Member, delete, merge};
+use crate::mcs::api::{MANAGED_BY, MANAGED_BY_LABEL, ServiceImportSpec};
+
+impl Mcs {
+    /// A Pull consumer's import and slices, as one Work its agent applies.
+    /// Its slices carry no owner: the Work's removal takes them.
+    pub(super) async fn write_pull_import(
+        &self,
+        m: &Member,
+        ns: &str,
+        name: &str,
+        spec: &ServiceImportSpec,
+        import: &merge::Import,
+        sources: &BTreeMap<&str, &Member>,
+    ) -> Result<(), Error> {
+        let mut manifests = vec![import_manifest(ns, name, spec, import)];
+        for slice in wanted_slices(ns, name, sources, Some(&m.id), None) {
+            let mut body = serde_json::to_value(&slice)?;
+            body["apiVersion"] = "discovery.k8s.io/v1".into();
+            body["kind"] = "EndpointSlice".into();
+            manifests.push(body);
+        }
+        self.write_pull_work(&m.name, work_name("import", ns, name), &manifests)
+            .await
+    }
+
+    /// Writes a Work for a Pull member unless it already says `manifests`.
+    pub(super) async fn write_pull_work(
+        &self,
+        cluster: &str,
+        work: String,
+        manifests: &[serde_json::Value],
+    ) -> Result<(), Error> {
+        let namespace = Cluster::execution_namespace(cluster);
+        let have = self
+            .ctx
+            .works
+            .get(&ObjectRef::new(&work).within(&namespace));
+        if carries(have.as_deref(), manifests) {
+            return Ok(());
+        }
+        let labels = BTreeMap::from([(MANAGED_BY_LABEL, MANAGED_BY)]);
+        let body = work_body(&namespace, &work, labels, manifests);
+        Api::<Work>::namespaced(self.ctx.hub.clone(), &namespace)
+            .patch(
+                &work,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Removes a Pull member's Work, if there is one.
+    pub(super) async fn delete_pull_work(&self, cluster: &str, work: &str) -> Result<(), Error> {
+        let namespace = Cluster::execution_namespace(cluster);
+        if self
+            .ctx
+            .works
+            .get(&ObjectRef::new(work).within(&namespace))
+            .is_none()
+        {
+            return Ok(());
+        }
+        delete(
+            &Api::<Work>::namespaced(self.ctx.hub.clone(), &namespace),
+            work,
+        )
+        .await
+    }
 }
 
 #[cfg(test)]

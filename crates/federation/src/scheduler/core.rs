@@ -666,7 +666,7 @@ mod tests {
 
     fn only(namespace: &str, bound: &[&str], clusters: &[&str]) -> Limits {
         Limits {
-            restriction: Some(crate::ocm::clusterset::Restriction {
+            restriction: Some(crate::clustersets::Restriction {
                 namespace: namespace.into(),
                 bound: bound.iter().map(|s| s.to_string()).collect(),
                 clusters: clusters.iter().map(|s| s.to_string()).collect(),

@@ -25,8 +25,8 @@ use parking_lot::Mutex;
 
 use super::core::{self, Decision, Failure};
 use crate::api::{Binding, BindingSpec, Cluster, Placement};
-use crate::ocm::api::{ManagedClusterSet, ManagedClusterSetBinding};
-use crate::ocm::clusterset::{self, Restriction};
+use crate::clustersets::api::{ManagedClusterSet, ManagedClusterSetBinding};
+use crate::clustersets::{self as clusterset, Restriction};
 use crate::packed::PackedStore;
 use crate::quota::api::{FederatedResourceQuota, REASON_QUOTA_EXCEEDED};
 use crate::quota::usage::{self, Charge};

@@ -23,10 +23,10 @@ use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
+use crate::cluster::{Cluster, Informers, Result, TaskBox, boxed, run_controller};
 use crate::controllers::job::finished;
 use crate::controllers::status;
 use crate::informer::owner_ref;
-use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, run_controller};
 
 const COMPONENT: &str = "cronjob-controller";
 

@@ -17,13 +17,13 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
+use crate::cluster::{Cluster, Informers, Result, TaskBox, boxed, run_controller};
 use crate::controllers::pods::PodControl;
 use crate::controllers::status;
 use crate::informer::owner_ref;
 use crate::placement;
 use crate::pod::{self, Pod};
 use crate::podutil::{self, CONTROLLER_REVISION_HASH};
-use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, run_controller};
 
 pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
     let own = inf.daemonsets.own_triggers(|_| true);

@@ -16,10 +16,10 @@ use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
+use crate::cluster::{Cluster, Informers, Result, TaskBox, boxed, is_status, run_controller};
 use crate::controllers::status;
 use crate::informer::owner_ref;
 use crate::podutil::{self, POD_TEMPLATE_HASH};
-use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, is_status, run_controller};
 
 const REVISION: &str = "deployment.kubernetes.io/revision";
 const DESIRED: &str = "deployment.kubernetes.io/desired-replicas";

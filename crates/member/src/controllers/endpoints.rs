@@ -19,9 +19,9 @@ use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
+use crate::cluster::{Cluster, Informers, Result, TaskBox, boxed, is_status, run_controller};
 use crate::informer::Change;
 use crate::podutil;
-use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, is_status, run_controller};
 
 const SERVICE_NAME: &str = "kubernetes.io/service-name";
 const MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";

@@ -32,9 +32,9 @@ use kube::{Api, Resource, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
+use crate::cluster::{Cluster, Informers, Result, TaskBox, boxed, run_controller};
 use crate::pod::Pod;
 use crate::podutil;
-use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, run_controller};
 
 const COMPONENT: &str = "horizontal-pod-autoscaler";
 

@@ -15,11 +15,11 @@ use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
+use crate::cluster::{Cluster, Informers, Result, TaskBox, boxed, run_controller};
 use crate::controllers::pods::PodControl;
 use crate::controllers::status;
 use crate::informer::owner_ref;
 use crate::podutil;
-use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, run_controller};
 
 pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
     let own = inf.jobs.own_triggers(|_| true);

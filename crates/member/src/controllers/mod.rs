@@ -1,5 +1,6 @@
-//! One controller per concern, as kube-controller-manager, kube-scheduler
-//! and the kubelet divide the work.
+//! One controller per concern, as kube-controller-manager and
+//! kube-scheduler divide the work (the kubelet's pod side is
+//! [`crate::kubelet`]).
 
 pub mod cronjob;
 pub mod daemonset;
@@ -7,7 +8,6 @@ pub mod deployment;
 pub mod endpoints;
 pub mod hpa;
 pub mod job;
-pub mod kubelet;
 pub mod nodes;
 pub mod pods;
 pub mod replicaset;

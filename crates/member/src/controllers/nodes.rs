@@ -17,9 +17,9 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
+use crate::cluster::{Cluster, Informers, is_status};
 use crate::podutil;
 use crate::quantity;
-use crate::sim::{Cluster, Informers, is_status};
 
 /// How long a node's Lease is valid (upstream's kubelet default).
 const LEASE_DURATION_SECONDS: i32 = 40;
@@ -27,7 +27,7 @@ const LEASE_DURATION_SECONDS: i32 = 40;
 const STATUS_REPORT: Duration = Duration::from_secs(300);
 pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
 
-pub fn start(cluster: Arc<Cluster>, _inf: &mut Informers) -> crate::sim::TaskBox {
+pub fn start(cluster: Arc<Cluster>, _inf: &mut Informers) -> crate::cluster::TaskBox {
     Box::pin(run(cluster))
 }
 

@@ -11,9 +11,9 @@ use kube::api::{DeleteParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
+use crate::cluster::{Cluster, is_status};
 use crate::events::EventRecorder;
 use crate::expectations::Expectations;
-use crate::sim::{Cluster, is_status};
 
 /// At most this many pod writes of one controller in flight.
 const BURST: usize = 16;

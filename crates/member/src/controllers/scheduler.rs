@@ -19,13 +19,13 @@ use parking_lot::Mutex;
 use serde_json::json;
 use tracing::debug;
 
+use crate::cluster::{Cluster, Informers, Result, TaskBox, boxed, is_status, run_controller};
 use crate::controllers::{status, volumes};
 use crate::events::EventRecorder;
 use crate::informer::Change;
 use crate::placement::{self, Reject};
 use crate::podutil::{self, Requests};
 use crate::quantity;
-use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, is_status, run_controller};
 
 /// How often a pod that fits nowhere is tried again.
 const RETRY_UNSCHEDULABLE: Duration = Duration::from_secs(5);

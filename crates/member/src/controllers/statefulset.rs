@@ -15,11 +15,11 @@ use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
+use crate::cluster::{Cluster, Informers, Result, TaskBox, boxed, run_controller};
 use crate::controllers::pods::PodControl;
 use crate::controllers::status;
 use crate::informer::owner_ref;
 use crate::podutil::{self, CONTROLLER_REVISION_HASH};
-use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, run_controller};
 
 pub fn start(cluster: Arc<Cluster>, inf: &mut Informers) -> TaskBox {
     let own = inf.statefulsets.own_triggers(|_| true);
@@ -292,7 +292,7 @@ async fn create_claims(cluster: &Cluster, sts: &StatefulSet, i: i32) -> Result<(
                     sts.name_any()
                 ),
             ),
-            Err(e) if crate::sim::is_status(&e, 409) => {}
+            Err(e) if crate::cluster::is_status(&e, 409) => {}
             Err(e) => return Err(e.into()),
         }
     }

@@ -42,7 +42,7 @@ where
         .await
     {
         Ok(_) => Ok(true),
-        Err(e) if crate::sim::is_status(&e, 404) => Ok(false),
+        Err(e) if crate::cluster::is_status(&e, 404) => Ok(false),
         Err(e) => Err(e),
     }
 }
@@ -66,7 +66,7 @@ where
         .await
     {
         Ok(_) => Ok(true),
-        Err(e) if crate::sim::is_status(&e, 404) => Ok(false),
+        Err(e) if crate::cluster::is_status(&e, 404) => Ok(false),
         Err(e) => Err(e),
     }
 }

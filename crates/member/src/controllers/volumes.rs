@@ -28,12 +28,12 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
+use crate::cluster::{Cluster, Informers, Result, TaskBox, boxed, is_status, run_controller};
 use crate::controllers::status;
 use crate::events::EventRecorder;
 use crate::informer::Change;
 use crate::pod::Pod;
 use crate::quantity;
-use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, is_status, run_controller};
 
 /// The provisioner this member runs, named as kind's.
 pub const PROVISIONER: &str = "rancher.io/local-path";

@@ -5,12 +5,11 @@
 //! A runtime wakes the kubelet through [`Events`] when something changes
 //! (a process exits), or asks to be asked again after a while
 //! ([`PodRun::recheck`]). Pod addresses come from
-//! [`addressing::PodAddresses`], apart from both.
+//! [`crate::kubelet::addressing::PodAddresses`], apart from both.
 //!
 //! Two runtimes: `sim` (no processes; timers and annotations) and
 //! `netns` (real processes in Linux network namespaces).
 
-pub mod addressing;
 pub mod netns;
 pub mod sim;
 

@@ -13,11 +13,13 @@ pub mod git;
 
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject};
 use serde_json::Value;
 use tracing::{info, warn};
 
+use super::{Frontend, Informers, Row, text};
 use crate::api::{Cluster, Work};
 use crate::context::Ctx;
 use crate::passes::{self, Watched};
@@ -30,6 +32,71 @@ pub const ROLE: &str = "system:flotilla:argocd";
 /// How often every ApplicationSet and Application is looked at again: a
 /// new commit is synced within this.
 pub const PERIOD: Duration = Duration::from_secs(2);
+
+/// Argo CD's API as a front end (`--frontends argocd`).
+pub struct ArgoCd;
+
+impl Frontend for ArgoCd {
+    fn name(&self) -> &'static str {
+        "argocd"
+    }
+
+    fn api(&self) -> &'static str {
+        "Argo CD"
+    }
+
+    fn groups(&self) -> &'static [&'static str] {
+        &[api::GROUP]
+    }
+
+    fn crds(&self) -> Vec<Value> {
+        api::crds()
+    }
+
+    fn roles(&self) -> Vec<Value> {
+        roles()
+    }
+
+    fn controllers(&self, ctx: &Ctx, _: &Informers) -> Vec<BoxFuture<'static, ()>> {
+        vec![Box::pin(run(ctx.clone()))]
+    }
+
+    /// An Application goes to its destination: a cluster by name, or a
+    /// `server` named by the fleet cluster of that endpoint in
+    /// `endpoints` (the endpoint itself when none is); it is
+    /// `<sync>/<health>` there. An ApplicationSet only makes them.
+    fn placements(&self, object: &Value, endpoints: &[(String, String)]) -> Vec<Row> {
+        if object["kind"] != "Application" {
+            return Vec::new();
+        }
+        let destination = object
+            .pointer("/spec/destination")
+            .cloned()
+            .unwrap_or_default();
+        let cluster = match text(&destination, "/name") {
+            n if n.is_empty() => {
+                let server = text(&destination, "/server");
+                endpoints
+                    .iter()
+                    .find(|(_, e)| *e == server)
+                    .map_or(server, |(name, _)| name.clone())
+            }
+            n => n,
+        };
+        let state = |p: &str| match text(object, p) {
+            s if s.is_empty() => "Unknown".to_string(),
+            s => s,
+        };
+        vec![Row {
+            cluster,
+            status: format!(
+                "{}/{}",
+                state("/status/sync/status"),
+                state("/status/health/status")
+            ),
+        }]
+    }
+}
 
 pub fn roles() -> Vec<Value> {
     let kinds = ["applications", "applicationsets"];
@@ -106,6 +173,26 @@ async fn sync_all(ctx: &Ctx) -> kube::Result<()> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_application_goes_to_its_destination() {
+        let app = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "spec": {"destination": {"server": "https://x:6443"}},
+            "status": {"sync": {"status": "Synced"}, "health": {"status": "Healthy"}}});
+        assert_eq!(ArgoCd.placements(&app, &[])[0].cluster, "https://x:6443");
+        let fleet = [("east".to_string(), "https://x:6443".to_string())];
+        assert_eq!(ArgoCd.placements(&app, &fleet)[0].cluster, "east");
+        assert_eq!(ArgoCd.placements(&app, &fleet)[0].status, "Synced/Healthy");
+        let named = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "spec": {"destination": {"name": "west"}}});
+        assert_eq!(ArgoCd.placements(&named, &fleet)[0].cluster, "west");
+        assert_eq!(
+            ArgoCd.placements(&named, &fleet)[0].status,
+            "Unknown/Unknown"
+        );
+        let appset = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet"});
+        assert!(ArgoCd.placements(&appset, &[]).is_empty());
+    }
 
     #[test]
     fn the_role_covers_argo_cds_kinds_only() {

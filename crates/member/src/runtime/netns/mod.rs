@@ -10,20 +10,16 @@
 
 pub mod agnhost;
 pub mod cgroups;
-pub mod cluster_dns;
 pub mod images;
 mod lifecycle;
 pub mod network;
-pub mod policy;
 pub mod probes;
 pub mod process;
-pub mod proxy;
 pub mod shim;
 pub mod spec;
 pub mod standin;
 pub mod streams;
 pub mod usage;
-pub mod views;
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -163,20 +159,6 @@ impl NetnsRuntime {
         if let Err(e) = network.create().await {
             network.destroy().await;
             return Err(format!("cannot build the member's pod network: {e}"));
-        }
-        // Services and cluster DNS, as kube-proxy and CoreDNS provide them.
-        let shared = Arc::new(network.clone());
-        tokio::spawn(proxy::run(config.client.clone(), shared));
-        if let Err(e) = cluster_dns::start(
-            config.client.clone(),
-            &network.prefix,
-            network.bridge_ip(),
-            config.dns_ip,
-        )
-        .await
-        {
-            network.destroy().await;
-            return Err(e);
         }
         warn!(
             prefix = %network.prefix,

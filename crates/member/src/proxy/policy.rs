@@ -1,5 +1,5 @@
 //! NetworkPolicy, enforced in each node's `ip flotilla` table (beside the
-//! Service rules of [`super::proxy`]) on the forward hook every pod's
+//! Service rules of [`super`]) on the forward hook every pod's
 //! packets cross, with their real addresses (pods are routed, not
 //! bridged):
 //!
@@ -24,7 +24,7 @@ use k8s_openapi::api::networking::v1::{NetworkPolicyPeer, NetworkPolicyPort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
-use super::proxy::Sources;
+use super::Sources;
 
 /// One allowing rule: from/to whom (None: anyone) and on which ports
 /// (None: all).

@@ -4,8 +4,7 @@
 //! webhook checks. So a tenant that administers its namespace cannot
 //! bind itself clusters an admin did not grant it.
 
-use flotilla_apiserver::ApiServer;
-use flotilla_apiserver::admission::{Mutating, Request};
+use flotilla_apiserver::admission::{Mutating, Request, View};
 use flotilla_apiserver::authz::{Attributes, Decision, Verb};
 use flotilla_apiserver::error::{ApiError, ApiResult};
 use serde_json::Value;
@@ -15,7 +14,7 @@ use super::api::GROUP;
 pub struct ClusterSetBindings;
 
 impl Mutating for ClusterSetBindings {
-    fn admit(&self, api: &ApiServer, request: &Request, object: &mut Value) -> ApiResult<()> {
+    fn admit(&self, view: &View, request: &Request, object: &mut Value) -> ApiResult<()> {
         let r = request.resource;
         if r.group != GROUP || r.plural != "managedclustersetbindings" {
             return Ok(());
@@ -45,7 +44,7 @@ impl Mutating for ClusterSetBindings {
             field_selector: None,
             body: &[],
         };
-        match api.authorize(user, &bind) {
+        match view.authorize(user, &bind) {
             Decision::Allow => Ok(()),
             _ => Err(ApiError::forbidden(format!(
                 "user {:?} is not allowed to bind cluster set {set:?}",

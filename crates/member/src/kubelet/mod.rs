@@ -1,9 +1,11 @@
 //! The kubelets, the pod side: each bound pod's sandbox is asked of the
 //! container runtime (`runtime/`), whose state this maps onto the
 //! PodStatus a kubelet writes: Pending while its containers are created,
-//! Running (with a pod IP from its node's block, `runtime::addressing`)
+//! Running (with a pod IP from its node's block, [`addressing`])
 //! until they exit, then Succeeded or Failed by their exit code.
 //! Readiness follows the node's health and the injected faults.
+
+pub mod addressing;
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -18,14 +20,14 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use tokio_stream::wrappers::{UnboundedReceiverStream, WatchStream};
 
+use crate::cluster::{Cluster, Informers, Result, TaskBox, boxed, run_controller};
 use crate::controllers::status;
 use crate::informer::Change;
 use crate::podutil;
-use crate::runtime::addressing::PodAddresses;
 use crate::runtime::{
     ContainerRun, ContainerState, PodPhase, PodRun, Runtime, RuntimeHandle, Sandbox, key,
 };
-use crate::sim::{Cluster, Informers, Result, TaskBox, boxed, run_controller};
+use addressing::PodAddresses;
 
 pub use crate::runtime::sim::{EXIT_CODE, RUN_DURATION};
 
@@ -184,7 +186,7 @@ impl Kubelet {
         match api.delete(&pod.name_any(), &params).await {
             Ok(_) => {}
             // Gone already, or a new pod of the same name: nothing to do.
-            Err(e) if crate::sim::is_status(&e, 404) || crate::sim::is_status(&e, 409) => {}
+            Err(e) if crate::cluster::is_status(&e, 404) || crate::cluster::is_status(&e, 409) => {}
             Err(e) => return Err(e.into()),
         }
         Ok(Action::await_change())

@@ -15,13 +15,16 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tracing::{debug, warn};
 
-use super::api::{
-    CLUSTER_SET_LABEL, CONDITION_BOUND, CONDITION_EMPTY, LABEL_SELECTOR, ManagedClusterSet,
-    ManagedClusterSetBinding,
-};
+pub mod admission;
+pub mod api;
+
 use crate::api::Cluster;
 use crate::conditions;
 use crate::selector::labels_match;
+use api::{
+    CLUSTER_SET_LABEL, CONDITION_BOUND, CONDITION_EMPTY, LABEL_SELECTOR, ManagedClusterSet,
+    ManagedClusterSetBinding,
+};
 
 /// Whether `cluster` is a member of `set`: labelled with the set's name
 /// (`ExclusiveClusterSetLabel`, the default), or matching its
@@ -232,7 +235,9 @@ async fn write<K: kube::Resource + Clone>(
 mod tests {
     use super::*;
     use crate::api::ClusterSpec;
-    use crate::ocm::api::{ClusterSelector, ManagedClusterSetBindingSpec, ManagedClusterSetSpec};
+    use crate::clustersets::api::{
+        ClusterSelector, ManagedClusterSetBindingSpec, ManagedClusterSetSpec,
+    };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
     fn cluster(name: &str, labels: &[(&str, &str)]) -> Arc<Cluster> {

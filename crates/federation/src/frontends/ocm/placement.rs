@@ -23,9 +23,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
-use super::api::{ManagedClusterSet, ManagedClusterSetBinding};
-use super::clusterset;
 use crate::api::Cluster;
+use crate::clustersets as clusterset;
+use crate::clustersets::api::{ManagedClusterSet, ManagedClusterSetBinding};
 use crate::context::Ctx;
 use crate::passes::{self, Watched};
 use crate::selector::labels_match;

@@ -29,7 +29,7 @@
 //!
 //! Their CRDs may not be installed (a member that never joined): they
 //! then read as empty, and the Services' rules do not wait for them.
-//! The NetworkPolicy chains ([`super::policy`]) live in the same table.
+//! The NetworkPolicy chains ([`policy`]) live in the same table.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -48,10 +48,12 @@ use kube::{Api, Client, ResourceExt};
 use tokio::sync::Notify;
 use tracing::warn;
 
-use super::network::MemberNetwork;
-use super::policy;
-use super::views::{GlobalIngressIP, IMPORT_NAME_LABEL, ServiceImport};
+pub mod policy;
+pub mod views;
+
+use crate::runtime::netns::network::MemberNetwork;
 use flotilla_host as host;
+use views::{GlobalIngressIP, IMPORT_NAME_LABEL, ServiceImport};
 
 pub const TABLE: &str = "flotilla";
 /// The mark of packets to masquerade (hairpin).
@@ -92,7 +94,7 @@ fn protocol(p: Option<&str>) -> Option<&'static str> {
 
 /// Short, stable, nft-safe identifier.
 fn ident(parts: &[&str]) -> String {
-    super::network::short_hash(&parts.join("/"), 12)
+    crate::runtime::netns::network::short_hash(&parts.join("/"), 12)
 }
 
 /// `sessionAffinity: ClientIP`'s timeout, when it is asked for.
