@@ -15,13 +15,13 @@ use tracing::warn;
 
 use crate::builtin::GROUP_ORDER;
 use crate::objects;
-use crate::server::ApiServer;
+use crate::storage::Storage;
 
 const AUTOMANAGED: &str = "kube-aggregator.kubernetes.io/automanaged";
 /// How often the served groups are compared with the APIServices.
 const PERIOD: Duration = Duration::from_secs(2);
 
-pub fn spawn(api: Arc<ApiServer>) {
+pub fn spawn(api: Arc<Storage>) {
     tokio::spawn(async move {
         let mut seen = None;
         loop {
@@ -43,7 +43,7 @@ fn name(group: &str, version: &str) -> String {
     format!("{version}.{group}")
 }
 
-async fn reconcile(api: &Arc<ApiServer>) -> Result<(), StoreError> {
+async fn reconcile(api: &Arc<Storage>) -> Result<(), StoreError> {
     let Some(r) = api
         .registry
         .get("apiregistration.k8s.io", "v1", "apiservices")

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::error::{ApiError, ApiResult};
 use crate::objects;
-use crate::server::ApiServer;
+use crate::state::ApiServer;
 
 pub const SYSTEM_NAMESPACES: [&str; 4] =
     ["default", "kube-system", "kube-public", "kube-node-lease"];

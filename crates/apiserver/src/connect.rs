@@ -13,12 +13,13 @@ use axum::body::Body;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use futures::{SinkExt, StreamExt};
+use futures::StreamExt;
 use http::{StatusCode, header};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+use crate::channels::{exit_status, send_all_then_close};
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::Ctx;
 use crate::kubelet::{ExecOptions, Kubelet, LogOptions, Session, Target};
@@ -226,51 +227,11 @@ pub async fn serve(
     }
 }
 
-/// The error channel's Status for an exit code, as the kubelet writes it.
-pub(crate) fn exit_status(code: Result<i32, String>, command: &[String]) -> Value {
-    match code {
-        Ok(0) => json!({"metadata": {}, "status": "Success"}),
-        Ok(code) => json!({
-            "metadata": {},
-            "status": "Failure",
-            "message": format!("command terminated with non-zero exit code: error executing command {command:?}, exit code {code}"),
-            "reason": "NonZeroExitCode",
-            "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]},
-        }),
-        Err(message) => json!({
-            "metadata": {},
-            "status": "Failure",
-            "message": message,
-            "reason": "InternalError",
-            "code": 500,
-        }),
-    }
-}
-
 fn frame(channel: u8, data: &[u8]) -> Message {
     let mut out = Vec::with_capacity(data.len() + 1);
     out.push(channel);
     out.extend_from_slice(data);
     Message::Binary(Bytes::from(out))
-}
-
-/// Sends what comes on `rx` until it ends, then closes the WebSocket
-/// normally (clients read a close without a status, 1005, as an error).
-pub(crate) async fn send_all_then_close(
-    mut sink: futures::stream::SplitSink<WebSocket, Message>,
-    mut rx: mpsc::Receiver<Message>,
-) {
-    while let Some(m) = rx.recv().await {
-        if sink.send(m).await.is_err() {
-            break;
-        }
-    }
-    let _ = sink
-        .send(Message::Close(Some(axum::extract::ws::CloseFrame {
-            code: axum::extract::ws::close_code::NORMAL,
-            reason: "".into(),
-        })))
-        .await;
 }
 
 /// Moves bytes between the WebSocket and the process until it exits.

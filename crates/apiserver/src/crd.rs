@@ -19,7 +19,7 @@ use crate::error::{ApiError, ApiResult, Cause};
 use crate::meta;
 use crate::objects::{self, meta_str};
 use crate::resources::{Printer, PrinterColumn, ResourceInfo, Schema};
-use crate::server::ApiServer;
+use crate::storage::Storage;
 use crate::value::{str_at as s, strings_at};
 
 fn is_crd(r: &ResourceInfo) -> bool {
@@ -303,7 +303,7 @@ fn group_plural(crd: &Value) -> Option<(String, String)> {
 
 /// Serves `crd`'s versions as stored at `revision`; true if that changed
 /// what is served.
-fn serve(api: &ApiServer, crd: &Value, revision: i64) -> bool {
+fn serve(api: &Storage, crd: &Value, revision: i64) -> bool {
     let Some((group, plural)) = group_plural(crd) else {
         return false;
     };
@@ -312,21 +312,21 @@ fn serve(api: &ApiServer, crd: &Value, revision: i64) -> bool {
 }
 
 /// Stops serving `crd`, deleted at `revision`; true if it was served.
-fn stop_serving(api: &ApiServer, crd: &Value, revision: i64) -> bool {
+fn stop_serving(api: &Storage, crd: &Value, revision: i64) -> bool {
     let Some((group, plural)) = group_plural(crd) else {
         return false;
     };
     api.registry.remove_custom(&group, &plural, revision)
 }
 
-fn crd_resource(api: &ApiServer) -> Option<Arc<ResourceInfo>> {
+fn crd_resource(api: &Storage) -> Option<Arc<ResourceInfo>> {
     api.registry
         .get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 }
 
 /// Serves every stored CRD and stops serving custom kinds whose CRD is
 /// gone; returns the revision the store was read at.
-fn sync_with_store(api: &ApiServer, r: &ResourceInfo) -> Result<i64, StoreError> {
+fn sync_with_store(api: &Storage, r: &ResourceInfo) -> Result<i64, StoreError> {
     let list = api.store.list(&r.prefix(), &ListOptions::default())?;
     let mut stored = BTreeSet::new();
     for kv in &list.items {
@@ -343,7 +343,7 @@ fn sync_with_store(api: &ApiServer, r: &ResourceInfo) -> Result<i64, StoreError>
 }
 
 /// Serves every stored CRD (start-up).
-pub fn restore(api: &ApiServer) -> ApiResult<()> {
+pub fn restore(api: &Storage) -> ApiResult<()> {
     if let Some(r) = crd_resource(api) {
         sync_with_store(api, &r)?;
     }
@@ -351,7 +351,7 @@ pub fn restore(api: &ApiServer) -> ApiResult<()> {
 }
 
 /// Follows the stored CRDs for as long as the store is open.
-pub fn spawn_follower(api: Arc<ApiServer>) {
+pub fn spawn_follower(api: Arc<Storage>) {
     tokio::spawn(async move {
         crate::follower::until_closed("custom resources", || async {
             let Err(error) = follow(&api).await;
@@ -372,7 +372,7 @@ fn decode(r: &ResourceInfo, kv: &flotilla_store::KeyValue) -> Option<Value> {
     }
 }
 
-async fn follow(api: &ApiServer) -> Result<Infallible, StoreError> {
+async fn follow(api: &Storage) -> Result<Infallible, StoreError> {
     let Some(r) = crd_resource(api) else {
         return std::future::pending().await;
     };
@@ -406,14 +406,14 @@ async fn follow(api: &ApiServer) -> Result<Infallible, StoreError> {
 }
 
 /// After a CRD is stored: serve its current versions.
-pub async fn after_write(api: &Arc<ApiServer>, r: &ResourceInfo, obj: &Value) {
+pub async fn after_write(api: &Arc<Storage>, r: &ResourceInfo, obj: &Value) {
     if is_crd(r) && serve(api, obj, objects::revision_of(obj)) {
         info!(crd = meta_str(obj, "name"), "serving custom resource");
     }
 }
 
 /// After a CRD is removed: stop serving it and delete its objects.
-pub async fn after_delete(api: &Arc<ApiServer>, r: &ResourceInfo, obj: &Value) {
+pub async fn after_delete(api: &Arc<Storage>, r: &ResourceInfo, obj: &Value) {
     if !is_crd(r) {
         return;
     }

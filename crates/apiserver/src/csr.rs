@@ -18,7 +18,7 @@ use tracing::{info, warn};
 use crate::error::Cause;
 use crate::objects::{self, WriteScope};
 use crate::registry::{self, Request};
-use crate::server::ApiServer;
+use crate::storage::Storage;
 use crate::value::str_at;
 
 /// The signer whose certificates the API server accepts as client certificates.
@@ -468,7 +468,7 @@ fn key_algorithm(
 }
 
 /// Starts the signer when the server has the CA's key.
-pub fn spawn_signer(api: Arc<ApiServer>) {
+pub fn spawn_signer(api: Arc<Storage>) {
     let (Some(ca_pem), Some(ca_key)) = (api.config.root_ca.clone(), api.config.ca_key.clone())
     else {
         return;
@@ -516,7 +516,7 @@ fn awaits_signature(csr: &Value) -> bool {
         && !objects::is_deleting(csr)
 }
 
-async fn reconcile(api: &Arc<ApiServer>, signer: &Signer, csr: &Value) {
+async fn reconcile(api: &Arc<Storage>, signer: &Signer, csr: &Value) {
     if !awaits_signature(csr) {
         return;
     }

@@ -27,7 +27,7 @@ use tracing::{debug, warn};
 
 use crate::objects::{self, FOREGROUND_FINALIZER, ORPHAN_FINALIZER};
 use crate::registry::{self, DeleteOptions, Request};
-use crate::server::ApiServer;
+use crate::storage::Storage;
 
 /// A uid or key; one allocation shared by every map that names it (the
 /// graph holds every object of the server).
@@ -307,7 +307,7 @@ fn decide(graph: &Graph, uid: &str, actions: &mut Vec<Action>) {
 }
 
 /// Runs the collector for the life of the server.
-pub fn spawn(api: Arc<ApiServer>) {
+pub fn spawn(api: Arc<Storage>) {
     tokio::spawn(async move {
         loop {
             match run(&api).await {
@@ -324,7 +324,7 @@ pub fn spawn(api: Arc<ApiServer>) {
     });
 }
 
-async fn run(api: &Arc<ApiServer>) -> Result<(), StoreError> {
+async fn run(api: &Arc<Storage>) -> Result<(), StoreError> {
     let mut graph = Graph::default();
     let mut dirty = HashSet::new();
     let listed = api.store.list("/", &ListOptions::default())?;
@@ -403,7 +403,7 @@ fn action_key(action: &Action) -> &str {
 }
 
 /// The request context for the object at store key `key`.
-fn request_for(api: &Arc<ApiServer>, key: &str) -> Option<Request> {
+fn request_for(api: &Arc<Storage>, key: &str) -> Option<Request> {
     let resource = api.registry.for_key(key)?;
     let rest = key.strip_prefix(&resource.prefix())?;
     let (namespace, name) = if resource.namespaced {
@@ -420,7 +420,7 @@ fn request_for(api: &Arc<ApiServer>, key: &str) -> Option<Request> {
     ))
 }
 
-async fn perform(api: &Arc<ApiServer>, action: &Action) -> Result<(), crate::error::ApiError> {
+async fn perform(api: &Arc<Storage>, action: &Action) -> Result<(), crate::error::ApiError> {
     let Some(req) = request_for(api, action_key(action)) else {
         // A resource no longer served (its CRD went away): nothing to do.
         return Ok(());

@@ -19,7 +19,7 @@ use crate::registry::{self, DeleteOptions, Next, Request, Written};
 use crate::request::{self, Output, Query};
 use crate::resources::ResourceInfo;
 use crate::scale;
-use crate::server::ApiServer;
+use crate::state::ApiServer;
 use crate::table;
 use flotilla_core::selector::{FieldSelector, LabelSelector};
 
@@ -41,7 +41,7 @@ impl Ctx {
     /// The store-layer request this one makes.
     pub(crate) fn request(&self) -> ApiResult<Request> {
         Ok(Request {
-            api: self.api.clone(),
+            storage: self.api.storage.clone(),
             resource: self.resource.clone(),
             namespace: self.namespace.clone(),
             name: self.name.clone(),

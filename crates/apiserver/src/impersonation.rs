@@ -7,7 +7,6 @@ use http::HeaderMap;
 
 use crate::authz::{Attributes, Verb};
 use crate::error::{ApiError, ApiResult};
-use crate::server::ApiServer;
 use crate::user::User;
 
 pub const USER: &str = "impersonate-user";
@@ -23,8 +22,12 @@ pub fn requested(headers: &HeaderMap) -> bool {
 }
 
 /// Who the request acts as: `requester`, or whom its headers name when
-/// `requester` may impersonate them (403 otherwise).
-pub fn resolve(api: &ApiServer, requester: User, headers: &HeaderMap) -> ApiResult<User> {
+/// `requester` may impersonate them, as `check` decides (403 otherwise).
+pub fn resolve(
+    check: &dyn Fn(&User, &Attributes) -> ApiResult<()>,
+    requester: User,
+    headers: &HeaderMap,
+) -> ApiResult<User> {
     if !requested(headers) {
         return Ok(requester);
     }
@@ -73,7 +76,7 @@ pub fn resolve(api: &ApiServer, requester: User, headers: &HeaderMap) -> ApiResu
             field_selector: None,
             body: &[],
         };
-        api.check(&requester, &a)
+        check(&requester, &a)
     };
     let service_account = name
         .strip_prefix("system:serviceaccount:")

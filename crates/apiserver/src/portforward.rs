@@ -159,7 +159,7 @@ pub async fn serve(
                     }
                 }
             });
-            crate::connect::send_all_then_close(sink, rx).await;
+            crate::channels::send_all_then_close(sink, rx).await;
             input.abort();
         }))
 }

@@ -16,13 +16,13 @@ use crate::error::{ApiError, ApiResult, Cause};
 use crate::meta;
 use crate::objects::{self, WriteScope, meta_str};
 use crate::resources::ResourceInfo;
-use crate::server::ApiServer;
+use crate::storage::Storage;
 use crate::user::User;
 
 /// What a write is about and who asks, without the HTTP around it.
 #[derive(Clone)]
 pub struct Request {
-    pub api: Arc<ApiServer>,
+    pub storage: Arc<Storage>,
     pub resource: Arc<ResourceInfo>,
     pub namespace: Option<String>,
     pub name: Option<String>,
@@ -36,13 +36,13 @@ impl Request {
     /// A write the server makes of itself: on one namespace or
     /// cluster-wide, not a dry run, by nobody in particular.
     pub fn internal(
-        api: Arc<ApiServer>,
+        storage: Arc<Storage>,
         resource: Arc<ResourceInfo>,
         namespace: Option<String>,
         name: Option<String>,
     ) -> Request {
         Request {
-            api,
+            storage,
             resource,
             namespace: namespace.filter(|ns| !ns.is_empty()),
             name,
@@ -70,12 +70,12 @@ pub(crate) async fn check_namespace(req: &Request, creating: bool) -> ApiResult<
     let Some(ns) = req.namespace.as_deref().filter(|_| req.resource.namespaced) else {
         return Ok(());
     };
-    if req.api.namespaces.is_active(ns) {
+    if req.storage.namespaces.is_active(ns) {
         return Ok(());
     }
     let key = format!("/core/namespaces/{ns}");
     let kv = req
-        .api
+        .storage
         .get_latest(&key)
         .await?
         .ok_or_else(|| ApiError::not_found("", "namespaces", ns))?;
@@ -120,16 +120,17 @@ pub async fn create(
         user: req.user.as_ref(),
         subresource: req.subresource.as_deref(),
     };
-    req.api.mutate(&admission, &mut obj)?;
+    req.storage.mutate(&admission, &mut obj)?;
     objects::prepare_create(&r, &mut obj);
     crate::kinds::strategy(&r).prepare_create_by(&mut obj, req.user.as_ref());
     crate::crd::refresh_status(&r, &mut obj);
-    req.api.validate(&admission, &obj)?;
+    req.storage.validate(&admission, &obj)?;
     let _allocating = if r.is_service() {
-        let guard = req.api.service_allocation.lock().await;
-        let network = &req.api.config.service_network;
+        let guard = req.storage.service_allocation.lock().await;
+        let network = &req.storage.config.service_network;
         let claim = !req.dry_run;
-        crate::allocation::assign(network, req.api.store.as_ref(), &mut obj, None, claim).await?;
+        crate::allocation::assign(network, req.storage.store.as_ref(), &mut obj, None, claim)
+            .await?;
         Some(guard)
     } else {
         None
@@ -141,7 +142,7 @@ pub async fn create(
     }
     let key = req.key(&name);
     let kv = match req
-        .api
+        .storage
         .store
         .create(&key, objects::encode_as_stored(&r, &mut obj)?)
         .await
@@ -153,9 +154,9 @@ pub async fn create(
         Err(e) => return Err(e.into()),
     };
     let stored = objects::stamp(&r, obj, kv.mod_revision);
-    crate::crd::after_write(&req.api, &r, &stored).await;
-    crate::rbac::after_write(&req.api.rbac, &r, &stored, false);
-    crate::admission::after_write(&req.api.quotas, &r, &stored, false);
+    crate::crd::after_write(&req.storage, &r, &stored).await;
+    crate::rbac::after_write(&req.storage.rbac, &r, &stored, false);
+    crate::admission::after_write(&req.storage.quotas, &r, &stored, false);
     Ok(Written {
         obj: stored,
         warnings,
@@ -188,12 +189,12 @@ async fn remove(
     let precondition = DeletePrecondition {
         mod_revision: Some(revision),
     };
-    let kv = req.api.store.delete(key, precondition).await?;
+    let kv = req.storage.store.delete(key, precondition).await?;
     objects::meta_mut(&mut obj)
         .insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
-    crate::crd::after_delete(&req.api, &req.resource, &obj).await;
-    crate::rbac::after_write(&req.api.rbac, &req.resource, &obj, true);
-    crate::admission::after_write(&req.api.quotas, &req.resource, &obj, true);
+    crate::crd::after_delete(&req.storage, &req.resource, &obj).await;
+    crate::rbac::after_write(&req.storage.rbac, &req.resource, &obj, true);
+    crate::admission::after_write(&req.storage.quotas, &req.resource, &obj, true);
     Ok(obj)
 }
 
@@ -212,16 +213,16 @@ where
     let r = req.resource.clone();
     let name = req.name().to_string();
     let key = req.key(&name);
-    let store = &req.api.store;
+    let store = &req.storage.store;
     let _allocating = if r.is_service() {
-        Some(req.api.service_allocation.lock().await)
+        Some(req.storage.service_allocation.lock().await)
     } else {
         None
     };
     let mut synced = false;
     for _ in 0..32 {
         let current = req
-            .api
+            .storage
             .get_latest(&key)
             .await?
             .ok_or_else(|| req.not_found(&name))?;
@@ -264,7 +265,7 @@ where
             user: req.user.as_ref(),
             subresource: req.subresource.as_deref(),
         };
-        req.api.mutate(&admission, &mut obj)?;
+        req.storage.mutate(&admission, &mut obj)?;
         objects::prepare_update(&r, &mut obj, &old, scope);
         crate::crd::refresh_status(&r, &mut obj);
         if scope == WriteScope::Main {
@@ -282,9 +283,9 @@ where
                 return Err(ApiError::invalid(&r.group, &r.kind, &name, causes));
             }
         }
-        req.api.validate(&admission, &obj)?;
+        req.storage.validate(&admission, &obj)?;
         if r.is_service() {
-            let network = &req.api.config.service_network;
+            let network = &req.storage.config.service_network;
             let claim = !req.dry_run;
             crate::allocation::assign(network, store.as_ref(), &mut obj, Some(&old), claim).await?;
         }
@@ -316,9 +317,9 @@ where
         {
             Ok(kv) => {
                 let stored = objects::stamp(&r, obj, kv.mod_revision);
-                crate::crd::after_write(&req.api, &r, &stored).await;
-                crate::rbac::after_write(&req.api.rbac, &r, &stored, false);
-                crate::admission::after_write(&req.api.quotas, &r, &stored, false);
+                crate::crd::after_write(&req.storage, &r, &stored).await;
+                crate::rbac::after_write(&req.storage.rbac, &r, &stored, false);
+                crate::admission::after_write(&req.storage.quotas, &r, &stored, false);
                 return Ok(Written {
                     obj: stored,
                     warnings,
@@ -369,11 +370,11 @@ struct Preconditions {
 pub async fn delete(req: &Request, name: &str, opts: &DeleteOptions) -> ApiResult<(Value, bool)> {
     let r = req.resource.clone();
     let key = req.key(name);
-    let store = &req.api.store;
+    let store = &req.storage.store;
     let dry_run = opts.dry_run.iter().any(|d| d == "All");
     for _ in 0..32 {
         let current = req
-            .api
+            .storage
             .get_latest(&key)
             .await?
             .ok_or_else(|| req.not_found(name))?;
@@ -398,7 +399,7 @@ pub async fn delete(req: &Request, name: &str, opts: &DeleteOptions) -> ApiResul
             "Orphan" if !r.is_namespace() => Some(objects::ORPHAN_FINALIZER),
             _ => None,
         };
-        let grace = if req.api.runs_pods() {
+        let grace = if req.storage.runs_pods() {
             crate::kinds::strategy(&r).deletion_grace(&obj, opts.grace_period_seconds)
         } else {
             0
@@ -460,10 +461,10 @@ pub async fn delete(req: &Request, name: &str, opts: &DeleteOptions) -> ApiResul
                 Ok(kv) => {
                     let stored = objects::stamp(&r, obj, kv.mod_revision);
                     if namespace {
-                        req.api.namespaces.terminated(name, kv.mod_revision);
+                        req.storage.namespaces.terminated(name, kv.mod_revision);
                     }
                     if namespace && !already {
-                        crate::namespace::spawn_finalizer(req.api.clone(), name.to_string());
+                        crate::namespace::spawn_finalizer(req.storage.clone(), name.to_string());
                     }
                     return Ok((stored, false));
                 }

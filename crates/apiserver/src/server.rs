@@ -15,7 +15,7 @@ use serde_json::Value;
 use tracing::{Instrument, debug, info};
 
 use crate::auth::Authenticator;
-use crate::authz::{Decision, Mode};
+use crate::authz::Decision;
 use crate::discovery;
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::{self, Ctx};
@@ -25,114 +25,12 @@ use crate::request::{self, Query};
 use crate::resources::Registry;
 use crate::version;
 
-/// Tunables of the API server.
-#[derive(Clone)]
-pub struct Config {
-    /// How often watches with allowWatchBookmarks get a BOOKMARK.
-    pub bookmark_interval: Duration,
-    /// The audit log (`--audit-policy-file`); `None` audits nothing.
-    pub audit: Option<Arc<crate::audit::Auditor>>,
-    /// The admin bearer token; `None` serves without authentication
-    /// (embedding in tests of the library only; the binary always sets it).
-    pub admin_token: Option<String>,
-    /// Where Service ClusterIPs and NodePorts come from.
-    pub service_network: crate::allocation::ServiceNetwork,
-    /// What `/metrics` serves (Prometheus text), when something embeds
-    /// metrics of its own (the control plane's controllers).
-    pub metrics: Option<MetricsSource>,
-    /// Authorizers of the embedding process, asked in order before RBAC.
-    pub authorizers: crate::authz::Chain,
-    /// Tokens of the embedding process's components and whom each names
-    /// (`auth::component_identity`).
-    pub component_identities: Vec<(String, crate::user::User)>,
-    /// RBAC, or every authenticated request allowed (tests only).
-    pub authorization_mode: crate::authz::Mode,
-    /// The CA that signs the serving certificate (PEM), published in every
-    /// namespace as the `kube-root-ca.crt` ConfigMap.
-    pub root_ca: Option<String>,
-    /// The key ServiceAccount tokens are signed with; every replica must
-    /// have the same (`tls::Pki::token_key`). `None`: a key of this process.
-    pub token_key: Option<[u8; 32]>,
-    /// The CA's private key (PEM): with `root_ca`, the in-process signer
-    /// of `kubernetes.io/kube-apiserver-client` CSRs (`csr.rs`) issues
-    /// client certificates with it. `None`: no signer runs.
-    pub ca_key: Option<String>,
-    /// Users from `--token-auth-file`, besides the other tokens.
-    pub static_tokens: Option<Arc<crate::token_file::StaticTokens>>,
-}
-
-/// Renders the Prometheus text exposition on each scrape.
-pub type MetricsSource = Arc<dyn Fn() -> String + Send + Sync>;
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            bookmark_interval: Duration::from_secs(60),
-            audit: None,
-            admin_token: None,
-            service_network: Default::default(),
-            metrics: None,
-            authorizers: Default::default(),
-            authorization_mode: Default::default(),
-            component_identities: Vec::new(),
-            root_ca: None,
-            token_key: None,
-            ca_key: None,
-            static_tokens: None,
-        }
-    }
-}
-
-fn is_privileged(user: &crate::user::User) -> bool {
-    user.groups
-        .iter()
-        .any(|g| g == crate::authz::PRIVILEGED_GROUP)
-}
+pub use crate::config::{Config, MetricsSource};
+pub use crate::state::ApiServer;
+pub use crate::storage::Storage;
 
 /// How long in-flight requests (watches included) get to finish on shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-
-/// Shared state of one API server.
-pub struct ApiServer {
-    pub store: Arc<dyn Store>,
-    pub registry: Arc<Registry>,
-    pub openapi: OpenApi,
-    /// The aggregated discovery documents, rebuilt when the kinds change.
-    pub discovery: discovery::AggregatedCache,
-    pub config: Config,
-    pub(crate) authenticator: Option<Authenticator>,
-    /// Signs and verifies ServiceAccount tokens.
-    pub(crate) tokens: Arc<crate::tokens::Signer>,
-    address: RwLock<String>,
-    /// Whether a task keeps the `kubernetes` Service (one per server,
-    /// however often it serves again: a member's unreachable fault).
-    keeps_kubernetes_service: std::sync::atomic::AtomicBool,
-    /// Serialises Service address assignment (read of the addresses in use,
-    /// then the write that takes one).
-    pub(crate) service_allocation: tokio::sync::Mutex<()>,
-    /// Active namespaces, so that writes need not read theirs.
-    pub(crate) namespaces: crate::namespace::ActiveNamespaces,
-    /// What runs this cluster's pods, for their log, exec, attach and
-    /// portforward subresources; unset where nothing runs them.
-    pub(crate) kubelet: std::sync::OnceLock<Arc<dyn crate::kubelet::Kubelet>>,
-    /// The kubelet serves only the connect subresources (a peering's
-    /// virtual kubelet in a member whose pods are simulated): pods are
-    /// still deleted at once rather than stopped within their grace.
-    kubelet_connect_only: std::sync::atomic::AtomicBool,
-    /// What measures nodes and pods for `metrics.k8s.io`; the group is
-    /// served only once it is set.
-    pub(crate) resource_metrics:
-        std::sync::OnceLock<Arc<dyn crate::resource_metrics::ResourceMetrics>>,
-    /// Karmada's `clusters/NAME/proxy` (the control plane sets it).
-    pub(crate) cluster_proxy: std::sync::OnceLock<Arc<dyn crate::cluster_proxy::ClusterProxy>>,
-    /// Mutating admission plugins of the embedding process, after the
-    /// built-in ones (a member's peering: offloaded namespaces' pods).
-    pub(crate) mutating_admission: RwLock<Vec<Arc<dyn crate::admission::Mutating>>>,
-    /// Roles and bindings, as RBAC reads them.
-    pub(crate) rbac: Arc<crate::rbac::Index>,
-    /// ResourceQuotas by namespace, as quota admission reads them.
-    pub(crate) quotas: Arc<crate::admission::QuotaIndex>,
-}
 
 impl ApiServer {
     /// Serves `clusters/NAME/proxy/...` through `proxy` (once).
@@ -150,40 +48,27 @@ impl ApiServer {
         }
     }
 
-    /// Adds a mutating admission plugin, run after the built-in ones.
-    pub fn add_mutating_admission(&self, plugin: Arc<dyn crate::admission::Mutating>) {
-        self.mutating_admission.write().push(plugin);
-    }
-
-    /// Puts `kubelet` behind pods' connect subresources (once).
-    pub fn set_kubelet(&self, kubelet: Arc<dyn crate::kubelet::Kubelet>) {
-        let _ = self.kubelet.set(kubelet);
-    }
-
-    /// Puts `kubelet` behind pods' connect subresources (once) where no
-    /// kubelet stops pods: deletions stay immediate.
-    pub fn set_connect_kubelet(&self, kubelet: Arc<dyn crate::kubelet::Kubelet>) {
-        self.kubelet_connect_only
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        let _ = self.kubelet.set(kubelet);
-    }
-
-    /// Whether a kubelet stops this cluster's pods (deletions are graceful).
-    pub fn runs_pods(&self) -> bool {
-        self.kubelet.get().is_some()
-            && !self
-                .kubelet_connect_only
-                .load(std::sync::atomic::Ordering::Relaxed)
-    }
-
     /// Creates the server over `store`: ensures the system namespaces and
     /// serves the CRDs already stored.
     pub async fn new(store: Arc<dyn Store>, config: Config) -> Result<Arc<Self>, ApiError> {
         let key = config.token_key.unwrap_or_else(rand::random);
         let tokens = Arc::new(crate::tokens::Signer::new(&key));
-        let api = Arc::new(ApiServer {
+        let storage = Arc::new(Storage {
             store,
             registry: Arc::new(Registry::new()),
+            tokens: tokens.clone(),
+            service_allocation: tokio::sync::Mutex::new(()),
+            namespaces: Default::default(),
+            kubelet: Default::default(),
+            kubelet_connect_only: Default::default(),
+            mutating_admission: Default::default(),
+            rbac: Default::default(),
+            quotas: Default::default(),
+            config,
+        });
+        let config = &storage.config;
+        let api = Arc::new(ApiServer {
+            storage: storage.clone(),
             openapi: OpenApi::default(),
             discovery: discovery::AggregatedCache::default(),
             authenticator: config.admin_token.as_deref().map(|admin| {
@@ -194,36 +79,27 @@ impl ApiServer {
                     tokens.clone(),
                 )
             }),
-            tokens,
-            config,
             address: RwLock::new(String::new()),
             keeps_kubernetes_service: Default::default(),
-            service_allocation: tokio::sync::Mutex::new(()),
-            namespaces: Default::default(),
-            kubelet: Default::default(),
-            kubelet_connect_only: Default::default(),
             resource_metrics: Default::default(),
             cluster_proxy: Default::default(),
-            mutating_admission: Default::default(),
-            rbac: Default::default(),
-            quotas: Default::default(),
         });
         crate::crd::restore(&api)?;
-        crate::crd::spawn_follower(api.clone());
+        crate::crd::spawn_follower(storage.clone());
         crate::bootstrap::system_objects(&api).await?;
         crate::rbac::index::load(&api.rbac, api.store.as_ref())?;
         tokio::spawn(crate::rbac::index::follow(
             api.rbac.clone(),
             api.store.clone(),
         ));
-        crate::rbac::aggregation::spawn(api.clone());
-        crate::rbac::bootstrap::reconcile(&api).await?;
-        crate::namespace::resume_terminating(&api);
-        crate::namespace::spawn_active_namespaces(api.clone());
-        crate::gc::spawn(api.clone());
-        crate::serviceaccounts::spawn(api.clone());
-        crate::token_secrets::spawn(api.clone());
-        crate::apiservices::spawn(api.clone());
+        crate::rbac::aggregation::spawn(storage.clone());
+        crate::rbac::bootstrap::reconcile(&storage).await?;
+        crate::namespace::resume_terminating(&storage);
+        crate::namespace::active::spawn_follower(storage.clone());
+        crate::gc::spawn(storage.clone());
+        crate::serviceaccounts::spawn(storage.clone());
+        crate::token_secrets::spawn(storage.clone());
+        crate::apiservices::spawn(storage.clone());
         crate::admission::spawn_quota_index(
             api.store.clone(),
             api.registry.clone(),
@@ -231,100 +107,8 @@ impl ApiServer {
         );
         crate::admission::spawn_status(api.store.clone(), api.registry.clone());
         crate::eviction::spawn_status(api.clone());
-        crate::csr::spawn_signer(api.clone());
+        crate::csr::spawn_signer(storage.clone());
         Ok(api)
-    }
-
-    /// `key`'s newest value. A key this replica lacks is looked for again
-    /// once its reads are current (`Store::sync`): another replica on the
-    /// same store may have written it a moment ago. Only if that brought
-    /// anything new: most misses are the create of a new name (every
-    /// first apply to a member), and a store only this replica writes
-    /// would read SQLite twice for nothing.
-    pub(crate) async fn get_latest(
-        &self,
-        key: &str,
-    ) -> Result<Option<flotilla_store::KeyValue>, flotilla_store::StoreError> {
-        let seen = self.store.current_revision();
-        if let Some(kv) = self.store.get(key)? {
-            return Ok(Some(kv));
-        }
-        self.store.sync().await?;
-        if self.store.current_revision() == seen {
-            return Ok(None);
-        }
-        self.store.get(key)
-    }
-
-    /// What admission plugins see of this server.
-    pub(crate) fn admission_view(&self) -> crate::admission::View<'_> {
-        crate::admission::View::new(
-            self.store.as_ref(),
-            &self.registry,
-            self,
-            self.config.authorization_mode,
-            &self.rbac,
-            &self.quotas,
-        )
-    }
-
-    /// The mutating admission plugins on a write, the embedding
-    /// process's after the built-in ones.
-    pub(crate) fn mutate(
-        &self,
-        request: &crate::admission::Request,
-        object: &mut Value,
-    ) -> ApiResult<()> {
-        let added = self.mutating_admission.read().clone();
-        crate::admission::mutate(&self.admission_view(), &added, request, object)
-    }
-
-    /// The validating admission plugins on a write.
-    pub(crate) fn validate(
-        &self,
-        request: &crate::admission::Request,
-        object: &Value,
-    ) -> ApiResult<()> {
-        crate::admission::validate(&self.admission_view(), request, object)
-    }
-
-    /// Whether `user` may make the request: `system:masters`, then the
-    /// embedding process's authorizers, then RBAC.
-    pub fn authorize(&self, user: &crate::user::User, a: &crate::authz::Attributes) -> Decision {
-        self.decide(
-            user,
-            || self.config.authorizers.decide(user, a),
-            || crate::rbac::authorize(&self.rbac, user, a),
-        )
-    }
-
-    /// [`ApiServer::authorize`] for a non-resource path.
-    pub fn authorize_path(&self, user: &crate::user::User, verb: &str, path: &str) -> Decision {
-        self.decide(
-            user,
-            || self.config.authorizers.decide_path(user, verb, path),
-            || crate::rbac::authorize_path(&self.rbac, user, verb, path),
-        )
-    }
-
-    /// The union's order, for either kind of request.
-    fn decide(
-        &self,
-        user: &crate::user::User,
-        chain: impl FnOnce() -> Decision,
-        rbac: impl FnOnce() -> Decision,
-    ) -> Decision {
-        if is_privileged(user) {
-            return Decision::Allow;
-        }
-        match chain() {
-            Decision::NoOpinion => {}
-            decided => return decided,
-        }
-        match self.config.authorization_mode {
-            Mode::AlwaysAllow => Decision::Allow,
-            Mode::Rbac => rbac(),
-        }
     }
 
     /// The request allowed, or upstream's 403.
@@ -597,7 +381,8 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
                 .authenticate(api.store.as_ref(), &parts.headers, &parts.extensions)?
                 .unwrap_or_else(crate::user::User::anonymous);
             crate::audit::authenticated(&requester);
-            let user = crate::impersonation::resolve(&api, requester, &parts.headers)?;
+            let user =
+                crate::impersonation::resolve(&|u, a| api.check(u, a), requester, &parts.headers)?;
             crate::audit::impersonated(&parts.headers, &user);
             tracing::Span::current().record("user", tracing::field::display(&user.name));
             Some(user)
@@ -903,7 +688,9 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
                 handlers::bind(&ctx, &body).await
             }
             (Computed::ComponentStatus, &Method::GET, _) => crate::componentstatus::get(&ctx).await,
-            (Computed::Metrics, method, _) => crate::resource_metrics::serve(&ctx, method).await,
+            (Computed::Metrics, method, _) => {
+                crate::resource_metrics::handler::serve(&ctx, method).await
+            }
             _ => Err(not_allowed()),
         };
     }
@@ -956,16 +743,4 @@ fn aggregated(headers: &HeaderMap, doc: discovery::Document) -> Response {
         resp.headers_mut().insert(header::ETAG, etag);
     }
     resp
-}
-
-/// The server decides as it does for requests, for admission plugins
-/// that ask who may do what ([`crate::admission::View::authorize`]).
-impl crate::authz::Authorizer for ApiServer {
-    fn authorize(&self, user: &crate::user::User, request: &crate::authz::Attributes) -> Decision {
-        ApiServer::authorize(self, user, request)
-    }
-
-    fn authorize_path(&self, user: &crate::user::User, verb: &str, path: &str) -> Decision {
-        ApiServer::authorize_path(self, user, verb, path)
-    }
 }

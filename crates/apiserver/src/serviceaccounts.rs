@@ -12,7 +12,7 @@ use tracing::warn;
 
 use crate::objects::{self, WriteScope};
 use crate::registry::{self, Request};
-use crate::server::ApiServer;
+use crate::storage::Storage;
 
 /// Who managedFields credit, as upstream's controllers.
 const MANAGER: &str = "kube-controller-manager";
@@ -22,7 +22,7 @@ pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
 const ROOT_CA_DESCRIPTION: &str = "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters.";
 
 /// Every namespace, then each as it is written; all again each RESYNC.
-pub fn spawn(api: Arc<ApiServer>) {
+pub fn spawn(api: Arc<Storage>) {
     let store = api.store.clone();
     tokio::spawn(crate::follower::each_put(
         store,
@@ -36,7 +36,7 @@ pub fn spawn(api: Arc<ApiServer>) {
     ));
 }
 
-async fn reconcile(api: &Arc<ApiServer>, namespace: &[u8]) {
+async fn reconcile(api: &Arc<Storage>, namespace: &[u8]) {
     let Ok(ns) = serde_json::from_slice::<Value>(namespace) else {
         return;
     };
@@ -59,7 +59,7 @@ async fn reconcile(api: &Arc<ApiServer>, namespace: &[u8]) {
 /// Creates `obj` unless an object of its name exists; a root CA ConfigMap
 /// whose certificate differs is brought back to the CA. Through the store
 /// layer, as any write: admission, managedFields, namespace lifecycle.
-async fn ensure(api: &Arc<ApiServer>, plural: &str, namespace: &str, obj: Value) {
+async fn ensure(api: &Arc<Storage>, plural: &str, namespace: &str, obj: Value) {
     let Some(r) = api.registry.get("", "v1", plural) else {
         return;
     };

@@ -169,7 +169,7 @@ where
         let _ = p.await;
     }
     if let Some(&error) = streams.get("error") {
-        let status = crate::connect::exit_status(code, &options.command);
+        let status = crate::channels::exit_status(code, &options.command);
         let body = serde_json::to_vec(&status).unwrap_or_default();
         let _ = out.send(spdy::data(error, FLAG_FIN, &body)).await;
     }

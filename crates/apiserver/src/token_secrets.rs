@@ -17,7 +17,7 @@ use tracing::{debug, info};
 
 use crate::objects::{self, WriteScope};
 use crate::registry::{self, Request};
-use crate::server::ApiServer;
+use crate::storage::Storage;
 use crate::tokens::{self, Claims, KubernetesClaims, Ref};
 
 pub const TYPE: &str = "kubernetes.io/service-account-token";
@@ -31,7 +31,7 @@ const RESYNC: Duration = Duration::from_secs(10);
 const NEVER: i64 = 253_402_300_799;
 
 /// Every Secret, then each as it is written; all again each RESYNC.
-pub fn spawn(api: Arc<ApiServer>) {
+pub fn spawn(api: Arc<Storage>) {
     let store = api.store.clone();
     tokio::spawn(crate::follower::each_put(
         store,
@@ -45,7 +45,7 @@ pub fn spawn(api: Arc<ApiServer>) {
     ));
 }
 
-async fn reconcile(api: &Arc<ApiServer>, raw: &[u8]) {
+async fn reconcile(api: &Arc<Storage>, raw: &[u8]) {
     // Most Secrets are of other types: decided before parsing them whole.
     if !raw.windows(TYPE.len()).any(|w| w == TYPE.as_bytes()) {
         return;
@@ -148,7 +148,7 @@ async fn reconcile(api: &Arc<ApiServer>, raw: &[u8]) {
     }
 }
 
-async fn delete(api: &Arc<ApiServer>, namespace: &str, name: &str) {
+async fn delete(api: &Arc<Storage>, namespace: &str, name: &str) {
     let Some(r) = api.registry.get("", "v1", "secrets") else {
         return;
     };

@@ -10,11 +10,6 @@ use std::path::{Path, PathBuf};
 
 type Module = Vec<String>;
 
-/// The one circle left, in the API server (issue 65): the server state
-/// that admission, the handlers and the in-process controllers take,
-/// while `server` routes to all of them. It may shrink, never grow.
-const API_SERVER_KNOT_FILES: usize = 23;
-
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -257,24 +252,11 @@ fn no_crate_has_files_importing_each_other_in_a_circle_of_more_than_two() {
             .into_owned();
         for circle in crate_circles(&src) {
             let files: Vec<String> = circle.iter().map(|m| m.join("/")).collect();
-            let knot = name == "apiserver"
-                && files.iter().any(|f| f == "server")
-                && circle.len() <= API_SERVER_KNOT_FILES;
-            if knot {
-                // Shown with --nocapture: what is left to take apart.
-                println!(
-                    "{name}: the knot, {} files: {}",
-                    circle.len(),
-                    files.join(", ")
-                );
-            }
-            if !knot {
-                wrong.push(format!(
-                    "{name}: {} files: {}",
-                    circle.len(),
-                    files.join(", ")
-                ));
-            }
+            wrong.push(format!(
+                "{name}: {} files: {}",
+                circle.len(),
+                files.join(", ")
+            ));
         }
     }
     assert!(

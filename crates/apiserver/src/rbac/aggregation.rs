@@ -11,10 +11,10 @@ use tracing::warn;
 use super::rule::Rule;
 use crate::objects::WriteScope;
 use crate::registry::{self, Request};
-use crate::server::ApiServer;
+use crate::storage::Storage;
 
 /// Re-aggregates whenever a ClusterRole changes.
-pub fn spawn(api: Arc<ApiServer>) {
+pub fn spawn(api: Arc<Storage>) {
     tokio::spawn(async move {
         loop {
             api.rbac.cluster_roles_changed.notified().await;
@@ -23,7 +23,7 @@ pub fn spawn(api: Arc<ApiServer>) {
     });
 }
 
-async fn aggregate(api: &Arc<ApiServer>) {
+async fn aggregate(api: &Arc<Storage>) {
     let Some(r) = api
         .registry
         .get("rbac.authorization.k8s.io", "v1", "clusterroles")

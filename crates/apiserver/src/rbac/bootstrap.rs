@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::error::ApiResult;
 use crate::objects::{self, WriteScope};
 use crate::registry::{self, Request};
-use crate::server::ApiServer;
+use crate::storage::Storage;
 
 const AUTOUPDATE: &str = "rbac.authorization.kubernetes.io/autoupdate";
 const RW: &[&str] = &["create", "delete", "deletecollection", "patch", "update"];
@@ -358,7 +358,7 @@ pub fn cluster_role_bindings() -> Vec<Value> {
 }
 
 /// Creates or brings up to date the bootstrap roles and bindings.
-pub async fn reconcile(api: &Arc<ApiServer>) -> ApiResult<()> {
+pub async fn reconcile(api: &Arc<Storage>) -> ApiResult<()> {
     for role in cluster_roles() {
         ensure(api, "clusterroles", role).await?;
     }
@@ -372,7 +372,7 @@ pub async fn reconcile(api: &Arc<ApiServer>) -> ApiResult<()> {
 /// bootstrap object owns are `rules` (not for an aggregated role, whose
 /// rules the aggregation controller writes), `aggregationRule`, `roleRef`
 /// and `subjects`.
-pub(crate) async fn ensure(api: &Arc<ApiServer>, plural: &str, desired: Value) -> ApiResult<()> {
+pub(crate) async fn ensure(api: &Arc<Storage>, plural: &str, desired: Value) -> ApiResult<()> {
     let Some(r) = api.registry.get("rbac.authorization.k8s.io", "v1", plural) else {
         return Ok(());
     };
