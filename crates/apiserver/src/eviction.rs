@@ -173,7 +173,7 @@ fn assess(budget: &Value, selector: &LabelSelector, pods: &[Value]) -> Assessmen
 
 /// Keeps every PodDisruptionBudget's status (what `kubectl get pdb` shows
 /// as ALLOWED DISRUPTIONS), as upstream's disruption controller, every 5 s.
-pub fn spawn_status(api: std::sync::Arc<crate::server::ApiServer>) {
+pub fn spawn_status(api: std::sync::Arc<crate::storage::Storage>) {
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(std::time::Duration::from_secs(5)).await;

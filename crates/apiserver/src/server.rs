@@ -106,7 +106,7 @@ impl ApiServer {
             api.quotas.clone(),
         );
         crate::admission::spawn_status(api.store.clone(), api.registry.clone());
-        crate::eviction::spawn_status(api.clone());
+        crate::eviction::spawn_status(storage.clone());
         crate::csr::spawn_signer(storage.clone());
         Ok(api)
     }

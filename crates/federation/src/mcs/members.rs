@@ -4,12 +4,11 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::PostParams;
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -78,21 +77,11 @@ where
         + Sync
         + 'static,
 {
-    let (store, writer) = reflector::store();
-    let task = tokio::spawn(async move {
-        let events = reflector::reflector(writer, watcher(api, config))
-            .default_backoff()
-            .touched_objects();
-        let mut events = std::pin::pin!(events);
-        while let Some(e) = events.next().await {
-            if let Ok(obj) = e
-                && let Some(k) = key(&obj)
-            {
-                queue.add(k);
-            }
+    flotilla_client::follow::follow(api, config, move |event| {
+        if let Some(k) = flotilla_client::follow::touched(event).and_then(key) {
+            queue.add(k);
         }
-    });
-    (store, task)
+    })
 }
 
 pub(super) fn slice_service_key(s: &EndpointSlice) -> Option<String> {

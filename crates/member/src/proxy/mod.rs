@@ -38,12 +38,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_dns::watch::follow_optional;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service, SessionAffinityConfig};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::Notify;
 use tracing::warn;
@@ -434,14 +432,10 @@ where
         + Sync
         + 'static,
 {
-    let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, Default::default()))
-        .default_backoff()
-        .for_each(move |_| {
-            changed.notify_one();
-            async {}
-        });
-    tokio::spawn(stream);
+    // Every event, a relist's included: what a relist removed changes
+    // the rules too.
+    let (store, _task) =
+        flotilla_client::follow::follow(api, Default::default(), move |_| changed.notify_one());
     store
 }
 

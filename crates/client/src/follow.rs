@@ -1,0 +1,50 @@
+//! Following a kind into a local cache: a reflector store kept by a watch
+//! that relists with backoff when it falls behind, and a callback on every
+//! event, for controllers that react to what changed.
+
+use futures::StreamExt;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Resource};
+use tokio::task::JoinHandle;
+
+/// Follows `api` into a store, calling `on_event` with each watch event
+/// once the store has it (the relist's own events included, so a caller
+/// that recomputes on every event also sees what a relist removed). The
+/// task runs until aborted; failed watches are retried with backoff.
+pub fn follow<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    mut on_event: impl FnMut(&Event<K>) + Send + 'static,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let task = tokio::spawn(async move {
+        let events = reflector::reflector(writer, watcher::watcher(api, config)).default_backoff();
+        let mut events = std::pin::pin!(events);
+        while let Some(event) = events.next().await {
+            if let Ok(event) = event {
+                on_event(&event);
+            }
+        }
+    });
+    (store, task)
+}
+
+/// The object an event brings, if it brings one: applied, deleted, or
+/// listed by a relist (what kube-runtime calls touched).
+pub fn touched<K>(event: &Event<K>) -> Option<&K> {
+    match event {
+        Event::Apply(o) | Event::Delete(o) | Event::InitApply(o) => Some(o),
+        Event::Init | Event::InitDone => None,
+    }
+}
