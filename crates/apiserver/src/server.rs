@@ -359,6 +359,161 @@ fn request_verb(method: &Method, rp: &request::ResourcePath, watch: bool) -> cra
     }
 }
 
+/// The authentication filters: who sent the request (anonymous when no
+/// credential is given), recorded in the audit event and the span, then
+/// whom it acts as when it impersonates (403 when it may not). None
+/// where the server runs without authentication (the library's tests).
+fn authenticate(
+    api: &ApiServer,
+    parts: &http::request::Parts,
+) -> ApiResult<Option<crate::user::User>> {
+    let Some(authenticator) = &api.authenticator else {
+        return Ok(None);
+    };
+    let requester = authenticator
+        .authenticate(api.store.as_ref(), &parts.headers, &parts.extensions)?
+        .unwrap_or_else(crate::user::User::anonymous);
+    crate::audit::authenticated(&requester);
+    let user = crate::impersonation::resolve(&|u, a| api.check(u, a), requester, &parts.headers)?;
+    crate::audit::impersonated(&parts.headers, &user);
+    tracing::Span::current().record("user", tracing::field::display(&user.name));
+    Ok(Some(user))
+}
+
+/// The authorization filter for a non-resource path: its verb is the
+/// method's, GET and HEAD being `get`.
+fn authorize_path(
+    api: &ApiServer,
+    user: &crate::user::User,
+    parts: &http::request::Parts,
+) -> ApiResult<()> {
+    let verb = match parts.method {
+        Method::GET | Method::HEAD => "get".to_string(),
+        ref other => other.as_str().to_ascii_lowercase(),
+    };
+    let shown = if parts.uri.path().is_empty() {
+        "/"
+    } else {
+        parts.uri.path()
+    };
+    api.check_path(user, &verb, shown)
+}
+
+/// The non-resource paths the server answers itself: version, metrics,
+/// discovery and OpenAPI; None for any other path.
+fn non_resource(
+    api: &ApiServer,
+    segs: &[&str],
+    headers: &HeaderMap,
+    query: &Query,
+    is_get: bool,
+) -> Option<ApiResult<Response>> {
+    match segs {
+        ["version"] if is_get => Some(Ok(json_response(StatusCode::OK, &version::info()))),
+        ["metrics"] if is_get && api.config.metrics.is_some() => {
+            let mut body = api.config.metrics.as_ref().map(|m| m()).unwrap_or_default();
+            if let Some(stats) = api.store.writer_stats() {
+                body = crate::storage_metrics::append(body, &stats);
+            }
+            Some(Ok((
+                StatusCode::OK,
+                [(
+                    header::CONTENT_TYPE,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )],
+                body,
+            )
+                .into_response()))
+        }
+        ["api"] if is_get => Some(Ok(if request::wants_aggregated_discovery(headers) {
+            aggregated(headers, api.discovery.document(&api.registry, true))
+        } else {
+            json_response(
+                StatusCode::OK,
+                &discovery::api_versions(&api.address.read()),
+            )
+        })),
+        ["apis"] if is_get => Some(Ok(if request::wants_aggregated_discovery(headers) {
+            aggregated(headers, api.discovery.document(&api.registry, false))
+        } else {
+            json_response(StatusCode::OK, &discovery::api_group_list(&api.registry))
+        })),
+        ["api", version] if is_get => Some(
+            discovery::resource_list(&api.registry, "", version)
+                .map(|v| json_response(StatusCode::OK, &v))
+                .ok_or_else(ApiError::path_not_found),
+        ),
+        ["apis", group] if is_get => Some(
+            discovery::group(&api.registry, group)
+                .map(|v| json_response(StatusCode::OK, &v))
+                .ok_or_else(ApiError::path_not_found),
+        ),
+        ["apis", group, version] if is_get => Some(
+            discovery::resource_list(&api.registry, group, version)
+                .map(|v| json_response(StatusCode::OK, &v))
+                .ok_or_else(ApiError::path_not_found),
+        ),
+        ["openapi", "v2"] if is_get => {
+            let crate::openapi::V2 { json, protobuf } = api.openapi.v2(&api.registry);
+            let accept = headers
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let (content_type, body) = if accept.contains(flotilla_protobuf::OPENAPI_V2_MEDIA_TYPE)
+                || accept.contains(flotilla_protobuf::OPENAPI_V2_CONTENT_TYPE)
+            {
+                (flotilla_protobuf::OPENAPI_V2_CONTENT_TYPE, protobuf)
+            } else {
+                ("application/json", json)
+            };
+            Some(Ok((
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, content_type)],
+                (*body).clone(),
+            )
+                .into_response()))
+        }
+        ["openapi", "v3"] if is_get => {
+            let index = api.openapi.index(&api.registry);
+            Some(Ok((
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                (*index).clone(),
+            )
+                .into_response()))
+        }
+        ["openapi", "v3", rest @ ..] if is_get => {
+            let doc_path = rest.join("/");
+            let found = api
+                .openapi
+                .document(&api.registry, &doc_path)
+                .ok_or_else(ApiError::path_not_found);
+            let (hash, doc) = match found {
+                Ok(found) => found,
+                Err(error) => return Some(Err(error)),
+            };
+            let cache = if query.get("hash") == Some(hash.as_str()) {
+                "public, immutable, max-age=31536000"
+            } else {
+                "no-cache, private"
+            };
+            let mut resp = (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                (*doc).clone(),
+            )
+                .into_response();
+            resp.headers_mut()
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
+            if let Ok(etag) = HeaderValue::from_str(&format!("\"{hash}\"")) {
+                resp.headers_mut().insert(header::ETAG, etag);
+            }
+            Some(Ok(resp))
+        }
+        _ => None,
+    }
+}
+
 async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
     let (mut parts, body) = req.into_parts();
     let path = parts.uri.path().trim_end_matches('/').to_string();
@@ -375,33 +530,11 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
     let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
     let is_get = parts.method == Method::GET || parts.method == Method::HEAD;
 
-    let user = match &api.authenticator {
-        Some(authenticator) => {
-            let requester = authenticator
-                .authenticate(api.store.as_ref(), &parts.headers, &parts.extensions)?
-                .unwrap_or_else(crate::user::User::anonymous);
-            crate::audit::authenticated(&requester);
-            let user =
-                crate::impersonation::resolve(&|u, a| api.check(u, a), requester, &parts.headers)?;
-            crate::audit::impersonated(&parts.headers, &user);
-            tracing::Span::current().record("user", tracing::field::display(&user.name));
-            Some(user)
-        }
-        None => None,
-    };
+    let user = authenticate(&api, &parts)?;
     // Discovery, health, version, metrics, OpenAPI: authorized by path.
     let resource_path = matches!(segs.as_slice(), ["api", _, _, ..] | ["apis", _, _, _, ..]);
     if let Some(user) = user.as_ref().filter(|_| !resource_path) {
-        let verb = match parts.method {
-            Method::GET | Method::HEAD => "get".to_string(),
-            ref other => other.as_str().to_ascii_lowercase(),
-        };
-        let shown = if parts.uri.path().is_empty() {
-            "/"
-        } else {
-            parts.uri.path()
-        };
-        api.check_path(user, &verb, shown)?;
+        authorize_path(&api, user, &parts)?;
     }
     if let ["healthz" | "livez" | "readyz", ..] = segs.as_slice()
         && is_get
@@ -422,110 +555,8 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         )
         .await;
     }
-    match segs.as_slice() {
-        ["version"] if is_get => return Ok(json_response(StatusCode::OK, &version::info())),
-        ["metrics"] if is_get && api.config.metrics.is_some() => {
-            let mut body = api.config.metrics.as_ref().map(|m| m()).unwrap_or_default();
-            if let Some(stats) = api.store.writer_stats() {
-                body = crate::storage_metrics::append(body, &stats);
-            }
-            return Ok((
-                StatusCode::OK,
-                [(
-                    header::CONTENT_TYPE,
-                    "text/plain; version=0.0.4; charset=utf-8",
-                )],
-                body,
-            )
-                .into_response());
-        }
-        ["api"] if is_get => {
-            return Ok(if request::wants_aggregated_discovery(&parts.headers) {
-                aggregated(&parts.headers, api.discovery.document(&api.registry, true))
-            } else {
-                json_response(
-                    StatusCode::OK,
-                    &discovery::api_versions(&api.address.read()),
-                )
-            });
-        }
-        ["apis"] if is_get => {
-            return Ok(if request::wants_aggregated_discovery(&parts.headers) {
-                aggregated(&parts.headers, api.discovery.document(&api.registry, false))
-            } else {
-                json_response(StatusCode::OK, &discovery::api_group_list(&api.registry))
-            });
-        }
-        ["api", version] if is_get => {
-            return discovery::resource_list(&api.registry, "", version)
-                .map(|v| json_response(StatusCode::OK, &v))
-                .ok_or_else(ApiError::path_not_found);
-        }
-        ["apis", group] if is_get => {
-            return discovery::group(&api.registry, group)
-                .map(|v| json_response(StatusCode::OK, &v))
-                .ok_or_else(ApiError::path_not_found);
-        }
-        ["apis", group, version] if is_get => {
-            return discovery::resource_list(&api.registry, group, version)
-                .map(|v| json_response(StatusCode::OK, &v))
-                .ok_or_else(ApiError::path_not_found);
-        }
-        ["openapi", "v2"] if is_get => {
-            let crate::openapi::V2 { json, protobuf } = api.openapi.v2(&api.registry);
-            let accept = parts
-                .headers
-                .get(header::ACCEPT)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let (content_type, body) = if accept.contains(flotilla_protobuf::OPENAPI_V2_MEDIA_TYPE)
-                || accept.contains(flotilla_protobuf::OPENAPI_V2_CONTENT_TYPE)
-            {
-                (flotilla_protobuf::OPENAPI_V2_CONTENT_TYPE, protobuf)
-            } else {
-                ("application/json", json)
-            };
-            return Ok((
-                StatusCode::OK,
-                [(header::CONTENT_TYPE, content_type)],
-                (*body).clone(),
-            )
-                .into_response());
-        }
-        ["openapi", "v3"] if is_get => {
-            let index = api.openapi.index(&api.registry);
-            return Ok((
-                StatusCode::OK,
-                [(header::CONTENT_TYPE, "application/json")],
-                (*index).clone(),
-            )
-                .into_response());
-        }
-        ["openapi", "v3", rest @ ..] if is_get => {
-            let doc_path = rest.join("/");
-            let (hash, doc) = api
-                .openapi
-                .document(&api.registry, &doc_path)
-                .ok_or_else(ApiError::path_not_found)?;
-            let cache = if query.get("hash") == Some(hash.as_str()) {
-                "public, immutable, max-age=31536000"
-            } else {
-                "no-cache, private"
-            };
-            let mut resp = (
-                StatusCode::OK,
-                [(header::CONTENT_TYPE, "application/json")],
-                (*doc).clone(),
-            )
-                .into_response();
-            resp.headers_mut()
-                .insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
-            if let Ok(etag) = HeaderValue::from_str(&format!("\"{hash}\"")) {
-                resp.headers_mut().insert(header::ETAG, etag);
-            }
-            return Ok(resp);
-        }
-        _ => {}
+    if let Some(answer) = non_resource(&api, &segs, &parts.headers, &query, is_get) {
+        return answer;
     }
 
     let (group, version, rest) = match segs.as_slice() {
