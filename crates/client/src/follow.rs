@@ -9,6 +9,30 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource};
 use tokio::task::JoinHandle;
 
+/// A kind a reflector can follow: what kube-runtime's watcher and store
+/// need of it.
+pub trait Followable:
+    Resource<DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Followable for K where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// Follows `api` into a store, calling `on_event` with each watch event
 /// once the store has it (the relist's own events included, so a caller
 /// that recomputes on every event also sees what a relist removed). The
@@ -19,13 +43,7 @@ pub fn follow<K>(
     mut on_event: impl FnMut(&Event<K>) + Send + 'static,
 ) -> (Store<K>, JoinHandle<()>)
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Followable,
 {
     let (store, writer) = reflector::store();
     let task = tokio::spawn(async move {

@@ -69,13 +69,7 @@ pub(super) fn follow<K>(
     key: fn(&K) -> Option<String>,
 ) -> (Store<K>, JoinHandle<()>)
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: flotilla_client::follow::Followable,
 {
     flotilla_client::follow::follow(api, config, move |event| {
         if let Some(k) = flotilla_client::follow::touched(event).and_then(key) {

@@ -424,13 +424,7 @@ impl Sources {
 
 fn follow<K>(api: Api<K>, changed: Arc<Notify>) -> Store<K>
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: flotilla_client::follow::Followable,
 {
     // Every event, a relist's included: what a relist removed changes
     // the rules too.
