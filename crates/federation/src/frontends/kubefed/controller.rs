@@ -27,7 +27,9 @@ use super::apply::apply;
 use super::clusters::FedCluster;
 use super::rsp;
 use super::translate::{self, BadOverride, CHECK_CLUSTERS, Placement};
-use crate::api::{Binding, Cluster, POLICY_GROUP, Scope, annotations, binding_resource};
+use crate::api::{
+    Binding, Cluster, POLICY_GROUP, Scope, WORK_GROUP, annotations, binding_resource,
+};
 use crate::names::binding_name;
 use crate::passes::{self, Watched};
 
@@ -225,16 +227,36 @@ async fn sync_all(hub: &Client, clusters: &Store<Cluster>) -> kube::Result<()> {
     Ok(())
 }
 
-/// Makes the template an owner of a generated policy too, so that the
-/// policy outlives the template: were the OverridePolicy deleted first,
-/// the members' copies would be rewritten without their overrides before
-/// they go (or, orphaned, would stay so).
-fn owned_by_template(mut policy: Value, template: &Value, uid: Option<String>) -> Value {
-    if let (Some(uid), Some(owners)) = (uid, policy["metadata"]["ownerReferences"].as_array_mut()) {
+/// Makes the template, and the binding made from it once there is one,
+/// owners of a generated policy too, so that the policy outlives both:
+/// were the OverridePolicy collected while the binding still rendered
+/// Works, the members' copies would be rewritten without their overrides
+/// on their way out (or, orphaned, would stay so). The binding goes only
+/// once its Works have.
+fn owned_by_template(
+    mut policy: Value,
+    template: &Value,
+    uid: Option<String>,
+    binding: Option<&Binding>,
+) -> Value {
+    let Some(owners) = policy["metadata"]["ownerReferences"].as_array_mut() else {
+        return policy;
+    };
+    if let Some(uid) = uid {
         owners.push(json!({
             "apiVersion": template["apiVersion"],
             "kind": template["kind"],
             "name": template["metadata"]["name"],
+            "uid": uid,
+        }));
+    }
+    if let Some(b) = binding
+        && let Some(uid) = &b.metadata.uid
+    {
+        owners.push(json!({
+            "apiVersion": format!("{WORK_GROUP}/v1alpha2"),
+            "kind": "ResourceBinding",
+            "name": b.name_any(),
             "uid": uid,
         }));
     }
@@ -329,7 +351,7 @@ async fn reconcile(
     }
     let uid = apply(hub, &target_resource(target), template.clone()).await?;
     let pp = translate::propagation_policy(fed, target, &placement);
-    let pp = owned_by_template(pp, &template, uid.clone());
+    let pp = owned_by_template(pp, &template, uid.clone(), binding.as_ref());
     apply(
         hub,
         &policy_resource("PropagationPolicy", "propagationpolicies"),
@@ -337,7 +359,7 @@ async fn reconcile(
     )
     .await?;
     let (op, bad) = translate::override_policy(fed, target, &template);
-    let op = owned_by_template(op, &template, uid);
+    let op = owned_by_template(op, &template, uid, binding.as_ref());
     apply(
         hub,
         &policy_resource("OverridePolicy", "overridepolicies"),
