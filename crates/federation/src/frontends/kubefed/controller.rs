@@ -466,15 +466,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_policy_is_owned_by_its_federated_object_and_its_template() {
+    fn a_policy_is_owned_by_its_federated_object_its_template_and_their_binding() {
         let policy = json!({"metadata": {"ownerReferences": [{"uid": "fed"}]}});
         let template =
             json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}});
-        let owned = owned_by_template(policy.clone(), &template, Some("t-1".into()));
+        let owned = owned_by_template(policy.clone(), &template, Some("t-1".into()), None);
         assert_eq!(
             owned["metadata"]["ownerReferences"],
             json!([{"uid": "fed"}, {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "t-1"}])
         );
-        assert_eq!(owned_by_template(policy.clone(), &template, None), policy);
+        assert_eq!(
+            owned_by_template(policy.clone(), &template, None, None),
+            policy
+        );
+        let mut binding = Binding::new(
+            "web-deployment",
+            &binding_resource(Scope::Namespaced),
+            Default::default(),
+        );
+        binding.metadata.uid = Some("b-1".into());
+        let owned = owned_by_template(policy, &template, Some("t-1".into()), Some(&binding));
+        assert_eq!(
+            owned["metadata"]["ownerReferences"][2],
+            json!({"apiVersion": "work.karmada.io/v1alpha2", "kind": "ResourceBinding", "name": "web-deployment", "uid": "b-1"})
+        );
     }
 }
