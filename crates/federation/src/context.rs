@@ -6,7 +6,6 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use kube::Client;
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use tracing::{debug, warn};
 
@@ -115,12 +114,6 @@ impl Shared {
         self.clusters
             .get(&kube::runtime::reflector::ObjectRef::new(name))
     }
-}
-
-/// The error policy every controller uses: log, then retry.
-pub fn retry<K>(_: Arc<K>, error: &Error, _: Ctx) -> Action {
-    report(error);
-    Action::requeue(error.retry_after())
 }
 
 /// Logs a failed reconcile that will be retried.

@@ -10,12 +10,15 @@ use std::future::Future;
 use std::time::Duration;
 
 use futures::stream::BoxStream;
-use futures::{FutureExt, Stream, StreamExt};
+use futures::{Stream, StreamExt};
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio::time::Instant;
-use tracing::{Instrument, warn};
+use tracing::warn;
+
+use crate::metrics::QueueMetrics;
+use crate::queue::WorkQueue;
 
 /// How long a failed pass waits before the next.
 const RETRY: Duration = Duration::from_secs(1);
@@ -119,31 +122,48 @@ pub fn changes(hub: &Client, kinds: impl IntoIterator<Item = Watched>) -> BoxStr
 }
 
 /// Runs `pass` at start, after every burst of `changes`, and at least
-/// every `resync`; a failed pass is logged (as `controller`) and retried.
+/// every `resync`, as a controller of one key on a [`WorkQueue`] (named
+/// by `metrics`, whose reconcile span each pass runs in): passes never
+/// overlap, a change during one brings one more after it, and a failed
+/// pass is logged and retried.
 pub async fn run<F, Fut, E>(
-    controller: &'static str,
-    changes: impl Stream<Item = ()>,
+    metrics: QueueMetrics,
+    changes: impl Stream<Item = ()> + Send,
     resync: Duration,
-    mut pass: F,
+    pass: F,
 ) where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<(), E>>,
+    F: Fn() -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
     E: Display,
 {
-    let mut changes = std::pin::pin!(changes);
-    loop {
-        let started = Instant::now();
-        let span = tracing::info_span!("reconcile", controller);
-        if let Err(error) = pass().instrument(span).await {
-            warn!(%error, controller, "pass failed; retrying");
-            tokio::time::sleep(RETRY).await;
-            continue;
+    let controller = metrics.name;
+    let queue = WorkQueue::named(metrics);
+    queue.add(controller);
+    // A burst's first change starts the pass once the rest has come.
+    let feed = {
+        let queue = queue.clone();
+        changes.for_each(move |()| {
+            queue.add_after(controller, SETTLE);
+            futures::future::ready(())
+        })
+    };
+    let again = queue.clone();
+    let passes = queue.run(1, move |key| {
+        let (queue, pass) = (again.clone(), pass.clone());
+        async move {
+            let started = Instant::now();
+            match pass().await {
+                Ok(()) => queue.add_after(key, resync),
+                Err(error) => {
+                    warn!(%error, controller = key, "pass failed; retrying");
+                    queue.retry_after(key, RETRY);
+                }
+            }
+            // Held in flight until then: what changes meanwhile waits.
+            tokio::time::sleep_until(started + SPACING).await;
         }
-        let _ = tokio::time::timeout(resync, changes.next()).await;
-        tokio::time::sleep(SETTLE).await;
-        tokio::time::sleep_until(started + SPACING).await;
-        while changes.next().now_or_never().flatten().is_some() {}
-    }
+    });
+    futures::join!(feed, passes);
 }
 
 #[cfg(test)]
@@ -157,7 +177,11 @@ mod tests {
         let (tx, rx) = futures::channel::mpsc::unbounded::<()>();
         let passes = Arc::new(AtomicUsize::new(0));
         let counted = passes.clone();
-        let task = tokio::spawn(run("test", rx, Duration::from_secs(10), move || {
+        let metrics = QueueMetrics {
+            name: "test",
+            ..Default::default()
+        };
+        let task = tokio::spawn(run(metrics, rx, Duration::from_secs(10), move || {
             let counted = counted.clone();
             async move {
                 counted.fetch_add(1, Ordering::SeqCst);

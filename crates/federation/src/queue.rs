@@ -2,10 +2,14 @@
 //! once however often it is added, no key is processed by two workers at
 //! once, and a key added while it is processed runs again afterwards.
 //!
-//! kube-rs's `Controller` gives the same, but looks every key up in a
-//! reflector store of full objects. Templates, bindings and Works are
-//! held packed ([`crate::packed`]), so their controllers queue keys here
-//! instead.
+//! It is the one way a controller runs here: each queue exports
+//! client-go's workqueue metrics under its controller's name, and each
+//! reconcile runs in a `reconcile{controller, key}` span. Objects are
+//! looked up when their key's turn comes, in a packed store
+//! ([`reconcile_packed`]: templates, bindings and Works, which are many)
+//! or a reflector store of whole objects ([`reconcile_stored`]: clusters,
+//! policies, autoscalers); the front ends, whose objects are few, run
+//! whole passes as a queue of one key ([`crate::passes`]).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
@@ -13,8 +17,10 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
+use flotilla_client::follow::Followable;
 use futures::{Stream, StreamExt};
 use kube::Resource;
+use kube::runtime::reflector::{ObjectRef, Store};
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
@@ -387,12 +393,75 @@ pub async fn reconcile_packed<K, F, Fut>(
     F: Fn(Arc<K>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<Next, Error>> + Send + 'static,
 {
+    reconcile_keys(queue, workers, move |key| store.get_key(key), reconcile).await
+}
+
+/// [`reconcile_packed`] for a kind held whole, in a reflector store: the
+/// controllers whose objects are few (clusters, policies, autoscalers).
+/// Their keys come from [`queue_touched`] (a watch of their own) or
+/// [`feed`] (a store some other part fills).
+pub async fn reconcile_stored<K, F, Fut>(
+    queue: Arc<WorkQueue<ObjectRef<K>>>,
+    store: Store<K>,
+    workers: usize,
+    reconcile: F,
+) where
+    K: Followable,
+    F: Fn(Arc<K>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<Next, Error>> + Send + 'static,
+{
+    reconcile_keys(queue, workers, move |key| store.get(key), reconcile).await
+}
+
+/// A watch that runs while this is held.
+pub struct Watch(tokio::task::JoinHandle<()>);
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Follows `api` (what `config` selects) into a store, queueing each
+/// object a watch event touches.
+pub fn queue_touched<K: Followable>(
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+    queue: Arc<WorkQueue<ObjectRef<K>>>,
+) -> (Store<K>, Watch) {
+    let (store, task) = flotilla_client::follow::follow(api, config, move |event| {
+        if let Some(obj) = flotilla_client::follow::touched(event) {
+            queue.add(ObjectRef::from_obj(obj));
+        }
+    });
+    (store, Watch(task))
+}
+
+/// The object of each watch event `changes` gives, as a key.
+pub fn keys_of<K: Followable>(
+    changes: impl Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send,
+) -> impl Stream<Item = ObjectRef<K>> + Send {
+    changes.filter_map(|c| std::future::ready(c.ok().map(|o| ObjectRef::from_obj(&o))))
+}
+
+async fn reconcile_keys<T, K, L, F, Fut>(
+    queue: Arc<WorkQueue<T>>,
+    workers: usize,
+    lookup: L,
+    reconcile: F,
+) where
+    T: Hash + Eq + Clone + Send + Sync + std::fmt::Display + 'static,
+    K: Send + Sync + 'static,
+    L: Fn(&T) -> Option<Arc<K>> + Clone + Send + Sync + 'static,
+    F: Fn(Arc<K>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<Next, Error>> + Send + 'static,
+{
     let again = queue.clone();
     queue
-        .run(workers, move |key: Key| {
-            let (queue, store, reconcile) = (again.clone(), store.clone(), reconcile.clone());
+        .run(workers, move |key: T| {
+            let (queue, lookup, reconcile) = (again.clone(), lookup.clone(), reconcile.clone());
             async move {
-                let Some(obj) = store.get_key(&key) else {
+                let Some(obj) = lookup(&key) else {
                     return;
                 };
                 match reconcile(obj).await {

@@ -6,10 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -19,20 +17,23 @@ use crate::api::{
     Binding, ObservedWorkload, Scope, WorkloadRebalancer, WorkloadRebalancerStatus,
     binding_resource,
 };
-use crate::context::{Ctx, retry};
+use crate::context::Ctx;
 use crate::error::{Error, is_not_found};
 use crate::kinds::scoped_api;
+use crate::queue::{self, Next, WorkQueue};
 use crate::{names, time};
 
+/// How many objects are reconciled at once (a rebalancer stamps a few bindings).
+const WORKERS: usize = 4;
+
 pub async fn run(ctx: Ctx) {
+    let queue = WorkQueue::named(ctx.metrics.queue("workloadrebalancer-controller"));
     let api: Api<WorkloadRebalancer> = Api::all(ctx.hub.clone());
-    Controller::new(api, watcher::Config::default())
-        .run(reconcile, retry, ctx)
-        .for_each(|_| async {})
-        .await;
+    let (store, _watch) = queue::queue_touched(api, watcher::Config::default(), queue.clone());
+    queue::reconcile_stored(queue, store, WORKERS, move |wr| reconcile(wr, ctx.clone())).await;
 }
 
-async fn reconcile(wr: Arc<WorkloadRebalancer>, ctx: Ctx) -> Result<Action, Error> {
+async fn reconcile(wr: Arc<WorkloadRebalancer>, ctx: Ctx) -> Result<Next, Error> {
     let api: Api<WorkloadRebalancer> = Api::all(ctx.hub.clone());
     let status = wr.status.clone().unwrap_or_default();
     let now = Timestamp::now();
@@ -43,19 +44,19 @@ async fn reconcile(wr: Arc<WorkloadRebalancer>, ctx: Ctx) -> Result<Action, Erro
             .and_then(|t| t.parse::<Timestamp>().ok())
     {
         let Some(ttl) = wr.spec.ttl_seconds_after_finished else {
-            return Ok(Action::await_change());
+            return Ok(None);
         };
         let expires = time::after(finished, time::seconds(ttl));
         if expires > now {
             let wait = time::until(now, expires);
-            return Ok(Action::requeue(wait + Duration::from_millis(100)));
+            return Ok(Some(wait + Duration::from_millis(100)));
         }
         match api.delete(&wr.name_any(), &DeleteParams::default()).await {
             Ok(_) => {}
             Err(e) if is_not_found(&e) => {}
             Err(e) => return Err(e.into()),
         }
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     let stamp = now.to_string();
     let mut observed = Vec::new();
@@ -98,5 +99,5 @@ async fn reconcile(wr: Arc<WorkloadRebalancer>, ctx: Ctx) -> Result<Action, Erro
         &Patch::Merge(&json!({"status": status})),
     )
     .await?;
-    Ok(Action::await_change())
+    Ok(None)
 }

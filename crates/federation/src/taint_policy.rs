@@ -13,7 +13,7 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ObjectReference, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
@@ -22,8 +22,9 @@ use tracing::info;
 
 use crate::api::{Cluster, ClusterTaintPolicy, MatchCondition};
 use crate::conditions;
-use crate::context::{Ctx, retry};
+use crate::context::Ctx;
 use crate::error::Error;
+use crate::queue::{self, Next, WorkQueue};
 use crate::selector::cluster_matches;
 use flotilla_client::events;
 
@@ -105,6 +106,9 @@ struct TaintCtx {
     policies: Store<ClusterTaintPolicy>,
 }
 
+/// How many objects are reconciled at once (a cluster's taints are one patch).
+const WORKERS: usize = 4;
+
 /// Looks at a cluster whenever it changes, and at every cluster whenever
 /// a policy changes.
 pub async fn run(
@@ -118,24 +122,31 @@ pub async fn run(
         shared: ctx,
         policies,
     });
-    Controller::for_stream(cluster_changes, clusters)
-        .reconcile_all_on(policy_changes)
-        .run(
-            reconcile,
-            |c, e, t: Arc<TaintCtx>| retry(c, e, t.shared.clone()),
-            tctx,
-        )
-        .for_each(|_| async {})
-        .await;
+    let queue = WorkQueue::named(tctx.shared.metrics.queue("cluster-taint-policy-controller"));
+    let every_cluster = {
+        let (queue, clusters) = (queue.clone(), clusters.clone());
+        policy_changes.for_each(move |()| {
+            queue.add_all(clusters.state().iter().map(|c| ObjectRef::from_obj(&**c)));
+            std::future::ready(())
+        })
+    };
+    tokio::join!(
+        queue::feed(queue.clone(), queue::keys_of(cluster_changes)),
+        every_cluster,
+        queue::reconcile_stored(queue, clusters, WORKERS, move |c| reconcile(
+            c,
+            tctx.clone()
+        )),
+    );
 }
 
-async fn reconcile(cluster: Arc<Cluster>, tctx: Arc<TaintCtx>) -> Result<Action, Error> {
+async fn reconcile(cluster: Arc<Cluster>, tctx: Arc<TaintCtx>) -> Result<Next, Error> {
     if cluster.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     let taints = taints_after(&cluster, &tctx.policies.state(), &conditions::now());
     if taints == cluster.spec.taints {
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     let name = cluster.name_any();
     // The cluster controller writes the readiness taints: the
@@ -174,7 +185,7 @@ async fn reconcile(cluster: Arc<Cluster>, tctx: Arc<TaintCtx>) -> Result<Action,
         ("Normal", "TaintClusterSucceed", &message),
     )
     .await;
-    Ok(Action::await_change())
+    Ok(None)
 }
 
 #[cfg(test)]

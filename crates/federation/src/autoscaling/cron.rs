@@ -15,10 +15,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DynamicObject, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
@@ -30,8 +28,9 @@ use super::api::{
     API_VERSION, CronFederatedHPA, CronFederatedHPARule, ExecutionHistory, FailedExecution,
     FederatedHPA, SuccessfulExecution,
 };
-use crate::context::{Ctx, retry};
+use crate::context::Ctx;
 use crate::error::{Error, is_not_found};
+use crate::queue::{self, Next, WorkQueue};
 use flotilla_client::events;
 use flotilla_core::schedule::Schedule;
 
@@ -62,22 +61,23 @@ struct State {
     store: Store<CronFederatedHPA>,
 }
 
+/// How many objects are reconciled at once (a rule firing is one scale).
+const WORKERS: usize = 4;
+
 pub async fn run(ctx: Ctx) {
     let api: Api<CronFederatedHPA> = Api::all(ctx.hub.clone());
-    let controller = Controller::new(api, watcher::Config::default());
+    let queue = WorkQueue::named(ctx.metrics.queue("cronfederatedhpa-controller"));
+    let (store, _watch) = queue::queue_touched(api, watcher::Config::default(), queue.clone());
     let state = Arc::new(State {
         ctx,
         plans: Mutex::default(),
-        store: controller.store(),
+        store: store.clone(),
     });
-    controller
-        .run(
-            |cron, state: Arc<State>| async move { state.reconcile(&cron).await },
-            |cron, error, state| retry(cron, error, state.ctx.clone()),
-            state,
-        )
-        .for_each(|_| async {})
-        .await;
+    queue::reconcile_stored(queue, store, WORKERS, move |cron| {
+        let state = state.clone();
+        async move { state.reconcile(&cron).await }
+    })
+    .await;
 }
 
 /// A time as the status writes it (whole seconds, as Karmada's).
@@ -94,7 +94,7 @@ enum Outcome {
 }
 
 impl State {
-    async fn reconcile(&self, cron: &CronFederatedHPA) -> Result<Action, Error> {
+    async fn reconcile(&self, cron: &CronFederatedHPA) -> Result<Next, Error> {
         let key = flotilla_autoscaling::memory_key(&cron.metadata);
         {
             // What deleted CronFederatedHPAs planned goes.
@@ -111,7 +111,7 @@ impl State {
             }
         }
         if cron.metadata.deletion_timestamp.is_some() {
-            return Ok(Action::await_change());
+            return Ok(None);
         }
         let target = serde_json::to_string(&cron.spec.scale_target_ref).unwrap_or_default();
         let now = Timestamp::now();
@@ -225,7 +225,7 @@ impl State {
                 .await
             {
                 Ok(_) => {}
-                Err(e) if is_not_found(&e) => return Ok(Action::await_change()),
+                Err(e) if is_not_found(&e) => return Ok(None),
                 Err(e) => {
                     let message = format!("failed to update the status: {e}");
                     self.event(cron, ("Warning", "UpdateStatusFailed", &message))
@@ -239,9 +239,9 @@ impl State {
                 let wait = at.duration_since(Timestamp::now());
                 let wait = Duration::try_from(wait).unwrap_or_default();
                 // A little past the minute, never before it.
-                Action::requeue(wait + Duration::from_millis(50))
+                Some(wait + Duration::from_millis(50))
             }
-            None => Action::await_change(),
+            None => None,
         })
     }
 

@@ -15,7 +15,6 @@ use std::sync::Arc;
 
 use flotilla_autoscaling::pods::container_usage;
 use flotilla_autoscaling::{Decision, Failure, Memory, PodSample, PodUsage, SYNC_PERIOD};
-use futures::StreamExt;
 use k8s_openapi::api::autoscaling::v2::{
     HorizontalPodAutoscalerCondition, HorizontalPodAutoscalerStatus,
 };
@@ -23,7 +22,6 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
@@ -32,9 +30,10 @@ use tracing::{debug, warn};
 
 use super::api::FederatedHPA;
 use crate::api::{Binding, Scope, binding_resource, sync_mode};
-use crate::context::{Ctx, retry};
+use crate::context::Ctx;
 use crate::error::{Error, is_not_found};
 use crate::names;
+use crate::queue::{self, Next, WorkQueue};
 use flotilla_client::events;
 
 const COMPONENT: &str = "federatedhpa-controller";
@@ -47,22 +46,23 @@ struct State {
     store: Store<FederatedHPA>,
 }
 
+/// How many objects are reconciled at once (each sync reads every member's pods).
+const WORKERS: usize = 8;
+
 pub async fn run(ctx: Ctx) {
     let api: Api<FederatedHPA> = Api::all(ctx.hub.clone());
-    let controller = Controller::new(api, watcher::Config::default());
+    let queue = WorkQueue::named(ctx.metrics.queue("federatedhpa-controller"));
+    let (store, _watch) = queue::queue_touched(api, watcher::Config::default(), queue.clone());
     let state = Arc::new(State {
         ctx,
         memory: Memory::default(),
-        store: controller.store(),
+        store: store.clone(),
     });
-    controller
-        .run(
-            |fhpa, state: Arc<State>| async move { state.reconcile(&fhpa).await },
-            |fhpa, error, state| retry(fhpa, error, state.ctx.clone()),
-            state,
-        )
-        .for_each(|_| async {})
-        .await;
+    queue::reconcile_stored(queue, store, WORKERS, move |fhpa| {
+        let state = state.clone();
+        async move { state.reconcile(&fhpa).await }
+    })
+    .await;
 }
 
 /// One member's part of the workload.
@@ -78,14 +78,14 @@ struct MemberPart {
 }
 
 impl State {
-    async fn reconcile(&self, fhpa: &FederatedHPA) -> Result<Action, Error> {
-        let requeue = Action::requeue(SYNC_PERIOD);
+    async fn reconcile(&self, fhpa: &FederatedHPA) -> Result<Next, Error> {
+        let requeue = Some(SYNC_PERIOD);
         if fhpa.metadata.deletion_timestamp.is_some() {
-            return Ok(Action::await_change());
+            return Ok(None);
         }
         let key = key_of(fhpa);
         if let Some(wait) = self.memory.wait(&key, fhpa.metadata.generation) {
-            return Ok(Action::requeue(wait));
+            return Ok(Some(wait));
         }
         // What deleted FederatedHPAs left goes.
         if self.memory.len() > self.store.state().len() {

@@ -12,10 +12,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
@@ -23,29 +21,32 @@ use tracing::info;
 
 use super::scale_target_marker::RETAIN_REPLICAS;
 use crate::api::{Binding, Scope, binding_resource};
-use crate::context::{Ctx, retry};
+use crate::context::Ctx;
 use crate::error::{Error, is_not_found};
 use crate::names;
+use crate::queue::{self, Next, WorkQueue};
+
+/// How many objects are reconciled at once (one binding patch per Deployment).
+const WORKERS: usize = 4;
 
 pub async fn run(ctx: Ctx) {
     let api: Api<Deployment> = Api::all(ctx.hub.clone());
     let selected = watcher::Config::default().labels(&format!("{RETAIN_REPLICAS}=true"));
-    Controller::new(api, selected)
-        .run(reconcile, retry, ctx)
-        .for_each(|_| async {})
-        .await;
+    let queue = WorkQueue::named(ctx.metrics.queue("replicas-syncer"));
+    let (store, _watch) = queue::queue_touched(api, selected, queue.clone());
+    queue::reconcile_stored(queue, store, WORKERS, move |d| reconcile(d, ctx.clone())).await;
 }
 
-async fn reconcile(deployment: Arc<Deployment>, ctx: Ctx) -> Result<Action, Error> {
+async fn reconcile(deployment: Arc<Deployment>, ctx: Ctx) -> Result<Next, Error> {
     let ns = deployment.namespace().unwrap_or_default();
     let name = deployment.name_any();
     let spec_replicas = deployment.spec.as_ref().and_then(|s| s.replicas);
     let status_replicas = deployment.status.as_ref().and_then(|s| s.replicas);
     let (Some(spec_replicas), Some(status_replicas)) = (spec_replicas, status_replicas) else {
-        return Ok(Action::await_change());
+        return Ok(None);
     };
     if spec_replicas == status_replicas || deployment.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     let bindings: Api<Binding> =
         Api::namespaced_with(ctx.hub.clone(), &ns, &binding_resource(Scope::Namespaced));
@@ -54,7 +55,7 @@ async fn reconcile(deployment: Arc<Deployment>, ctx: Ctx) -> Result<Action, Erro
         .await
     {
         Ok(b) => b,
-        Err(e) if is_not_found(&e) => return Ok(Action::await_change()),
+        Err(e) if is_not_found(&e) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
     let divided = binding
@@ -65,11 +66,11 @@ async fn reconcile(deployment: Arc<Deployment>, ctx: Ctx) -> Result<Action, Erro
         .and_then(|r| r.replica_scheduling_type.as_deref())
         == Some("Divided");
     if !divided {
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     if !collected(&binding, spec_replicas, status_replicas) {
         // The binding's reports are not all in: look again shortly.
-        return Ok(Action::requeue(Duration::from_secs(1)));
+        return Ok(Some(Duration::from_secs(1)));
     }
     let api: Api<Deployment> = Api::namespaced(ctx.hub.clone(), &ns);
     let patch = json!({
@@ -83,9 +84,9 @@ async fn reconcile(deployment: Arc<Deployment>, ctx: Ctx) -> Result<Action, Erro
         Ok(_) => {
             info!(namespace = %ns, %name, from = spec_replicas, to = status_replicas,
                   "template replicas synced from the members' autoscalers");
-            Ok(Action::await_change())
+            Ok(None)
         }
-        Err(e) if is_not_found(&e) => Ok(Action::await_change()),
+        Err(e) if is_not_found(&e) => Ok(None),
         Err(e) => Err(e.into()),
     }
 }

@@ -11,12 +11,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Secret, Taint};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::Store;
 use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
@@ -25,8 +23,9 @@ use tracing::{info, warn};
 
 use crate::api::{CLUSTER_NAMESPACE, Cluster, ClusterStatus, Work, finalizers, sync_mode};
 use crate::conditions;
-use crate::context::{Ctx, retry};
+use crate::context::Ctx;
 use crate::error::{Error, is_not_found};
+use crate::queue::{self, Next, WorkQueue};
 use crate::{finalizer, time};
 use health::Damper;
 
@@ -38,6 +37,9 @@ struct ClusterCtx {
     dampers: Mutex<HashMap<String, Damper>>,
     namespaces: Mutex<HashSet<String>>,
 }
+
+/// How many objects are reconciled at once (a probe of an unreachable member waits out its timeout, holding one; as many as a fleet probes at once).
+const WORKERS: usize = 128;
 
 pub async fn run(
     ctx: Ctx,
@@ -51,17 +53,17 @@ pub async fn run(
         dampers: Mutex::default(),
         namespaces: Mutex::default(),
     });
-    Controller::for_stream(changes, clusters)
-        .run(
-            reconcile,
-            |c, e, x: Arc<ClusterCtx>| retry(c, e, x.shared.clone()),
-            cctx,
-        )
-        .for_each(|_| async {})
-        .await;
+    let queue = WorkQueue::named(cctx.shared.metrics.queue("cluster-controller"));
+    tokio::join!(
+        queue::feed(queue.clone(), queue::keys_of(changes)),
+        queue::reconcile_stored(queue, clusters, WORKERS, move |c| reconcile(
+            c,
+            cctx.clone()
+        )),
+    );
 }
 
-async fn reconcile(cluster: Arc<Cluster>, cctx: Arc<ClusterCtx>) -> Result<Action, Error> {
+async fn reconcile(cluster: Arc<Cluster>, cctx: Arc<ClusterCtx>) -> Result<Next, Error> {
     let ctx = &cctx.shared;
     let name = cluster.name_any();
     let api: Api<Cluster> = Api::all(ctx.hub.clone());
@@ -69,14 +71,14 @@ async fn reconcile(cluster: Arc<Cluster>, cctx: Arc<ClusterCtx>) -> Result<Actio
         return finalize(&cctx, &cluster).await;
     }
     if finalizer::add(&api, &*cluster, finalizers::CLUSTER).await? {
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     ensure_execution_namespace(&cctx, &name).await?;
     if cluster.spec.sync_mode == sync_mode::PULL {
         return monitor_lease(ctx, &api, &cluster).await;
     }
     if cluster.spec.sync_mode != sync_mode::PUSH {
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     let interval = ctx.options.cluster_status_interval;
     // Our own status writes come back as events: do not probe again
@@ -90,7 +92,7 @@ async fn reconcile(cluster: Arc<Cluster>, cctx: Arc<ClusterCtx>) -> Result<Actio
     if let Some(since) = since
         && since < interval / 2
     {
-        return Ok(Action::requeue(interval - since));
+        return Ok(Some(interval - since));
     }
     let (health, observation) = match ctx.members.get(&cluster).await {
         Ok(member) => match probe::health(&member.client).await {
@@ -124,7 +126,7 @@ async fn reconcile(cluster: Arc<Cluster>, cctx: Arc<ClusterCtx>) -> Result<Actio
             .await?;
     }
     set_taints(&api, &cluster, (!ready).then_some(NOT_READY_TAINT)).await?;
-    Ok(Action::requeue(interval))
+    Ok(Some(interval))
 }
 
 /// A cluster's status after a probe: what the probe saw (what it could
@@ -174,7 +176,7 @@ pub fn next_status(
 /// grace period (counted from the cluster's creation before the first
 /// renewal), the cluster turns Ready=Unknown with the unreachable taint,
 /// as Karmada's cluster controller does.
-async fn monitor_lease(ctx: &Ctx, api: &Api<Cluster>, cluster: &Cluster) -> Result<Action, Error> {
+async fn monitor_lease(ctx: &Ctx, api: &Api<Cluster>, cluster: &Cluster) -> Result<Next, Error> {
     let name = cluster.name_any();
     let grace = ctx.options.cluster_monitor_grace_period;
     let leases: Api<Lease> = Api::namespaced(ctx.hub.clone(), CLUSTER_NAMESPACE);
@@ -204,7 +206,7 @@ async fn monitor_lease(ctx: &Ctx, api: &Api<Cluster>, cluster: &Cluster) -> Resu
         let patch = json!({"status": {"conditions": status.conditions}});
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
-        return Ok(Action::requeue(Duration::from_millis(200)));
+        return Ok(Some(Duration::from_millis(200)));
     }
     let taint = match ready {
         Some("True") => None,
@@ -214,7 +216,7 @@ async fn monitor_lease(ctx: &Ctx, api: &Api<Cluster>, cluster: &Cluster) -> Resu
     set_taints(api, cluster, taint).await?;
     // Looked at again when the lease would lapse, or sooner.
     let wait = time::until(now, deadline);
-    Ok(Action::requeue(wait.clamp(
+    Ok(Some(wait.clamp(
         Duration::from_millis(200),
         grace.max(Duration::from_secs(1)),
     )))
@@ -279,7 +281,7 @@ async fn ensure_execution_namespace(cctx: &ClusterCtx, cluster: &str) -> Result<
 /// Leaving: the cluster's Works go first (their finalizers remove the
 /// members' copies), then its execution namespace and the credentials
 /// `flotilla join` stored.
-async fn finalize(cctx: &ClusterCtx, cluster: &Cluster) -> Result<Action, Error> {
+async fn finalize(cctx: &ClusterCtx, cluster: &Cluster) -> Result<Next, Error> {
     let ctx = &cctx.shared;
     let name = cluster.name_any();
     if !cluster
@@ -287,7 +289,7 @@ async fn finalize(cctx: &ClusterCtx, cluster: &Cluster) -> Result<Action, Error>
         .iter()
         .any(|f| f == finalizers::CLUSTER)
     {
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     let ns = Cluster::execution_namespace(&name);
     let works: Vec<Arc<Work>> = ctx.works.in_namespace(&ns);
@@ -303,7 +305,7 @@ async fn finalize(cctx: &ClusterCtx, cluster: &Cluster) -> Result<Action, Error>
                 Err(e) => return Err(e.into()),
             }
         }
-        return Ok(Action::requeue(Duration::from_millis(500)));
+        return Ok(Some(Duration::from_millis(500)));
     }
     match Api::<Namespace>::all(ctx.hub.clone())
         .delete(&ns, &DeleteParams::default())
@@ -335,5 +337,5 @@ async fn finalize(cctx: &ClusterCtx, cluster: &Cluster) -> Result<Action, Error>
     ctx.members.forget(&name);
     cctx.dampers.lock().remove(&name);
     info!(cluster = %name, "cluster removed");
-    Ok(Action::await_change())
+    Ok(None)
 }

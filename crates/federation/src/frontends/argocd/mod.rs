@@ -144,7 +144,12 @@ pub async fn run(ctx: Ctx) {
             Watched::any(ApiResource::erase::<Work>(&())).labelled(api::APP_NAME_LABEL),
         ],
     );
-    passes::run("argocd", changes, PERIOD, || sync_all(&ctx)).await;
+    let metrics = ctx.metrics.queue("argocd");
+    passes::run(metrics, changes, PERIOD, move || {
+        let ctx = ctx.clone();
+        async move { sync_all(&ctx).await }
+    })
+    .await;
 }
 
 async fn sync_all(ctx: &Ctx) -> kube::Result<()> {

@@ -30,6 +30,7 @@ use super::translate::{self, BadOverride, CHECK_CLUSTERS, Placement};
 use crate::api::{
     Binding, Cluster, POLICY_GROUP, Scope, WORK_GROUP, annotations, binding_resource,
 };
+use crate::metrics::QueueMetrics;
 use crate::names::binding_name;
 use crate::passes::{self, Watched};
 
@@ -113,14 +114,16 @@ pub async fn ensure_type_configs(hub: &Client) -> kube::Result<()> {
     Ok(())
 }
 
-pub async fn run(hub: Client, clusters: Store<Cluster>) {
+pub async fn run(hub: Client, clusters: Store<Cluster>, metrics: QueueMetrics) {
     while let Err(error) = ensure_type_configs(&hub).await {
         warn!(%error, "KubeFed type configs not written; retrying");
         tokio::time::sleep(RETRY).await;
     }
     info!("KubeFed front end running");
-    passes::run("kubefed", changes(&hub), RESYNC, || {
-        sync_all(&hub, &clusters)
+    let changes = changes(&hub);
+    passes::run(metrics, changes, RESYNC, move || {
+        let (hub, clusters) = (hub.clone(), clusters.clone());
+        async move { sync_all(&hub, &clusters).await }
     })
     .await;
 }

@@ -54,6 +54,7 @@ impl Frontend for KubeFed {
         vec![Box::pin(controller::run(
             ctx.hub.clone(),
             ctx.clusters.clone(),
+            ctx.metrics.queue("kubefed"),
         ))]
     }
 

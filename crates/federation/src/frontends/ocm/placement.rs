@@ -615,8 +615,10 @@ pub async fn run(
             Watched::any(ApiResource::erase::<ManagedClusterSetBinding>(&())),
         ],
     );
-    passes::run("ocm-placement", changes, RESYNC, || {
-        sync(&ctx, &sets, &bindings)
+    let metrics = ctx.metrics.queue("ocm-placement");
+    passes::run(metrics, changes, RESYNC, move || {
+        let (ctx, sets, bindings) = (ctx.clone(), sets.clone(), bindings.clone());
+        async move { sync(&ctx, &sets, &bindings).await }
     })
     .await;
 }

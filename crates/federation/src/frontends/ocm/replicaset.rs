@@ -291,7 +291,12 @@ pub async fn run(ctx: Ctx) {
             Watched::any(manifest_work_resource()).labelled(REPLICASET_LABEL),
         ],
     );
-    passes::run("ocm-manifestworkreplicaset", changes, RESYNC, || sync(&ctx)).await;
+    let metrics = ctx.metrics.queue("ocm-manifestworkreplicaset");
+    passes::run(metrics, changes, RESYNC, move || {
+        let ctx = ctx.clone();
+        async move { sync(&ctx).await }
+    })
+    .await;
 }
 
 async fn sync(ctx: &Ctx) -> kube::Result<()> {

@@ -750,11 +750,12 @@ pub async fn run(ctx: Ctx) {
     );
     // The cluster namespaces known to exist: looked up once each.
     let namespaces = Arc::new(Mutex::new(HashSet::new()));
-    passes::run("ocm-work", changes, RESYNC, || {
-        let (ctx, namespaces) = (&ctx, namespaces.clone());
+    let metrics = ctx.metrics.queue("ocm-work");
+    passes::run(metrics, changes, RESYNC, move || {
+        let (ctx, namespaces) = (ctx.clone(), namespaces.clone());
         async move {
             let mut known = namespaces.lock().clone();
-            let result = sync(ctx, &mut known).await;
+            let result = sync(&ctx, &mut known).await;
             *namespaces.lock() = known;
             result
         }
