@@ -214,6 +214,8 @@ pub(crate) enum Message {
     Line(Vec<u8>),
     /// Answered once every line before it is written and flushed.
     Flush(oneshot::Sender<()>),
+    /// The same, for a thread that cannot await (the panic hook).
+    FlushBlocking(std::sync::mpsc::Sender<()>),
 }
 
 /// The queue in front of the writer thread.
@@ -254,6 +256,10 @@ impl Writer {
                             let _ = sink.flush();
                             let _ = done.send(());
                         }
+                        Message::FlushBlocking(done) => {
+                            let _ = sink.flush();
+                            let _ = done.send(());
+                        }
                     }
                     // Written out as soon as nothing more waits.
                     if rx.is_empty() {
@@ -286,6 +292,16 @@ impl Writer {
                     );
                 }
             }
+        }
+    }
+
+    /// Blocks the thread until every event queued so far is written and
+    /// flushed, or `limit` has passed: the panic hook's, before the
+    /// process aborts.
+    pub fn flush_blocking(&self, limit: std::time::Duration) {
+        let (done, wait) = std::sync::mpsc::channel();
+        if self.tx.try_send(Message::FlushBlocking(done)).is_ok() {
+            let _ = wait.recv_timeout(limit);
         }
     }
 

@@ -32,7 +32,6 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
-use futures::FutureExt;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -122,6 +121,7 @@ impl Auditor {
 
     /// An auditor writing to `sink`.
     pub fn with_sink(policy: Policy, sink: Sink) -> std::io::Result<Arc<Auditor>> {
+        record_panics();
         Ok(Arc::new(Auditor {
             policy,
             writer: backend::Writer::start(sink, backend::QUEUE)?,
@@ -171,6 +171,34 @@ pub fn load_policy(path: &std::path::Path) -> Result<Policy, AuditError> {
 
 tokio::task_local! {
     static CURRENT: Arc<Record>;
+}
+
+/// How long the panic hook waits for the `Panic` stage to be written.
+const PANIC_FLUSH: Duration = Duration::from_secs(1);
+
+/// Makes a panic in a request's handler write that request's `Panic`
+/// stage (a 500 `APIServer panic'd: <message>`), as upstream's panic
+/// recovery does. From the panic hook, not by catching the unwind: the
+/// release binary aborts on a panic (`panic = "abort"`, which takes a
+/// third off its size, docs/benchmarks.md "Build"), so this is the one
+/// moment the request is still in reach; a build that unwinds (the
+/// tests') goes on panicking as before. Installed once, before the
+/// hook that was there (the default prints the message) runs.
+pub fn record_panics() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let payload = info.payload();
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            let _ = CURRENT.try_with(|record| record.panicked(&what));
+            previous(info);
+        }));
+    });
 }
 
 /// One request's audit record.
@@ -464,13 +492,13 @@ impl Record {
         Ok(Response::from_parts(parts, Body::from(bytes)))
     }
 
-    fn panicked(&self, panic: &(dyn std::any::Any + Send)) {
-        let what = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
-        let st = self.state.lock();
+    /// Writes the `Panic` stage, and waits (a second at most) for it to
+    /// be written out: the process aborts next.
+    fn panicked(&self, what: &str) {
+        // Not if the panic came while the record was held.
+        let Some(st) = self.state.try_lock() else {
+            return;
+        };
         let eval = self.evaluate(&st);
         if eval.level == Level::None {
             return;
@@ -484,6 +512,8 @@ impl Record {
         });
         self.emit(&st, &eval, Stage::RequestReceived, None);
         self.emit(&st, &eval, Stage::Panic, Some(&status));
+        drop(st);
+        self.auditor.writer.flush_blocking(PANIC_FLUSH);
     }
 
     /// Writes the events of a request answered with `response`.
@@ -686,8 +716,9 @@ impl Audited {
         &self.id
     }
 
-    /// Runs `route` with the record in reach of its notes; writes the
-    /// `Panic` stage if it panics (and goes on panicking).
+    /// Runs `route` with the record in reach of its notes (and of the
+    /// panic hook, [`record_panics`], which writes the `Panic` stage if
+    /// it panics).
     pub(crate) async fn route(
         &self,
         route: impl Future<Output = ApiResult<Response>>,
@@ -695,22 +726,12 @@ impl Audited {
         let Some(record) = &self.record else {
             return route.await;
         };
-        let outcome = CURRENT
-            .scope(
-                record.clone(),
-                std::panic::AssertUnwindSafe(route).catch_unwind(),
-            )
-            .await;
-        match outcome {
-            Err(panic) => {
-                record.panicked(panic.as_ref());
-                std::panic::resume_unwind(panic)
-            }
-            Ok(Err(error)) => {
+        match CURRENT.scope(record.clone(), route).await {
+            Err(error) => {
                 record.failed(&error);
                 Err(error)
             }
-            Ok(Ok(response)) => record.capture(response).await,
+            Ok(response) => record.capture(response).await,
         }
     }
 
@@ -873,8 +894,11 @@ mod tests {
         panic!("boom")
     }
 
+    /// The panic hook writes the stage; the test build unwinds, so the
+    /// panic goes on to the caller (the release binary aborts instead).
     #[tokio::test]
     async fn a_panic_is_recorded_and_goes_on() {
+        use futures::FutureExt;
         let (auditor, memory) = auditor(EVERYTHING);
         let req = request(Method::GET, "/api/v1/namespaces/a/configmaps/x");
         let audited = Audited::begin(Some(&auditor), &req);
