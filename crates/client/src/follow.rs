@@ -3,35 +3,13 @@
 //! event, for controllers that react to what changed.
 
 use futures::StreamExt;
+use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
-use kube::{Api, Resource};
 use tokio::task::JoinHandle;
 
-/// A kind a reflector can follow: what kube-runtime's watcher and store
-/// need of it.
-pub trait Followable:
-    Resource<DynamicType = ()>
-    + Clone
-    + std::fmt::Debug
-    + serde::de::DeserializeOwned
-    + Send
-    + Sync
-    + 'static
-{
-}
-
-impl<K> Followable for K where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static
-{
-}
+pub use flotilla_core::followable::Followable;
 
 /// Follows `api` into a store, calling `on_event` with each watch event
 /// once the store has it (the relist's own events included, so a caller

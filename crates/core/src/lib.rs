@@ -1,10 +1,12 @@
 //! Types and pure logic that more than one Flotilla crate reads. Nothing
 //! here does I/O or needs a runtime: quantities, label and field
-//! selectors, cron schedules, Kubernetes' name rules, CRD manifests and
-//! the Multi-Cluster Services API's types.
+//! selectors, cron schedules, Kubernetes' name rules, CRD manifests,
+//! the Multi-Cluster Services API's types, and the bound of a kind a
+//! reflector follows.
 #![forbid(unsafe_code)]
 
 pub mod crd;
+pub mod followable;
 pub mod mcs;
 pub mod quantity;
 pub mod schedule;

@@ -8,11 +8,13 @@
 use std::time::Duration;
 
 use futures::StreamExt;
+use kube::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::utils::Backoff;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Resource};
 use tracing::{debug, info};
+
+use flotilla_core::followable::Followable;
 
 /// Retries from half a second up to every 5 s: a CRD installed later is
 /// picked up quickly, and a missing one costs one cheap list per 5 s.
@@ -59,13 +61,7 @@ pub fn follow_optional<K>(
     changed: impl Fn() + Send + 'static,
 ) -> Store<K>
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Followable,
 {
     let (store, mut writer) = reflector::store();
     let kind = K::kind(&()).into_owned();

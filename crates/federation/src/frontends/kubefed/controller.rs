@@ -231,12 +231,12 @@ async fn sync_all(hub: &Client, clusters: &Store<Cluster>) -> kube::Result<()> {
 }
 
 /// Makes the template, and the binding made from it once there is one,
-/// owners of a generated policy too, so that the policy outlives both:
+/// owners of a generated policy too (besides the federated object), so that the policy outlives both:
 /// were the OverridePolicy collected while the binding still rendered
 /// Works, the members' copies would be rewritten without their overrides
 /// on their way out (or, orphaned, would stay so). The binding goes only
 /// once its Works have.
-fn owned_by_template(
+fn also_owned_by(
     mut policy: Value,
     template: &Value,
     uid: Option<String>,
@@ -354,7 +354,7 @@ async fn reconcile(
     }
     let uid = apply(hub, &target_resource(target), template.clone()).await?;
     let pp = translate::propagation_policy(fed, target, &placement);
-    let pp = owned_by_template(pp, &template, uid.clone(), binding.as_ref());
+    let pp = also_owned_by(pp, &template, uid.clone(), binding.as_ref());
     apply(
         hub,
         &policy_resource("PropagationPolicy", "propagationpolicies"),
@@ -362,7 +362,7 @@ async fn reconcile(
     )
     .await?;
     let (op, bad) = translate::override_policy(fed, target, &template);
-    let op = owned_by_template(op, &template, uid, binding.as_ref());
+    let op = also_owned_by(op, &template, uid, binding.as_ref());
     apply(
         hub,
         &policy_resource("OverridePolicy", "overridepolicies"),
@@ -473,22 +473,19 @@ mod tests {
         let policy = json!({"metadata": {"ownerReferences": [{"uid": "fed"}]}});
         let template =
             json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}});
-        let owned = owned_by_template(policy.clone(), &template, Some("t-1".into()), None);
+        let owned = also_owned_by(policy.clone(), &template, Some("t-1".into()), None);
         assert_eq!(
             owned["metadata"]["ownerReferences"],
             json!([{"uid": "fed"}, {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "t-1"}])
         );
-        assert_eq!(
-            owned_by_template(policy.clone(), &template, None, None),
-            policy
-        );
+        assert_eq!(also_owned_by(policy.clone(), &template, None, None), policy);
         let mut binding = Binding::new(
             "web-deployment",
             &binding_resource(Scope::Namespaced),
             Default::default(),
         );
         binding.metadata.uid = Some("b-1".into());
-        let owned = owned_by_template(policy, &template, Some("t-1".into()), Some(&binding));
+        let owned = also_owned_by(policy, &template, Some("t-1".into()), Some(&binding));
         assert_eq!(
             owned["metadata"]["ownerReferences"][2],
             json!({"apiVersion": "work.karmada.io/v1alpha2", "kind": "ResourceBinding", "name": "web-deployment", "uid": "b-1"})
