@@ -514,8 +514,13 @@ fn non_resource(
     }
 }
 
+/// Every request, in the order of upstream's handler chain:
+/// authentication (with impersonation and its audit), the answers by
+/// path (health, the cluster proxy, discovery, OpenAPI) authorized by
+/// path, then a resource request resolved against the registry, its body
+/// read, authorized and dispatched.
 async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
-    let (mut parts, body) = req.into_parts();
+    let (parts, body) = req.into_parts();
     let path = parts.uri.path().trim_end_matches('/').to_string();
     let query = Query::parse(parts.uri.query());
     let segments: Vec<String> = path
@@ -559,7 +564,28 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         return answer;
     }
 
-    let (group, version, rest) = match segs.as_slice() {
+    let target = resolve(&api, &segs, &parts.method, query.flag("watch"))?;
+    let body = read_body(&parts.method, body).await?;
+    if let Some(user) = &user {
+        authorize(&api, user, &target, &query, &body)?;
+    }
+    serve_resource(api, target, parts, query, user, body).await
+}
+
+/// A resource request resolved against the registry.
+struct Target {
+    resource: Arc<crate::resources::ResourceInfo>,
+    path: request::ResourcePath,
+    verb: crate::authz::Verb,
+    /// Which part of the server answers a kind's own subresource.
+    served_by: Option<ServedBy>,
+}
+
+/// Resolves `/api/...` or `/apis/...` to a served resource (404 for any
+/// other), records it in the audit event and the request's span, and
+/// finds which part of the server answers its subresource.
+fn resolve(api: &ApiServer, segs: &[&str], method: &Method, watch: bool) -> ApiResult<Target> {
+    let (group, version, rest) = match segs {
         ["api", version, rest @ ..] => ("", *version, rest),
         ["apis", group, version, rest @ ..] => (*group, *version, rest),
         _ => return Err(ApiError::path_not_found()),
@@ -574,8 +600,8 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
             .is_some_and(|r| r.namespaced)
     })
     .ok_or_else(ApiError::path_not_found)?;
-    crate::audit::resource_request(&parts.method, query.flag("watch"), &rp);
-    let verb = request_verb(&parts.method, &rp, query.flag("watch"));
+    crate::audit::resource_request(method, watch, &rp);
+    let verb = request_verb(method, &rp, watch);
     let span = tracing::Span::current();
     span.record("verb", tracing::field::display(verb.as_str()));
     span.record(
@@ -606,13 +632,13 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
     match rp.subresource.as_deref() {
         None => {}
         Some("status") if resource.status_subresource => {}
-        Some("finalize") if resource.is_namespace() && parts.method == Method::PUT => {}
+        Some("finalize") if resource.is_namespace() && method == Method::PUT => {}
         Some("scale") if resource.scale.is_some() => {}
         Some(sub) => {
             let own = crate::kinds::strategy(&resource)
                 .subresources()
                 .iter()
-                .find(|s| s.name == sub && s.methods.allow(&parts.method))
+                .find(|s| s.name == sub && s.methods.allow(method))
                 .ok_or_else(ApiError::path_not_found)?;
             if own.served_by == ServedBy::Kubelet && api.kubelet.get().is_none() {
                 // No kubelet runs containers behind this API: say so plainly.
@@ -626,39 +652,75 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
         }
     }
 
-    let body = if matches!(
-        parts.method,
+    Ok(Target {
+        resource,
+        path: rp,
+        verb,
+        served_by,
+    })
+}
+
+/// A write's body (recorded in the audit event); reads have none.
+async fn read_body(method: &Method, body: Body) -> ApiResult<Vec<u8>> {
+    if matches!(
+        *method,
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE
     ) {
         let bytes = request::read_body(body).await?;
         crate::audit::request_body(&bytes);
-        bytes.to_vec()
+        Ok(bytes.to_vec())
     } else {
-        drop(body);
-        Vec::new()
-    };
-
-    if let Some(user) = &user {
-        api.check(
-            user,
-            &crate::authz::Attributes {
-                verb,
-                group: &resource.group,
-                resource: &resource.plural,
-                subresource: rp.subresource.as_deref(),
-                // A namespace's own path is in that namespace, as upstream's
-                // request info has it: a namespace admin may read it.
-                namespace: if resource.is_namespace() {
-                    rp.name.as_deref()
-                } else {
-                    rp.namespace.as_deref()
-                },
-                path_name: rp.name.as_deref(),
-                field_selector: query.get("fieldSelector"),
-                body: &body,
-            },
-        )?;
+        Ok(Vec::new())
     }
+}
+
+/// The authorization filter for a resource request.
+fn authorize(
+    api: &ApiServer,
+    user: &crate::user::User,
+    target: &Target,
+    query: &Query,
+    body: &[u8],
+) -> ApiResult<()> {
+    let (resource, rp) = (&target.resource, &target.path);
+    api.check(
+        user,
+        &crate::authz::Attributes {
+            verb: target.verb.clone(),
+            group: &resource.group,
+            resource: &resource.plural,
+            subresource: rp.subresource.as_deref(),
+            // A namespace's own path is in that namespace, as upstream's
+            // request info has it: a namespace admin may read it.
+            namespace: if resource.is_namespace() {
+                rp.name.as_deref()
+            } else {
+                rp.namespace.as_deref()
+            },
+            path_name: rp.name.as_deref(),
+            field_selector: query.get("fieldSelector"),
+            body,
+        },
+    )
+}
+
+/// Hands a resolved, authorized request to what serves it: a computed
+/// resource, the kubelet's connect subresources, a kind's own
+/// subresource, or the generic handlers.
+async fn serve_resource(
+    api: Arc<ApiServer>,
+    target: Target,
+    mut parts: http::request::Parts,
+    query: Query,
+    user: Option<crate::user::User>,
+    body: Vec<u8>,
+) -> ApiResult<Response> {
+    let Target {
+        resource,
+        path: rp,
+        served_by,
+        ..
+    } = target;
     let connect = match (served_by, api.kubelet.get()) {
         (Some(ServedBy::Kubelet), Some(k)) => Some(k.clone()),
         _ => None,

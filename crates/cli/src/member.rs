@@ -655,7 +655,14 @@ async fn start_member(
                     .context("cannot find this binary, which pods' containers run through")?,
                 shape: sim.clone(),
                 dns_ip: dns_ip(args.service_cidr),
-                client: clients.kubelet.clone(),
+                pods: Arc::new(flotilla_member::kubelet::config::ApiPodConfig::new(
+                    clients.kubelet.clone(),
+                )),
+                recorder: flotilla_member::events::EventRecorder::new(
+                    clients.kubelet.clone(),
+                    "kubelet",
+                    &sim.cluster_name,
+                ),
             };
             let netns = NetnsRuntime::start(config, events)
                 .await

@@ -6,6 +6,7 @@
 //! Readiness follows the node's health and the injected faults.
 
 pub mod addressing;
+pub mod config;
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;

@@ -10,6 +10,7 @@
 //! Two runtimes: `sim` (no processes; timers and annotations) and
 //! `netns` (real processes in Linux network namespaces).
 
+pub mod config;
 pub mod netns;
 pub mod sim;
 

@@ -11,12 +11,13 @@ use std::time::{Duration, Instant};
 use kube::ResourceExt;
 use tracing::warn;
 
-use super::spec::{self, ConfigError, PodIdentity, Resolver};
+use super::spec;
 use super::{
     BACKOFF_MAX, CONFIG_RETRY, ContainerSlot, NetnsRuntime, PodSandbox, cgroup_id, log_path,
     probes, process, sandbox_error, shim, write_private,
 };
 use crate::podutil;
+use crate::runtime::config::{ConfigError, PodIdentity};
 use crate::runtime::{ContainerRun, ContainerState, PodPhase, PodRun};
 use flotilla_host as host;
 
@@ -49,8 +50,6 @@ impl PodSandbox {
 impl NetnsRuntime {
     /// Starts one container of `sb`, or records why not.
     async fn launch(&self, sb: &mut PodSandbox, key: &str, group: Group, index: usize) {
-        let namespace = sb.pod.namespace().unwrap_or_default();
-        let resolver = Resolver::new(self.config.client.clone(), &namespace);
         let host_ip = self
             .config
             .shape
@@ -67,7 +66,12 @@ impl NetnsRuntime {
         };
         let prepared = async {
             if sb.volumes.is_none() {
-                sb.volumes = Some(spec::volumes(&resolver, &id, &sb.dir.join("volumes")).await?);
+                sb.volumes = Some(
+                    self.config
+                        .pods
+                        .volumes(&id, &sb.dir.join("volumes"))
+                        .await?,
+                );
             }
             // The field itself, not `group()`: `sb.volumes` is written above.
             let slots = match group {
@@ -76,7 +80,7 @@ impl NetnsRuntime {
                 Group::Ephemeral => &sb.ephemeral,
             };
             let c = &slots[index].spec;
-            let env = spec::environment(&resolver, c, &id).await?;
+            let env = self.config.pods.environment(c, &id).await?;
             let root = sb.dir.join("rootfs").join(&c.name);
             let tmp = sb.dir.join("tmp").join(&c.name);
             for d in [&root, &tmp] {

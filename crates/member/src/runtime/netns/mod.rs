@@ -1,7 +1,8 @@
 //! The netns runtime: pods are Linux network namespaces on the member's
 //! own bridged network (`network`), their containers host processes
 //! started by a shim (`shim`) in a private mount namespace with the pod's
-//! volumes, environment and user (`spec`), logged and stopped as a
+//! volumes, environment and user (`spec`, from what the kubelet resolved:
+//! the runtime holds no API client), logged and stopped as a
 //! kubelet does (`process`). A container without a command runs the
 //! stand-in workload (`standin`).
 //!
@@ -30,15 +31,15 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use flotilla_host as host;
 use k8s_openapi::api::core::v1::{Container, Pod as FullPod};
-use kube::{Api, Client, ResourceExt};
+use kube::ResourceExt;
 use tracing::{info, warn};
 
 use super::{ContainerRun, ContainerState, Events, PodPhase, PodRun, Runtime, Sandbox};
 use crate::config::SimConfig;
 use crate::pod::Pod;
+use crate::runtime::config::{ConfigError, PodConfig};
 use network::{MemberNetwork, NodeNetwork};
 use process::Process;
-use spec::ConfigError;
 
 /// What the netns runtime is given.
 pub struct NetnsConfig {
@@ -49,8 +50,10 @@ pub struct NetnsConfig {
     pub shape: SimConfig,
     /// The cluster DNS address written into pods' resolv.conf.
     pub dns_ip: Ipv4Addr,
-    /// Reads pods, ConfigMaps and Secrets, and requests tokens.
-    pub client: Client,
+    /// The pod in full and its references resolved: the kubelet's.
+    pub pods: Arc<dyn PodConfig>,
+    /// Records the kubelet's events about pods (Created, Started, ...).
+    pub recorder: crate::events::EventRecorder,
 }
 
 /// Upstream's CrashLoopBackOff: 10 s doubling to 5 min.
@@ -164,11 +167,7 @@ impl NetnsRuntime {
             prefix = %network.prefix,
             "the netns runtime runs pod commands as host processes: a test bed, not a container runtime"
         );
-        let recorder = crate::events::EventRecorder::new(
-            config.client.clone(),
-            "kubelet",
-            &config.shape.cluster_name,
-        );
+        let recorder = config.recorder.clone();
         Ok(Arc::new(NetnsRuntime {
             config,
             network,
@@ -195,12 +194,11 @@ impl NetnsRuntime {
     }
 
     async fn create(&self, pod: &Pod, sandbox: &Sandbox) -> Result<PodSandbox, ConfigError> {
-        let namespace = pod.namespace().unwrap_or_default();
-        let api: Api<FullPod> = Api::namespaced(self.config.client.clone(), &namespace);
-        let full = api
-            .get(&pod.name_any())
-            .await
-            .map_err(|e| sandbox_error(format!("cannot read the pod: {e}")))?;
+        let full = self
+            .config
+            .pods
+            .pod(&pod.namespace().unwrap_or_default(), &pod.name_any())
+            .await?;
         let node = self
             .network
             .node(&sandbox.node)
@@ -267,11 +265,12 @@ impl NetnsRuntime {
         if !added || sb.done {
             return;
         }
-        let api: Api<FullPod> = Api::namespaced(
-            self.config.client.clone(),
-            &pod.namespace().unwrap_or_default(),
-        );
-        let full = match api.get(&pod.name_any()).await {
+        let read = self
+            .config
+            .pods
+            .pod(&pod.namespace().unwrap_or_default(), &pod.name_any())
+            .await;
+        let full = match read {
             Ok(full) if full.uid() == Some(sb.uid.clone()) => full,
             // Gone, or another pod of its name: its own sync sees to it.
             Ok(_) => return,
