@@ -12,6 +12,8 @@ use clap::Subcommand;
 use flotilla_apiserver::Config;
 use flotilla_apiserver::allocation::ServiceNetwork;
 use flotilla_apiserver::loopback;
+use flotilla_member::admin::client::AdminClient;
+use flotilla_member::roster::{NodeSpec, Roster};
 use flotilla_member::runtime::netns::{NetnsConfig, NetnsRuntime};
 use flotilla_member::runtime::{Events, Runtime, RuntimeHandle};
 use flotilla_member::{Clients, Faults, SimConfig, Simulator, admin, front_door};
@@ -36,6 +38,9 @@ pub struct Args {
 enum MemberCommand {
     /// Inject or clear faults in a running member (for tests of failover).
     Fault(FaultArgs),
+    /// Add, remove or list the nodes of a running simulated member (as
+    /// machines join a cluster and leave it).
+    Node(NodeArgs),
 }
 
 #[derive(clap::Args)]
@@ -169,6 +174,39 @@ struct FaultArgs {
     fault: Fault,
 }
 
+#[derive(clap::Args)]
+struct NodeArgs {
+    /// The data directory of the running member.
+    #[arg(long)]
+    data_dir: PathBuf,
+    #[command(subcommand)]
+    action: NodeAction,
+}
+
+#[derive(Subcommand)]
+enum NodeAction {
+    /// A node joins (or an existing one takes these labels and versions).
+    Add {
+        name: String,
+        /// Node labels, k=v,...
+        #[arg(long = "labels", value_delimiter = ',')]
+        labels: Vec<String>,
+        /// Taints it registers with, key[=value]:Effect (repeatable).
+        #[arg(long = "taint")]
+        taints: Vec<String>,
+        /// spec.providerID [default: the member's own form]
+        #[arg(long)]
+        provider_id: Option<String>,
+        /// The kubelet version it reports [default: the server's]
+        #[arg(long)]
+        kubelet_version: Option<String>,
+    },
+    /// The node leaves: its Node and the pods bound to it are deleted.
+    Remove { name: String },
+    /// The member's nodes, as JSON.
+    List,
+}
+
 #[derive(Subcommand)]
 enum Fault {
     /// Make the member's API unreachable; its state is kept.
@@ -246,6 +284,7 @@ enum Mode {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         Some(MemberCommand::Fault(f)) => fault(f).await,
+        Some(MemberCommand::Node(n)) => node(n).await,
         None => serve(args.run).await,
     }
 }
@@ -717,9 +756,24 @@ async fn start_member(
     } else {
         None
     };
-    let simulator = Simulator::start(clients, sim.clone(), faults.clone(), runtime)
-        .await
-        .context("cannot start the simulated nodes and controllers")?;
+    // A simulated member's nodes may join and leave while it runs (an
+    // infrastructure provider's machines); a netns member's node network
+    // is built at start.
+    let roster = Arc::new(match args.runtime {
+        RuntimeKind::Sim => Roster::load(&sim, Some(data_dir.join(NODES_FILE))),
+        RuntimeKind::Netns => {
+            Roster::load(&sim, None).fixed("a netns member's node network is built at its start")
+        }
+    });
+    let simulator = Simulator::start(
+        clients,
+        sim.clone(),
+        roster.clone(),
+        faults.clone(),
+        runtime,
+    )
+    .await
+    .context("cannot start the simulated nodes and controllers")?;
     // metrics.k8s.io, as metrics-server would add it to a real cluster.
     p.api.set_resource_metrics(simulator.metrics.clone());
 
@@ -732,7 +786,7 @@ async fn start_member(
             )
         })?;
     let admin_addr = admin_listener.local_addr()?;
-    let admin_router = admin::router(faults.clone(), sim, &p.admin_token);
+    let admin_router = admin::router(faults.clone(), sim, roster, &p.admin_token);
     let admin_task = tokio::spawn(
         async move {
             let _ = axum::serve(admin_listener, admin_router).await;
@@ -833,26 +887,17 @@ fn dns_ip(service_cidr: ipnet::Ipv4Net) -> std::net::Ipv4Addr {
 }
 
 /// Where a running member says its admin endpoint listens.
-const ADMIN_ADDRESS: &str = "admin-address";
+const ADMIN_ADDRESS: &str = flotilla_member::admin::client::ADDRESS_FILE;
+/// The nodes a simulated member runs, once they have changed since it
+/// first started (`flotilla_member::roster`).
+const NODES_FILE: &str = "nodes.json";
 
 fn write_plain(path: &Path, contents: &str) -> anyhow::Result<()> {
     std::fs::write(path, contents).with_context(|| format!("cannot write {}", path.display()))
 }
 
 async fn fault(args: FaultArgs) -> anyhow::Result<()> {
-    let read = |file: &str| {
-        std::fs::read_to_string(args.data_dir.join(file))
-            .map(|s| s.trim().to_string())
-            .with_context(|| {
-                format!(
-                    "cannot read {} (is a member running with --data-dir {}?)",
-                    args.data_dir.join(file).display(),
-                    args.data_dir.display()
-                )
-            })
-    };
-    let addr = read(ADMIN_ADDRESS)?;
-    let token = read("admin-token")?;
+    let admin = AdminClient::from_data_dir(&args.data_dir)?;
     let (method, path, body) = match &args.fault {
         Fault::Unreachable { mode } => {
             let mode = match mode {
@@ -900,48 +945,61 @@ async fn fault(args: FaultArgs) -> anyhow::Result<()> {
         ),
         Fault::List => (http::Method::GET, "/faults".into(), None),
     };
-    let mut req = http::Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"))
-        .header(http::header::AUTHORIZATION, format!("Bearer {token}"));
-    if body.is_some() {
-        req = req.header(http::header::CONTENT_TYPE, "application/json");
-    }
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let response = admin_request(req.body(body)?).await.with_context(|| {
-        format!("cannot reach the member's admin endpoint at {addr} (is the member running?)")
-    })?;
-    let (status, text) = response;
-    if !status.is_success() {
-        let message = serde_json::from_str::<serde_json::Value>(&text)
-            .ok()
-            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(String::from))
-            .unwrap_or(text);
-        bail!("{message}");
-    }
+    println!("{}", admin.request(method, &path, body).await?);
+    Ok(())
+}
+
+async fn node(args: NodeArgs) -> anyhow::Result<()> {
+    let admin = AdminClient::from_data_dir(&args.data_dir)?;
+    let text = match args.action {
+        NodeAction::Add {
+            name,
+            labels,
+            taints,
+            provider_id,
+            kubelet_version,
+        } => {
+            let taints = taints
+                .iter()
+                .map(|t| parse_taint(t))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let spec = NodeSpec {
+                labels: parse_labels(&labels)?,
+                taints,
+                provider_id,
+                kubelet_version,
+            };
+            let body = serde_json::to_value(spec)?;
+            admin
+                .request(http::Method::PUT, &format!("/nodes/{name}"), Some(body))
+                .await?
+        }
+        NodeAction::Remove { name } => {
+            admin
+                .request(http::Method::DELETE, &format!("/nodes/{name}"), None)
+                .await?;
+            format!("node {name} removed")
+        }
+        NodeAction::List => admin.request(http::Method::GET, "/nodes", None).await?,
+    };
     println!("{text}");
     Ok(())
 }
 
-/// One request to the admin endpoint (plain HTTP on loopback).
-async fn admin_request(req: http::Request<String>) -> anyhow::Result<(http::StatusCode, String)> {
-    use http_body_util::BodyExt;
-    let authority = req
-        .uri()
-        .authority()
-        .map(|a| a.to_string())
-        .context("admin address has no host:port")?;
-    let stream = tokio::net::TcpStream::connect(&authority).await?;
-    let io = hyper_util::rt::TokioIo::new(stream);
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await?;
-    tokio::spawn(conn);
-    let (mut parts, body) = req.into_parts();
-    parts.headers.insert(http::header::HOST, authority.parse()?);
-    let req = http::Request::from_parts(parts, http_body_util::Full::new(bytes::Bytes::from(body)));
-    let resp = sender.send_request(req).await?;
-    let status = resp.status();
-    let bytes = resp.into_body().collect().await?.to_bytes();
-    Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+/// `key[=value]:Effect`, as `kubectl taint` writes a taint.
+fn parse_taint(text: &str) -> anyhow::Result<serde_json::Value> {
+    let (kv, effect) = text
+        .rsplit_once(':')
+        .with_context(|| format!("taint {text:?} has no effect: write key[=value]:NoSchedule"))?;
+    if !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+        bail!("taint {text:?}: the effect is NoSchedule, PreferNoSchedule or NoExecute");
+    }
+    let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
+    let mut taint = serde_json::json!({"key": key, "effect": effect});
+    if !value.is_empty() {
+        taint["value"] = value.into();
+    }
+    Ok(taint)
 }
 
 /// The kubeconfig the gateways reach their member with: the token of

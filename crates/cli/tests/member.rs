@@ -738,6 +738,159 @@ async fn nodes_register_heartbeat_and_survive_faults_and_restarts() {
     );
 }
 
+fn node(member: &Server, args: &[&str]) -> std::process::Output {
+    let data = member.data_dir();
+    let mut all = vec![
+        "member",
+        "node",
+        "--data-dir",
+        data.to_str().expect("utf-8 path"),
+    ];
+    all.extend_from_slice(args);
+    flotilla(&all)
+}
+
+/// Machines join a running simulated member as nodes and leave it, as a
+/// kubelet registers with a real cluster: the node keeps the labels,
+/// taints, providerID and version it joined with, runs pods, takes them
+/// along when it leaves, and the member runs the same nodes after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_join_and_leave_a_running_member() {
+    let mut member = Server::member("m9", &["--nodes", "1", "--node-heartbeat", "1s"]);
+    let out = node(
+        &member,
+        &[
+            "add",
+            "worker-a",
+            "--labels",
+            "pool=md-0",
+            "--taint",
+            "dedicated=batch:NoSchedule",
+            "--provider-id",
+            "docker:////worker-a",
+            "--kubelet-version",
+            "v1.33.0",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let client = kube_client(&member.kubeconfig).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let joined = eventually("worker-a to register Ready", || {
+        let nodes = nodes.clone();
+        async move {
+            let n = nodes.get("worker-a").await.ok()?;
+            let ready = n
+                .status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            ready.then_some(n)
+        }
+    })
+    .await;
+    assert_eq!(
+        joined.labels().get("pool").map(String::as_str),
+        Some("md-0")
+    );
+    let spec = joined.spec.clone().expect("spec");
+    assert_eq!(spec.provider_id.as_deref(), Some("docker:////worker-a"));
+    let taints = spec.taints.unwrap_or_default();
+    assert!(
+        taints
+            .iter()
+            .any(|t| t.key == "dedicated" && t.effect == "NoSchedule")
+    );
+    let info = joined.status.and_then(|s| s.node_info).expect("nodeInfo");
+    assert_eq!(info.kubelet_version, "v1.33.0");
+    // Its pod CIDR is its own.
+    let first = nodes.get("m9-node-0").await.expect("m9-node-0");
+    assert_ne!(
+        first.spec.and_then(|s| s.pod_cidr),
+        spec.pod_cidr,
+        "two nodes share a pod CIDR"
+    );
+
+    // A pod bound to it runs there and goes when the node leaves.
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "on-worker"},
+        "spec": {"nodeName": "worker-a", "containers": [{"name": "c", "image": "nginx"}]}
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create pod");
+    eventually("the pod to run on worker-a", || {
+        let pods = pods.clone();
+        async move {
+            let p = pods.get("on-worker").await.ok()?;
+            (p.status?.phase.as_deref() == Some("Running")).then_some(())
+        }
+    })
+    .await;
+    let out = node(&member, &["remove", "worker-a"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eventually("worker-a and its pod to be gone", || {
+        let (nodes, pods) = (nodes.clone(), pods.clone());
+        async move {
+            let node_gone = nodes.get_opt("worker-a").await.ok()?.is_none();
+            let pod_gone = pods.get_opt("on-worker").await.ok()?.is_none();
+            (node_gone && pod_gone).then_some(())
+        }
+    })
+    .await;
+
+    // Bad input is refused with its cause, and changes nothing.
+    let bad = node(&member, &["add", "Not_A_Name"]);
+    assert!(!bad.status.success());
+    assert_has(
+        &String::from_utf8_lossy(&bad.stderr),
+        &["not a valid node name"],
+    );
+    let bad = node(&member, &["add", "w", "--taint", "dedicated=x"]);
+    assert!(!bad.status.success());
+    assert_has(&String::from_utf8_lossy(&bad.stderr), &["has no effect"]);
+    let bad = node(&member, &["remove", "worker-a"]);
+    assert!(!bad.status.success());
+    assert_has(
+        &String::from_utf8_lossy(&bad.stderr),
+        &["not one of this member's nodes"],
+    );
+
+    // The roster outlives the process: a node added before a kill -9 is
+    // there after the restart, and the one removed stays gone.
+    let out = node(&member, &["add", "worker-b"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    member.kill9();
+    member.spawn();
+    let client = kube_client(&member.kubeconfig).await;
+    let nodes: Api<Node> = Api::all(client);
+    let mut names: Vec<String> = nodes
+        .list(&Default::default())
+        .await
+        .expect("nodes")
+        .items
+        .iter()
+        .map(|n| n.name_any())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["m9-node-0", "worker-b"]);
+}
+
 #[test]
 fn bad_member_flags_are_explained() {
     let out = flotilla(&["member", "--name", "x", "--node-cpu", "lots"]);

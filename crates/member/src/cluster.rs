@@ -24,6 +24,7 @@ use crate::config::SimConfig;
 use crate::events::EventRecorder;
 use crate::faults::Faults;
 use crate::informer::{Index, Informer, Watched};
+use crate::roster::Roster;
 
 /// Why a reconcile failed; it is retried after a pause.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +49,8 @@ pub struct Clients {
 pub struct Cluster {
     pub clients: Clients,
     pub config: SimConfig,
+    /// The nodes the member runs (they may change while it runs).
+    pub roster: Arc<Roster>,
     pub faults: Faults,
     pub pods: Store<Pod>,
     pub pods_by_owner: Index<Pod>,

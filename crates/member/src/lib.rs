@@ -15,6 +15,7 @@ pub mod placement;
 pub mod pod;
 pub mod podutil;
 pub mod proxy;
+pub mod roster;
 pub mod runtime;
 pub mod simulator;
 pub use flotilla_core::quantity;

@@ -17,6 +17,7 @@ use crate::config::SimConfig;
 use crate::controllers;
 use crate::faults::Faults;
 use crate::informer::{Index, Informer, controller_uid};
+use crate::roster::Roster;
 use crate::runtime::RuntimeHandle;
 
 /// A running simulator; dropping it stops every task.
@@ -40,6 +41,7 @@ impl Simulator {
     pub async fn start(
         clients: Clients,
         config: SimConfig,
+        roster: Arc<Roster>,
         faults: Faults,
         runtime: RuntimeHandle,
     ) -> Result<Simulator> {
@@ -69,6 +71,7 @@ impl Simulator {
         let cluster = Arc::new(Cluster {
             clients,
             config,
+            roster,
             faults,
             pods: inf.pods.store(),
             pods_by_owner,
@@ -146,7 +149,7 @@ impl Simulator {
         controllers::nodes::register_all(&cluster).await;
         controllers::volumes::ensure_default_class(&cluster).await;
         tasks.extend(controllers.into_iter().map(tokio::spawn));
-        info!(cluster = %cluster.config.cluster_name, nodes = cluster.config.nodes, "simulator running");
+        info!(cluster = %cluster.config.cluster_name, nodes = cluster.roster.len(), "simulator running");
         Ok(Simulator { tasks, metrics })
     }
 }

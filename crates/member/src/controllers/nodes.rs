@@ -20,6 +20,7 @@ use tracing::{debug, info, warn};
 use crate::cluster::{Cluster, Informers, is_status};
 use crate::podutil;
 use crate::quantity;
+use crate::roster::Entry;
 
 /// How long a node's Lease is valid (upstream's kubelet default).
 const LEASE_DURATION_SECONDS: i32 = 40;
@@ -33,6 +34,7 @@ pub fn start(cluster: Arc<Cluster>, _inf: &mut Informers) -> crate::cluster::Tas
 
 async fn run(cluster: Arc<Cluster>) {
     let mut faults = cluster.faults.subscribe();
+    let mut roster = cluster.roster.subscribe();
     // Leases on their own task: renewing a thousand of them takes a while
     // and must not delay reactions to faults.
     let heartbeat = cluster.clone();
@@ -57,10 +59,20 @@ async fn run(cluster: Arc<Cluster>) {
                     return;
                 }
             }
+            changed = roster.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                // Nodes added or removed through the admin endpoint.
+                if let Err(error) = register(&cluster).await {
+                    warn!(%error, "registering the roster's nodes failed");
+                }
+                reported.clear();
+            }
             _ = evictions.tick() => evict(&cluster).await,
         }
-        for i in 0..cluster.config.nodes {
-            let name = cluster.config.node_name(i);
+        for entry in cluster.roster.entries() {
+            let name = entry.name;
             let ready = !cluster.faults.node_not_ready(&name);
             if reported.get(&name) == Some(&ready) {
                 continue;
@@ -84,9 +96,11 @@ impl Drop for AbortOnDrop {
     }
 }
 
-fn node_object(cluster: &Cluster, i: usize) -> Value {
+/// The Node a kubelet registers for `entry`: labels, pod CIDR and
+/// providerID (taints only at registration, as `--register-with-taints`).
+fn node_object(cluster: &Cluster, entry: &Entry) -> Value {
     let c = &cluster.config;
-    let name = c.node_name(i);
+    let (name, i) = (entry.name.clone(), entry.index);
     let mut labels: BTreeMap<String, String> = BTreeMap::from([
         ("kubernetes.io/hostname".to_string(), name.clone()),
         ("kubernetes.io/os".to_string(), "linux".to_string()),
@@ -107,6 +121,7 @@ fn node_object(cluster: &Cluster, i: usize) -> Value {
         labels.insert("topology.kubernetes.io/zone".into(), zone.to_string());
     }
     labels.extend(c.node_labels.clone());
+    labels.extend(entry.spec.labels.clone());
     let cidr = c
         .node_pod_cidr(i)
         .map(|n| n.to_string())
@@ -122,7 +137,8 @@ fn node_object(cluster: &Cluster, i: usize) -> Value {
         "spec": {
             "podCIDR": cidr,
             "podCIDRs": [cidr],
-            "providerID": format!("{}://{}/{}", c.provider, c.cluster_name, name),
+            "providerID": entry.spec.provider_id.clone()
+                .unwrap_or_else(|| format!("{}://{}/{}", c.provider, c.cluster_name, name)),
         },
     })
 }
@@ -150,20 +166,25 @@ pub async fn register_all(cluster: &Cluster) {
             }
         }
     }
-    info!(nodes = cluster.config.nodes, "nodes registered");
+    info!(nodes = cluster.roster.len(), "nodes registered");
 }
 
 /// Creates the nodes that are missing and brings existing ones to the
-/// configured shape; removes this cluster's nodes beyond the count.
+/// roster's shape; removes this cluster's nodes the roster no longer has,
+/// and the pods bound to them (as the pod garbage collector does for
+/// pods of a node that is gone).
 async fn register(cluster: &Cluster) -> Result<(), kube::Error> {
     let nodes: Api<Node> = Api::all(cluster.clients.kubelet.clone());
     let mut wanted = HashSet::new();
-    for i in 0..cluster.config.nodes {
-        let desired = node_object(cluster, i);
-        let name = cluster.config.node_name(i);
+    for entry in cluster.roster.entries() {
+        let mut desired = node_object(cluster, &entry);
+        let name = entry.name.clone();
         wanted.insert(name.clone());
         match nodes.get_opt(&name).await? {
             None => {
+                if !entry.spec.taints.is_empty() {
+                    desired["spec"]["taints"] = json!(entry.spec.taints);
+                }
                 let node: Node =
                     serde_json::from_value(desired).map_err(kube::Error::SerdeError)?;
                 match nodes.create(&PostParams::default(), &node).await {
@@ -181,26 +202,52 @@ async fn register(cluster: &Cluster) -> Result<(), kube::Error> {
         }
         report(cluster, &name, !cluster.faults.node_not_ready(&name)).await?;
     }
-    // Nodes of an earlier, larger shape of this cluster.
-    let prefix = format!("{}-node-", cluster.config.cluster_name);
+    // Nodes of an earlier, larger shape of this cluster, or removed.
     for n in nodes.list(&Default::default()).await?.items {
         let name = n.name_any();
         let ours = n
             .annotations()
             .get("flotilla.io/simulated")
             .is_some_and(|v| v == "true");
-        if ours && name.starts_with(&prefix) && !wanted.contains(&name) {
+        if ours && !wanted.contains(&name) {
             let _ = nodes.delete(&name, &DeleteParams::default()).await;
+            let leases: Api<Lease> =
+                Api::namespaced(cluster.clients.kubelet.clone(), "kube-node-lease");
+            let _ = leases.delete(&name, &DeleteParams::default()).await;
+            delete_pods_of(cluster, &name).await;
         }
     }
     Ok(())
+}
+
+/// Deletes, at once, the pods bound to a node that is gone.
+async fn delete_pods_of(cluster: &Cluster, node: &str) {
+    for pod in cluster.pods_by_node.get(node) {
+        let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(
+            cluster.clients.controller_manager.clone(),
+            &pod.namespace().unwrap_or_default(),
+        );
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        };
+        if let Err(error) = api.delete(&pod.name_any(), &params).await
+            && !is_status(&error, 404)
+        {
+            warn!(%error, %node, pod = %pod.name_any(), "deleting a pod of a removed node failed");
+        }
+    }
 }
 
 /// Reports one node's status and sets or clears the not-ready taints, as
 /// the kubelet and the node lifecycle controller do together.
 async fn report(cluster: &Cluster, name: &str, ready: bool) -> Result<(), kube::Error> {
     let nodes: Api<Node> = Api::all(cluster.clients.kubelet.clone());
-    let i = cluster.config.node_index(name).unwrap_or(0);
+    let entry = cluster.roster.get(name);
+    let i = entry.as_ref().map_or(0, |e| e.index);
+    let kubelet_version = entry
+        .and_then(|e| e.spec.kubelet_version)
+        .unwrap_or_else(|| flotilla_apiserver::version::GIT_VERSION.to_string());
     let now = podutil::now();
     let existing = nodes.get_opt(name).await?;
     let transition = |kind: &str, status: &str| {
@@ -256,8 +303,8 @@ async fn report(cluster: &Cluster, name: &str, ready: bool) -> Result<(), kube::
             "kernelVersion": "6.1.0-flotilla",
             "osImage": "Flotilla simulated node",
             "containerRuntimeVersion": "flotilla://1.0.0",
-            "kubeletVersion": flotilla_apiserver::version::GIT_VERSION,
-            "kubeProxyVersion": flotilla_apiserver::version::GIT_VERSION,
+            "kubeletVersion": kubelet_version,
+            "kubeProxyVersion": kubelet_version,
             "operatingSystem": "linux",
             "architecture": "amd64",
         },
@@ -303,10 +350,11 @@ async fn report(cluster: &Cluster, name: &str, ready: bool) -> Result<(), kube::
 /// Renews every ready node's Lease, spread over the heartbeat interval.
 async fn renew_leases(cluster: &Cluster) {
     let leases: Api<Lease> = Api::namespaced(cluster.clients.kubelet.clone(), "kube-node-lease");
-    let n = cluster.config.nodes.max(1);
+    let entries = cluster.roster.entries();
+    let n = entries.len().max(1);
     let pause = cluster.config.heartbeat / (2 * n as u32).max(1);
-    for i in 0..cluster.config.nodes {
-        let name = cluster.config.node_name(i);
+    for entry in entries {
+        let name = entry.name;
         if cluster.faults.node_not_ready(&name) {
             continue;
         }

@@ -114,7 +114,7 @@ pub fn start(cluster: Arc<Cluster>, inf: &mut Informers, runtime: RuntimeHandle)
 impl Kubelet {
     /// The pod's address on `node`, with the node's block.
     fn address(&self, pod: &Pod, node: &str) -> Option<(Ipv4Addr, Ipv4Net)> {
-        let i = self.cluster.config.node_index(node)?;
+        let i = self.cluster.roster.index(node)?;
         let block = self.cluster.config.node_pod_cidr(i)?;
         Some((self.addresses.allocate(node, &key(pod), block)?, block))
     }
@@ -125,7 +125,7 @@ impl Kubelet {
         };
         // Another kubelet's node (a peering's virtual node): its pods are
         // run, and finally deleted, by that kubelet.
-        if self.cluster.config.node_index(&node).is_none() {
+        if self.cluster.roster.index(&node).is_none() {
             return Ok(Action::await_change());
         }
         if pod.metadata.deletion_timestamp.is_some() {
@@ -195,8 +195,8 @@ impl Kubelet {
 
     fn host_ip(&self, node: &str) -> Option<String> {
         self.cluster
-            .config
-            .node_index(node)
+            .roster
+            .index(node)
             .and_then(|i| self.cluster.config.node_ip(i))
             .map(|ip| ip.to_string())
     }

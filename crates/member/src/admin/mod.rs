@@ -10,6 +10,12 @@
 //! - `DELETE /faults/nodes/{node}/not-ready`
 //! - `PUT    /faults/unready-pods`         `{"namespace": "...", "selector": "app=web"}`
 //! - `DELETE /faults/unready-pods`         same body; without one, all
+//! - `GET    /nodes`                       the roster
+//! - `PUT    /nodes/{node}`                `{"labels": {..}, "taints": [..], "providerID": "..",
+//!                                         "kubeletVersion": ".."}`: a node joins (201) or changes (200)
+//! - `DELETE /nodes/{node}`                the node leaves; its Node and pods are deleted
+
+pub mod client;
 
 use std::sync::Arc;
 
@@ -25,18 +31,21 @@ use subtle::ConstantTimeEq;
 
 use crate::config::SimConfig;
 use crate::faults::{Faults, Unreachable};
+use crate::roster::{NodeSpec, Roster, RosterError};
 
 #[derive(Clone)]
 struct Admin {
     faults: Faults,
     config: Arc<SimConfig>,
+    roster: Arc<Roster>,
     token: Arc<str>,
 }
 
-pub fn router(faults: Faults, config: SimConfig, token: &str) -> axum::Router {
+pub fn router(faults: Faults, config: SimConfig, roster: Arc<Roster>, token: &str) -> axum::Router {
     let state = Admin {
         faults,
         config: Arc::new(config),
+        roster,
         token: token.into(),
     };
     axum::Router::new()
@@ -50,6 +59,8 @@ pub fn router(faults: Faults, config: SimConfig, token: &str) -> axum::Router {
             put(node_not_ready).delete(node_ready),
         )
         .route("/faults/unready-pods", put(pods_unready).delete(pods_ready))
+        .route("/nodes", get(list_nodes))
+        .route("/nodes/{node}", put(put_node).delete(delete_node))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .with_state(state)
 }
@@ -102,11 +113,15 @@ async fn clear_unreachable(State(admin): State<Admin>) -> Response {
 }
 
 fn known_node(admin: &Admin, node: &str) -> Result<(), Box<Response>> {
-    if admin.config.node_index(node).is_some() {
+    if admin.roster.index(node).is_some() {
         Ok(())
     } else {
-        let names: Vec<String> = (0..admin.config.nodes.min(5))
-            .map(|i| admin.config.node_name(i))
+        let names: Vec<String> = admin
+            .roster
+            .entries()
+            .into_iter()
+            .take(5)
+            .map(|e| e.name)
             .collect();
         Err(Box::new(error(
             StatusCode::NOT_FOUND,
@@ -136,6 +151,54 @@ async fn node_ready(State(admin): State<Admin>, Path(node): Path<String>) -> Res
         f.not_ready_nodes.remove(&node);
     }))
     .into_response()
+}
+
+async fn list_nodes(State(admin): State<Admin>) -> Response {
+    Json(admin.roster.entries()).into_response()
+}
+
+fn roster_error(e: RosterError) -> Response {
+    let code = match e {
+        RosterError::InvalidName(..) => StatusCode::UNPROCESSABLE_ENTITY,
+        RosterError::Full | RosterError::Fixed(_) => StatusCode::CONFLICT,
+        RosterError::Persist { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error(code, e.to_string())
+}
+
+async fn put_node(
+    State(admin): State<Admin>,
+    Path(node): Path<String>,
+    body: Option<Json<NodeSpec>>,
+) -> Response {
+    let spec = body.map(|Json(s)| s).unwrap_or_default();
+    match admin.roster.put(&admin.config, &node, spec) {
+        Ok(created) => {
+            let code = if created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            (code, Json(admin.roster.get(&node))).into_response()
+        }
+        Err(e) => roster_error(e),
+    }
+}
+
+async fn delete_node(State(admin): State<Admin>, Path(node): Path<String>) -> Response {
+    match admin.roster.remove(&node) {
+        Ok(true) => {
+            admin.faults.update(|f| {
+                f.not_ready_nodes.remove(&node);
+            });
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(false) => error(
+            StatusCode::NOT_FOUND,
+            format!("node {node:?} is not one of this member's nodes"),
+        ),
+        Err(e) => roster_error(e),
+    }
 }
 
 #[derive(Deserialize)]
