@@ -47,9 +47,21 @@ fn parse(path: &str) -> Option<Vec<Step>> {
                         rhs.to_string(),
                     ));
                 } else {
-                    steps.push(Step::Field(
-                        inner.trim_matches(|c| c == '\'' || c == '"').to_string(),
-                    ));
+                    // `['cluster\.x-k8s\.io/cluster-name']`: a backslash
+                    // escapes the character after it, as in upstream's
+                    // printer columns.
+                    let quoted = inner.trim_matches(|c| c == '\'' || c == '"');
+                    let mut name = String::new();
+                    let mut escaped = false;
+                    for c in quoted.chars() {
+                        if c == '\\' && !escaped {
+                            escaped = true;
+                            continue;
+                        }
+                        escaped = false;
+                        name.push(c);
+                    }
+                    steps.push(Step::Field(name));
                 }
                 i = end + 1;
             }
@@ -126,6 +138,7 @@ mod tests {
                        "status": {"conditions": [{"type": "Ready", "status": "True"}, {"type": "X", "status": "False"}]}});
         assert_eq!(first(&o, ".spec.replicas"), Some(json!(3)));
         assert_eq!(first(&o, ".spec['a.b']"), Some(json!("dot")));
+        assert_eq!(first(&o, ".spec['a\\.b']"), Some(json!("dot")));
         assert_eq!(first(&o, ".status.conditions[1].type"), Some(json!("X")));
         assert_eq!(
             first(&o, ".status.conditions[?(@.type==\"Ready\")].status"),

@@ -53,20 +53,10 @@ impl Pki {
         let ca_cert_path = dir.join("ca.crt");
         let ca_key_path = dir.join("ca.key");
         if !ca_cert_path.exists() || !ca_key_path.exists() {
-            let key = KeyPair::generate()?;
-            let mut params = CertificateParams::default();
-            params.distinguished_name = name("flotilla-ca");
-            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-            params.key_usages = vec![
-                KeyUsagePurpose::KeyCertSign,
-                KeyUsagePurpose::CrlSign,
-                KeyUsagePurpose::DigitalSignature,
-            ];
-            set_validity(&mut params, 10);
-            let cert = params.self_signed(&key)?;
+            let ca = new_ca("flotilla-ca")?;
             // Key first: a crash between the writes leaves no CA without its key.
-            write_private(&ca_key_path, &key.serialize_pem())?;
-            write_private(&ca_cert_path, &cert.pem())?;
+            write_private(&ca_key_path, &ca.key_pem)?;
+            write_private(&ca_cert_path, &ca.cert_pem)?;
         }
         let ca_pem = read(&ca_cert_path)?;
         let ca_key_pem = read(&ca_key_path)?;
@@ -145,6 +135,69 @@ impl Pki {
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(Arc::new(config))
     }
+}
+
+/// A certificate and its private key, PEM-encoded.
+pub struct Issued {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// A new self-signed CA valid for ten years (a cluster's, as kubeadm's
+/// `ca.crt`/`ca.key`; a server started with it in `pki/` uses it).
+pub fn new_ca(common_name: &str) -> Result<Issued, TlsError> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::default();
+    params.distinguished_name = name(common_name);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    set_validity(&mut params, 10);
+    let cert = params.self_signed(&key)?;
+    Ok(Issued {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
+}
+
+/// A client certificate for `common_name` in `organizations` (the user
+/// and groups the server reads), signed by the CA, valid for a year.
+pub fn client_certificate(
+    ca_cert_pem: &str,
+    ca_key_pem: &str,
+    common_name: &str,
+    organizations: &[&str],
+) -> Result<Issued, TlsError> {
+    let invalid = |reason: String| TlsError::Invalid {
+        path: PathBuf::from("ca.crt"),
+        reason,
+    };
+    let ca_key = KeyPair::from_pem(ca_key_pem).map_err(|e| invalid(e.to_string()))?;
+    let issuer =
+        Issuer::from_ca_cert_pem(ca_cert_pem, ca_key).map_err(|e| invalid(e.to_string()))?;
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, common_name);
+    for o in organizations {
+        dn.push(DnType::OrganizationName, *o);
+    }
+    params.distinguished_name = dn;
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    params.use_authority_key_identifier_extension = true;
+    set_validity(&mut params, 1);
+    let cert = params.signed_by(&key, &issuer)?;
+    Ok(Issued {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
 }
 
 /// The TLS versions served: 1.3 and 1.2, nothing older (rustls has no

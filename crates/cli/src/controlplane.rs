@@ -194,6 +194,10 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
         }
         .with_context(|| format!("cannot install {}'s CRDs and roles", frontend.api()))?;
     }
+    // Clusters as objects: Cluster API's kinds and the local provider's.
+    flotilla_lifecycle::install(&admin)
+        .await
+        .context("cannot install Cluster API's CRDs and roles")?;
     // The hub is the network fabric's broker too.
     flotilla_fabric::broker::install(&admin)
         .await
@@ -223,6 +227,13 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
             }
         });
     }
+    // The local infrastructure provider's clusters live beside the hub's data.
+    let provider = flotilla_lifecycle::Provider {
+        exe: std::env::current_exe().context("cannot find the flotilla binary")?,
+        dir: data_dir.join("clusters"),
+    };
+    std::fs::create_dir_all(&provider.dir)
+        .with_context(|| format!("cannot create {}", provider.dir.display()))?;
     let elect = args
         .election
         .leader_elect
@@ -235,11 +246,11 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
             retry_period: e.leader_elect_retry_period,
             ..Election::new(Election::identity())
         };
-        tokio::spawn(lead_while_elected(client, election, options, metrics));
-    } else {
-        tokio::spawn(flotilla_federation::controlplane::run(
-            client, options, metrics,
+        tokio::spawn(lead_while_elected(
+            client, election, options, metrics, provider,
         ));
+    } else {
+        tokio::spawn(controllers(client, options, metrics, provider));
     }
     announce_and_serve(
         "controlplane",
@@ -253,6 +264,20 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
     .await
 }
 
+/// Every controller of the control plane: the federation's and cluster
+/// lifecycle's.
+async fn controllers(
+    client: kube::Client,
+    options: Options,
+    metrics: Metrics,
+    provider: flotilla_lifecycle::Provider,
+) {
+    tokio::join!(
+        flotilla_federation::controlplane::run(client.clone(), options, metrics.clone()),
+        flotilla_lifecycle::run(client, metrics, provider),
+    );
+}
+
 /// Runs the controllers in a runtime of their own for each term as leader:
 /// when the lease is lost, the runtime goes and every task the controllers
 /// spawned with it, while this replica keeps serving the API and stands
@@ -262,6 +287,7 @@ async fn lead_while_elected(
     election: Election,
     options: Options,
     metrics: Metrics,
+    provider: flotilla_lifecycle::Provider,
 ) {
     loop {
         let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -277,14 +303,15 @@ async fn lead_while_elected(
             }
         };
         // Started only once elected: the future is polled from then on.
-        let controllers = runtime.handle().clone();
-        let run = flotilla_federation::controlplane::run(
+        let handle = runtime.handle().clone();
+        let run = controllers(
             client.clone(),
             options.clone(),
             metrics.clone(),
+            provider.clone(),
         );
         let term = leader::lead(client.clone(), election.clone(), async move {
-            let _ = controllers.spawn(run).await;
+            let _ = handle.spawn(run).await;
         })
         .await;
         // Stops every controller task at its next await; in an async

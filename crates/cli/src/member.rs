@@ -155,6 +155,10 @@ struct RunArgs {
     /// requests/s per idle member]
     #[arg(long, value_name = "BOOL")]
     peering_controllers: Option<bool>,
+    /// Stop when this directory no longer exists (an infrastructure
+    /// provider's state, so its members go with it).
+    #[arg(long, value_name = "DIR")]
+    exit_with_dir: Option<PathBuf>,
 }
 
 impl RunArgs {
@@ -445,6 +449,29 @@ pub struct MembersFile {
 }
 
 /// Resolves once `stop` says so (or its sender is gone).
+/// SIGTERM or SIGINT, or `--exit-with-dir`'s directory gone (checked
+/// every second): an infrastructure provider's member stops with the
+/// provider's state, whoever removes it.
+async fn stop_signal(dir: Option<PathBuf>) {
+    let gone = async {
+        let Some(dir) = dir else {
+            return std::future::pending().await;
+        };
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            if !dir.exists() {
+                tracing::info!(dir = %dir.display(), "--exit-with-dir is gone; stopping");
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        _ = apiserver::shutdown_signal() => {}
+        _ = gone => {}
+    }
+}
+
 async fn until_stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
     let _ = stop.wait_for(|stopped| *stopped).await;
 }
@@ -482,7 +509,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     let placements = placements(&args, &name, &data_dir);
     let args = Arc::new(args);
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let signal = apiserver::shutdown_signal();
+    let signal = stop_signal(args.exit_with_dir.clone());
     tokio::pin!(signal);
 
     let began = std::time::Instant::now();

@@ -61,11 +61,24 @@ pub fn credentials_from_kubeconfig(
     path: &Path,
     context: Option<&str>,
 ) -> Result<Credentials, JoinError> {
-    let fail = |message: String| JoinError::Kubeconfig {
+    let config = Kubeconfig::read_from(path).map_err(|e| JoinError::Kubeconfig {
         path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    credentials_of(&config, &path.display().to_string(), context)
+}
+
+/// The credentials of one context of a parsed kubeconfig (a Cluster API
+/// cluster's kubeconfig Secret, say); `source` names it in errors.
+pub fn credentials_of(
+    config: &Kubeconfig,
+    source: &str,
+    context: Option<&str>,
+) -> Result<Credentials, JoinError> {
+    let fail = |message: String| JoinError::Kubeconfig {
+        path: source.to_string(),
         message,
     };
-    let config = Kubeconfig::read_from(path).map_err(|e| fail(e.to_string()))?;
     let context_name = context
         .map(str::to_string)
         .or(config.current_context.clone())

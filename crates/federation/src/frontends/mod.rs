@@ -170,10 +170,11 @@ pub enum InstallError {
     Manifest(#[from] serde_json::Error),
 }
 
-/// Installs a front end: its CRDs, its ClusterRoles, and the first of
-/// them (what the controllers need for it) bound to the controllers'
-/// user.
-async fn install(
+/// Installs a front end (or another part of the control plane with kinds
+/// of its own, such as cluster lifecycle): its CRDs, its ClusterRoles,
+/// and the first of them (what the controllers need for it) bound to the
+/// controllers' user.
+pub async fn install(
     client: &kube::Client,
     crds: Vec<Value>,
     roles: Vec<Value>,

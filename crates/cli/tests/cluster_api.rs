@@ -1,0 +1,449 @@
+//! Clusters as objects: Cluster API's quick-start manifests for the
+//! Docker provider, applied verbatim to the control plane, provision a
+//! Flotilla member that joins the fleet; it scales, upgrades and goes
+//! away again as Cluster API's users expect, and its processes are found
+//! again after a restart of the controllers.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use base64::Engine;
+use common::{Server, assert_has, until};
+
+const WAIT: Duration = Duration::from_secs(90);
+
+fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/cluster-api")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn field(hub: &Server, args: &[&str]) -> String {
+    let out = hub.kubectl(args);
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The pids of `flotilla member` processes serving under `dir`.
+fn members_under(dir: &Path) -> Vec<u32> {
+    let dir = dir.display().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                let args: Vec<String> = c
+                    .split(|b| *b == 0)
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect();
+                args.iter().any(|a| a == "member") && args.iter().any(|a| a.starts_with(&dir))
+            })
+        })
+        .collect()
+}
+
+/// The workload cluster's kubeconfig, from its Secret, written to a file.
+fn workload_kubeconfig(hub: &Server) -> std::path::PathBuf {
+    let encoded = field(
+        hub,
+        &[
+            "get",
+            "secret",
+            "capi-quickstart-kubeconfig",
+            "-o",
+            "jsonpath={.data.value}",
+        ],
+    );
+    let text = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .expect("base64 kubeconfig");
+    let path = hub.dir.path().join("workload.kubeconfig");
+    std::fs::write(&path, text).expect("write kubeconfig");
+    path
+}
+
+fn workload(kubeconfig: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .expect("kubectl");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn describe(hub: &Server) -> String {
+    let out = hub.kubectl(&["get", "cl,kcp,md,ms,ma,dockermachines", "-o", "wide"]);
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn the_docker_quick_start_provisions_a_member_that_joins_scales_upgrades_and_goes() {
+    let mut hub = Server::controlplane(&[]);
+    hub.ok(&[
+        "apply",
+        "-f",
+        &fixture("simple-cluster-no-clusterclass.v1.13.5.yaml"),
+    ]);
+    until(
+        WAIT,
+        "the Cluster to be Provisioned and Available",
+        || {
+            field(
+                &hub,
+                &[
+                    "get",
+                    "cl",
+                    "capi-quickstart",
+                    "-o",
+                    "jsonpath={.status.phase} {.status.conditions[?(@.type==\"Available\")].status}",
+                ],
+            ) == "Provisioned True"
+        },
+        || describe(&hub),
+    );
+    // kubectl get clusters' and machines' columns, as upstream's.
+    let table = hub.ok(&["get", "clusters.cluster.x-k8s.io"]);
+    assert_has(
+        &table,
+        &[
+            "CLUSTERCLASS",
+            "AVAILABLE",
+            "CP DESIRED",
+            "CP AVAILABLE",
+            "CP UP-TO-DATE",
+            "W DESIRED",
+            "W AVAILABLE",
+            "W UP-TO-DATE",
+            "PHASE",
+            "AGE",
+            "VERSION",
+            "Provisioned",
+        ],
+    );
+    let machines = hub.ok(&["get", "ma"]);
+    assert_has(
+        &machines,
+        &[
+            "CLUSTER",
+            "NODE NAME",
+            "READY",
+            "AVAILABLE",
+            "UP-TO-DATE",
+            "PHASE",
+            "Running",
+            "v1.33.0",
+        ],
+    );
+    assert_has(&hub.ok(&["get", "kcp"]), &["capi-quickstart", "true"]);
+    // v1beta1 is served too (Karmada's discovery reads it).
+    assert_eq!(
+        field(
+            &hub,
+            &[
+                "get",
+                "clusters.v1beta1.cluster.x-k8s.io",
+                "capi-quickstart",
+                "-o",
+                "jsonpath={.status.phase}"
+            ]
+        ),
+        "Provisioned"
+    );
+
+    // The contract's Secrets.
+    assert_eq!(
+        field(
+            &hub,
+            &[
+                "get",
+                "secret",
+                "capi-quickstart-kubeconfig",
+                "-o",
+                "jsonpath={.type} {.metadata.labels.cluster\\.x-k8s\\.io/cluster-name}"
+            ]
+        ),
+        "cluster.x-k8s.io/secret capi-quickstart"
+    );
+    assert_eq!(
+        field(
+            &hub,
+            &[
+                "get",
+                "secret",
+                "capi-quickstart-ca",
+                "-o",
+                "go-template={{range $k, $v := .data}}{{$k}} {{end}}"
+            ]
+        ),
+        "tls.crt tls.key"
+    );
+    // The kubeconfig works: the control plane and the worker are nodes,
+    // at the version asked for, with the providerIDs the Machines carry.
+    let kubeconfig = workload_kubeconfig(&hub);
+    let nodes = workload(
+        &kubeconfig,
+        &[
+            "get",
+            "nodes",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} {.status.nodeInfo.kubeletVersion} {.spec.providerID}{\"\\n\"}{end}",
+        ],
+    );
+    assert_eq!(nodes.lines().count(), 2, "{nodes}");
+    assert!(
+        nodes
+            .lines()
+            .all(|l| l.contains(" v1.33.0 docker:////capi-quickstart-")),
+        "{nodes}"
+    );
+    let control_plane = workload(
+        &kubeconfig,
+        &[
+            "get",
+            "nodes",
+            "-l",
+            "node-role.kubernetes.io/control-plane",
+            "-o",
+            "jsonpath={.items[0].spec.taints[0].key}",
+        ],
+    );
+    assert_eq!(control_plane, "node-role.kubernetes.io/control-plane");
+    let refs = field(
+        &hub,
+        &[
+            "get",
+            "ma",
+            "-o",
+            "jsonpath={range .items[*]}{.spec.providerID}={.status.nodeRef.name}{\"\\n\"}{end}",
+        ],
+    );
+    for line in refs.lines() {
+        let (provider_id, node) = line.split_once('=').expect("providerID=node");
+        assert_eq!(provider_id, format!("docker:////{node}"));
+    }
+    // The pod and service networks are the Cluster's clusterNetwork.
+    let pod_cidr = workload(
+        &kubeconfig,
+        &["get", "nodes", "-o", "jsonpath={.items[0].spec.podCIDR}"],
+    );
+    assert!(pod_cidr.starts_with("192.168."), "{pod_cidr}");
+
+    // Joined to the fleet under its name.
+    until(
+        WAIT,
+        "the Cluster to join the fleet",
+        || {
+            field(
+                &hub,
+                &[
+                    "get",
+                    "clusters.cluster.karmada.io",
+                    "capi-quickstart",
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+                ],
+            ) == "True"
+        },
+        || describe(&hub),
+    );
+
+    // Scaled up and down.
+    hub.ok(&["scale", "md", "worker-md-0", "--replicas=3"]);
+    until(
+        WAIT,
+        "three workers",
+        || {
+            workload(&kubeconfig, &["get", "nodes", "-o", "name"])
+                .lines()
+                .count()
+                == 4
+        },
+        || describe(&hub),
+    );
+    hub.ok(&["scale", "md", "worker-md-0", "--replicas=1"]);
+    until(
+        WAIT,
+        "one worker again",
+        || {
+            workload(&kubeconfig, &["get", "nodes", "-o", "name"])
+                .lines()
+                .count()
+                == 2
+        },
+        || describe(&hub),
+    );
+
+    // A new version rolls the workers and the control plane.
+    hub.ok(&[
+        "patch",
+        "md",
+        "worker-md-0",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"template":{"spec":{"version":"v1.34.0"}}}}"#,
+    ]);
+    hub.ok(&[
+        "patch",
+        "kcp",
+        "controlplane",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"version":"v1.34.0"}}"#,
+    ]);
+    until(
+        WAIT,
+        "every node at v1.34.0",
+        || {
+            let versions = workload(
+                &kubeconfig,
+                &[
+                    "get",
+                    "nodes",
+                    "-o",
+                    "jsonpath={.items[*].status.nodeInfo.kubeletVersion}",
+                ],
+            );
+            versions == "v1.34.0 v1.34.0"
+        },
+        || describe(&hub),
+    );
+
+    // The controllers killed and started again find the cluster's member
+    // rather than starting another.
+    let before = members_under(&hub.data_dir());
+    assert_eq!(before.len(), 1, "one member process");
+    hub.kill9();
+    hub.spawn();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(members_under(&hub.data_dir()), before);
+    assert_eq!(
+        field(
+            &hub,
+            &[
+                "get",
+                "cl",
+                "capi-quickstart",
+                "-o",
+                "jsonpath={.status.phase}"
+            ]
+        ),
+        "Provisioned"
+    );
+
+    // Deleted: out of the fleet, machines, control plane, infrastructure,
+    // the member process and the Secrets.
+    hub.ok(&[
+        "delete",
+        "clusters.cluster.x-k8s.io",
+        "capi-quickstart",
+        "--timeout=90s",
+    ]);
+    assert!(
+        hub.kubectl(&["get", "clusters.cluster.karmada.io", "capi-quickstart"])
+            .status
+            .code()
+            != Some(0)
+    );
+    assert_eq!(
+        field(&hub, &["get", "ma,kcp,md,dockerclusters", "-o", "name"]),
+        ""
+    );
+    until(
+        WAIT,
+        "the member process to stop and the Secrets to go",
+        || {
+            members_under(&hub.data_dir()).is_empty()
+                && field(
+                    &hub,
+                    &[
+                        "get",
+                        "secrets",
+                        "-l",
+                        "cluster.x-k8s.io/cluster-name=capi-quickstart",
+                        "-o",
+                        "name",
+                    ],
+                )
+                .is_empty()
+        },
+        || describe(&hub),
+    );
+}
+
+#[test]
+fn a_cluster_on_a_provider_not_installed_is_told_so_and_nothing_is_made() {
+    let hub = Server::controlplane(&[]);
+    hub.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata: {name: on-aws, namespace: default}
+spec:
+  clusterNetwork: {pods: {cidrBlocks: ["192.168.0.0/16"]}}
+  infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: AWSCluster, name: on-aws}
+  controlPlaneRef: {apiGroup: controlplane.cluster.x-k8s.io, kind: KubeadmControlPlane, name: on-aws}
+"#,
+    );
+    until(
+        WAIT,
+        "InfrastructureReady to name the missing provider",
+        || {
+            field(
+                &hub,
+                &[
+                    "get",
+                    "cl",
+                    "on-aws",
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type==\"InfrastructureReady\")].message}",
+                ],
+            )
+            .contains("no installed provider serves AWSCluster")
+        },
+        || describe(&hub),
+    );
+    assert_eq!(
+        field(
+            &hub,
+            &[
+                "get",
+                "cl",
+                "on-aws",
+                "-o",
+                "jsonpath={.status.phase} {.status.conditions[?(@.type==\"InfrastructureReady\")].status}"
+            ]
+        ),
+        "Provisioning Unknown"
+    );
+    // The control plane it names does not exist: said so, and nothing runs.
+    assert!(
+        field(
+            &hub,
+            &[
+                "get",
+                "cl",
+                "on-aws",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"ControlPlaneAvailable\")].message}"
+            ]
+        )
+        .contains("KubeadmControlPlane does not exist")
+    );
+    assert_eq!(
+        field(&hub, &["get", "ma,dockerclusters,secrets", "-o", "name"]),
+        ""
+    );
+    assert!(members_under(&hub.data_dir()).is_empty());
+    hub.ok(&["delete", "cl", "on-aws", "--timeout=30s"]);
+}

@@ -1,0 +1,255 @@
+//! The DockerMachine controller: runs a Machine's bootstrap data on this
+//! host. A control plane machine starts the cluster's member (with the CA
+//! its bootstrap data carries) on the DockerCluster's endpoint; every
+//! machine then joins the member as a node named as CAPD names its
+//! container, with `docker:////<name>` as providerID, the Machine's
+//! version as kubelet version, and the control plane's label and taint.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla_member::roster::NodeSpec;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use serde_json::{Value, json};
+use tracing::info;
+
+use crate::Context;
+use crate::api::{self, Ref};
+use crate::docker::process::MemberSpec;
+use crate::error::Error;
+use crate::kubeadm::bootstrap::{CA_CERT_PATH, CA_KEY_PATH, written_files};
+use crate::objects::{self, Objects, set_condition};
+use crate::runner::{self, Controller, Next};
+
+/// `lifecycle.flotilla.io/runtime: netns` on a Cluster (or its
+/// DockerCluster): the member runs pods for real, in network namespaces.
+pub const RUNTIME_ANNOTATION: &str = "lifecycle.flotilla.io/runtime";
+
+pub async fn run(ctx: Arc<Context>) {
+    let controller = Controller {
+        name: "docker-machine",
+        kind: api::docker_machines(),
+        wakers: vec![(api::machines(), |m| {
+            Ref::from_value(&m["spec"]["infrastructureRef"])
+                .map(|r| vec![r.name])
+                .unwrap_or_default()
+        })],
+    };
+    let c = ctx.clone();
+    runner::run(
+        ctx.client.clone(),
+        ctx.metrics.clone(),
+        controller,
+        move |dm| {
+            let ctx = c.clone();
+            async move { reconcile(&ctx, dm).await }
+        },
+    )
+    .await;
+}
+
+/// CAPD's container name: the Machine's name when it starts with the
+/// cluster's, else `<cluster>-<machine>`.
+pub fn node_name(cluster: &str, machine: &str) -> String {
+    if machine.starts_with(cluster) {
+        machine.to_string()
+    } else {
+        format!("{cluster}-{machine}")
+    }
+}
+
+fn first_cidr(cluster: &Value, which: &str) -> Option<String> {
+    cluster["spec"]["clusterNetwork"][which]["cidrBlocks"][0]
+        .as_str()
+        .map(String::from)
+}
+
+async fn reconcile(ctx: &Context, dm: Value) -> Result<Next, Error> {
+    let namespace = objects::namespace(&dm).to_string();
+    let name = objects::name(&dm).to_string();
+    let objects = Objects::new(ctx.client.clone(), &namespace);
+    let kind = api::docker_machines();
+    let Some(machine_name) = objects::owner_named(&dm, "Machine").map(String::from) else {
+        if objects::deleting(&dm) {
+            objects
+                .remove_finalizer(&kind, &dm, api::DOCKERMACHINE_FINALIZER)
+                .await?;
+            return Ok(None);
+        }
+        // The Machine adopts it first.
+        return Ok(Some(Duration::from_secs(1)));
+    };
+    let cluster_name = objects::label(&dm, api::CLUSTER_NAME_LABEL)
+        .unwrap_or_default()
+        .to_string();
+    let node = node_name(&cluster_name, &machine_name);
+    if objects::deleting(&dm) {
+        if ctx.provider.running(&namespace, &cluster_name).is_some()
+            && let Ok(admin) = ctx.provider.admin(&namespace, &cluster_name)
+        {
+            let path = format!("/nodes/{node}");
+            match admin.request(http::Method::DELETE, &path, None).await {
+                Ok(_) => info!(%node, "node removed"),
+                Err(flotilla_member::admin::client::AdminError::Refused {
+                    status: 404, ..
+                }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        objects
+            .remove_finalizer(&kind, &dm, api::DOCKERMACHINE_FINALIZER)
+            .await?;
+        return Ok(None);
+    }
+    objects
+        .add_finalizer(&kind, &dm, api::DOCKERMACHINE_FINALIZER)
+        .await?;
+    let Some(machine) = objects.get(&api::machines(), &machine_name).await? else {
+        return Ok(Some(Duration::from_secs(1)));
+    };
+    let Some(cluster) = objects.get(&api::clusters(), &cluster_name).await? else {
+        return Ok(Some(Duration::from_secs(1)));
+    };
+    let mut status = dm["status"].clone();
+    if !status.is_object() {
+        status = json!({});
+    }
+    // The bootstrap data, as CAPD waits for it.
+    let Some(secret_name) = machine["spec"]["bootstrap"]["dataSecretName"].as_str() else {
+        set_condition(
+            &mut status,
+            "Ready",
+            "False",
+            "WaitingForBootstrapData",
+            "Waiting for the Machine's bootstrap data",
+        );
+        if status != dm["status"] {
+            objects.status(&kind, &name, status).await?;
+        }
+        return Ok(Some(Duration::from_secs(1)));
+    };
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    let data = secrets
+        .get_opt(secret_name)
+        .await?
+        .and_then(|s| s.data)
+        .and_then(|d| {
+            d.get("value")
+                .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+        })
+        .ok_or_else(|| {
+            Error::Provider(format!("bootstrap data Secret {secret_name} has no value"))
+        })?;
+    let files = written_files(&data);
+    let file = |path: &str| {
+        files
+            .iter()
+            .find(|(p, _)| p == path)
+            .map(|(_, c)| c.clone())
+    };
+    let control_plane = objects::label(&machine, api::CONTROL_PLANE_LABEL).is_some();
+
+    // A control plane machine runs the cluster's API server.
+    if control_plane {
+        let (Some(ca_cert), Some(ca_key)) = (file(CA_CERT_PATH), file(CA_KEY_PATH)) else {
+            return Err(Error::Provider(format!(
+                "bootstrap data {secret_name} lacks the cluster CA"
+            )));
+        };
+        let infra = Ref::from_value(&cluster["spec"]["infrastructureRef"]);
+        let dc = match &infra {
+            Some(r) => objects.get(&r.resource(), &r.name).await?,
+            None => None,
+        };
+        let port = cluster["spec"]["controlPlaneEndpoint"]["port"]
+            .as_i64()
+            .unwrap_or(0);
+        if port == 0 {
+            return Ok(Some(Duration::from_secs(1)));
+        }
+        let runtime = objects::annotation(&cluster, RUNTIME_ANNOTATION)
+            .or_else(|| {
+                dc.as_ref()
+                    .and_then(|d| objects::annotation(d, RUNTIME_ANNOTATION))
+            })
+            .unwrap_or("sim");
+        ctx.provider.ensure(
+            &namespace,
+            &cluster_name,
+            &MemberSpec {
+                port: port as u16,
+                ca_cert_pem: ca_cert,
+                ca_key_pem: ca_key,
+                pod_cidr: first_cidr(&cluster, "pods"),
+                service_cidr: first_cidr(&cluster, "services"),
+                runtime: runtime.to_string(),
+            },
+        )?;
+    }
+    if !ctx.provider.ready(&namespace, &cluster_name) {
+        set_condition(
+            &mut status,
+            "Ready",
+            "False",
+            "WaitingForControlPlane",
+            "Waiting for the cluster's API server",
+        );
+        if status != dm["status"] {
+            objects.status(&kind, &name, status).await?;
+        }
+        return Ok(Some(Duration::from_millis(300)));
+    }
+
+    // The machine joins as a node.
+    let provider_id = format!("docker:////{node}");
+    let mut spec = NodeSpec {
+        provider_id: Some(provider_id.clone()),
+        kubelet_version: machine["spec"]["version"].as_str().map(String::from),
+        ..NodeSpec::default()
+    };
+    if control_plane {
+        spec.labels.insert(
+            "node-role.kubernetes.io/control-plane".into(),
+            String::new(),
+        );
+        spec.taints
+            .push(json!({"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}));
+    }
+    let admin = ctx.provider.admin(&namespace, &cluster_name)?;
+    admin
+        .request(
+            http::Method::PUT,
+            &format!("/nodes/{node}"),
+            Some(serde_json::to_value(&spec)?),
+        )
+        .await?;
+    if dm["spec"]["providerID"].as_str() != Some(provider_id.as_str()) {
+        objects
+            .merge(&kind, &name, json!({"spec": {"providerID": provider_id}}))
+            .await?;
+    }
+    status["initialization"]["provisioned"] = json!(true);
+    status["ready"] = json!(true);
+    set_condition(
+        &mut status,
+        "ContainerProvisioned",
+        "True",
+        "Provisioned",
+        "",
+    );
+    set_condition(
+        &mut status,
+        "BootstrapExecSucceeded",
+        "True",
+        "Succeeded",
+        "",
+    );
+    set_condition(&mut status, "Ready", "True", "Ready", "");
+    status["observedGeneration"] = dm["metadata"]["generation"].clone();
+    if status != dm["status"] {
+        objects.status(&kind, &name, status).await?;
+    }
+    // The member may be restarted (by hand, or after a crash): look again.
+    Ok(Some(Duration::from_secs(10)))
+}
