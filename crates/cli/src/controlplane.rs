@@ -170,6 +170,21 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
     p.api.add_mutating_admission(Arc::new(
         flotilla_federation::autoscaling::admission::Autoscalers,
     ));
+    // What Cluster API's webhooks refuse, and networks that overlap the
+    // ranges the hub hands out.
+    p.api
+        .add_mutating_admission(Arc::new(flotilla_lifecycle::admission::Validation {
+            reserved: args
+                .clusterset_ip_range
+                .iter()
+                .map(|r| {
+                    (
+                        *r,
+                        "the hub's ClusterSet IP range (--clusterset-ip-range)".to_string(),
+                    )
+                })
+                .collect(),
+        }));
     // The front ends that are off: their kinds are served, and a new
     // object of them is refused with how to turn them on.
     let on = |f: &dyn frontends::Frontend| frontends::is_on(f, &args.frontends);

@@ -283,6 +283,71 @@ fn the_docker_quick_start_provisions_a_member_that_joins_scales_upgrades_and_goe
         || describe(&hub),
     );
 
+    // A worker whose node stays NotReady past the health check's timeout
+    // is replaced.
+    hub.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineHealthCheck
+metadata: {name: workers, namespace: default}
+spec:
+  clusterName: capi-quickstart
+  selector: {matchLabels: {cluster.x-k8s.io/deployment-name: worker-md-0}}
+  checks:
+    unhealthyNodeConditions:
+    - {type: Ready, status: "False", timeoutSeconds: 2}
+"#,
+    );
+    let worker = workload(
+        &kubeconfig,
+        &[
+            "get",
+            "nodes",
+            "-l",
+            "!node-role.kubernetes.io/control-plane",
+            "-o",
+            "jsonpath={.items[0].metadata.name}",
+        ],
+    );
+    let member_dir = hub.data_dir().join("clusters/default/capi-quickstart");
+    let out = common::flotilla(&[
+        "member",
+        "fault",
+        "--data-dir",
+        member_dir.to_str().expect("utf-8"),
+        "node-not-ready",
+        &worker,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    until(
+        WAIT,
+        "the unhealthy worker to be replaced by a ready one",
+        || {
+            let workers = workload(
+                &kubeconfig,
+                &[
+                    "get",
+                    "nodes",
+                    "-l",
+                    "!node-role.kubernetes.io/control-plane",
+                    "-o",
+                    "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}",
+                ],
+            );
+            let lines: Vec<&str> = workers.lines().collect();
+            lines.len() == 1
+                && !lines[0].starts_with(&format!("{worker}="))
+                && lines[0].ends_with("=True")
+        },
+        || describe(&hub),
+    );
+    assert_has(&hub.ok(&["get", "mhc"]), &["workers", "capi-quickstart"]);
+
     // A new version rolls the workers and the control plane.
     hub.ok(&[
         "patch",
@@ -446,4 +511,30 @@ spec:
     );
     assert!(members_under(&hub.data_dir()).is_empty());
     hub.ok(&["delete", "cl", "on-aws", "--timeout=30s"]);
+
+    // Bad input is refused as upstream's webhooks refuse it, and nothing
+    // is written.
+    let refused = |manifest: &str, needles: &[&str]| {
+        let out = hub.kubectl_stdin(&["apply", "-f", "-"], Some(manifest));
+        assert!(!out.status.success(), "accepted:\n{manifest}");
+        assert_has(&String::from_utf8_lossy(&out.stderr), needles);
+    };
+    refused(
+        r#"{"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlane",
+            "metadata": {"name": "bad", "namespace": "default"}, "spec": {"replicas": 1, "version": "latest"}}"#,
+        &["is invalid", "spec.version", "must be a valid semantic version"],
+    );
+    refused(
+        r#"{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
+            "metadata": {"name": "bad", "namespace": "default"},
+            "spec": {"clusterName": "x", "template": {"spec": {"clusterName": "x", "version": "v1.33"}}}}"#,
+        &["spec.template.spec.version"],
+    );
+    refused(
+        r#"{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "bad", "namespace": "default"},
+            "spec": {"clusterNetwork": {"pods": {"cidrBlocks": ["243.0.0.0/20"]}, "services": {"cidrBlocks": ["10.96.0.0/12", "not-a-cidr"]}}}}"#,
+        &["spec.clusterNetwork.pods.cidrBlocks[0]", "overlaps the hub's ClusterSet IP range", "must be a CIDR"],
+    );
+    assert_eq!(field(&hub, &["get", "cl,kcp,md", "-o", "name"]), "");
 }

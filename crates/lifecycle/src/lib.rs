@@ -11,6 +11,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod api;
 pub mod capi;
 pub mod docker;
@@ -73,6 +74,7 @@ pub async fn run(client: Client, metrics: Metrics, provider: Provider) {
         Box::pin(capi::machine::run(ctx.clone())),
         Box::pin(capi::machineset::run(ctx.clone())),
         Box::pin(capi::machinedeployment::run(ctx.clone())),
+        Box::pin(capi::healthcheck::run(ctx.clone())),
         Box::pin(kubeadm::controlplane::run(ctx.clone())),
         Box::pin(kubeadm::bootstrap::run(ctx.clone())),
         Box::pin(docker::cluster::run(ctx.clone())),
