@@ -4,6 +4,7 @@
 mod agent;
 mod apiserver;
 mod bench;
+mod cluster_api;
 mod controlplane;
 mod dns;
 mod inspect;
@@ -101,6 +102,10 @@ enum Command {
     Kubeconfig(users::KubeconfigCommand),
     /// The fleet's clusters: mode, readiness, version, nodes, capacity.
     Clusters(inspect::clusters::ClustersArgs),
+    /// Clusters declared as objects (Cluster API): generate, describe,
+    /// kubeconfig, as clusterctl.
+    #[command(subcommand)]
+    Cluster(cluster_api::ClusterCommand),
     /// Objects of a kind in every member, with a CLUSTER column.
     Get(inspect::get::GetArgs),
     /// Explain where a template was placed and why.
@@ -176,6 +181,7 @@ fn main() -> std::process::ExitCode {
             Command::Gateway(args) => network::gateway::run(*args).await,
             Command::Underlay(cmd) => network::underlay::run(cmd).await,
             Command::Clusters(args) => inspect::clusters::run(args).await,
+            Command::Cluster(command) => cluster_api::run(command).await,
             Command::Get(args) => inspect::get::run(args).await,
             Command::Describe(cmd) => inspect::describe::run(cmd).await,
             Command::Plan(args) => inspect::plan::run(args).await,

@@ -238,6 +238,50 @@ fn the_docker_quick_start_provisions_a_member_that_joins_scales_upgrades_and_goe
     );
     assert!(pod_cidr.starts_with("192.168."), "{pod_cidr}");
 
+    // clusterctl's views: the tree, and the kubeconfig.
+    let hub_kubeconfig = hub.kubeconfig.to_str().expect("utf-8").to_string();
+    let out = common::flotilla(&[
+        "cluster",
+        "describe",
+        "capi-quickstart",
+        "--kubeconfig",
+        &hub_kubeconfig,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_has(
+        &String::from_utf8_lossy(&out.stdout),
+        &[
+            "NAME",
+            "REPLICAS",
+            "UP TO DATE",
+            "STATUS",
+            "REASON",
+            "SINCE",
+            "Cluster/capi-quickstart",
+            "ClusterInfrastructure - DockerCluster/capi-quickstart",
+            "ControlPlane - KubeadmControlPlane/controlplane",
+            "MachineDeployment/worker-md-0",
+            "Available",
+        ],
+    );
+    let out = common::flotilla(&[
+        "cluster",
+        "kubeconfig",
+        "capi-quickstart",
+        "--kubeconfig",
+        &hub_kubeconfig,
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        std::fs::read_to_string(&kubeconfig)
+            .expect("kubeconfig")
+            .trim()
+    );
+
     // Joined to the fleet under its name.
     until(
         WAIT,
@@ -446,6 +490,74 @@ spec:
 }
 
 #[test]
+fn generated_manifests_provision_and_bad_options_are_explained() {
+    let hub = Server::controlplane(&[]);
+    let out = common::flotilla(&[
+        "cluster",
+        "generate",
+        "gen",
+        "--kubernetes-version",
+        "v1.33.0",
+        "--control-plane-machine-count",
+        "1",
+        "--worker-machine-count",
+        "2",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    hub.ok_stdin(&["apply", "-f", "-"], &String::from_utf8_lossy(&out.stdout));
+    until(
+        WAIT,
+        "the generated cluster to be Available with three machines",
+        || {
+            field(
+                &hub,
+                &[
+                    "get",
+                    "cl",
+                    "gen",
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type==\"Available\")].status} {.status.workers.availableReplicas} {.status.controlPlane.availableReplicas}",
+                ],
+            ) == "True 2 1"
+        },
+        || describe(&hub),
+    );
+    let bad = common::flotilla(&[
+        "cluster",
+        "generate",
+        "gen",
+        "--kubernetes-version",
+        "latest",
+    ]);
+    assert!(!bad.status.success());
+    assert_has(
+        &String::from_utf8_lossy(&bad.stderr),
+        &["not a semantic version"],
+    );
+    let bad = common::flotilla(&["cluster", "generate", "gen", "--flavor", "development"]);
+    assert!(!bad.status.success());
+    assert_has(&String::from_utf8_lossy(&bad.stderr), &["ClusterClass"]);
+    let missing = common::flotilla(&[
+        "cluster",
+        "kubeconfig",
+        "nope",
+        "--kubeconfig",
+        hub.kubeconfig.to_str().expect("utf-8"),
+    ]);
+    assert!(!missing.status.success());
+    assert_has(
+        &String::from_utf8_lossy(&missing.stderr),
+        &["no Secret default/nope-kubeconfig"],
+    );
+    hub.ok(&["delete", "cl", "gen", "--timeout=60s"]);
+    assert!(members_under(&hub.data_dir()).is_empty());
+}
+
+#[test]
 fn a_cluster_on_a_provider_not_installed_is_told_so_and_nothing_is_made() {
     let hub = Server::controlplane(&[]);
     hub.ok_stdin(
@@ -522,7 +634,11 @@ spec:
     refused(
         r#"{"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlane",
             "metadata": {"name": "bad", "namespace": "default"}, "spec": {"replicas": 1, "version": "latest"}}"#,
-        &["is invalid", "spec.version", "must be a valid semantic version"],
+        &[
+            "is invalid",
+            "spec.version",
+            "must be a valid semantic version",
+        ],
     );
     refused(
         r#"{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
@@ -534,7 +650,11 @@ spec:
         r#"{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
             "metadata": {"name": "bad", "namespace": "default"},
             "spec": {"clusterNetwork": {"pods": {"cidrBlocks": ["243.0.0.0/20"]}, "services": {"cidrBlocks": ["10.96.0.0/12", "not-a-cidr"]}}}}"#,
-        &["spec.clusterNetwork.pods.cidrBlocks[0]", "overlaps the hub's ClusterSet IP range", "must be a CIDR"],
+        &[
+            "spec.clusterNetwork.pods.cidrBlocks[0]",
+            "overlaps the hub's ClusterSet IP range",
+            "must be a CIDR",
+        ],
     );
     assert_eq!(field(&hub, &["get", "cl,kcp,md", "-o", "name"]), "");
 }

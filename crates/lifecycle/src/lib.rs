@@ -16,6 +16,7 @@ pub mod api;
 pub mod capi;
 pub mod docker;
 pub mod error;
+pub mod generate;
 pub mod kubeadm;
 pub mod objects;
 pub mod runner;

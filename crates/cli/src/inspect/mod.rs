@@ -69,7 +69,7 @@ pub fn emit(text: &str) -> anyhow::Result<()> {
 
 /// A hub error a user can act on: an unreachable hub, or one that is not
 /// a Flotilla (or Karmada) control plane.
-fn hub_error(e: kube::Error) -> anyhow::Error {
+pub fn hub_error(e: kube::Error) -> anyhow::Error {
     match &e {
         kube::Error::Api(s) if s.code == 404 => anyhow::anyhow!(
             "the server does not serve cluster.karmada.io: is this kubeconfig a Flotilla control plane's? ({e})"

@@ -1,0 +1,205 @@
+//! `flotilla cluster generate`: the manifests `clusterctl generate cluster
+//! --infrastructure docker` writes, shaped as CAPD's templates (a Cluster,
+//! its DockerCluster, a KubeadmControlPlane with its DockerMachineTemplate,
+//! and a MachineDeployment with its DockerMachineTemplate and
+//! KubeadmConfigTemplate), for the kinds this control plane reconciles.
+
+use serde_json::{Value, json};
+
+use crate::admission::valid_version;
+
+/// What the generated cluster is.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub name: String,
+    pub namespace: String,
+    pub kubernetes_version: String,
+    pub control_plane_machines: u32,
+    pub worker_machines: u32,
+    pub pod_cidr: String,
+    pub service_cidr: String,
+    /// `""` (simulated nodes) or `netns` (pods run for real).
+    pub flavor: String,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum GenerateError {
+    #[error("--kubernetes-version {0:?} is not a semantic version (try v1.33.0)")]
+    Version(String),
+    #[error("{0:?} is not a valid cluster name: {1}")]
+    Name(String, String),
+    #[error(
+        "--flavor {0:?}: this control plane reconciles clusters without ClusterClass topology; leave --flavor out, or use --flavor netns for pods that run"
+    )]
+    Flavor(String),
+    #[error("--control-plane-machine-count must be at least 1")]
+    NoControlPlane,
+}
+
+fn api(group: &str) -> String {
+    format!("{group}/{}", crate::api::VERSION)
+}
+
+/// The manifests, in the order they apply.
+pub fn manifests(o: &Options) -> Result<Vec<Value>, GenerateError> {
+    if !valid_version(&o.kubernetes_version) {
+        return Err(GenerateError::Version(o.kubernetes_version.clone()));
+    }
+    let problems = flotilla_core::validation::validate_dns1123_label(&o.name);
+    if !problems.is_empty() {
+        return Err(GenerateError::Name(o.name.clone(), problems.join("; ")));
+    }
+    if !matches!(o.flavor.as_str(), "" | "netns") {
+        return Err(GenerateError::Flavor(o.flavor.clone()));
+    }
+    if o.control_plane_machines == 0 {
+        return Err(GenerateError::NoControlPlane);
+    }
+    let version = if o.kubernetes_version.starts_with('v') {
+        o.kubernetes_version.clone()
+    } else {
+        format!("v{}", o.kubernetes_version)
+    };
+    let (name, ns) = (o.name.as_str(), o.namespace.as_str());
+    let cp = format!("{name}-control-plane");
+    let md = format!("{name}-md-0");
+    let mut cluster_meta = json!({"name": name, "namespace": ns});
+    if o.flavor == "netns" {
+        cluster_meta["annotations"] = json!({crate::docker::machine::RUNTIME_ANNOTATION: "netns"});
+    }
+    let machine_template = |n: &str| {
+        json!({
+            "apiVersion": api(crate::api::INFRASTRUCTURE_GROUP),
+            "kind": "DockerMachineTemplate",
+            "metadata": {"name": n, "namespace": ns},
+            "spec": {"template": {"spec": {"extraMounts": [{"containerPath": "/var/run/docker.sock", "hostPath": "/var/run/docker.sock"}]}}},
+        })
+    };
+    let eviction = json!([{"name": "eviction-hard", "value": "nodefs.available<0%,nodefs.inodesFree<0%,imagefs.available<0%"}]);
+    Ok(vec![
+        json!({
+            "apiVersion": api(crate::api::CLUSTER_GROUP),
+            "kind": "Cluster",
+            "metadata": cluster_meta,
+            "spec": {
+                "clusterNetwork": {
+                    "pods": {"cidrBlocks": [o.pod_cidr]},
+                    "services": {"cidrBlocks": [o.service_cidr]},
+                    "serviceDomain": "cluster.local",
+                },
+                "controlPlaneRef": {"apiGroup": crate::api::CONTROLPLANE_GROUP, "kind": "KubeadmControlPlane", "name": cp},
+                "infrastructureRef": {"apiGroup": crate::api::INFRASTRUCTURE_GROUP, "kind": "DockerCluster", "name": name},
+            },
+        }),
+        json!({
+            "apiVersion": api(crate::api::INFRASTRUCTURE_GROUP),
+            "kind": "DockerCluster",
+            "metadata": {"name": name, "namespace": ns},
+        }),
+        machine_template(&cp),
+        json!({
+            "apiVersion": api(crate::api::CONTROLPLANE_GROUP),
+            "kind": "KubeadmControlPlane",
+            "metadata": {"name": cp, "namespace": ns},
+            "spec": {
+                "replicas": o.control_plane_machines,
+                "version": version,
+                "machineTemplate": {"spec": {"infrastructureRef": {"apiGroup": crate::api::INFRASTRUCTURE_GROUP, "kind": "DockerMachineTemplate", "name": cp}}},
+                "kubeadmConfigSpec": {
+                    "clusterConfiguration": {"apiServer": {"certSANs": ["localhost", "127.0.0.1", "0.0.0.0", "host.docker.internal"]}},
+                    "initConfiguration": {"nodeRegistration": {"kubeletExtraArgs": eviction}},
+                    "joinConfiguration": {"nodeRegistration": {"kubeletExtraArgs": eviction}},
+                },
+            },
+        }),
+        machine_template(&md),
+        json!({
+            "apiVersion": api(crate::api::BOOTSTRAP_GROUP),
+            "kind": "KubeadmConfigTemplate",
+            "metadata": {"name": md, "namespace": ns},
+            "spec": {"template": {"spec": {"joinConfiguration": {"nodeRegistration": {"kubeletExtraArgs": eviction}}}}},
+        }),
+        json!({
+            "apiVersion": api(crate::api::CLUSTER_GROUP),
+            "kind": "MachineDeployment",
+            "metadata": {"name": md, "namespace": ns},
+            "spec": {
+                "clusterName": name,
+                "replicas": o.worker_machines,
+                "selector": {"matchLabels": null},
+                "template": {"spec": {
+                    "clusterName": name,
+                    "version": version,
+                    "bootstrap": {"configRef": {"apiGroup": crate::api::BOOTSTRAP_GROUP, "kind": "KubeadmConfigTemplate", "name": md}},
+                    "infrastructureRef": {"apiGroup": crate::api::INFRASTRUCTURE_GROUP, "kind": "DockerMachineTemplate", "name": md},
+                }},
+            },
+        }),
+    ])
+}
+
+/// The manifests as one YAML stream.
+pub fn yaml(o: &Options) -> Result<String, GenerateError> {
+    Ok(manifests(o)?
+        .iter()
+        .map(|m| serde_yaml::to_string(m).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("---\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options() -> Options {
+        Options {
+            name: "dev".into(),
+            namespace: "default".into(),
+            kubernetes_version: "v1.33.0".into(),
+            control_plane_machines: 1,
+            worker_machines: 3,
+            pod_cidr: "192.168.0.0/16".into(),
+            service_cidr: "10.128.0.0/12".into(),
+            flavor: String::new(),
+        }
+    }
+
+    #[test]
+    fn writes_a_cluster_its_control_plane_and_workers() {
+        let kinds: Vec<String> = manifests(&options())
+            .unwrap()
+            .iter()
+            .map(|m| m["kind"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "Cluster",
+                "DockerCluster",
+                "DockerMachineTemplate",
+                "KubeadmControlPlane",
+                "DockerMachineTemplate",
+                "KubeadmConfigTemplate",
+                "MachineDeployment"
+            ]
+        );
+        assert!(yaml(&options()).unwrap().contains("replicas: 3"));
+    }
+
+    #[test]
+    fn refuses_what_would_not_provision() {
+        let bad = Options {
+            kubernetes_version: "latest".into(),
+            ..options()
+        };
+        assert_eq!(
+            manifests(&bad),
+            Err(GenerateError::Version("latest".into()))
+        );
+        let bad = Options {
+            flavor: "development".into(),
+            ..options()
+        };
+        assert!(matches!(manifests(&bad), Err(GenerateError::Flavor(_))));
+    }
+}
