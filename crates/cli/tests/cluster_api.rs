@@ -489,6 +489,62 @@ spec:
     );
 }
 
+/// The quick start's default: `clusterctl generate cluster` with the
+/// development flavor, a ClusterClass topology (v1.13's Docker kinds and
+/// v1.14's Dev kinds), 3 control plane machines and 3 workers.
+#[test]
+fn the_clusterclass_quick_start_provisions_its_topology() {
+    for release in ["v1.13.5", "v1.14.0"] {
+        let hub = Server::controlplane(&[]);
+        hub.ok(&[
+            "apply",
+            "-f",
+            &fixture(&format!("clusterclass-quick-start.{release}.yaml")),
+            "-f",
+            &fixture(&format!("quickstart-development-cluster.{release}.yaml")),
+        ]);
+        until(
+            WAIT,
+            &format!("the {release} topology to be Available with 3 + 3 machines"),
+            || {
+                field(
+                    &hub,
+                    &[
+                        "get",
+                        "cl",
+                        "capi-quickstart",
+                        "-o",
+                        "jsonpath={.status.phase} {.status.conditions[?(@.type==\"Available\")].status} {.status.controlPlane.availableReplicas} {.status.workers.availableReplicas}",
+                    ],
+                ) == "Provisioned True 3 3"
+            },
+            || describe(&hub),
+        );
+        assert_has(&hub.ok(&["get", "cl"]), &["quick-start", "v1.33.0"]);
+        // The topology follows the Cluster: fewer workers.
+        hub.ok(&["patch", "cl", "capi-quickstart", "--type=json", "-p", r#"[{"op": "replace", "path": "/spec/topology/workers/machineDeployments/0/replicas", "value": 1}]"#]);
+        until(
+            WAIT,
+            "one worker",
+            || {
+                field(
+                    &hub,
+                    &[
+                        "get",
+                        "cl",
+                        "capi-quickstart",
+                        "-o",
+                        "jsonpath={.status.workers.replicas}",
+                    ],
+                ) == "1"
+            },
+            || describe(&hub),
+        );
+        hub.ok(&["delete", "cl", "capi-quickstart", "--timeout=90s"]);
+        assert!(members_under(&hub.data_dir()).is_empty());
+    }
+}
+
 #[test]
 fn generated_manifests_provision_and_bad_options_are_explained() {
     let hub = Server::controlplane(&[]);

@@ -133,6 +133,15 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("kubectl get fhpa web", &["REFERENCE-KIND"]),
     ("flotilla get deployments web", &["3/3", "6/6"]),
     ("kubectl delete fhpa web", &["scaled"]),
+    ("kubectl get cl dev", &["Provisioned"]),
+    (
+        "flotilla cluster describe dev",
+        &["MachineDeployment/dev-md-0"],
+    ),
+    (
+        "kubectl --kubeconfig dev.kubeconfig get nodes",
+        &["dev-md-0-"],
+    ),
     (
         "kubectl --context member1 get serviceexport web",
         &["Ready"],

@@ -141,6 +141,14 @@ pub fn resource(group: &str, kind: &str, plural: &str) -> ApiResource {
     }
 }
 
+/// The resource of an object, from its apiVersion and kind.
+pub fn resource_of(object: &Value) -> ApiResource {
+    let api_version = object["apiVersion"].as_str().unwrap_or_default();
+    let group = api_version.split_once('/').map_or("", |(g, _)| g);
+    let kind = object["kind"].as_str().unwrap_or_default();
+    resource(group, kind, &plural(kind))
+}
+
 fn col(name: &str, type_: &str, path: &str, description: &str) -> Value {
     json!({"name": name, "type": type_, "jsonPath": path, "description": description})
 }
@@ -784,6 +792,80 @@ pub fn docker_machine() -> Kind {
     }
 }
 
+pub fn machine_pool() -> Kind {
+    let cluster = col("Cluster", "string", ".spec.clusterName", "Cluster");
+    let phase = col(
+        "Phase",
+        "string",
+        ".status.phase",
+        "MachinePool status such as Terminating/Pending/Provisioning/Running/Failed etc",
+    );
+    let version = col(
+        "Version",
+        "string",
+        ".spec.template.spec.version",
+        "Kubernetes version associated with this MachinePool",
+    );
+    let mut v1beta2 = vec![cluster.clone()];
+    let counts = replicas("MachinePool");
+    v1beta2.extend(counts[..counts.len() - 1].iter().cloned());
+    v1beta2.extend([phase.clone(), age("MachinePool"), version.clone()]);
+    Kind {
+        group: CLUSTER_GROUP,
+        kind: "MachinePool",
+        plural: "machinepools",
+        short_names: &["mp"],
+        v1beta1: vec![
+            cluster,
+            wide(
+                "Desired",
+                "integer",
+                ".spec.replicas",
+                "Total number of machines desired by this MachinePool",
+            ),
+            col(
+                "Replicas",
+                "string",
+                ".status.replicas",
+                "MachinePool replicas count",
+            ),
+            phase,
+            age("MachinePool"),
+            version,
+        ],
+        v1beta2,
+        status: true,
+        scale: true,
+        provider: false,
+    }
+}
+
+/// An infrastructure kind with only an Age column (CAPD's pools, and the
+/// `Dev*` kinds CAPD's quick start uses since v1.14).
+fn infrastructure(kind: &'static str, plural: &'static str, status: bool) -> Kind {
+    Kind {
+        group: INFRASTRUCTURE_GROUP,
+        kind,
+        plural,
+        short_names: &[],
+        v1beta1: vec![age(kind)],
+        v1beta2: vec![age(kind)],
+        status,
+        scale: false,
+        provider: true,
+    }
+}
+
+/// CAPD's `Dev*` kinds (v1.14): the same provider, the backend chosen in
+/// `spec.backend`; DevCluster and DevMachine are reconciled as
+/// DockerCluster and DockerMachine.
+pub fn dev_clusters() -> ApiResource {
+    resource(INFRASTRUCTURE_GROUP, "DevCluster", "devclusters")
+}
+pub fn dev_machines() -> ApiResource {
+    resource(INFRASTRUCTURE_GROUP, "DevMachine", "devmachines")
+}
+
 /// Every kind served, Cluster API's core first.
 pub fn kinds() -> Vec<Kind> {
     let mut docker_machine_template = template(
@@ -832,6 +914,19 @@ pub fn kinds() -> Vec<Kind> {
         docker_machine(),
         docker_machine_template,
         docker_cluster_template,
+        machine_pool(),
+        infrastructure("DockerMachinePool", "dockermachinepools", true),
+        infrastructure(
+            "DockerMachinePoolTemplate",
+            "dockermachinepooltemplates",
+            false,
+        ),
+        infrastructure("DevCluster", "devclusters", true),
+        infrastructure("DevMachine", "devmachines", true),
+        infrastructure("DevClusterTemplate", "devclustertemplates", false),
+        infrastructure("DevMachineTemplate", "devmachinetemplates", true),
+        infrastructure("DevMachinePool", "devmachinepools", true),
+        infrastructure("DevMachinePoolTemplate", "devmachinepooltemplates", false),
     ]
 }
 
@@ -851,6 +946,9 @@ pub fn machine_sets() -> ApiResource {
 }
 pub fn machine_deployments() -> ApiResource {
     resource(CLUSTER_GROUP, "MachineDeployment", "machinedeployments")
+}
+pub fn cluster_classes() -> ApiResource {
+    resource(CLUSTER_GROUP, "ClusterClass", "clusterclasses")
 }
 pub fn machine_health_checks() -> ApiResource {
     resource(CLUSTER_GROUP, "MachineHealthCheck", "machinehealthchecks")

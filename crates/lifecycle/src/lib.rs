@@ -78,8 +78,26 @@ pub async fn run(client: Client, metrics: Metrics, provider: Provider) {
         Box::pin(capi::healthcheck::run(ctx.clone())),
         Box::pin(kubeadm::controlplane::run(ctx.clone())),
         Box::pin(kubeadm::bootstrap::run(ctx.clone())),
-        Box::pin(docker::cluster::run(ctx.clone())),
-        Box::pin(docker::machine::run(ctx.clone())),
+        Box::pin(docker::cluster::run(
+            ctx.clone(),
+            api::docker_clusters(),
+            "docker-cluster",
+        )),
+        Box::pin(docker::cluster::run(
+            ctx.clone(),
+            api::dev_clusters(),
+            "dev-cluster",
+        )),
+        Box::pin(docker::machine::run(
+            ctx.clone(),
+            api::docker_machines(),
+            "docker-machine",
+        )),
+        Box::pin(docker::machine::run(
+            ctx.clone(),
+            api::dev_machines(),
+            "dev-machine",
+        )),
     ];
     futures::future::join_all(controllers).await;
 }

@@ -31,6 +31,7 @@ pub async fn run(ctx: Arc<Context>) {
             (api::machines(), runner::cluster_of),
             (api::kubeadm_control_planes(), runner::cluster_of),
             (api::docker_clusters(), runner::cluster_of),
+            (api::dev_clusters(), runner::cluster_of),
         ],
     };
     let c = ctx.clone();
@@ -148,6 +149,10 @@ async fn reconcile(ctx: &Context, cluster: Value) -> Result<Next, Error> {
     }
     let mut endpoint = cluster["spec"]["controlPlaneEndpoint"].clone();
     let mut again: Next = None;
+    // A managed topology makes (and keeps) the objects referenced below.
+    if !cluster["spec"]["topology"].is_null() {
+        super::topology::reconcile(&objects, &cluster, &mut status).await?;
+    }
 
     // Infrastructure.
     let mut infra_provisioned =

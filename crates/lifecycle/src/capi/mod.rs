@@ -6,3 +6,4 @@ pub mod machine;
 pub mod machinedeployment;
 pub mod machineset;
 pub mod templates;
+pub mod topology;

@@ -17,10 +17,11 @@ use crate::error::Error;
 use crate::objects::{self, Objects, set_condition};
 use crate::runner::{self, Controller, Next};
 
-pub async fn run(ctx: Arc<Context>) {
+/// Runs for `kind`: DockerCluster (DockerMachine), or its `Dev*` twin.
+pub async fn run(ctx: Arc<Context>, kind: kube::api::ApiResource, name: &'static str) {
     let controller = Controller {
-        name: "docker-cluster",
-        kind: api::docker_clusters(),
+        name,
+        kind: kind.clone(),
         wakers: vec![],
     };
     let c = ctx.clone();
@@ -47,7 +48,7 @@ async fn reconcile(ctx: &Context, dc: Value) -> Result<Next, Error> {
     let namespace = objects::namespace(&dc).to_string();
     let name = objects::name(&dc).to_string();
     let objects = Objects::new(ctx.client.clone(), &namespace);
-    let kind = api::docker_clusters();
+    let kind = crate::api::resource_of(&dc);
     let cluster = cluster_of(&dc);
     if objects::deleting(&dc) {
         if let Some(cluster) = &cluster {

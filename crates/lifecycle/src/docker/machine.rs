@@ -26,10 +26,11 @@ use crate::runner::{self, Controller, Next};
 /// DockerCluster): the member runs pods for real, in network namespaces.
 pub const RUNTIME_ANNOTATION: &str = "lifecycle.flotilla.io/runtime";
 
-pub async fn run(ctx: Arc<Context>) {
+/// Runs for `kind`: DockerCluster (DockerMachine), or its `Dev*` twin.
+pub async fn run(ctx: Arc<Context>, kind: kube::api::ApiResource, name: &'static str) {
     let controller = Controller {
-        name: "docker-machine",
-        kind: api::docker_machines(),
+        name,
+        kind: kind.clone(),
         wakers: vec![(api::machines(), |m| {
             Ref::from_value(&m["spec"]["infrastructureRef"])
                 .map(|r| vec![r.name])
@@ -69,7 +70,7 @@ async fn reconcile(ctx: &Context, dm: Value) -> Result<Next, Error> {
     let namespace = objects::namespace(&dm).to_string();
     let name = objects::name(&dm).to_string();
     let objects = Objects::new(ctx.client.clone(), &namespace);
-    let kind = api::docker_machines();
+    let kind = crate::api::resource_of(&dm);
     let Some(machine_name) = objects::owner_named(&dm, "Machine").map(String::from) else {
         if objects::deleting(&dm) {
             objects
