@@ -46,7 +46,8 @@ pub struct GenerateArgs {
     /// The service network (clusterNetwork.services).
     #[arg(long, default_value = "10.128.0.0/12")]
     service_cidr: String,
-    /// netns: the cluster runs its pods for real (root).
+    /// A named flavor of the template (none is generated yet: the
+    /// quick start's ClusterClass manifests apply as they are).
     #[arg(long, default_value = "")]
     flavor: String,
 }

@@ -300,6 +300,24 @@ fn the_docker_quick_start_provisions_a_member_that_joins_scales_upgrades_and_goe
         },
         || describe(&hub),
     );
+    // OCM's ManagedCluster follows.
+    until(
+        WAIT,
+        "its ManagedCluster",
+        || {
+            field(
+                &hub,
+                &[
+                    "get",
+                    "managedclusters",
+                    "capi-quickstart",
+                    "-o",
+                    "jsonpath={.spec.hubAcceptsClient}",
+                ],
+            ) == "true"
+        },
+        || describe(&hub),
+    );
 
     // Scaled up and down.
     hub.ok(&["scale", "md", "worker-md-0", "--replicas=3"]);
@@ -462,6 +480,17 @@ spec:
             .status
             .code()
             != Some(0)
+    );
+    until(
+        WAIT,
+        "its ManagedCluster to go",
+        || {
+            hub.kubectl(&["get", "managedclusters", "capi-quickstart"])
+                .status
+                .code()
+                != Some(0)
+        },
+        || describe(&hub),
     );
     assert_eq!(
         field(&hub, &["get", "ma,kcp,md,dockerclusters", "-o", "name"]),

@@ -18,7 +18,7 @@ pub struct Options {
     pub worker_machines: u32,
     pub pod_cidr: String,
     pub service_cidr: String,
-    /// `""` (simulated nodes) or `netns` (pods run for real).
+    /// Only `""` (the KCP and MachineDeployment shape) for now.
     pub flavor: String,
 }
 
@@ -29,7 +29,7 @@ pub enum GenerateError {
     #[error("{0:?} is not a valid cluster name: {1}")]
     Name(String, String),
     #[error(
-        "--flavor {0:?}: this control plane reconciles clusters without ClusterClass topology; leave --flavor out, or use --flavor netns for pods that run"
+        "--flavor {0:?}: flavors are not generated here; leave --flavor out, or apply the quick start's ClusterClass manifests (clusterclass-quick-start.yaml and its cluster) as they are"
     )]
     Flavor(String),
     #[error("--control-plane-machine-count must be at least 1")]
@@ -49,7 +49,7 @@ pub fn manifests(o: &Options) -> Result<Vec<Value>, GenerateError> {
     if !problems.is_empty() {
         return Err(GenerateError::Name(o.name.clone(), problems.join("; ")));
     }
-    if !matches!(o.flavor.as_str(), "" | "netns") {
+    if !o.flavor.is_empty() {
         return Err(GenerateError::Flavor(o.flavor.clone()));
     }
     if o.control_plane_machines == 0 {
@@ -63,10 +63,7 @@ pub fn manifests(o: &Options) -> Result<Vec<Value>, GenerateError> {
     let (name, ns) = (o.name.as_str(), o.namespace.as_str());
     let cp = format!("{name}-control-plane");
     let md = format!("{name}-md-0");
-    let mut cluster_meta = json!({"name": name, "namespace": ns});
-    if o.flavor == "netns" {
-        cluster_meta["annotations"] = json!({crate::docker::machine::RUNTIME_ANNOTATION: "netns"});
-    }
+    let cluster_meta = json!({"name": name, "namespace": ns});
     let machine_template = |n: &str| {
         json!({
             "apiVersion": api(crate::api::INFRASTRUCTURE_GROUP),

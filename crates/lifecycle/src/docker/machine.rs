@@ -22,8 +22,8 @@ use crate::kubeadm::bootstrap::{CA_CERT_PATH, CA_KEY_PATH, written_files};
 use crate::objects::{self, Objects, set_condition};
 use crate::runner::{self, Controller, Next};
 
-/// `lifecycle.flotilla.io/runtime: netns` on a Cluster (or its
-/// DockerCluster): the member runs pods for real, in network namespaces.
+/// `lifecycle.flotilla.io/runtime` on a Cluster (or its DockerCluster):
+/// what runs the member's pods. Only `sim` for now.
 pub const RUNTIME_ANNOTATION: &str = "lifecycle.flotilla.io/runtime";
 
 /// Runs for `kind`: DockerCluster (DockerMachine), or its `Dev*` twin.
@@ -175,6 +175,18 @@ async fn reconcile(ctx: &Context, dm: Value) -> Result<Next, Error> {
                     .and_then(|d| objects::annotation(d, RUNTIME_ANNOTATION))
             })
             .unwrap_or("sim");
+        // A netns member builds its node network at start: machines that
+        // join later would have none. Said, not half-made.
+        if runtime != "sim" {
+            let message = format!(
+                "{RUNTIME_ANNOTATION}: {runtime:?} is not supported for Cluster API clusters yet (a netns member's nodes are fixed at its start); remove the annotation for simulated nodes"
+            );
+            set_condition(&mut status, "Ready", "False", "NotSupported", &message);
+            if status != dm["status"] {
+                objects.status(&kind, &name, status).await?;
+            }
+            return Ok(None);
+        }
         ctx.provider.ensure(
             &namespace,
             &cluster_name,
