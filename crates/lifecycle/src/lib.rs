@@ -41,7 +41,8 @@ pub struct Context {
 
 /// The ClusterRole the controllers need, bound to the control plane's
 /// controllers' user: the kinds served here, and the Secrets of the
-/// contract (kubeconfig, CA, bootstrap data) in any namespace.
+/// contract (kubeconfig, CA, bootstrap data) in any namespace, which
+/// they create and read but never change or delete.
 pub fn roles() -> Vec<Value> {
     vec![json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
@@ -49,7 +50,9 @@ pub fn roles() -> Vec<Value> {
         "rules": [
             {"verbs": ["*"], "apiGroups": [api::CLUSTER_GROUP, api::CONTROLPLANE_GROUP,
                 api::BOOTSTRAP_GROUP, api::INFRASTRUCTURE_GROUP], "resources": ["*"]},
-            {"verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+            // Made, never deleted: they go with their owners (the
+            // garbage collector's work).
+            {"verbs": ["create", "get", "list", "watch"],
              "apiGroups": [""], "resources": ["secrets"]},
             {"verbs": ["get", "list", "watch"], "apiGroups": ["apiextensions.k8s.io"],
              "resources": ["customresourcedefinitions"]},
