@@ -246,6 +246,7 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
     let provider = flotilla_lifecycle::Provider {
         exe: std::env::current_exe().context("cannot find the flotilla binary")?,
         dir: data_dir.join("clusters"),
+        unset_env: vec![crate::apiserver::STOP_WITH_PARENT_ENV.to_string()],
     };
     std::fs::create_dir_all(&provider.dir)
         .with_context(|| format!("cannot create {}", provider.dir.display()))?;

@@ -37,6 +37,10 @@ pub struct Provider {
     pub exe: PathBuf,
     /// `<dir>/<namespace>/<cluster>` holds each member's data.
     pub dir: PathBuf,
+    /// Environment variables a member must not inherit: `flotilla up`
+    /// tells its children to stop with it, and a cluster's member
+    /// outlives the controllers that started it.
+    pub unset_env: Vec<String>,
 }
 
 const PID_FILE: &str = "member.pid";
@@ -96,6 +100,9 @@ impl Provider {
             .map_err(|e| io(&dir, e))?;
         let err = log.try_clone().map_err(|e| io(&dir, e))?;
         let mut command = Command::new(&self.exe);
+        for name in &self.unset_env {
+            command.env_remove(name);
+        }
         command
             .arg("member")
             .arg("--name")
