@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Cluster API provisioning on this machine: one 1+3 cluster, then 20 at once
+# (docs/benchmarks.md "Cluster lifecycle"). F is the flotilla binary to use.
+set -u
+F=${F:-flotilla}
+D=$(mktemp -d)
+$F controlplane --data-dir $D/hub > $D/cp.log 2>&1 &
+CP=$!
+for i in $(seq 1 60); do [ -f $D/hub/kubeconfig ] && break; sleep 0.5; done
+export KUBECONFIG=$D/hub/kubeconfig
+avail() { kubectl get cl -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Available")].status}{"\n"}{end}' | grep -c True; }
+t0=$(date +%s.%N)
+$F cluster generate one --worker-machine-count 3 | kubectl apply -f - > /dev/null
+until [ "$(avail)" = 1 ]; do sleep 0.05; done
+t1=$(date +%s.%N)
+echo "one 1+3 cluster: apply -> Available $(echo "$t1 - $t0" | bc) s"
+until kubectl get clusters.cluster.karmada.io one >/dev/null 2>&1; do sleep 0.05; done
+t1b=$(date +%s.%N)
+echo "one 1+3 cluster: apply -> joined $(echo "$t1b - $t0" | bc) s"
+kubectl delete cl one > /dev/null
+t2=$(date +%s.%N)
+for i in $(seq 1 20); do $F cluster generate c$i --worker-machine-count 3; echo ---; done > $D/twenty.yaml
+kubectl apply -f $D/twenty.yaml > /dev/null
+until [ "$(avail)" = 20 ]; do sleep 0.2; done
+t3=$(date +%s.%N)
+echo "20 clusters of 1+3 at once: apply -> all Available $(echo "$t3 - $t2" | bc) s"
+echo "control plane RSS: $(grep VmRSS /proc/$CP/status)"
+m=$(pgrep -f "member --name c1 " | head -1); echo "one cluster's member RSS: $(grep VmRSS /proc/$m/status)"
+t4=$(date +%s.%N)
+kubectl delete cl --all > /dev/null
+t5=$(date +%s.%N)
+echo "20 clusters deleted: $(echo "$t5 - $t4" | bc) s; members left: $(pgrep -fc "flotilla member --name c")"
+kill $CP; sleep 1; rm -rf $D
