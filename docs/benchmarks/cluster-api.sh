@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Cluster API provisioning on this machine: one 1+3 cluster, then 20 at once
-# (docs/benchmarks.md "Cluster lifecycle"). F is the flotilla binary to use.
+# and a Gardener Shoot (docs/benchmarks.md "Cluster lifecycle"). Run from
+# the checkout's root; F is the flotilla binary to use.
 set -u
 F=${F:-flotilla}
 D=$(mktemp -d)
@@ -18,6 +19,19 @@ until kubectl get clusters.cluster.karmada.io one >/dev/null 2>&1; do sleep 0.05
 t1b=$(date +%s.%N)
 echo "one 1+3 cluster: apply -> joined $(echo "$t1b - $t0" | bc) s"
 kubectl delete cl one > /dev/null
+# Gardener: provider-local's example Shoot (one worker), from the checkout.
+G=crates/cli/tests/data/gardener
+kubectl create namespace garden > /dev/null
+for f in project cloudprofile seed secretbinding; do kubectl apply -f $G/$f.yaml > /dev/null; done
+shoot_state() { kubectl get shoot local -n garden-local -o jsonpath='{.status.lastOperation.state}'; }
+t6=$(date +%s.%N)
+kubectl apply -f $G/shoot.yaml > /dev/null
+until [ "$(shoot_state)" = Succeeded ]; do sleep 0.05; done
+t7=$(date +%s.%N)
+echo "provider-local's Shoot (1 worker): apply -> Create Succeeded $(echo "$t7 - $t6" | bc) s"
+kubectl delete shoot local -n garden-local > /dev/null
+t8=$(date +%s.%N)
+echo "the Shoot deleted (waits for its finalizer): $(echo "$t8 - $t7" | bc) s"
 t2=$(date +%s.%N)
 for i in $(seq 1 20); do $F cluster generate c$i --worker-machine-count 3; echo ---; done > $D/twenty.yaml
 kubectl apply -f $D/twenty.yaml > /dev/null

@@ -72,6 +72,16 @@ impl Ctx {
         ApiError::not_found(&self.resource.group, &self.resource.plural, name)
     }
 
+    /// The object the request names, as stored (404 when absent).
+    pub(crate) fn stored_object(&self) -> ApiResult<Value> {
+        let kv = self
+            .api
+            .store
+            .get(&self.key(self.name()))?
+            .ok_or_else(|| self.not_found(self.name()))?;
+        objects::decode(&self.resource, &kv)
+    }
+
     fn dry_run(&self) -> ApiResult<bool> {
         match self.query.get("dryRun") {
             None => Ok(false),
@@ -128,8 +138,10 @@ pub fn respond_object(
         Output::Yaml => render(status, obj, "application/json", true, warnings),
         Output::Table(include) => {
             let list_meta = json!({"resourceVersion": meta_str(obj, "resourceVersion")});
+            let convertor = ctx.api.extensions.table(&ctx.resource);
             let table = table::table(
                 &ctx.resource,
+                convertor.as_deref(),
                 std::slice::from_ref(obj),
                 list_meta,
                 include,
@@ -486,7 +498,14 @@ pub(crate) fn respond_list(
     match output {
         Output::Table(include) => render(
             ok,
-            &table::table(r, &items, list_meta, include, true),
+            &table::table(
+                r,
+                ctx.api.extensions.table(r).as_deref(),
+                &items,
+                list_meta,
+                include,
+                true,
+            ),
             TABLE,
             false,
             &[],

@@ -30,6 +30,7 @@ pub mod defaults;
 pub mod discovery;
 pub mod error;
 pub mod eviction;
+pub mod extension;
 pub mod fieldset;
 mod follower;
 pub mod gc;

@@ -62,6 +62,7 @@ impl ApiServer {
             kubelet: Default::default(),
             kubelet_connect_only: Default::default(),
             mutating_admission: Default::default(),
+            extensions: Default::default(),
             rbac: Default::default(),
             quotas: Default::default(),
             config,
@@ -634,6 +635,11 @@ fn resolve(api: &ApiServer, segs: &[&str], method: &Method, watch: bool) -> ApiR
         Some("status") if resource.status_subresource => {}
         Some("finalize") if resource.is_namespace() && method == Method::PUT => {}
         Some("scale") if resource.scale.is_some() => {}
+        Some(sub)
+            if method == Method::POST && api.extensions.subresource(&resource, sub).is_some() =>
+        {
+            served_by = Some(ServedBy::Extension);
+        }
         Some(sub) => {
             let own = crate::kinds::strategy(&resource)
                 .subresources()
@@ -794,6 +800,7 @@ async fn serve_resource(
         Some(ServedBy::Token) => return crate::reviews::token_request(&ctx, &body).await,
         Some(ServedBy::Eviction) => return crate::eviction::evict(&ctx, &body).await,
         Some(ServedBy::Binding) => return handlers::bind(&ctx, &body).await,
+        Some(ServedBy::Extension) => return crate::extension::serve(&ctx, &body).await,
         _ => {}
     }
     match (&parts.method, ctx.name.is_some()) {

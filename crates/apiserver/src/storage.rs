@@ -39,6 +39,9 @@ pub struct Storage {
     /// Mutating admission plugins of the embedding process, after the
     /// built-in ones (a member's peering: offloaded namespaces' pods).
     pub(crate) mutating_admission: RwLock<Vec<Arc<dyn crate::admission::Mutating>>>,
+    /// Subresources and tables the embedding process adds to kinds it
+    /// serves through CRDs (Gardener's, in the control plane).
+    pub extensions: crate::extension::Extensions,
     /// Roles and bindings, as RBAC reads them.
     pub(crate) rbac: Arc<crate::rbac::Index>,
     /// ResourceQuotas by namespace, as quota admission reads them.

@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use crate::extension::TableConvertor;
 use crate::jsonpath;
 use crate::resources::{Printer, ResourceInfo};
 use crate::value::{array_at as arr, i64_at as i, str_at as s};
@@ -233,7 +234,11 @@ pub enum IncludeObject {
 }
 
 pub fn row(r: &ResourceInfo, o: &Value, include: IncludeObject) -> Value {
-    let mut row = json!({"cells": cells(r, o)});
+    with_object(json!({"cells": cells(r, o)}), o, include)
+}
+
+/// A row with the object, its metadata or nothing, as asked.
+fn with_object(mut row: Value, o: &Value, include: IncludeObject) -> Value {
     match include {
         IncludeObject::None => {}
         IncludeObject::Metadata => {
@@ -249,18 +254,40 @@ pub fn row(r: &ResourceInfo, o: &Value, include: IncludeObject) -> Value {
 }
 
 /// A Table of `objects`; `with_columns` false omits columnDefinitions (watch events after the first).
+/// An embedder's computed columns (`extension::TableConvertor`) take the
+/// place of the resource's own.
 pub fn table(
     r: &ResourceInfo,
+    convertor: Option<&dyn TableConvertor>,
     objects: &[Value],
     list_meta: Value,
     include: IncludeObject,
     with_columns: bool,
 ) -> Value {
+    let columns = match (with_columns, convertor) {
+        (false, _) => Vec::new(),
+        (true, Some(c)) => c
+            .columns()
+            .iter()
+            .map(|c| {
+                json!({"name": c.name, "type": c.type_, "format": c.format,
+                       "description": c.description, "priority": c.priority})
+            })
+            .collect(),
+        (true, None) => column_definitions(r),
+    };
+    let rows = objects
+        .iter()
+        .map(|o| match convertor {
+            Some(c) => with_object(json!({"cells": c.cells(o)}), o, include),
+            None => row(r, o, include),
+        })
+        .collect::<Vec<_>>();
     json!({
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": list_meta,
-        "columnDefinitions": if with_columns { Value::Array(column_definitions(r)) } else { json!([]) },
-        "rows": objects.iter().map(|o| row(r, o, include)).collect::<Vec<_>>(),
+        "columnDefinitions": columns,
+        "rows": rows,
     })
 }

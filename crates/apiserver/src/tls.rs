@@ -171,6 +171,19 @@ pub fn client_certificate(
     common_name: &str,
     organizations: &[&str],
 ) -> Result<Issued, TlsError> {
+    client_certificate_until(ca_cert_pem, ca_key_pem, common_name, organizations, None)
+}
+
+/// A client certificate as [`client_certificate`], valid until the Unix
+/// second `not_after` (a short-lived credential: Gardener's admin
+/// kubeconfig); None: a year.
+pub fn client_certificate_until(
+    ca_cert_pem: &str,
+    ca_key_pem: &str,
+    common_name: &str,
+    organizations: &[&str],
+    not_after: Option<i64>,
+) -> Result<Issued, TlsError> {
     let invalid = |reason: String| TlsError::Invalid {
         path: PathBuf::from("ca.crt"),
         reason,
@@ -193,6 +206,9 @@ pub fn client_certificate(
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     params.use_authority_key_identifier_extension = true;
     set_validity(&mut params, 1);
+    if let Some(at) = not_after.and_then(|t| time::OffsetDateTime::from_unix_timestamp(t).ok()) {
+        params.not_after = at;
+    }
     let cert = params.signed_by(&key, &issuer)?;
     Ok(Issued {
         cert_pem: cert.pem(),

@@ -29,6 +29,8 @@ use crate::table;
 struct Encoder {
     output: Output,
     columns_sent: bool,
+    /// The embedder's computed columns of the kind, if any.
+    convertor: Option<std::sync::Arc<dyn crate::extension::TableConvertor>>,
 }
 
 impl Encoder {
@@ -39,6 +41,7 @@ impl Encoder {
                 self.columns_sent = true;
                 Served::Table(table::table(
                     r,
+                    self.convertor.as_deref(),
                     std::slice::from_ref(obj),
                     json!({"resourceVersion": objects::meta_str(obj, "resourceVersion")}),
                     include,
@@ -228,6 +231,7 @@ pub async fn serve(ctx: Ctx) -> ApiResult<Response> {
     let mut encoder = Encoder {
         output,
         columns_sent: false,
+        convertor: ctx.api.extensions.table(&ctx.resource),
     };
     let bookmark_interval = ctx.api.config.bookmark_interval;
 

@@ -78,7 +78,7 @@ pub async fn run(command: ClusterCommand) -> anyhow::Result<()> {
                 namespace: a.namespace,
                 kubernetes_version: a.kubernetes_version,
                 control_plane_machines: a.control_plane_machine_count,
-                worker_machines: a.worker_machine_count,
+                workers: vec![generate::Pool::md0(a.worker_machine_count)],
                 pod_cidr: a.pod_cidr,
                 service_cidr: a.service_cidr,
                 flavor: a.flavor,

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use base64::Engine;
+use common::lifecycle::{field, members_under, workload};
 use common::{Server, assert_has, until};
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -20,32 +21,6 @@ fn fixture(name: &str) -> String {
         .join(name)
         .display()
         .to_string()
-}
-
-fn field(hub: &Server, args: &[&str]) -> String {
-    let out = hub.kubectl(args);
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// The pids of `flotilla member` processes serving under `dir`.
-fn members_under(dir: &Path) -> Vec<u32> {
-    let dir = dir.display().to_string();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
-                let args: Vec<String> = c
-                    .split(|b| *b == 0)
-                    .map(|a| String::from_utf8_lossy(a).into_owned())
-                    .collect();
-                args.iter().any(|a| a == "member") && args.iter().any(|a| a.starts_with(&dir))
-            })
-        })
-        .collect()
 }
 
 /// The workload cluster's kubeconfig, from its Secret, written to a file.
@@ -66,15 +41,6 @@ fn workload_kubeconfig(hub: &Server) -> std::path::PathBuf {
     let path = hub.dir.path().join("workload.kubeconfig");
     std::fs::write(&path, text).expect("write kubeconfig");
     path
-}
-
-fn workload(kubeconfig: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("kubectl")
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .output()
-        .expect("kubectl");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 fn describe(hub: &Server) -> String {

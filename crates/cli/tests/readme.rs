@@ -15,7 +15,9 @@
 //! - It all runs in private mount, network and PID namespaces (root, as in
 //!   CI): a tmpfs over /tmp, a HOME of its own, loopback of its own for
 //!   the fixed ports the README uses, and every process it started ends
-//!   with it. Nothing on the machine is touched.
+//!   with it. Nothing on the machine is touched. Only the README, the
+//!   binary and the example manifests it applies (`tests/data/gardener`)
+//!   are in its working directory.
 
 mod common;
 
@@ -61,7 +63,13 @@ fn steps(readme: &str) -> Vec<Step> {
             }
             let mut text = line.to_string();
             let mut last = line;
-            while last.trim_end().ends_with('\\') && i < block.len() {
+            // A line continues after a backslash, and after a pipe or
+            // `&&` that wait for their right-hand side, as bash reads it.
+            let continues = |l: &str| {
+                let l = l.trim_end();
+                l.ends_with('\\') || l.ends_with('|') || l.ends_with("&&")
+            };
+            while continues(last) && i < block.len() {
                 last = block[i];
                 i += 1;
                 text.push('\n');
@@ -143,6 +151,14 @@ const EXPECTED: &[(&str, &[&str])] = &[
         &["dev-md-0-"],
     ),
     (
+        "kubectl get shoots -n garden-local",
+        &["Create Succeeded (100%)", "healthy"],
+    ),
+    (
+        "kubectl --kubeconfig local.kubeconfig get nodes",
+        &["local-control-plane-", "local-local-"],
+    ),
+    (
         "kubectl --context member1 get serviceexport web",
         &["Ready"],
     ),
@@ -220,6 +236,11 @@ fn expected(command: &str) -> &'static [&'static str] {
         .map_or(&[], |(_, out)| out)
 }
 
+/// The example manifests of the checkout that the README applies.
+fn examples_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/gardener")
+}
+
 /// Single-quoted for bash.
 fn quoted(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
@@ -235,6 +256,9 @@ fn script(steps: &[Step], binary: &Path, readme: &Path) -> String {
 mount -t tmpfs tmpfs /mnt
 mkdir -p /mnt/work/target/release /mnt/home
 cp {readme} /mnt/work/README.md
+# The example manifests the README applies from the checkout.
+mkdir -p /mnt/work/crates/cli/tests/data
+cp -r {examples} /mnt/work/crates/cli/tests/data/
 touch /mnt/work/target/release/flotilla
 mount --bind {binary} /mnt/work/target/release/flotilla
 mount -t tmpfs tmpfs /tmp
@@ -290,6 +314,7 @@ background() {{
 "#,
         readme = quoted(&readme.display().to_string()),
         binary = quoted(&binary.display().to_string()),
+        examples = quoted(&examples_dir().display().to_string()),
     ));
     for step in steps {
         let command = step.text.trim();
@@ -361,6 +386,12 @@ fn the_readme_parses_into_the_commands_a_user_runs() {
         texts
             .iter()
             .any(|t| t.contains("--data-dir /tmp/hub-b --listen"))
+    );
+    // So do the lines of a pipeline broken after its `|`.
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.contains("/adminkubeconfig |\n") && t.ends_with("> local.kubeconfig"))
     );
     assert_eq!(
         heredoc_end("kubectl apply -f - <<'YAML'   # x"),

@@ -28,7 +28,7 @@ pub fn valid_version(v: &str) -> bool {
             .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
 }
 
-fn cause(field: &str, message: String) -> Cause {
+pub(crate) fn cause(field: &str, message: String) -> Cause {
     Cause {
         reason: "FieldValueInvalid",
         field: field.into(),
@@ -49,36 +49,47 @@ fn check_version(object: &Value, pointer: &str, field: &str, causes: &mut Vec<Ca
 
 impl Validation {
     fn cluster_network(&self, object: &Value, causes: &mut Vec<Cause>) {
-        let mut ranges: Vec<(IpNet, String)> = Vec::new();
+        let mut blocks = Vec::new();
         for which in ["pods", "services"] {
-            let blocks = object["spec"]["clusterNetwork"][which]["cidrBlocks"].as_array();
-            for (i, block) in blocks.into_iter().flatten().enumerate() {
-                let field = format!("spec.clusterNetwork.{which}.cidrBlocks[{i}]");
-                let text = block.as_str().unwrap_or_default();
-                match text.parse::<IpNet>() {
-                    Ok(net) => {
-                        for (other, what) in ranges.iter().chain(self.reserved.iter()) {
-                            if other.contains(&net.network()) || net.contains(&other.network()) {
-                                causes.push(cause(
-                                    &field,
-                                    format!("Invalid value: \"{text}\": overlaps {what} ({other})"),
-                                ));
-                            }
+            let listed = object["spec"]["clusterNetwork"][which]["cidrBlocks"].as_array();
+            for (i, block) in listed.into_iter().flatten().enumerate() {
+                blocks.push((
+                    format!("spec.clusterNetwork.{which}.cidrBlocks[{i}]"),
+                    block.as_str().unwrap_or_default(),
+                ));
+            }
+        }
+        self.check_ranges(&blocks, causes);
+    }
+
+    /// `(field, CIDR)`s must be CIDRs, apart from each other and from the
+    /// hub's own ranges.
+    pub(crate) fn check_ranges(&self, blocks: &[(String, &str)], causes: &mut Vec<Cause>) {
+        let mut ranges: Vec<(IpNet, String)> = Vec::new();
+        for (field, text) in blocks {
+            match text.parse::<IpNet>() {
+                Ok(net) => {
+                    for (other, what) in ranges.iter().chain(self.reserved.iter()) {
+                        if other.contains(&net.network()) || net.contains(&other.network()) {
+                            causes.push(cause(
+                                field,
+                                format!("Invalid value: \"{text}\": overlaps {what} ({other})"),
+                            ));
                         }
-                        ranges.push((net, field));
                     }
-                    Err(_) => causes.push(cause(
-                        &field,
-                        format!("Invalid value: \"{text}\": must be a CIDR (e.g. 192.168.0.0/16)"),
-                    )),
+                    ranges.push((net, field.clone()));
                 }
+                Err(_) => causes.push(cause(
+                    field,
+                    format!("Invalid value: \"{text}\": must be a CIDR (e.g. 192.168.0.0/16)"),
+                )),
             }
         }
     }
 }
 
 impl Mutating for Validation {
-    fn admit(&self, _: &View, request: &Request, object: &mut Value) -> ApiResult<()> {
+    fn admit(&self, view: &View, request: &Request, object: &mut Value) -> ApiResult<()> {
         if !matches!(request.operation, Operation::Create | Operation::Update)
             || request.subresource.is_some()
         {
@@ -87,6 +98,9 @@ impl Mutating for Validation {
         let resource = request.resource;
         let mut causes = Vec::new();
         match (resource.group.as_str(), resource.plural.as_str()) {
+            (crate::gardener::api::CORE_GROUP, "shoots") => {
+                crate::gardener::admission::shoot(self, view, request, object, &mut causes)?
+            }
             (api::CLUSTER_GROUP, "clusters") => {
                 self.cluster_network(object, &mut causes);
                 check_version(

@@ -15,11 +15,35 @@ pub struct Options {
     pub namespace: String,
     pub kubernetes_version: String,
     pub control_plane_machines: u32,
-    pub worker_machines: u32,
+    /// One MachineDeployment, `<name>-<pool>`, per pool.
+    pub workers: Vec<Pool>,
     pub pod_cidr: String,
     pub service_cidr: String,
     /// Only `""` (the KCP and MachineDeployment shape) for now.
     pub flavor: String,
+}
+
+/// A pool of worker machines: one MachineDeployment.
+#[derive(Clone, Debug)]
+pub struct Pool {
+    pub name: String,
+    pub replicas: u32,
+    /// The rolling update's `maxSurge`/`maxUnavailable` (a count or a
+    /// percentage); None: upstream's defaults.
+    pub max_surge: Option<Value>,
+    pub max_unavailable: Option<Value>,
+}
+
+impl Pool {
+    /// clusterctl's one pool, `md-0`.
+    pub fn md0(replicas: u32) -> Pool {
+        Pool {
+            name: "md-0".into(),
+            replicas,
+            max_surge: None,
+            max_unavailable: None,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -62,7 +86,6 @@ pub fn manifests(o: &Options) -> Result<Vec<Value>, GenerateError> {
     };
     let (name, ns) = (o.name.as_str(), o.namespace.as_str());
     let cp = format!("{name}-control-plane");
-    let md = format!("{name}-md-0");
     let cluster_meta = json!({"name": name, "namespace": ns});
     let machine_template = |n: &str| {
         json!({
@@ -73,7 +96,7 @@ pub fn manifests(o: &Options) -> Result<Vec<Value>, GenerateError> {
         })
     };
     let eviction = json!([{"name": "eviction-hard", "value": "nodefs.available<0%,nodefs.inodesFree<0%,imagefs.available<0%"}]);
-    Ok(vec![
+    let mut manifests = vec![
         json!({
             "apiVersion": api(crate::api::CLUSTER_GROUP),
             "kind": "Cluster",
@@ -109,20 +132,16 @@ pub fn manifests(o: &Options) -> Result<Vec<Value>, GenerateError> {
                 },
             },
         }),
-        machine_template(&md),
-        json!({
-            "apiVersion": api(crate::api::BOOTSTRAP_GROUP),
-            "kind": "KubeadmConfigTemplate",
-            "metadata": {"name": md, "namespace": ns},
-            "spec": {"template": {"spec": {"joinConfiguration": {"nodeRegistration": {"kubeletExtraArgs": eviction}}}}},
-        }),
-        json!({
+    ];
+    for pool in &o.workers {
+        let md = format!("{name}-{}", pool.name);
+        let mut deployment = json!({
             "apiVersion": api(crate::api::CLUSTER_GROUP),
             "kind": "MachineDeployment",
             "metadata": {"name": md, "namespace": ns},
             "spec": {
                 "clusterName": name,
-                "replicas": o.worker_machines,
+                "replicas": pool.replicas,
                 "selector": {"matchLabels": null},
                 "template": {"spec": {
                     "clusterName": name,
@@ -131,8 +150,30 @@ pub fn manifests(o: &Options) -> Result<Vec<Value>, GenerateError> {
                     "infrastructureRef": {"apiGroup": crate::api::INFRASTRUCTURE_GROUP, "kind": "DockerMachineTemplate", "name": md},
                 }},
             },
-        }),
-    ])
+        });
+        if pool.max_surge.is_some() || pool.max_unavailable.is_some() {
+            let mut rolling = json!({});
+            if let Some(v) = &pool.max_surge {
+                rolling["maxSurge"] = v.clone();
+            }
+            if let Some(v) = &pool.max_unavailable {
+                rolling["maxUnavailable"] = v.clone();
+            }
+            deployment["spec"]["rollout"] =
+                json!({"strategy": {"type": "RollingUpdate", "rollingUpdate": rolling}});
+        }
+        manifests.extend([
+            machine_template(&md),
+            json!({
+                "apiVersion": api(crate::api::BOOTSTRAP_GROUP),
+                "kind": "KubeadmConfigTemplate",
+                "metadata": {"name": md, "namespace": ns},
+                "spec": {"template": {"spec": {"joinConfiguration": {"nodeRegistration": {"kubeletExtraArgs": eviction}}}}},
+            }),
+            deployment,
+        ]);
+    }
+    Ok(manifests)
 }
 
 /// The manifests as one YAML stream.
@@ -154,7 +195,7 @@ mod tests {
             namespace: "default".into(),
             kubernetes_version: "v1.33.0".into(),
             control_plane_machines: 1,
-            worker_machines: 3,
+            workers: vec![Pool::md0(3)],
             pod_cidr: "192.168.0.0/16".into(),
             service_cidr: "10.128.0.0/12".into(),
             flavor: String::new(),

@@ -3,7 +3,8 @@
 //! bootstrap and control plane providers, and a local infrastructure
 //! provider serving CAPD's kinds whose clusters are Flotilla members on
 //! this host. A Cluster that reaches Provisioned joins the fleet in Push
-//! mode, as Karmada's cluster-api discovery joins it.
+//! mode, as Karmada's cluster-api discovery joins it. Gardener's Shoots
+//! (`gardener/`) are made of the same objects.
 //!
 //! Every controller reaches clusters only through their APIs: the hub's
 //! for the objects, the workload cluster's (from its kubeconfig Secret)
@@ -16,6 +17,7 @@ pub mod api;
 pub mod capi;
 pub mod docker;
 pub mod error;
+pub mod gardener;
 pub mod generate;
 pub mod kubeadm;
 pub mod objects;
@@ -49,7 +51,8 @@ pub fn roles() -> Vec<Value> {
         "metadata": {"name": "system:flotilla:lifecycle"},
         "rules": [
             {"verbs": ["*"], "apiGroups": [api::CLUSTER_GROUP, api::CONTROLPLANE_GROUP,
-                api::BOOTSTRAP_GROUP, api::INFRASTRUCTURE_GROUP], "resources": ["*"]},
+                api::BOOTSTRAP_GROUP, api::INFRASTRUCTURE_GROUP, gardener::api::CORE_GROUP],
+             "resources": ["*"]},
             // Made, never deleted: they go with their owners (the
             // garbage collector's work).
             {"verbs": ["create", "get", "list", "watch"],
@@ -62,7 +65,11 @@ pub fn roles() -> Vec<Value> {
 
 /// Serves the kinds and installs the controllers' role.
 pub async fn install(client: &Client) -> Result<(), flotilla_federation::frontends::InstallError> {
-    flotilla_federation::frontends::install(client, api::crds(), roles()).await
+    let crds = api::crds()
+        .into_iter()
+        .chain(gardener::api::crds())
+        .collect();
+    flotilla_federation::frontends::install(client, crds, roles()).await
 }
 
 /// Runs every controller until the future is dropped.
@@ -80,6 +87,7 @@ pub async fn run(client: Client, metrics: Metrics, provider: Provider) {
         Box::pin(capi::machinedeployment::run(ctx.clone())),
         Box::pin(capi::healthcheck::run(ctx.clone())),
         Box::pin(kubeadm::controlplane::run(ctx.clone())),
+        Box::pin(gardener::shoot::run(ctx.clone())),
         Box::pin(kubeadm::bootstrap::run(ctx.clone())),
         Box::pin(docker::cluster::run(
             ctx.clone(),

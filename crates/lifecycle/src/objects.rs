@@ -101,6 +101,27 @@ impl Objects {
         self.merge(r, name(object), patch).await
     }
 
+    /// The deletion of `owner` (of `kind`), whose `children` (of `child`)
+    /// must go first: deletes those not going yet and looks again soon;
+    /// once none is left, removes `finalizer` and is done (None).
+    pub async fn finalize_after_children(
+        &self,
+        kind: &ApiResource,
+        owner: &Value,
+        finalizer: &str,
+        child: &ApiResource,
+        children: &[Value],
+    ) -> Result<Option<std::time::Duration>, Error> {
+        if children.is_empty() {
+            self.remove_finalizer(kind, owner, finalizer).await?;
+            return Ok(None);
+        }
+        for c in children.iter().filter(|c| !deleting(c)) {
+            self.delete(child, name(c)).await?;
+        }
+        Ok(Some(std::time::Duration::from_millis(500)))
+    }
+
     pub async fn remove_finalizer(
         &self,
         r: &ApiResource,

@@ -83,6 +83,8 @@ pub enum ServedBy {
     /// The kubelet behind the server (`connect.rs`): logs, exec, attach,
     /// port-forward. Where none runs, the request is refused with why.
     Kubelet,
+    /// The embedding process's handler (`extension.rs`), for a CRD's kind.
+    Extension,
 }
 
 pub trait Strategy: Sync {

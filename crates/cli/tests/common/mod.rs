@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod fleet;
+pub mod lifecycle;
 pub mod underlay;
 
 use std::path::{Path, PathBuf};

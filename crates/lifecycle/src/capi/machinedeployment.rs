@@ -94,18 +94,15 @@ async fn reconcile(ctx: &Context, md: Value) -> Result<Next, Error> {
         .filter(|s| objects::owned_by(s, &md))
         .collect();
     if objects::deleting(&md) {
-        if sets.is_empty() {
-            objects
-                .remove_finalizer(&deployments, &md, api::MACHINEDEPLOYMENT_FINALIZER)
-                .await?;
-            return Ok(None);
-        }
-        for s in sets.iter().filter(|s| !objects::deleting(s)) {
-            objects
-                .delete(&api::machine_sets(), objects::name(s))
-                .await?;
-        }
-        return Ok(Some(Duration::from_millis(500)));
+        return objects
+            .finalize_after_children(
+                &deployments,
+                &md,
+                api::MACHINEDEPLOYMENT_FINALIZER,
+                &api::machine_sets(),
+                &sets,
+            )
+            .await;
     }
     objects
         .add_finalizer(&deployments, &md, api::MACHINEDEPLOYMENT_FINALIZER)

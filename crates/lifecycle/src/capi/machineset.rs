@@ -53,16 +53,15 @@ async fn reconcile(ctx: &Context, set: Value) -> Result<Next, Error> {
         .filter(|m| objects::owned_by(m, &set))
         .collect();
     if objects::deleting(&set) {
-        if owned.is_empty() {
-            objects
-                .remove_finalizer(&sets, &set, api::MACHINESET_FINALIZER)
-                .await?;
-            return Ok(None);
-        }
-        for m in owned.iter().filter(|m| !objects::deleting(m)) {
-            objects.delete(&api::machines(), objects::name(m)).await?;
-        }
-        return Ok(Some(Duration::from_millis(500)));
+        return objects
+            .finalize_after_children(
+                &sets,
+                &set,
+                api::MACHINESET_FINALIZER,
+                &api::machines(),
+                &owned,
+            )
+            .await;
     }
     objects
         .add_finalizer(&sets, &set, api::MACHINESET_FINALIZER)

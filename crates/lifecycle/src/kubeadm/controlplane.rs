@@ -179,16 +179,9 @@ async fn reconcile(ctx: &Context, kcp: Value) -> Result<Next, Error> {
         .filter(|m| objects::owned_by(m, &kcp))
         .collect();
     if objects::deleting(&kcp) {
-        if owned.is_empty() {
-            objects
-                .remove_finalizer(&kcps, &kcp, api::KCP_FINALIZER)
-                .await?;
-            return Ok(None);
-        }
-        for m in owned.iter().filter(|m| !objects::deleting(m)) {
-            objects.delete(&api::machines(), objects::name(m)).await?;
-        }
-        return Ok(Some(Duration::from_millis(500)));
+        return objects
+            .finalize_after_children(&kcps, &kcp, api::KCP_FINALIZER, &api::machines(), &owned)
+            .await;
     }
     // The Cluster adopts its control plane first (label and owner).
     let Some(cluster_name) = objects::label(&kcp, api::CLUSTER_NAME_LABEL)

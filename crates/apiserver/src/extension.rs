@@ -1,0 +1,127 @@
+//! What an embedding process adds to a kind it serves through a CRD, as
+//! an aggregated API server serves its own kinds: a subresource answered
+//! by the embedder's handler (Gardener's `shoots/adminkubeconfig`), and
+//! `kubectl get`'s columns computed from the object where a CRD's JSONPath
+//! columns cannot say it (Gardener's "Create Succeeded (100%)").
+//!
+//! The request is authenticated and authorised as any other (`create` on
+//! `shoots/adminkubeconfig`) before the handler sees it; the handler is
+//! handed the stored parent object, the request body and the user.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::response::Response;
+use futures::future::BoxFuture;
+use http::StatusCode;
+use parking_lot::RwLock;
+use serde_json::Value;
+
+use crate::error::{ApiError, ApiResult};
+use crate::handlers::Ctx;
+use crate::resources::ResourceInfo;
+use crate::user::User;
+
+/// One call of an added subresource (POST, as a `NamedCreater`).
+pub struct SubresourceCall {
+    /// The object the subresource belongs to, as stored.
+    pub parent: Value,
+    /// The request's body, decoded.
+    pub body: Value,
+    /// Who asked; None when the server serves without authentication.
+    pub user: Option<User>,
+}
+
+/// Answers an added subresource: the object to return with 201, or an
+/// error as a Status.
+pub trait SubresourceHandler: Send + Sync {
+    fn create(&self, call: SubresourceCall) -> BoxFuture<'static, ApiResult<Value>>;
+}
+
+/// A column of a computed table.
+#[derive(Clone, Debug)]
+pub struct Column {
+    pub name: &'static str,
+    pub type_: &'static str,
+    pub format: &'static str,
+    pub description: &'static str,
+    pub priority: i64,
+}
+
+/// `kubectl get`'s columns of a kind, computed from each object; the
+/// cells are aligned with the columns (Name and Age included).
+pub trait TableConvertor: Send + Sync {
+    fn columns(&self) -> Vec<Column>;
+    fn cells(&self, object: &Value) -> Vec<Value>;
+}
+
+type SubresourceKey = (String, String, String);
+
+/// The embedder's additions, by (group, plural[, subresource]).
+#[derive(Default)]
+pub struct Extensions {
+    subresources: RwLock<HashMap<SubresourceKey, Arc<dyn SubresourceHandler>>>,
+    tables: RwLock<HashMap<(String, String), Arc<dyn TableConvertor>>>,
+}
+
+impl Extensions {
+    pub fn add_subresource(
+        &self,
+        group: &str,
+        plural: &str,
+        subresource: &str,
+        handler: Arc<dyn SubresourceHandler>,
+    ) {
+        self.subresources
+            .write()
+            .insert((group.into(), plural.into(), subresource.into()), handler);
+    }
+
+    pub fn add_table(&self, group: &str, plural: &str, convertor: Arc<dyn TableConvertor>) {
+        self.tables
+            .write()
+            .insert((group.into(), plural.into()), convertor);
+    }
+
+    pub(crate) fn subresource(
+        &self,
+        r: &ResourceInfo,
+        subresource: &str,
+    ) -> Option<Arc<dyn SubresourceHandler>> {
+        self.subresources
+            .read()
+            .get(&(r.group.clone(), r.plural.clone(), subresource.to_string()))
+            .cloned()
+    }
+
+    pub(crate) fn table(&self, r: &ResourceInfo) -> Option<Arc<dyn TableConvertor>> {
+        self.tables
+            .read()
+            .get(&(r.group.clone(), r.plural.clone()))
+            .cloned()
+    }
+}
+
+/// Serves a POST to an added subresource of the object `ctx` names.
+pub(crate) async fn serve(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
+    let sub = ctx.subresource.as_deref().unwrap_or_default();
+    let handler = ctx
+        .api
+        .extensions
+        .subresource(&ctx.resource, sub)
+        .ok_or_else(ApiError::path_not_found)?;
+    let parent = ctx.stored_object()?;
+    let body = if body.is_empty() {
+        Value::Object(Default::default())
+    } else {
+        crate::request::parse_body(&ctx.headers, body)?
+    };
+    let answer = handler
+        .create(SubresourceCall {
+            parent,
+            body,
+            user: ctx.user.clone(),
+        })
+        .await?;
+    crate::handlers::respond_object(ctx, StatusCode::CREATED, &answer, &[])
+}

@@ -1,0 +1,43 @@
+//! Clusters as objects in tests: reading a field through kubectl,
+//! finding the members a provider started, asking a workload cluster.
+
+use std::path::Path;
+
+use super::Server;
+
+/// What `kubectl ARGS` prints, trimmed (nothing when it fails).
+pub fn field(hub: &Server, args: &[&str]) -> String {
+    let out = hub.kubectl(args);
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The pids of `flotilla member` processes serving under `dir`.
+pub fn members_under(dir: &Path) -> Vec<u32> {
+    let dir = dir.display().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                let args: Vec<String> = c
+                    .split(|b| *b == 0)
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect();
+                args.iter().any(|a| a == "member") && args.iter().any(|a| a.starts_with(&dir))
+            })
+        })
+        .collect()
+}
+
+/// What `kubectl ARGS` prints against the cluster of `kubeconfig`.
+pub fn workload(kubeconfig: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .expect("kubectl");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}

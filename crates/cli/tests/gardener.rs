@@ -1,0 +1,293 @@
+//! Gardener Shoots on the Cluster API machinery: provider-local's example
+//! manifests, applied verbatim, make a Shoot whose cluster is a Flotilla
+//! member that joins the fleet. Gardener's users see its last operation
+//! and health in `kubectl get shoots`, fetch its admin kubeconfig through
+//! `shoots/adminkubeconfig`, hibernate and wake it, scale its pool and
+//! delete it; what Gardener's admission refuses is refused.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use base64::Engine;
+use common::lifecycle::{field, members_under, workload};
+use common::{Server, assert_has, until};
+
+const WAIT: Duration = Duration::from_secs(90);
+const NS: &str = "garden-local";
+const ADMIN_KUBECONFIG: &str =
+    "/apis/core.gardener.cloud/v1beta1/namespaces/garden-local/shoots/local/adminkubeconfig";
+
+fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/gardener")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn describe(hub: &Server) -> String {
+    let out = hub.kubectl(&["get", "shoots,cl,md,ma", "-n", NS, "-o", "wide"]);
+    let yaml = hub.kubectl(&["get", "shoot", "local", "-n", NS, "-o", "yaml"]);
+    format!(
+        "{}{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&yaml.stdout)
+    )
+}
+
+fn shoot_field(hub: &Server, path: &str) -> String {
+    field(
+        hub,
+        &[
+            "get",
+            "shoot",
+            "local",
+            "-n",
+            NS,
+            "-o",
+            &format!("jsonpath={path}"),
+        ],
+    )
+}
+
+/// Waits for the Shoot's last operation to read `operation` ("Create
+/// Succeeded 100").
+fn until_operation(hub: &Server, operation: &str) {
+    until(
+        WAIT,
+        &format!("the Shoot's last operation to be {operation}"),
+        || {
+            shoot_field(
+                hub,
+                "{.status.lastOperation.type} {.status.lastOperation.state} {.status.lastOperation.progress}",
+            ) == operation
+        },
+        || describe(hub),
+    );
+}
+
+/// The Shoot's nodes, through its admin kubeconfig.
+fn nodes(kubeconfig: &Path) -> usize {
+    workload(kubeconfig, &["get", "nodes", "-o", "name"])
+        .lines()
+        .count()
+}
+
+#[test]
+fn provider_locals_shoot_is_provisioned_reported_hibernated_and_deleted() {
+    let hub = Server::controlplane(&[]);
+    hub.ok(&["create", "namespace", "garden"]);
+    for f in [
+        "project.yaml",
+        "cloudprofile.yaml",
+        "seed.yaml",
+        "secretbinding.yaml",
+        "credentialsbinding.yaml",
+    ] {
+        hub.ok(&["apply", "-f", &fixture(f)]);
+    }
+
+    // What Gardener's admission refuses, refused before anything is made.
+    let shoot = std::fs::read_to_string(fixture("shoot.yaml")).expect("shoot.yaml");
+    let refused = hub.kubectl_stdin(
+        &["apply", "-f", "-"],
+        Some(&shoot.replace(
+            "    name: local\n  secretBindingName",
+            "    name: nowhere\n  secretBindingName",
+        )),
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(
+        stderr.contains("could not find referenced cloud profile"),
+        "{stderr}"
+    );
+    let refused = hub.kubectl_stdin(
+        &["apply", "-f", "-"],
+        Some(&shoot.replace("  kubernetes:\n", "  kubernetes:\n    version: 1.99.0\n")),
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains(
+            "spec.kubernetes.version: Unsupported value: \"1.99.0\": supported values: \"1.32.0\""
+        ),
+        "{stderr}"
+    );
+    assert!(hub.ok(&["get", "shoots", "-A"]).is_empty());
+
+    // The example Shoot, as it is: scheduled to the Seed, its version the
+    // profile's newest, its networks the Seed's defaults.
+    hub.ok(&["apply", "-f", &fixture("shoot.yaml")]);
+    until_operation(&hub, "Create Succeeded 100");
+    assert_eq!(
+        shoot_field(
+            &hub,
+            "{.spec.seedName} {.spec.kubernetes.version} {.spec.networking.pods} {.spec.networking.services} {.status.technicalID}"
+        ),
+        "local 1.32.0 10.3.0.0/16 10.4.0.0/16 shoot--local--local"
+    );
+    assert_eq!(
+        shoot_field(&hub, "{range .status.conditions[*]}{.type}={.status} {end}"),
+        "APIServerAvailable=True ControlPlaneHealthy=True ObservabilityComponentsHealthy=True EveryNodeReady=True SystemComponentsHealthy=True"
+    );
+    until(
+        WAIT,
+        "the health label",
+        || shoot_field(&hub, "{.metadata.labels.shoot\\.gardener\\.cloud/status}") == "healthy",
+        || describe(&hub),
+    );
+    let table = hub.ok(&["get", "shoots", "-n", NS]);
+    assert_has(
+        &table,
+        &[
+            "CLOUDPROFILE",
+            "PROVIDER",
+            "REGION",
+            "K8S VERSION",
+            "HIBERNATION",
+            "LAST OPERATION",
+            "STATUS",
+            "AGE",
+            "Awake",
+            "Create Succeeded (100%)",
+            "healthy",
+        ],
+    );
+    assert_has(
+        &hub.ok(&["get", "shoots", "-n", NS, "-o", "wide"]),
+        &["SEED", "APISERVER", "CONTROL", "NODES", "SYSTEM"],
+    );
+    // Its cluster joined the fleet under the Shoot's name.
+    hub.ok(&["get", "clusters.cluster.karmada.io", "local"]);
+
+    // The admin kubeconfig, as Gardener's users fetch it.
+    let request = common::write(
+        hub.dir.path(),
+        "request.json",
+        r#"{"apiVersion": "authentication.gardener.cloud/v1alpha1", "kind": "AdminKubeconfigRequest", "spec": {"expirationSeconds": 1000}}"#,
+    );
+    let request = request.display().to_string();
+    let answer: serde_json::Value =
+        serde_json::from_str(&hub.ok(&["create", "--raw", ADMIN_KUBECONFIG, "-f", &request]))
+            .expect("an AdminKubeconfigRequest");
+    assert_eq!(answer["kind"], "AdminKubeconfigRequest");
+    let expires: jiff::Timestamp = answer["status"]["expirationTimestamp"]
+        .as_str()
+        .expect("expirationTimestamp")
+        .parse()
+        .expect("a time");
+    let left = expires.as_second() - jiff::Timestamp::now().as_second();
+    assert!((900..=1000).contains(&left), "expires in {left} s");
+    let text = base64::engine::general_purpose::STANDARD
+        .decode(answer["status"]["kubeconfig"].as_str().expect("kubeconfig"))
+        .expect("base64");
+    let kubeconfig = common::write(
+        hub.dir.path(),
+        "shoot.kubeconfig",
+        &String::from_utf8(text).expect("utf-8"),
+    );
+    assert_eq!(nodes(&kubeconfig), 2, "a control plane node and a worker");
+    // Too short a life, and a user who may not ask, are refused.
+    let short = common::write(
+        hub.dir.path(),
+        "short.json",
+        r#"{"spec": {"expirationSeconds": 599}}"#,
+    );
+    let out = hub.kubectl(&[
+        "create",
+        "--raw",
+        ADMIN_KUBECONFIG,
+        "-f",
+        &short.display().to_string(),
+    ]);
+    assert_has(
+        &String::from_utf8_lossy(&out.stderr),
+        &[
+            "spec.expirationSeconds",
+            "may not specify a duration less than 10 minutes",
+        ],
+    );
+    let out = hub.kubectl(&[
+        "create",
+        "--raw",
+        ADMIN_KUBECONFIG,
+        "-f",
+        &request,
+        "--as",
+        "jane",
+    ]);
+    assert_has(&String::from_utf8_lossy(&out.stderr), &["Forbidden"]);
+
+    // The pool follows its minimum.
+    hub.ok(&[
+        "patch",
+        "shoot",
+        "local",
+        "-n",
+        NS,
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op": "replace", "path": "/spec/provider/workers/0/minimum", "value": 2}]"#,
+    ]);
+    until_operation(&hub, "Reconcile Succeeded 100");
+    assert_eq!(nodes(&kubeconfig), 3);
+
+    // Hibernation takes the workers away and brings them back.
+    let hibernate = |on: bool| {
+        hub.ok(&[
+            "patch",
+            "shoot",
+            "local",
+            "-n",
+            NS,
+            "--type",
+            "merge",
+            "-p",
+            &format!(r#"{{"spec": {{"hibernation": {{"enabled": {on}}}}}}}"#),
+        ]);
+    };
+    hibernate(true);
+    until(
+        WAIT,
+        "the Shoot to be hibernated",
+        || {
+            shoot_field(&hub, "{.status.hibernated} {.status.lastOperation.state}")
+                == "true Succeeded"
+        },
+        || describe(&hub),
+    );
+    assert_has(&hub.ok(&["get", "shoots", "-n", NS]), &["Hibernated"]);
+    assert_eq!(nodes(&kubeconfig), 1, "only the control plane");
+    hibernate(false);
+    until(
+        WAIT,
+        "the Shoot to wake up",
+        || {
+            shoot_field(&hub, "{.status.hibernated} {.status.lastOperation.state}")
+                == "false Succeeded"
+                && nodes(&kubeconfig) == 3
+        },
+        || describe(&hub),
+    );
+    assert_has(&hub.ok(&["get", "shoots", "-n", NS]), &["Awake"]);
+
+    // Deleted: the cluster, its member processes and its fleet entry go.
+    assert!(!members_under(&hub.data_dir()).is_empty());
+    hub.ok(&["delete", "shoot", "local", "-n", NS, "--timeout", "90s"]);
+    assert!(hub.ok(&["get", "cl,ma,md", "-n", NS]).is_empty());
+    until(
+        WAIT,
+        "the cluster to leave the fleet and its processes to stop",
+        || {
+            !hub.kubectl(&["get", "clusters.cluster.karmada.io", "local"])
+                .status
+                .success()
+                && members_under(&hub.data_dir()).is_empty()
+        },
+        || describe(&hub),
+    );
+}
