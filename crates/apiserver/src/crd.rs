@@ -307,8 +307,12 @@ fn serve(api: &Storage, crd: &Value, revision: i64) -> bool {
     let Some((group, plural)) = group_plural(crd) else {
         return false;
     };
+    let mut resources = resources_of(crd);
+    for r in &mut resources {
+        r.conversion = api.extensions.conversion(r);
+    }
     api.registry
-        .set_custom(&group, &plural, revision, resources_of(crd))
+        .set_custom(&group, &plural, revision, resources)
 }
 
 /// Stops serving `crd`, deleted at `revision`; true if it was served.

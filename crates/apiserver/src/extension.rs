@@ -4,6 +4,11 @@
 //! `kubectl get`'s columns computed from the object where a CRD's JSONPath
 //! columns cannot say it (Gardener's "Create Succeeded (100%)").
 //!
+//! A CRD's kind served at versions of different shapes is converted
+//! between them by the embedder's functions (Cluster API's v1beta1 and
+//! v1beta2), as a conversion webhook would: on its way out of the store
+//! and back in (`conversion.rs` does the same for built-in kinds).
+//!
 //! The request is authenticated and authorised as any other (`create` on
 //! `shoots/adminkubeconfig`) before the handler sees it; the handler is
 //! handed the stored parent object, the request body and the user.
@@ -17,6 +22,7 @@ use http::StatusCode;
 use parking_lot::RwLock;
 use serde_json::Value;
 
+use crate::conversion::Conversion;
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::Ctx;
 use crate::resources::ResourceInfo;
@@ -55,6 +61,7 @@ pub trait TableConvertor: Send + Sync {
     fn cells(&self, object: &Value) -> Vec<Value>;
 }
 
+/// (group, plural, subresource or version).
 type SubresourceKey = (String, String, String);
 
 /// The embedder's additions, by (group, plural[, subresource]).
@@ -62,6 +69,7 @@ type SubresourceKey = (String, String, String);
 pub struct Extensions {
     subresources: RwLock<HashMap<SubresourceKey, Arc<dyn SubresourceHandler>>>,
     tables: RwLock<HashMap<(String, String), Arc<dyn TableConvertor>>>,
+    conversions: RwLock<HashMap<SubresourceKey, Conversion>>,
 }
 
 impl Extensions {
@@ -81,6 +89,28 @@ impl Extensions {
         self.tables
             .write()
             .insert((group.into(), plural.into()), convertor);
+    }
+
+    /// The conversion of `(group, plural)` at `version` from and to the
+    /// stored version; the registry is told by `Storage::add_conversion`.
+    pub(crate) fn set_conversion(
+        &self,
+        group: &str,
+        plural: &str,
+        version: &str,
+        conversion: Conversion,
+    ) {
+        self.conversions
+            .write()
+            .insert((group.into(), plural.into(), version.into()), conversion);
+    }
+
+    /// The conversion a CRD's resource is served with, if one was added.
+    pub(crate) fn conversion(&self, r: &ResourceInfo) -> Option<Conversion> {
+        self.conversions
+            .read()
+            .get(&(r.group.clone(), r.plural.clone(), r.version.clone()))
+            .copied()
     }
 
     pub(crate) fn subresource(

@@ -323,6 +323,25 @@ impl Registry {
         true
     }
 
+    /// Converts a served resource's objects with `conversion` (an
+    /// embedder's, for a CRD); nothing when it is not served.
+    pub fn set_conversion(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+        conversion: crate::conversion::Conversion,
+    ) {
+        let mut inner = self.inner.write();
+        let key = (group.to_string(), version.to_string(), plural.to_string());
+        if let Some(r) = inner.resources.get(&key) {
+            let mut r = (**r).clone();
+            r.conversion = Some(conversion);
+            inner.resources.insert(key, Arc::new(r));
+            inner.generation += 1;
+        }
+    }
+
     /// Stops serving `(group, plural)`, deleted at `revision`.
     pub fn remove_custom(&self, group: &str, plural: &str, revision: i64) -> bool {
         self.set_custom(group, plural, revision, Vec::new())

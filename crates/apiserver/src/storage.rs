@@ -60,6 +60,22 @@ impl Storage {
         self.mutating_admission.write().push(plugin);
     }
 
+    /// Serves a CRD's `(group, plural)` at `version` converted from and to
+    /// the stored version by `conversion`, now and whenever the CRD is
+    /// served again.
+    pub fn add_conversion(
+        &self,
+        group: &str,
+        plural: &str,
+        version: &str,
+        conversion: crate::conversion::Conversion,
+    ) {
+        self.extensions
+            .set_conversion(group, plural, version, conversion);
+        self.registry
+            .set_conversion(group, version, plural, conversion);
+    }
+
     /// Puts `kubelet` behind pods' connect subresources (once).
     pub fn set_kubelet(&self, kubelet: Arc<dyn crate::kubelet::Kubelet>) {
         let _ = self.kubelet.set(kubelet);

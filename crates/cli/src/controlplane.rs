@@ -185,9 +185,10 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
                 })
                 .collect(),
         }));
-    // What Gardener's API server adds to Shoots: its table and the
-    // admin kubeconfig subresource.
-    flotilla_lifecycle::gardener::extend(&p.api, client.clone());
+    // Cluster API's v1beta1 converted as its webhooks would; what
+    // Gardener's API server adds to Shoots (its table, the admin
+    // kubeconfig subresource).
+    flotilla_lifecycle::extend(&p.api, client.clone());
     // The front ends that are off: their kinds are served, and a new
     // object of them is refused with how to turn them on.
     let on = |f: &dyn frontends::Frontend| frontends::is_on(f, &args.frontends);

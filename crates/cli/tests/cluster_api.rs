@@ -111,7 +111,9 @@ fn the_docker_quick_start_provisions_a_member_that_joins_scales_upgrades_and_goe
         ],
     );
     assert_has(&hub.ok(&["get", "kcp"]), &["capi-quickstart", "true"]);
-    // v1beta1 is served too (Karmada's discovery reads it).
+    // v1beta1 is served too (Karmada's discovery reads it), in its own
+    // shape: references with apiVersion, readiness flags, v1beta2's
+    // conditions under status.v1beta2.
     assert_eq!(
         field(
             &hub,
@@ -120,10 +122,10 @@ fn the_docker_quick_start_provisions_a_member_that_joins_scales_upgrades_and_goe
                 "clusters.v1beta1.cluster.x-k8s.io",
                 "capi-quickstart",
                 "-o",
-                "jsonpath={.status.phase}"
+                "jsonpath={.status.phase} {.status.infrastructureReady} {.spec.infrastructureRef.apiVersion} {.status.v1beta2.conditions[?(@.type==\"Available\")].status}"
             ]
         ),
-        "Provisioned"
+        "Provisioned true infrastructure.cluster.x-k8s.io/v1beta1 True"
     );
 
     // The contract's Secrets.
@@ -485,11 +487,12 @@ spec:
 }
 
 /// The quick start's default: `clusterctl generate cluster` with the
-/// development flavor, a ClusterClass topology (v1.13's Docker kinds and
-/// v1.14's Dev kinds), 3 control plane machines and 3 workers.
+/// development flavor, a ClusterClass topology (v1.10's v1beta1 manifests,
+/// v1.13's Docker kinds and v1.14's Dev kinds), 3 control plane machines
+/// and 3 workers.
 #[test]
 fn the_clusterclass_quick_start_provisions_its_topology() {
-    for release in ["v1.13.5", "v1.14.0"] {
+    for release in ["v1.10.0-v1beta1", "v1.13.5", "v1.14.0"] {
         let hub = Server::controlplane(&[]);
         hub.ok(&[
             "apply",
@@ -516,6 +519,21 @@ fn the_clusterclass_quick_start_provisions_its_topology() {
             || describe(&hub),
         );
         assert_has(&hub.ok(&["get", "cl"]), &["quick-start", "v1.33.0"]);
+        // Each version reads its own shape, whichever wrote it.
+        for (resource, path) in [
+            (
+                "clusters.v1beta1.cluster.x-k8s.io",
+                "{.spec.topology.class}",
+            ),
+            (
+                "clusters.v1beta2.cluster.x-k8s.io",
+                "{.spec.topology.classRef.name}",
+            ),
+        ] {
+            let jsonpath = format!("jsonpath={path}");
+            let class = field(&hub, &["get", resource, "capi-quickstart", "-o", &jsonpath]);
+            assert_eq!(class, "quick-start", "{resource} {path}");
+        }
         // The topology follows the Cluster: fewer workers.
         hub.ok(&["patch", "cl", "capi-quickstart", "--type=json", "-p", r#"[{"op": "replace", "path": "/spec/topology/workers/machineDeployments/0/replicas", "value": 1}]"#]);
         until(

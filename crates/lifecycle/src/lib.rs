@@ -15,6 +15,7 @@
 pub mod admission;
 pub mod api;
 pub mod capi;
+pub mod conversion;
 pub mod docker;
 pub mod error;
 pub mod gardener;
@@ -70,6 +71,24 @@ pub async fn install(client: &Client) -> Result<(), flotilla_federation::fronten
         .chain(gardener::api::crds())
         .collect();
     flotilla_federation::frontends::install(client, crds, roles()).await
+}
+
+/// What the hub's API server serves beyond the CRDs: Cluster API's
+/// v1beta1 converted from and to the stored v1beta2 (as its conversion
+/// webhooks), and Gardener's additions (`gardener::extend`).
+pub fn extend(api: &flotilla_apiserver::storage::Storage, client: Client) {
+    for kind in api::kinds() {
+        api.add_conversion(
+            kind.group,
+            kind.plural,
+            "v1beta1",
+            flotilla_apiserver::conversion::Conversion {
+                to_served: conversion::to_v1beta1,
+                to_stored: conversion::to_v1beta2,
+            },
+        );
+    }
+    gardener::extend(api, client);
 }
 
 /// Runs every controller until the future is dropped.

@@ -1,0 +1,470 @@
+//! Cluster API's v1beta1 and v1beta2 shapes of the same objects, as its
+//! conversion webhooks convert them: v1beta2 is stored, v1beta1 is served
+//! converted on its way out and converted back on its way in, so a client
+//! of either version reads and writes its own shape.
+//!
+//! What moved between the two: references (`{apiVersion, kind, name,
+//! namespace}` and `{apiGroup, kind, name}`), a MachineDeployment's
+//! `strategy` (`rollout.strategy`), a KubeadmControlPlane's machine
+//! template's `infrastructureRef` (under `spec`), a topology's `class`
+//! (`classRef`), a MachineHealthCheck's conditions and timeouts (under
+//! `checks`, in seconds), a Machine's `nodeRef` (a name), and the status:
+//! v1beta2's conditions are v1beta1's `v1beta2.conditions`, v1beta1's are
+//! v1beta2's `deprecated.v1beta1.conditions`, the readiness flags are
+//! under `initialization`, the old replica counts under `deprecated`.
+
+use serde_json::{Map, Value, json};
+
+/// The reference fields of every kind, as JSON pointers.
+const REFS: &[&str] = &[
+    "/spec/infrastructureRef",
+    "/spec/controlPlaneRef",
+    "/spec/bootstrap/configRef",
+    "/spec/template/spec/infrastructureRef",
+    "/spec/template/spec/bootstrap/configRef",
+    "/spec/machineTemplate/infrastructureRef",
+    "/spec/machineTemplate/spec/infrastructureRef",
+];
+
+/// A kind's `initialization` flags (v1beta2) and their v1beta1 names.
+fn ready_flags(kind: &str) -> &'static [(&'static str, &'static str)] {
+    match kind {
+        "Cluster" => &[
+            ("infrastructureProvisioned", "infrastructureReady"),
+            ("controlPlaneInitialized", "controlPlaneReady"),
+        ],
+        "Machine" => &[
+            ("bootstrapDataSecretCreated", "bootstrapReady"),
+            ("infrastructureProvisioned", "infrastructureReady"),
+        ],
+        "KubeadmControlPlane" => &[("controlPlaneInitialized", "initialized")],
+        "KubeadmConfig" => &[("dataSecretCreated", "ready")],
+        "DockerCluster" | "DockerMachine" | "DevCluster" | "DevMachine" | "DockerMachinePool" => {
+            &[("provisioned", "ready")]
+        }
+        _ => &[],
+    }
+}
+
+/// Counts v1beta2 keeps under `deprecated.v1beta1`.
+const OLD_COUNTS: &[&str] = &[
+    "readyReplicas",
+    "availableReplicas",
+    "updatedReplicas",
+    "unavailableReplicas",
+    "failureReason",
+    "failureMessage",
+];
+
+fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(g, _)| g)
+}
+
+/// Moves the value at `from` to `to` (pointers), when there is one.
+fn relocate(obj: &mut Value, from: &str, to: &str) {
+    let Some(value) = take(obj, from) else {
+        return;
+    };
+    put(obj, to, value);
+}
+
+fn take(obj: &mut Value, pointer: &str) -> Option<Value> {
+    let (parent, key) = pointer.rsplit_once('/')?;
+    let parent = if parent.is_empty() {
+        Some(obj)
+    } else {
+        obj.pointer_mut(parent)
+    };
+    parent?.as_object_mut()?.remove(key)
+}
+
+fn put(obj: &mut Value, pointer: &str, value: Value) {
+    let mut at = obj;
+    let parts: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
+    for (i, part) in parts.iter().enumerate() {
+        if !at.is_object() {
+            *at = json!({});
+        }
+        let Some(map) = at.as_object_mut() else {
+            return;
+        };
+        if i + 1 == parts.len() {
+            map.insert(part.to_string(), value);
+            return;
+        }
+        at = map.entry(part.to_string()).or_insert_with(|| json!({}));
+    }
+}
+
+/// `300` seconds as a v1beta1 duration, `"300s"`.
+fn seconds_to_duration(v: &Value) -> Option<Value> {
+    v.as_i64().map(|s| json!(format!("{s}s")))
+}
+
+/// A v1beta1 duration (`"5m"`, `"300s"`, `"1h30m"`) in seconds.
+fn duration_to_seconds(v: &Value) -> Option<Value> {
+    let text = v.as_str()?;
+    humantime::parse_duration(text)
+        .ok()
+        .map(|d| json!(d.as_secs()))
+}
+
+/// The object as v1beta1 serves it, from its stored (v1beta2) shape.
+pub fn to_v1beta1(obj: &mut Value) {
+    let namespace = obj["metadata"]["namespace"].clone();
+    for pointer in REFS {
+        if let Some(r) = obj.pointer_mut(pointer).and_then(Value::as_object_mut)
+            && let Some(group) = r.remove("apiGroup")
+        {
+            let group = group.as_str().unwrap_or_default().to_string();
+            r.insert("apiVersion".into(), json!(format!("{group}/v1beta1")));
+            if !namespace.is_null() {
+                r.insert("namespace".into(), namespace.clone());
+            }
+        }
+    }
+    relocate(obj, "/spec/rollout/strategy", "/spec/strategy");
+    if obj["spec"]["rollout"]
+        .as_object()
+        .is_some_and(Map::is_empty)
+    {
+        take(obj, "/spec/rollout");
+    }
+    relocate(
+        obj,
+        "/spec/machineTemplate/spec/infrastructureRef",
+        "/spec/machineTemplate/infrastructureRef",
+    );
+    if obj["spec"]["machineTemplate"]["spec"]
+        .as_object()
+        .is_some_and(Map::is_empty)
+    {
+        take(obj, "/spec/machineTemplate/spec");
+    }
+    if let Some(class) = take(obj, "/spec/topology/classRef") {
+        put(obj, "/spec/topology/class", class["name"].clone());
+        if let Some(ns) = class.get("namespace") {
+            put(obj, "/spec/topology/classNamespace", ns.clone());
+        }
+    }
+    // A MachineHealthCheck's checks.
+    if let Some(mut checks) = take(obj, "/spec/checks") {
+        if let Some(t) = checks
+            .get("nodeStartupTimeoutSeconds")
+            .and_then(seconds_to_duration)
+        {
+            put(obj, "/spec/nodeStartupTimeout", t);
+        }
+        if let Some(list) = checks["unhealthyNodeConditions"].as_array_mut() {
+            let converted: Vec<Value> = list
+                .iter_mut()
+                .map(|c| {
+                    let mut c = c.clone();
+                    if let Some(t) = take(&mut c, "/timeoutSeconds") {
+                        c["timeout"] = seconds_to_duration(&t).unwrap_or(Value::Null);
+                    }
+                    c
+                })
+                .collect();
+            put(obj, "/spec/unhealthyConditions", Value::Array(converted));
+        }
+    }
+    relocate(
+        obj,
+        "/spec/remediation/triggerIf/unhealthyLessThanOrEqualTo",
+        "/spec/maxUnhealthy",
+    );
+    relocate(
+        obj,
+        "/spec/remediation/triggerIf/unhealthyInRange",
+        "/spec/unhealthyRange",
+    );
+    if obj.pointer("/spec/remediation/triggerIf").is_some() {
+        take(obj, "/spec/remediation/triggerIf");
+    }
+    if obj["spec"]["remediation"]
+        .as_object()
+        .is_some_and(Map::is_empty)
+    {
+        take(obj, "/spec/remediation");
+    }
+    status_to_v1beta1(obj);
+}
+
+fn status_to_v1beta1(obj: &mut Value) {
+    let flags = ready_flags(obj["kind"].as_str().unwrap_or_default());
+    let Some(status) = obj.get_mut("status").filter(|s| s.is_object()) else {
+        return;
+    };
+    if let Some(name) = status["nodeRef"]["name"].as_str().map(String::from)
+        && status["nodeRef"].get("kind").is_none()
+    {
+        status["nodeRef"] = json!({"apiVersion": "v1", "kind": "Node", "name": name});
+    }
+    let conditions = take(status, "/conditions");
+    let old = take(status, "/deprecated/v1beta1/conditions");
+    if let Some(c) = conditions {
+        put(status, "/v1beta2/conditions", c);
+    }
+    if let Some(c) = old {
+        put(status, "/conditions", c);
+    }
+    for (v2, v1) in flags {
+        relocate(status, &format!("/initialization/{v2}"), &format!("/{v1}"));
+    }
+    if status["initialization"]
+        .as_object()
+        .is_some_and(Map::is_empty)
+    {
+        take(status, "/initialization");
+    }
+    // v1beta2's counts keep their names where v1beta1 has none of its own.
+    if let Some(n) = take(status, "/upToDateReplicas") {
+        put(status, "/v1beta2/upToDateReplicas", n);
+    }
+    for key in ["readyReplicas", "availableReplicas"] {
+        if let Some(n) = status.get(key).cloned() {
+            put(status, &format!("/v1beta2/{key}"), n);
+        }
+    }
+    for key in OLD_COUNTS {
+        relocate(
+            status,
+            &format!("/deprecated/v1beta1/{key}"),
+            &format!("/{key}"),
+        );
+    }
+    if status["deprecated"]["v1beta1"]
+        .as_object()
+        .is_some_and(Map::is_empty)
+    {
+        take(status, "/deprecated");
+    }
+}
+
+/// The object as stored (v1beta2), from what a v1beta1 client wrote.
+pub fn to_v1beta2(obj: &mut Value) {
+    for pointer in REFS {
+        if let Some(r) = obj.pointer_mut(pointer).and_then(Value::as_object_mut)
+            && let Some(api_version) = r.remove("apiVersion")
+        {
+            r.insert(
+                "apiGroup".into(),
+                json!(group_of(api_version.as_str().unwrap_or_default())),
+            );
+            r.remove("namespace");
+            r.remove("uid");
+            r.remove("resourceVersion");
+            r.remove("fieldPath");
+        }
+    }
+    relocate(obj, "/spec/strategy", "/spec/rollout/strategy");
+    relocate(
+        obj,
+        "/spec/machineTemplate/infrastructureRef",
+        "/spec/machineTemplate/spec/infrastructureRef",
+    );
+    if let Some(class) = take(obj, "/spec/topology/class") {
+        put(obj, "/spec/topology/classRef/name", class);
+        relocate(
+            obj,
+            "/spec/topology/classNamespace",
+            "/spec/topology/classRef/namespace",
+        );
+    }
+    if let Some(t) = take(obj, "/spec/nodeStartupTimeout") {
+        if let Some(s) = duration_to_seconds(&t) {
+            put(obj, "/spec/checks/nodeStartupTimeoutSeconds", s);
+        }
+    }
+    if let Some(Value::Array(list)) = take(obj, "/spec/unhealthyConditions") {
+        let converted: Vec<Value> = list
+            .into_iter()
+            .map(|mut c| {
+                if let Some(t) = take(&mut c, "/timeout") {
+                    c["timeoutSeconds"] = duration_to_seconds(&t).unwrap_or(Value::Null);
+                }
+                c
+            })
+            .collect();
+        put(
+            obj,
+            "/spec/checks/unhealthyNodeConditions",
+            Value::Array(converted),
+        );
+    }
+    relocate(
+        obj,
+        "/spec/maxUnhealthy",
+        "/spec/remediation/triggerIf/unhealthyLessThanOrEqualTo",
+    );
+    relocate(
+        obj,
+        "/spec/unhealthyRange",
+        "/spec/remediation/triggerIf/unhealthyInRange",
+    );
+    status_to_v1beta2(obj);
+}
+
+fn status_to_v1beta2(obj: &mut Value) {
+    let flags = ready_flags(obj["kind"].as_str().unwrap_or_default());
+    let Some(status) = obj.get_mut("status").filter(|s| s.is_object()) else {
+        return;
+    };
+    if let Some(name) = status["nodeRef"]["name"].as_str().map(String::from) {
+        status["nodeRef"] = json!({"name": name});
+    }
+    let old = take(status, "/conditions");
+    let conditions = take(status, "/v1beta2/conditions");
+    if let Some(c) = old {
+        put(status, "/deprecated/v1beta1/conditions", c);
+    }
+    if let Some(c) = conditions {
+        put(status, "/conditions", c);
+    }
+    for (v2, v1) in flags {
+        relocate(status, &format!("/{v1}"), &format!("/initialization/{v2}"));
+    }
+    for key in OLD_COUNTS {
+        relocate(
+            status,
+            &format!("/{key}"),
+            &format!("/deprecated/v1beta1/{key}"),
+        );
+    }
+    for key in ["readyReplicas", "availableReplicas", "upToDateReplicas"] {
+        relocate(status, &format!("/v1beta2/{key}"), &format!("/{key}"));
+    }
+    if status["v1beta2"].as_object().is_some_and(Map::is_empty) {
+        take(status, "/v1beta2");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine_deployment_v1beta2() -> Value {
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
+            "metadata": {"name": "md", "namespace": "default"},
+            "spec": {
+                "clusterName": "c", "replicas": 3,
+                "rollout": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1}}},
+                "template": {"spec": {
+                    "clusterName": "c",
+                    "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfigTemplate", "name": "md"}},
+                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerMachineTemplate", "name": "md"},
+                }},
+            },
+            "status": {
+                "replicas": 3, "readyReplicas": 2, "availableReplicas": 2, "upToDateReplicas": 3,
+                "conditions": [{"type": "Available", "status": "True"}],
+                "deprecated": {"v1beta1": {"conditions": [{"type": "Ready", "status": "True"}],
+                                           "readyReplicas": 2, "updatedReplicas": 3, "unavailableReplicas": 1}},
+            },
+        })
+    }
+
+    #[test]
+    fn v1beta1_reads_references_strategy_and_status_in_its_own_shape() {
+        let mut md = machine_deployment_v1beta2();
+        to_v1beta1(&mut md);
+        let infra = &md["spec"]["template"]["spec"]["infrastructureRef"];
+        assert_eq!(
+            infra["apiVersion"],
+            "infrastructure.cluster.x-k8s.io/v1beta1"
+        );
+        assert_eq!(infra["namespace"], "default");
+        assert!(infra.get("apiGroup").is_none());
+        assert_eq!(md["spec"]["strategy"]["rollingUpdate"]["maxSurge"], 1);
+        assert!(md["spec"].get("rollout").is_none());
+        assert_eq!(md["status"]["conditions"][0]["type"], "Ready");
+        assert_eq!(
+            md["status"]["v1beta2"]["conditions"][0]["type"],
+            "Available"
+        );
+        assert_eq!(md["status"]["updatedReplicas"], 3);
+        assert_eq!(md["status"]["unavailableReplicas"], 1);
+        assert!(md["status"].get("deprecated").is_none());
+    }
+
+    #[test]
+    fn a_v1beta1_write_is_stored_as_v1beta2_and_reads_back_the_same() {
+        let stored = machine_deployment_v1beta2();
+        let mut served = stored.clone();
+        to_v1beta1(&mut served);
+        let mut back = served.clone();
+        to_v1beta2(&mut back);
+        assert_eq!(back["spec"], stored["spec"]);
+        assert_eq!(back["status"]["conditions"], stored["status"]["conditions"]);
+        assert_eq!(
+            back["status"]["deprecated"]["v1beta1"]["conditions"],
+            stored["status"]["deprecated"]["v1beta1"]["conditions"]
+        );
+        assert_eq!(back["status"]["upToDateReplicas"], 3);
+        assert_eq!(back["status"]["readyReplicas"], 2);
+        // And the v1beta1 view is stable through a round trip.
+        let mut again = back;
+        to_v1beta1(&mut again);
+        assert_eq!(again, served);
+    }
+
+    #[test]
+    fn clusters_control_planes_and_health_checks_convert_their_own_fields() {
+        let mut cluster = json!({
+            "kind": "Cluster",
+            "metadata": {"namespace": "ns"},
+            "spec": {"topology": {"class": "quick-start", "version": "v1.33.0"},
+                     "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "DockerCluster", "name": "c", "namespace": "ns"}},
+            "status": {"infrastructureReady": true, "controlPlaneReady": false, "phase": "Provisioning"},
+        });
+        to_v1beta2(&mut cluster);
+        assert_eq!(
+            cluster["spec"]["topology"]["classRef"]["name"],
+            "quick-start"
+        );
+        assert_eq!(
+            cluster["spec"]["infrastructureRef"],
+            json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerCluster", "name": "c"})
+        );
+        assert_eq!(
+            cluster["status"]["initialization"]["infrastructureProvisioned"],
+            true
+        );
+        assert_eq!(cluster["status"]["phase"], "Provisioning");
+
+        let mut kcp = json!({"spec": {"machineTemplate": {"infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "DockerMachineTemplate", "name": "cp"}}}});
+        to_v1beta2(&mut kcp);
+        assert_eq!(
+            kcp["spec"]["machineTemplate"]["spec"]["infrastructureRef"]["apiGroup"],
+            "infrastructure.cluster.x-k8s.io"
+        );
+
+        let mut mhc = json!({"spec": {"clusterName": "c", "maxUnhealthy": "40%", "nodeStartupTimeout": "10m",
+            "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "300s"}]}});
+        to_v1beta2(&mut mhc);
+        assert_eq!(mhc["spec"]["checks"]["nodeStartupTimeoutSeconds"], 600);
+        assert_eq!(
+            mhc["spec"]["checks"]["unhealthyNodeConditions"][0]["timeoutSeconds"],
+            300
+        );
+        assert_eq!(
+            mhc["spec"]["remediation"]["triggerIf"]["unhealthyLessThanOrEqualTo"],
+            "40%"
+        );
+        to_v1beta1(&mut mhc);
+        assert_eq!(mhc["spec"]["nodeStartupTimeout"], "600s");
+        assert_eq!(mhc["spec"]["unhealthyConditions"][0]["timeout"], "300s");
+        assert_eq!(mhc["spec"]["maxUnhealthy"], "40%");
+        assert!(mhc["spec"].get("remediation").is_none());
+
+        let mut machine = json!({"kind": "Machine", "status": {"nodeRef": {"name": "n1"}, "initialization": {"bootstrapDataSecretCreated": true}}});
+        to_v1beta1(&mut machine);
+        assert_eq!(
+            machine["status"]["nodeRef"],
+            json!({"apiVersion": "v1", "kind": "Node", "name": "n1"})
+        );
+        assert_eq!(machine["status"]["bootstrapReady"], true);
+    }
+}
