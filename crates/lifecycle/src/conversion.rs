@@ -272,10 +272,10 @@ pub fn to_v1beta2(obj: &mut Value) {
             "/spec/topology/classRef/namespace",
         );
     }
-    if let Some(t) = take(obj, "/spec/nodeStartupTimeout") {
-        if let Some(s) = duration_to_seconds(&t) {
-            put(obj, "/spec/checks/nodeStartupTimeoutSeconds", s);
-        }
+    if let Some(t) = take(obj, "/spec/nodeStartupTimeout")
+        && let Some(s) = duration_to_seconds(&t)
+    {
+        put(obj, "/spec/checks/nodeStartupTimeoutSeconds", s);
     }
     if let Some(Value::Array(list)) = take(obj, "/spec/unhealthyConditions") {
         let converted: Vec<Value> = list
