@@ -727,3 +727,93 @@ spec:
     );
     assert_eq!(field(&hub, &["get", "cl,kcp,md", "-o", "name"]), "");
 }
+
+/// The controllers killed with SIGKILL while a cluster is being made,
+/// and started again: it is finished, with one member process and each
+/// Machine once (one node each), nothing left over.
+#[test]
+fn a_cluster_whose_controllers_die_mid_provisioning_is_finished_once() {
+    let mut hub = Server::controlplane(&[]);
+    let manifests = common::flotilla(&[
+        "cluster",
+        "generate",
+        "mid",
+        "--kubernetes-version",
+        "v1.33.0",
+        "--worker-machine-count",
+        "3",
+    ]);
+    assert!(manifests.status.success());
+    hub.ok_stdin(
+        &["apply", "-f", "-"],
+        &String::from_utf8_lossy(&manifests.stdout),
+    );
+    // Killed as soon as the control plane's Machine exists: its member is
+    // starting, the workers are not made yet.
+    until(
+        WAIT,
+        "the first Machine",
+        || !field(&hub, &["get", "ma", "-o", "name"]).is_empty(),
+        || describe(&hub),
+    );
+    hub.kill9();
+    hub.spawn();
+    until(
+        WAIT,
+        "the cluster to be Available with 3 workers",
+        || {
+            field(
+                &hub,
+                &[
+                    "get",
+                    "cl",
+                    "mid",
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type==\"Available\")].status} {.status.workers.availableReplicas}",
+                ],
+            ) == "True 3"
+        },
+        || describe(&hub),
+    );
+    assert_eq!(
+        members_under(&hub.data_dir()).len(),
+        1,
+        "one member process"
+    );
+    assert_eq!(
+        field(&hub, &["get", "ma", "-o", "name"]).lines().count(),
+        4,
+        "{}",
+        describe(&hub)
+    );
+    let out = common::flotilla(&[
+        "cluster",
+        "kubeconfig",
+        "mid",
+        "--kubeconfig",
+        hub.kubeconfig.to_str().expect("utf-8"),
+    ]);
+    let kubeconfig = common::write(
+        hub.dir.path(),
+        "mid.kubeconfig",
+        &String::from_utf8_lossy(&out.stdout),
+    );
+    // Every node is a Machine's: none doubled, none orphaned.
+    let nodes = workload(&kubeconfig, &["get", "nodes", "-o", "name"]);
+    let machines = field(
+        &hub,
+        &[
+            "get",
+            "ma",
+            "-o",
+            "jsonpath={range .items[*]}node/{.status.nodeRef.name}{\"\\n\"}{end}",
+        ],
+    );
+    let mut nodes: Vec<&str> = nodes.lines().collect();
+    let mut machines: Vec<&str> = machines.lines().collect();
+    nodes.sort();
+    machines.sort();
+    assert_eq!(nodes, machines);
+    hub.ok(&["delete", "cl", "mid", "--timeout=60s"]);
+    assert!(members_under(&hub.data_dir()).is_empty());
+}
