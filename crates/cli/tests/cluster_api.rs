@@ -122,10 +122,10 @@ fn the_docker_quick_start_provisions_a_member_that_joins_scales_upgrades_and_goe
                 "clusters.v1beta1.cluster.x-k8s.io",
                 "capi-quickstart",
                 "-o",
-                "jsonpath={.status.phase} {.status.infrastructureReady} {.spec.infrastructureRef.apiVersion} {.status.v1beta2.conditions[?(@.type==\"Available\")].status}"
+                "jsonpath={.status.phase} {.status.infrastructureReady} {.spec.infrastructureRef.apiVersion} {.status.v1beta2.conditions[?(@.type==\"Available\")].status} {.status.conditions[?(@.type==\"Ready\")].status}"
             ]
         ),
-        "Provisioned true infrastructure.cluster.x-k8s.io/v1beta1 True"
+        "Provisioned true infrastructure.cluster.x-k8s.io/v1beta1 True True"
     );
 
     // The contract's Secrets.

@@ -202,7 +202,8 @@ fn status_to_v1beta1(obj: &mut Value) {
         status["nodeRef"] = json!({"apiVersion": "v1", "kind": "Node", "name": name});
     }
     let conditions = take(status, "/conditions");
-    let old = take(status, "/deprecated/v1beta1/conditions");
+    let old = take(status, "/deprecated/v1beta1/conditions")
+        .or_else(|| conditions.as_ref().map(v1beta1_conditions));
     if let Some(c) = conditions {
         put(status, "/v1beta2/conditions", c);
     }
@@ -240,6 +241,36 @@ fn status_to_v1beta1(obj: &mut Value) {
     {
         take(status, "/deprecated");
     }
+}
+
+/// v1beta1's conditions where the writer kept none of its own: each of
+/// v1beta2's in v1beta1's shape (a severity when not True), and `Ready`
+/// from `Available` (v1beta1's summary) where there is none.
+fn v1beta1_conditions(conditions: &Value) -> Value {
+    let list = conditions.as_array().cloned().unwrap_or_default();
+    let mut converted: Vec<Value> = list
+        .iter()
+        .map(|c| {
+            let mut v = json!({
+                "type": c["type"], "status": c["status"],
+                "lastTransitionTime": c["lastTransitionTime"],
+            });
+            if c["status"] != "True" {
+                v["severity"] = json!("Warning");
+                v["reason"] = c["reason"].clone();
+                v["message"] = c["message"].clone();
+            }
+            v
+        })
+        .collect();
+    if !list.iter().any(|c| c["type"] == "Ready")
+        && let Some(available) = converted.iter().find(|c| c["type"] == "Available")
+    {
+        let mut ready = available.clone();
+        ready["type"] = json!("Ready");
+        converted.insert(0, ready);
+    }
+    Value::Array(converted)
 }
 
 /// The object as stored (v1beta2), from what a v1beta1 client wrote.
@@ -458,6 +489,21 @@ mod tests {
         assert_eq!(mhc["spec"]["unhealthyConditions"][0]["timeout"], "300s");
         assert_eq!(mhc["spec"]["maxUnhealthy"], "40%");
         assert!(mhc["spec"].get("remediation").is_none());
+
+        // Conditions v1beta2 writers left no v1beta1 copy of.
+        let mut written = json!({"status": {"conditions": [
+            {"type": "Available", "status": "True", "reason": "Available", "lastTransitionTime": "t"},
+            {"type": "InfrastructureReady", "status": "False", "reason": "Waiting", "message": "m", "lastTransitionTime": "t"}]}});
+        to_v1beta1(&mut written);
+        let types: Vec<&str> = written["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(types, ["Ready", "Available", "InfrastructureReady"]);
+        assert_eq!(written["status"]["conditions"][2]["severity"], "Warning");
+        assert!(written["status"]["conditions"][0].get("severity").is_none());
 
         let mut machine = json!({"kind": "Machine", "status": {"nodeRef": {"name": "n1"}, "initialization": {"bootstrapDataSecretCreated": true}}});
         to_v1beta1(&mut machine);
