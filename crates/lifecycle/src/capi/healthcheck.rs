@@ -49,45 +49,6 @@ struct Rule {
     timeout: Duration,
 }
 
-fn parse_duration(v: &Value) -> Option<Duration> {
-    match v {
-        Value::Number(n) => n.as_u64().map(Duration::from_secs),
-        Value::String(s) => humantime_like(s),
-        _ => None,
-    }
-}
-
-/// Go's duration strings as Kubernetes writes them: `300s`, `5m`, `1h30m`.
-fn humantime_like(s: &str) -> Option<Duration> {
-    let mut total = 0.0f64;
-    let mut number = String::new();
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c.is_ascii_digit() || c == '.' {
-            number.push(c);
-            continue;
-        }
-        let mut unit = c.to_string();
-        if c == 'm' && chars.peek() == Some(&'s') {
-            unit.push('s');
-            chars.next();
-        }
-        let n: f64 = number.parse().ok()?;
-        number.clear();
-        total += n * match unit.as_str() {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 0.001,
-            _ => return None,
-        };
-    }
-    if !number.is_empty() {
-        return None;
-    }
-    Some(Duration::from_secs_f64(total))
-}
-
 fn rules(mhc: &Value) -> Vec<Rule> {
     let v2 = mhc["spec"]["checks"]["unhealthyNodeConditions"].as_array();
     let v1 = mhc["spec"]["unhealthyConditions"].as_array();
@@ -98,8 +59,8 @@ fn rules(mhc: &Value) -> Vec<Rule> {
                     Some(Rule {
                         type_: r["type"].as_str()?.to_string(),
                         status: r["status"].as_str()?.to_string(),
-                        timeout: parse_duration(&r["timeoutSeconds"])
-                            .or_else(|| parse_duration(&r["timeout"]))?,
+                        timeout: crate::duration::parse(&r["timeoutSeconds"])
+                            .or_else(|| crate::duration::parse(&r["timeout"]))?,
                     })
                 })
                 .collect()
@@ -108,8 +69,8 @@ fn rules(mhc: &Value) -> Vec<Rule> {
 }
 
 fn startup_timeout(mhc: &Value) -> Duration {
-    parse_duration(&mhc["spec"]["checks"]["nodeStartupTimeoutSeconds"])
-        .or_else(|| parse_duration(&mhc["spec"]["nodeStartupTimeout"]))
+    crate::duration::parse(&mhc["spec"]["checks"]["nodeStartupTimeoutSeconds"])
+        .or_else(|| crate::duration::parse(&mhc["spec"]["nodeStartupTimeout"]))
         .unwrap_or(NODE_STARTUP_TIMEOUT)
 }
 
@@ -302,8 +263,11 @@ mod tests {
         let v1 = json!({"spec": {"unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "5m"}]}});
         assert_eq!(rules(&v2), rules(&v1));
         assert_eq!(rules(&v1)[0].timeout, Duration::from_secs(300));
-        assert_eq!(humantime_like("1h30m"), Some(Duration::from_secs(5400)));
-        assert_eq!(humantime_like("5x"), None);
+        assert_eq!(
+            crate::duration::parse_go("1h30m"),
+            Some(Duration::from_secs(5400))
+        );
+        assert_eq!(crate::duration::parse_go("5x"), None);
     }
 
     #[test]
