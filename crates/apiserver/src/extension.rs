@@ -4,6 +4,11 @@
 //! `kubectl get`'s columns computed from the object where a CRD's JSONPath
 //! columns cannot say it (Gardener's "Create Succeeded (100%)").
 //!
+//! A user's deletion of an object of such a kind may be refused by the
+//! embedder, as a validating admission plugin on DELETE refuses it
+//! (Gardener's deletion confirmation); the server's own deletions
+//! (garbage collection, a namespace's) are not asked.
+//!
 //! A CRD's kind served at versions of different shapes is converted
 //! between them by the embedder's functions (Cluster API's v1beta1 and
 //! v1beta2), as a conversion webhook would: on its way out of the store
@@ -62,6 +67,12 @@ pub trait TableConvertor: Send + Sync {
 }
 
 /// (group, plural, subresource or version).
+/// Refuses a user's deletion of an object, with why (403 Forbidden, as
+/// upstream's admission answers).
+pub trait DeleteAdmission: Send + Sync {
+    fn admit_delete(&self, object: &Value) -> ApiResult<()>;
+}
+
 type SubresourceKey = (String, String, String);
 
 /// The embedder's additions, by (group, plural[, subresource]).
@@ -70,6 +81,7 @@ pub struct Extensions {
     subresources: RwLock<HashMap<SubresourceKey, Arc<dyn SubresourceHandler>>>,
     tables: RwLock<HashMap<(String, String), Arc<dyn TableConvertor>>>,
     conversions: RwLock<HashMap<SubresourceKey, Conversion>>,
+    deletes: RwLock<HashMap<(String, String), Arc<dyn DeleteAdmission>>>,
 }
 
 impl Extensions {
@@ -83,6 +95,30 @@ impl Extensions {
         self.subresources
             .write()
             .insert((group.into(), plural.into(), subresource.into()), handler);
+    }
+
+    pub fn add_delete_admission(
+        &self,
+        group: &str,
+        plural: &str,
+        admission: Arc<dyn DeleteAdmission>,
+    ) {
+        self.deletes
+            .write()
+            .insert((group.into(), plural.into()), admission);
+    }
+
+    /// Whether a user may delete `object` of `r`, as the embedder decides.
+    pub(crate) fn admit_delete(&self, r: &ResourceInfo, object: &Value) -> ApiResult<()> {
+        let check = self
+            .deletes
+            .read()
+            .get(&(r.group.clone(), r.plural.clone()))
+            .cloned();
+        match check {
+            Some(check) => check.admit_delete(object),
+            None => Ok(()),
+        }
     }
 
     pub fn add_table(&self, group: &str, plural: &str, convertor: Arc<dyn TableConvertor>) {

@@ -391,6 +391,10 @@ pub async fn delete(req: &Request, name: &str, opts: &DeleteOptions) -> ApiResul
                 return Err(ApiError::conflict(&r.group, &r.plural, name));
             }
         }
+        // A user's deletion, first asked: the embedder may refuse it.
+        if req.user.is_some() && obj.pointer("/metadata/deletionTimestamp").is_none() {
+            req.storage.extensions.admit_delete(&r, &obj)?;
+        }
         let policy = opts.propagation_policy.as_deref().unwrap_or("Background");
         // Foreground and Orphan hand the object to the garbage collector
         // through a finalizer it removes when the dependents are dealt with.

@@ -276,7 +276,26 @@ fn provider_locals_shoot_is_provisioned_reported_hibernated_and_deleted() {
     assert_has(&hub.ok(&["get", "shoots", "-n", NS]), &["Awake"]);
 
     // Deleted: the cluster, its member processes and its fleet entry go.
+    // Not without Gardener's confirmation.
     assert!(!members_under(&hub.data_dir()).is_empty());
+    let refused = hub.kubectl(&["delete", "shoot", "local", "-n", NS]);
+    assert!(!refused.status.success());
+    assert_has(
+        &String::from_utf8_lossy(&refused.stderr),
+        &[
+            "Forbidden",
+            "must have a \"confirmation.gardener.cloud/deletion\" annotation to delete",
+        ],
+    );
+    assert_eq!(shoot_field(&hub, "{.metadata.name}"), "local");
+    hub.ok(&[
+        "annotate",
+        "shoot",
+        "local",
+        "-n",
+        NS,
+        "confirmation.gardener.cloud/deletion=true",
+    ]);
     hub.ok(&["delete", "shoot", "local", "-n", NS, "--timeout", "90s"]);
     assert!(hub.ok(&["get", "cl,ma,md", "-n", NS]).is_empty());
     until(

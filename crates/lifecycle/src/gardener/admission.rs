@@ -13,6 +13,32 @@ use serde_json::{Value, json};
 use super::api::{CORE_GROUP, CORE_VERSION};
 use crate::admission::{Validation, cause, valid_version};
 
+/// The annotation without which Gardener refuses to delete a Shoot or a
+/// Project.
+pub const CONFIRM_DELETION: &str = "confirmation.gardener.cloud/deletion";
+
+/// Gardener's DeletionConfirmation plugin: a Shoot or Project is deleted
+/// only with `confirmation.gardener.cloud/deletion: "true"`.
+pub struct DeletionConfirmation {
+    pub resource: &'static str,
+}
+
+impl flotilla_apiserver::extension::DeleteAdmission for DeletionConfirmation {
+    fn admit_delete(&self, object: &Value) -> ApiResult<()> {
+        let confirmed = object["metadata"]["annotations"][CONFIRM_DELETION]
+            .as_str()
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        if confirmed {
+            return Ok(());
+        }
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        Err(ApiError::forbidden(format!(
+            "{}.core.gardener.cloud \"{name}\" is forbidden: must have a \"{CONFIRM_DELETION}\" annotation to delete (kubectl annotate {} {name} {CONFIRM_DELETION}=true)",
+            self.resource, self.resource
+        )))
+    }
+}
+
 /// Gardener's limit on a project's and a shoot's names together.
 const MAX_NAMES: usize = 21;
 

@@ -18,12 +18,19 @@ use std::sync::Arc;
 
 use flotilla_apiserver::storage::Storage;
 
-/// Serves what Gardener's API server adds to its kinds: the Shoot table
-/// and `shoots/adminkubeconfig` (signed with the shoot's CA, read through
+/// Serves what Gardener's API server adds to its kinds: the Shoot table,
+/// deletion only when confirmed, and `shoots/adminkubeconfig` (signed with the shoot's CA, read through
 /// `client`).
 pub fn extend(api: &Storage, client: kube::Client) {
     api.extensions
         .add_table(api::CORE_GROUP, "shoots", Arc::new(table::Shoots));
+    for resource in ["shoots", "projects"] {
+        api.extensions.add_delete_admission(
+            api::CORE_GROUP,
+            resource,
+            Arc::new(admission::DeletionConfirmation { resource }),
+        );
+    }
     api.extensions.add_subresource(
         api::CORE_GROUP,
         "shoots",
