@@ -132,6 +132,41 @@ impl Counts {
     }
 }
 
+/// Follows the Cluster's `spec.<field>` reference: the object and its
+/// reference once it exists (adopted by the Cluster); until then,
+/// `condition` says why (no provider serves its kind, or it is missing)
+/// and `again` when to look next.
+async fn follow(
+    ctx: &Context,
+    objects: &Objects,
+    cluster: &Value,
+    field: &str,
+    condition: &str,
+    status: &mut Value,
+    again: &mut Next,
+) -> Result<Option<(Ref, Value)>, Error> {
+    let Some(r) = Ref::from_value(&cluster["spec"][field]) else {
+        return Ok(None);
+    };
+    match referenced(ctx, objects, &r).await? {
+        Referenced::NoProvider(message) => {
+            set_condition(status, condition, "Unknown", "InternalError", &message);
+            *again = Some(Duration::from_secs(10));
+            Ok(None)
+        }
+        Referenced::Missing => {
+            let message = format!("{} does not exist", r.kind);
+            set_condition(status, condition, "False", "ObjectDoesNotExist", &message);
+            *again = Some(Duration::from_secs(5));
+            Ok(None)
+        }
+        Referenced::Found(object) => {
+            adopt(objects, &r.resource(), &object, cluster).await?;
+            Ok(Some((r, object)))
+        }
+    }
+}
+
 async fn reconcile(ctx: &Context, cluster: Value) -> Result<Next, Error> {
     let namespace = objects::namespace(&cluster).to_string();
     let name = objects::name(&cluster).to_string();
@@ -157,50 +192,33 @@ async fn reconcile(ctx: &Context, cluster: Value) -> Result<Next, Error> {
     // Infrastructure.
     let mut infra_provisioned =
         cluster["spec"]["infrastructureRef"].is_null() && cluster["spec"]["topology"].is_null();
-    match Ref::from_value(&cluster["spec"]["infrastructureRef"]) {
-        None => {}
-        Some(r) => match referenced(ctx, &objects, &r).await? {
-            Referenced::NoProvider(message) => {
-                set_condition(
-                    &mut status,
-                    "InfrastructureReady",
-                    "Unknown",
-                    "InternalError",
-                    &message,
-                );
-                again = Some(Duration::from_secs(10));
+    if let Some((r, infra)) = follow(
+        ctx,
+        &objects,
+        &cluster,
+        "infrastructureRef",
+        "InfrastructureReady",
+        &mut status,
+        &mut again,
+    )
+    .await?
+    {
+        if provisioned(&infra) {
+            infra_provisioned = true;
+            set_condition(&mut status, "InfrastructureReady", "True", "Ready", "");
+            if !endpoint_valid(&endpoint) && endpoint_valid(&infra["spec"]["controlPlaneEndpoint"])
+            {
+                endpoint = infra["spec"]["controlPlaneEndpoint"].clone();
             }
-            Referenced::Missing => {
-                set_condition(
-                    &mut status,
-                    "InfrastructureReady",
-                    "False",
-                    "ObjectDoesNotExist",
-                    &format!("{} does not exist", r.kind),
-                );
-                again = Some(Duration::from_secs(5));
-            }
-            Referenced::Found(infra) => {
-                adopt(&objects, &r.resource(), &infra, &cluster).await?;
-                if provisioned(&infra) {
-                    infra_provisioned = true;
-                    set_condition(&mut status, "InfrastructureReady", "True", "Ready", "");
-                    if !endpoint_valid(&endpoint)
-                        && endpoint_valid(&infra["spec"]["controlPlaneEndpoint"])
-                    {
-                        endpoint = infra["spec"]["controlPlaneEndpoint"].clone();
-                    }
-                } else {
-                    set_condition(
-                        &mut status,
-                        "InfrastructureReady",
-                        "False",
-                        "NotReady",
-                        &format!("{} status.initialization.provisioned is false", r.kind),
-                    );
-                }
-            }
-        },
+        } else {
+            set_condition(
+                &mut status,
+                "InfrastructureReady",
+                "False",
+                "NotReady",
+                &format!("{} status.initialization.provisioned is false", r.kind),
+            );
+        }
     }
     status["initialization"]["infrastructureProvisioned"] = json!(infra_provisioned);
     status["infrastructureReady"] = json!(infra_provisioned);
@@ -209,66 +227,50 @@ async fn reconcile(ctx: &Context, cluster: Value) -> Result<Next, Error> {
     let mut cp_counts = Counts::default();
     let mut cp_initialized = false;
     let mut cp_available = false;
-    match Ref::from_value(&cluster["spec"]["controlPlaneRef"]) {
-        None => {
+    if cluster["spec"]["controlPlaneRef"].is_null() {
+        set_condition(
+            &mut status,
+            "ControlPlaneAvailable",
+            "False",
+            "ObjectDoesNotExist",
+            "no controlPlaneRef",
+        );
+    }
+    if let Some((r, cp)) = follow(
+        ctx,
+        &objects,
+        &cluster,
+        "controlPlaneRef",
+        "ControlPlaneAvailable",
+        &mut status,
+        &mut again,
+    )
+    .await?
+    {
+        cp_counts.add(&cp["spec"]["replicas"], &cp["status"]);
+        cp_initialized = cp["status"]["initialization"]["controlPlaneInitialized"] == true
+            || cp["status"]["initialized"] == true;
+        cp_available = objects::condition_true(&cp, "Available");
+        if cp_available {
+            set_condition(
+                &mut status,
+                "ControlPlaneAvailable",
+                "True",
+                "Available",
+                "",
+            );
+        } else {
             set_condition(
                 &mut status,
                 "ControlPlaneAvailable",
                 "False",
-                "ObjectDoesNotExist",
-                "no controlPlaneRef",
+                "NotAvailable",
+                &format!("{r} is not available"),
             );
         }
-        Some(r) => match referenced(ctx, &objects, &r).await? {
-            Referenced::NoProvider(message) => {
-                set_condition(
-                    &mut status,
-                    "ControlPlaneAvailable",
-                    "Unknown",
-                    "InternalError",
-                    &message,
-                );
-                again = Some(Duration::from_secs(10));
-            }
-            Referenced::Missing => {
-                set_condition(
-                    &mut status,
-                    "ControlPlaneAvailable",
-                    "False",
-                    "ObjectDoesNotExist",
-                    &format!("{} does not exist", r.kind),
-                );
-                again = Some(Duration::from_secs(5));
-            }
-            Referenced::Found(cp) => {
-                adopt(&objects, &r.resource(), &cp, &cluster).await?;
-                cp_counts.add(&cp["spec"]["replicas"], &cp["status"]);
-                cp_initialized = cp["status"]["initialization"]["controlPlaneInitialized"] == true
-                    || cp["status"]["initialized"] == true;
-                cp_available = objects::condition_true(&cp, "Available");
-                if cp_available {
-                    set_condition(
-                        &mut status,
-                        "ControlPlaneAvailable",
-                        "True",
-                        "Available",
-                        "",
-                    );
-                } else {
-                    set_condition(
-                        &mut status,
-                        "ControlPlaneAvailable",
-                        "False",
-                        "NotAvailable",
-                        &format!("{r} is not available"),
-                    );
-                }
-                if !endpoint_valid(&endpoint) && endpoint_valid(&cp["spec"]["controlPlaneEndpoint"])
-                {
-                    endpoint = cp["spec"]["controlPlaneEndpoint"].clone();
-                }
-            }
-        },
+        if !endpoint_valid(&endpoint) && endpoint_valid(&cp["spec"]["controlPlaneEndpoint"]) {
+            endpoint = cp["spec"]["controlPlaneEndpoint"].clone();
+        }
     }
     status["initialization"]["controlPlaneInitialized"] = json!(cp_initialized);
     status["controlPlaneReady"] = json!(cp_available);
