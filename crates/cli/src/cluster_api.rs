@@ -167,51 +167,55 @@ fn counters(object: &Value, available_condition: &str, name: String) -> Node {
 
 /// Machines in the same state shown as one `N Machines...` row, as
 /// clusterctl groups them.
-fn grouped(machines: &[Value]) -> Vec<Node> {
-    let mut groups: BTreeMap<(String, String, String, String, String), Vec<&Value>> =
-        BTreeMap::new();
+fn grouped(machines: &[&Value]) -> Vec<Node> {
+    type State = (String, String, String, String, String);
+    let mut groups: BTreeMap<State, Vec<(Node, &str)>> = BTreeMap::new();
     for m in machines {
         let n = machine_node(m);
         let c = n.condition.clone().unwrap_or_default();
         let key = (
-            n.available,
-            n.ready,
-            n.up_to_date,
+            n.available.clone(),
+            n.ready.clone(),
+            n.up_to_date.clone(),
             c["status"].as_str().unwrap_or_default().to_string(),
             c["reason"].as_str().unwrap_or_default().to_string(),
         );
-        groups.entry(key).or_default().push(m);
+        let name = m["metadata"]["name"].as_str().unwrap_or_default();
+        groups.entry(key).or_default().push((n, name));
     }
     groups
         .into_values()
-        .map(|ms| {
-            if ms.len() == 1 {
-                return machine_node(ms[0]);
-            }
-            let mut node = machine_node(ms[0]);
-            let names: Vec<&str> = ms
-                .iter()
-                .map(|m| m["metadata"]["name"].as_str().unwrap_or_default())
-                .collect();
+        .filter_map(|mut group| {
+            let count = group.len();
+            let names: Vec<&str> = group.iter().map(|(_, name)| *name).collect();
             let shown = names.iter().take(2).copied().collect::<Vec<_>>().join(", ");
-            let more = if names.len() > 2 { ", ..." } else { "" };
-            node.name = format!("{} Machines...", ms.len());
+            let more = if count > 2 { ", ..." } else { "" };
+            let mut node = group.drain(..).next()?.0;
+            if count == 1 {
+                return Some(node);
+            }
+            let total = |flag: &str| count.to_string().repeat(usize::from(flag == "1"));
+            node.name = format!("{count} Machines...");
             node.replicas = String::new();
-            node.available = ms
-                .len()
-                .to_string()
-                .repeat(usize::from(node.available == "1"));
-            node.ready = ms.len().to_string().repeat(usize::from(node.ready == "1"));
-            node.up_to_date = ms
-                .len()
-                .to_string()
-                .repeat(usize::from(node.up_to_date == "1"));
+            node.available = total(&node.available);
+            node.ready = total(&node.ready);
+            node.up_to_date = total(&node.up_to_date);
             if let Some(c) = node.condition.as_mut() {
                 c["message"] = Value::String(format!("See {shown}{more}"));
             }
-            node
+            Some(node)
         })
         .collect()
+}
+
+/// The rows of `machines` under `stem`, grouped, each with its branch.
+fn machine_rows(table: &mut Table, stem: &str, machines: &[&Value]) {
+    let nodes = grouped(machines);
+    let n = nodes.len();
+    for (i, node) in nodes.into_iter().enumerate() {
+        let branch = if i + 1 == n { "└─" } else { "├─" };
+        row(table, &format!("{stem}{branch}"), node);
+    }
 }
 
 fn row(table: &mut Table, prefix: &str, node: Node) {
@@ -347,21 +351,15 @@ async fn describe(a: DescribeArgs) -> anyhow::Result<()> {
             cp_last,
             counters(&cp, "Available", format!("ControlPlane - {r}")),
         );
-        let ours: Vec<Value> = machines
+        let ours: Vec<&Value> = machines
             .iter()
             .filter(|m| {
                 m["metadata"]["labels"]
                     .get(api::CONTROL_PLANE_LABEL)
                     .is_some()
             })
-            .cloned()
             .collect();
-        let nodes = grouped(&ours);
-        let n = nodes.len();
-        for (i, node) in nodes.into_iter().enumerate() {
-            let branch = if i + 1 == n { "└─" } else { "├─" };
-            row(&mut table, &format!("{cp_child}{branch}"), node);
-        }
+        machine_rows(&mut table, cp_child, &ours);
     }
     if !deployments.is_empty() {
         row(
@@ -385,19 +383,54 @@ async fn describe(a: DescribeArgs) -> anyhow::Result<()> {
                 if last { "  └─" } else { "  ├─" },
                 counters(md, "Available", format!("MachineDeployment/{md_name}")),
             );
-            let ours: Vec<Value> = machines
+            let ours: Vec<&Value> = machines
                 .iter()
                 .filter(|m| m["metadata"]["labels"][api::DEPLOYMENT_NAME_LABEL] == md_name)
-                .cloned()
                 .collect();
-            let nodes = grouped(&ours);
-            let n = nodes.len();
-            for (j, node) in nodes.into_iter().enumerate() {
-                let stem = if last { "    " } else { "  │ " };
-                let branch = if j + 1 == n { "└─" } else { "├─" };
-                row(&mut table, &format!("{stem}{branch}"), node);
-            }
+            machine_rows(&mut table, if last { "    " } else { "  │ " }, &ours);
         }
     }
     crate::inspect::emit(&table.for_stdout())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine(name: &str, available: &str) -> Value {
+        serde_json::json!({
+            "metadata": {"name": name},
+            "status": {"conditions": [
+                {"type": "Available", "status": available},
+                {"type": "Ready", "status": available, "reason": "Ready"},
+                {"type": "UpToDate", "status": "True"},
+            ]},
+        })
+    }
+
+    #[test]
+    fn machines_in_the_same_state_are_one_row() {
+        let ms = [
+            machine("a", "True"),
+            machine("b", "True"),
+            machine("c", "True"),
+            machine("d", "False"),
+        ];
+        let refs: Vec<&Value> = ms.iter().collect();
+        let rows = grouped(&refs);
+        assert_eq!(rows.len(), 2);
+        let (single, group) = if rows[0].name.starts_with("Machine/") {
+            (&rows[0], &rows[1])
+        } else {
+            (&rows[1], &rows[0])
+        };
+        assert_eq!(single.name, "Machine/d");
+        assert_eq!(single.available, "0");
+        assert_eq!(group.name, "3 Machines...");
+        assert_eq!((group.available.as_str(), group.ready.as_str()), ("3", "3"));
+        assert_eq!(
+            group.condition.as_ref().unwrap()["message"],
+            "See a, b, ..."
+        );
+    }
 }
