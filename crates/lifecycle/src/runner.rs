@@ -155,6 +155,19 @@ impl Drop for Feeds {
     }
 }
 
+/// [`run`] with the controllers' shared context handed to each reconcile.
+pub async fn run_in<F, Fut>(ctx: Arc<crate::Context>, controller: Controller, reconcile: F)
+where
+    F: Fn(Arc<crate::Context>, Value) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<Next, Error>> + Send + 'static,
+{
+    let (client, metrics) = (ctx.client.clone(), ctx.metrics.clone());
+    run(client, metrics, controller, move |object| {
+        reconcile(ctx.clone(), object)
+    })
+    .await;
+}
+
 /// Mappers: the Cluster an object belongs to, by its cluster-name label
 /// or `spec.clusterName`.
 pub fn cluster_of(object: &Value) -> Vec<String> {

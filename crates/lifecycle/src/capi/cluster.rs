@@ -34,16 +34,9 @@ pub async fn run(ctx: Arc<Context>) {
             (api::dev_clusters(), runner::cluster_of),
         ],
     };
-    let c = ctx.clone();
-    runner::run(
-        ctx.client.clone(),
-        ctx.metrics.clone(),
-        controller,
-        move |cluster| {
-            let ctx = c.clone();
-            async move { reconcile(&ctx, cluster).await }
-        },
-    )
+    runner::run_in(ctx, controller, |ctx, cluster| async move {
+        reconcile(&ctx, cluster).await
+    })
     .await;
 }
 

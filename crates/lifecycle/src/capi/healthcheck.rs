@@ -26,16 +26,9 @@ pub async fn run(ctx: Arc<Context>) {
         kind: api::machine_health_checks(),
         wakers: vec![],
     };
-    let c = ctx.clone();
-    runner::run(
-        ctx.client.clone(),
-        ctx.metrics.clone(),
-        controller,
-        move |mhc| {
-            let ctx = c.clone();
-            async move { reconcile(&ctx, mhc).await }
-        },
-    )
+    runner::run_in(ctx, controller, |ctx, mhc| async move {
+        reconcile(&ctx, mhc).await
+    })
     .await;
 }
 

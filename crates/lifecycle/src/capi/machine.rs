@@ -32,16 +32,9 @@ pub async fn run(ctx: Arc<Context>) {
             }),
         ],
     };
-    let c = ctx.clone();
-    runner::run(
-        ctx.client.clone(),
-        ctx.metrics.clone(),
-        controller,
-        move |machine| {
-            let ctx = c.clone();
-            async move { reconcile(&ctx, machine).await }
-        },
-    )
+    runner::run_in(ctx, controller, |ctx, machine| async move {
+        reconcile(&ctx, machine).await
+    })
     .await;
 }
 

@@ -23,16 +23,9 @@ pub async fn run(ctx: Arc<Context>) {
             runner::owners_of_kind(o, "MachineDeployment")
         })],
     };
-    let c = ctx.clone();
-    runner::run(
-        ctx.client.clone(),
-        ctx.metrics.clone(),
-        controller,
-        move |md| {
-            let ctx = c.clone();
-            async move { reconcile(&ctx, md).await }
-        },
-    )
+    runner::run_in(ctx, controller, |ctx, md| async move {
+        reconcile(&ctx, md).await
+    })
     .await;
 }
 

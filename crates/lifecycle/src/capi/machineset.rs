@@ -20,16 +20,9 @@ pub async fn run(ctx: Arc<Context>) {
         kind: api::machine_sets(),
         wakers: vec![(api::machines(), |o| runner::owners_of_kind(o, "MachineSet"))],
     };
-    let c = ctx.clone();
-    runner::run(
-        ctx.client.clone(),
-        ctx.metrics.clone(),
-        controller,
-        move |set| {
-            let ctx = c.clone();
-            async move { reconcile(&ctx, set).await }
-        },
-    )
+    runner::run_in(ctx, controller, |ctx, set| async move {
+        reconcile(&ctx, set).await
+    })
     .await;
 }
 

@@ -24,16 +24,9 @@ pub async fn run(ctx: Arc<Context>, kind: kube::api::ApiResource, name: &'static
         kind: kind.clone(),
         wakers: vec![],
     };
-    let c = ctx.clone();
-    runner::run(
-        ctx.client.clone(),
-        ctx.metrics.clone(),
-        controller,
-        move |dc| {
-            let ctx = c.clone();
-            async move { reconcile(&ctx, dc).await }
-        },
-    )
+    runner::run_in(ctx, controller, |ctx, dc| async move {
+        reconcile(&ctx, dc).await
+    })
     .await;
 }
 

@@ -37,16 +37,9 @@ pub async fn run(ctx: Arc<Context>, kind: kube::api::ApiResource, name: &'static
                 .unwrap_or_default()
         })],
     };
-    let c = ctx.clone();
-    runner::run(
-        ctx.client.clone(),
-        ctx.metrics.clone(),
-        controller,
-        move |dm| {
-            let ctx = c.clone();
-            async move { reconcile(&ctx, dm).await }
-        },
-    )
+    runner::run_in(ctx, controller, |ctx, dm| async move {
+        reconcile(&ctx, dm).await
+    })
     .await;
 }
 

@@ -31,16 +31,9 @@ pub async fn run(ctx: Arc<Context>) {
             (api::kubeadm_control_planes(), owner),
         ],
     };
-    let c = ctx.clone();
-    runner::run(
-        ctx.client.clone(),
-        ctx.metrics.clone(),
-        controller,
-        move |shoot| {
-            let ctx = c.clone();
-            async move { reconcile(&ctx, shoot).await }
-        },
-    )
+    runner::run_in(ctx, controller, |ctx, shoot| async move {
+        reconcile(&ctx, shoot).await
+    })
     .await;
 }
 

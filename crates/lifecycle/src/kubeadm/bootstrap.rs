@@ -30,16 +30,9 @@ pub async fn run(ctx: Arc<Context>) {
         kind: api::kubeadm_configs(),
         wakers: vec![],
     };
-    let c = ctx.clone();
-    runner::run(
-        ctx.client.clone(),
-        ctx.metrics.clone(),
-        controller,
-        move |config| {
-            let ctx = c.clone();
-            async move { reconcile(&ctx, config).await }
-        },
-    )
+    runner::run_in(ctx, controller, |ctx, config| async move {
+        reconcile(&ctx, config).await
+    })
     .await;
 }
 

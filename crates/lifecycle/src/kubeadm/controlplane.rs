@@ -35,16 +35,9 @@ pub async fn run(ctx: Arc<Context>) {
             }),
         ],
     };
-    let c = ctx.clone();
-    runner::run(
-        ctx.client.clone(),
-        ctx.metrics.clone(),
-        controller,
-        move |kcp| {
-            let ctx = c.clone();
-            async move { reconcile(&ctx, kcp).await }
-        },
-    )
+    runner::run_in(ctx, controller, |ctx, kcp| async move {
+        reconcile(&ctx, kcp).await
+    })
     .await;
 }
 
