@@ -85,10 +85,6 @@ async fn adopt(
     objects.merge(resource, objects::name(object), patch).await
 }
 
-fn provisioned(object: &Value) -> bool {
-    object["status"]["initialization"]["provisioned"] == true || object["status"]["ready"] == true
-}
-
 fn endpoint_valid(endpoint: &Value) -> bool {
     endpoint["host"].as_str().is_some_and(|h| !h.is_empty())
         && endpoint["port"].as_i64().is_some_and(|p| p != 0)
@@ -196,21 +192,12 @@ async fn reconcile(ctx: &Context, cluster: Value) -> Result<Next, Error> {
     )
     .await?
     {
-        if provisioned(&infra) {
-            infra_provisioned = true;
-            set_condition(&mut status, "InfrastructureReady", "True", "Ready", "");
-            if !endpoint_valid(&endpoint) && endpoint_valid(&infra["spec"]["controlPlaneEndpoint"])
-            {
-                endpoint = infra["spec"]["controlPlaneEndpoint"].clone();
-            }
-        } else {
-            set_condition(
-                &mut status,
-                "InfrastructureReady",
-                "False",
-                "NotReady",
-                &format!("{} status.initialization.provisioned is false", r.kind),
-            );
+        infra_provisioned = super::infrastructure_ready(&mut status, &r.kind, &infra);
+        if infra_provisioned
+            && !endpoint_valid(&endpoint)
+            && endpoint_valid(&infra["spec"]["controlPlaneEndpoint"])
+        {
+            endpoint = infra["spec"]["controlPlaneEndpoint"].clone();
         }
     }
     status["initialization"]["infrastructureProvisioned"] = json!(infra_provisioned);

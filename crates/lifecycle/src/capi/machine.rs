@@ -187,19 +187,7 @@ async fn reconcile(ctx: &Context, machine: Value) -> Result<Next, Error> {
             ),
             Some(infra) => {
                 adopt(&objects, &r, &infra, &machine, &cluster).await?;
-                infra_provisioned = infra["status"]["initialization"]["provisioned"] == true
-                    || infra["status"]["ready"] == true;
-                if infra_provisioned {
-                    set_condition(&mut status, "InfrastructureReady", "True", "Ready", "");
-                } else {
-                    set_condition(
-                        &mut status,
-                        "InfrastructureReady",
-                        "False",
-                        "NotReady",
-                        &format!("{} status.initialization.provisioned is false", r.kind),
-                    );
-                }
+                infra_provisioned = super::infrastructure_ready(&mut status, &r.kind, &infra);
                 if let Some(id) = infra["spec"]["providerID"]
                     .as_str()
                     .filter(|s| !s.is_empty())

@@ -110,49 +110,26 @@ fn kinds() -> Vec<Kind> {
 }
 
 impl Kind {
+    /// Gardener's kinds keep what is written; bindings have no `spec`,
+    /// their fields at the top level.
     fn crd(&self) -> Value {
-        let mut names = json!({
-            "kind": self.kind,
-            "listKind": format!("{}List", self.kind),
-            "plural": self.plural,
-            "singular": self.kind.to_lowercase(),
-            "categories": ["gardener"],
-        });
-        if !self.short_names.is_empty() {
-            names["shortNames"] = json!(self.short_names);
+        let mut crd = flotilla_core::crd::Kind {
+            group: self.group,
+            version: self.version,
+            kind: self.kind.into(),
+            plural: self.plural.into(),
+            short_names: self.short_names.iter().map(|s| s.to_string()).collect(),
+            namespaced: self.namespaced,
+            categories: &["gardener"],
+            columns: self.columns.clone(),
+            spec: flotilla_core::crd::open_schema(),
         }
-        json!({
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {
-                "name": format!("{}.{}", self.plural, self.group),
-                "labels": {"app.kubernetes.io/part-of": "flotilla-lifecycle"},
-            },
-            "spec": {
-                "group": self.group,
-                "names": names,
-                "scope": if self.namespaced { "Namespaced" } else { "Cluster" },
-                "versions": [{
-                    "name": self.version,
-                    "served": true,
-                    "storage": true,
-                    "additionalPrinterColumns": self.columns,
-                    "subresources": {"status": {}},
-                    // Bindings keep their fields at the top level.
-                    "schema": {"openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": true,
-                        "properties": {
-                            "apiVersion": {"type": "string"},
-                            "kind": {"type": "string"},
-                            "metadata": {"type": "object"},
-                            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                        },
-                    }},
-                }],
-            },
-        })
+        .crd();
+        flotilla_core::crd::spec_optional(&mut crd);
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-preserve-unknown-fields"] =
+            json!(true);
+        crd["metadata"]["labels"] = json!({"app.kubernetes.io/part-of": "flotilla-lifecycle"});
+        crd
     }
 }
 
