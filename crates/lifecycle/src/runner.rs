@@ -15,9 +15,11 @@ use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::watcher;
 use serde_json::Value;
+use tokio::sync::broadcast;
 use tracing::warn;
 
 use crate::error::Error;
+use crate::workload::NodeChange;
 
 /// What becomes of an object after a reconcile: wait for its next change
 /// (`None`), or look again after a while.
@@ -27,11 +29,17 @@ pub type Next = Option<Duration>;
 /// a controller should look at again.
 pub type Mapper = fn(&Value) -> Vec<String>;
 
+/// Maps a workload cluster's Node change to the names (in the cluster's
+/// namespace) of the objects a controller should look at again.
+pub type NodeMapper = fn(&NodeChange) -> Vec<String>;
+
 /// One controller: its kind and the kinds that wake it.
 pub struct Controller {
     pub name: &'static str,
     pub kind: ApiResource,
     pub wakers: Vec<(ApiResource, Mapper)>,
+    /// Woken by the workload clusters' Nodes too.
+    pub nodes: Option<NodeMapper>,
 }
 
 /// `namespace/name`.
@@ -41,8 +49,13 @@ fn key(namespace: &str, name: &str) -> String {
 
 /// Runs `reconcile` for every object of the controller's kind, whenever
 /// it or a waking object changes, until the task is dropped.
-pub async fn run<F, Fut>(client: Client, metrics: Metrics, controller: Controller, reconcile: F)
-where
+pub async fn run<F, Fut>(
+    client: Client,
+    metrics: Metrics,
+    controller: Controller,
+    node_changes: Option<broadcast::Receiver<NodeChange>>,
+    reconcile: F,
+) where
     F: Fn(Value) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<Next, Error>> + Send + 'static,
 {
@@ -84,6 +97,23 @@ where
                     for name in names {
                         queue.add(key(&namespace, &name));
                     }
+                }
+            }
+        }));
+    }
+    if let (Some(mut changes), Some(mapper)) = (node_changes, controller.nodes) {
+        let queue = queue.clone();
+        feeds.push(tokio::spawn(async move {
+            loop {
+                match changes.recv().await {
+                    Ok(change) => {
+                        for name in mapper(&change) {
+                            queue.add(key(&change.namespace, &name));
+                        }
+                    }
+                    // Missed changes: the periodic looks catch up.
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return,
                 }
             }
         }));
@@ -162,7 +192,8 @@ where
     Fut: Future<Output = Result<Next, Error>> + Send + 'static,
 {
     let (client, metrics) = (ctx.client.clone(), ctx.metrics.clone());
-    run(client, metrics, controller, move |object| {
+    let changes = controller.nodes.map(|_| ctx.workloads.subscribe());
+    run(client, metrics, controller, changes, move |object| {
         reconcile(ctx.clone(), object)
     })
     .await;

@@ -33,6 +33,7 @@ pub async fn run(ctx: Arc<Context>) {
             (api::docker_clusters(), runner::cluster_of),
             (api::dev_clusters(), runner::cluster_of),
         ],
+        nodes: None,
     };
     runner::run_in(ctx, controller, |ctx, cluster| async move {
         reconcile(&ctx, cluster).await

@@ -25,6 +25,7 @@ pub async fn run(ctx: Arc<Context>) {
         name: "capi-machinehealthcheck",
         kind: api::machine_health_checks(),
         wakers: vec![],
+        nodes: None,
     };
     runner::run_in(ctx, controller, |ctx, mhc| async move {
         reconcile(&ctx, mhc).await
@@ -168,21 +169,14 @@ async fn reconcile(ctx: &Context, mhc: Value) -> Result<Next, Error> {
         .collect();
     let rules = rules(&mhc);
     let startup = startup_timeout(&mhc);
-    let nodes: Vec<Value> = match ctx.workloads.client(&namespace, &cluster).await? {
-        Some(client) => {
-            let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
-            match api.list(&Default::default()).await {
-                Ok(list) => list
-                    .items
-                    .iter()
-                    .filter_map(|n| serde_json::to_value(n).ok())
-                    .collect(),
-                // The workload cluster does not answer: judge nothing.
-                Err(_) => return Ok(Some(Duration::from_secs(5))),
-            }
-        }
-        None => return Ok(Some(Duration::from_secs(5))),
+    // The workload cluster does not answer: judge nothing.
+    let Some(nodes) = ctx.workloads.nodes(&namespace, &cluster).await? else {
+        return Ok(Some(Duration::from_secs(5)));
     };
+    let nodes: Vec<Value> = nodes
+        .iter()
+        .filter_map(|n| serde_json::to_value(n).ok())
+        .collect();
     let mut unhealthy = Vec::new();
     let mut next: Option<Duration> = None;
     for m in &machines {

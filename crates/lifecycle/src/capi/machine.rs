@@ -18,6 +18,7 @@ use crate::api::{self, Ref};
 use crate::error::Error;
 use crate::objects::{self, Objects, set_condition};
 use crate::runner::{self, Controller, Next};
+use crate::workload::NodeChange;
 
 pub async fn run(ctx: Arc<Context>) {
     let controller = Controller {
@@ -31,6 +32,7 @@ pub async fn run(ctx: Arc<Context>) {
                 runner::owners_of_kind(o, "Machine")
             }),
         ],
+        nodes: Some(machines_of_node),
     };
     runner::run_in(ctx, controller, |ctx, machine| async move {
         reconcile(&ctx, machine).await
@@ -38,24 +40,31 @@ pub async fn run(ctx: Arc<Context>) {
     .await;
 }
 
-/// The Machine's node in the workload cluster, by providerID.
+/// The Machines a changed Node may be: CAPD names a node after its
+/// Machine, or `<cluster>-<machine>` (`docker::machine::node_name`).
+fn machines_of_node(change: &NodeChange) -> Vec<String> {
+    let Some(node) = &change.node else {
+        return Vec::new();
+    };
+    let mut names = vec![node.clone()];
+    if let Some(machine) = node.strip_prefix(&format!("{}-", change.cluster)) {
+        names.push(machine.to_string());
+    }
+    names
+}
+
+/// The Machine's node in the workload cluster, by providerID; None while
+/// the cluster does not answer.
 async fn node_of(
     ctx: &Context,
     namespace: &str,
     cluster: &str,
     provider_id: &str,
 ) -> Result<Option<Node>, Error> {
-    let Some(client) = ctx.workloads.client(namespace, cluster).await? else {
+    let Some(nodes) = ctx.workloads.nodes(namespace, cluster).await? else {
         return Ok(None);
     };
-    let nodes: Api<Node> = Api::all(client);
-    let list = match nodes.list(&ListParams::default()).await {
-        Ok(l) => l,
-        // Not answering yet (the control plane is starting).
-        Err(_) => return Ok(None),
-    };
-    Ok(list
-        .items
+    Ok(nodes
         .into_iter()
         .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id)))
 }
@@ -344,10 +353,10 @@ async fn reconcile(ctx: &Context, machine: Value) -> Result<Next, Error> {
     if status != machine["status"] {
         objects.status(&machines, &name, status).await?;
     }
-    // Nodes are watched by nobody here: look again while it comes up, and
-    // now and then after, for a node that stops being ready.
+    // A change of its node wakes it (the workload cluster's Node watch);
+    // look again soon while it comes up, and now and then after.
     Ok(Some(if ready {
-        Duration::from_secs(5)
+        Duration::from_secs(30)
     } else {
         Duration::from_secs(1)
     }))
@@ -541,4 +550,25 @@ async fn delete(
         .await?;
     info!(machine = %format!("{namespace}/{name}"), "deleted");
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_change_wakes_the_machines_it_may_be() {
+        let change = |node: Option<&str>| NodeChange {
+            namespace: "default".into(),
+            cluster: "dev".into(),
+            node: node.map(String::from),
+        };
+        // Named after its Machine, or `<cluster>-<machine>`.
+        assert_eq!(
+            machines_of_node(&change(Some("dev-md-0-abc"))),
+            ["dev-md-0-abc", "md-0-abc"]
+        );
+        assert_eq!(machines_of_node(&change(Some("worker-1"))), ["worker-1"]);
+        assert!(machines_of_node(&change(None)).is_empty());
+    }
 }

@@ -22,6 +22,7 @@ pub async fn run(ctx: Arc<Context>) {
         wakers: vec![(api::machine_sets(), |o| {
             runner::owners_of_kind(o, "MachineDeployment")
         })],
+        nodes: None,
     };
     runner::run_in(ctx, controller, |ctx, md| async move {
         reconcile(&ctx, md).await

@@ -19,6 +19,7 @@ pub async fn run(ctx: Arc<Context>) {
         name: "capi-machineset",
         kind: api::machine_sets(),
         wakers: vec![(api::machines(), |o| runner::owners_of_kind(o, "MachineSet"))],
+        nodes: None,
     };
     runner::run_in(ctx, controller, |ctx, set| async move {
         reconcile(&ctx, set).await

@@ -23,6 +23,7 @@ pub async fn run(ctx: Arc<Context>, kind: kube::api::ApiResource, name: &'static
         name,
         kind: kind.clone(),
         wakers: vec![],
+        nodes: None,
     };
     runner::run_in(ctx, controller, |ctx, dc| async move {
         reconcile(&ctx, dc).await

@@ -36,6 +36,7 @@ pub async fn run(ctx: Arc<Context>, kind: kube::api::ApiResource, name: &'static
                 .map(|r| vec![r.name])
                 .unwrap_or_default()
         })],
+        nodes: None,
     };
     runner::run_in(ctx, controller, |ctx, dm| async move {
         reconcile(&ctx, dm).await

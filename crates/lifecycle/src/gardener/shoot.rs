@@ -7,7 +7,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 use tracing::info;
@@ -30,6 +29,8 @@ pub async fn run(ctx: Arc<Context>) {
             (api::machine_deployments(), owner),
             (api::kubeadm_control_planes(), owner),
         ],
+        // A shoot's cluster has its name.
+        nodes: Some(|change| vec![change.cluster.clone()]),
     };
     runner::run_in(ctx, controller, |ctx, shoot| async move {
         reconcile(&ctx, shoot).await
@@ -247,26 +248,20 @@ async fn observe(
     if observed.cluster.is_none() {
         return Ok(());
     }
-    let Ok(Some(client)) = ctx.workloads.client(&objects.namespace, shoot).await else {
+    let Some(nodes) = ctx.workloads.nodes(&objects.namespace, shoot).await? else {
         return Ok(());
     };
-    let nodes: Api<Node> = Api::all(client);
-    let listed =
-        tokio::time::timeout(Duration::from_secs(3), nodes.list(&ListParams::default())).await;
-    if let Ok(Ok(list)) = listed {
-        observed.api_available = true;
-        let ready = list
-            .items
-            .iter()
-            .filter(|n| {
-                n.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
-            .count();
-        observed.nodes = Some((ready, list.items.len()));
-    }
+    observed.api_available = true;
+    let ready = nodes
+        .iter()
+        .filter(|n| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .count();
+    observed.nodes = Some((ready, nodes.len()));
     Ok(())
 }
 

@@ -29,6 +29,7 @@ pub async fn run(ctx: Arc<Context>) {
         name: "kubeadm-bootstrap",
         kind: api::kubeadm_configs(),
         wakers: vec![],
+        nodes: None,
     };
     runner::run_in(ctx, controller, |ctx, config| async move {
         reconcile(&ctx, config).await

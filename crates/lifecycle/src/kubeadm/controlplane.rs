@@ -34,6 +34,7 @@ pub async fn run(ctx: Arc<Context>) {
                     .unwrap_or_default()
             }),
         ],
+        nodes: None,
     };
     runner::run_in(ctx, controller, |ctx, kcp| async move {
         reconcile(&ctx, kcp).await
