@@ -116,6 +116,18 @@ fn provider_locals_shoot_is_provisioned_reported_hibernated_and_deleted() {
         ),
         "{stderr}"
     );
+    let refused = hub.kubectl_stdin(
+        &["apply", "-f", "-"],
+        Some(&shoot.replace(
+            "  kubernetes:\n",
+            "  hibernation:\n    schedules:\n    - start: \"every evening\"\n  kubernetes:\n",
+        )),
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("spec.hibernation.schedules[0].start: Invalid value"),
+        "{stderr}"
+    );
     assert!(hub.ok(&["get", "shoots", "-A"]).is_empty());
 
     // The example Shoot, as it is: scheduled to the Seed, its version the

@@ -179,6 +179,13 @@ pub fn shoot(
         .partition(|(f, _)| !f.ends_with("nodes"));
     validation.check_ranges(&pods_services, causes);
     validation.check_ranges(&nodes, causes);
+    if let Err(invalid) = super::hibernation::parse(shoot) {
+        causes.extend(
+            invalid
+                .into_iter()
+                .map(|(field, message)| cause(&field, message)),
+        );
+    }
     if unchanged {
         return Ok(());
     }

@@ -9,6 +9,7 @@
 
 pub mod admission;
 pub mod api;
+pub mod hibernation;
 pub mod kubeconfig;
 pub mod plan;
 pub mod shoot;

@@ -408,6 +408,10 @@ pub fn status(shoot: &Value, o: &Observed, technical_id: &str) -> Value {
         "uid": shoot["metadata"]["uid"],
         "gardener": {"id": "flotilla", "name": "flotilla-lifecycle", "version": env!("CARGO_PKG_VERSION")},
     });
+    // The hibernation schedules' record (the controller writes it).
+    if let Some(t) = previous.get("lastHibernationTriggerTime") {
+        status["lastHibernationTriggerTime"] = t.clone();
+    }
     if state == "Error" {
         status["lastErrors"] =
             json!([{"description": description, "lastUpdateTime": operation["lastUpdateTime"]}]);

@@ -57,6 +57,10 @@ async fn reconcile(ctx: &Context, shoot: Value) -> Result<Next, Error> {
     if shoot["spec"]["seedName"].as_str().is_none() {
         return schedule(ctx, &objects, &shoot).await;
     }
+    let next_trigger = match hibernate_on_schedule(&objects, &shoot).await? {
+        Scheduled::Changed => return Ok(None),
+        Scheduled::Next(next) => next,
+    };
     let mut observed = Observed::default();
     match plan::manifests(&shoot) {
         Ok(manifests) => {
@@ -89,11 +93,65 @@ async fn reconcile(ctx: &Context, shoot: Value) -> Result<Next, Error> {
             )
             .await?;
     }
-    Ok(Some(if settled {
+    let again = if settled {
         HEALTH_EVERY
     } else {
         PROGRESS_EVERY
-    }))
+    };
+    Ok(Some(next_trigger.map_or(again, |t| t.min(again))))
+}
+
+/// What the hibernation schedules did.
+enum Scheduled {
+    /// A trigger changed `spec.hibernation.enabled`: the change comes back.
+    Changed,
+    /// Nothing to do now; the next trigger is this far off, if any.
+    Next(Option<Duration>),
+}
+
+/// Acts on a hibernation schedule that fired since the last trigger.
+async fn hibernate_on_schedule(objects: &Objects, shoot: &Value) -> Result<Scheduled, Error> {
+    if shoot["spec"]["hibernation"]["schedules"].is_null() {
+        return Ok(Scheduled::Next(None));
+    }
+    let parse = |pointer: &str| {
+        shoot
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+    };
+    let now = jiff::Timestamp::now();
+    let since = parse("/status/lastHibernationTriggerTime")
+        .or_else(|| parse("/metadata/creationTimestamp"))
+        .unwrap_or(now);
+    let decision = super::hibernation::decide(shoot, since, now);
+    let until_next = decision.next.map(|t| {
+        let seconds = (t.as_second() - now.as_second()).max(1);
+        Duration::from_secs(seconds.unsigned_abs())
+    });
+    let Some(enabled) = decision.enabled else {
+        return Ok(Scheduled::Next(until_next));
+    };
+    let name = objects::name(shoot);
+    info!(shoot = %name, hibernate = enabled, "hibernation schedule fired");
+    objects
+        .status(
+            &gapi::shoots(),
+            name,
+            json!({"lastHibernationTriggerTime": objects::now()}),
+        )
+        .await?;
+    if plan::hibernated_in_spec(shoot) != enabled {
+        objects
+            .merge(
+                &gapi::shoots(),
+                name,
+                json!({"spec": {"hibernation": {"enabled": enabled}}}),
+            )
+            .await?;
+        return Ok(Scheduled::Changed);
+    }
+    Ok(Scheduled::Next(until_next))
 }
 
 /// Picks a Seed of the Shoot's provider (and region, where one serves
