@@ -90,6 +90,51 @@ fn provider_locals_shoot_is_provisioned_reported_hibernated_and_deleted() {
         hub.ok(&["apply", "-f", &fixture(f)]);
     }
 
+    // The Project is Ready with its namespace; one that names none gets
+    // Gardener's `garden-<name>`.
+    until(
+        WAIT,
+        "the Project to be Ready",
+        || {
+            field(
+                &hub,
+                &["get", "project", "local", "-o", "jsonpath={.status.phase}"],
+            ) == "Ready"
+        },
+        || hub.ok(&["get", "projects", "-o", "yaml"]),
+    );
+    hub.ok_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: core.gardener.cloud/v1beta1\nkind: Project\nmetadata: {name: dev}\nspec: {}\n",
+    );
+    until(
+        WAIT,
+        "the dev project's namespace",
+        || {
+            field(
+                &hub,
+                &[
+                    "get",
+                    "project",
+                    "dev",
+                    "-o",
+                    "jsonpath={.spec.namespace} {.status.phase}",
+                ],
+            ) == "garden-dev Ready"
+                && field(
+                    &hub,
+                    &[
+                        "get",
+                        "namespace",
+                        "garden-dev",
+                        "-o",
+                        "jsonpath={.metadata.labels.project\\.gardener\\.cloud/name}",
+                    ],
+                ) == "dev"
+        },
+        || hub.ok(&["get", "projects", "-o", "yaml"]),
+    );
+
     // What Gardener's admission refuses, refused before anything is made.
     let shoot = std::fs::read_to_string(fixture("shoot.yaml")).expect("shoot.yaml");
     let refused = hub.kubectl_stdin(

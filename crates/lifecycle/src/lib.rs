@@ -46,7 +46,8 @@ pub struct Context {
 /// The ClusterRole the controllers need, bound to the control plane's
 /// controllers' user: the kinds served here, and the Secrets of the
 /// contract (kubeconfig, CA, bootstrap data) in any namespace, which
-/// they create and read but never change or delete.
+/// they create and read but never change or delete, and Gardener
+/// Projects' namespaces, made when missing.
 pub fn roles() -> Vec<Value> {
     vec![json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
@@ -61,6 +62,8 @@ pub fn roles() -> Vec<Value> {
              "apiGroups": [""], "resources": ["secrets"]},
             {"verbs": ["get", "list", "watch"], "apiGroups": ["apiextensions.k8s.io"],
              "resources": ["customresourcedefinitions"]},
+            // A Gardener Project's namespace, made when missing.
+            {"verbs": ["create", "get"], "apiGroups": [""], "resources": ["namespaces"]},
         ],
     })]
 }
@@ -108,6 +111,7 @@ pub async fn run(client: Client, metrics: Metrics, provider: Provider) {
         Box::pin(capi::healthcheck::run(ctx.clone())),
         Box::pin(kubeadm::controlplane::run(ctx.clone())),
         Box::pin(gardener::shoot::run(ctx.clone())),
+        Box::pin(gardener::project::run(ctx.clone())),
         Box::pin(kubeadm::bootstrap::run(ctx.clone())),
         Box::pin(docker::cluster::run(
             ctx.clone(),

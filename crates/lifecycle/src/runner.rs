@@ -135,7 +135,12 @@ pub async fn run<F, Fut>(
                 let Some((namespace, name)) = k.split_once('/') else {
                     return;
                 };
-                let api: Api<DynamicObject> = Api::namespaced_with(client, namespace, &kind);
+                // A cluster-scoped kind's key has no namespace.
+                let api: Api<DynamicObject> = if namespace.is_empty() {
+                    Api::all_with(client, &kind)
+                } else {
+                    Api::namespaced_with(client, namespace, &kind)
+                };
                 let object = match api.get_opt(name).await {
                     Ok(Some(o)) => o,
                     Ok(None) => return,

@@ -12,6 +12,7 @@ pub mod api;
 pub mod hibernation;
 pub mod kubeconfig;
 pub mod plan;
+pub mod project;
 pub mod shoot;
 pub mod table;
 
