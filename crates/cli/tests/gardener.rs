@@ -247,6 +247,38 @@ fn provider_locals_shoot_is_provisioned_reported_hibernated_and_deleted() {
         &String::from_utf8(text).expect("utf-8"),
     );
     assert_eq!(nodes(&kubeconfig), 2, "a control plane node and a worker");
+    // A viewer's kubeconfig reads but does not write.
+    let viewer: serde_json::Value = serde_json::from_str(&hub.ok(&[
+        "create",
+        "--raw",
+        &ADMIN_KUBECONFIG.replace("adminkubeconfig", "viewerkubeconfig"),
+        "-f",
+        &request,
+    ]))
+    .expect("a ViewerKubeconfigRequest");
+    assert_eq!(viewer["kind"], "ViewerKubeconfigRequest");
+    let text = base64::engine::general_purpose::STANDARD
+        .decode(viewer["status"]["kubeconfig"].as_str().expect("kubeconfig"))
+        .expect("base64");
+    let viewer_kubeconfig = common::write(
+        hub.dir.path(),
+        "viewer.kubeconfig",
+        &String::from_utf8(text).expect("utf-8"),
+    );
+    until(
+        WAIT,
+        "the viewer to read the shoot's nodes",
+        || nodes(&viewer_kubeconfig) == 2,
+        || describe(&hub),
+    );
+    let write = std::process::Command::new("kubectl")
+        .args(["create", "namespace", "by-a-viewer"])
+        .env("KUBECONFIG", &viewer_kubeconfig)
+        .output()
+        .expect("kubectl");
+    assert!(!write.status.success());
+    assert_has(&String::from_utf8_lossy(&write.stderr), &["forbidden"]);
+
     // Too short a life, and a user who may not ask, are refused.
     let short = common::write(
         hub.dir.path(),

@@ -1,10 +1,12 @@
-//! `shoots/adminkubeconfig`: a short-lived admin kubeconfig of a Shoot,
-//! as Gardener's API server issues it to a user who may `create` that
-//! subresource. The answer is an `authentication.gardener.cloud/v1alpha1`
-//! AdminKubeconfigRequest whose status holds a kubeconfig with a client
-//! certificate of the asking user in `system:masters`, signed by the
-//! shoot's CA and valid for `spec.expirationSeconds` (10 minutes to a
-//! day; an hour when unset).
+//! `shoots/adminkubeconfig` and `shoots/viewerkubeconfig`: a short-lived
+//! kubeconfig of a Shoot, as Gardener's API server issues it to a user
+//! who may `create` that subresource. The answer is an
+//! `authentication.gardener.cloud/v1alpha1` AdminKubeconfigRequest (or
+//! ViewerKubeconfigRequest) whose status holds a kubeconfig with a client
+//! certificate of the asking user, in `system:masters` (admin) or in
+//! `gardener.cloud:system:viewers` (viewer: bound to `view` in the shoot,
+//! `shoot.rs`), signed by the shoot's CA and valid for
+//! `spec.expirationSeconds` (10 minutes to a day; an hour when unset).
 
 use base64::Engine;
 use flotilla_apiserver::error::{ApiError, ApiResult, Cause};
@@ -18,27 +20,60 @@ use serde_json::{Value, json};
 use crate::kubeadm::controlplane::ca_secret;
 
 pub const API_VERSION: &str = "authentication.gardener.cloud/v1alpha1";
-pub const KIND: &str = "AdminKubeconfigRequest";
+/// The group a viewer kubeconfig's user is in; the shoot binds it to
+/// `view`.
+pub const VIEWERS_GROUP: &str = "gardener.cloud:system:viewers";
 const DEFAULT_SECONDS: i64 = 3600;
 const MIN_SECONDS: i64 = 600;
 /// Gardener's default `--shoot-admin-kubeconfig-max-expiration`.
 const MAX_SECONDS: i64 = 86_400;
 
-/// Answers `shoots/adminkubeconfig`, reading the shoot's CA through
-/// `client` (the lifecycle controllers').
-pub struct AdminKubeconfig {
-    pub client: Client,
+/// Which kubeconfig a subresource issues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    Admin,
+    Viewer,
 }
 
-impl SubresourceHandler for AdminKubeconfig {
+impl Access {
+    pub fn subresource(self) -> &'static str {
+        match self {
+            Access::Admin => "adminkubeconfig",
+            Access::Viewer => "viewerkubeconfig",
+        }
+    }
+
+    fn kind(self) -> &'static str {
+        match self {
+            Access::Admin => "AdminKubeconfigRequest",
+            Access::Viewer => "ViewerKubeconfigRequest",
+        }
+    }
+
+    fn group(self) -> &'static str {
+        match self {
+            Access::Admin => "system:masters",
+            Access::Viewer => VIEWERS_GROUP,
+        }
+    }
+}
+
+/// Answers `shoots/adminkubeconfig` or `shoots/viewerkubeconfig`, reading
+/// the shoot's CA through `client` (the lifecycle controllers').
+pub struct ShootKubeconfig {
+    pub client: Client,
+    pub access: Access,
+}
+
+impl SubresourceHandler for ShootKubeconfig {
     fn create(&self, call: SubresourceCall) -> BoxFuture<'static, ApiResult<Value>> {
-        let client = self.client.clone();
-        Box::pin(async move { issue(client, call).await })
+        let (client, access) = (self.client.clone(), self.access);
+        Box::pin(async move { issue(client, access, call).await })
     }
 }
 
 /// The requested validity in seconds, as Gardener validates and caps it.
-pub fn expiration(request: &Value) -> ApiResult<i64> {
+pub fn expiration(kind: &str, request: &Value) -> ApiResult<i64> {
     let requested = &request["spec"]["expirationSeconds"];
     let seconds = match requested {
         Value::Null => DEFAULT_SECONDS,
@@ -49,7 +84,7 @@ pub fn expiration(request: &Value) -> ApiResult<i64> {
     if seconds < MIN_SECONDS {
         return Err(ApiError::invalid(
             "authentication.gardener.cloud",
-            KIND,
+            kind,
             "",
             vec![Cause {
                 reason: "FieldValueInvalid",
@@ -63,11 +98,11 @@ pub fn expiration(request: &Value) -> ApiResult<i64> {
     Ok(seconds.min(MAX_SECONDS))
 }
 
-async fn issue(client: Client, call: SubresourceCall) -> ApiResult<Value> {
+async fn issue(client: Client, access: Access, call: SubresourceCall) -> ApiResult<Value> {
     let shoot = &call.parent;
     let name = shoot["metadata"]["name"].as_str().unwrap_or_default();
     let namespace = shoot["metadata"]["namespace"].as_str().unwrap_or_default();
-    let seconds = expiration(&call.body)?;
+    let seconds = expiration(access.kind(), &call.body)?;
     let Some(server) = shoot["status"]["advertisedAddresses"]
         .as_array()
         .and_then(|a| a.iter().find(|a| a["name"] == "external"))
@@ -107,7 +142,7 @@ async fn issue(client: Client, call: SubresourceCall) -> ApiResult<Value> {
         &ca_cert,
         &ca_key,
         user,
-        &["system:masters"],
+        &[access.group()],
         Some(not_after),
     )
     .map_err(|e| ApiError::internal(e.to_string()))?;
@@ -128,7 +163,7 @@ async fn issue(client: Client, call: SubresourceCall) -> ApiResult<Value> {
         .unwrap_or_default();
     Ok(json!({
         "apiVersion": API_VERSION,
-        "kind": KIND,
+        "kind": access.kind(),
         "metadata": {"name": name, "namespace": namespace, "creationTimestamp": null},
         "spec": {"expirationSeconds": seconds},
         "status": {"kubeconfig": b64(&text), "expirationTimestamp": expires},
@@ -139,18 +174,20 @@ async fn issue(client: Client, call: SubresourceCall) -> ApiResult<Value> {
 mod tests {
     use super::*;
 
+    const KIND: &str = "AdminKubeconfigRequest";
+
     #[test]
     fn expiration_is_defaulted_bounded_and_capped() {
-        assert_eq!(expiration(&json!({})).unwrap(), 3600);
+        assert_eq!(expiration(KIND, &json!({})).unwrap(), 3600);
         assert_eq!(
-            expiration(&json!({"spec": {"expirationSeconds": 900}})).unwrap(),
+            expiration(KIND, &json!({"spec": {"expirationSeconds": 900}})).unwrap(),
             900
         );
         assert_eq!(
-            expiration(&json!({"spec": {"expirationSeconds": 999_999}})).unwrap(),
+            expiration(KIND, &json!({"spec": {"expirationSeconds": 999_999}})).unwrap(),
             86_400
         );
-        let e = expiration(&json!({"spec": {"expirationSeconds": 599}})).unwrap_err();
+        let e = expiration(KIND, &json!({"spec": {"expirationSeconds": 599}})).unwrap_err();
         assert_eq!(e.code.as_u16(), 422);
     }
 }

@@ -21,7 +21,8 @@ use std::sync::Arc;
 use flotilla_apiserver::storage::Storage;
 
 /// Serves what Gardener's API server adds to its kinds: the Shoot table,
-/// deletion only when confirmed, and `shoots/adminkubeconfig` (signed with the shoot's CA, read through
+/// deletion only when confirmed, and `shoots/adminkubeconfig` and
+/// `shoots/viewerkubeconfig` (signed with the shoot's CA, read through
 /// `client`).
 pub fn extend(api: &Storage, client: kube::Client) {
     api.extensions
@@ -33,10 +34,15 @@ pub fn extend(api: &Storage, client: kube::Client) {
             Arc::new(admission::DeletionConfirmation { resource }),
         );
     }
-    api.extensions.add_subresource(
-        api::CORE_GROUP,
-        "shoots",
-        "adminkubeconfig",
-        Arc::new(kubeconfig::AdminKubeconfig { client }),
-    );
+    for access in [kubeconfig::Access::Admin, kubeconfig::Access::Viewer] {
+        api.extensions.add_subresource(
+            api::CORE_GROUP,
+            "shoots",
+            access.subresource(),
+            Arc::new(kubeconfig::ShootKubeconfig {
+                client: client.clone(),
+                access,
+            }),
+        );
+    }
 }

@@ -71,6 +71,9 @@ async fn reconcile(ctx: &Context, shoot: Value) -> Result<Next, Error> {
         Err(error) => observed.error = Some(error),
     }
     observe(ctx, &objects, &name, &mut observed).await?;
+    if observed.api_available {
+        ensure_viewers(ctx, &namespace, &name).await;
+    }
     let status = plan::status(&shoot, &observed, &technical_id(ctx, &shoot).await);
     let label = plan::health_label(&status);
     let settled = status["lastOperation"]["state"] == "Succeeded";
@@ -321,6 +324,66 @@ async fn observe(
         .count();
     observed.nodes = Some((ready, nodes.len()));
     Ok(())
+}
+
+/// Gardener's viewers in the shoot: a ClusterRole reading everything but
+/// Secrets, bound to the group a viewer kubeconfig's user is in.
+async fn ensure_viewers(ctx: &Context, namespace: &str, shoot: &str) {
+    use super::kubeconfig::VIEWERS_GROUP;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let Ok(Some(client)) = ctx.workloads.client(namespace, shoot).await else {
+        return;
+    };
+    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+    if let Ok(Some(_)) = bindings.get_opt(VIEWERS_GROUP).await {
+        return;
+    }
+    let read = ["get", "list", "watch"];
+    let role = json!({
+        "metadata": {"name": VIEWERS_GROUP},
+        "rules": [
+            {"apiGroups": [""], "verbs": read, "resources": [
+                "pods", "pods/log", "services", "endpoints", "configmaps", "namespaces", "nodes",
+                "persistentvolumes", "persistentvolumeclaims", "events", "serviceaccounts",
+                "replicationcontrollers", "limitranges", "resourcequotas"]},
+            {"apiGroups": ["apps", "batch", "autoscaling", "policy", "networking.k8s.io",
+                "storage.k8s.io", "discovery.k8s.io", "rbac.authorization.k8s.io",
+                "apiextensions.k8s.io", "coordination.k8s.io", "scheduling.k8s.io",
+                "events.k8s.io", "node.k8s.io"], "verbs": read, "resources": ["*"]},
+        ],
+    });
+    let binding = json!({
+        "metadata": {"name": VIEWERS_GROUP},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": VIEWERS_GROUP},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": VIEWERS_GROUP}],
+    });
+    let (Ok(role), Ok(binding)) = (
+        serde_json::from_value::<ClusterRole>(role),
+        serde_json::from_value::<ClusterRoleBinding>(binding),
+    ) else {
+        return;
+    };
+    let post = kube::api::PostParams::default();
+    let roles: Api<ClusterRole> = Api::all(client);
+    let made = match roles.create(&post, &role).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    };
+    let made = match made {
+        Ok(()) => match bindings.create(&post, &binding).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e),
+    };
+    match made {
+        Ok(()) => info!(shoot, "Gardener's viewers may read the shoot"),
+        Err(error) => {
+            tracing::warn!(%error, shoot, "cannot give Gardener's viewers their role in the shoot")
+        }
+    }
 }
 
 /// The Shoot's technical ID, by its Project (the one whose namespace it
