@@ -37,7 +37,7 @@ pub fn pools(shoot: &Value) -> Vec<Pool> {
                 replicas: if hibernated {
                     0
                 } else {
-                    minimum.min(maximum) as u32
+                    u32::try_from(minimum.min(maximum)).unwrap_or(u32::MAX)
                 },
                 max_surge: Some(w.get("maxSurge").cloned().unwrap_or(json!(1))),
                 max_unavailable: Some(w.get("maxUnavailable").cloned().unwrap_or(json!(0))),
