@@ -21,15 +21,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::response::Response;
 use futures::future::BoxFuture;
-use http::StatusCode;
 use parking_lot::RwLock;
 use serde_json::Value;
 
 use crate::conversion::Conversion;
-use crate::error::{ApiError, ApiResult};
-use crate::handlers::Ctx;
+use crate::error::ApiResult;
 use crate::resources::ResourceInfo;
 use crate::user::User;
 
@@ -166,28 +163,4 @@ impl Extensions {
             .get(&(r.group.clone(), r.plural.clone()))
             .cloned()
     }
-}
-
-/// Serves a POST to an added subresource of the object `ctx` names.
-pub(crate) async fn serve(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
-    let sub = ctx.subresource.as_deref().unwrap_or_default();
-    let handler = ctx
-        .api
-        .extensions
-        .subresource(&ctx.resource, sub)
-        .ok_or_else(ApiError::path_not_found)?;
-    let parent = ctx.stored_object()?;
-    let body = if body.is_empty() {
-        Value::Object(Default::default())
-    } else {
-        crate::request::parse_body(&ctx.headers, body)?
-    };
-    let answer = handler
-        .create(SubresourceCall {
-            parent,
-            body,
-            user: ctx.user.clone(),
-        })
-        .await?;
-    crate::handlers::respond_object(ctx, StatusCode::CREATED, &answer, &[])
 }

@@ -1099,6 +1099,30 @@ pub async fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     respond_list(ctx, output, deleted, list_meta)
 }
 
+/// Serves a POST to an added subresource of the object `ctx` names.
+pub(crate) async fn serve_extension(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
+    let sub = ctx.subresource.as_deref().unwrap_or_default();
+    let handler = ctx
+        .api
+        .extensions
+        .subresource(&ctx.resource, sub)
+        .ok_or_else(ApiError::path_not_found)?;
+    let parent = ctx.stored_object()?;
+    let body = if body.is_empty() {
+        Value::Object(Default::default())
+    } else {
+        crate::request::parse_body(&ctx.headers, body)?
+    };
+    let answer = handler
+        .create(crate::extension::SubresourceCall {
+            parent,
+            body,
+            user: ctx.user.clone(),
+        })
+        .await?;
+    respond_object(ctx, StatusCode::CREATED, &answer, &[])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

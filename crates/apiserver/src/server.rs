@@ -800,7 +800,7 @@ async fn serve_resource(
         Some(ServedBy::Token) => return crate::reviews::token_request(&ctx, &body).await,
         Some(ServedBy::Eviction) => return crate::eviction::evict(&ctx, &body).await,
         Some(ServedBy::Binding) => return handlers::bind(&ctx, &body).await,
-        Some(ServedBy::Extension) => return crate::extension::serve(&ctx, &body).await,
+        Some(ServedBy::Extension) => return handlers::serve_extension(&ctx, &body).await,
         _ => {}
     }
     match (&parts.method, ctx.name.is_some()) {
