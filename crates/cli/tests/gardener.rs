@@ -137,42 +137,28 @@ fn provider_locals_shoot_is_provisioned_reported_hibernated_and_deleted() {
 
     // What Gardener's admission refuses, refused before anything is made.
     let shoot = std::fs::read_to_string(fixture("shoot.yaml")).expect("shoot.yaml");
-    let refused = hub.kubectl_stdin(
-        &["apply", "-f", "-"],
-        Some(&shoot.replace(
+    for (from, to, why) in [
+        (
             "    name: local\n  secretBindingName",
             "    name: nowhere\n  secretBindingName",
-        )),
-    );
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(!refused.status.success());
-    assert!(
-        stderr.contains("could not find referenced cloud profile"),
-        "{stderr}"
-    );
-    let refused = hub.kubectl_stdin(
-        &["apply", "-f", "-"],
-        Some(&shoot.replace("  kubernetes:\n", "  kubernetes:\n    version: 1.99.0\n")),
-    );
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(
-        stderr.contains(
-            "spec.kubernetes.version: Unsupported value: \"1.99.0\": supported values: \"1.32.0\""
+            "could not find referenced cloud profile",
         ),
-        "{stderr}"
-    );
-    let refused = hub.kubectl_stdin(
-        &["apply", "-f", "-"],
-        Some(&shoot.replace(
+        (
+            "  kubernetes:\n",
+            "  kubernetes:\n    version: 1.99.0\n",
+            "spec.kubernetes.version: Unsupported value: \"1.99.0\": supported values: \"1.32.0\"",
+        ),
+        (
             "  kubernetes:\n",
             "  hibernation:\n    schedules:\n    - start: \"every evening\"\n  kubernetes:\n",
-        )),
-    );
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(
-        stderr.contains("spec.hibernation.schedules[0].start: Invalid value"),
-        "{stderr}"
-    );
+            "spec.hibernation.schedules[0].start: Invalid value",
+        ),
+    ] {
+        let refused = hub.kubectl_stdin(&["apply", "-f", "-"], Some(&shoot.replace(from, to)));
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success(), "{to}");
+        assert!(stderr.contains(why), "{stderr}");
+    }
     assert!(hub.ok(&["get", "shoots", "-A"]).is_empty());
 
     // The example Shoot, as it is: scheduled to the Seed, its version the
