@@ -50,15 +50,22 @@ impl Provider {
         self.dir.join(namespace).join(cluster)
     }
 
-    /// The pid of the cluster's member, when one runs.
+    /// The pid of the cluster's member, when one runs: the one recorded,
+    /// or one serving its directory that was started but not recorded
+    /// (the controllers died in between), recorded now.
     pub fn running(&self, namespace: &str, cluster: &str) -> Option<u32> {
         let dir = self.member_dir(namespace, cluster);
-        let pid: u32 = std::fs::read_to_string(dir.join(PID_FILE))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?;
-        is_member_of(pid, &dir).then_some(pid)
+        let recorded = std::fs::read_to_string(dir.join(PID_FILE))
+            .ok()
+            .and_then(|p| p.trim().parse::<u32>().ok());
+        if let Some(pid) = recorded
+            && is_member_of(pid, &dir)
+        {
+            return Some(pid);
+        }
+        let pid = member_serving(&dir)?;
+        let _ = std::fs::write(dir.join(PID_FILE), pid.to_string());
+        Some(pid)
     }
 
     /// Whether the member answers: it writes its kubeconfig and admin
@@ -183,6 +190,15 @@ fn is_member_of(pid: u32, dir: &Path) -> bool {
     args.contains(&&b"member"[..]) && args.contains(&dir)
 }
 
+/// A member process serving `dir`, whatever the records say.
+fn member_serving(dir: &Path) -> Option<u32> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| is_member_of(*pid, dir))
+}
+
 fn io(path: &Path, e: std::io::Error) -> Error {
     Error::Provider(format!("{}: {e}", path.display()))
 }
@@ -193,8 +209,24 @@ fn write_private(path: &Path, contents: &str) -> Result<(), Error> {
 }
 
 /// A free loopback port for a cluster's API endpoint (its "load
-/// balancer"), chosen once and kept in the DockerCluster's spec.
+/// balancer"), chosen once and kept in the DockerCluster's spec. It is
+/// taken below the kernel's ephemeral range (`ip_local_port_range`), so
+/// that no outgoing connection's source port takes it before the member
+/// binds it (a port from `bind(0)` could be).
 pub fn free_port() -> Result<u16, Error> {
+    const FLOOR: u16 = 10_000;
+    let ephemeral_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    if ephemeral_from > FLOOR + 1_000 {
+        for _ in 0..64 {
+            let port = rand::random_range(FLOOR..ephemeral_from);
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     let listener = std::net::TcpListener::bind("127.0.0.1:0")
         .map_err(|e| Error::Provider(format!("no free port: {e}")))?;
     Ok(listener
