@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
 use base64::Engine;
@@ -16,11 +15,7 @@ use common::{Server, assert_has, until};
 const WAIT: Duration = Duration::from_secs(90);
 
 fn fixture(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/cluster-api")
-        .join(name)
-        .display()
-        .to_string()
+    common::lifecycle::fixture("cluster-api", name)
 }
 
 /// The workload cluster's kubeconfig, from its Secret, written to a file.

@@ -20,11 +20,7 @@ const ADMIN_KUBECONFIG: &str =
     "/apis/core.gardener.cloud/v1beta1/namespaces/garden-local/shoots/local/adminkubeconfig";
 
 fn fixture(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/gardener")
-        .join(name)
-        .display()
-        .to_string()
+    common::lifecycle::fixture("gardener", name)
 }
 
 fn describe(hub: &Server) -> String {
@@ -67,6 +63,28 @@ fn until_operation(hub: &Server, operation: &str) {
         },
         || describe(hub),
     );
+}
+
+/// POSTs `request` to the Shoot's `subresource` (`adminkubeconfig`,
+/// `viewerkubeconfig`): the answer, and its kubeconfig written to a file.
+fn request_kubeconfig(
+    hub: &Server,
+    subresource: &str,
+    request: &str,
+) -> (serde_json::Value, std::path::PathBuf) {
+    let path = ADMIN_KUBECONFIG.replace("adminkubeconfig", subresource);
+    let answer: serde_json::Value =
+        serde_json::from_str(&hub.ok(&["create", "--raw", &path, "-f", request]))
+            .expect("a kubeconfig request's answer");
+    let text = base64::engine::general_purpose::STANDARD
+        .decode(answer["status"]["kubeconfig"].as_str().expect("kubeconfig"))
+        .expect("base64");
+    let file = common::write(
+        hub.dir.path(),
+        &format!("{subresource}.yaml"),
+        &String::from_utf8(text).expect("utf-8"),
+    );
+    (answer, file)
 }
 
 /// The Shoot's nodes, through its admin kubeconfig.
@@ -213,9 +231,7 @@ fn provider_locals_shoot_is_provisioned_reported_hibernated_and_deleted() {
         r#"{"apiVersion": "authentication.gardener.cloud/v1alpha1", "kind": "AdminKubeconfigRequest", "spec": {"expirationSeconds": 1000}}"#,
     );
     let request = request.display().to_string();
-    let answer: serde_json::Value =
-        serde_json::from_str(&hub.ok(&["create", "--raw", ADMIN_KUBECONFIG, "-f", &request]))
-            .expect("an AdminKubeconfigRequest");
+    let (answer, kubeconfig) = request_kubeconfig(&hub, "adminkubeconfig", &request);
     assert_eq!(answer["kind"], "AdminKubeconfigRequest");
     let expires: jiff::Timestamp = answer["status"]["expirationTimestamp"]
         .as_str()
@@ -224,33 +240,10 @@ fn provider_locals_shoot_is_provisioned_reported_hibernated_and_deleted() {
         .expect("a time");
     let left = expires.as_second() - jiff::Timestamp::now().as_second();
     assert!((900..=1000).contains(&left), "expires in {left} s");
-    let text = base64::engine::general_purpose::STANDARD
-        .decode(answer["status"]["kubeconfig"].as_str().expect("kubeconfig"))
-        .expect("base64");
-    let kubeconfig = common::write(
-        hub.dir.path(),
-        "shoot.kubeconfig",
-        &String::from_utf8(text).expect("utf-8"),
-    );
     assert_eq!(nodes(&kubeconfig), 2, "a control plane node and a worker");
     // A viewer's kubeconfig reads but does not write.
-    let viewer: serde_json::Value = serde_json::from_str(&hub.ok(&[
-        "create",
-        "--raw",
-        &ADMIN_KUBECONFIG.replace("adminkubeconfig", "viewerkubeconfig"),
-        "-f",
-        &request,
-    ]))
-    .expect("a ViewerKubeconfigRequest");
+    let (viewer, viewer_kubeconfig) = request_kubeconfig(&hub, "viewerkubeconfig", &request);
     assert_eq!(viewer["kind"], "ViewerKubeconfigRequest");
-    let text = base64::engine::general_purpose::STANDARD
-        .decode(viewer["status"]["kubeconfig"].as_str().expect("kubeconfig"))
-        .expect("base64");
-    let viewer_kubeconfig = common::write(
-        hub.dir.path(),
-        "viewer.kubeconfig",
-        &String::from_utf8(text).expect("utf-8"),
-    );
     until(
         WAIT,
         "the viewer to read the shoot's nodes",

@@ -5,6 +5,16 @@ use std::path::Path;
 
 use super::Server;
 
+/// A manifest kept in `tests/data/<dir>` (upstream's, verbatim).
+pub fn fixture(dir: &str, name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(dir)
+        .join(name)
+        .display()
+        .to_string()
+}
+
 /// What `kubectl ARGS` prints, trimmed (nothing when it fails).
 pub fn field(hub: &Server, args: &[&str]) -> String {
     let out = hub.kubectl(args);

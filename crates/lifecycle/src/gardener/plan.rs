@@ -366,6 +366,14 @@ fn progress(shoot: &Value, o: &Observed, hibernated: bool) -> (i64, &'static str
     (100, "Succeeded", done.into())
 }
 
+/// Whether the Shoot's last operation succeeded at its current
+/// generation: nothing it asked for is pending.
+pub fn settled(shoot: &Value) -> bool {
+    let status = &shoot["status"];
+    status["lastOperation"]["state"] == "Succeeded"
+        && status["observedGeneration"].as_i64() == shoot["metadata"]["generation"].as_i64()
+}
+
 /// The Shoot's status, from its previous one and what its objects
 /// report. Times are kept where nothing changed, so a status that says
 /// the same is equal to the previous one.
@@ -375,8 +383,7 @@ pub fn status(shoot: &Value, o: &Observed, technical_id: &str) -> Value {
     let hibernated_spec = hibernated_in_spec(shoot);
     let (progress, state, description) = progress(shoot, o, hibernated_spec);
     let last = &previous["lastOperation"];
-    let settled_before =
-        last["state"] == "Succeeded" && previous["observedGeneration"].as_i64() == Some(generation);
+    let settled_before = settled(shoot);
     let type_ = if !last.is_object() || (last["type"] == "Create" && last["state"] != "Succeeded") {
         "Create"
     } else if settled_before {

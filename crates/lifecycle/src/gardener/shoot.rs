@@ -71,7 +71,9 @@ async fn reconcile(ctx: &Context, shoot: Value) -> Result<Next, Error> {
         Err(error) => observed.error = Some(error),
     }
     observe(ctx, &objects, &name, &mut observed).await?;
-    if observed.api_available {
+    // Made during each operation, as Gardener's reconcile makes it; not
+    // asked again while the Shoot stays settled.
+    if observed.api_available && !plan::settled(&shoot) {
         ensure_viewers(ctx, &namespace, &name).await;
     }
     let status = plan::status(&shoot, &observed, &technical_id(ctx, &shoot).await);
@@ -386,9 +388,13 @@ async fn ensure_viewers(ctx: &Context, namespace: &str, shoot: &str) {
     }
 }
 
-/// The Shoot's technical ID, by its Project (the one whose namespace it
-/// is in; else the namespace without `garden-`).
+/// The Shoot's technical ID: the one recorded (it never changes), else
+/// by its Project (the one whose namespace it is in; else the namespace
+/// without `garden-`).
 async fn technical_id(ctx: &Context, shoot: &Value) -> String {
+    if let Some(id) = shoot["status"]["technicalID"].as_str() {
+        return id.to_string();
+    }
     let namespace = objects::namespace(shoot);
     let projects: Api<kube::api::DynamicObject> =
         Api::all_with(ctx.client.clone(), &gapi::projects());
