@@ -19,13 +19,13 @@ fn fixture(name: &str) -> String {
 }
 
 /// The workload cluster's kubeconfig, from its Secret, written to a file.
-fn workload_kubeconfig(hub: &Server) -> std::path::PathBuf {
+fn workload_kubeconfig(hub: &Server, cluster: &str) -> std::path::PathBuf {
     let encoded = field(
         hub,
         &[
             "get",
             "secret",
-            "capi-quickstart-kubeconfig",
+            &format!("{cluster}-kubeconfig"),
             "-o",
             "jsonpath={.data.value}",
         ],
@@ -33,7 +33,7 @@ fn workload_kubeconfig(hub: &Server) -> std::path::PathBuf {
     let text = base64::engine::general_purpose::STANDARD
         .decode(encoded)
         .expect("base64 kubeconfig");
-    let path = hub.dir.path().join("workload.kubeconfig");
+    let path = hub.dir.path().join(format!("{cluster}.kubeconfig"));
     std::fs::write(&path, text).expect("write kubeconfig");
     path
 }
@@ -152,7 +152,7 @@ fn the_docker_quick_start_provisions_a_member_that_joins_scales_upgrades_and_goe
     );
     // The kubeconfig works: the control plane and the worker are nodes,
     // at the version asked for, with the providerIDs the Machines carry.
-    let kubeconfig = workload_kubeconfig(&hub);
+    let kubeconfig = workload_kubeconfig(&hub, "capi-quickstart");
     let nodes = workload(
         &kubeconfig,
         &[
@@ -617,8 +617,58 @@ fn generated_manifests_provision_and_bad_options_are_explained() {
         &String::from_utf8_lossy(&missing.stderr),
         &["no Secret default/nope-kubeconfig"],
     );
+    // Work propagated to the cluster does not hold up its deletion: the
+    // fleet lets it go, and the template stays on the hub.
+    hub.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: for-gen}
+data: {where: gen}
+---
+apiVersion: policy.karmada.io/v1alpha1
+kind: PropagationPolicy
+metadata: {name: for-gen}
+spec:
+  resourceSelectors:
+    - {apiVersion: v1, kind: ConfigMap, name: for-gen}
+  placement:
+    clusterAffinity:
+      clusterNames: [gen]
+"#,
+    );
+    let kubeconfig = workload_kubeconfig(&hub, "gen");
+    until(
+        WAIT,
+        "the ConfigMap in the generated cluster",
+        || {
+            workload(
+                &kubeconfig,
+                &["get", "cm", "for-gen", "-o", "jsonpath={.data.where}"],
+            ) == "gen"
+        },
+        || describe(&hub),
+    );
     hub.ok(&["delete", "cl", "gen", "--timeout=60s"]);
     assert!(members_under(&hub.data_dir()).is_empty());
+    assert!(
+        !hub.kubectl(&["get", "clusters.cluster.karmada.io", "gen"])
+            .status
+            .success()
+    );
+    assert!(
+        !hub.kubectl(&["get", "namespace", "karmada-es-gen"])
+            .status
+            .success()
+    );
+    assert_eq!(
+        field(
+            &hub,
+            &["get", "cm", "for-gen", "-o", "jsonpath={.data.where}"]
+        ),
+        "gen"
+    );
 }
 
 #[test]

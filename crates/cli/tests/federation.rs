@@ -1561,6 +1561,68 @@ fn unjoining_moves_the_share_to_the_rest_and_removes_the_copies() {
     });
 }
 
+/// A cluster a policy names outright leaves as readily as one chosen: the
+/// scheduler no longer chooses it, nothing is delivered there again while
+/// it goes, and what only it held waits, unscheduled, for a cluster to fit.
+#[test]
+fn unjoining_a_cluster_a_policy_names_completes_and_removes_its_copies() {
+    let fleet = Fleet::new(&[("member1", "us-east"), ("member2", "eu-west")]);
+    fleet.apply(NGINX);
+    fleet.apply(
+        r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: only-there}
+data: {where: member2}
+---
+apiVersion: policy.karmada.io/v1alpha1
+kind: PropagationPolicy
+metadata: {name: only-there}
+spec:
+  resourceSelectors:
+    - {apiVersion: v1, kind: ConfigMap, name: only-there}
+  placement:
+    clusterAffinity:
+      clusterNames: [member2]
+"#,
+    );
+    wait_for(WAIT, "both templates delivered", || {
+        replicas_in(&fleet, "member2") == "2"
+            && exists(fleet.member("member2"), &["get", "cm", "only-there"])
+    });
+    let out = flotilla(&[
+        "unjoin",
+        "member2",
+        "--wait",
+        "60s",
+        "--kubeconfig",
+        fleet.hub.kubeconfig.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "unjoin: {}", stderr(&out));
+    assert!(!exists(&fleet.hub, &["get", "cluster", "member2"]));
+    assert!(!exists(
+        &fleet.hub,
+        &["get", "namespace", "karmada-es-member2"]
+    ));
+    assert!(!exists(
+        fleet.member("member2"),
+        &["get", "cm", "only-there"]
+    ));
+    assert!(!exists(
+        fleet.member("member2"),
+        &["get", "deploy", "nginx"]
+    ));
+    wait_for(WAIT, "all 3 replicas in member1", || {
+        replicas_in(&fleet, "member1") == "3"
+    });
+    // The template stays on the hub, placed nowhere, until a cluster fits.
+    assert!(exists(&fleet.hub, &["get", "cm", "only-there"]));
+    assert!(!exists(
+        fleet.member("member1"),
+        &["get", "cm", "only-there"]
+    ));
+}
+
 #[test]
 fn joins_that_cannot_work_fail_clearly_and_leave_nothing() {
     let fleet = Fleet::new(&[("member1", "us-east")]);

@@ -35,7 +35,7 @@ where
     Ok(true)
 }
 
-/// Removes `finalizer` if it is there.
+/// Removes `finalizer` if it is there; an object already gone has none.
 pub async fn remove<K>(api: &Api<K>, obj: &K, finalizer: &str) -> Result<(), kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
@@ -49,5 +49,10 @@ where
         .filter(|f| *f != finalizer)
         .cloned()
         .collect();
-    write(api, obj, rest).await
+    match write(api, obj, rest).await {
+        // Gone already (another writer removed the last finalizer): what
+        // was asked holds.
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        other => other,
+    }
 }

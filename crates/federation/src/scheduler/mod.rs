@@ -12,12 +12,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::json;
 use tracing::{debug, info};
 
-use crate::api::{Binding, BindingStatus, annotations};
+use crate::api::{Binding, BindingStatus, Cluster, annotations};
 use crate::conditions;
 use crate::context::Ctx;
 use crate::error::Error;
@@ -279,6 +280,21 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<State>) -> Result<Next, Err
         }
         Err(f) => {
             debug!(binding = %name, reason = f.reason, message = %f.message, "not scheduled");
+            // Nowhere fits: the last decision holds (a fleet briefly all
+            // NotReady keeps its copies), but not for clusters leaving the
+            // fleet, which can hold nothing.
+            let staying: Vec<_> = spec
+                .clusters
+                .iter()
+                .filter(|t| !leaving(&ctx.clusters, &t.name))
+                .cloned()
+                .collect();
+            if staying.len() != spec.clusters.len() {
+                let patch = json!({"spec": {"clusters": staying}});
+                written = crate::writes::merge_patch(&api, &name, &patch).await?;
+                changed = true;
+                info!(binding = %name, clusters = ?staying, "unscheduled from clusters leaving the fleet");
+            }
             conditions::set(
                 &mut status.conditions,
                 "Scheduled",
@@ -305,6 +321,13 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<State>) -> Result<Next, Err
         decided.lock().insert(uid, (generation, epoch));
     }
     Ok(None)
+}
+
+/// Whether the cluster named is gone or going from the fleet.
+pub fn leaving(clusters: &Store<Cluster>, name: &str) -> bool {
+    clusters
+        .get(&ObjectRef::new(name))
+        .is_none_or(|c| c.metadata.deletion_timestamp.is_some())
 }
 
 /// Whether a WorkloadRebalancer asked for a fresh division after the last
