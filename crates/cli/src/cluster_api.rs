@@ -50,6 +50,10 @@ pub struct GenerateArgs {
     /// quick start's ClusterClass manifests apply as they are).
     #[arg(long, default_value = "")]
     flavor: String,
+    /// How the cluster's member runs pods: `sim` (simulated) or `netns`
+    /// (processes in network namespaces; the control plane needs root).
+    #[arg(long, value_parser = ["sim", "netns"])]
+    runtime: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -82,6 +86,7 @@ pub async fn run(command: ClusterCommand) -> anyhow::Result<()> {
                 pod_cidr: a.pod_cidr,
                 service_cidr: a.service_cidr,
                 flavor: a.flavor,
+                runtime: a.runtime,
             };
             crate::inspect::emit(&generate::yaml(&options)?)
         }

@@ -702,6 +702,16 @@ async fn start_member(
         scheduler: loopback::in_process(&p.api, &p.admin_token, "kube-scheduler"),
         kubelet: loopback::in_process(&p.api, &p.admin_token, "kubelet"),
     };
+    // Nodes may join and leave while the member runs (an infrastructure
+    // provider's machines), each netns node with its namespace; but the
+    // fabric's gateways are chosen among the nodes at start.
+    let roster = Roster::load(&sim, Some(data_dir.join(NODES_FILE)));
+    let roster = Arc::new(match (&args.runtime, &args.underlay) {
+        (RuntimeKind::Netns, Some(_)) => {
+            roster.fixed("a member with a network fabric keeps the nodes it started with")
+        }
+        _ => roster,
+    });
     let (runtime, netns) = match args.runtime {
         RuntimeKind::Sim => {
             // Simulated pods have no logs; offloaded ones do, in the
@@ -729,6 +739,7 @@ async fn start_member(
                     "kubelet",
                     &sim.cluster_name,
                 ),
+                roster: roster.clone(),
             };
             let netns = NetnsRuntime::start(config, events)
                 .await
@@ -783,15 +794,6 @@ async fn start_member(
     } else {
         None
     };
-    // A simulated member's nodes may join and leave while it runs (an
-    // infrastructure provider's machines); a netns member's node network
-    // is built at start.
-    let roster = Arc::new(match args.runtime {
-        RuntimeKind::Sim => Roster::load(&sim, Some(data_dir.join(NODES_FILE))),
-        RuntimeKind::Netns => {
-            Roster::load(&sim, None).fixed("a netns member's node network is built at its start")
-        }
-    });
     let simulator = Simulator::start(
         clients,
         sim.clone(),
@@ -859,7 +861,7 @@ async fn start_member(
                 dir: data_dir.join("gateways"),
                 router_netns: network.prefix.clone(),
                 nodes: network
-                    .nodes
+                    .nodes()
                     .iter()
                     .map(|n| flotilla_fabric::supervisor::GatewayNode {
                         name: n.name.clone(),

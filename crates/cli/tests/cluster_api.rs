@@ -862,3 +862,203 @@ fn a_cluster_whose_controllers_die_mid_provisioning_is_finished_once() {
     hub.ok(&["delete", "cl", "mid", "--timeout=60s"]);
     assert!(members_under(&hub.data_dir()).is_empty());
 }
+
+/// The namespaces (`ip netns`) whose names start with `prefix`.
+fn namespaces_with(prefix: &str) -> Vec<String> {
+    std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.starts_with(prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `--runtime netns`: each machine is a node with a network namespace of
+/// its own where pods run as processes; a machine scaled away takes its
+/// node's network along, and so does the deleted cluster.
+#[test]
+fn a_netns_cluster_runs_pods_on_its_machines_and_takes_its_network_along() {
+    if !common::can_run_netns() {
+        return;
+    }
+    let hub = Server::controlplane(&[]);
+    let out = common::flotilla(&[
+        "cluster",
+        "generate",
+        "pods",
+        "--runtime",
+        "netns",
+        "--worker-machine-count",
+        "2",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    hub.ok_stdin(&["apply", "-f", "-"], &String::from_utf8_lossy(&out.stdout));
+    let available = |workers: u32| format!("True {workers} 1");
+    let status = "jsonpath={.status.conditions[?(@.type==\"Available\")].status} {.status.workers.availableReplicas} {.status.controlPlane.availableReplicas}";
+    until(
+        WAIT,
+        "the netns cluster Available with two workers",
+        || field(&hub, &["get", "cl", "pods", "-o", status]) == available(2),
+        || describe(&hub),
+    );
+    let prefix = std::fs::read_to_string(hub.data_dir().join("clusters/default/pods/netns-prefix"))
+        .expect("the member says which namespaces are its own");
+    let prefix = prefix.trim().to_string();
+    // The member's own and one per machine.
+    assert_eq!(
+        namespaces_with(&prefix).len(),
+        4,
+        "{:?}",
+        namespaces_with(&prefix)
+    );
+    let kubeconfig = workload_kubeconfig(&hub, "pods");
+    let apply = std::process::Command::new("kubectl")
+        .args(["apply", "-f", "-"])
+        .env("KUBECONFIG", &kubeconfig)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin
+                .take()
+                .expect("stdin")
+                .write_all(b"apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: 2\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec:\n      containers: [{name: nginx, image: nginx:1.27, ports: [{containerPort: 80}]}]\n")?;
+            c.wait()
+        })
+        .expect("kubectl apply");
+    assert!(apply.success());
+    until(
+        WAIT,
+        "two web pods Running with addresses on the workers",
+        || {
+            let out = workload(
+                &kubeconfig,
+                &[
+                    "get",
+                    "pods",
+                    "-l",
+                    "app=web",
+                    "-o",
+                    "jsonpath={range .items[*]}{.status.phase} {.status.podIP}{\"\\n\"}{end}",
+                ],
+            );
+            out.lines()
+                .filter(|l| l.starts_with("Running 192.168."))
+                .count()
+                == 2
+        },
+        || workload(&kubeconfig, &["get", "pods,nodes", "-o", "wide"]),
+    );
+    // A pod's process answers on its address, from the node's namespace.
+    let ip = workload(
+        &kubeconfig,
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={.items[0].status.podIP}",
+        ],
+    );
+    let node = workload(
+        &kubeconfig,
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={.items[0].spec.nodeName}",
+        ],
+    );
+    assert!(!node.contains("control-plane"), "a worker runs it: {node}");
+    let answered = namespaces_with(&prefix).iter().any(|ns| {
+        std::process::Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                ns,
+                "curl",
+                "-s",
+                "-m",
+                "5",
+                &format!("http://{ip}/hello"),
+            ])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("\"pod\":\"web-"))
+    });
+    assert!(answered, "the pod at {ip} answers");
+
+    hub.ok(&["scale", "md", "pods-md-0", "--replicas", "1"]);
+    until(
+        WAIT,
+        "one worker, its machine's network gone",
+        || {
+            field(&hub, &["get", "cl", "pods", "-o", status]) == available(1)
+                && namespaces_with(&format!("{prefix}-n")).len() == 2
+        },
+        || format!("{}{:?}", describe(&hub), namespaces_with(&prefix)),
+    );
+    hub.ok(&["delete", "cl", "pods", "--timeout=60s"]);
+    assert!(members_under(&hub.data_dir()).is_empty());
+    assert!(
+        namespaces_with(&prefix).is_empty(),
+        "{:?}",
+        namespaces_with(&prefix)
+    );
+}
+
+/// A member that cannot start is said on its DockerMachine, as CAPD says
+/// a container that would not start, and is tried again until it does.
+#[test]
+fn a_member_that_cannot_start_is_told_and_tried_again() {
+    let hub = Server::controlplane(&[]);
+    // The endpoint the user chose is taken by someone else.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").port();
+    let out = common::flotilla(&["cluster", "generate", "busy", "--worker-machine-count", "0"]);
+    assert!(out.status.success());
+    let manifests = String::from_utf8_lossy(&out.stdout).replace(
+        "kind: DockerCluster\nmetadata:\n  name: busy\n  namespace: default\n",
+        &format!("kind: DockerCluster\nmetadata:\n  name: busy\n  namespace: default\nspec:\n  controlPlaneEndpoint: {{host: 127.0.0.1, port: {port}}}\n"),
+    );
+    assert!(manifests.contains(&format!("port: {port}")), "{manifests}");
+    hub.ok_stdin(&["apply", "-f", "-"], &manifests);
+    let reason = "jsonpath={.items[0].status.conditions[?(@.type==\"Ready\")].reason}: {.items[0].status.conditions[?(@.type==\"Ready\")].message}";
+    until(
+        WAIT,
+        "the DockerMachine to say why its member exited",
+        || {
+            let said = field(&hub, &["get", "dockermachines", "-o", reason]);
+            said.starts_with("ContainerProvisioningFailed: the cluster's member exited:")
+                && said.contains(&port.to_string())
+        },
+        || describe(&hub),
+    );
+    drop(taken);
+    until(
+        WAIT,
+        "the cluster Available once the port is free",
+        || {
+            field(
+                &hub,
+                &[
+                    "get",
+                    "cl",
+                    "busy",
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type==\"Available\")].status}",
+                ],
+            ) == "True"
+        },
+        || describe(&hub),
+    );
+    hub.ok(&["delete", "cl", "busy", "--timeout=60s"]);
+    assert!(members_under(&hub.data_dir()).is_empty());
+}

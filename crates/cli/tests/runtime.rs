@@ -1967,3 +1967,120 @@ fn the_hpa_walkthrough_scales_php_apache_under_load() {
         "--timeout=60s",
     ]);
 }
+
+const JOINED_NODE_APP: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: web, labels: {app: web}}
+spec:
+  nodeName: worker-a
+  containers: [{name: nginx, image: nginx:1.27, ports: [{containerPort: 80}]}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  selector: {app: web}
+  ports: [{port: 8080, targetPort: 80}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: here}
+spec:
+  nodeName: worker-a
+  containers: [{name: c, image: busybox, command: ["sleep", "3600"]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: there}
+spec:
+  nodeName: rt-nodes-node-0
+  containers: [{name: c, image: busybox, command: ["sleep", "3600"]}]
+"#;
+
+/// A machine that joins a running netns member (an infrastructure
+/// provider's) gets a node network of its own: its pods run, reach and
+/// are reached by pods of the other nodes, Services work from it; when it
+/// leaves, its namespace goes with its pods.
+#[test]
+fn nodes_joining_a_netns_member_get_their_own_network() {
+    if !can_run() {
+        return;
+    }
+    let m = Server::netns_member("rt-nodes", &["--nodes", "1"]);
+    let before = namespaces_of(&m);
+    let data = m.data_dir();
+    let node = |args: &[&str]| {
+        let mut all = vec![
+            "member",
+            "node",
+            "--data-dir",
+            data.to_str().expect("utf-8"),
+        ];
+        all.extend_from_slice(args);
+        let out = common::flotilla(&all);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    node(&["add", "worker-a"]);
+    wait_for(Duration::from_secs(30), "worker-a Ready", || {
+        jsonpath(
+            &m,
+            &["node", "worker-a"],
+            "{.status.conditions[?(@.type==\"Ready\")].status}",
+        ) == "True"
+    });
+    m.ok_stdin(&["apply", "-f", "-"], JOINED_NODE_APP);
+    for pod in ["web", "here", "there"] {
+        wait_phase(&m, pod, "Running");
+    }
+    let ip = jsonpath(&m, &["pod", "web"], "{.status.podIP}");
+    let cidr = jsonpath(&m, &["node", "worker-a"], "{.spec.podCIDR}");
+    assert!(
+        ip.starts_with(cidr.rsplit_once('.').map(|x| x.0).unwrap_or("?")),
+        "pod IP {ip} is in worker-a's pod CIDR {cidr}"
+    );
+    assert_eq!(
+        namespaces_of(&m).len(),
+        before.len() + 4,
+        "a node and three pods"
+    );
+    // From the other node to the pod's IP; from the new node to the Service.
+    let answer = m.ok(&[
+        "exec",
+        "there",
+        "--",
+        "curl",
+        "-s",
+        "-m",
+        "5",
+        &format!("http://{ip}:80/hello"),
+    ]);
+    assert_has(&answer, &["\"pod\":\"web\""]);
+    let answer = m.ok(&[
+        "exec",
+        "here",
+        "--",
+        "curl",
+        "-s",
+        "-m",
+        "5",
+        "http://web.default.svc.cluster.local:8080/hello",
+    ]);
+    assert_has(&answer, &["\"pod\":\"web\""]);
+
+    node(&["remove", "worker-a"]);
+    wait_for(
+        Duration::from_secs(30),
+        "worker-a's pods and network gone",
+        || {
+            !m.kubectl(&["get", "pod", "web"]).status.success()
+                && !m.kubectl(&["get", "pod", "here"]).status.success()
+                && namespaces_of(&m).len() == before.len() + 1
+        },
+    );
+    assert!(m.kubectl(&["get", "pod", "there"]).status.success());
+}

@@ -21,6 +21,10 @@ pub struct Options {
     pub service_cidr: String,
     /// Only `""` (the KCP and MachineDeployment shape) for now.
     pub flavor: String,
+    /// The members' runtime (`sim` or `netns`), as the Cluster's
+    /// `lifecycle.flotilla.io/runtime` annotation; None: the provider's
+    /// default (sim).
+    pub runtime: Option<String>,
 }
 
 /// A pool of worker machines: one MachineDeployment.
@@ -58,6 +62,8 @@ pub enum GenerateError {
     Flavor(String),
     #[error("--control-plane-machine-count must be at least 1")]
     NoControlPlane,
+    #[error("--runtime {0:?} is not a runtime (use sim or netns)")]
+    Runtime(String),
 }
 
 fn api(group: &str) -> String {
@@ -79,6 +85,12 @@ pub fn manifests(o: &Options) -> Result<Vec<Value>, GenerateError> {
     if o.control_plane_machines == 0 {
         return Err(GenerateError::NoControlPlane);
     }
+    if let Some(r) = &o.runtime
+        && r != "sim"
+        && r != "netns"
+    {
+        return Err(GenerateError::Runtime(r.clone()));
+    }
     let version = if o.kubernetes_version.starts_with('v') {
         o.kubernetes_version.clone()
     } else {
@@ -86,7 +98,10 @@ pub fn manifests(o: &Options) -> Result<Vec<Value>, GenerateError> {
     };
     let (name, ns) = (o.name.as_str(), o.namespace.as_str());
     let cp = format!("{name}-control-plane");
-    let cluster_meta = json!({"name": name, "namespace": ns});
+    let mut cluster_meta = json!({"name": name, "namespace": ns});
+    if let Some(runtime) = &o.runtime {
+        cluster_meta["annotations"] = json!({crate::docker::machine::RUNTIME_ANNOTATION: runtime});
+    }
     let machine_template = |n: &str| {
         json!({
             "apiVersion": api(crate::api::INFRASTRUCTURE_GROUP),
@@ -199,6 +214,7 @@ mod tests {
             pod_cidr: "192.168.0.0/16".into(),
             service_cidr: "10.128.0.0/12".into(),
             flavor: String::new(),
+            runtime: None,
         }
     }
 

@@ -12,7 +12,7 @@ use flotilla_member::roster::NodeSpec;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use serde_json::{Value, json};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::Context;
 use crate::api::{self, Ref};
@@ -145,6 +145,33 @@ async fn reconcile(ctx: &Context, dm: Value) -> Result<Next, Error> {
     };
     let control_plane = objects::label(&machine, api::CONTROL_PLANE_LABEL).is_some();
 
+    if let Some(cause) = ctx.provider.exited(&namespace, &cluster_name) {
+        // As CAPD's container that would not start: said, and tried again.
+        let message = format!("the cluster's member exited: {cause}");
+        warn!(machine = %name, cluster = %cluster_name, %cause, "the cluster's member exited");
+        set_condition(
+            &mut status,
+            "ContainerProvisioned",
+            "False",
+            "ContainerProvisioningFailed",
+            &message,
+        );
+        set_condition(
+            &mut status,
+            "Ready",
+            "False",
+            "ContainerProvisioningFailed",
+            &message,
+        );
+        if status != dm["status"] {
+            objects.status(&kind, &name, status).await?;
+        }
+        if control_plane {
+            // Started again at the next look.
+            ctx.provider.forget(&namespace, &cluster_name);
+        }
+        return Ok(Some(Duration::from_secs(5)));
+    }
     // A control plane machine runs the cluster's API server.
     if control_plane {
         let (Some(ca_cert), Some(ca_key)) = (file(CA_CERT_PATH), file(CA_KEY_PATH)) else {
@@ -169,11 +196,9 @@ async fn reconcile(ctx: &Context, dm: Value) -> Result<Next, Error> {
                     .and_then(|d| objects::annotation(d, RUNTIME_ANNOTATION))
             })
             .unwrap_or("sim");
-        // A netns member builds its node network at start: machines that
-        // join later would have none. Said, not half-made.
-        if runtime != "sim" {
+        if runtime != "sim" && runtime != "netns" {
             let message = format!(
-                "{RUNTIME_ANNOTATION}: {runtime:?} is not supported for Cluster API clusters yet (a netns member's nodes are fixed at its start); remove the annotation for simulated nodes"
+                "{RUNTIME_ANNOTATION}: {runtime:?} is not a runtime; use \"sim\" (simulated nodes) or \"netns\" (pods run as processes in network namespaces; needs root)"
             );
             set_condition(&mut status, "Ready", "False", "NotSupported", &message);
             if status != dm["status"] {
@@ -195,13 +220,20 @@ async fn reconcile(ctx: &Context, dm: Value) -> Result<Next, Error> {
         )?;
     }
     if !ctx.provider.ready(&namespace, &cluster_name) {
-        set_condition(
-            &mut status,
-            "Ready",
-            "False",
-            "WaitingForControlPlane",
-            "Waiting for the cluster's API server",
-        );
+        // The last attempt's failure stays said while another is made.
+        let failed = status["conditions"]
+            .as_array()
+            .and_then(|list| list.iter().find(|c| c["type"] == "Ready"))
+            .is_some_and(|c| c["reason"] == "ContainerProvisioningFailed");
+        if !failed {
+            set_condition(
+                &mut status,
+                "Ready",
+                "False",
+                "WaitingForControlPlane",
+                "Waiting for the cluster's API server",
+            );
+        }
         if status != dm["status"] {
             objects.status(&kind, &name, status).await?;
         }

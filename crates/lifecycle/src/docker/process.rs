@@ -79,6 +79,33 @@ impl Provider {
                 .exists()
     }
 
+    /// Why the cluster's member is not running, when it was started and
+    /// has exited since: the last line it logged.
+    pub fn exited(&self, namespace: &str, cluster: &str) -> Option<String> {
+        let dir = self.member_dir(namespace, cluster);
+        let pid = std::fs::read_to_string(dir.join(PID_FILE)).ok()?;
+        let pid = pid.trim().parse::<u32>().ok()?;
+        // Reaped as it exits, so gone from /proc; a process still there
+        // (even between fork and exec) has not exited.
+        if Path::new(&format!("/proc/{pid}")).exists() || self.running(namespace, cluster).is_some()
+        {
+            return None;
+        }
+        let log = std::fs::read_to_string(dir.join("member.log")).unwrap_or_default();
+        let last = log
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .map(|l| l.trim().to_string())
+            .unwrap_or_else(|| "it logged nothing".into());
+        Some(last)
+    }
+
+    /// Forgets a member that exited, so that the next `ensure` starts it.
+    pub fn forget(&self, namespace: &str, cluster: &str) {
+        let _ = std::fs::remove_file(self.member_dir(namespace, cluster).join(PID_FILE));
+    }
+
     pub fn admin(&self, namespace: &str, cluster: &str) -> Result<AdminClient, Error> {
         Ok(AdminClient::from_data_dir(
             &self.member_dir(namespace, cluster),

@@ -68,6 +68,9 @@ pub fn manifests(shoot: &Value) -> Result<Vec<Value>, String> {
             .unwrap_or(DEFAULT_SERVICES)
             .to_string(),
         flavor: String::new(),
+        // Flotilla's choice of runtime passes from the Shoot to its Cluster.
+        runtime: objects::annotation(shoot, crate::docker::machine::RUNTIME_ANNOTATION)
+            .map(String::from),
     };
     let mut manifests = generate::manifests(&options).map_err(|e| e.to_string())?;
     // The Shoot's own labels select its member in the fleet.

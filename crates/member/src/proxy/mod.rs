@@ -454,13 +454,21 @@ pub async fn run(client: Client, network: Arc<MemberNetwork>) {
         ingress_ips: follow_optional(Api::all(client), Default::default(), notify(&changed)),
     };
     let mut applied: BTreeMap<String, String> = BTreeMap::new();
+    let mut nodes_changed = network.subscribe();
     loop {
-        changed.notified().await;
+        tokio::select! {
+            _ = changed.notified() => {}
+            // A node that joined gets the rules too.
+            Ok(()) = nodes_changed.changed() => {}
+        }
         // Changes come in bursts (a rollout): write once they settle.
         tokio::time::sleep(Duration::from_millis(50)).await;
         let rules = policy::Rules::compute(&sources);
         let script = render(&sources.state(), &rules);
-        for node in &network.nodes {
+        let nodes = network.nodes();
+        // A node that left and joined again starts with no rules.
+        applied.retain(|netns, _| nodes.iter().any(|n| &n.netns == netns));
+        for node in &nodes {
             if applied.get(&node.netns) == Some(&script) {
                 continue;
             }

@@ -32,7 +32,7 @@ use async_trait::async_trait;
 use flotilla_host as host;
 use k8s_openapi::api::core::v1::{Container, Pod as FullPod};
 use kube::ResourceExt;
-use tracing::{info, warn};
+use tracing::{Instrument, info, warn};
 
 use super::{ContainerRun, ContainerState, Events, PodPhase, PodRun, Runtime, Sandbox};
 use crate::config::SimConfig;
@@ -54,11 +54,39 @@ pub struct NetnsConfig {
     pub pods: Arc<dyn PodConfig>,
     /// Records the kubelet's events about pods (Created, Started, ...).
     pub recorder: crate::events::EventRecorder,
+    /// The member's nodes: each gets its network namespace while it is
+    /// one of them.
+    pub roster: Arc<crate::roster::Roster>,
+}
+
+/// Keeps a network namespace for each of the member's nodes as they
+/// join and leave, while the runtime lives.
+async fn follow_roster(runtime: std::sync::Weak<NetnsRuntime>) {
+    let Some(mut changes) = runtime.upgrade().map(|r| r.config.roster.subscribe()) else {
+        return;
+    };
+    loop {
+        let Some(alive) = runtime.upgrade() else {
+            return;
+        };
+        let settled = alive.sync_nodes().await;
+        drop(alive);
+        if settled {
+            if changes.changed().await.is_err() {
+                return;
+            }
+        } else {
+            // A node that could not be made is tried again.
+            let _ = tokio::time::timeout(NODE_RETRY, changes.changed()).await;
+        }
+    }
 }
 
 /// Upstream's CrashLoopBackOff: 10 s doubling to 5 min.
 const BACKOFF_START: Duration = Duration::from_secs(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// How soon a node whose network could not be made is tried again.
+const NODE_RETRY: Duration = Duration::from_secs(2);
 /// How soon a pod whose configuration did not resolve is tried again.
 const CONFIG_RETRY: Duration = Duration::from_secs(2);
 
@@ -135,7 +163,13 @@ impl NetnsRuntime {
             .unwrap_or_else(|_| config.data_dir.clone())
             .to_string_lossy()
             .into_owned();
-        let network = MemberNetwork::plan(&config.shape, &identity)?;
+        let nodes: Vec<(String, usize)> = config
+            .roster
+            .entries()
+            .into_iter()
+            .map(|e| (e.name, e.index))
+            .collect();
+        let network = MemberNetwork::plan(&config.shape, &identity, &nodes)?;
         host::check(&format!("{}-probe", network.prefix))
             .await
             .map_err(|e| e.to_string())?;
@@ -168,14 +202,52 @@ impl NetnsRuntime {
             "the netns runtime runs pod commands as host processes: a test bed, not a container runtime"
         );
         let recorder = config.recorder.clone();
-        Ok(Arc::new(NetnsRuntime {
+        let runtime = Arc::new(NetnsRuntime {
             config,
             network,
             cgroups,
             events,
             recorder,
             pods: Default::default(),
-        }))
+        });
+        tokio::spawn(follow_roster(Arc::downgrade(&runtime)).in_current_span());
+        Ok(runtime)
+    }
+
+    /// Makes the networks of nodes that joined and removes those of nodes
+    /// that left; whether every node has its network.
+    async fn sync_nodes(&self) -> bool {
+        let wanted = self.config.roster.entries();
+        for node in self.network.nodes() {
+            if !wanted
+                .iter()
+                .any(|e| e.name == node.name && e.index == node.index)
+            {
+                info!(node = %node.name, "node left; removing its network");
+                self.network.remove_node(&node.name).await;
+            }
+        }
+        let mut settled = true;
+        for entry in wanted {
+            let Some(node) = self
+                .network
+                .node_plan(&self.config.shape, &entry.name, entry.index)
+            else {
+                warn!(node = %entry.name, "no address left for the node in the node or pod CIDR");
+                continue;
+            };
+            if self.network.node(&node.name).is_some() {
+                continue;
+            }
+            match self.network.add_node(node).await {
+                Ok(()) => info!(node = %entry.name, "node joined; its network is made"),
+                Err(error) => {
+                    warn!(%error, node = %entry.name, "cannot make the node's network; retrying");
+                    settled = false;
+                }
+            }
+        }
+        settled
     }
 
     /// The member's network: its router namespace and nodes.
@@ -190,7 +262,7 @@ impl NetnsRuntime {
 
     /// The node namespace a pod IP is reached from.
     pub fn node_netns(&self, node: &str) -> Option<String> {
-        self.network.node(node).map(|n| n.netns.clone())
+        self.network.node(node).map(|n| n.netns)
     }
 
     async fn create(&self, pod: &Pod, sandbox: &Sandbox) -> Result<PodSandbox, ConfigError> {
@@ -202,7 +274,6 @@ impl NetnsRuntime {
         let node = self
             .network
             .node(&sandbox.node)
-            .cloned()
             .ok_or_else(|| sandbox_error(format!("no node {} here", sandbox.node)))?;
         let Some((ip, _)) = sandbox.ip else {
             return Err(sandbox_error(format!(

@@ -19,29 +19,38 @@
 //! (overlapping) CIDRs.
 
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 use ipnet::Ipv4Net;
+use parking_lot::RwLock;
 use sha2::{Digest, Sha256};
+use tokio::sync::watch;
 
 use crate::config::SimConfig;
 use flotilla_host::{self as host, HostError};
 
-/// The names and addresses of one member's network.
+/// The names and addresses of one member's network. Clones share its
+/// nodes, which join and leave while the member runs (an infrastructure
+/// provider's machines).
 #[derive(Clone, Debug)]
 pub struct MemberNetwork {
     /// Every namespace of this member starts with it (`flt-` and a hash
     /// of the member's data dir, so two members never share one).
     pub prefix: String,
     pub node_cidr: Ipv4Net,
-    pub nodes: Vec<NodeNetwork>,
+    nodes: Arc<RwLock<Vec<NodeNetwork>>>,
+    /// Bumped whenever a node's network is made or removed.
+    changes: Arc<watch::Sender<u64>>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct NodeNetwork {
     pub name: String,
     pub netns: String,
     pub ip: Ipv4Addr,
     pub pod_block: Ipv4Net,
+    /// The node's slot: its address, pod block and link names follow it.
+    pub index: usize,
 }
 
 /// Every pod's default gateway: its node's end of the veth, by proxy ARP.
@@ -65,25 +74,47 @@ pub fn short_hash(input: &str, chars: usize) -> String {
 
 impl MemberNetwork {
     /// The network a member of `config` whose data lives in `identity`
-    /// gets.
-    pub fn plan(config: &SimConfig, identity: &str) -> Result<MemberNetwork, String> {
+    /// gets, with the nodes named (by their slots).
+    pub fn plan(
+        config: &SimConfig,
+        identity: &str,
+        nodes: &[(String, usize)],
+    ) -> Result<MemberNetwork, String> {
         let prefix = format!("flt-{}", short_hash(identity, 8));
-        let nodes = (0..config.nodes)
-            .map(|i| {
-                Some(NodeNetwork {
-                    name: config.node_name(i),
-                    netns: format!("{prefix}-n{i}"),
-                    ip: config.node_ip(i)?,
-                    pod_block: config.node_pod_cidr(i)?,
-                })
-            })
-            .collect::<Option<Vec<_>>>()
-            .ok_or("the node or pod CIDR is too small for the nodes")?;
-        Ok(MemberNetwork {
+        let network = MemberNetwork {
             prefix,
             node_cidr: config.node_cidr,
-            nodes,
+            nodes: Default::default(),
+            changes: Arc::new(watch::channel(0).0),
+        };
+        let nodes = nodes
+            .iter()
+            .map(|(name, i)| network.node_plan(config, name, *i))
+            .collect::<Option<Vec<_>>>()
+            .ok_or("the node or pod CIDR is too small for the nodes")?;
+        *network.nodes.write() = nodes;
+        Ok(network)
+    }
+
+    /// The network of the node named `name` in slot `index`.
+    pub fn node_plan(&self, config: &SimConfig, name: &str, index: usize) -> Option<NodeNetwork> {
+        Some(NodeNetwork {
+            name: name.into(),
+            netns: format!("{}-n{index}", self.prefix),
+            ip: config.node_ip(index)?,
+            pod_block: config.node_pod_cidr(index)?,
+            index,
         })
+    }
+
+    /// The nodes whose network is made.
+    pub fn nodes(&self) -> Vec<NodeNetwork> {
+        self.nodes.read().clone()
+    }
+
+    /// Changes whenever a node's network is made or removed.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// The member's address on its bridge (where cluster DNS listens).
@@ -91,8 +122,8 @@ impl MemberNetwork {
         first_host(self.node_cidr)
     }
 
-    pub fn node(&self, name: &str) -> Option<&NodeNetwork> {
-        self.nodes.iter().find(|n| n.name == name)
+    pub fn node(&self, name: &str) -> Option<NodeNetwork> {
+        self.nodes.read().iter().find(|n| n.name == name).cloned()
     }
 
     /// The namespace of a pod with `uid`.
@@ -121,42 +152,97 @@ impl MemberNetwork {
         host::ip(&["netns", "add", member]).await?;
         let bridge_ip = first_host(self.node_cidr);
         let len = self.node_cidr.prefix_len();
-        let mut lines = vec![
-            "link set lo up".to_string(),
-            "link add br0 type bridge".into(),
-            format!("addr add {bridge_ip}/{len} dev br0"),
-            "link set br0 up".into(),
-        ];
-        for (i, node) in self.nodes.iter().enumerate() {
-            host::ip(&["netns", "add", &node.netns]).await?;
-            lines.push(format!(
-                "link add n{i} type veth peer name eth0 netns {}",
-                node.netns
-            ));
-            lines.push(format!("link set n{i} master br0 up"));
-            lines.push(format!("route add {} via {}", node.pod_block, node.ip));
-        }
-        host::ip_batch(member, &lines).await?;
+        host::ip_batch(
+            member,
+            &[
+                "link set lo up".to_string(),
+                "link add br0 type bridge".into(),
+                format!("addr add {bridge_ip}/{len} dev br0"),
+                "link set br0 up".into(),
+            ],
+        )
+        .await?;
         host::sysctl(member, &["net.ipv4.ip_forward=1"]).await?;
-        for node in &self.nodes {
-            host::ip_batch(
-                &node.netns,
-                &[
-                    "link set lo up".into(),
-                    format!("addr add {}/{len} dev eth0", node.ip),
-                    "link set eth0 up".into(),
-                    format!("route add default via {bridge_ip}"),
-                ],
-            )
-            .await?;
-            // Pods' veths, made later, answer ARP for their gateway.
-            host::sysctl(
-                &node.netns,
-                &["net.ipv4.ip_forward=1", "net.ipv4.conf.default.proxy_arp=1"],
-            )
-            .await?;
+        for node in self.nodes() {
+            self.make_node(&node).await?;
         }
         Ok(())
+    }
+
+    /// Makes a node's namespace, on the bridge, with a route to its pod
+    /// block; a node already made is left as it is. On failure nothing of
+    /// it is left.
+    pub async fn add_node(&self, node: NodeNetwork) -> Result<(), HostError> {
+        if self.node(&node.name).as_ref() == Some(&node) {
+            return Ok(());
+        }
+        if let Err(e) = self.make_node(&node).await {
+            self.unmake_node(&node).await;
+            return Err(e);
+        }
+        self.nodes.write().push(node);
+        self.changes.send_modify(|n| *n += 1);
+        Ok(())
+    }
+
+    /// Removes a node's namespace and route (its pods' links go with it).
+    pub async fn remove_node(&self, name: &str) {
+        let Some(node) = self.node(name) else {
+            return;
+        };
+        self.nodes.write().retain(|n| n.name != name);
+        self.unmake_node(&node).await;
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    async fn make_node(&self, node: &NodeNetwork) -> Result<(), HostError> {
+        let bridge_ip = first_host(self.node_cidr);
+        let len = self.node_cidr.prefix_len();
+        let i = node.index;
+        host::ip(&["netns", "add", &node.netns]).await?;
+        host::ip_batch(
+            &self.prefix,
+            &[
+                format!(
+                    "link add n{i} type veth peer name eth0 netns {}",
+                    node.netns
+                ),
+                format!("link set n{i} master br0 up"),
+                format!("route add {} via {}", node.pod_block, node.ip),
+            ],
+        )
+        .await?;
+        host::ip_batch(
+            &node.netns,
+            &[
+                "link set lo up".into(),
+                format!("addr add {}/{len} dev eth0", node.ip),
+                "link set eth0 up".into(),
+                format!("route add default via {bridge_ip}"),
+            ],
+        )
+        .await?;
+        // Pods' veths, made later, answer ARP for their gateway.
+        host::sysctl(
+            &node.netns,
+            &["net.ipv4.ip_forward=1", "net.ipv4.conf.default.proxy_arp=1"],
+        )
+        .await
+    }
+
+    async fn unmake_node(&self, node: &NodeNetwork) {
+        // The bridge's end of its veth goes with the namespace.
+        host::remove_netns(&node.netns).await;
+        let block = node.pod_block.to_string();
+        let _ = host::ip(&["-n", &self.prefix, "route", "del", &block]).await;
+        let _ = host::ip(&[
+            "-n",
+            &self.prefix,
+            "link",
+            "del",
+            &format!("n{}", node.index),
+        ])
+        .await;
     }
 
     /// Makes a pod's namespace, with `ip` on its node's bridge. On
@@ -238,11 +324,16 @@ mod tests {
             cluster_name: "a-rather-long-cluster-name".into(),
             ..SimConfig::default()
         };
-        let a = MemberNetwork::plan(&config, "/data/one").unwrap();
-        let b = MemberNetwork::plan(&config, "/data/two").unwrap();
+        let nodes: Vec<(String, usize)> = (0..3).map(|i| (config.node_name(i), i)).collect();
+        let a = MemberNetwork::plan(&config, "/data/one", &nodes).unwrap();
+        let b = MemberNetwork::plan(&config, "/data/two", &nodes).unwrap();
         assert_ne!(a.prefix, b.prefix);
-        assert_eq!(a.nodes.len(), 3);
-        assert_eq!(a.nodes[1].pod_block.to_string(), "10.128.1.0/24");
+        assert_eq!(a.nodes().len(), 3);
+        assert_eq!(a.nodes()[1].pod_block.to_string(), "10.128.1.0/24");
+        assert_eq!(
+            a.node(&config.node_name(2)).unwrap().netns,
+            format!("{}-n2", a.prefix)
+        );
         let pod = a.pod_netns("0f1e2d3c-uid");
         assert!(pod.starts_with(&format!("{}-p", a.prefix)));
         assert!(veth_name(&pod).len() <= 15);
