@@ -350,6 +350,7 @@ pub fn resources() -> Vec<ResourceInfo> {
                 .then(crate::resources::ScalePaths::workload),
             computed: d.computed,
             conversion: crate::conversion::for_version(d.group, d.version, d.plural),
+            added_subresources: Vec::new(),
         })
         .collect()
 }

@@ -258,6 +258,7 @@ fn resources_of(crd: &Value) -> Vec<ResourceInfo> {
             status_subresource: v.pointer("/subresources/status").is_some(),
             computed: None,
             conversion: None,
+            added_subresources: Vec::new(),
             scale: v
                 .pointer("/subresources/scale")
                 .map(|sc| crate::resources::ScalePaths {
@@ -310,6 +311,7 @@ fn serve(api: &Storage, crd: &Value, revision: i64) -> bool {
     let mut resources = resources_of(crd);
     for r in &mut resources {
         r.conversion = api.extensions.conversion(r);
+        r.added_subresources = api.extensions.added_subresources(&r.group, &r.plural);
     }
     api.registry
         .set_custom(&group, &plural, revision, resources)

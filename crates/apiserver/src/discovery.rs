@@ -48,6 +48,11 @@ fn aggregated_resource(r: &ResourceInfo) -> Value {
         };
         subresources.push(json!({"subresource": name, "responseKind": response, "verbs": d.verbs}));
     }
+    for a in &r.added_subresources {
+        let (group, version, kind) = &a.response;
+        subresources.push(json!({"subresource": a.name,
+            "responseKind": {"group": group, "version": version, "kind": kind}, "verbs": a.verbs}));
+    }
     let mut v = json!({
         "resource": r.plural,
         "singularResource": r.singular,
@@ -223,6 +228,14 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<
                 None => v["kind"] = json!(r.kind),
             }
             list.push(v);
+        }
+        for a in &r.added_subresources {
+            let (group, version, kind) = &a.response;
+            list.push(
+                json!({"name": format!("{}/{}", r.plural, a.name), "singularName": "",
+                             "namespaced": r.namespaced, "group": group, "version": version,
+                             "kind": kind, "verbs": a.verbs}),
+            );
         }
     }
     Some(

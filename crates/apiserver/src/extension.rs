@@ -27,7 +27,7 @@ use serde_json::Value;
 
 use crate::conversion::Conversion;
 use crate::error::ApiResult;
-use crate::resources::ResourceInfo;
+use crate::resources::{AddedSubresource, ResourceInfo};
 use crate::user::User;
 
 /// One call of an added subresource (POST, as a `NamedCreater`).
@@ -44,6 +44,8 @@ pub struct SubresourceCall {
 /// error as a Status.
 pub trait SubresourceHandler: Send + Sync {
     fn create(&self, call: SubresourceCall) -> BoxFuture<'static, ApiResult<Value>>;
+    /// What it answers, as (group, version, kind), for discovery.
+    fn response_kind(&self) -> (&'static str, &'static str, &'static str);
 }
 
 /// A column of a computed table.
@@ -82,7 +84,9 @@ pub struct Extensions {
 }
 
 impl Extensions {
-    pub fn add_subresource(
+    /// Adds a subresource; `Storage::add_subresource` also lists it in
+    /// discovery.
+    pub(crate) fn add_subresource(
         &self,
         group: &str,
         plural: &str,
@@ -92,6 +96,27 @@ impl Extensions {
         self.subresources
             .write()
             .insert((group.into(), plural.into(), subresource.into()), handler);
+    }
+
+    /// The subresources added to `(group, plural)`, as discovery lists
+    /// them (POST only: `create`).
+    pub(crate) fn added_subresources(&self, group: &str, plural: &str) -> Vec<AddedSubresource> {
+        let mut added: Vec<AddedSubresource> = self
+            .subresources
+            .read()
+            .iter()
+            .filter(|((g, p, _), _)| g == group && p == plural)
+            .map(|((_, _, name), handler)| {
+                let (g, v, k) = handler.response_kind();
+                AddedSubresource {
+                    name: name.clone(),
+                    response: (g.into(), v.into(), k.into()),
+                    verbs: vec!["create".into()],
+                }
+            })
+            .collect();
+        added.sort_by(|a, b| a.name.cmp(&b.name));
+        added
     }
 
     pub fn add_delete_admission(

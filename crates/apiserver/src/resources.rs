@@ -68,6 +68,19 @@ pub struct ResourceInfo {
     pub computed: Option<Computed>,
     /// A built-in served at a version other than the stored one.
     pub conversion: Option<crate::conversion::Conversion>,
+    /// Subresources the embedding process answers (`extension.rs`), as
+    /// discovery lists them.
+    pub added_subresources: Vec<AddedSubresource>,
+}
+
+/// A subresource an embedding process added to a CRD's kind, as
+/// discovery lists it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AddedSubresource {
+    pub name: String,
+    /// What it answers, as (group, version, kind).
+    pub response: (String, String, String),
+    pub verbs: Vec<String>,
 }
 
 /// A kind whose objects are computed, not stored.
@@ -339,6 +352,26 @@ impl Registry {
             r.conversion = Some(conversion);
             inner.resources.insert(key, Arc::new(r));
             inner.generation += 1;
+        }
+    }
+
+    /// Lists `added` among the subresources of every version of
+    /// `(group, plural)` served now.
+    pub fn set_added_subresources(&self, group: &str, plural: &str, added: &[AddedSubresource]) {
+        let mut inner = self.inner.write();
+        let keys: Vec<_> = inner
+            .resources
+            .keys()
+            .filter(|(g, _, p)| g == group && p == plural)
+            .cloned()
+            .collect();
+        for key in keys {
+            if let Some(r) = inner.resources.get(&key) {
+                let mut r = (**r).clone();
+                r.added_subresources = added.to_vec();
+                inner.resources.insert(key, Arc::new(r));
+                inner.generation += 1;
+            }
         }
     }
 

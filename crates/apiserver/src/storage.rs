@@ -76,6 +76,21 @@ impl Storage {
             .set_conversion(group, version, plural, conversion);
     }
 
+    /// Answers `subresource` of `(group, plural)` with `handler` (POST),
+    /// listed in discovery as upstream lists an aggregated server's.
+    pub fn add_subresource(
+        &self,
+        group: &str,
+        plural: &str,
+        subresource: &str,
+        handler: Arc<dyn crate::extension::SubresourceHandler>,
+    ) {
+        self.extensions
+            .add_subresource(group, plural, subresource, handler);
+        let added = self.extensions.added_subresources(group, plural);
+        self.registry.set_added_subresources(group, plural, &added);
+    }
+
     /// Puts `kubelet` behind pods' connect subresources (once).
     pub fn set_kubelet(&self, kubelet: Arc<dyn crate::kubelet::Kubelet>) {
         let _ = self.kubelet.set(kubelet);

@@ -224,6 +224,24 @@ fn provider_locals_shoot_is_provisioned_reported_hibernated_and_deleted() {
     // Its cluster joined the fleet under the Shoot's name.
     hub.ok(&["get", "clusters.cluster.karmada.io", "local"]);
 
+    // Discovery lists the kubeconfig subresources as Gardener's API server
+    // does (`kubectl api-resources`, clients that check before they ask).
+    let discovery: serde_json::Value =
+        serde_json::from_str(&hub.ok(&["get", "--raw", "/apis/core.gardener.cloud/v1beta1"]))
+            .expect("an APIResourceList");
+    for (name, kind) in [
+        ("shoots/adminkubeconfig", "AdminKubeconfigRequest"),
+        ("shoots/viewerkubeconfig", "ViewerKubeconfigRequest"),
+    ] {
+        let listed = discovery["resources"]
+            .as_array()
+            .and_then(|l| l.iter().find(|r| r["name"] == name))
+            .unwrap_or_else(|| panic!("{name} is not in discovery: {discovery}"));
+        assert_eq!(listed["kind"], kind);
+        assert_eq!(listed["group"], "authentication.gardener.cloud");
+        assert_eq!(listed["verbs"], serde_json::json!(["create"]));
+    }
+
     // The admin kubeconfig, as Gardener's users fetch it.
     let request = common::write(
         hub.dir.path(),

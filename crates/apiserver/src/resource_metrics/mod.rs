@@ -99,6 +99,7 @@ pub fn resources() -> Vec<ResourceInfo> {
             scale: None,
             computed: Some(Computed::Metrics),
             conversion: None,
+            added_subresources: Vec::new(),
         };
     vec![
         info(

@@ -70,6 +70,14 @@ impl SubresourceHandler for ShootKubeconfig {
         let (client, access) = (self.client.clone(), self.access);
         Box::pin(async move { issue(client, access, call).await })
     }
+
+    fn response_kind(&self) -> (&'static str, &'static str, &'static str) {
+        (
+            "authentication.gardener.cloud",
+            "v1alpha1",
+            self.access.kind(),
+        )
+    }
 }
 
 /// The requested validity in seconds, as Gardener validates and caps it.

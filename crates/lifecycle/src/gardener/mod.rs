@@ -35,7 +35,7 @@ pub fn extend(api: &Storage, client: kube::Client) {
         );
     }
     for access in [kubeconfig::Access::Admin, kubeconfig::Access::Viewer] {
-        api.extensions.add_subresource(
+        api.add_subresource(
             api::CORE_GROUP,
             "shoots",
             access.subresource(),
