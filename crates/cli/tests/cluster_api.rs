@@ -529,6 +529,24 @@ fn the_clusterclass_quick_start_provisions_its_topology() {
             let class = field(&hub, &["get", resource, "capi-quickstart", "-o", &jsonpath]);
             assert_eq!(class, "quick-start", "{resource} {path}");
         }
+        // The class too: `ref`s for v1beta1, `templateRef`s for v1beta2.
+        for (resource, path) in [
+            (
+                "clusterclasses.v1beta1.cluster.x-k8s.io",
+                "{.spec.workers.machineDeployments[0].template.bootstrap.ref.name}",
+            ),
+            (
+                "clusterclasses.v1beta2.cluster.x-k8s.io",
+                "{.spec.workers.machineDeployments[0].bootstrap.templateRef.name}",
+            ),
+        ] {
+            let jsonpath = format!("jsonpath={path}");
+            let template = field(&hub, &["get", resource, "quick-start", "-o", &jsonpath]);
+            assert_eq!(
+                template, "quick-start-default-worker-bootstraptemplate",
+                "{resource} {path}"
+            );
+        }
         // The topology follows the Cluster: fewer workers.
         hub.ok(&["patch", "cl", "capi-quickstart", "--type=json", "-p", r#"[{"op": "replace", "path": "/spec/topology/workers/machineDeployments/0/replicas", "value": 1}]"#]);
         until(

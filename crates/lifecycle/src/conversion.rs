@@ -8,7 +8,9 @@
 //! `strategy` (`rollout.strategy`), a KubeadmControlPlane's machine
 //! template's `infrastructureRef` (under `spec`), a topology's `class`
 //! (`classRef`), a MachineHealthCheck's conditions and timeouts (under
-//! `checks`, in seconds), a Machine's `nodeRef` (a name), and the status:
+//! `checks`, in seconds), a ClusterClass's templates (`ref` to
+//! `templateRef`, worker templates up a level) and health checks, a
+//! Machine's `nodeRef` (a name), and the status:
 //! v1beta2's conditions are v1beta1's `v1beta2.conditions`, v1beta1's are
 //! v1beta2's `deprecated.v1beta1.conditions`, the readiness flags are
 //! under `initialization`, the old replica counts under `deprecated`.
@@ -144,46 +146,9 @@ pub fn to_v1beta1(obj: &mut Value) {
             put(obj, "/spec/topology/classNamespace", ns.clone());
         }
     }
-    // A MachineHealthCheck's checks.
-    if let Some(mut checks) = take(obj, "/spec/checks") {
-        if let Some(t) = checks
-            .get("nodeStartupTimeoutSeconds")
-            .and_then(seconds_to_duration)
-        {
-            put(obj, "/spec/nodeStartupTimeout", t);
-        }
-        if let Some(list) = checks["unhealthyNodeConditions"].as_array_mut() {
-            let converted: Vec<Value> = list
-                .iter_mut()
-                .map(|c| {
-                    let mut c = c.clone();
-                    if let Some(t) = take(&mut c, "/timeoutSeconds") {
-                        c["timeout"] = seconds_to_duration(&t).unwrap_or(Value::Null);
-                    }
-                    c
-                })
-                .collect();
-            put(obj, "/spec/unhealthyConditions", Value::Array(converted));
-        }
-    }
-    relocate(
-        obj,
-        "/spec/remediation/triggerIf/unhealthyLessThanOrEqualTo",
-        "/spec/maxUnhealthy",
-    );
-    relocate(
-        obj,
-        "/spec/remediation/triggerIf/unhealthyInRange",
-        "/spec/unhealthyRange",
-    );
-    if obj.pointer("/spec/remediation/triggerIf").is_some() {
-        take(obj, "/spec/remediation/triggerIf");
-    }
-    if obj["spec"]["remediation"]
-        .as_object()
-        .is_some_and(Map::is_empty)
-    {
-        take(obj, "/spec/remediation");
+    health_check_to_v1beta1(obj);
+    if obj["kind"] == "ClusterClass" {
+        class_to_v1beta1(obj);
     }
     status_to_v1beta1(obj);
 }
@@ -300,6 +265,67 @@ pub fn to_v1beta2(obj: &mut Value) {
             "/spec/topology/classRef/namespace",
         );
     }
+    health_check_to_v1beta2(obj);
+    if obj["kind"] == "ClusterClass" {
+        class_to_v1beta2(obj);
+    }
+    status_to_v1beta2(obj);
+}
+
+/// A MachineHealthCheck's spec (or a ClusterClass's health check, put
+/// under `spec`) as v1beta1 has it: conditions, timeouts as durations,
+/// `maxUnhealthy`, `unhealthyRange`, `remediationTemplate`.
+fn health_check_to_v1beta1(obj: &mut Value) {
+    if let Some(mut checks) = take(obj, "/spec/checks") {
+        if let Some(t) = checks
+            .get("nodeStartupTimeoutSeconds")
+            .and_then(seconds_to_duration)
+        {
+            put(obj, "/spec/nodeStartupTimeout", t);
+        }
+        if let Some(list) = checks["unhealthyNodeConditions"].as_array_mut() {
+            let converted: Vec<Value> = list
+                .iter_mut()
+                .map(|c| {
+                    let mut c = c.clone();
+                    if let Some(t) = take(&mut c, "/timeoutSeconds") {
+                        c["timeout"] = seconds_to_duration(&t).unwrap_or(Value::Null);
+                    }
+                    c
+                })
+                .collect();
+            put(obj, "/spec/unhealthyConditions", Value::Array(converted));
+        }
+    }
+    relocate(
+        obj,
+        "/spec/remediation/triggerIf/unhealthyLessThanOrEqualTo",
+        "/spec/maxUnhealthy",
+    );
+    relocate(
+        obj,
+        "/spec/remediation/triggerIf/unhealthyInRange",
+        "/spec/unhealthyRange",
+    );
+    if obj.pointer("/spec/remediation/triggerIf").is_some() {
+        take(obj, "/spec/remediation/triggerIf");
+    }
+    relocate(
+        obj,
+        "/spec/remediation/templateRef",
+        "/spec/remediationTemplate",
+    );
+    if obj["spec"]["remediation"]
+        .as_object()
+        .is_some_and(Map::is_empty)
+    {
+        take(obj, "/spec/remediation");
+    }
+}
+
+/// A v1beta1 MachineHealthCheck's spec (or a ClusterClass's health check)
+/// as v1beta2 has it: under `checks` and `remediation`, in seconds.
+fn health_check_to_v1beta2(obj: &mut Value) {
     if let Some(t) = take(obj, "/spec/nodeStartupTimeout")
         && let Some(s) = duration_to_seconds(&t)
     {
@@ -331,7 +357,165 @@ pub fn to_v1beta2(obj: &mut Value) {
         "/spec/unhealthyRange",
         "/spec/remediation/triggerIf/unhealthyInRange",
     );
-    status_to_v1beta2(obj);
+    relocate(
+        obj,
+        "/spec/remediationTemplate",
+        "/spec/remediation/templateRef",
+    );
+}
+
+/// Removes the object at `pointer` if it is empty.
+fn prune_empty(obj: &mut Value, pointer: &str) {
+    if obj
+        .pointer(pointer)
+        .and_then(Value::as_object)
+        .is_some_and(Map::is_empty)
+    {
+        take(obj, pointer);
+    }
+}
+
+/// Converts the health check at `from` to the one at `to` with `convert`,
+/// which sees it as a MachineHealthCheck's spec.
+fn convert_health_check(obj: &mut Value, from: &str, to: &str, convert: fn(&mut Value)) {
+    if let Some(check) = take(obj, from) {
+        let mut wrapped = json!({"spec": check});
+        convert(&mut wrapped);
+        put(obj, to, wrapped["spec"].take());
+    }
+}
+
+/// Where a ClusterClass's templates and health checks are, per version:
+/// (v1beta1, v1beta2) pointers below a class (`spec` or a worker class).
+const CLASS_FIELDS: &[(&str, &str)] = &[
+    ("/infrastructure/ref", "/infrastructure/templateRef"),
+    ("/controlPlane/ref", "/controlPlane/templateRef"),
+    (
+        "/controlPlane/machineInfrastructure/ref",
+        "/controlPlane/machineInfrastructure/templateRef",
+    ),
+];
+const WORKER_CLASS_FIELDS: &[(&str, &str)] = &[
+    ("/template/bootstrap/ref", "/bootstrap/templateRef"),
+    (
+        "/template/infrastructure/ref",
+        "/infrastructure/templateRef",
+    ),
+    ("/template/metadata", "/metadata"),
+];
+const HEALTH_CHECKS: &[(&str, &str)] = &[(
+    "/controlPlane/machineHealthCheck",
+    "/controlPlane/healthCheck",
+)];
+const WORKER_POOLS: &[&str] = &["machineDeployments", "machinePools"];
+
+/// A ClusterClass as v1beta1 has it: `ref`s (with a namespace) where
+/// v1beta2 has `templateRef`s, worker templates under `template`,
+/// `machineHealthCheck` where v1beta2 has `healthCheck`.
+fn class_to_v1beta1(obj: &mut Value) {
+    let namespace = obj["metadata"]["namespace"].clone();
+    let Some(spec) = obj.get_mut("spec").filter(|s| s.is_object()) else {
+        return;
+    };
+    let with_namespace = |r: &mut Value| {
+        if let Some(r) = r.as_object_mut()
+            && !namespace.is_null()
+        {
+            r.insert("namespace".into(), namespace.clone());
+        }
+    };
+    for (old, new) in CLASS_FIELDS {
+        relocate(spec, new, old);
+        if let Some(r) = spec.pointer_mut(old) {
+            with_namespace(r);
+        }
+    }
+    for (old, new) in HEALTH_CHECKS {
+        convert_health_check(spec, new, old, health_check_to_v1beta1);
+    }
+    for pool in WORKER_POOLS {
+        // (Not `spec["workers"][pool]`, which would add a null pool.)
+        let Some(classes) = spec
+            .pointer_mut(&format!("/workers/{pool}"))
+            .and_then(Value::as_array_mut)
+        else {
+            continue;
+        };
+        for class in classes {
+            for (old, new) in WORKER_CLASS_FIELDS {
+                relocate(class, new, old);
+                if old.ends_with("/ref")
+                    && let Some(r) = class.pointer_mut(old)
+                {
+                    with_namespace(r);
+                }
+            }
+            for emptied in ["/bootstrap", "/infrastructure"] {
+                prune_empty(class, emptied);
+            }
+            convert_health_check(
+                class,
+                "/healthCheck",
+                "/machineHealthCheck",
+                health_check_to_v1beta1,
+            );
+        }
+    }
+}
+
+/// A v1beta1 ClusterClass as v1beta2 has it.
+fn class_to_v1beta2(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").filter(|s| s.is_object()) else {
+        return;
+    };
+    let without_namespace = |r: &mut Value| {
+        if let Some(r) = r.as_object_mut() {
+            for field in ["namespace", "uid", "resourceVersion", "fieldPath"] {
+                r.remove(field);
+            }
+        }
+    };
+    for (old, new) in CLASS_FIELDS {
+        relocate(spec, old, new);
+        if let Some(r) = spec.pointer_mut(new) {
+            without_namespace(r);
+        }
+    }
+    for (old, new) in HEALTH_CHECKS {
+        convert_health_check(spec, old, new, health_check_to_v1beta2);
+    }
+    for pool in WORKER_POOLS {
+        // (Not `spec["workers"][pool]`, which would add a null pool.)
+        let Some(classes) = spec
+            .pointer_mut(&format!("/workers/{pool}"))
+            .and_then(Value::as_array_mut)
+        else {
+            continue;
+        };
+        for class in classes {
+            for (old, new) in WORKER_CLASS_FIELDS {
+                relocate(class, old, new);
+                if new.ends_with("templateRef")
+                    && let Some(r) = class.pointer_mut(new)
+                {
+                    without_namespace(r);
+                }
+            }
+            for emptied in [
+                "/template/bootstrap",
+                "/template/infrastructure",
+                "/template",
+            ] {
+                prune_empty(class, emptied);
+            }
+            convert_health_check(
+                class,
+                "/machineHealthCheck",
+                "/healthCheck",
+                health_check_to_v1beta2,
+            );
+        }
+    }
 }
 
 fn status_to_v1beta2(obj: &mut Value) {
@@ -509,5 +693,76 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "Node", "name": "n1"})
         );
         assert_eq!(machine["status"]["bootstrapReady"], true);
+    }
+
+    #[test]
+    fn cluster_classes_move_their_templates_and_health_checks() {
+        let v1beta1 = json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1",
+            "kind": "ClusterClass",
+            "metadata": {"name": "quick-start", "namespace": "default"},
+            "spec": {
+                "controlPlane": {
+                    "ref": {"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "KubeadmControlPlaneTemplate", "name": "cp", "namespace": "default"},
+                    "machineInfrastructure": {"ref": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "DockerMachineTemplate", "name": "cp-m", "namespace": "default"}},
+                    "machineHealthCheck": {"maxUnhealthy": "33%", "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "5m"}],
+                                           "remediationTemplate": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "DockerRemediationTemplate", "name": "r"}},
+                },
+                "infrastructure": {"ref": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "DockerClusterTemplate", "name": "c", "namespace": "default"}},
+                "workers": {"machineDeployments": [{
+                    "class": "default-worker",
+                    "template": {
+                        "metadata": {"labels": {"pool": "a"}},
+                        "bootstrap": {"ref": {"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta1", "kind": "KubeadmConfigTemplate", "name": "b", "namespace": "default"}},
+                        "infrastructure": {"ref": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "DockerMachineTemplate", "name": "w", "namespace": "default"}},
+                    },
+                    "machineHealthCheck": {"nodeStartupTimeout": "10m"},
+                }]},
+                "variables": [{"name": "imageRepository", "required": true, "schema": {"openAPIV3Schema": {"type": "string"}}}],
+            },
+        });
+        let mut stored = v1beta1.clone();
+        to_v1beta2(&mut stored);
+        let spec = &stored["spec"];
+        assert_eq!(
+            spec["infrastructure"],
+            json!({"templateRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "DockerClusterTemplate", "name": "c"}})
+        );
+        assert_eq!(spec["controlPlane"]["templateRef"]["name"], "cp");
+        assert_eq!(
+            spec["controlPlane"]["machineInfrastructure"]["templateRef"]["name"],
+            "cp-m"
+        );
+        let check = &spec["controlPlane"]["healthCheck"];
+        assert_eq!(
+            check["checks"]["unhealthyNodeConditions"][0]["timeoutSeconds"],
+            300
+        );
+        assert_eq!(
+            check["remediation"]["triggerIf"]["unhealthyLessThanOrEqualTo"],
+            "33%"
+        );
+        assert_eq!(check["remediation"]["templateRef"]["name"], "r");
+        let worker = &spec["workers"]["machineDeployments"][0];
+        assert_eq!(worker["bootstrap"]["templateRef"]["name"], "b");
+        assert_eq!(worker["infrastructure"]["templateRef"]["name"], "w");
+        assert_eq!(worker["metadata"]["labels"]["pool"], "a");
+        assert!(worker.get("template").is_none(), "{worker}");
+        assert_eq!(
+            worker["healthCheck"]["checks"]["nodeStartupTimeoutSeconds"],
+            600
+        );
+        assert_eq!(spec["variables"], v1beta1["spec"]["variables"]);
+
+        // And back: what a v1beta1 client wrote, but for durations in
+        // seconds.
+        let mut served = stored.clone();
+        to_v1beta1(&mut served);
+        let mut expected = v1beta1.clone();
+        expected["spec"]["controlPlane"]["machineHealthCheck"]["unhealthyConditions"][0]["timeout"] =
+            json!("300s");
+        expected["spec"]["workers"]["machineDeployments"][0]["machineHealthCheck"]["nodeStartupTimeout"] =
+            json!("600s");
+        assert_eq!(served["spec"], expected["spec"]);
     }
 }

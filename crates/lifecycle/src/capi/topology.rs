@@ -126,7 +126,6 @@ async fn apply(objects: &Objects, cluster: &Value) -> Result<(), Error> {
     // The infrastructure cluster.
     if cluster["spec"]["infrastructureRef"].is_null() {
         let template = Ref::from_value(&class["spec"]["infrastructure"]["templateRef"])
-            .or_else(|| Ref::from_value(&class["spec"]["infrastructure"]["ref"]))
             .ok_or_else(|| {
                 Error::Provider(format!(
                     "ClusterClass {class_name} has no infrastructure template"
@@ -149,18 +148,14 @@ async fn apply(objects: &Objects, cluster: &Value) -> Result<(), Error> {
     }
 
     // The control plane.
-    let cp_template = Ref::from_value(&class["spec"]["controlPlane"]["templateRef"])
-        .or_else(|| Ref::from_value(&class["spec"]["controlPlane"]["ref"]))
-        .ok_or_else(|| {
+    let cp_template =
+        Ref::from_value(&class["spec"]["controlPlane"]["templateRef"]).ok_or_else(|| {
             Error::Provider(format!(
                 "ClusterClass {class_name} has no control plane template"
             ))
         })?;
     let machine_template =
-        Ref::from_value(&class["spec"]["controlPlane"]["machineInfrastructure"]["templateRef"])
-            .or_else(|| {
-                Ref::from_value(&class["spec"]["controlPlane"]["machineInfrastructure"]["ref"])
-            });
+        Ref::from_value(&class["spec"]["controlPlane"]["machineInfrastructure"]["templateRef"]);
     let replicas = topology["controlPlane"]["replicas"].as_i64().unwrap_or(1);
     match Ref::from_value(&cluster["spec"]["controlPlaneRef"]) {
         None => {
@@ -232,10 +227,8 @@ async fn apply(objects: &Objects, cluster: &Value) -> Result<(), Error> {
                     "ClusterClass {class_name} has no MachineDeployment class {md_class}"
                 ))
             })?;
-        let bootstrap = Ref::from_value(&class_md["bootstrap"]["templateRef"])
-            .or_else(|| Ref::from_value(&class_md["template"]["bootstrap"]["ref"]));
+        let bootstrap = Ref::from_value(&class_md["bootstrap"]["templateRef"]);
         let infrastructure = Ref::from_value(&class_md["infrastructure"]["templateRef"])
-            .or_else(|| Ref::from_value(&class_md["template"]["infrastructure"]["ref"]))
             .ok_or_else(|| {
                 Error::Provider(format!(
                     "MachineDeployment class {md_class} has no infrastructure template"
