@@ -1099,6 +1099,46 @@ fn claims_bind_to_volumes_provisioned_or_made_by_hand() {
         ),
         "www-web-0 Delete Bound"
     );
+    // Made on the node the scheduler chose for web-0 (as local-path's),
+    // and tied to it: web-0 comes back there, or waits for it.
+    let node = member.ok(&["get", "pod", "web-0", "-o", "jsonpath={.spec.nodeName}"]);
+    assert_eq!(
+        claim(
+            "www-web-0",
+            "{.metadata.annotations.volume\\.kubernetes\\.io/selected-node}"
+        ),
+        node
+    );
+    assert_eq!(
+        pv(
+            &volume,
+            "{.spec.nodeAffinity.required.nodeSelectorTerms[0].matchExpressions[0].values[0]}"
+        ),
+        node
+    );
+    member.ok(&["cordon", &node]);
+    member.ok(&["delete", "pod", "web-0"]);
+    common::wait_for(WAIT, "web-0 to wait for its volume's node", || {
+        member
+            .ok(&[
+                "get",
+                "pod",
+                "web-0",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"PodScheduled\")].message}",
+            ])
+            .contains("1 node(s) had volume node affinity conflict, 1 node(s) were unschedulable")
+    });
+    member.ok(&["uncordon", &node]);
+    common::wait_for(WAIT, "web-0 back on its volume's node", || {
+        member.ok(&[
+            "get",
+            "pod",
+            "web-0",
+            "-o",
+            "jsonpath={.spec.nodeName} {.status.phase}",
+        ]) == format!("{node} Running")
+    });
     // The manual claim took the hand-made volume: its class, its size.
     assert_eq!(
         claim("task-pv-claim", "{.spec.volumeName}"),

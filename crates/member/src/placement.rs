@@ -18,6 +18,7 @@ pub enum Reject {
     InsufficientCpu,
     InsufficientMemory,
     TooManyPods,
+    VolumeNodeAffinity,
 }
 
 impl Reject {
@@ -29,6 +30,7 @@ impl Reject {
             Reject::InsufficientCpu => "Insufficient cpu".into(),
             Reject::InsufficientMemory => "Insufficient memory".into(),
             Reject::TooManyPods => "Too many pods".into(),
+            Reject::VolumeNodeAffinity => "node(s) had volume node affinity conflict".into(),
         }
     }
 }
@@ -105,6 +107,15 @@ pub fn matches_node_selector(node: &Node, spec: &PodSpec) -> bool {
         Some(r) => r.node_selector_terms.iter().any(|t| term_matches(node, t)),
         None => true,
     }
+}
+
+/// Whether `node` matches one of `selector`'s terms (a volume's node
+/// affinity).
+pub fn selector_matches(node: &Node, selector: &k8s_openapi::api::core::v1::NodeSelector) -> bool {
+    selector
+        .node_selector_terms
+        .iter()
+        .any(|t| term_matches(node, t))
 }
 
 fn term_matches(node: &Node, term: &NodeSelectorTerm) -> bool {

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use crate::pod::Pod;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use parking_lot::Mutex;
@@ -29,6 +29,23 @@ use crate::quantity;
 
 /// How often a pod that fits nowhere is tried again.
 const RETRY_UNSCHEDULABLE: Duration = Duration::from_secs(5);
+/// How often a pod whose volumes are being provisioned looks again.
+const PROVISIONING_POLL: Duration = Duration::from_millis(200);
+
+/// What a pod's claims ask of its placement.
+enum Claims {
+    /// Not now: said why, or waiting for a volume.
+    Hold(Action),
+    Place(ClaimNeeds),
+}
+
+#[derive(Default)]
+struct ClaimNeeds {
+    /// The bound volumes' node affinity: every one must match.
+    node_affinity: Vec<k8s_openapi::api::core::v1::NodeSelector>,
+    /// Claims waiting for their first consumer's node.
+    to_select: Vec<String>,
+}
 
 /// What is placed on each node: kept from pod events, plus bindings this
 /// scheduler made that the cache has not seen yet.
@@ -149,12 +166,13 @@ impl Scheduler {
         Ok(Action::requeue(RETRY_UNSCHEDULABLE))
     }
 
-    /// Whether the claims `pod` names hold it back: a missing one, or an
-    /// unbound one this member will not provision, says so; one being
-    /// provisioned is waited for.
-    async fn claims_wait(&self, pod: &Pod) -> Result<Option<Action>> {
+    /// What the claims `pod` names ask of its placement. A missing one,
+    /// or an unbound one this member will not provision, says so and
+    /// holds it; one being provisioned is waited for.
+    async fn claims_of(&self, pod: &Pod) -> Result<Claims> {
         let ns = pod.namespace().unwrap_or_default();
         let nodes = self.cluster.nodes.state().len();
+        let mut claims = ClaimNeeds::default();
         for name in pod.spec.iter().flat_map(|s| s.claims()) {
             let claim = self
                 .cluster
@@ -162,10 +180,25 @@ impl Scheduler {
                 .get(&kube::runtime::reflector::ObjectRef::new(name).within(&ns));
             let Some(claim) = claim else {
                 let message = format!("persistentvolumeclaim \"{name}\" not found");
-                return self.unschedulable(pod, message).await.map(Some);
+                return self.unschedulable(pod, message).await.map(Claims::Hold);
             };
             let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
             if bound {
+                let volume = claim
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.volume_name.as_deref())
+                    .and_then(|v| {
+                        self.cluster
+                            .volumes
+                            .get(&kube::runtime::reflector::ObjectRef::new(v))
+                    });
+                if let Some(affinity) = volume
+                    .as_ref()
+                    .and_then(|v| v.spec.as_ref()?.node_affinity.as_ref()?.required.clone())
+                {
+                    claims.node_affinity.push(affinity);
+                }
                 continue;
             }
             let class = claim
@@ -174,20 +207,55 @@ impl Scheduler {
                 .and_then(|s| s.storage_class_name.clone())
                 .unwrap_or_default();
             let classes: Api<StorageClass> = Api::all(self.cluster.clients.scheduler.clone());
-            let provisioned_here = !class.is_empty()
-                && classes
+            let here = if class.is_empty() {
+                None
+            } else {
+                classes
                     .get_opt(&class)
                     .await?
-                    .is_some_and(|c| c.provisioner == volumes::PROVISIONER);
-            if provisioned_here {
-                return Ok(Some(Action::requeue(Duration::from_secs(1))));
+                    .filter(|c| c.provisioner == volumes::PROVISIONER)
+            };
+            match here {
+                // Waits for its first consumer: this pod's node, once chosen.
+                Some(c)
+                    if c.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer")
+                        && !claim.annotations().contains_key(volumes::SELECTED_NODE) =>
+                {
+                    claims.to_select.push(claim.name_any());
+                }
+                // Being provisioned: the pod is bound once its volume is.
+                Some(_) => return Ok(Claims::Hold(Action::requeue(PROVISIONING_POLL))),
+                None => {
+                    let message = format!(
+                        "0/{nodes} nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/{nodes} nodes are available: {nodes} Preemption is not helpful for scheduling."
+                    );
+                    return self.unschedulable(pod, message).await.map(Claims::Hold);
+                }
             }
-            let message = format!(
-                "0/{nodes} nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/{nodes} nodes are available: {nodes} Preemption is not helpful for scheduling."
-            );
-            return self.unschedulable(pod, message).await.map(Some);
         }
-        Ok(None)
+        Ok(Claims::Place(claims))
+    }
+
+    /// Tells the provisioner which node the claims are for (upstream's
+    /// `volume.kubernetes.io/selected-node`); the pod is bound there once
+    /// its volumes are.
+    async fn select_node(&self, pod: &Pod, claims: &[String], node: &str) -> Result<Action> {
+        let ns = pod.namespace().unwrap_or_default();
+        let api: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+            Api::namespaced(self.cluster.clients.scheduler.clone(), &ns);
+        let patch = json!({"metadata": {"annotations": {volumes::SELECTED_NODE: node}}});
+        for claim in claims {
+            match api
+                .patch(claim, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if is_status(&e, 404) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        debug!(pod = %pod.name_any(), %node, "volumes to be provisioned on the chosen node");
+        Ok(Action::requeue(PROVISIONING_POLL))
     }
 
     async fn schedule(&self, pod: Arc<Pod>) -> Result<Action> {
@@ -197,9 +265,10 @@ impl Scheduler {
         let Some(spec) = pod.spec.as_ref() else {
             return Ok(Action::await_change());
         };
-        if let Some(wait) = self.claims_wait(&pod).await? {
-            return Ok(wait);
-        }
+        let claims = match self.claims_of(&pod).await? {
+            Claims::Hold(action) => return Ok(action),
+            Claims::Place(needs) => needs,
+        };
         let want = podutil::requests(spec);
         let mut nodes = self.cluster.nodes.state();
         nodes.sort_by_key(|n| n.name_any());
@@ -210,6 +279,14 @@ impl Scheduler {
             for node in &nodes {
                 if let Err(r) = placement::admits(node, spec) {
                     rejects.push(r);
+                    continue;
+                }
+                if !claims
+                    .node_affinity
+                    .iter()
+                    .all(|a| placement::selector_matches(node, a))
+                {
+                    rejects.push(Reject::VolumeNodeAffinity);
                     continue;
                 }
                 let (cpu, mem, max_pods) = allocatable(node);
@@ -257,6 +334,9 @@ impl Scheduler {
             };
             return self.unschedulable(&pod, message).await;
         };
+        if !claims.to_select.is_empty() {
+            return self.select_node(&pod, &claims.to_select, &node).await;
+        }
         let binding = json!({
             "apiVersion": "v1", "kind": "Binding",
             "metadata": {"name": pod.name_any(), "namespace": ns},

@@ -7,7 +7,8 @@
 //!   access modes, size, volume mode, selector) or to the one it names;
 //! - a claim of a class this member provisions gets a volume of its own,
 //!   `pvc-<uid>`, a directory under the member's data dir (at once, or
-//!   when a pod first names it under WaitForFirstConsumer);
+//!   under WaitForFirstConsumer once the scheduler has chosen the node of
+//!   its first pod, to which the volume is then tied by node affinity);
 //! - a volume whose claim is gone is Released, and a provisioned one with
 //!   reclaim policy Delete is deleted with its directory.
 //!
@@ -43,6 +44,8 @@ pub const DEFAULT_CLASS: &str = "standard";
 const BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
 const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
 const PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
+/// The node the scheduler chose for a WaitForFirstConsumer claim's pod.
+pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 
 /// Creates the default StorageClass when the cluster has no StorageClass
 /// at all (a new member; one an admin removed alongside others stays
@@ -293,21 +296,31 @@ impl Volumes {
         }
         let ns = pvc.namespace().unwrap_or_default();
         let name = pvc.name_any();
-        if class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer")
-            && !self
-                .cluster
-                .pods_by_namespace
-                .get(&ns)
-                .iter()
-                .any(|p| p.spec.iter().flat_map(|s| s.claims()).any(|c| c == name))
-        {
-            self.binder.emit(
-                &reference,
-                "WaitForFirstConsumer",
-                "waiting for first consumer to be created before binding".into(),
-            );
-            return Ok(Action::await_change());
-        }
+        // Under WaitForFirstConsumer the volume is made on the node the
+        // scheduler chose for the claim's first pod (or the node a pod
+        // naming it was put on by hand), and stays tied to it.
+        let node = if class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer") {
+            let chosen = pvc.annotations().get(SELECTED_NODE).cloned().or_else(|| {
+                self.cluster
+                    .pods_by_namespace
+                    .get(&ns)
+                    .iter()
+                    .filter(|p| p.spec.iter().flat_map(|s| s.claims()).any(|c| c == name))
+                    .find_map(|p| p.spec.as_ref()?.node_name.clone())
+                    .filter(|n| !n.is_empty())
+            });
+            let Some(node) = chosen else {
+                self.binder.emit(
+                    &reference,
+                    "WaitForFirstConsumer",
+                    "waiting for first consumer to be created before binding".into(),
+                );
+                return Ok(Action::await_change());
+            };
+            Some(node)
+        } else {
+            None
+        };
         let uid = pvc.uid().unwrap_or_default();
         let pv_name = format!("pvc-{uid}");
         let spec = pvc.spec.clone().unwrap_or_default();
@@ -317,7 +330,7 @@ impl Volumes {
             .and_then(|r| r.requests.as_ref())
             .and_then(|r| r.get("storage").cloned());
         let path = volume_dir(&self.cluster.config.volumes_dir, &pv_name, &ns, &name);
-        let pv: PersistentVolume = serde_json::from_value(json!({
+        let mut pv = json!({
             "apiVersion": "v1", "kind": "PersistentVolume",
             "metadata": {"name": pv_name, "annotations": {PROVISIONED_BY: PROVISIONER}},
             "spec": {
@@ -330,8 +343,13 @@ impl Volumes {
                 "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                              "namespace": ns, "name": name, "uid": uid},
             },
-        }))
-        .map_err(kube::Error::SerdeError)?;
+        });
+        if let Some(node) = &node {
+            // As local-path-provisioner: only that node reaches it.
+            pv["spec"]["nodeAffinity"] = json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}});
+        }
+        let pv: PersistentVolume = serde_json::from_value(pv).map_err(kube::Error::SerdeError)?;
         let api: Api<PersistentVolume> = Api::all(self.cluster.clients.controller_manager.clone());
         match api.create(&PostParams::default(), &pv).await {
             Ok(_) => {
