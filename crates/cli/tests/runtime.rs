@@ -2084,3 +2084,47 @@ fn nodes_joining_a_netns_member_get_their_own_network() {
     );
     assert!(m.kubectl(&["get", "pod", "there"]).status.success());
 }
+
+/// A StatefulSet's data outlives its pods: what web-0 wrote to its claim
+/// is there for the web-0 that replaces it, on the same node, and web-1
+/// has a volume of its own.
+#[test]
+fn a_statefulsets_volumes_keep_their_data_across_pod_restarts() {
+    if !can_run() {
+        return;
+    }
+    let m = Server::netns_member("rt-data", &["--nodes", "2"]);
+    m.ok_stdin(&["apply", "-f", "-"], common::STATEFUL_WEB);
+    m.ok(&["rollout", "status", "statefulset/web", "--timeout=60s"]);
+    let write = |pod: &str, text: &str| {
+        m.ok(&[
+            "exec",
+            pod,
+            "--",
+            "sh",
+            "-c",
+            &format!("echo {text} > /usr/share/nginx/html/index.html"),
+        ])
+    };
+    let read = |pod: &str| {
+        m.ok(&["exec", pod, "--", "cat", "/usr/share/nginx/html/index.html"])
+            .trim()
+            .to_string()
+    };
+    write("web-0", "written-by-web-0");
+    write("web-1", "written-by-web-1");
+    let node = jsonpath(&m, &["pod", "web-0"], "{.spec.nodeName}");
+    let uid = jsonpath(&m, &["pod", "web-0"], "{.metadata.uid}");
+    m.ok(&["delete", "pod", "web-0"]);
+    wait_for(Duration::from_secs(60), "a new web-0 running", || {
+        jsonpath(&m, &["pod", "web-0"], "{.metadata.uid} {.status.phase}").ends_with("Running")
+            && jsonpath(&m, &["pod", "web-0"], "{.metadata.uid}") != uid
+    });
+    assert_eq!(jsonpath(&m, &["pod", "web-0"], "{.spec.nodeName}"), node);
+    assert_eq!(read("web-0"), "written-by-web-0");
+    assert_eq!(read("web-1"), "written-by-web-1");
+    assert_has(
+        &m.ok(&["get", "pv,pvc"]),
+        &["www-web-0", "www-web-1", "Bound", "standard", "RWO"],
+    );
+}
