@@ -801,6 +801,108 @@ fn an_application_unhealthy_in_one_member_moves_to_the_other() {
     );
 }
 
+/// Karmada's stateful failover: a workload on one cluster that fails
+/// there moves to the other with the state its policy preserves (read
+/// from its status where it failed) injected as labels.
+#[test]
+fn a_failing_over_workload_carries_its_preserved_state_to_its_new_cluster() {
+    let fleet = Fleet::new(&[("member1", "us-east"), ("member2", "eu-west")]);
+    fleet.apply(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: counter, labels: {app: counter}}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: counter}}
+  template:
+    metadata: {labels: {app: counter}}
+    spec:
+      containers: [{name: c, image: nginx:1.27}]
+---
+apiVersion: policy.karmada.io/v1alpha1
+kind: PropagationPolicy
+metadata: {name: counter}
+spec:
+  resourceSelectors:
+    - {apiVersion: apps/v1, kind: Deployment, name: counter}
+  failover:
+    application:
+      decisionConditions: {tolerationSeconds: 2}
+      purgeMode: Immediately
+      statePreservation:
+        rules:
+          - aliasLabelName: failover.example.io/replicas
+            jsonPath: "{ .replicas }"
+  placement:
+    clusterAffinity:
+      clusterNames: [member1, member2]
+    spreadConstraints:
+      - {spreadByField: cluster, maxGroups: 1, minGroups: 1}
+    replicaScheduling: {replicaSchedulingType: Duplicated}
+"#,
+    );
+    let holder = |m: &str| exists(fleet.member(m), &["get", "deploy", "counter"]);
+    wait_for(WAIT, "the workload ready on one cluster", || {
+        (holder("member1") ^ holder("member2"))
+            && fleet.jsonpath_hub(&["get", "deploy", "counter"], "{.status.readyReplicas}") == "2"
+    });
+    let (from, to) = if holder("member1") {
+        ("member1", "member2")
+    } else {
+        ("member2", "member1")
+    };
+    // The new cluster's pods will not turn ready either, so the eviction
+    // (and the state it carries) lasts while this is checked.
+    for m in [to, from] {
+        member_fault(
+            &fleet,
+            m,
+            &["pods-unready", "-n", "default", "-l", "app=counter"],
+        );
+    }
+    let label = "{.metadata.labels.failover\\.example\\.io/replicas}";
+    wait_for(
+        WAIT,
+        "the workload moved, with its state as a label",
+        || jsonpath(fleet.member(to), &["get", "deploy", "counter"], label) == "2",
+    );
+    wait_for(WAIT, "the old copy purged at once", || !holder(from));
+    let task = |path: &str| {
+        fleet.jsonpath_hub(
+            &["get", "rb", "counter-deployment"],
+            &format!("{{.spec.gracefulEvictionTasks[0].{path}}}"),
+        )
+    };
+    assert_eq!(task("fromCluster"), from);
+    assert_eq!(task("reason"), "ApplicationFailure");
+    assert_eq!(
+        task("preservedLabelState"),
+        r#"{"failover.example.io/replicas":"2"}"#
+    );
+    assert_eq!(task("clustersBeforeFailover"), format!(r#"["{from}"]"#));
+    // The template itself is not labelled: the state is the move's.
+    assert_eq!(fleet.jsonpath_hub(&["get", "deploy", "counter"], label), "");
+    // A purge mode Karmada does not know is refused, with the ones it does.
+    let out = fleet.hub.kubectl(&[
+        "patch",
+        "pp",
+        "counter",
+        "--type=merge",
+        "-p",
+        r#"{"spec": {"failover": {"application": {"purgeMode": "Eventually"}}}}"#,
+    ]);
+    assert!(!out.status.success());
+    assert_has(
+        &stderr(&out),
+        &[
+            "Unsupported value: \"Eventually\"",
+            "\"Directly\"",
+            "\"Graciously\"",
+        ],
+    );
+}
+
 #[test]
 fn an_agent_token_reaches_its_own_cluster_and_nothing_else() {
     let fleet = Fleet::new(&[("member1", "us-east")]);

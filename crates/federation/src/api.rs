@@ -501,8 +501,42 @@ pub struct GracefulEvictionTask {
     pub suppress_deletion: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub creation_timestamp: Option<String>,
+    /// The workload's state read from the cluster left, as labels for
+    /// the cluster it moves to (`statePreservation`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preserved_label_state: Option<BTreeMap<String, String>>,
+    /// Where the binding was when the state was read: those clusters get
+    /// no labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clusters_before_failover: Option<Vec<String>>,
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
+}
+
+impl GracefulEvictionTask {
+    /// Whether the old copy goes at once: `Directly`, or the deprecated
+    /// `Immediately`.
+    pub fn purges_directly(&self) -> bool {
+        matches!(self.purge_mode.as_deref(), Some("Directly" | "Immediately"))
+    }
+}
+
+/// What of a workload's status travels with it when it fails over.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StatePreservation {
+    #[serde(default)]
+    pub rules: Vec<StatePreservationRule>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StatePreservationRule {
+    /// The label the value is injected under.
+    pub alias_label_name: String,
+    /// Where in the workload's status the value is (`{ .jobStatus.id }`).
+    #[serde(rename = "jsonPath")]
+    pub json_path: String,
 }
 
 /// A policy's (and binding's) `failover`.
@@ -535,6 +569,8 @@ pub struct ReturnWhenRecovered {
 pub struct ClusterFailover {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub purge_mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_preservation: Option<StatePreservation>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -546,6 +582,8 @@ pub struct ApplicationFailover {
     pub purge_mode: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grace_period_seconds: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_preservation: Option<StatePreservation>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

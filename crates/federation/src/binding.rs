@@ -282,7 +282,7 @@ async fn write_works(
         let kept = binding
             .spec
             .evicting(cluster)
-            .is_some_and(|t| t.purge_mode.as_deref() != Some("Directly"));
+            .is_some_and(|t| !t.purges_directly());
         if kept {
             debug!(binding = %name, %cluster, "being evicted; its Work stays for now");
             continue;
@@ -351,10 +351,22 @@ async fn write_works(
     // Rendered first, written after, several at once: a binding's sync
     // costs a few round trips, not one per cluster.
     let mut writes = Vec::new();
-    for target in &spec.clusters {
+    for target in spec.clusters.iter().filter(|t| targets.contains(&t.name)) {
         let mut manifest = base.clone();
         if let (Some(n), Some(total)) = (target.replicas, spec.replicas) {
             interpreter::revise_replicas(&mut manifest, &spec.resource.kind, n, total);
+        }
+        // The state preserved from the cluster it failed over from.
+        if let Some(labels) =
+            crate::failover::decide::injected_labels(spec, &target.name, targets.len())
+            && let Some(meta) = manifest.get_mut("metadata").and_then(Value::as_object_mut)
+        {
+            let all = meta.entry("labels").or_insert_with(|| json!({}));
+            if let Some(all) = all.as_object_mut() {
+                for (k, v) in labels {
+                    all.insert(k.clone(), json!(v));
+                }
+            }
         }
         let applied = match ctx.cluster(&target.name) {
             Some(cluster) => overrides::apply(

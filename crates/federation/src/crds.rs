@@ -64,8 +64,38 @@ fn propagation_spec() -> Value {
             "schedulerName": {"type": "string", "default": "default-scheduler"},
             "activationPreference": {"type": "string", "enum": ["", "Lazy"]},
             "placement": open_object(json!({}), &[]),
+            "failover": failover_schema(),
         }),
         &["resourceSelectors"],
+    )
+}
+
+/// A policy's `failover`, as Karmada's CRD checks it: the purge modes
+/// (the deprecated `Immediately` and `Graciously` still accepted) and the
+/// state preservation rules.
+fn failover_schema() -> Value {
+    let purge_mode = json!({"type": "string",
+        "enum": ["Directly", "Gracefully", "Never", "Immediately", "Graciously"]});
+    let state_preservation = open_object(
+        json!({"rules": {"type": "array", "minItems": 1, "items": open_object(json!({
+            "aliasLabelName": {"type": "string", "minLength": 1},
+            "jsonPath": {"type": "string", "minLength": 1},
+        }), &["aliasLabelName", "jsonPath"])}}),
+        &["rules"],
+    );
+    open_object(
+        json!({
+            "application": open_object(json!({
+                "purgeMode": purge_mode,
+                "gracePeriodSeconds": {"type": "integer", "format": "int32", "minimum": 1},
+                "statePreservation": state_preservation,
+            }), &[]),
+            "cluster": open_object(json!({
+                "purgeMode": purge_mode,
+                "statePreservation": state_preservation,
+            }), &[]),
+        }),
+        &[],
     )
 }
 

@@ -6,7 +6,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::api::{AggregatedStatusItem, Binding, Cluster, GracefulEvictionTask};
+use std::collections::BTreeMap;
+
+use crate::api::{
+    AggregatedStatusItem, Binding, BindingSpec, Cluster, GracefulEvictionTask, StatePreservation,
+};
 use crate::scheduler::core::toleration_for;
 use crate::time;
 
@@ -157,6 +161,75 @@ fn runs_its_share(item: &AggregatedStatusItem, share: Option<i32>) -> bool {
         .and_then(serde_json::Value::as_i64)
         .unwrap_or(0);
     ready >= i64::from(want)
+}
+
+/// The labels `preservation` makes of the workload's status as `cluster`
+/// last reported it (Karmada's `BuildPreservedLabelState`): each rule's
+/// JSONPath (`{ .jobStatus.id }`, braces optional) must find a value.
+pub fn preserved_state(
+    preservation: &StatePreservation,
+    status: &[AggregatedStatusItem],
+    cluster: &str,
+) -> Result<BTreeMap<String, String>, String> {
+    let Some(status) = status
+        .iter()
+        .find(|i| i.cluster_name == cluster)
+        .and_then(|i| i.status.as_ref())
+    else {
+        return Err(format!(
+            "the application status has not yet been collected from Cluster({cluster})"
+        ));
+    };
+    let mut labels = BTreeMap::new();
+    for rule in &preservation.rules {
+        let path = rule.json_path.trim();
+        let path = path
+            .strip_prefix('{')
+            .and_then(|p| p.strip_suffix('}'))
+            .unwrap_or(path)
+            .trim();
+        let value = flotilla_apiserver::jsonpath::first(status, path).ok_or_else(|| {
+            format!(
+                "{} is not found in the status of the workload in cluster {cluster}",
+                rule.json_path
+            )
+        })?;
+        let value = match value {
+            serde_json::Value::String(s) => s,
+            other => other.to_string(),
+        };
+        labels.insert(rule.alias_label_name.clone(), value);
+    }
+    Ok(labels)
+}
+
+/// The labels injected into the workload delivered to `cluster`
+/// (Karmada's `injectReservedLabelState`): only where the binding moved
+/// from one cluster to another, by its last eviction task, purged
+/// directly, to a cluster it was not on before.
+pub fn injected_labels<'a>(
+    spec: &'a BindingSpec,
+    cluster: &str,
+    targets: usize,
+) -> Option<&'a BTreeMap<String, String>> {
+    if targets > 1 {
+        return None;
+    }
+    let task = spec.graceful_eviction_tasks.last()?;
+    if !task.purges_directly() {
+        return None;
+    }
+    if task
+        .clusters_before_failover
+        .iter()
+        .flatten()
+        .any(|c| c == cluster)
+    {
+        return None;
+    }
+    task.preserved_label_state
+        .as_ref()
+        .filter(|l| !l.is_empty())
 }
 
 #[cfg(test)]
@@ -344,5 +417,72 @@ mod tests {
             task_ends(&confirmed, &binding(&[], &[], 1), grace, now),
             Some(now)
         );
+    }
+
+    #[test]
+    fn preserved_state_reads_each_rule_from_the_status_where_it_failed() {
+        use crate::api::StatePreservationRule;
+        let rules = StatePreservation {
+            rules: vec![
+                StatePreservationRule {
+                    alias_label_name: "example.io/job-id".into(),
+                    json_path: "{ .jobStatus.id }".into(),
+                },
+                StatePreservationRule {
+                    alias_label_name: "example.io/replicas".into(),
+                    json_path: ".replicas".into(),
+                },
+            ],
+        };
+        let item = |cluster: &str, status: Option<serde_json::Value>| AggregatedStatusItem {
+            cluster_name: cluster.into(),
+            status,
+            applied: true,
+            applied_message: None,
+            health: None,
+        };
+        let status = vec![
+            item(
+                "a",
+                Some(serde_json::json!({"jobStatus": {"id": "j-42"}, "replicas": 3})),
+            ),
+            item("b", None),
+        ];
+        let labels = preserved_state(&rules, &status, "a").unwrap();
+        assert_eq!(labels["example.io/job-id"], "j-42");
+        assert_eq!(labels["example.io/replicas"], "3");
+        assert!(
+            preserved_state(&rules, &status, "b")
+                .unwrap_err()
+                .contains("not yet been collected")
+        );
+        let missing = vec![item("a", Some(serde_json::json!({"replicas": 3})))];
+        assert!(
+            preserved_state(&rules, &missing, "a")
+                .unwrap_err()
+                .contains("jobStatus.id")
+        );
+    }
+
+    #[test]
+    fn state_is_injected_only_into_the_one_new_cluster_after_a_direct_purge() {
+        let labels: BTreeMap<String, String> = [("k".to_string(), "v".to_string())].into();
+        let mut spec = BindingSpec::default();
+        spec.graceful_eviction_tasks.push(GracefulEvictionTask {
+            from_cluster: "a".into(),
+            purge_mode: Some("Immediately".into()),
+            preserved_label_state: Some(labels.clone()),
+            clusters_before_failover: Some(vec!["a".into()]),
+            ..Default::default()
+        });
+        assert_eq!(injected_labels(&spec, "b", 1), Some(&labels));
+        assert_eq!(injected_labels(&spec, "a", 1), None, "a cluster it was on");
+        assert_eq!(
+            injected_labels(&spec, "b", 2),
+            None,
+            "more than one cluster"
+        );
+        spec.graceful_eviction_tasks[0].purge_mode = Some("Gracefully".into());
+        assert_eq!(injected_labels(&spec, "b", 1), None, "not purged directly");
     }
 }

@@ -24,9 +24,9 @@ use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use parking_lot::Mutex;
 use serde_json::json;
-use tracing::info;
+use tracing::{info, warn};
 
-use crate::api::{Binding, BindingSpec, GracefulEvictionTask, ReturnWhenRecovered};
+use crate::api::{Binding, GracefulEvictionTask, ReturnWhenRecovered, StatePreservation};
 use crate::binding::binding_api;
 use crate::context::Ctx;
 use crate::error::Error;
@@ -88,13 +88,25 @@ struct Eviction<'a> {
     producer: &'a str,
     message: String,
     grace_period_seconds: Option<i32>,
+    preservation: Option<&'a StatePreservation>,
 }
 
 impl Eviction<'_> {
     /// The task, carrying the replicas the cluster had (Gracefully unless
-    /// the policy says otherwise).
-    fn task(self, spec: &BindingSpec, now: Timestamp) -> GracefulEvictionTask {
-        GracefulEvictionTask {
+    /// the policy says otherwise) and, where the policy preserves state,
+    /// the labels read from the workload's status there; an error while
+    /// that status is not collected yet.
+    fn task(self, binding: &Binding, now: Timestamp) -> Result<GracefulEvictionTask, String> {
+        let spec = &binding.spec;
+        let mut preserved = None;
+        if let Some(p) = self.preservation.filter(|p| !p.rules.is_empty()) {
+            let status = binding.status.clone().unwrap_or_default();
+            let labels = decide::preserved_state(p, &status.aggregated_status, self.from)?;
+            let before = spec.clusters.iter().map(|c| c.name.clone()).collect();
+            preserved = Some((labels, before));
+        }
+        let (preserved_label_state, clusters_before_failover) = preserved.unzip();
+        Ok(GracefulEvictionTask {
             from_cluster: self.from.to_string(),
             purge_mode: Some(self.purge_mode.unwrap_or("Gracefully").to_string()),
             replicas: spec
@@ -107,10 +119,31 @@ impl Eviction<'_> {
             producer: self.producer.into(),
             grace_period_seconds: self.grace_period_seconds,
             creation_timestamp: Some(now.to_string()),
+            preserved_label_state,
+            clusters_before_failover,
             ..Default::default()
-        }
+        })
     }
 }
+
+/// Whether the binding has somewhere to go without `cluster` (its only
+/// one): application failover does not leave a workload nowhere.
+fn can_leave(ctx: &Ctx, binding: &Binding, cluster: &str, now: Timestamp) -> bool {
+    let mut spec = binding.spec.clone();
+    spec.graceful_eviction_tasks.push(GracefulEvictionTask {
+        from_cluster: cluster.into(),
+        creation_timestamp: Some(now.to_string()),
+        ..Default::default()
+    });
+    let uid = binding.metadata.uid.clone().unwrap_or_default();
+    let limits = crate::scheduler::tenancy::Limits::default();
+    core::schedule(&spec, &uid, &ctx.clusters.state(), None, false, &limits)
+        .is_ok_and(|d| !d.clusters.is_empty() && d.clusters.iter().all(|c| c.name != cluster))
+}
+
+/// How soon an eviction waiting for the workload's status to preserve
+/// is tried again.
+const STATUS_RETRY: Duration = Duration::from_secs(1);
 
 /// When a binding that opted into returning should be divided afresh:
 /// when a fresh division would use a cluster it is not on (or an earlier
@@ -174,9 +207,17 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Unhealthy)>) -> Resul
     let now = Timestamp::now();
     let mut tasks = spec.graceful_eviction_tasks.clone();
     let mut next: Option<Timestamp> = None;
-    let evict = |tasks: &mut Vec<GracefulEvictionTask>, task: GracefulEvictionTask| {
-        info!(binding = %binding.name_any(), cluster = %task.from_cluster, reason = %task.reason, "evicting");
-        tasks.push(task);
+    let evict = |tasks: &mut Vec<GracefulEvictionTask>,
+                 next: &mut Option<Timestamp>,
+                 task: Result<GracefulEvictionTask, String>| match task {
+        Ok(task) => {
+            info!(binding = %binding.name_any(), cluster = %task.from_cluster, reason = %task.reason, "evicting");
+            tasks.push(task);
+        }
+        Err(why) => {
+            warn!(binding = %binding.name_any(), %why, "not evicting yet: the state to preserve is not known");
+            earliest(next, time::after(now, STATUS_RETRY));
+        }
     };
     let placement = spec.placement.clone().unwrap_or_default();
     if let Some(cluster_failover) = failover.as_ref().and_then(|f| f.cluster.as_ref()) {
@@ -196,6 +237,7 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Unhealthy)>) -> Resul
                 }
                 evict(
                     &mut tasks,
+                    &mut next,
                     Eviction {
                         from: &target.name,
                         purge_mode: cluster_failover.purge_mode.as_deref(),
@@ -203,15 +245,16 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Unhealthy)>) -> Resul
                         producer: "TaintManager",
                         message: why,
                         grace_period_seconds: None,
+                        preservation: cluster_failover.state_preservation.as_ref(),
                     }
-                    .task(spec, now),
+                    .task(&binding, now),
                 );
             }
         }
     }
     // Not while the binding is moving already (its new clusters report
-    // Unhealthy while they start), nor from its only cluster.
-    let settled = tasks.is_empty() && spec.clusters.len() > 1;
+    // Unhealthy while they start).
+    let settled = tasks.is_empty();
     if let Some(app) = failover.as_ref().and_then(|f| f.application.as_ref())
         && settled
     {
@@ -238,8 +281,13 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Unhealthy)>) -> Resul
                 earliest(&mut next, at);
                 continue;
             }
+            // Its only cluster is left only for another that fits.
+            if spec.clusters.len() == 1 && !can_leave(ctx, &binding, &item.cluster_name, now) {
+                continue;
+            }
             evict(
                 &mut tasks,
+                &mut next,
                 Eviction {
                     from: &item.cluster_name,
                     purge_mode: app.purge_mode.as_deref(),
@@ -250,8 +298,9 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<(Ctx, Unhealthy)>) -> Resul
                         toleration.as_secs()
                     ),
                     grace_period_seconds: app.grace_period_seconds,
+                    preservation: app.state_preservation.as_ref(),
                 }
-                .task(spec, now),
+                .task(&binding, now),
             );
         }
     }
