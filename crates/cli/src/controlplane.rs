@@ -217,6 +217,11 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
     flotilla_lifecycle::install(&admin)
         .await
         .context("cannot install Cluster API's CRDs and roles")?;
+    // Velero's kinds, so that Backups and Restores can be propagated to
+    // the members that run them (Karmada's Velero guide).
+    flotilla_backup::install(&admin)
+        .await
+        .context("cannot install Velero's CRDs")?;
     // The hub is the network fabric's broker too.
     flotilla_fabric::broker::install(&admin)
         .await

@@ -155,6 +155,11 @@ struct RunArgs {
     /// requests/s per idle member]
     #[arg(long, value_name = "BOOL")]
     peering_controllers: Option<bool>,
+    /// Run Velero's server: backups and restores on velero.io/v1
+    /// (BackupStorageLocation, Backup, Restore) [default: true; false
+    /// with --count above 1]
+    #[arg(long, value_name = "BOOL")]
+    velero: Option<bool>,
     /// Stop when this directory no longer exists (an infrastructure
     /// provider's state, so its members go with it).
     #[arg(long, value_name = "DIR")]
@@ -166,6 +171,11 @@ impl RunArgs {
     /// default when one process serves many.
     fn peering(&self) -> bool {
         self.peering_controllers.unwrap_or(self.count <= 1)
+    }
+
+    /// Whether Velero's server runs: as the peering controllers.
+    fn velero(&self) -> bool {
+        self.velero.unwrap_or(self.count <= 1)
     }
 }
 
@@ -702,6 +712,11 @@ async fn start_member(
         scheduler: loopback::in_process(&p.api, &p.admin_token, "kube-scheduler"),
         kubelet: loopback::in_process(&p.api, &p.admin_token, "kubelet"),
     };
+    // Velero's server, as `velero install` would run it in a cluster.
+    let velero = args.velero().then(|| {
+        let client = loopback::in_process(&p.api, &p.admin_token, "velero");
+        tokio::spawn(flotilla_backup::run(client).in_current_span())
+    });
     // Nodes may join and leave while the member runs (an infrastructure
     // provider's machines), each netns node with its namespace; but the
     // fabric's gateways are chosen among the nodes at start.
@@ -890,6 +905,9 @@ async fn start_member(
             drop(simulator);
             if let Some(peering) = peering {
                 peering.abort();
+            }
+            if let Some(velero) = velero {
+                velero.abort();
             }
             admin_task.abort();
             if let Some(netns) = netns {

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod crd;
+pub mod duration;
 pub mod followable;
 pub mod mcs;
 pub mod quantity;

@@ -105,7 +105,7 @@ fn seconds_to_duration(v: &Value) -> Option<Value> {
 
 /// A v1beta1 duration (`"5m"`, `"300s"`, `"1h30m"`) in seconds.
 fn duration_to_seconds(v: &Value) -> Option<Value> {
-    crate::duration::parse(v).map(|d| json!(d.as_secs()))
+    flotilla_core::duration::parse(v).map(|d| json!(d.as_secs()))
 }
 
 /// The object as v1beta1 serves it, from its stored (v1beta2) shape.

@@ -17,7 +17,6 @@ pub mod api;
 pub mod capi;
 pub mod conversion;
 pub mod docker;
-pub mod duration;
 pub mod error;
 pub mod gardener;
 pub mod generate;

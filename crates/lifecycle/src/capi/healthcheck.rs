@@ -53,8 +53,8 @@ fn rules(mhc: &Value) -> Vec<Rule> {
                     Some(Rule {
                         type_: r["type"].as_str()?.to_string(),
                         status: r["status"].as_str()?.to_string(),
-                        timeout: crate::duration::parse(&r["timeoutSeconds"])
-                            .or_else(|| crate::duration::parse(&r["timeout"]))?,
+                        timeout: flotilla_core::duration::parse(&r["timeoutSeconds"])
+                            .or_else(|| flotilla_core::duration::parse(&r["timeout"]))?,
                     })
                 })
                 .collect()
@@ -63,8 +63,8 @@ fn rules(mhc: &Value) -> Vec<Rule> {
 }
 
 fn startup_timeout(mhc: &Value) -> Duration {
-    crate::duration::parse(&mhc["spec"]["checks"]["nodeStartupTimeoutSeconds"])
-        .or_else(|| crate::duration::parse(&mhc["spec"]["nodeStartupTimeout"]))
+    flotilla_core::duration::parse(&mhc["spec"]["checks"]["nodeStartupTimeoutSeconds"])
+        .or_else(|| flotilla_core::duration::parse(&mhc["spec"]["nodeStartupTimeout"]))
         .unwrap_or(NODE_STARTUP_TIMEOUT)
 }
 
@@ -251,10 +251,10 @@ mod tests {
         assert_eq!(rules(&v2), rules(&v1));
         assert_eq!(rules(&v1)[0].timeout, Duration::from_secs(300));
         assert_eq!(
-            crate::duration::parse_go("1h30m"),
+            flotilla_core::duration::parse_go("1h30m"),
             Some(Duration::from_secs(5400))
         );
-        assert_eq!(crate::duration::parse_go("5x"), None);
+        assert_eq!(flotilla_core::duration::parse_go("5x"), None);
     }
 
     #[test]

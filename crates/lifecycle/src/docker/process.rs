@@ -152,6 +152,9 @@ impl Provider {
             .arg("--exit-with-dir")
             .arg(&self.dir)
             .arg("--peering-controllers")
+            .arg("false")
+            // A provisioned cluster has no Velero until one is installed.
+            .arg("--velero")
             .arg("false");
         if let Some(cidr) = &spec.pod_cidr {
             command.arg("--pod-cidr").arg(cidr);

@@ -1,0 +1,368 @@
+//! Backup and restore on Velero's API, as Velero's users drive it with
+//! kubectl: two members share a storage location; a Backup of a
+//! namespace in one is synced into the other and restored there, and
+//! into a new namespace of the first; bad requests fail validation with
+//! Velero's messages.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Server, assert_has, wait_for};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn location(dir: &std::path::Path) -> String {
+    format!(
+        r#"
+apiVersion: velero.io/v1
+kind: BackupStorageLocation
+metadata: {{name: default, namespace: velero}}
+spec:
+  provider: filesystem
+  objectStorage: {{bucket: velero, prefix: fleet}}
+  config: {{path: "{}"}}
+  default: true
+"#,
+        dir.display()
+    )
+}
+
+/// Velero's nginx example, with a claim its pods use.
+const NGINX_EXAMPLE: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: nginx-example, labels: {app: nginx}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: nginx-logs, namespace: nginx-example, labels: {app: nginx}}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 50Mi}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: nginx-config, namespace: nginx-example}
+data: {greeting: hello}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: nginx-deployment, namespace: nginx-example}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: nginx}}
+  template:
+    metadata: {labels: {app: nginx}}
+    spec:
+      volumes: [{name: nginx-logs, persistentVolumeClaim: {claimName: nginx-logs}}]
+      containers:
+      - image: nginx:1.17.6
+        name: nginx
+        ports: [{containerPort: 80}]
+        volumeMounts: [{mountPath: /var/log/nginx, name: nginx-logs}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: my-nginx, namespace: nginx-example, labels: {app: nginx}}
+spec:
+  ports: [{port: 80, targetPort: 80}]
+  selector: {app: nginx}
+  type: LoadBalancer
+"#;
+
+fn field(m: &Server, args: &[&str], path: &str) -> String {
+    let mut all = args.to_vec();
+    let jsonpath = format!("jsonpath={path}");
+    all.extend(["-o", &jsonpath]);
+    String::from_utf8_lossy(&m.kubectl(&all).stdout)
+        .trim()
+        .to_string()
+}
+
+fn phase(m: &Server, kind: &str, name: &str) -> String {
+    field(m, &["get", kind, name, "-n", "velero"], "{.status.phase}")
+}
+
+fn wait_phase(m: &Server, kind: &str, name: &str, want: &str) {
+    let mut last = String::new();
+    let deadline = std::time::Instant::now() + WAIT;
+    while std::time::Instant::now() < deadline {
+        last = phase(m, kind, name);
+        if last == want {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let yaml = m.kubectl(&["get", kind, name, "-n", "velero", "-o", "yaml"]);
+    panic!(
+        "{kind} {name} is {last:?}, not {want}:\n{}\n{}",
+        String::from_utf8_lossy(&yaml.stdout),
+        m.log()
+    );
+}
+
+#[test]
+fn a_backup_in_one_member_restores_in_another_and_in_a_new_namespace() {
+    let storage = tempfile::tempdir().expect("tempdir");
+    let a = Server::member("bk-a", &["--nodes", "2"]);
+    let b = Server::member("bk-b", &["--nodes", "2"]);
+    for m in [&a, &b] {
+        wait_for(WAIT, "Velero's kinds served", || {
+            m.kubectl(&["get", "bsl", "-n", "velero"]).status.success()
+        });
+        m.ok_stdin(&["apply", "-f", "-"], &location(storage.path()));
+        wait_for(WAIT, "the location Available", || {
+            phase(m, "bsl", "default") == "Available"
+        });
+        assert_has(
+            &m.ok(&["get", "bsl", "-n", "velero"]),
+            &["PHASE", "LAST VALIDATED", "DEFAULT", "Available", "true"],
+        );
+    }
+    a.ok_stdin(&["apply", "-f", "-"], NGINX_EXAMPLE);
+    a.ok(&[
+        "rollout",
+        "status",
+        "-n",
+        "nginx-example",
+        "deployment/nginx-deployment",
+        "--timeout=60s",
+    ]);
+    wait_for(WAIT, "the claim bound", || {
+        field(
+            &a,
+            &["get", "pvc", "nginx-logs", "-n", "nginx-example"],
+            "{.status.phase}",
+        ) == "Bound"
+    });
+
+    a.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: velero.io/v1
+kind: Backup
+metadata: {name: nginx-backup, namespace: velero}
+spec:
+  includedNamespaces: [nginx-example]
+  ttl: 720h0m0s
+"#,
+    );
+    wait_phase(&a, "backup", "nginx-backup", "Completed");
+    let status = |path: &str| field(&a, &["get", "backup", "nginx-backup", "-n", "velero"], path);
+    let items: usize = status("{.status.progress.itemsBackedUp}")
+        .parse()
+        .unwrap_or(0);
+    // The namespace, claim and its volume, config map, deployment, its
+    // replica set and two pods, service, endpoints...
+    assert!(items >= 9, "{items} items backed up");
+    assert_eq!(status("{.status.formatVersion}"), "1.1.0");
+    assert!(!status("{.status.expiration}").is_empty());
+    let stored = storage.path().join("velero/fleet/backups/nginx-backup");
+    for file in [
+        "nginx-backup.tar.gz",
+        "velero-backup.json",
+        "nginx-backup-resource-list.json.gz",
+        "nginx-backup-logs.gz",
+    ] {
+        assert!(stored.join(file).is_file(), "{file} in the location");
+    }
+
+    // The other member finds it in the shared location and restores it.
+    wait_for(WAIT, "the backup synced into the other member", || {
+        phase(&b, "backup", "nginx-backup") == "Completed"
+    });
+    b.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: velero.io/v1
+kind: Restore
+metadata: {name: nginx-restore, namespace: velero}
+spec:
+  backupName: nginx-backup
+"#,
+    );
+    wait_phase(&b, "restore", "nginx-restore", "Completed");
+    b.ok(&[
+        "rollout",
+        "status",
+        "-n",
+        "nginx-example",
+        "deployment/nginx-deployment",
+        "--timeout=60s",
+    ]);
+    assert_eq!(
+        field(
+            &b,
+            &["get", "cm", "nginx-config", "-n", "nginx-example"],
+            "{.data.greeting}"
+        ),
+        "hello"
+    );
+    assert_eq!(
+        field(
+            &b,
+            &["get", "deploy", "nginx-deployment", "-n", "nginx-example"],
+            "{.metadata.labels.velero\\.io/restore-name}"
+        ),
+        "nginx-restore"
+    );
+    // Two pods, not four: the Deployment made its own again.
+    wait_for(WAIT, "two nginx pods in the restored namespace", || {
+        field(
+            &b,
+            &["get", "pods", "-n", "nginx-example", "-l", "app=nginx"],
+            "{.items[*].metadata.name}",
+        )
+        .split_whitespace()
+        .count()
+            == 2
+    });
+    // The claim got a volume of this member; the Service an address of
+    // this member's range.
+    wait_for(WAIT, "the restored claim bound here", || {
+        field(
+            &b,
+            &["get", "pvc", "nginx-logs", "-n", "nginx-example"],
+            "{.status.phase}",
+        ) == "Bound"
+    });
+    assert_ne!(
+        field(
+            &b,
+            &["get", "svc", "my-nginx", "-n", "nginx-example"],
+            "{.spec.clusterIP}"
+        ),
+        ""
+    );
+
+    // Into a new namespace of the first member.
+    a.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: velero.io/v1
+kind: Restore
+metadata: {name: nginx-copy, namespace: velero}
+spec:
+  backupName: nginx-backup
+  namespaceMapping: {nginx-example: nginx-copy}
+"#,
+    );
+    wait_phase(&a, "restore", "nginx-copy", "Completed");
+    a.ok(&[
+        "rollout",
+        "status",
+        "-n",
+        "nginx-copy",
+        "deployment/nginx-deployment",
+        "--timeout=60s",
+    ]);
+    assert_eq!(
+        field(
+            &a,
+            &["get", "cm", "nginx-config", "-n", "nginx-copy"],
+            "{.data.greeting}"
+        ),
+        "hello"
+    );
+
+    // Again where everything exists: warnings, nothing changed.
+    b.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: velero.io/v1
+kind: Restore
+metadata: {name: nginx-again, namespace: velero}
+spec:
+  backupName: nginx-backup
+"#,
+    );
+    wait_phase(&b, "restore", "nginx-again", "Completed");
+    let warnings: usize = field(
+        &b,
+        &["get", "restore", "nginx-again", "-n", "velero"],
+        "{.status.warnings}",
+    )
+    .parse()
+    .unwrap_or(0);
+    assert!(warnings > 0, "an existing, changed object is a warning");
+}
+
+#[test]
+fn requests_velero_would_refuse_fail_validation_and_say_why() {
+    let m = Server::member("bk-bad", &[]);
+    wait_for(WAIT, "Velero's kinds served", || {
+        m.kubectl(&["get", "backups", "-n", "velero"])
+            .status
+            .success()
+    });
+    m.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: velero.io/v1
+kind: Backup
+metadata: {name: nowhere, namespace: velero}
+spec:
+  storageLocation: nowhere
+---
+apiVersion: velero.io/v1
+kind: Restore
+metadata: {name: from-nothing, namespace: velero}
+spec:
+  backupName: never-made
+---
+apiVersion: velero.io/v1
+kind: Restore
+metadata: {name: bad-policy, namespace: velero}
+spec:
+  backupName: never-made
+  existingResourcePolicy: overwrite
+---
+apiVersion: velero.io/v1
+kind: BackupStorageLocation
+metadata: {name: s3, namespace: velero}
+spec:
+  provider: aws
+  objectStorage: {bucket: velero}
+"#,
+    );
+    wait_phase(&m, "backup", "nowhere", "FailedValidation");
+    assert_has(
+        &field(
+            &m,
+            &["get", "backup", "nowhere", "-n", "velero"],
+            "{.status.validationErrors[0]}",
+        ),
+        &["the default nowhere was not found"],
+    );
+    wait_phase(&m, "restore", "from-nothing", "FailedValidation");
+    assert_has(
+        &field(
+            &m,
+            &["get", "restore", "from-nothing", "-n", "velero"],
+            "{.status.validationErrors[0]}",
+        ),
+        &["backups.velero.io \"never-made\" not found"],
+    );
+    wait_phase(&m, "restore", "bad-policy", "FailedValidation");
+    assert_has(
+        &field(
+            &m,
+            &["get", "restore", "bad-policy", "-n", "velero"],
+            "{.status.validationErrors}",
+        ),
+        &["Invalid ExistingResourcePolicy: overwrite"],
+    );
+    wait_phase(&m, "bsl", "s3", "Unavailable");
+    assert_has(
+        &field(
+            &m,
+            &["get", "bsl", "s3", "-n", "velero"],
+            "{.status.message}",
+        ),
+        &[
+            "BackupStorageLocation \"s3\" is unavailable",
+            "provider \"aws\"",
+        ],
+    );
+}
