@@ -218,7 +218,7 @@ async fn sync(binding: &Binding, ctx: &Ctx, synced: &Synced) -> Result<Next, Err
     );
     // Nothing is delivered to a cluster leaving the fleet: its Works are
     // being removed so that it can go (the scheduler drops it too).
-    targets.retain(|c| !crate::scheduler::leaving(&ctx.clusters, c));
+    targets.retain(|c| !ctx.leaving(c));
     let epoch = ctx.overrides_epoch.load(Ordering::SeqCst);
     let stamp = (uid, binding.metadata.generation, epoch);
     if synced.wrote(&key, &stamp) {

@@ -114,6 +114,12 @@ impl Shared {
         self.clusters
             .get(&kube::runtime::reflector::ObjectRef::new(name))
     }
+
+    /// Whether the cluster named is gone or going from the fleet.
+    pub fn leaving(&self, name: &str) -> bool {
+        self.cluster(name)
+            .is_none_or(|c| c.metadata.deletion_timestamp.is_some())
+    }
 }
 
 /// Logs a failed reconcile that will be retried.

@@ -12,13 +12,12 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::json;
 use tracing::{debug, info};
 
-use crate::api::{Binding, BindingStatus, Cluster, annotations};
+use crate::api::{Binding, BindingStatus, annotations};
 use crate::conditions;
 use crate::context::Ctx;
 use crate::error::Error;
@@ -286,7 +285,7 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<State>) -> Result<Next, Err
             let staying: Vec<_> = spec
                 .clusters
                 .iter()
-                .filter(|t| !leaving(&ctx.clusters, &t.name))
+                .filter(|t| !ctx.leaving(&t.name))
                 .cloned()
                 .collect();
             if staying.len() != spec.clusters.len() {
@@ -321,13 +320,6 @@ async fn reconcile(binding: Arc<Binding>, state: Arc<State>) -> Result<Next, Err
         decided.lock().insert(uid, (generation, epoch));
     }
     Ok(None)
-}
-
-/// Whether the cluster named is gone or going from the fleet.
-pub fn leaving(clusters: &Store<Cluster>, name: &str) -> bool {
-    clusters
-        .get(&ObjectRef::new(name))
-        .is_none_or(|c| c.metadata.deletion_timestamp.is_some())
 }
 
 /// Whether a WorkloadRebalancer asked for a fresh division after the last
