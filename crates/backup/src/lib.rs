@@ -3,7 +3,8 @@
 //! the backups found in them are synced in as Backup objects; a Backup
 //! writes the cluster's objects to its location as Velero's tarball; a
 //! Restore reads one back, in Velero's order, into the same or another
-//! cluster. A hub serves the kinds too, so that Backups and Restores can
+//! cluster; a Schedule makes Backups as its cron expression comes due.
+//! A hub serves the kinds too, so that Backups and Restores can
 //! be propagated to members as Karmada's Velero guide propagates them.
 
 #![forbid(unsafe_code)]
@@ -15,6 +16,7 @@ mod controller;
 pub mod filter;
 pub mod location;
 mod restore;
+mod schedule;
 mod storage_location;
 
 use kube::Client;
@@ -43,6 +45,7 @@ pub async fn run(client: Client) {
     tokio::join!(
         storage_location::run(client.clone()),
         backup::run(client.clone()),
-        restore::run(client),
+        restore::run(client.clone()),
+        schedule::run(client),
     );
 }

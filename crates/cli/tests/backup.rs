@@ -366,3 +366,116 @@ spec:
         ],
     );
 }
+
+/// A Schedule backs up at once and then as its expression comes due; a
+/// Restore naming the schedule takes its newest backup; an expression
+/// Velero cannot read fails validation.
+#[test]
+fn a_schedule_backs_up_and_a_restore_takes_its_newest_backup() {
+    let storage = tempfile::tempdir().expect("tempdir");
+    let m = Server::member("bk-sched", &[]);
+    wait_for(WAIT, "Velero's kinds served", || {
+        m.kubectl(&["get", "bsl", "-n", "velero"]).status.success()
+    });
+    m.ok_stdin(&["apply", "-f", "-"], &location(storage.path()));
+    m.ok(&["create", "namespace", "shop"]);
+    m.ok(&[
+        "create",
+        "configmap",
+        "prices",
+        "-n",
+        "shop",
+        "--from-literal=apple=3",
+    ]);
+    m.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: velero.io/v1
+kind: Schedule
+metadata: {name: shop-hourly, namespace: velero}
+spec:
+  schedule: "@every 1h"
+  template:
+    includedNamespaces: [shop]
+    ttl: 24h0m0s
+---
+apiVersion: velero.io/v1
+kind: Schedule
+metadata: {name: unreadable, namespace: velero}
+spec:
+  schedule: "every day at noon"
+  template: {}
+"#,
+    );
+    wait_phase(&m, "schedule", "shop-hourly", "Enabled");
+    wait_for(WAIT, "the first scheduled backup completed", || {
+        field(
+            &m,
+            &[
+                "get",
+                "backups",
+                "-n",
+                "velero",
+                "-l",
+                "velero.io/schedule-name=shop-hourly",
+            ],
+            "{.items[*].status.phase}",
+        ) == "Completed"
+    });
+    let backup = field(
+        &m,
+        &[
+            "get",
+            "backups",
+            "-n",
+            "velero",
+            "-l",
+            "velero.io/schedule-name=shop-hourly",
+        ],
+        "{.items[0].metadata.name}",
+    );
+    assert!(
+        backup.starts_with("shop-hourly-") && backup.len() == "shop-hourly-".len() + 14,
+        "{backup}"
+    );
+    assert_has(
+        &m.ok(&["get", "schedules", "-n", "velero"]),
+        &[
+            "STATUS",
+            "SCHEDULE",
+            "LASTBACKUP",
+            "PAUSED",
+            "Enabled",
+            "@every 1h",
+        ],
+    );
+    wait_phase(&m, "schedule", "unreadable", "FailedValidation");
+    assert_has(
+        &field(
+            &m,
+            &["get", "schedule", "unreadable", "-n", "velero"],
+            "{.status.validationErrors[0]}",
+        ),
+        &["invalid schedule"],
+    );
+    m.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: velero.io/v1
+kind: Restore
+metadata: {name: shop-back, namespace: velero}
+spec:
+  scheduleName: shop-hourly
+  namespaceMapping: {shop: shop-restored}
+"#,
+    );
+    wait_phase(&m, "restore", "shop-back", "Completed");
+    assert_eq!(
+        field(
+            &m,
+            &["get", "cm", "prices", "-n", "shop-restored"],
+            "{.data.apple}"
+        ),
+        "3"
+    );
+}
