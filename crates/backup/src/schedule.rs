@@ -29,7 +29,7 @@ pub async fn run(client: Client) {
 /// When a schedule comes due.
 #[derive(Debug)]
 enum Cadence {
-    Cron(flotilla_core::schedule::Schedule),
+    Cron(Box<flotilla_core::schedule::Schedule>),
     Every(Duration),
 }
 
@@ -48,7 +48,7 @@ impl Cadence {
                 });
         }
         flotilla_core::schedule::Schedule::parse(expression, Some("UTC"))
-            .map(Cadence::Cron)
+            .map(|s| Cadence::Cron(Box::new(s)))
             .map_err(|e| format!("invalid schedule: {e}"))
     }
 
