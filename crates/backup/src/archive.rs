@@ -150,6 +150,13 @@ pub fn gzip(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
     gz.finish()
 }
 
+/// What `gzip` made.
+pub fn gunzip(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    GzDecoder::new(bytes).read_to_end(&mut out)?;
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

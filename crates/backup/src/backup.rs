@@ -19,6 +19,7 @@ use crate::archive::{self, Item};
 use crate::controller::{self, Error, json, now, objects, write_status};
 use crate::filter::{IncludesExcludes, selector_string};
 use crate::storage_location::{self, STORAGE_LOCATION_LABEL, SYNCED_ANNOTATION};
+use crate::volumes::{self, VolumeBackup};
 
 /// Velero's default `ttl`: 30 days.
 const DEFAULT_TTL: Duration = Duration::from_secs(720 * 3600);
@@ -124,13 +125,10 @@ async fn reconcile(
     info!(backup = %name, location = %location_name, "backing up");
 
     let collected = collect(&client, spec).await?;
-    let mut warnings = collected.warnings;
-    if spec["defaultVolumesToFsBackup"] == json!(true) {
-        warnings.push(
-            "defaultVolumesToFsBackup: file-system backup of volume data is not done yet; only the objects are backed up".into(),
-        );
-    }
+    let warnings = collected.warnings;
     let items = collected.items;
+    let by_default = spec["defaultVolumesToFsBackup"] == json!(true);
+    let (volume_backups, errors) = back_up_volumes(&client, &items, &location, by_default).await;
     let tarball = archive::write(&items)?;
     let mut resource_list: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for item in &items {
@@ -148,16 +146,21 @@ async fn reconcile(
     for list in resource_list.values_mut() {
         list.sort();
     }
-    let results = json!({"warnings": {"velero": warnings}, "errors": {}});
+    let results = json!({"warnings": {"velero": warnings}, "errors": {"velero": errors}});
     let log: String = warnings
         .iter()
         .map(|w| format!("level=warning msg=\"{w}\" backup=velero/{name}\n"))
         .collect();
+    let phase = if errors.is_empty() {
+        "Completed"
+    } else {
+        "PartiallyFailed"
+    };
     let status = json!({
-        "phase": "Completed", "startTimestamp": start, "completionTimestamp": now(),
+        "phase": phase, "startTimestamp": start, "completionTimestamp": now(),
         "expiration": expiration, "version": 1, "formatVersion": archive::FORMAT_VERSION,
         "progress": {"totalItems": items.len(), "itemsBackedUp": items.len()},
-        "warnings": warnings.len(),
+        "warnings": warnings.len(), "errors": errors.len(),
     });
     let mut stored = object.clone();
     stored["status"] = status.clone();
@@ -178,6 +181,11 @@ async fn reconcile(
         &format!("{name}-logs.gz"),
         &archive::gzip(log.as_bytes())?,
     )?;
+    location.put(
+        &name,
+        &format!("{name}-podvolumebackups.json.gz"),
+        &archive::gzip(&serde_json::to_vec(&volume_backups)?)?,
+    )?;
     // Last: a backup is in the storage once its metadata is.
     location.put(
         &name,
@@ -185,8 +193,58 @@ async fn reconcile(
         &serde_json::to_vec_pretty(&stored)?,
     )?;
     write_status(&api, &name, status).await?;
-    info!(backup = %name, items = items.len(), "backup completed");
+    info!(backup = %name, items = items.len(), volumes = volume_backups.len(), errors = errors.len(), "backup done");
     Ok(None)
+}
+
+/// Backs up the data of the volumes the backed-up pods' claims name, once
+/// per claim; what was stored, and the errors.
+async fn back_up_volumes(
+    client: &Client,
+    items: &[Item],
+    location: &crate::location::Location,
+    by_default: bool,
+) -> (Vec<VolumeBackup>, Vec<String>) {
+    let mut done: Vec<VolumeBackup> = Vec::new();
+    let mut errors = Vec::new();
+    let pvs: Api<DynamicObject> = Api::all_with(client.clone(), &pv_resource());
+    for pod in items.iter().filter(|i| i.group_resource == "pods") {
+        let Some(ns) = &pod.namespace else { continue };
+        let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+            Api::namespaced(client.clone(), ns);
+        for (volume, claim) in volumes::volumes_to_back_up(&pod.object, by_default) {
+            if done.iter().any(|d| d.namespace == *ns && d.pvc == claim) {
+                continue;
+            }
+            let dir = async {
+                let pvc = claims.get_opt(&claim).await.ok()??;
+                let pv_name = pvc.spec?.volume_name?;
+                let pv = pvs.get_opt(&pv_name).await.ok()??;
+                volumes::volume_dir(&json(&pv))
+            }
+            .await;
+            let Some(dir) = dir else {
+                errors.push(format!(
+                    "pod {ns}/{}: volume {volume}: claim {claim} has no volume on this host",
+                    pod.name
+                ));
+                continue;
+            };
+            match volumes::back_up(location, ns, &dir) {
+                Ok((snapshot_id, total_bytes, files)) => done.push(VolumeBackup {
+                    namespace: ns.clone(),
+                    pod: pod.name.clone(),
+                    volume,
+                    pvc: claim,
+                    snapshot_id,
+                    total_bytes,
+                    files,
+                }),
+                Err(e) => errors.push(format!("pod {ns}/{}: volume {volume}: {e}", pod.name)),
+            }
+        }
+    }
+    (done, errors)
 }
 
 async fn fail_validation(

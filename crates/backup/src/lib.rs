@@ -18,6 +18,7 @@ pub mod location;
 mod restore;
 mod schedule;
 mod storage_location;
+pub mod volumes;
 
 use kube::Client;
 use tracing::warn;

@@ -79,10 +79,7 @@ impl Location {
 
     /// Writes `file` under `dir` (`restores/<name>`), whole or not at all.
     pub fn put_under(&self, dir: &str, file: &str, bytes: &[u8]) -> Result<(), LocationError> {
-        let dir = dir
-            .split('/')
-            .filter(|p| !p.is_empty() && *p != "..")
-            .fold(self.root.clone(), |d, p| d.join(p));
+        let dir = self.under(dir);
         std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
         let path = dir.join(file);
         let tmp = dir.join(format!(".{file}.tmp"));
@@ -92,7 +89,23 @@ impl Location {
 
     /// A file of a backup; None when it is not there.
     pub fn get(&self, backup: &str, file: &str) -> Result<Option<Vec<u8>>, LocationError> {
-        let path = self.backup_dir(backup).join(file);
+        self.get_under(&format!("backups/{backup}"), file)
+    }
+
+    /// Whether `file` under `dir` is there.
+    pub fn has(&self, dir: &str, file: &str) -> bool {
+        self.under(dir).join(file).is_file()
+    }
+
+    fn under(&self, dir: &str) -> PathBuf {
+        dir.split('/')
+            .filter(|p| !p.is_empty() && *p != "..")
+            .fold(self.root.clone(), |d, p| d.join(p))
+    }
+
+    /// `file` under `dir`; None when it is not there.
+    pub fn get_under(&self, dir: &str, file: &str) -> Result<Option<Vec<u8>>, LocationError> {
+        let path = self.under(dir).join(file);
         match std::fs::read(&path) {
             Ok(bytes) => Ok(Some(bytes)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),

@@ -18,6 +18,7 @@ use crate::archive::{self, Item};
 use crate::controller::{self, Error, json, now, objects, write_status};
 use crate::filter::IncludesExcludes;
 use crate::storage_location::{self, STORAGE_LOCATION_LABEL};
+use crate::volumes::{self, VolumeBackup};
 
 /// Velero's default restore priorities: these first, in this order, then
 /// the rest alphabetically, then the low ones.
@@ -201,6 +202,32 @@ async fn reconcile(client: Client, restore: Arc<DynamicObject>) -> Result<Option
         )
         .await;
     }
+    // Then the data of the volumes backed up, into the restored claims.
+    let namespaces = IncludesExcludes::of(&spec["includedNamespaces"], &spec["excludedNamespaces"]);
+    let records = storage
+        .get(
+            &backup_name,
+            &format!("{backup_name}-podvolumebackups.json.gz"),
+        )?
+        .and_then(|gz| archive::gunzip(&gz).ok())
+        .and_then(|bytes| serde_json::from_slice::<Vec<VolumeBackup>>(&bytes).ok())
+        .unwrap_or_default();
+    for record in records
+        .iter()
+        .filter(|r| namespaces.includes(&[&r.namespace]))
+    {
+        let target = mapping
+            .get(&record.namespace)
+            .and_then(Value::as_str)
+            .unwrap_or(&record.namespace)
+            .to_string();
+        if let Err(e) = restore_volume(&client, &storage, record, &target).await {
+            outcome.errors.push(format!(
+                "volume {} of pod {}/{} (claim {}): {e}",
+                record.volume, record.namespace, record.pod, record.pvc
+            ));
+        }
+    }
     for error in &outcome.errors {
         warn!(restore = %name, %error, "an item was not restored");
     }
@@ -227,6 +254,52 @@ async fn reconcile(client: Client, restore: Arc<DynamicObject>) -> Result<Option
     .await?;
     info!(restore = %name, restored = outcome.restored, warnings = outcome.warnings.len(), errors = outcome.errors.len(), "restore done");
     Ok(None)
+}
+
+/// How long a restored claim may take to be bound (its pod scheduled,
+/// its volume provisioned) before its data is given up on.
+const CLAIM_BOUND_WAIT: Duration = Duration::from_secs(60);
+
+/// Writes a volume's backed-up data into the volume its restored claim is
+/// bound to, once it is.
+async fn restore_volume(
+    client: &Client,
+    storage: &crate::location::Location,
+    record: &VolumeBackup,
+    namespace: &str,
+) -> Result<(), String> {
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(client.clone(), namespace);
+    let deadline = tokio::time::Instant::now() + CLAIM_BOUND_WAIT;
+    let volume = loop {
+        let claim = claims
+            .get_opt(&record.pvc)
+            .await
+            .map_err(|e| e.to_string())?;
+        let Some(claim) = claim else {
+            return Err(format!("claim {namespace}/{} was not restored", record.pvc));
+        };
+        let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+        if let Some(name) = claim.spec.and_then(|s| s.volume_name).filter(|_| bound) {
+            break name;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "claim {namespace}/{} was not bound within {}s (no pod uses it?)",
+                record.pvc,
+                CLAIM_BOUND_WAIT.as_secs()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let pvs: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(client.clone());
+    let pv = pvs.get(&volume).await.map_err(|e| e.to_string())?;
+    let dir = volumes::volume_dir(&serde_json::to_value(&pv).unwrap_or_default())
+        .ok_or_else(|| format!("volume {volume} is not a directory on this host"))?;
+    let bytes = volumes::restore(storage, &record.namespace, &record.snapshot_id, &dir)
+        .map_err(|e| e.to_string())?;
+    info!(claim = %format!("{namespace}/{}", record.pvc), %volume, bytes, "volume data restored");
+    Ok(())
 }
 
 /// The newest completed backup of a schedule.

@@ -136,6 +136,19 @@ fn a_backup_in_one_member_restores_in_another_and_in_a_new_namespace() {
             "{.status.phase}",
         ) == "Bound"
     });
+    // What the pods wrote to their volume (a directory on this host).
+    let volume_dir = |m: &Server, ns: &str| {
+        let pv = field(
+            m,
+            &["get", "pvc", "nginx-logs", "-n", ns],
+            "{.spec.volumeName}",
+        );
+        std::path::PathBuf::from(field(m, &["get", "pv", &pv], "{.spec.hostPath.path}"))
+    };
+    let written = volume_dir(&a, "nginx-example");
+    std::fs::create_dir_all(written.join("archive")).expect("volume dir");
+    std::fs::write(written.join("access.log"), "GET / 200\n").expect("write");
+    std::fs::write(written.join("archive/old.log"), "GET /old 404\n").expect("write");
 
     a.ok_stdin(
         &["apply", "-f", "-"],
@@ -145,6 +158,7 @@ kind: Backup
 metadata: {name: nginx-backup, namespace: velero}
 spec:
   includedNamespaces: [nginx-example]
+  defaultVolumesToFsBackup: true
   ttl: 720h0m0s
 "#,
     );
@@ -164,6 +178,7 @@ spec:
         "velero-backup.json",
         "nginx-backup-resource-list.json.gz",
         "nginx-backup-logs.gz",
+        "nginx-backup-podvolumebackups.json.gz",
     ] {
         assert!(stored.join(file).is_file(), "{file} in the location");
     }
@@ -227,6 +242,18 @@ spec:
             "{.status.phase}",
         ) == "Bound"
     });
+
+    // Its data came along, into this member's new volume.
+    let restored = volume_dir(&b, "nginx-example");
+    assert_ne!(restored, written);
+    assert_eq!(
+        std::fs::read_to_string(restored.join("access.log")).expect("restored file"),
+        "GET / 200\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(restored.join("archive/old.log")).expect("restored file"),
+        "GET /old 404\n"
+    );
     assert_ne!(
         field(
             &b,

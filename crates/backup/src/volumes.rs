@@ -1,0 +1,295 @@
+//! File-system backup of volume data, as Velero's node agent does it:
+//! the files of the volumes a Backup takes (every claim-backed volume of
+//! its pods with `defaultVolumesToFsBackup`, or those a pod names in
+//! `backup.velero.io/backup-volumes`) are stored in the location by
+//! content (`kopia/<namespace>/objects/<sha256>`, each stored once however
+//! many backups hold it), with a snapshot listing them; a Restore writes
+//! them back into the restored claim's volume, each checked against its
+//! checksum. Volumes are directories on this host (`hostPath` or `local`
+//! volumes, as the local provisioner makes them).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::location::{Location, LocationError};
+
+/// One volume's data in a backup (Velero's PodVolumeBackup, as stored in
+/// `<backup>-podvolumebackups.json.gz`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeBackup {
+    pub namespace: String,
+    pub pod: String,
+    pub volume: String,
+    pub pvc: String,
+    pub snapshot_id: String,
+    pub total_bytes: u64,
+    pub files: usize,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+struct Snapshot {
+    dirs: Vec<String>,
+    files: Vec<FileEntry>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct FileEntry {
+    path: String,
+    sha256: String,
+    size: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeError {
+    #[error(transparent)]
+    Location(#[from] LocationError),
+    #[error("{path}: {message}")]
+    Io { path: String, message: String },
+    #[error("volume data of snapshot {0} is missing from the location")]
+    Missing(String),
+    #[error("{path}: its data does not match its checksum (the location is damaged)")]
+    Checksum { path: String },
+}
+
+fn io(path: &Path, e: std::io::Error) -> VolumeError {
+    VolumeError::Io {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn repository(namespace: &str) -> String {
+    format!("kopia/{namespace}")
+}
+
+/// The volumes of `pod` that a Backup takes: (volume, claim) pairs.
+pub fn volumes_to_back_up(pod: &Value, by_default: bool) -> Vec<(String, String)> {
+    let annotation = |key: &str| -> Vec<String> {
+        pod["metadata"]["annotations"][key]
+            .as_str()
+            .map(|v| {
+                v.split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let named = annotation("backup.velero.io/backup-volumes");
+    let excluded = annotation("backup.velero.io/backup-volumes-excludes");
+    pod["spec"]["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            let name = v["name"].as_str()?.to_string();
+            let claim = v["persistentVolumeClaim"]["claimName"]
+                .as_str()?
+                .to_string();
+            let taken = if by_default {
+                !excluded.contains(&name)
+            } else {
+                named.contains(&name)
+            };
+            taken.then_some((name, claim))
+        })
+        .collect()
+}
+
+/// The directory on this host that a PersistentVolume is.
+pub fn volume_dir(pv: &Value) -> Option<PathBuf> {
+    pv["spec"]["hostPath"]["path"]
+        .as_str()
+        .or(pv["spec"]["local"]["path"].as_str())
+        .map(PathBuf::from)
+}
+
+fn walk(
+    root: &Path,
+    dir: &Path,
+    snapshot: &mut Snapshot,
+    found: &mut Vec<PathBuf>,
+) -> Result<(), VolumeError> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| io(dir, e))?
+        .flatten()
+        .collect();
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let path = entry.path();
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        let relative = path
+            .strip_prefix(root)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if kind.is_dir() {
+            snapshot.dirs.push(relative);
+            walk(root, &path, snapshot, found)?;
+        } else if kind.is_file() {
+            found.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Stores the files under `dir` in the location's repository of
+/// `namespace`; the snapshot's id and the bytes it holds.
+pub fn back_up(
+    location: &Location,
+    namespace: &str,
+    dir: &Path,
+) -> Result<(String, u64, usize), VolumeError> {
+    let repo = repository(namespace);
+    let mut snapshot = Snapshot::default();
+    let mut files = Vec::new();
+    walk(dir, dir, &mut snapshot, &mut files)?;
+    let mut total = 0;
+    for path in &files {
+        let bytes = std::fs::read(path).map_err(|e| io(path, e))?;
+        let sum = hex(&Sha256::digest(&bytes));
+        let objects = format!("{repo}/objects");
+        if !location.has(&objects, &sum) {
+            location.put_under(&objects, &sum, &bytes)?;
+        }
+        total += bytes.len() as u64;
+        snapshot.files.push(FileEntry {
+            path: path
+                .strip_prefix(dir)
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            sha256: sum,
+            size: bytes.len() as u64,
+        });
+    }
+    let manifest = serde_json::to_vec(&snapshot).map_err(|e| VolumeError::Io {
+        path: dir.display().to_string(),
+        message: e.to_string(),
+    })?;
+    let id = hex(&Sha256::digest(&manifest))[..32].to_string();
+    location.put_under(
+        &format!("{repo}/snapshots"),
+        &format!("{id}.json"),
+        &manifest,
+    )?;
+    Ok((id, total, snapshot.files.len()))
+}
+
+/// Writes a snapshot's files into `dir`, each checked against its
+/// checksum; the bytes written.
+pub fn restore(
+    location: &Location,
+    namespace: &str,
+    snapshot_id: &str,
+    dir: &Path,
+) -> Result<u64, VolumeError> {
+    let repo = repository(namespace);
+    let manifest = location
+        .get_under(&format!("{repo}/snapshots"), &format!("{snapshot_id}.json"))?
+        .ok_or_else(|| VolumeError::Missing(snapshot_id.into()))?;
+    let snapshot: Snapshot =
+        serde_json::from_slice(&manifest).map_err(|_| VolumeError::Missing(snapshot_id.into()))?;
+    let inside = |relative: &str| -> PathBuf {
+        relative
+            .split('/')
+            .filter(|p| !p.is_empty() && *p != ".." && *p != ".")
+            .fold(dir.to_path_buf(), |d, p| d.join(p))
+    };
+    for d in &snapshot.dirs {
+        let path = inside(d);
+        std::fs::create_dir_all(&path).map_err(|e| io(&path, e))?;
+    }
+    let mut total = 0;
+    for f in &snapshot.files {
+        let bytes = location
+            .get_under(&format!("{repo}/objects"), &f.sha256)?
+            .ok_or_else(|| VolumeError::Missing(snapshot_id.into()))?;
+        let path = inside(&f.path);
+        if hex(&Sha256::digest(&bytes)) != f.sha256 {
+            return Err(VolumeError::Checksum {
+                path: f.path.clone(),
+            });
+        }
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
+        }
+        std::fs::write(&path, &bytes).map_err(|e| io(&path, e))?;
+        total += bytes.len() as u64;
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn files_go_in_once_by_content_and_come_back_checked() {
+        let store = tempfile::tempdir().unwrap();
+        let location = Location::of(
+            &json!({"provider": "filesystem", "objectStorage": {"bucket": "b"},
+                                            "config": {"path": store.path().to_str().unwrap()}}),
+        )
+        .unwrap();
+        let volume = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(volume.path().join("logs/empty")).unwrap();
+        std::fs::write(volume.path().join("logs/a.log"), b"same").unwrap();
+        std::fs::write(volume.path().join("b.log"), b"same").unwrap();
+        let (id, bytes, files) = back_up(&location, "shop", volume.path()).unwrap();
+        assert_eq!((bytes, files), (8, 2));
+        let objects = store.path().join("b/kopia/shop/objects");
+        assert_eq!(
+            std::fs::read_dir(&objects).unwrap().count(),
+            1,
+            "stored once"
+        );
+        let target = tempfile::tempdir().unwrap();
+        assert_eq!(restore(&location, "shop", &id, target.path()).unwrap(), 8);
+        assert_eq!(
+            std::fs::read(target.path().join("logs/a.log")).unwrap(),
+            b"same"
+        );
+        assert!(target.path().join("logs/empty").is_dir());
+        // A damaged object is refused, not written.
+        let object = std::fs::read_dir(&objects)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        std::fs::write(&object, b"changed").unwrap();
+        let again = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            restore(&location, "shop", &id, again.path()),
+            Err(VolumeError::Checksum { .. })
+        ));
+    }
+
+    #[test]
+    fn volumes_are_taken_by_default_or_by_name() {
+        let pod = json!({"metadata": {"annotations": {"backup.velero.io/backup-volumes": "data",
+                                                        "backup.velero.io/backup-volumes-excludes": "cache"}},
+            "spec": {"volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": "data-0"}},
+                {"name": "cache", "persistentVolumeClaim": {"claimName": "cache-0"}},
+                {"name": "tmp", "emptyDir": {}}]}});
+        assert_eq!(
+            volumes_to_back_up(&pod, false),
+            vec![("data".into(), "data-0".into())]
+        );
+        assert_eq!(
+            volumes_to_back_up(&pod, true),
+            vec![("data".into(), "data-0".into())]
+        );
+    }
+}
