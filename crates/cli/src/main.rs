@@ -17,6 +17,7 @@ mod store_migrate;
 mod token;
 mod up;
 mod users;
+mod velero;
 
 use clap::{Parser, Subcommand};
 
@@ -106,6 +107,12 @@ enum Command {
     /// kubeconfig, as clusterctl.
     #[command(subcommand)]
     Cluster(cluster_api::ClusterCommand),
+    /// Backups on Velero's API: create, describe, logs, as `velero backup`.
+    #[command(subcommand)]
+    Backup(velero::BackupCommand),
+    /// Restores on Velero's API: create, describe, as `velero restore`.
+    #[command(subcommand)]
+    Restore(velero::RestoreCommand),
     /// Objects of a kind in every member, with a CLUSTER column.
     Get(inspect::get::GetArgs),
     /// Explain where a template was placed and why.
@@ -182,6 +189,8 @@ fn main() -> std::process::ExitCode {
             Command::Underlay(cmd) => network::underlay::run(cmd).await,
             Command::Clusters(args) => inspect::clusters::run(args).await,
             Command::Cluster(command) => cluster_api::run(command).await,
+            Command::Backup(command) => velero::run_backup(command).await,
+            Command::Restore(command) => velero::run_restore(command).await,
             Command::Get(args) => inspect::get::run(args).await,
             Command::Describe(cmd) => inspect::describe::run(cmd).await,
             Command::Plan(args) => inspect::plan::run(args).await,

@@ -505,4 +505,83 @@ spec:
         ),
         "3"
     );
+
+    // The same through Velero's CLI's verbs.
+    let kubeconfig = m.kubeconfig.to_str().expect("utf-8").to_string();
+    let cli = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--kubeconfig", &kubeconfig]);
+        common::flotilla(&all)
+    };
+    let out = cli(&[
+        "backup",
+        "create",
+        "shop-cli",
+        "--include-namespaces",
+        "shop",
+        "--wait",
+    ]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_has(
+        &said,
+        &[
+            "Backup request \"shop-cli\" submitted successfully.",
+            "Backup completed with status: Completed",
+        ],
+    );
+    let described =
+        String::from_utf8_lossy(&cli(&["backup", "describe", "shop-cli"]).stdout).into_owned();
+    assert_has(
+        &described,
+        &[
+            "Phase:  Completed",
+            "Included:  shop",
+            "Storage Location:  default",
+            "Items backed up:",
+        ],
+    );
+    assert!(cli(&["backup", "logs", "shop-cli"]).status.success());
+    let out = cli(&[
+        "restore",
+        "create",
+        "--from-backup",
+        "shop-cli",
+        "--namespace-mappings",
+        "shop:shop-cli",
+        "--wait",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_has(
+        &String::from_utf8_lossy(&out.stdout),
+        &["Restore completed with status: Completed"],
+    );
+    assert_eq!(
+        field(
+            &m,
+            &["get", "cm", "prices", "-n", "shop-cli"],
+            "{.data.apple}"
+        ),
+        "3"
+    );
+    let out = cli(&["restore", "create", "--wait"]);
+    assert!(!out.status.success());
+    assert_has(
+        &String::from_utf8_lossy(&out.stderr),
+        &["--from-backup", "--from-schedule"],
+    );
+    let out = cli(&["backup", "describe", "never-made"]);
+    assert!(!out.status.success());
+    assert_has(
+        &String::from_utf8_lossy(&out.stderr),
+        &["no backup \"never-made\""],
+    );
 }
