@@ -119,31 +119,7 @@ fn set_pointer(obj: &mut Value, pointer: &str, value: Value) {
 /// A LabelSelector in the string form of `kubectl get -l`:
 /// `app=web,tier in (a,b),!legacy`.
 pub fn format_label_selector(selector: Option<&Value>) -> String {
-    let Some(sel) = selector else {
-        return String::new();
-    };
-    let mut parts = Vec::new();
-    if let Some(labels) = sel.get("matchLabels").and_then(Value::as_object) {
-        for (k, v) in labels {
-            parts.push(format!("{k}={}", v.as_str().unwrap_or_default()));
-        }
-    }
-    for e in crate::value::array_at(sel, "/matchExpressions") {
-        let key = e.get("key").and_then(Value::as_str).unwrap_or_default();
-        let values = crate::value::strings_at(e, "/values").join(",");
-        match e
-            .get("operator")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-        {
-            "In" => parts.push(format!("{key} in ({values})")),
-            "NotIn" => parts.push(format!("{key} notin ({values})")),
-            "Exists" => parts.push(key.to_string()),
-            "DoesNotExist" => parts.push(format!("!{key}")),
-            _ => {}
-        }
-    }
-    parts.join(",")
+    selector.map_or_else(String::new, flotilla_core::selector::format_label_selector)
 }
 
 #[cfg(test)]

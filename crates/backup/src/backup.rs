@@ -17,7 +17,7 @@ use tracing::info;
 use crate::api;
 use crate::archive::{self, Item};
 use crate::controller::{self, Error, json, now, objects, write_status};
-use crate::filter::{IncludesExcludes, selector_string};
+use crate::filter::IncludesExcludes;
 use crate::storage_location::{self, STORAGE_LOCATION_LABEL, SYNCED_ANNOTATION};
 use crate::volumes::{self, VolumeBackup};
 
@@ -307,7 +307,7 @@ async fn collect(client: &Client, spec: &Value) -> Result<Collected, Error> {
     let namespaces = IncludesExcludes::of(&spec["includedNamespaces"], &spec["excludedNamespaces"]);
     let resources = IncludesExcludes::of(&spec["includedResources"], &spec["excludedResources"]);
     let cluster_resources = spec["includeClusterResources"].as_bool();
-    let selector = selector_string(&spec["labelSelector"]);
+    let selector = flotilla_core::selector::format_label_selector(&spec["labelSelector"]);
     let discovery = Discovery::new(client.clone()).run().await?;
     let mut items = Vec::new();
     let mut warnings = Vec::new();

@@ -60,32 +60,6 @@ impl IncludesExcludes {
     }
 }
 
-/// A `metav1.LabelSelector` as a selector string for list calls.
-pub fn selector_string(selector: &Value) -> String {
-    let mut parts = Vec::new();
-    if let Some(labels) = selector["matchLabels"].as_object() {
-        for (k, v) in labels {
-            parts.push(format!("{k}={}", v.as_str().unwrap_or_default()));
-        }
-    }
-    for e in selector["matchExpressions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        let key = e["key"].as_str().unwrap_or_default();
-        let values = strings(&e["values"]).join(",");
-        match e["operator"].as_str().unwrap_or_default() {
-            "In" => parts.push(format!("{key} in ({values})")),
-            "NotIn" => parts.push(format!("{key} notin ({values})")),
-            "Exists" => parts.push(key.to_string()),
-            "DoesNotExist" => parts.push(format!("!{key}")),
-            _ => {}
-        }
-    }
-    parts.join(",")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,13 +75,5 @@ mod tests {
         let some = IncludesExcludes::of(&json!(["Deployments"]), &Value::Null);
         assert!(some.includes(&["deployments", "deployments.apps", "deployment"]));
         assert!(!some.includes(&["pods"]));
-    }
-
-    #[test]
-    fn label_selectors_become_list_selectors() {
-        let s = json!({"matchLabels": {"app": "nginx"},
-                       "matchExpressions": [{"key": "tier", "operator": "In", "values": ["web", "api"]},
-                                            {"key": "legacy", "operator": "DoesNotExist"}]});
-        assert_eq!(selector_string(&s), "app=nginx,tier in (web,api),!legacy");
     }
 }

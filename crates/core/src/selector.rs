@@ -282,6 +282,41 @@ pub fn field_value(obj: &Value, field: &str) -> String {
     }
 }
 
+/// A `metav1.LabelSelector` (`matchLabels`, `matchExpressions`) in the
+/// string form of `kubectl get -l`: `app=web,tier in (a,b),!legacy`.
+pub fn format_label_selector(selector: &Value) -> String {
+    let mut parts = Vec::new();
+    if let Some(labels) = selector.get("matchLabels").and_then(Value::as_object) {
+        for (k, v) in labels {
+            parts.push(format!("{k}={}", v.as_str().unwrap_or_default()));
+        }
+    }
+    let expressions = selector.get("matchExpressions").and_then(Value::as_array);
+    for e in expressions.into_iter().flatten() {
+        let key = e.get("key").and_then(Value::as_str).unwrap_or_default();
+        let values: Vec<&str> = e
+            .get("values")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let values = values.join(",");
+        match e
+            .get("operator")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+        {
+            "In" => parts.push(format!("{key} in ({values})")),
+            "NotIn" => parts.push(format!("{key} notin ({values})")),
+            "Exists" => parts.push(key.to_string()),
+            "DoesNotExist" => parts.push(format!("!{key}")),
+            _ => {}
+        }
+    }
+    parts.join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -433,34 +433,40 @@ fn class_to_v1beta1(obj: &mut Value) {
     for (old, new) in HEALTH_CHECKS {
         convert_health_check(spec, new, old, health_check_to_v1beta1);
     }
-    for pool in WORKER_POOLS {
-        // (Not `spec["workers"][pool]`, which would add a null pool.)
-        let Some(classes) = spec
-            .pointer_mut(&format!("/workers/{pool}"))
-            .and_then(Value::as_array_mut)
-        else {
-            continue;
-        };
-        for class in classes {
-            for (old, new) in WORKER_CLASS_FIELDS {
-                relocate(class, new, old);
-                if old.ends_with("/ref")
-                    && let Some(r) = class.pointer_mut(old)
-                {
-                    with_namespace(r);
-                }
+    for class in worker_classes(spec) {
+        for (old, new) in WORKER_CLASS_FIELDS {
+            relocate(class, new, old);
+            if old.ends_with("/ref")
+                && let Some(r) = class.pointer_mut(old)
+            {
+                with_namespace(r);
             }
-            for emptied in ["/bootstrap", "/infrastructure"] {
-                prune_empty(class, emptied);
-            }
-            convert_health_check(
-                class,
-                "/healthCheck",
-                "/machineHealthCheck",
-                health_check_to_v1beta1,
-            );
         }
+        for emptied in ["/bootstrap", "/infrastructure"] {
+            prune_empty(class, emptied);
+        }
+        convert_health_check(
+            class,
+            "/healthCheck",
+            "/machineHealthCheck",
+            health_check_to_v1beta1,
+        );
     }
+}
+
+/// A ClusterClass's worker classes, of MachineDeployments and
+/// MachinePools (not `spec["workers"][pool]`, which would add a null pool).
+fn worker_classes(spec: &mut Value) -> impl Iterator<Item = &mut Value> {
+    let Some(workers) = spec.get_mut("workers").and_then(Value::as_object_mut) else {
+        return Vec::new().into_iter();
+    };
+    workers
+        .iter_mut()
+        .filter(|(pool, _)| WORKER_POOLS.contains(&pool.as_str()))
+        .filter_map(|(_, classes)| classes.as_array_mut())
+        .flatten()
+        .collect::<Vec<_>>()
+        .into_iter()
 }
 
 /// A v1beta1 ClusterClass as v1beta2 has it.
@@ -484,37 +490,28 @@ fn class_to_v1beta2(obj: &mut Value) {
     for (old, new) in HEALTH_CHECKS {
         convert_health_check(spec, old, new, health_check_to_v1beta2);
     }
-    for pool in WORKER_POOLS {
-        // (Not `spec["workers"][pool]`, which would add a null pool.)
-        let Some(classes) = spec
-            .pointer_mut(&format!("/workers/{pool}"))
-            .and_then(Value::as_array_mut)
-        else {
-            continue;
-        };
-        for class in classes {
-            for (old, new) in WORKER_CLASS_FIELDS {
-                relocate(class, old, new);
-                if new.ends_with("templateRef")
-                    && let Some(r) = class.pointer_mut(new)
-                {
-                    without_namespace(r);
-                }
+    for class in worker_classes(spec) {
+        for (old, new) in WORKER_CLASS_FIELDS {
+            relocate(class, old, new);
+            if new.ends_with("templateRef")
+                && let Some(r) = class.pointer_mut(new)
+            {
+                without_namespace(r);
             }
-            for emptied in [
-                "/template/bootstrap",
-                "/template/infrastructure",
-                "/template",
-            ] {
-                prune_empty(class, emptied);
-            }
-            convert_health_check(
-                class,
-                "/machineHealthCheck",
-                "/healthCheck",
-                health_check_to_v1beta2,
-            );
         }
+        for emptied in [
+            "/template/bootstrap",
+            "/template/infrastructure",
+            "/template",
+        ] {
+            prune_empty(class, emptied);
+        }
+        convert_health_check(
+            class,
+            "/machineHealthCheck",
+            "/healthCheck",
+            health_check_to_v1beta2,
+        );
     }
 }
 
