@@ -149,7 +149,9 @@ async fn reconcile(
     let results = json!({"warnings": {"velero": warnings}, "errors": {"velero": errors}});
     let log: String = warnings
         .iter()
-        .map(|w| format!("level=warning msg=\"{w}\" backup=velero/{name}\n"))
+        .map(|w| ("warning", w))
+        .chain(errors.iter().map(|e| ("error", e)))
+        .map(|(level, m)| format!("level={level} msg=\"{m}\" backup=velero/{name}\n"))
         .collect();
     let phase = if errors.is_empty() {
         "Completed"

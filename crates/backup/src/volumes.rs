@@ -152,7 +152,10 @@ pub fn back_up(
     let repo = repository(namespace);
     let mut snapshot = Snapshot::default();
     let mut files = Vec::new();
-    walk(dir, dir, &mut snapshot, &mut files)?;
+    // Not made yet (a `DirectoryOrCreate` volume no pod has mounted): empty.
+    if dir.exists() {
+        walk(dir, dir, &mut snapshot, &mut files)?;
+    }
     let mut total = 0;
     for path in &files {
         let bytes = std::fs::read(path).map_err(|e| io(path, e))?;

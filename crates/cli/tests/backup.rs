@@ -585,3 +585,111 @@ spec:
         &["no backup \"never-made\""],
     );
 }
+
+/// Karmada's Velero guide, on the hub: the storage location propagated to
+/// both members, a Backup propagated to member1, a Restore to member2,
+/// and the namespace with its data arrives in member2.
+#[test]
+fn karmadas_velero_guide_moves_a_namespace_between_members() {
+    let storage = tempfile::tempdir().expect("tempdir");
+    let fleet = common::fleet::Fleet::new(&[("member1", "us-east"), ("member2", "eu-west")]);
+    // The application lives in member1 only (not propagated).
+    let m1 = fleet.member("member1");
+    let m2 = fleet.member("member2");
+    m1.ok_stdin(&["apply", "-f", "-"], NGINX_EXAMPLE);
+    m1.ok(&[
+        "rollout",
+        "status",
+        "-n",
+        "nginx-example",
+        "deployment/nginx-deployment",
+        "--timeout=60s",
+    ]);
+    fleet.hub.ok(&["create", "namespace", "velero"]);
+    fleet.apply(&format!(
+        "{}---\n{}",
+        location(storage.path()),
+        r#"
+apiVersion: policy.karmada.io/v1alpha1
+kind: PropagationPolicy
+metadata: {name: velero-locations, namespace: velero}
+spec:
+  resourceSelectors:
+    - {apiVersion: velero.io/v1, kind: BackupStorageLocation}
+  placement:
+    clusterAffinity:
+      clusterNames: [member1, member2]
+"#
+    ));
+    for m in [m1, m2] {
+        wait_for(WAIT, "the propagated location Available", || {
+            phase(m, "bsl", "default") == "Available"
+        });
+    }
+    fleet.apply(
+        r#"
+apiVersion: velero.io/v1
+kind: Backup
+metadata: {name: nginx-backup, namespace: velero}
+spec:
+  includedNamespaces: [nginx-example]
+  defaultVolumesToFsBackup: true
+---
+apiVersion: policy.karmada.io/v1alpha1
+kind: PropagationPolicy
+metadata: {name: nginx-backup, namespace: velero}
+spec:
+  resourceSelectors:
+    - {apiVersion: velero.io/v1, kind: Backup, name: nginx-backup}
+  placement:
+    clusterAffinity:
+      clusterNames: [member1]
+"#,
+    );
+    wait_phase(m1, "backup", "nginx-backup", "Completed");
+    wait_for(WAIT, "the backup synced into member2", || {
+        phase(m2, "backup", "nginx-backup") == "Completed"
+    });
+    fleet.apply(
+        r#"
+apiVersion: velero.io/v1
+kind: Restore
+metadata: {name: nginx-restore, namespace: velero}
+spec:
+  backupName: nginx-backup
+---
+apiVersion: policy.karmada.io/v1alpha1
+kind: PropagationPolicy
+metadata: {name: nginx-restore, namespace: velero}
+spec:
+  resourceSelectors:
+    - {apiVersion: velero.io/v1, kind: Restore, name: nginx-restore}
+  placement:
+    clusterAffinity:
+      clusterNames: [member2]
+"#,
+    );
+    wait_phase(m2, "restore", "nginx-restore", "Completed");
+    m2.ok(&[
+        "rollout",
+        "status",
+        "-n",
+        "nginx-example",
+        "deployment/nginx-deployment",
+        "--timeout=60s",
+    ]);
+    assert_eq!(
+        field(
+            m2,
+            &["get", "cm", "nginx-config", "-n", "nginx-example"],
+            "{.data.greeting}"
+        ),
+        "hello"
+    );
+    // The Restore went only where its policy sent it.
+    assert!(
+        !m1.kubectl(&["get", "restore", "nginx-restore", "-n", "velero"])
+            .status
+            .success()
+    );
+}
