@@ -140,6 +140,10 @@ struct RunArgs {
     /// How requests are authorized: RBAC, or AlwaysAllow (tests only).
     #[arg(long, value_enum, default_value = "RBAC")]
     authorization_mode: crate::apiserver::AuthorizationMode,
+    /// Where the member keeps its objects: its data dir (embedded), or
+    /// etcd (--store etcd --etcd-endpoints ...), as the control plane.
+    #[command(flatten)]
+    storage: StorageArgs,
     /// Members this process serves, each a full member with its own store,
     /// API endpoint, kubeconfig, nodes and admin endpoint: NAME-1 ..
     /// NAME-N in DATA_DIR/NAME-i. DATA_DIR/members.json lists them once
@@ -386,6 +390,11 @@ fn check_count(args: &RunArgs) -> anyhow::Result<()> {
     if args.runtime == RuntimeKind::Netns || args.underlay.is_some() {
         bail!(
             "--runtime netns and --underlay run one member per process: its pods' network is the host's (start one `flotilla member --runtime netns` per member, or leave --count out)"
+        );
+    }
+    if args.storage.store == crate::apiserver::StoreKind::Etcd {
+        bail!(
+            "--store etcd keeps one member's objects under --etcd-prefix, which {count} members cannot share: start one `flotilla member --store etcd` per member, each with its own --etcd-prefix"
         );
     }
     if matches!(args.audit.audit_log_path.as_deref(), Some(path) if path != "-") {
@@ -692,8 +701,7 @@ async fn start_member(
         tls_sans: args.tls_sans.clone(),
         token_auth_file: args.token_auth_file.clone(),
         authorization_mode: args.authorization_mode,
-        // A simulated member keeps its objects in its own data dir.
-        storage: StorageArgs::default(),
+        storage: args.storage.clone(),
     };
     let config = Config {
         service_network: ServiceNetwork {

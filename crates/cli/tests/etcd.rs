@@ -391,3 +391,62 @@ fn the_control_plane_reaches_etcd_over_tls_with_a_client_certificate() {
         stderr(&out)
     );
 }
+
+/// A member keeps its objects in etcd as the control plane does: one
+/// killed with SIGKILL comes back, from a new data dir even, with what it
+/// acknowledged; `--count` with etcd is refused with why.
+#[test]
+fn a_member_on_etcd_keeps_what_it_acknowledged_through_kill_9() {
+    let etcd = flotilla_store::testing::cluster(1);
+    let endpoint = etcd[0].client_url.clone();
+    let args = [
+        "--nodes",
+        "1",
+        "--store",
+        "etcd",
+        "--etcd-endpoints",
+        &endpoint,
+        "--etcd-prefix",
+        "/member-a",
+    ];
+    let mut first = Server::member("on-etcd", &args);
+    first.ok(&["create", "configmap", "kept", "--from-literal=k=v"]);
+    first.ok(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=nginx:1.27",
+        "--replicas=2",
+    ]);
+    first.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    first.kill9();
+    let second = Server::member("on-etcd", &args);
+    assert_eq!(jsonpath(&second, &["get", "cm", "kept"], "{.data.k}"), "v");
+    second.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    // Another prefix is another member.
+    let other = Server::member(
+        "on-etcd-b",
+        &[
+            "--store",
+            "etcd",
+            "--etcd-endpoints",
+            &endpoint,
+            "--etcd-prefix",
+            "/member-b",
+        ],
+    );
+    assert!(!other.kubectl(&["get", "cm", "kept"]).status.success());
+    let out = flotilla(&[
+        "member",
+        "--name",
+        "many",
+        "--count",
+        "2",
+        "--store",
+        "etcd",
+        "--etcd-endpoints",
+        &endpoint,
+    ]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--etcd-prefix"), "{}", stderr(&out));
+}
