@@ -16,7 +16,7 @@ use tracing::info;
 
 use crate::api;
 use crate::archive::{self, Item};
-use crate::controller::{self, Error, json, now, objects, write_status};
+use crate::controller::{self, Error, fail_validation, json, now, objects, write_status};
 use crate::filter::IncludesExcludes;
 use crate::storage_location::{self, STORAGE_LOCATION_LABEL, SYNCED_ANNOTATION};
 use crate::volumes::{self, VolumeBackup};
@@ -247,21 +247,6 @@ async fn back_up_volumes(
         }
     }
     (done, errors)
-}
-
-async fn fail_validation(
-    api: &Api<DynamicObject>,
-    name: &str,
-    errors: Vec<String>,
-) -> Result<Option<Duration>, Error> {
-    info!(backup = %name, ?errors, "backup failed validation");
-    write_status(
-        api,
-        name,
-        json!({"phase": "FailedValidation", "validationErrors": errors}),
-    )
-    .await?;
-    Ok(None)
 }
 
 /// Deletes a finished Backup and its files once it has expired; looks

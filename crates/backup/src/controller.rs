@@ -55,6 +55,24 @@ pub async fn write_status(
     .map(|_| ())
 }
 
+/// Says why an object is refused, as Velero does (phase FailedValidation
+/// with its `validationErrors`); it is not looked at again until it
+/// changes.
+pub async fn fail_validation(
+    api: &Api<DynamicObject>,
+    name: &str,
+    errors: Vec<String>,
+) -> Result<Option<Duration>, Error> {
+    tracing::info!(object = %name, ?errors, "failed validation");
+    write_status(
+        api,
+        name,
+        json!({"phase": "FailedValidation", "validationErrors": errors}),
+    )
+    .await?;
+    Ok(None)
+}
+
 /// Now, as Velero writes its timestamps.
 pub fn now() -> String {
     jiff::Timestamp::now()

@@ -15,7 +15,7 @@ use tracing::{info, warn};
 
 use crate::api;
 use crate::archive::{self, Item};
-use crate::controller::{self, Error, json, now, objects, write_status};
+use crate::controller::{self, Error, fail_validation, json, now, objects, write_status};
 use crate::filter::IncludesExcludes;
 use crate::storage_location::{self, STORAGE_LOCATION_LABEL};
 use crate::volumes::{self, VolumeBackup};
@@ -129,13 +129,7 @@ async fn reconcile(client: Client, restore: Arc<DynamicObject>) -> Result<Option
                 None => format!("No backups found for schedule {schedule_name:?}"),
             });
         }
-        write_status(
-            &api,
-            &name,
-            json!({"phase": "FailedValidation", "validationErrors": problems}),
-        )
-        .await?;
-        return Ok(None);
+        return fail_validation(&api, &name, problems).await;
     };
     let backup = json(&backup);
     let backup_name = backup["metadata"]["name"]
@@ -149,24 +143,12 @@ async fn reconcile(client: Client, restore: Arc<DynamicObject>) -> Result<Option
     let storage = match storage_location::resolve(&client, location_name.as_deref()).await? {
         Ok((_, s)) => s,
         Err(message) => {
-            write_status(
-                &api,
-                &name,
-                json!({"phase": "FailedValidation", "validationErrors": [message]}),
-            )
-            .await?;
-            return Ok(None);
+            return fail_validation(&api, &name, vec![message]).await;
         }
     };
     let Some(tarball) = storage.get(&backup_name, &format!("{backup_name}.tar.gz"))? else {
         let message = format!("the tarball of backup {backup_name} is not in its storage location");
-        write_status(
-            &api,
-            &name,
-            json!({"phase": "FailedValidation", "validationErrors": [message]}),
-        )
-        .await?;
-        return Ok(None);
+        return fail_validation(&api, &name, vec![message]).await;
     };
     let start = now();
     write_status(

@@ -71,15 +71,10 @@ async fn reconcile(
     let cadence = match Cadence::parse(spec["schedule"].as_str().unwrap_or_default()) {
         Ok(c) => c,
         Err(message) => {
-            if object["status"]["phase"] != "FailedValidation" {
-                write_status(
-                    &api,
-                    &name,
-                    json!({"phase": "FailedValidation", "validationErrors": [message]}),
-                )
-                .await?;
+            if object["status"]["phase"] == "FailedValidation" {
+                return Ok(None);
             }
-            return Ok(None);
+            return controller::fail_validation(&api, &name, vec![message]).await;
         }
     };
     if object["status"]["phase"] != "Enabled" {

@@ -80,8 +80,13 @@ fn field(m: &Server, args: &[&str], path: &str) -> String {
         .to_string()
 }
 
+/// A field of one of Velero's objects.
+fn velero_field(m: &Server, kind: &str, name: &str, path: &str) -> String {
+    field(m, &["get", kind, name, "-n", "velero"], path)
+}
+
 fn phase(m: &Server, kind: &str, name: &str) -> String {
-    field(m, &["get", kind, name, "-n", "velero"], "{.status.phase}")
+    velero_field(m, kind, name, "{.status.phase}")
 }
 
 fn wait_phase(m: &Server, kind: &str, name: &str, want: &str) {
@@ -305,13 +310,9 @@ spec:
 "#,
     );
     wait_phase(&b, "restore", "nginx-again", "Completed");
-    let warnings: usize = field(
-        &b,
-        &["get", "restore", "nginx-again", "-n", "velero"],
-        "{.status.warnings}",
-    )
-    .parse()
-    .unwrap_or(0);
+    let warnings: usize = velero_field(&b, "restore", "nginx-again", "{.status.warnings}")
+        .parse()
+        .unwrap_or(0);
     assert!(warnings > 0, "an existing, changed object is a warning");
 }
 
@@ -355,38 +356,27 @@ spec:
     );
     wait_phase(&m, "backup", "nowhere", "FailedValidation");
     assert_has(
-        &field(
-            &m,
-            &["get", "backup", "nowhere", "-n", "velero"],
-            "{.status.validationErrors[0]}",
-        ),
+        &velero_field(&m, "backup", "nowhere", "{.status.validationErrors[0]}"),
         &["the default nowhere was not found"],
     );
     wait_phase(&m, "restore", "from-nothing", "FailedValidation");
     assert_has(
-        &field(
+        &velero_field(
             &m,
-            &["get", "restore", "from-nothing", "-n", "velero"],
+            "restore",
+            "from-nothing",
             "{.status.validationErrors[0]}",
         ),
         &["backups.velero.io \"never-made\" not found"],
     );
     wait_phase(&m, "restore", "bad-policy", "FailedValidation");
     assert_has(
-        &field(
-            &m,
-            &["get", "restore", "bad-policy", "-n", "velero"],
-            "{.status.validationErrors}",
-        ),
+        &velero_field(&m, "restore", "bad-policy", "{.status.validationErrors}"),
         &["Invalid ExistingResourcePolicy: overwrite"],
     );
     wait_phase(&m, "bsl", "s3", "Unavailable");
     assert_has(
-        &field(
-            &m,
-            &["get", "bsl", "s3", "-n", "velero"],
-            "{.status.message}",
-        ),
+        &velero_field(&m, "bsl", "s3", "{.status.message}"),
         &[
             "BackupStorageLocation \"s3\" is unavailable",
             "provider \"aws\"",
@@ -478,9 +468,10 @@ spec:
     );
     wait_phase(&m, "schedule", "unreadable", "FailedValidation");
     assert_has(
-        &field(
+        &velero_field(
             &m,
-            &["get", "schedule", "unreadable", "-n", "velero"],
+            "schedule",
+            "unreadable",
             "{.status.validationErrors[0]}",
         ),
         &["invalid schedule"],
