@@ -303,10 +303,8 @@ async fn controllers(
     );
 }
 
-/// Runs the controllers in a runtime of their own for each term as leader:
-/// when the lease is lost, the runtime goes and every task the controllers
-/// spawned with it, while this replica keeps serving the API and stands
-/// again.
+/// Runs the controllers for each term as leader: when the lease is lost,
+/// they stop, while this replica keeps serving the API and stands again.
 async fn lead_while_elected(
     client: kube::Client,
     election: Election,
@@ -314,39 +312,13 @@ async fn lead_while_elected(
     metrics: Metrics,
     provider: flotilla_lifecycle::Provider,
 ) {
-    loop {
-        let runtime = match tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("flotilla-controllers")
-            .enable_all()
-            .build()
-        {
-            Ok(r) => r,
-            Err(error) => {
-                tracing::error!(%error, "cannot start the controllers' runtime");
-                return;
-            }
-        };
-        // Started only once elected: the future is polled from then on.
-        let handle = runtime.handle().clone();
-        let run = controllers(
+    leader::lead_each_term(client.clone(), election, || {
+        controllers(
             client.clone(),
             options.clone(),
             metrics.clone(),
             provider.clone(),
-        );
-        let term = leader::lead(client.clone(), election.clone(), async move {
-            let _ = handle.spawn(run).await;
-        })
-        .await;
-        // Stops every controller task at its next await; in an async
-        // context a runtime may only be let go of this way.
-        runtime.shutdown_background();
-        match term {
-            Ok(()) => return,
-            Err(lost) => {
-                tracing::error!(%lost, "leadership lost: controllers stopped; standing again")
-            }
-        }
-    }
+        )
+    })
+    .await;
 }

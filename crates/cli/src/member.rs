@@ -168,18 +168,28 @@ struct RunArgs {
     /// provider's state, so its members go with it).
     #[arg(long, value_name = "DIR")]
     exit_with_dir: Option<PathBuf>,
+    /// Run the controllers and the nodes' kubelets only while this process
+    /// holds the Lease kube-system/kube-controller-manager, as
+    /// kube-controller-manager's --leader-elect: for several members
+    /// serving one cluster from one etcd (--store etcd, same
+    /// --etcd-prefix), a control plane of several machines. Every one
+    /// serves the API. Needs --runtime sim; Velero and the peering
+    /// controllers are off.
+    #[arg(long)]
+    leader_elect: bool,
 }
 
 impl RunArgs {
     /// Whether the peering controllers run: on for a lone member, off by
     /// default when one process serves many.
     fn peering(&self) -> bool {
-        self.peering_controllers.unwrap_or(self.count <= 1)
+        self.peering_controllers
+            .unwrap_or(self.count <= 1 && !self.leader_elect)
     }
 
     /// Whether Velero's server runs: as the peering controllers.
     fn velero(&self) -> bool {
-        self.velero.unwrap_or(self.count <= 1)
+        self.velero.unwrap_or(self.count <= 1 && !self.leader_elect)
     }
 }
 
@@ -691,6 +701,18 @@ async fn start_member(
             args.listen
         );
     }
+    if args.leader_elect {
+        if args.runtime != RuntimeKind::Sim {
+            bail!(
+                "--leader-elect runs the nodes' kubelets in whichever replica leads, which --runtime netns cannot move between processes: use --runtime sim"
+            );
+        }
+        if args.velero() || args.peering() {
+            bail!(
+                "--leader-elect runs only the workload controllers and kubelets under the lease: leave out --velero true and --peering-controllers true"
+            );
+        }
+    }
     if args.underlay.is_some() && args.runtime != RuntimeKind::Netns {
         bail!("--underlay needs --runtime netns: simulated pods have no network to connect");
     }
@@ -817,17 +839,35 @@ async fn start_member(
     } else {
         None
     };
-    let simulator = Simulator::start(
-        clients,
-        sim.clone(),
-        roster.clone(),
-        faults.clone(),
-        runtime,
-    )
-    .await
-    .context("cannot start the simulated nodes and controllers")?;
-    // metrics.k8s.io, as metrics-server would add it to a real cluster.
-    p.api.set_resource_metrics(simulator.metrics.clone());
+    let simulator = if args.leader_elect {
+        // metrics.k8s.io from whichever term leads; nothing between terms.
+        let metrics = Arc::new(LeaderMetrics::default());
+        p.api.set_resource_metrics(metrics.clone());
+        let lease_client = loopback::in_process(&p.api, &p.admin_token, "kube-controller-manager");
+        let term = Term {
+            clients,
+            sim: sim.clone(),
+            roster: roster.clone(),
+            faults: faults.clone(),
+            metrics,
+        };
+        Running::Elected(tokio::spawn(
+            lead_terms(lease_client, term).in_current_span(),
+        ))
+    } else {
+        let simulator = Simulator::start(
+            clients,
+            sim.clone(),
+            roster.clone(),
+            faults.clone(),
+            runtime,
+        )
+        .await
+        .context("cannot start the simulated nodes and controllers")?;
+        // metrics.k8s.io, as metrics-server would add it to a real cluster.
+        p.api.set_resource_metrics(simulator.metrics.clone());
+        Running::Always(simulator)
+    };
 
     let admin_listener = tokio::net::TcpListener::bind(args.admin_listen)
         .await
@@ -910,7 +950,10 @@ async fn start_member(
                 f.abort();
                 let _ = f.await;
             }
-            drop(simulator);
+            match simulator {
+                Running::Always(simulator) => drop(simulator),
+                Running::Elected(term) => term.abort(),
+            }
             if let Some(peering) = peering {
                 peering.abort();
             }
@@ -934,6 +977,83 @@ async fn start_member(
         data_dir,
         running,
     })
+}
+
+/// The nodes and controllers: always, or while this replica leads.
+enum Running {
+    Always(Simulator),
+    Elected(tokio::task::JoinHandle<()>),
+}
+
+/// What each term as leader starts its nodes and controllers with.
+#[derive(Clone)]
+struct Term {
+    clients: Clients,
+    sim: SimConfig,
+    roster: Arc<Roster>,
+    faults: Faults,
+    metrics: Arc<LeaderMetrics>,
+}
+
+/// Stands for the Lease kube-system/kube-controller-manager, and runs the
+/// nodes and controllers for each term held, as kube-controller-manager's
+/// replicas do.
+async fn lead_terms(client: kube::Client, term: Term) {
+    let election = flotilla_federation::leader::Election {
+        name: "kube-controller-manager".into(),
+        ..flotilla_federation::leader::Election::new(
+            flotilla_federation::leader::Election::identity(),
+        )
+    };
+    flotilla_federation::leader::lead_each_term(client, election, || {
+        let term = term.clone();
+        async move {
+            loop {
+                let runtime = RuntimeHandle::sim(&term.sim);
+                match Simulator::start(
+                    term.clients.clone(),
+                    term.sim.clone(),
+                    term.roster.clone(),
+                    term.faults.clone(),
+                    runtime,
+                )
+                .await
+                {
+                    Ok(simulator) => {
+                        *term.metrics.0.write() = Some(simulator.metrics.clone());
+                        // Held for the term: it ends when the lease is lost.
+                        let _simulator = simulator;
+                        std::future::pending::<()>().await;
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot start the nodes and controllers; trying again");
+                        tokio::time::sleep(Duration::from_secs(2)).await;
+                    }
+                }
+            }
+        }
+    })
+    .await;
+}
+
+/// The leading term's metrics-server; none between terms.
+#[derive(Default)]
+struct LeaderMetrics(
+    parking_lot::RwLock<Option<Arc<flotilla_member::metrics::MetricsServer>>>,
+);
+
+impl flotilla_apiserver::resource_metrics::ResourceMetrics for LeaderMetrics {
+    fn nodes(&self) -> Vec<flotilla_apiserver::resource_metrics::NodeMetrics> {
+        self.0.read().as_ref().map(|m| m.nodes()).unwrap_or_default()
+    }
+
+    fn pods(&self, namespace: Option<&str>) -> Vec<flotilla_apiserver::resource_metrics::PodMetrics> {
+        self.0
+            .read()
+            .as_ref()
+            .map(|m| m.pods(namespace))
+            .unwrap_or_default()
+    }
 }
 
 /// The cluster DNS address: the service range's tenth, as kubeadm picks.

@@ -191,3 +191,42 @@ async fn try_acquire_or_renew(
         Err(error) => Err(error),
     }
 }
+
+/// Runs what `start` makes in a runtime of its own for each term as
+/// leader, standing again whenever the lease is lost: the runtime goes
+/// with the term, and every task spawned in it, while the caller goes on
+/// (serving the API, as kube-controller-manager's replicas keep serving
+/// their health checks). Returns when a term's work ends by itself.
+pub async fn lead_each_term<F, Fut>(client: Client, election: Election, start: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    loop {
+        let runtime = match tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("flotilla-leader")
+            .enable_all()
+            .build()
+        {
+            Ok(r) => r,
+            Err(error) => {
+                tracing::error!(%error, "cannot start the leader's runtime");
+                return;
+            }
+        };
+        // Made only once elected, and polled in the term's runtime.
+        let handle = runtime.handle().clone();
+        let term = lead(client.clone(), election.clone(), async {
+            let _ = handle.spawn(start()).await;
+        })
+        .await;
+        // Stops every task of the term at its next await; in an async
+        // context a runtime may only be let go of this way.
+        runtime.shutdown_background();
+        match term {
+            Ok(()) => return,
+            Err(lost) => tracing::error!(%lost, "leadership lost: stopped leading; standing again"),
+        }
+    }
+}
