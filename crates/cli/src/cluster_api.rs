@@ -4,6 +4,7 @@
 //! kubeconfig.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use anyhow::Context;
 use flotilla_apiserver::table::human_duration;
@@ -438,4 +439,46 @@ mod tests {
             "See a, b, ..."
         );
     }
+}
+
+/// The endpoint in front of a control plane's members, and its etcd.
+#[derive(clap::Args)]
+pub struct EndpointArgs {
+    #[arg(long)]
+    listen: std::net::SocketAddr,
+    /// Each subdirectory a member's data dir.
+    #[arg(long)]
+    members: PathBuf,
+    #[arg(long)]
+    exit_with_dir: Option<PathBuf>,
+    /// The etcd binary to keep running.
+    #[arg(long)]
+    etcd: Option<PathBuf>,
+    #[arg(long, requires = "etcd")]
+    etcd_data_dir: Option<PathBuf>,
+    #[arg(long, default_value_t = 2379)]
+    etcd_client_port: u16,
+    #[arg(long, default_value_t = 2380)]
+    etcd_peer_port: u16,
+}
+
+pub async fn endpoint(args: EndpointArgs) -> anyhow::Result<()> {
+    use flotilla_lifecycle::docker::loadbalancer::{Etcd, Options, serve};
+    let etcd = match (args.etcd, args.etcd_data_dir) {
+        (Some(binary), Some(data_dir)) => Some(Etcd {
+            binary,
+            data_dir,
+            client_port: args.etcd_client_port,
+            peer_port: args.etcd_peer_port,
+        }),
+        _ => None,
+    };
+    serve(Options {
+        listen: args.listen,
+        members: args.members,
+        exit_with_dir: args.exit_with_dir,
+        etcd,
+    })
+    .await?;
+    Ok(())
 }

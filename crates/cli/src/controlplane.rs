@@ -256,6 +256,7 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
         exe: std::env::current_exe().context("cannot find the flotilla binary")?,
         dir: data_dir.join("clusters"),
         unset_env: vec![crate::apiserver::STOP_WITH_PARENT_ENV.to_string()],
+        etcd: flotilla_lifecycle::Provider::find_etcd(),
     };
     std::fs::create_dir_all(&provider.dir)
         .with_context(|| format!("cannot create {}", provider.dir.display()))?;

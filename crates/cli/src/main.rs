@@ -128,6 +128,10 @@ enum Command {
     /// The netns runtime's container shim (started by `member --runtime netns`).
     #[command(name = "__container-shim", hide = true)]
     ContainerShim { launch: std::path::PathBuf },
+    /// A Cluster API control plane's endpoint of several members (the
+    /// local provider starts it, as CAPD its load balancer).
+    #[command(name = "__control-plane-endpoint", hide = true)]
+    ControlPlaneEndpoint(cluster_api::EndpointArgs),
     /// The stand-in workload of containers without a command.
     #[command(name = "__standin", hide = true)]
     Standin {
@@ -218,6 +222,7 @@ fn main() -> std::process::ExitCode {
             Command::Agnhost { args } => flotilla_member::runtime::netns::agnhost::run(args)
                 .await
                 .map_err(anyhow::Error::msg),
+            Command::ControlPlaneEndpoint(args) => cluster_api::endpoint(args).await,
             Command::ContainerShim { .. } => Ok(()),
         }
     });

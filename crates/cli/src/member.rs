@@ -1038,16 +1038,21 @@ async fn lead_terms(client: kube::Client, term: Term) {
 
 /// The leading term's metrics-server; none between terms.
 #[derive(Default)]
-struct LeaderMetrics(
-    parking_lot::RwLock<Option<Arc<flotilla_member::metrics::MetricsServer>>>,
-);
+struct LeaderMetrics(parking_lot::RwLock<Option<Arc<flotilla_member::metrics::MetricsServer>>>);
 
 impl flotilla_apiserver::resource_metrics::ResourceMetrics for LeaderMetrics {
     fn nodes(&self) -> Vec<flotilla_apiserver::resource_metrics::NodeMetrics> {
-        self.0.read().as_ref().map(|m| m.nodes()).unwrap_or_default()
+        self.0
+            .read()
+            .as_ref()
+            .map(|m| m.nodes())
+            .unwrap_or_default()
     }
 
-    fn pods(&self, namespace: Option<&str>) -> Vec<flotilla_apiserver::resource_metrics::PodMetrics> {
+    fn pods(
+        &self,
+        namespace: Option<&str>,
+    ) -> Vec<flotilla_apiserver::resource_metrics::PodMetrics> {
         self.0
             .read()
             .as_ref()

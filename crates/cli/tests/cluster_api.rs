@@ -1080,3 +1080,192 @@ fn a_member_that_cannot_start_is_told_and_tried_again() {
     hub.ok(&["delete", "cl", "busy", "--timeout=60s"]);
     assert!(members_under(&hub.data_dir()).is_empty());
 }
+
+/// The pids of the control plane members of several machines under `dir`
+/// (they stand for the lease), each with the machine its data dir names.
+fn replicas_under(dir: &std::path::Path) -> Vec<(u32, String)> {
+    members_under(dir)
+        .into_iter()
+        .filter_map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let args: Vec<String> = cmdline
+                .split(|b| *b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            if !args.iter().any(|a| a == "--leader-elect") {
+                return None;
+            }
+            let at = args.iter().position(|a| a == "--data-dir")?;
+            let machine = std::path::Path::new(args.get(at + 1)?)
+                .file_name()?
+                .to_string_lossy()
+                .into_owned();
+            Some((pid, machine))
+        })
+        .collect()
+}
+
+#[test]
+fn a_control_plane_of_three_machines_serves_from_each_and_outlives_its_leader() {
+    let hub = Server::controlplane(&[]);
+    // clusterctl's development flavour: three control plane machines.
+    hub.ok(&[
+        "apply",
+        "-f",
+        &fixture("clusterclass-quick-start.v1.13.5.yaml"),
+        "-f",
+        &fixture("quickstart-development-cluster.v1.13.5.yaml"),
+    ]);
+    let available = |control_plane: &str| {
+        field(
+            &hub,
+            &[
+                "get",
+                "cl",
+                "capi-quickstart",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Available\")].status} {.status.controlPlane.availableReplicas}",
+            ],
+        ) == format!("True {control_plane}")
+    };
+    until(
+        WAIT,
+        "three control plane machines Available",
+        || available("3"),
+        || describe(&hub),
+    );
+    // One API server per control plane machine, on one etcd.
+    let replicas = replicas_under(&hub.data_dir());
+    assert_eq!(replicas.len(), 3, "{replicas:?}\n{}", describe(&hub));
+    let kubeconfig = workload_kubeconfig(&hub, "capi-quickstart");
+    let control_plane_nodes = workload(
+        &kubeconfig,
+        &[
+            "get",
+            "nodes",
+            "-l",
+            "node-role.kubernetes.io/control-plane",
+            "-o",
+            "name",
+        ],
+    );
+    for (_, machine) in &replicas {
+        assert_has(&control_plane_nodes, &[&format!("node/{machine}")]);
+    }
+    // Whichever holds kube-controller-manager's lease runs the nodes and
+    // controllers; the endpoint passes requests to any.
+    let holder = || {
+        workload(
+            &kubeconfig,
+            &[
+                "get",
+                "lease",
+                "-n",
+                "kube-system",
+                "kube-controller-manager",
+                "-o",
+                "jsonpath={.spec.holderIdentity}",
+            ],
+        )
+    };
+    let mut leader = String::new();
+    until(
+        WAIT,
+        "a leader",
+        || {
+            leader = holder();
+            !leader.is_empty()
+        },
+        || describe(&hub),
+    );
+    let leader_machine = leader.split('_').next().unwrap_or_default().to_string();
+    let (leader_pid, _) = replicas
+        .iter()
+        .find(|(_, m)| *m == leader_machine)
+        .unwrap_or_else(|| {
+            panic!("the lease holder {leader} is a control plane machine of {replicas:?}")
+        })
+        .clone();
+
+    // The leader is killed: another takes over, and the cluster goes on
+    // doing its work through the same endpoint.
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &leader_pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success(), "kill -9 {leader_pid}");
+    workload(
+        &kubeconfig,
+        &[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx",
+            "--replicas=2",
+        ],
+    );
+    until(
+        WAIT,
+        "the Deployment's pods Running after the leader died",
+        || {
+            workload(
+                &kubeconfig,
+                &[
+                    "get",
+                    "deployment",
+                    "web",
+                    "-o",
+                    "jsonpath={.status.readyReplicas}",
+                ],
+            ) == "2"
+        },
+        || format!("lease: {}\n{}", holder(), describe(&hub)),
+    );
+    let successor = holder();
+    assert_ne!(successor, leader, "the lease moved");
+    // The dead member is started again, as CAPD restarts its container.
+    until(
+        WAIT,
+        "three control plane members again",
+        || {
+            let now = replicas_under(&hub.data_dir());
+            now.len() == 3 && now.iter().all(|(pid, _)| *pid != leader_pid)
+        },
+        || describe(&hub),
+    );
+
+    // One machine fewer: its member goes with it.
+    hub.ok(&[
+        "patch",
+        "cl",
+        "capi-quickstart",
+        "--type=json",
+        "-p",
+        r#"[{"op": "replace", "path": "/spec/topology/controlPlane/replicas", "value": 1}]"#,
+    ]);
+    until(
+        WAIT,
+        "one control plane member",
+        || replicas_under(&hub.data_dir()).len() == 1 && available("1"),
+        || describe(&hub),
+    );
+    assert_eq!(
+        workload(
+            &kubeconfig,
+            &[
+                "get",
+                "deployment",
+                "web",
+                "-o",
+                "jsonpath={.status.readyReplicas}"
+            ]
+        ),
+        "2"
+    );
+    hub.ok(&["delete", "cl", "capi-quickstart", "--timeout=90s"]);
+    assert!(
+        members_under(&hub.data_dir()).is_empty(),
+        "members, endpoint or etcd left: {:?}",
+        members_under(&hub.data_dir())
+    );
+}

@@ -21,7 +21,8 @@ pub fn field(hub: &Server, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// The pids of `flotilla member` processes serving under `dir`.
+/// The pids of the processes a cluster provider runs under `dir`: its
+/// members, control plane endpoints and their etcd.
 pub fn members_under(dir: &Path) -> Vec<u32> {
     let dir = dir.display().to_string();
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -36,7 +37,12 @@ pub fn members_under(dir: &Path) -> Vec<u32> {
                     .split(|b| *b == 0)
                     .map(|a| String::from_utf8_lossy(a).into_owned())
                     .collect();
-                args.iter().any(|a| a == "member") && args.iter().any(|a| a.starts_with(&dir))
+                // A member, a control plane's endpoint, or its etcd.
+                let ours = args
+                    .iter()
+                    .any(|a| a == "member" || a == "__control-plane-endpoint")
+                    || args.first().is_some_and(|a| a.ends_with("etcd"));
+                ours && args.iter().any(|a| a.starts_with(&dir))
             })
         })
         .collect()

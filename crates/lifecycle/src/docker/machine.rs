@@ -80,17 +80,27 @@ async fn reconcile(ctx: &Context, dm: Value) -> Result<Next, Error> {
         .to_string();
     let node = node_name(&cluster_name, &machine_name);
     if objects::deleting(&dm) {
-        if ctx.provider.running(&namespace, &cluster_name).is_some()
-            && let Ok(admin) = ctx.provider.admin(&namespace, &cluster_name)
-        {
-            let path = format!("/nodes/{node}");
-            match admin.request(http::Method::DELETE, &path, None).await {
-                Ok(_) => info!(%node, "node removed"),
-                Err(flotilla_member::admin::client::AdminError::Refused {
-                    status: 404, ..
-                }) => {}
-                Err(e) => return Err(e.into()),
+        if ctx.provider.running(&namespace, &cluster_name).is_some() {
+            // Every control plane member forgets the node.
+            for admin in ctx.provider.admins(&namespace, &cluster_name)? {
+                let path = format!("/nodes/{node}");
+                match admin.request(http::Method::DELETE, &path, None).await {
+                    Ok(_) => info!(%node, "node removed"),
+                    Err(flotilla_member::admin::client::AdminError::Refused {
+                        status: 404,
+                        ..
+                    }) => {}
+                    Err(e) => return Err(e.into()),
+                }
             }
+        }
+        // A control plane machine of several takes its member along.
+        if ctx.provider.replicated(&namespace, &cluster_name)
+            && objects::label(&dm, api::CONTROL_PLANE_LABEL).is_some()
+        {
+            ctx.provider
+                .remove_replica(&namespace, &cluster_name, &node)
+                .await?;
         }
         objects
             .remove_finalizer(&kind, &dm, api::DOCKERMACHINE_FINALIZER)
@@ -145,7 +155,12 @@ async fn reconcile(ctx: &Context, dm: Value) -> Result<Next, Error> {
     };
     let control_plane = objects::label(&machine, api::CONTROL_PLANE_LABEL).is_some();
 
-    if let Some(cause) = ctx.provider.exited(&namespace, &cluster_name) {
+    let own_member =
+        ctx.provider
+            .member_of_machine(&namespace, &cluster_name, &node, control_plane);
+    if let Some(dir) = &own_member
+        && let Some(cause) = ctx.provider.exited(dir)
+    {
         // As CAPD's container that would not start: said, and tried again.
         let message = format!("the cluster's member exited: {cause}");
         warn!(machine = %name, cluster = %cluster_name, %cause, "the cluster's member exited");
@@ -168,7 +183,7 @@ async fn reconcile(ctx: &Context, dm: Value) -> Result<Next, Error> {
         }
         if control_plane {
             // Started again at the next look.
-            ctx.provider.forget(&namespace, &cluster_name);
+            ctx.provider.forget(dir);
         }
         return Ok(Some(Duration::from_secs(5)));
     }
@@ -206,20 +221,27 @@ async fn reconcile(ctx: &Context, dm: Value) -> Result<Next, Error> {
             }
             return Ok(None);
         }
-        ctx.provider.ensure(
-            &namespace,
-            &cluster_name,
-            &MemberSpec {
-                port: port as u16,
-                ca_cert_pem: ca_cert,
-                ca_key_pem: ca_key,
-                pod_cidr: first_cidr(&cluster, "pods"),
-                service_cidr: first_cidr(&cluster, "services"),
-                runtime: runtime.to_string(),
-            },
-        )?;
+        let spec = MemberSpec {
+            port: port as u16,
+            ca_cert_pem: ca_cert,
+            ca_key_pem: ca_key,
+            pod_cidr: first_cidr(&cluster, "pods"),
+            service_cidr: first_cidr(&cluster, "services"),
+            runtime: runtime.to_string(),
+        };
+        if replicated(ctx, &namespace, &cluster_name, &machine, runtime).await? {
+            ctx.provider
+                .ensure_replica(&namespace, &cluster_name, &node, &spec)?;
+        } else {
+            ctx.provider.ensure(&namespace, &cluster_name, &spec)?;
+        }
     }
-    if !ctx.provider.ready(&namespace, &cluster_name) {
+    // A control plane machine of several is ready once its own member is.
+    let own_ready = !(control_plane && ctx.provider.replicated(&namespace, &cluster_name))
+        || own_member
+            .as_deref()
+            .is_some_and(|d| ctx.provider.member_ready(d));
+    if !own_ready || !ctx.provider.ready(&namespace, &cluster_name) {
         // The last attempt's failure stays said while another is made.
         let failed = status["conditions"]
             .as_array()
@@ -255,14 +277,17 @@ async fn reconcile(ctx: &Context, dm: Value) -> Result<Next, Error> {
         spec.taints
             .push(json!({"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}));
     }
-    let admin = ctx.provider.admin(&namespace, &cluster_name)?;
-    admin
-        .request(
-            http::Method::PUT,
-            &format!("/nodes/{node}"),
-            Some(serde_json::to_value(&spec)?),
-        )
-        .await?;
+    // Every control plane member runs the node while it leads.
+    let node_spec = serde_json::to_value(&spec)?;
+    for admin in ctx.provider.admins(&namespace, &cluster_name)? {
+        admin
+            .request(
+                http::Method::PUT,
+                &format!("/nodes/{node}"),
+                Some(node_spec.clone()),
+            )
+            .await?;
+    }
     if dm["spec"]["providerID"].as_str() != Some(provider_id.as_str()) {
         objects
             .merge(&kind, &name, json!({"spec": {"providerID": provider_id}}))
@@ -291,4 +316,34 @@ async fn reconcile(ctx: &Context, dm: Value) -> Result<Next, Error> {
     }
     // The member may be restarted (by hand, or after a crash): look again.
     Ok(Some(Duration::from_secs(10)))
+}
+
+/// Whether the cluster's control plane is one member per machine on a
+/// shared etcd, behind an endpoint: decided when its first control plane
+/// machine starts, by whether its KubeadmControlPlane asks for more than
+/// one replica (and etcd is on this host, and the nodes are simulated,
+/// which any member may run once it leads); kept for the cluster's life.
+async fn replicated(
+    ctx: &Context,
+    namespace: &str,
+    cluster: &str,
+    machine: &Value,
+    runtime: &str,
+) -> Result<bool, Error> {
+    if ctx.provider.replicated(namespace, cluster) {
+        return Ok(true);
+    }
+    if ctx.provider.started(namespace, cluster) || ctx.provider.etcd.is_none() || runtime != "sim" {
+        return Ok(false);
+    }
+    let Some(kcp) = objects::owner_named(machine, "KubeadmControlPlane") else {
+        return Ok(false);
+    };
+    let objects = Objects::new(ctx.client.clone(), namespace);
+    let replicas = objects
+        .get(&api::kubeadm_control_planes(), kcp)
+        .await?
+        .and_then(|k| k["spec"]["replicas"].as_i64())
+        .unwrap_or(1);
+    Ok(replicas > 1)
 }

@@ -3,5 +3,6 @@
 //! its nodes.
 
 pub mod cluster;
+pub mod loadbalancer;
 pub mod machine;
 pub mod process;
