@@ -19,6 +19,24 @@ until kubectl get clusters.cluster.karmada.io one >/dev/null 2>&1; do sleep 0.05
 t1b=$(date +%s.%N)
 echo "one 1+3 cluster: apply -> joined $(echo "$t1b - $t0" | bc) s"
 kubectl delete cl one > /dev/null
+# Three control plane machines: a member each on the cluster's etcd, behind
+# its endpoint; then the lease holder killed.
+t9=$(date +%s.%N)
+$F cluster generate ha --control-plane-machine-count 3 --worker-machine-count 1 | kubectl apply -f - > /dev/null
+until [ "$(kubectl get cl ha -o jsonpath='{.status.conditions[?(@.type=="Available")].status} {.status.controlPlane.availableReplicas}')" = "True 3" ]; do sleep 0.05; done
+t10=$(date +%s.%N)
+echo "one 3+1 cluster: apply -> Available with 3 control plane members $(echo "$t10 - $t9" | bc) s"
+$F cluster kubeconfig ha > $D/ha.kubeconfig
+lease() { KUBECONFIG=$D/ha.kubeconfig kubectl get lease -n kube-system kube-controller-manager -o jsonpath='{.spec.holderIdentity}' 2>/dev/null; }
+until [ -n "$(lease)" ]; do sleep 0.05; done
+holder=$(lease); machine=${holder%%_*}
+pkill -9 -f "data-dir $D/hub/clusters/default/ha/machines/$machine( |$)"
+t11=$(date +%s.%N)
+KUBECONFIG=$D/ha.kubeconfig kubectl create deployment web --image=nginx --replicas=2 > /dev/null
+until [ "$(KUBECONFIG=$D/ha.kubeconfig kubectl get deploy web -o jsonpath='{.status.readyReplicas}' 2>/dev/null)" = 2 ]; do sleep 0.05; done
+t12=$(date +%s.%N)
+echo "lease holder killed -> a Deployment created through the endpoint Ready: $(echo "$t12 - $t11" | bc) s (new holder $(lease))"
+kubectl delete cl ha > /dev/null
 # Gardener: provider-local's example Shoot (one worker), from the checkout.
 G=crates/cli/tests/data/gardener
 kubectl create namespace garden > /dev/null

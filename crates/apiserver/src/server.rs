@@ -82,6 +82,7 @@ impl ApiServer {
             }),
             address: RwLock::new(String::new()),
             keeps_kubernetes_service: Default::default(),
+            stopping: tokio::sync::watch::channel(false).0,
             resource_metrics: Default::default(),
             cluster_proxy: Default::default(),
         });
@@ -136,6 +137,12 @@ impl ApiServer {
             .with_state(self.clone())
     }
 
+    /// Ends every watch it serves, now and from now on (the server is
+    /// stopping).
+    pub fn end_watches(&self) {
+        self.stopping.send_replace(true);
+    }
+
     /// Serves on `listener` until `shutdown` resolves: HTTPS when `tls` is
     /// given, plain HTTP otherwise.
     pub async fn serve(
@@ -146,8 +153,10 @@ impl ApiServer {
     ) -> std::io::Result<()> {
         let handle = axum_server::Handle::new();
         let on_shutdown = handle.clone();
+        let api = self.clone();
         tokio::spawn(async move {
             shutdown.await;
+            api.end_watches();
             on_shutdown.graceful_shutdown(Some(SHUTDOWN_GRACE));
         });
         self.serve_with_handle(listener, tls, handle).await

@@ -24,6 +24,10 @@ pub struct ApiServer {
     /// Whether a task keeps the `kubernetes` Service (one per server,
     /// however often it serves again: a member's unreachable fault).
     pub(crate) keeps_kubernetes_service: std::sync::atomic::AtomicBool,
+    /// Set once the server stops: watches end at once, as kube-apiserver
+    /// ends them on shutdown, so a graceful stop waits only for ordinary
+    /// requests (clients watch again elsewhere).
+    pub(crate) stopping: tokio::sync::watch::Sender<bool>,
     /// What measures nodes and pods for `metrics.k8s.io`; the group is
     /// served only once it is set.
     pub(crate) resource_metrics:

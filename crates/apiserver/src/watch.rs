@@ -272,6 +272,7 @@ pub async fn serve(ctx: Ctx) -> ApiResult<Response> {
         Err(e) => return Err(e.into()),
     };
 
+    let stopping = ctx.api.stopping.subscribe();
     tokio::spawn(async move {
         for line in first {
             if tx.send(Ok(line)).await.is_err() {
@@ -289,10 +290,16 @@ pub async fn serve(ctx: Ctx) -> ApiResult<Response> {
         tokio::pin!(expiry);
         let mut ticker = tokio::time::interval(bookmark_interval);
         ticker.tick().await;
+        let stopped = async move {
+            let mut stopping = stopping;
+            let _ = stopping.wait_for(|s| *s).await.is_ok();
+        };
+        tokio::pin!(stopped);
         loop {
             tokio::select! {
                 _ = tx.closed() => return,
                 _ = &mut expiry => return,
+                () = &mut stopped => return,
                 _ = ticker.tick(), if bookmarks => {
                     if tx.send(Ok(bookmark(&r, watch.revision(), false))).await.is_err() {
                         return;

@@ -57,6 +57,7 @@ pub async fn serve(
                     }
                 };
                 if stop {
+                    api.end_watches();
                     handle.graceful_shutdown(Some(SHUTDOWN_GRACE));
                     return server.await.unwrap_or(Ok(()));
                 }
