@@ -40,10 +40,18 @@ fn workload_kubeconfig(hub: &Server, cluster: &str) -> std::path::PathBuf {
 
 fn describe(hub: &Server) -> String {
     let out = hub.kubectl(&["get", "cl,kcp,md,ms,ma,dockermachines", "-o", "wide"]);
+    let conditions = hub.kubectl(&[
+        "get",
+        "dockermachines",
+        "-o",
+        r#"jsonpath={range .items[*]}{.metadata.name}: {range .status.conditions[*]}{.type}={.status} {.reason} {.message}; {end}{"\n"}{end}"#,
+    ]);
     format!(
-        "{}{}",
+        "{}{}\n{}\n{}",
         String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&conditions.stdout),
+        common::lifecycle::provider_logs(&hub.data_dir())
     )
 }
 

@@ -57,3 +57,30 @@ pub fn workload(kubeconfig: &Path, args: &[&str]) -> String {
         .expect("kubectl");
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
+
+/// The last lines of every log the local provider keeps under a control
+/// plane's data dir (members, endpoints, etcd), for a failure's message.
+pub fn provider_logs(data_dir: &Path) -> String {
+    fn walk(dir: &Path, out: &mut String) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "log") {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                out.push_str(&format!("== {}\n", path.display()));
+                for line in &lines[lines.len().saturating_sub(8)..] {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+        }
+    }
+    let mut out = String::new();
+    walk(&data_dir.join("clusters"), &mut out);
+    out
+}

@@ -35,6 +35,11 @@ pub fn start(cluster: Arc<Cluster>, _inf: &mut Informers) -> crate::cluster::Tas
 async fn run(cluster: Arc<Cluster>) {
     let mut faults = cluster.faults.subscribe();
     let mut roster = cluster.roster.subscribe();
+    // Nodes that joined between the start's registration and the
+    // subscription above (a leader's term starts while machines join).
+    if let Err(error) = register(&cluster).await {
+        warn!(%error, "registering the roster's nodes failed");
+    }
     // Leases on their own task: renewing a thousand of them takes a while
     // and must not delay reactions to faults.
     let heartbeat = cluster.clone();
