@@ -85,7 +85,7 @@ async fn reconcile(
             "encountered labelSelector as well as orLabelSelectors in backup spec, only one can be specified".to_string(),
         );
     }
-    if phase.is_empty() && location.get(&name, crate::BACKUP_METADATA)?.is_some() {
+    if phase.is_empty() && location.get(&name, crate::BACKUP_METADATA).await?.is_some() {
         problems.push(format!(
             "backup {name} already exists in storage location {location_name}"
         ));
@@ -147,12 +147,14 @@ async fn reconcile(
         list.sort();
     }
     let results = json!({"warnings": {"velero": warnings}, "errors": {"velero": errors}});
-    let log: String = warnings
-        .iter()
-        .map(|w| ("warning", w))
-        .chain(errors.iter().map(|e| ("error", e)))
-        .map(|(level, m)| format!("level={level} msg=\"{m}\" backup=velero/{name}\n"))
-        .collect();
+    let log = backup_log(
+        &name,
+        &location_name,
+        &items,
+        &volume_backups,
+        &warnings,
+        &errors,
+    );
     let phase = if errors.is_empty() {
         "Completed"
     } else {
@@ -167,36 +169,106 @@ async fn reconcile(
     let mut stored = object.clone();
     stored["status"] = status.clone();
     stored["metadata"]["labels"][STORAGE_LOCATION_LABEL] = json!(location_name);
-    location.put(&name, &format!("{name}.tar.gz"), &tarball)?;
-    location.put(
-        &name,
-        &format!("{name}-resource-list.json.gz"),
-        &archive::gzip(&serde_json::to_vec(&resource_list)?)?,
-    )?;
-    location.put(
-        &name,
-        &format!("{name}-results.gz"),
-        &archive::gzip(&serde_json::to_vec(&results)?)?,
-    )?;
-    location.put(
-        &name,
-        &format!("{name}-logs.gz"),
-        &archive::gzip(log.as_bytes())?,
-    )?;
-    location.put(
-        &name,
-        &format!("{name}-podvolumebackups.json.gz"),
-        &archive::gzip(&serde_json::to_vec(&volume_backups)?)?,
-    )?;
+    location
+        .put(&name, &format!("{name}.tar.gz"), &tarball)
+        .await?;
+    location
+        .put(
+            &name,
+            &format!("{name}-resource-list.json.gz"),
+            &archive::gzip(&serde_json::to_vec(&resource_list)?)?,
+        )
+        .await?;
+    location
+        .put(
+            &name,
+            &format!("{name}-results.gz"),
+            &archive::gzip(&serde_json::to_vec(&results)?)?,
+        )
+        .await?;
+    location
+        .put(
+            &name,
+            &format!("{name}-logs.gz"),
+            &archive::gzip(log.as_bytes())?,
+        )
+        .await?;
+    location
+        .put(
+            &name,
+            &format!("{name}-podvolumebackups.json.gz"),
+            &archive::gzip(&serde_json::to_vec(&volume_backups)?)?,
+        )
+        .await?;
     // Last: a backup is in the storage once its metadata is.
-    location.put(
-        &name,
-        crate::BACKUP_METADATA,
-        &serde_json::to_vec_pretty(&stored)?,
-    )?;
+    location
+        .put(
+            &name,
+            crate::BACKUP_METADATA,
+            &serde_json::to_vec_pretty(&stored)?,
+        )
+        .await?;
     write_status(&api, &name, status).await?;
     info!(backup = %name, items = items.len(), volumes = volume_backups.len(), errors = errors.len(), "backup done");
     Ok(None)
+}
+
+/// The backup's log, in Velero's logfmt: what was backed up, then the
+/// warnings and errors.
+fn backup_log(
+    name: &str,
+    location: &str,
+    items: &[Item],
+    volumes: &[VolumeBackup],
+    warnings: &[String],
+    errors: &[String],
+) -> String {
+    let line = |level: &str, message: &str, fields: &str| {
+        let message = message.replace('\\', "\\\\").replace('"', "\\\"");
+        format!(
+            "time=\"{}\" level={level} msg=\"{message}\" backup=velero/{name}{fields}\n",
+            now()
+        )
+    };
+    let mut log = line("info", "Setting up backup log", "");
+    log += &line(
+        "info",
+        "Starting backup",
+        &format!(" storageLocation={location}"),
+    );
+    for item in items {
+        let namespace = item.namespace.as_deref().unwrap_or_default();
+        log += &line(
+            "info",
+            "Backing up item",
+            &format!(
+                " name={} namespace={namespace} resource={}",
+                item.name, item.group_resource
+            ),
+        );
+    }
+    for v in volumes {
+        log += &line(
+            "info",
+            "Backed up volume by file system",
+            &format!(
+                " pod={}/{} volume={} snapshotID={} bytes={}",
+                v.namespace, v.pod, v.volume, v.snapshot_id, v.total_bytes
+            ),
+        );
+    }
+    for w in warnings {
+        log += &line("warning", w, "");
+    }
+    for e in errors {
+        log += &line("error", e, "");
+    }
+    log += &line(
+        "info",
+        &format!("Backed up a total of {} items", items.len()),
+        "",
+    );
+    log
 }
 
 /// Backs up the data of the volumes the backed-up pods' claims name, once
@@ -232,7 +304,7 @@ async fn back_up_volumes(
                 ));
                 continue;
             };
-            match volumes::back_up(location, ns, &dir) {
+            match volumes::back_up(location, ns, &dir).await {
                 Ok((snapshot_id, total_bytes, files)) => done.push(VolumeBackup {
                     namespace: ns.clone(),
                     pod: pod.name.clone(),
@@ -273,7 +345,7 @@ async fn expire(
         .as_str()
         .or(object["spec"]["storageLocation"].as_str());
     if let Ok((_, storage)) = storage_location::resolve(client, location).await? {
-        storage.delete(name)?;
+        storage.delete(name).await?;
     }
     match api.delete(name, &DeleteParams::default()).await {
         Ok(_) => info!(backup = %name, "backup expired; deleted with its files"),

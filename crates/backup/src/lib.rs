@@ -17,7 +17,7 @@ pub mod filter;
 pub mod location;
 mod restore;
 mod schedule;
-mod storage_location;
+pub mod storage_location;
 pub mod volumes;
 
 use kube::Client;

@@ -146,7 +146,10 @@ async fn reconcile(client: Client, restore: Arc<DynamicObject>) -> Result<Option
             return fail_validation(&api, &name, vec![message]).await;
         }
     };
-    let Some(tarball) = storage.get(&backup_name, &format!("{backup_name}.tar.gz"))? else {
+    let Some(tarball) = storage
+        .get(&backup_name, &format!("{backup_name}.tar.gz"))
+        .await?
+    else {
         let message = format!("the tarball of backup {backup_name} is not in its storage location");
         return fail_validation(&api, &name, vec![message]).await;
     };
@@ -190,7 +193,8 @@ async fn reconcile(client: Client, restore: Arc<DynamicObject>) -> Result<Option
         .get(
             &backup_name,
             &format!("{backup_name}-podvolumebackups.json.gz"),
-        )?
+        )
+        .await?
         .and_then(|gz| archive::gunzip(&gz).ok())
         .and_then(|bytes| serde_json::from_slice::<Vec<VolumeBackup>>(&bytes).ok())
         .unwrap_or_default();
@@ -221,11 +225,18 @@ async fn reconcile(client: Client, restore: Arc<DynamicObject>) -> Result<Option
     let results = json!({"warnings": {"namespaces": outcome.warnings_by_ns(), "velero": outcome.warnings},
                          "errors": {"velero": outcome.errors}});
     let dir = format!("restores/{name}");
-    let _ = storage.put_under(
-        &dir,
-        &format!("restore-{name}-results.gz"),
-        &archive::gzip(&serde_json::to_vec(&results)?)?,
-    );
+    // The results are a record beside the restore; failing to store them
+    // does not undo what was restored.
+    if let Err(error) = storage
+        .put_under(
+            &dir,
+            &format!("restore-{name}-results.gz"),
+            &archive::gzip(&serde_json::to_vec(&results)?)?,
+        )
+        .await
+    {
+        tracing::warn!(%error, restore = %name, "cannot store the restore's results");
+    }
     write_status(
         &api,
         &name,
@@ -279,6 +290,7 @@ async fn restore_volume(
     let dir = volumes::volume_dir(&serde_json::to_value(&pv).unwrap_or_default())
         .ok_or_else(|| format!("volume {volume} is not a directory on this host"))?;
     let bytes = volumes::restore(storage, &record.namespace, &record.snapshot_id, &dir)
+        .await
         .map_err(|e| e.to_string())?;
     info!(claim = %format!("{namespace}/{}", record.pvc), %volume, bytes, "volume data restored");
     Ok(())

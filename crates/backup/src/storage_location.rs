@@ -14,7 +14,7 @@ use tracing::info;
 
 use crate::api;
 use crate::controller::{self, Error, json, now, objects, write_status};
-use crate::location::Location;
+use crate::location::{Location, LocationError};
 
 /// How often a location is validated and synced again.
 const VALIDATION_PERIOD: Duration = Duration::from_secs(5);
@@ -60,8 +60,7 @@ pub async fn resolve(
         };
         return Ok(Err(message));
     };
-    let spec = json(bsl)["spec"].clone();
-    Ok(match Location::of(&spec) {
+    Ok(match open(client, &json(bsl)).await {
         Ok(location) => Ok((bsl.name_any(), location)),
         Err(e) => Err(format!(
             "BackupStorageLocation \"{}\" is unavailable: {e}",
@@ -70,10 +69,47 @@ pub async fn resolve(
     })
 }
 
+/// The Secret velero install makes from `--secret-file`, mounted as the
+/// plugins' credentials file when a location names none.
+const DEFAULT_CREDENTIALS: (&str, &str) = ("cloud-credentials", "cloud");
+
+/// The storage of a BackupStorageLocation, with the credentials its
+/// `spec.credential` names (or the server's default ones).
+pub async fn open(client: &Client, bsl: &Value) -> Result<Location, LocationError> {
+    let spec = &bsl["spec"];
+    let named = spec["credential"]["name"]
+        .as_str()
+        .filter(|n| !n.is_empty());
+    let (secret, key) = match named {
+        Some(name) => (name, spec["credential"]["key"].as_str().unwrap_or_default()),
+        None => DEFAULT_CREDENTIALS,
+    };
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(client.clone(), api::NAMESPACE);
+    let found = secrets
+        .get_opt(secret)
+        .await
+        .map_err(|e| LocationError::Credentials(format!("cannot read Secret {secret}: {e}")))?;
+    let file = found.and_then(|s| s.data).and_then(|d| {
+        d.get(key)
+            .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+    });
+    if named.is_some() && file.is_none() {
+        return Err(LocationError::Credentials(format!(
+            "Secret {}/{secret} has no key {key:?}",
+            api::NAMESPACE
+        )));
+    }
+    Location::of(spec, file.as_deref())
+}
+
 async fn reconcile(client: Client, bsl: Arc<DynamicObject>) -> Result<Option<Duration>, Error> {
     let name = bsl.name_any();
     let object = json(&bsl);
-    let validated = Location::of(&object["spec"]).and_then(|l| l.validate().map(|()| l));
+    let validated = match open(&client, &object).await {
+        Ok(l) => l.validate().await.map(|()| l),
+        Err(e) => Err(e),
+    };
     let (phase, message) = match &validated {
         Ok(_) => ("Available", String::new()),
         Err(e) => (
@@ -111,11 +147,11 @@ async fn sync(client: &Client, location: &str, storage: &Location) -> Result<(),
         .iter()
         .map(ResourceExt::name_any)
         .collect();
-    for name in storage.backups()? {
+    for name in storage.backups().await? {
         if known.contains(&name) {
             continue;
         }
-        let Some(bytes) = storage.get(&name, crate::BACKUP_METADATA)? else {
+        let Some(bytes) = storage.get(&name, crate::BACKUP_METADATA).await? else {
             continue;
         };
         let Ok(stored) = serde_json::from_slice::<Value>(&bytes) else {

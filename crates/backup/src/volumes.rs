@@ -144,7 +144,7 @@ fn walk(
 
 /// Stores the files under `dir` in the location's repository of
 /// `namespace`; the snapshot's id and the bytes it holds.
-pub fn back_up(
+pub async fn back_up(
     location: &Location,
     namespace: &str,
     dir: &Path,
@@ -161,8 +161,8 @@ pub fn back_up(
         let bytes = std::fs::read(path).map_err(|e| io(path, e))?;
         let sum = hex(&Sha256::digest(&bytes));
         let objects = format!("{repo}/objects");
-        if !location.has(&objects, &sum) {
-            location.put_under(&objects, &sum, &bytes)?;
+        if !location.has(&objects, &sum).await? {
+            location.put_under(&objects, &sum, &bytes).await?;
         }
         total += bytes.len() as u64;
         snapshot.files.push(FileEntry {
@@ -179,17 +179,19 @@ pub fn back_up(
         message: e.to_string(),
     })?;
     let id = hex(&Sha256::digest(&manifest))[..32].to_string();
-    location.put_under(
-        &format!("{repo}/snapshots"),
-        &format!("{id}.json"),
-        &manifest,
-    )?;
+    location
+        .put_under(
+            &format!("{repo}/snapshots"),
+            &format!("{id}.json"),
+            &manifest,
+        )
+        .await?;
     Ok((id, total, snapshot.files.len()))
 }
 
 /// Writes a snapshot's files into `dir`, each checked against its
 /// checksum; the bytes written.
-pub fn restore(
+pub async fn restore(
     location: &Location,
     namespace: &str,
     snapshot_id: &str,
@@ -197,7 +199,8 @@ pub fn restore(
 ) -> Result<u64, VolumeError> {
     let repo = repository(namespace);
     let manifest = location
-        .get_under(&format!("{repo}/snapshots"), &format!("{snapshot_id}.json"))?
+        .get_under(&format!("{repo}/snapshots"), &format!("{snapshot_id}.json"))
+        .await?
         .ok_or_else(|| VolumeError::Missing(snapshot_id.into()))?;
     let snapshot: Snapshot =
         serde_json::from_slice(&manifest).map_err(|_| VolumeError::Missing(snapshot_id.into()))?;
@@ -214,7 +217,8 @@ pub fn restore(
     let mut total = 0;
     for f in &snapshot.files {
         let bytes = location
-            .get_under(&format!("{repo}/objects"), &f.sha256)?
+            .get_under(&format!("{repo}/objects"), &f.sha256)
+            .await?
             .ok_or_else(|| VolumeError::Missing(snapshot_id.into()))?;
         let path = inside(&f.path);
         if hex(&Sha256::digest(&bytes)) != f.sha256 {
@@ -236,19 +240,20 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    #[test]
-    fn files_go_in_once_by_content_and_come_back_checked() {
+    #[tokio::test]
+    async fn files_go_in_once_by_content_and_come_back_checked() {
         let store = tempfile::tempdir().unwrap();
         let location = Location::of(
             &json!({"provider": "filesystem", "objectStorage": {"bucket": "b"},
                                             "config": {"path": store.path().to_str().unwrap()}}),
+            None,
         )
         .unwrap();
         let volume = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(volume.path().join("logs/empty")).unwrap();
         std::fs::write(volume.path().join("logs/a.log"), b"same").unwrap();
         std::fs::write(volume.path().join("b.log"), b"same").unwrap();
-        let (id, bytes, files) = back_up(&location, "shop", volume.path()).unwrap();
+        let (id, bytes, files) = back_up(&location, "shop", volume.path()).await.unwrap();
         assert_eq!((bytes, files), (8, 2));
         let objects = store.path().join("b/kopia/shop/objects");
         assert_eq!(
@@ -257,7 +262,12 @@ mod tests {
             "stored once"
         );
         let target = tempfile::tempdir().unwrap();
-        assert_eq!(restore(&location, "shop", &id, target.path()).unwrap(), 8);
+        assert_eq!(
+            restore(&location, "shop", &id, target.path())
+                .await
+                .unwrap(),
+            8
+        );
         assert_eq!(
             std::fs::read(target.path().join("logs/a.log")).unwrap(),
             b"same"
@@ -273,7 +283,7 @@ mod tests {
         std::fs::write(&object, b"changed").unwrap();
         let again = tempfile::tempdir().unwrap();
         assert!(matches!(
-            restore(&location, "shop", &id, again.path()),
+            restore(&location, "shop", &id, again.path()).await,
             Err(VolumeError::Checksum { .. })
         ));
     }

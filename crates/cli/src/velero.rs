@@ -425,7 +425,7 @@ Namespace mappings:  {mapping}\n\nExisting Resource Policy:  {policy}\n",
     )
 }
 
-/// The backup's log, read from its storage location (it is on this host).
+/// The backup's log, read from its storage location (with its credentials).
 async fn backup_logs(a: DescribeArgs) -> anyhow::Result<()> {
     let client = a.cluster.client().await?;
     let backups: Api<DynamicObject> =
@@ -437,11 +437,16 @@ async fn backup_logs(a: DescribeArgs) -> anyhow::Result<()> {
         .unwrap_or("default")
         .to_string();
     let locations: Api<DynamicObject> =
-        Api::namespaced_with(client, api::NAMESPACE, &api::locations());
+        Api::namespaced_with(client.clone(), api::NAMESPACE, &api::locations());
     let bsl = get(&locations, "backupstoragelocation", &location_name).await?;
-    let location = flotilla_backup::location::Location::of(&bsl["spec"])
+    let location = flotilla_backup::storage_location::open(&client, &bsl)
+        .await
         .with_context(|| format!("storage location {location_name}"))?;
-    let Some(gz) = location.get(&a.name, &format!("{}-logs.gz", a.name))? else {
+    let Some(gz) = location
+        .get(&a.name, &format!("{}-logs.gz", a.name))
+        .await
+        .with_context(|| format!("storage location {location_name}"))?
+    else {
         bail!(
             "backup {} has no log in its storage location yet (it is not done)",
             a.name
