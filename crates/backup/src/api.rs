@@ -1,6 +1,7 @@
 //! Velero's kinds (`velero.io/v1`) as CRDs, with Velero's names and
-//! printer columns: BackupStorageLocation (`bsl`), Backup, Restore and
-//! Schedule. Their specs are kept as written and read as JSON.
+//! printer columns: BackupStorageLocation (`bsl`), Backup, Restore,
+//! Schedule, and the volume records PodVolumeBackup and PodVolumeRestore.
+//! Their specs are kept as written and read as JSON.
 
 use flotilla_core::crd::{Kind, age, column, open_schema};
 use kube::api::ApiResource;
@@ -35,6 +36,14 @@ pub fn restores() -> ApiResource {
 
 pub fn schedules() -> ApiResource {
     resource("Schedule", "schedules")
+}
+
+pub fn pod_volume_backups() -> ApiResource {
+    resource("PodVolumeBackup", "podvolumebackups")
+}
+
+pub fn pod_volume_restores() -> ApiResource {
+    resource("PodVolumeRestore", "podvolumerestores")
 }
 
 fn kind(kind: &str, plural: &str, short: &[&str], columns: Vec<Value>) -> Kind {
@@ -83,6 +92,32 @@ pub fn crds() -> Vec<Value> {
     .iter()
     .map(Kind::crd)
     .collect();
+    // Velero's records, as its CRDs serve them: no status subresource
+    // (written whole by the server), the progress columns.
+    let progress = |what: &str| {
+        vec![
+            column("Status", "string", ".status.phase"),
+            column("Started", "date", ".status.startTimestamp"),
+            column("Bytes Done", "integer", ".status.progress.bytesDone"),
+            column("Total Bytes", "integer", ".status.progress.totalBytes"),
+            column("Storage Location", "string", ".spec.backupStorageLocation"),
+            age(),
+            column("Node", "string", ".status.node"),
+            column(what, "string", ".spec.uploaderType"),
+        ]
+    };
+    for (k, plural, uploader) in [
+        ("PodVolumeBackup", "podvolumebackups", "Uploader"),
+        ("PodVolumeRestore", "podvolumerestores", "Uploader Type"),
+    ] {
+        let mut crd = kind(k, plural, &[], progress(uploader)).crd();
+        if let Some(versions) = crd["spec"]["versions"].as_array_mut() {
+            for v in versions {
+                v["subresources"] = serde_json::json!({});
+            }
+        }
+        crds.push(crd);
+    }
     // A Backup or Restore may be written with an empty spec.
     for crd in &mut crds {
         flotilla_core::crd::spec_optional(crd);

@@ -18,6 +18,7 @@ use crate::api;
 use crate::archive::{self, Item};
 use crate::controller::{self, Error, fail_validation, json, now, objects, write_status};
 use crate::filter::IncludesExcludes;
+use crate::records;
 use crate::storage_location::{self, STORAGE_LOCATION_LABEL, SYNCED_ANNOTATION};
 use crate::volumes::{self, VolumeBackup};
 
@@ -128,7 +129,14 @@ async fn reconcile(
     let warnings = collected.warnings;
     let items = collected.items;
     let by_default = spec["defaultVolumesToFsBackup"] == json!(true);
-    let (volume_backups, errors) = back_up_volumes(&client, &items, &location, by_default).await;
+    let (volume_backups, errors) = back_up_volumes(
+        &client,
+        &items,
+        (&location, &location_name),
+        &object,
+        by_default,
+    )
+    .await;
     let tarball = archive::write(&items)?;
     let mut resource_list: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for item in &items {
@@ -276,7 +284,8 @@ fn backup_log(
 async fn back_up_volumes(
     client: &Client,
     items: &[Item],
-    location: &crate::location::Location,
+    (location, location_name): (&crate::location::Location, &str),
+    backup: &Value,
     by_default: bool,
 ) -> (Vec<VolumeBackup>, Vec<String>) {
     let mut done: Vec<VolumeBackup> = Vec::new();
@@ -304,7 +313,30 @@ async fn back_up_volumes(
                 ));
                 continue;
             };
-            match volumes::back_up(location, ns, &dir).await {
+            let started = now();
+            let pod_ref = records::PodRef {
+                namespace: ns,
+                name: &pod.name,
+                uid: pod.object["metadata"]["uid"].as_str().unwrap_or_default(),
+                node: pod.object["spec"]["nodeName"].as_str().unwrap_or_default(),
+            };
+            let backed_up = volumes::back_up(location, ns, &dir).await;
+            let (outcome, snapshot_id) = match &backed_up {
+                Ok((id, bytes, _)) => (Ok(*bytes), id.as_str()),
+                Err(e) => (Err(e.to_string()), ""),
+            };
+            records::backed_up(
+                client,
+                backup,
+                location_name,
+                &volume,
+                &pod_ref,
+                &claim,
+                &started,
+                (&outcome, snapshot_id),
+            )
+            .await;
+            match backed_up {
                 Ok((snapshot_id, total_bytes, files)) => done.push(VolumeBackup {
                     namespace: ns.clone(),
                     pod: pod.name.clone(),

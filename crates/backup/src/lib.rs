@@ -15,6 +15,7 @@ mod backup;
 mod controller;
 pub mod filter;
 pub mod location;
+pub mod records;
 mod restore;
 mod schedule;
 pub mod storage_location;

@@ -17,6 +17,7 @@ use crate::api;
 use crate::archive::{self, Item};
 use crate::controller::{self, Error, fail_validation, json, now, objects, write_status};
 use crate::filter::IncludesExcludes;
+use crate::records;
 use crate::storage_location::{self, STORAGE_LOCATION_LABEL};
 use crate::volumes::{self, VolumeBackup};
 
@@ -207,7 +208,19 @@ async fn reconcile(client: Client, restore: Arc<DynamicObject>) -> Result<Option
             .and_then(Value::as_str)
             .unwrap_or(&record.namespace)
             .to_string();
-        if let Err(e) = restore_volume(&client, &storage, record, &target).await {
+        let started = now();
+        let restored = restore_volume(&client, &storage, record, &target).await;
+        records::restored(
+            &client,
+            &object,
+            location_name.as_deref().unwrap_or("default"),
+            record,
+            &target,
+            &started,
+            &restored,
+        )
+        .await;
+        if let Err(e) = restored {
             outcome.errors.push(format!(
                 "volume {} of pod {}/{} (claim {}): {e}",
                 record.volume, record.namespace, record.pod, record.pvc
@@ -260,7 +273,7 @@ async fn restore_volume(
     storage: &crate::location::Location,
     record: &VolumeBackup,
     namespace: &str,
-) -> Result<(), String> {
+) -> Result<u64, String> {
     let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
         Api::namespaced(client.clone(), namespace);
     let deadline = tokio::time::Instant::now() + CLAIM_BOUND_WAIT;
@@ -293,7 +306,7 @@ async fn restore_volume(
         .await
         .map_err(|e| e.to_string())?;
     info!(claim = %format!("{namespace}/{}", record.pvc), %volume, bytes, "volume data restored");
-    Ok(())
+    Ok(bytes)
 }
 
 /// The newest completed backup of a schedule.

@@ -66,7 +66,7 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn repository(namespace: &str) -> String {
+pub fn repository(namespace: &str) -> String {
     format!("kopia/{namespace}")
 }
 

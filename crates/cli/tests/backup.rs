@@ -806,6 +806,33 @@ spec:
 "#,
     );
     wait_phase(&a, "backup", "to-s3", "Completed");
+    // Velero's record of the volume it read, with its bytes.
+    assert_eq!(
+        field(
+            &a,
+            &[
+                "get",
+                "podvolumebackups",
+                "-n",
+                "velero",
+                "-l",
+                "velero.io/backup-name=to-s3"
+            ],
+            "{range .items[*]}{.status.phase} {.spec.volume} {.status.progress.totalBytes}{end}"
+        ),
+        "Completed nginx-logs 12"
+    );
+    assert_has(
+        &a.ok(&["get", "podvolumebackups", "-n", "velero"]),
+        &[
+            "STATUS",
+            "BYTES DONE",
+            "TOTAL BYTES",
+            "STORAGE LOCATION",
+            "UPLOADER",
+            "kopia",
+        ],
+    );
     // In the bucket, under the prefix, as Velero lays it out.
     let stored = root.path().join("velero/team/backups/to-s3");
     for file in [
@@ -842,6 +869,21 @@ spec:
         std::fs::read_to_string(volume_dir(&b).join("access.log"))
             .is_ok_and(|t| t == "GET /s3 200\n")
     });
+    assert_eq!(
+        field(
+            &b,
+            &[
+                "get",
+                "podvolumerestores",
+                "-n",
+                "velero",
+                "-l",
+                "velero.io/restore-name=from-s3"
+            ],
+            "{range .items[*]}{.status.phase} {.spec.sourceNamespace} {.status.progress.bytesDone}{end}"
+        ),
+        "Completed nginx-example 12"
+    );
     // `flotilla backup logs` reads the log from the bucket.
     let logs = common::flotilla(&[
         "backup",
