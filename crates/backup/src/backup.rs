@@ -329,9 +329,8 @@ async fn back_up_volumes(
                 client,
                 backup,
                 location_name,
-                &volume,
                 &pod_ref,
-                &claim,
+                (&volume, &claim),
                 &started,
                 (&outcome, snapshot_id),
             )

@@ -53,9 +53,8 @@ pub async fn backed_up(
     client: &Client,
     backup: &Value,
     location: &str,
-    volume: &str,
     pod_ref: &PodRef<'_>,
-    pvc: &str,
+    (volume, pvc): (&str, &str),
     started: &str,
     (outcome, snapshot_id): (&Outcome, &str),
 ) {
