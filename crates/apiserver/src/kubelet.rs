@@ -78,4 +78,21 @@ pub trait Kubelet: Send + Sync {
     async fn exec(&self, target: &Target, options: &ExecOptions) -> Result<Session, ApiError>;
     /// Connects to a port of the pod (the container is ignored).
     async fn port_forward(&self, target: &Target, port: u16) -> Result<Stream2, ApiError>;
+    /// Checkpoints the container (the kubelet's checkpoint API, KEP-2008):
+    /// the archive's path on the node.
+    async fn checkpoint(&self, target: &Target) -> Result<String, ApiError> {
+        Err(checkpoint_failed(
+            target,
+            "the container runtime does not checkpoint containers",
+        ))
+    }
+}
+
+/// The kubelet's answer when a checkpoint cannot be made (HTTP 500, as
+/// the kubelet answers a runtime's failure), saying why.
+pub fn checkpoint_failed(target: &Target, why: &str) -> ApiError {
+    ApiError::internal(format!(
+        "checkpointing of {}/{}/{} failed ({why})",
+        target.namespace, target.pod, target.container
+    ))
 }

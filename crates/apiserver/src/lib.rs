@@ -44,6 +44,7 @@ pub mod managed;
 pub mod merge_meta;
 pub mod meta;
 pub mod namespace;
+pub mod node_proxy;
 pub mod objects;
 pub mod openapi;
 pub mod patch;

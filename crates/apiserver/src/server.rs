@@ -267,6 +267,52 @@ fn text(body: &'static str) -> Response {
         .into_response()
 }
 
+/// The verb a proxied request is authorised as: its method's.
+fn proxy_verb(method: &Method) -> crate::authz::Verb {
+    use crate::authz::Verb;
+    match *method {
+        Method::GET | Method::HEAD => Verb::Get,
+        Method::POST => Verb::Create,
+        Method::PUT => Verb::Update,
+        Method::PATCH => Verb::Patch,
+        Method::DELETE => Verb::Delete,
+        ref other => Verb::Other(other.as_str().to_ascii_lowercase()),
+    }
+}
+
+/// `nodes/NAME/proxy/...` as kube-apiserver authorises it: the verb of
+/// the method on the `nodes/proxy` subresource.
+fn authorize_node_proxy(
+    api: &ApiServer,
+    user: &crate::user::User,
+    node: &str,
+    method: &Method,
+) -> ApiResult<()> {
+    let verb = proxy_verb(method);
+    crate::audit::resource(
+        verb.as_str(),
+        "",
+        "v1",
+        "nodes",
+        Some("proxy"),
+        None,
+        Some(node),
+    );
+    api.check(
+        user,
+        &crate::authz::Attributes {
+            verb,
+            group: "",
+            resource: "nodes",
+            subresource: Some("proxy"),
+            namespace: None,
+            path_name: Some(node),
+            field_selector: None,
+            body: &[],
+        },
+    )
+}
+
 /// `clusters/NAME/proxy/...`: authorised as that subresource, then handed
 /// to the control plane's proxy.
 async fn proxy_to_member(
@@ -278,7 +324,6 @@ async fn proxy_to_member(
     mut parts: http::request::Parts,
     body: Body,
 ) -> ApiResult<Response> {
-    use crate::authz::Verb;
     let upgrading = parts
         .headers
         .get(header::UPGRADE)
@@ -291,14 +336,7 @@ async fn proxy_to_member(
         request::read_body(body).await?
     };
     if let Some(user) = user {
-        let verb = match parts.method {
-            Method::GET | Method::HEAD => Verb::Get,
-            Method::POST => Verb::Create,
-            Method::PUT => Verb::Update,
-            Method::PATCH => Verb::Patch,
-            Method::DELETE => Verb::Delete,
-            ref other => Verb::Other(other.as_str().to_ascii_lowercase()),
-        };
+        let verb = proxy_verb(&parts.method);
         crate::audit::resource(
             verb.as_str(),
             "cluster.karmada.io",
@@ -569,6 +607,12 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
             body,
         )
         .await;
+    }
+    if let Some((node, kubelet_path)) = crate::node_proxy::parse(&segs) {
+        if let Some(user) = &user {
+            authorize_node_proxy(&api, user, node, &parts.method)?;
+        }
+        return crate::node_proxy::serve(&api, node, kubelet_path, &parts.method).await;
     }
     if let Some(answer) = non_resource(&api, &segs, &parts.headers, &query, is_get) {
         return answer;

@@ -1027,6 +1027,20 @@ async fn an_ephemeral_container_is_reported_and_attaching_to_it_ends() {
         !out.status.success() && said.contains("no container runtime behind it"),
         "kubectl attach to the debug container: {said}"
     );
+    // So does the kubelet's checkpoint API, through the node's proxy.
+    let node = member.ok(&["get", "pod", "app", "-o", "jsonpath={.spec.nodeName}"]);
+    let out = member.kubectl(&[
+        "create",
+        "--raw",
+        &format!("/api/v1/nodes/{node}/proxy/checkpoint/default/app/app"),
+        "-f",
+        "/dev/null",
+    ]);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success() && said.contains("no container runtime behind it"),
+        "checkpoint on a simulated node: {said}"
+    );
 }
 
 const STORAGE: &str = r#"

@@ -191,6 +191,49 @@ fn pods_run_processes_that_talk_log_and_take_exec() {
     );
     assert!(!jsonpath(&m, &["pod", "client"], "{.status.hostIP}").is_empty());
 
+    // The kubelet's checkpoint API, through the node's proxy: this host
+    // cannot checkpoint (no CRIU, or a kernel CRIU cannot use), and the
+    // answer says so; the kubelet knows only its own pods and paths.
+    let checkpoint = |node: &str, container: &str| {
+        m.kubectl(&[
+            "create",
+            "--raw",
+            &format!("/api/v1/nodes/{node}/proxy/checkpoint/default/client/{container}"),
+            "-f",
+            "/dev/null",
+        ])
+    };
+    let refused = checkpoint(&node, "main");
+    assert!(!refused.status.success());
+    assert_has(
+        &String::from_utf8_lossy(&refused.stderr),
+        &["checkpointing of default/client/main failed", "CRIU"],
+    );
+    assert_has(
+        &String::from_utf8_lossy(&checkpoint(&node, "nope").stderr),
+        &["NotFound", "default/client/nope"],
+    );
+    let other = jsonpath(&m, &["nodes"], "{.items[*].metadata.name}")
+        .split_whitespace()
+        .find(|n| *n != node)
+        .map(String::from)
+        .expect("a second node");
+    assert_has(
+        &String::from_utf8_lossy(&checkpoint(&other, "main").stderr),
+        &["NotFound"],
+    );
+    assert_has(
+        &String::from_utf8_lossy(
+            &m.kubectl(&[
+                "get",
+                "--raw",
+                &format!("/api/v1/nodes/{node}/proxy/configz"),
+            ])
+            .stderr,
+        ),
+        &["NotFound"],
+    );
+
     // A pod calls each web pod (on the other node) at its IP: the
     // stand-in workload answers with who it is.
     let web: Vec<String> = jsonpath(&m, &["pods", "-l", "app=web"], "{.items[*].metadata.name}")

@@ -191,6 +191,18 @@ impl Kubelet for VirtualKubelet {
         })
     }
 
+    async fn checkpoint(&self, target: &Target) -> Result<String, ApiError> {
+        match self.remote(target).await? {
+            None => self.inner("checkpoint", target)?.checkpoint(target).await,
+            // The provider's kubelet is not reachable through its API as a
+            // pod's subresource is.
+            Some(_) => Err(flotilla_apiserver::kubelet::checkpoint_failed(
+                target,
+                "the pod is offloaded to a peered cluster, whose kubelet this cluster cannot reach",
+            )),
+        }
+    }
+
     async fn port_forward(&self, target: &Target, port: u16) -> Result<Stream2, ApiError> {
         match self.remote(target).await? {
             None => {

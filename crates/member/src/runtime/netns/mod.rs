@@ -11,6 +11,7 @@
 
 pub mod agnhost;
 pub mod cgroups;
+pub mod checkpoint;
 pub mod images;
 mod lifecycle;
 pub mod network;

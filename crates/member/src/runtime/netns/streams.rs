@@ -137,6 +137,13 @@ fn bad_request(message: String) -> ApiError {
 
 #[async_trait]
 impl Kubelet for NetnsRuntime {
+    async fn checkpoint(&self, target: &Target) -> Result<String, ApiError> {
+        Err(flotilla_apiserver::kubelet::checkpoint_failed(
+            target,
+            super::checkpoint::why_not(),
+        ))
+    }
+
     async fn logs(&self, target: &Target, options: &LogOptions) -> Result<ByteStream, ApiError> {
         let key = format!("{}/{}", target.namespace, target.pod);
         let run = self
