@@ -50,9 +50,12 @@ async fn reconcile(
     backup: Arc<DynamicObject>,
 ) -> Result<Option<Duration>, Error> {
     let name = backup.name_any();
+    let api = objects(&client, &api::backups());
+    let Some(backup) = controller::fresh(&api, &backup).await? else {
+        return Ok(None);
+    };
     let object = json(&backup);
     let phase = object["status"]["phase"].as_str().unwrap_or_default();
-    let api = objects(&client, &api::backups());
     if backup.annotations().contains_key(SYNCED_ANNOTATION) && phase.is_empty() {
         // Its stored status is being written.
         return Ok(Some(Duration::from_secs(1)));

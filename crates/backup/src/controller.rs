@@ -112,3 +112,13 @@ where
         .for_each(|_| async {})
         .await;
 }
+
+/// The object as the API has it now: a reconcile that follows one which
+/// changed it may be handed the cache's older copy (a backup still
+/// InProgress that has completed), and must not act on that again.
+pub async fn fresh(
+    api: &Api<DynamicObject>,
+    cached: &DynamicObject,
+) -> Result<Option<DynamicObject>, Error> {
+    Ok(api.get_opt(&cached.name_any()).await?)
+}

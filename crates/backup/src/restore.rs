@@ -85,12 +85,15 @@ fn priority(gr: &str) -> (usize, String) {
 
 async fn reconcile(client: Client, restore: Arc<DynamicObject>) -> Result<Option<Duration>, Error> {
     let name = restore.name_any();
+    let api = objects(&client, &api::restores());
+    let Some(restore) = controller::fresh(&api, &restore).await? else {
+        return Ok(None);
+    };
     let object = json(&restore);
     let phase = object["status"]["phase"].as_str().unwrap_or_default();
     if !phase.is_empty() && phase != "New" {
         return Ok(None);
     }
-    let api = objects(&client, &api::restores());
     let spec = &object["spec"];
     // Validation, as Velero's.
     let mut problems = Vec::new();

@@ -109,19 +109,36 @@ fn wait_phase(m: &Server, kind: &str, name: &str, want: &str) {
     );
 }
 
+/// Applies `location` (a default BackupStorageLocation) to a member once
+/// Velero's kinds are served, and waits for it to be Available.
+fn use_location(m: &Server, location: &str) {
+    wait_for(WAIT, "Velero's kinds served", || {
+        m.kubectl(&["get", "bsl", "-n", "velero"]).status.success()
+    });
+    m.ok_stdin(&["apply", "-f", "-"], location);
+    wait_for(WAIT, "the location Available", || {
+        phase(m, "bsl", "default") == "Available"
+    });
+}
+
+/// The directory on this host of the volume bound to the nginx example's
+/// claim in namespace `ns`.
+fn volume_dir(m: &Server, ns: &str) -> std::path::PathBuf {
+    let pv = field(
+        m,
+        &["get", "pvc", "nginx-logs", "-n", ns],
+        "{.spec.volumeName}",
+    );
+    std::path::PathBuf::from(field(m, &["get", "pv", &pv], "{.spec.hostPath.path}"))
+}
+
 #[test]
 fn a_backup_in_one_member_restores_in_another_and_in_a_new_namespace() {
     let storage = tempfile::tempdir().expect("tempdir");
     let a = Server::member("bk-a", &["--nodes", "2"]);
     let b = Server::member("bk-b", &["--nodes", "2"]);
     for m in [&a, &b] {
-        wait_for(WAIT, "Velero's kinds served", || {
-            m.kubectl(&["get", "bsl", "-n", "velero"]).status.success()
-        });
-        m.ok_stdin(&["apply", "-f", "-"], &location(storage.path()));
-        wait_for(WAIT, "the location Available", || {
-            phase(m, "bsl", "default") == "Available"
-        });
+        use_location(m, &location(storage.path()));
         assert_has(
             &m.ok(&["get", "bsl", "-n", "velero"]),
             &["PHASE", "LAST VALIDATED", "DEFAULT", "Available", "true"],
@@ -144,14 +161,6 @@ fn a_backup_in_one_member_restores_in_another_and_in_a_new_namespace() {
         ) == "Bound"
     });
     // What the pods wrote to their volume (a directory on this host).
-    let volume_dir = |m: &Server, ns: &str| {
-        let pv = field(
-            m,
-            &["get", "pvc", "nginx-logs", "-n", ns],
-            "{.spec.volumeName}",
-        );
-        std::path::PathBuf::from(field(m, &["get", "pv", &pv], "{.spec.hostPath.path}"))
-    };
     let written = volume_dir(&a, "nginx-example");
     std::fs::create_dir_all(written.join("archive")).expect("volume dir");
     std::fs::write(written.join("access.log"), "GET / 200\n").expect("write");
@@ -394,10 +403,7 @@ spec:
 fn a_schedule_backs_up_and_a_restore_takes_its_newest_backup() {
     let storage = tempfile::tempdir().expect("tempdir");
     let m = Server::member("bk-sched", &[]);
-    wait_for(WAIT, "Velero's kinds served", || {
-        m.kubectl(&["get", "bsl", "-n", "velero"]).status.success()
-    });
-    m.ok_stdin(&["apply", "-f", "-"], &location(storage.path()));
+    use_location(&m, &location(storage.path()));
     m.ok(&["create", "namespace", "shop"]);
     m.ok(&[
         "create",
@@ -723,13 +729,7 @@ fn an_s3_location_carries_objects_and_volume_data_between_members() {
     let a = Server::member("s3-a", &["--nodes", "1"]);
     let b = Server::member("s3-b", &["--nodes", "1"]);
     for m in [&a, &b] {
-        wait_for(WAIT, "Velero's kinds served", || {
-            m.kubectl(&["get", "bsl", "-n", "velero"]).status.success()
-        });
-        m.ok_stdin(&["apply", "-f", "-"], &s3_location(&store.url));
-        wait_for(WAIT, "the S3 location Available", || {
-            phase(m, "bsl", "default") == "Available"
-        });
+        use_location(m, &s3_location(&store.url));
     }
     // Wrong keys, or a Secret that is not there: Unavailable, and why.
     a.ok_stdin(
@@ -783,15 +783,7 @@ spec:
             "{.status.phase}",
         ) == "Bound"
     });
-    let volume_dir = |m: &Server| {
-        let pv = field(
-            m,
-            &["get", "pvc", "nginx-logs", "-n", "nginx-example"],
-            "{.spec.volumeName}",
-        );
-        std::path::PathBuf::from(field(m, &["get", "pv", &pv], "{.spec.hostPath.path}"))
-    };
-    let written = volume_dir(&a);
+    let written = volume_dir(&a, "nginx-example");
     std::fs::create_dir_all(&written).expect("volume dir");
     std::fs::write(written.join("access.log"), "GET /s3 200\n").expect("write");
     a.ok_stdin(
@@ -866,7 +858,7 @@ spec:
         "hello"
     );
     wait_for(WAIT, "the volume's data restored", || {
-        std::fs::read_to_string(volume_dir(&b).join("access.log"))
+        std::fs::read_to_string(volume_dir(&b, "nginx-example").join("access.log"))
             .is_ok_and(|t| t == "GET /s3 200\n")
     });
     assert_eq!(
