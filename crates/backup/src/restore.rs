@@ -193,15 +193,20 @@ async fn reconcile(client: Client, restore: Arc<DynamicObject>) -> Result<Option
     }
     // Then the data of the volumes backed up, into the restored claims.
     let namespaces = IncludesExcludes::of(&spec["includedNamespaces"], &spec["excludedNamespaces"]);
-    let records = storage
-        .get(
-            &backup_name,
-            &format!("{backup_name}-podvolumebackups.json.gz"),
-        )
-        .await?
-        .and_then(|gz| archive::gunzip(&gz).ok())
-        .and_then(|bytes| serde_json::from_slice::<Vec<VolumeBackup>>(&bytes).ok())
-        .unwrap_or_default();
+    // `restorePVs: false` leaves volumes (and their data) out.
+    let records = if restores_volumes(spec) {
+        storage
+            .get(
+                &backup_name,
+                &format!("{backup_name}-podvolumebackups.json.gz"),
+            )
+            .await?
+            .and_then(|gz| archive::gunzip(&gz).ok())
+            .and_then(|bytes| serde_json::from_slice::<Vec<VolumeBackup>>(&bytes).ok())
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     for record in records
         .iter()
         .filter(|r| namespaces.includes(&[&r.namespace]))
@@ -360,9 +365,16 @@ fn choose(spec: &Value, items: Vec<Item>) -> Vec<Item> {
             },
         })
         .filter(|i| !made_by_the_cluster(i))
+        .filter(|i| restores_volumes(spec) || i.group_resource != "persistentvolumes")
         .collect();
     chosen.sort_by_key(|i| priority(&i.group_resource));
     chosen
+}
+
+/// Whether volumes are restored: unless `restorePVs` is false (Velero's
+/// default restores them).
+fn restores_volumes(spec: &Value) -> bool {
+    spec["restorePVs"].as_bool() != Some(false)
 }
 
 /// What the cluster makes again by itself: pods and ReplicaSets that a

@@ -876,6 +876,43 @@ spec:
         ),
         "Completed nginx-example 12"
     );
+    // Without its volumes (`restorePVs: false`): the objects only.
+    b.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: velero.io/v1
+kind: Restore
+metadata: {name: objects-only, namespace: velero}
+spec:
+  backupName: to-s3
+  restorePVs: false
+  namespaceMapping: {nginx-example: nginx-objects}
+"#,
+    );
+    wait_phase(&b, "restore", "objects-only", "Completed");
+    assert_eq!(
+        field(
+            &b,
+            &["get", "configmap", "nginx-config", "-n", "nginx-objects"],
+            "{.data.greeting}"
+        ),
+        "hello"
+    );
+    assert_eq!(
+        field(
+            &b,
+            &[
+                "get",
+                "podvolumerestores",
+                "-n",
+                "velero",
+                "-l",
+                "velero.io/restore-name=objects-only"
+            ],
+            "{.items[*].metadata.name}"
+        ),
+        ""
+    );
     // `flotilla backup logs` reads the log from the bucket.
     let logs = common::flotilla(&[
         "backup",
