@@ -38,6 +38,10 @@ pub fn schedules() -> ApiResource {
     resource("Schedule", "schedules")
 }
 
+pub fn delete_backup_requests() -> ApiResource {
+    resource("DeleteBackupRequest", "deletebackuprequests")
+}
+
 pub fn pod_volume_backups() -> ApiResource {
     resource("PodVolumeBackup", "podvolumebackups")
 }
@@ -76,6 +80,15 @@ pub fn crds() -> Vec<Value> {
         ),
         kind("Backup", "backups", &[], vec![age()]),
         kind("Restore", "restores", &[], vec![age()]),
+        kind(
+            "DeleteBackupRequest",
+            "deletebackuprequests",
+            &[],
+            vec![
+                column("BackupName", "string", ".spec.backupName"),
+                column("Status", "string", ".status.phase"),
+            ],
+        ),
         kind(
             "Schedule",
             "schedules",

@@ -3,7 +3,8 @@
 //! the backups found in them are synced in as Backup objects; a Backup
 //! writes the cluster's objects to its location as Velero's tarball; a
 //! Restore reads one back, in Velero's order, into the same or another
-//! cluster; a Schedule makes Backups as its cron expression comes due.
+//! cluster; a Schedule makes Backups as its cron expression comes due;
+//! a DeleteBackupRequest removes a Backup and its files.
 //! A hub serves the kinds too, so that Backups and Restores can
 //! be propagated to members as Karmada's Velero guide propagates them.
 
@@ -13,6 +14,7 @@ pub mod api;
 pub mod archive;
 mod backup;
 mod controller;
+mod deletion;
 pub mod filter;
 pub mod location;
 pub mod records;
@@ -48,6 +50,7 @@ pub async fn run(client: Client) {
         storage_location::run(client.clone()),
         backup::run(client.clone()),
         restore::run(client.clone()),
+        deletion::run(client.clone()),
         schedule::run(client),
     );
 }

@@ -128,12 +128,14 @@ impl Location {
                     path: dir.display().to_string(),
                     message: e.to_string(),
                 })?;
-                Arc::new(LocalFileSystem::new_with_prefix(&dir).map_err(|e| {
+                let local = LocalFileSystem::new_with_prefix(&dir).map_err(|e| {
                     LocationError::Store {
                         path: dir.display().to_string(),
                         message: e.to_string(),
                     }
-                })?)
+                })?;
+                // A deleted backup leaves no empty directories behind.
+                Arc::new(local.with_automatic_cleanup(true))
             }
             "aws" | "velero.io/aws" => Arc::new(s3(bucket, config, credentials)?),
             other => return Err(LocationError::Provider(other.into())),

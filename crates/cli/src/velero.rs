@@ -22,6 +22,19 @@ pub enum BackupCommand {
     Describe(DescribeArgs),
     /// A backup's log, as `velero backup logs`.
     Logs(DescribeArgs),
+    /// Delete a backup, its files and restores, as `velero backup delete`
+    /// (through a DeleteBackupRequest).
+    Delete(BackupDeleteArgs),
+}
+
+#[derive(clap::Args)]
+pub struct BackupDeleteArgs {
+    name: String,
+    /// Wait until the request is processed, and say what it could not do.
+    #[arg(long)]
+    wait: bool,
+    #[command(flatten)]
+    cluster: HubArgs,
 }
 
 #[derive(clap::Subcommand)]
@@ -104,6 +117,54 @@ pub async fn run_backup(command: BackupCommand) -> anyhow::Result<()> {
             crate::inspect::emit(&describe_backup(&backup))
         }
         BackupCommand::Logs(a) => backup_logs(a).await,
+        BackupCommand::Delete(a) => delete_backup(a).await,
+    }
+}
+
+async fn delete_backup(a: BackupDeleteArgs) -> anyhow::Result<()> {
+    let backups = objects(&a.cluster, &api::backups()).await?;
+    let backup = get(&backups, "backup", &a.name).await?;
+    let requests = objects(&a.cluster, &flotilla_backup::api::delete_backup_requests()).await?;
+    let request: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "velero.io/v1", "kind": "DeleteBackupRequest",
+        "metadata": {"generateName": format!("{}-", a.name), "namespace": api::NAMESPACE,
+                     "labels": {"velero.io/backup-name": a.name,
+                                "velero.io/backup-uid": backup["metadata"]["uid"]}},
+        "spec": {"backupName": a.name},
+    }))?;
+    let made = requests
+        .create(&PostParams::default(), &request)
+        .await
+        .context("cannot ask for the deletion")?;
+    println!(
+        "Request to delete backup \"{}\" submitted successfully.\nThe backup will be fully deleted after all associated data (backup files, volume data records, restores) are removed.",
+        a.name
+    );
+    if !a.wait {
+        return Ok(());
+    }
+    let name = kube::ResourceExt::name_any(&made);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+    loop {
+        let request = get(&requests, "deletebackuprequest", &name).await?;
+        if request["status"]["phase"] == "Processed" {
+            let errors: Vec<&str> = request["status"]["errors"]
+                .as_array()
+                .map(|e| e.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            if errors.is_empty() {
+                println!("Backup \"{}\" deleted.", a.name);
+                return Ok(());
+            }
+            bail!("backup {} was not deleted: {}", a.name, errors.join("; "));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!(
+                "the deletion of backup {} is not processed after 10 minutes",
+                a.name
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
 

@@ -584,6 +584,61 @@ spec:
         &String::from_utf8_lossy(&out.stderr),
         &["no backup \"never-made\""],
     );
+
+    // `velero backup delete`: a DeleteBackupRequest takes the backup, its
+    // files and the restores made from it.
+    let stored = storage.path().join("velero/fleet/backups/shop-cli");
+    assert!(stored.join("velero-backup.json").is_file());
+    let out = cli(&["backup", "delete", "shop-cli", "--wait"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_has(
+        &String::from_utf8_lossy(&out.stdout),
+        &[
+            "Request to delete backup \"shop-cli\" submitted successfully.",
+            "Backup \"shop-cli\" deleted.",
+        ],
+    );
+    assert!(!stored.exists(), "the backup's files are gone");
+    assert!(
+        !m.kubectl(&["get", "backup", "shop-cli", "-n", "velero"])
+            .status
+            .success()
+    );
+    assert_eq!(
+        field(
+            &m,
+            &["get", "restores", "-n", "velero"],
+            "{.items[*].spec.backupName}"
+        )
+        .split_whitespace()
+        .filter(|b| *b == "shop-cli")
+        .count(),
+        0,
+        "its restores are gone"
+    );
+    assert_has(
+        &m.ok(&["get", "deletebackuprequests", "-n", "velero"]),
+        &["BACKUPNAME", "STATUS", "shop-cli", "Processed"],
+    );
+    // The objects restored stay in the cluster.
+    assert_eq!(
+        field(
+            &m,
+            &["get", "cm", "prices", "-n", "shop-cli"],
+            "{.data.apple}"
+        ),
+        "3"
+    );
+    let out = cli(&["backup", "delete", "never-made"]);
+    assert!(!out.status.success());
+    assert_has(
+        &String::from_utf8_lossy(&out.stderr),
+        &["no backup \"never-made\""],
+    );
 }
 
 /// Karmada's Velero guide, on the hub: the storage location propagated to
