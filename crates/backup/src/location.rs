@@ -128,12 +128,11 @@ impl Location {
                     path: dir.display().to_string(),
                     message: e.to_string(),
                 })?;
-                let local = LocalFileSystem::new_with_prefix(&dir).map_err(|e| {
-                    LocationError::Store {
+                let local =
+                    LocalFileSystem::new_with_prefix(&dir).map_err(|e| LocationError::Store {
                         path: dir.display().to_string(),
                         message: e.to_string(),
-                    }
-                })?;
+                    })?;
                 // A deleted backup leaves no empty directories behind.
                 Arc::new(local.with_automatic_cleanup(true))
             }

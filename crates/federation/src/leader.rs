@@ -217,16 +217,28 @@ where
         };
         // Made only once elected, and polled in the term's runtime.
         let handle = runtime.handle().clone();
+        let runtime = TermRuntime(Some(runtime));
         let term = lead(client.clone(), election.clone(), async {
             let _ = handle.spawn(start()).await;
         })
         .await;
-        // Stops every task of the term at its next await; in an async
-        // context a runtime may only be let go of this way.
-        runtime.shutdown_background();
+        drop(runtime);
         match term {
             Ok(()) => return,
             Err(lost) => tracing::error!(%lost, "leadership lost: stopped leading; standing again"),
+        }
+    }
+}
+
+/// A term's runtime, let go of the one way an async context allows
+/// (`shutdown_background`: every task stops at its next await), also
+/// when the future that holds it is dropped (the process stopping).
+struct TermRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for TermRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
         }
     }
 }
