@@ -19,12 +19,22 @@ pub enum BackupCommand {
     /// backup create`.
     Create(BackupCreateArgs),
     /// A backup's state and what it holds, as `velero backup describe`.
-    Describe(DescribeArgs),
+    Describe(BackupDescribeArgs),
     /// A backup's log, as `velero backup logs`.
     Logs(DescribeArgs),
     /// Delete a backup, its files and restores, as `velero backup delete`
     /// (through a DeleteBackupRequest).
     Delete(BackupDeleteArgs),
+}
+
+#[derive(clap::Args)]
+pub struct BackupDescribeArgs {
+    name: String,
+    /// List each volume backed up by file system, not only their count.
+    #[arg(long)]
+    details: bool,
+    #[command(flatten)]
+    cluster: HubArgs,
 }
 
 #[derive(clap::Args)]
@@ -114,7 +124,24 @@ pub async fn run_backup(command: BackupCommand) -> anyhow::Result<()> {
         BackupCommand::Describe(a) => {
             let api = objects(&a.cluster, &api::backups()).await?;
             let backup = get(&api, "backup", &a.name).await?;
-            crate::inspect::emit(&describe_backup(&backup))
+            let records = objects(&a.cluster, &api::pod_volume_backups())
+                .await?
+                .list(
+                    &kube::api::ListParams::default()
+                        .labels(&format!("velero.io/backup-name={}", a.name)),
+                )
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default();
+            let records: Vec<Value> = records
+                .iter()
+                .filter_map(|r| serde_json::to_value(r).ok())
+                .collect();
+            crate::inspect::emit(&format!(
+                "{}\n{}",
+                describe_backup(&backup),
+                pod_volume_backups(&records, a.details)
+            ))
         }
         BackupCommand::Logs(a) => backup_logs(a).await,
         BackupCommand::Delete(a) => delete_backup(a).await,
@@ -447,6 +474,44 @@ Total items to be backed up:  {total}\nItems backed up:              {done}\n",
         total = status["progress"]["totalItems"].as_u64().unwrap_or(0),
         done = status["progress"]["itemsBackedUp"].as_u64().unwrap_or(0),
     )
+}
+
+/// `velero backup describe`'s "Backup Volumes" section: the volumes
+/// backed up by file system, counted by phase, or listed with `--details`.
+fn pod_volume_backups(records: &[Value], details: bool) -> String {
+    let mut out = String::from(
+        "Backup Volumes:\n  Velero-Native Snapshots: <none included>\n\n  CSI Snapshots: <none included>\n\n",
+    );
+    if records.is_empty() {
+        out.push_str("  Pod Volume Backups: <none included>\n");
+        return out;
+    }
+    let mut by_phase: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for r in records {
+        let phase = r["status"]["phase"].as_str().unwrap_or("New").to_string();
+        let pod = &r["spec"]["pod"];
+        by_phase.entry(phase).or_default().push(format!(
+            "{}/{}: {}",
+            pod["namespace"].as_str().unwrap_or_default(),
+            pod["name"].as_str().unwrap_or_default(),
+            r["spec"]["volume"].as_str().unwrap_or_default()
+        ));
+    }
+    if details {
+        out.push_str("  Pod Volume Backups - kopia:\n");
+        for (phase, volumes) in &by_phase {
+            out.push_str(&format!("    {phase}:\n"));
+            for v in volumes {
+                out.push_str(&format!("      {v}\n"));
+            }
+        }
+    } else {
+        out.push_str("  Pod Volume Backups - kopia (specify --details for more information):\n");
+        for (phase, volumes) in &by_phase {
+            out.push_str(&format!("    {phase}:  {}\n", volumes.len()));
+        }
+    }
+    out
 }
 
 /// `velero restore describe`'s text.

@@ -540,6 +540,7 @@ spec:
         &described,
         &[
             "Phase:  Completed",
+            "Pod Volume Backups: <none included>",
             "Included:  shop",
             "Storage Location:  default",
             "Items backed up:",
@@ -878,6 +879,37 @@ spec:
             "STORAGE LOCATION",
             "UPLOADER",
             "kopia",
+        ],
+    );
+    // `velero backup describe`'s volume section, counted and in detail.
+    let describe = |details: bool| {
+        let mut args = vec![
+            "backup",
+            "describe",
+            "to-s3",
+            "--kubeconfig",
+            a.kubeconfig.to_str().expect("utf-8"),
+        ];
+        if details {
+            args.push("--details");
+        }
+        String::from_utf8_lossy(&common::flotilla(&args).stdout).into_owned()
+    };
+    assert_has(
+        &describe(false),
+        &[
+            "Backup Volumes:",
+            "Pod Volume Backups - kopia (specify --details for more information):",
+            "Completed:  1",
+        ],
+    );
+    assert_has(
+        &describe(true),
+        &[
+            "Pod Volume Backups - kopia:",
+            "Completed:",
+            "nginx-example/",
+            ": nginx-logs",
         ],
     );
     // In the bucket, under the prefix, as Velero lays it out.

@@ -23,7 +23,7 @@ use crate::objects::{self, Objects, set_condition};
 use crate::runner::{self, Controller, Next};
 
 /// `lifecycle.flotilla.io/runtime` on a Cluster (or its DockerCluster):
-/// what runs the member's pods. Only `sim` for now.
+/// what runs the member's pods, `sim` (the default) or `netns`.
 pub const RUNTIME_ANNOTATION: &str = "lifecycle.flotilla.io/runtime";
 
 /// Runs for `kind`: DockerCluster (DockerMachine), or its `Dev*` twin.
