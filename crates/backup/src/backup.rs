@@ -180,45 +180,46 @@ async fn reconcile(
     let mut stored = object.clone();
     stored["status"] = status.clone();
     stored["metadata"]["labels"][STORAGE_LOCATION_LABEL] = json!(location_name);
-    location
-        .put(&name, &format!("{name}.tar.gz"), &tarball)
-        .await?;
-    location
-        .put(
-            &name,
-            &format!("{name}-resource-list.json.gz"),
-            &archive::gzip(&serde_json::to_vec(&resource_list)?)?,
-        )
-        .await?;
-    location
-        .put(
-            &name,
-            &format!("{name}-results.gz"),
-            &archive::gzip(&serde_json::to_vec(&results)?)?,
-        )
-        .await?;
-    location
-        .put(
-            &name,
-            &format!("{name}-logs.gz"),
-            &archive::gzip(log.as_bytes())?,
-        )
-        .await?;
-    location
-        .put(
-            &name,
-            &format!("{name}-podvolumebackups.json.gz"),
-            &archive::gzip(&serde_json::to_vec(&volume_backups)?)?,
-        )
-        .await?;
-    // Last: a backup is in the storage once its metadata is.
-    location
-        .put(
-            &name,
-            crate::BACKUP_METADATA,
-            &serde_json::to_vec_pretty(&stored)?,
-        )
-        .await?;
+    let files = [
+        (
+            format!("{name}-tarball.sha256"),
+            volumes::sha256_hex(&tarball).into_bytes(),
+        ),
+        (format!("{name}.tar.gz"), tarball),
+        (
+            format!("{name}-resource-list.json.gz"),
+            archive::gzip(&serde_json::to_vec(&resource_list)?)?,
+        ),
+        (
+            format!("{name}-results.gz"),
+            archive::gzip(&serde_json::to_vec(&results)?)?,
+        ),
+        (format!("{name}-logs.gz"), archive::gzip(log.as_bytes())?),
+        (
+            format!("{name}-podvolumebackups.json.gz"),
+            archive::gzip(&serde_json::to_vec(&volume_backups)?)?,
+        ),
+        // Last: a backup is in the storage once its metadata is.
+        (
+            crate::BACKUP_METADATA.to_string(),
+            serde_json::to_vec_pretty(&stored)?,
+        ),
+    ];
+    for (file, bytes) in &files {
+        if let Err(error) = location.put(&name, file, bytes).await {
+            // An unwritable or full location: failed, as Velero fails a
+            // backup it cannot upload, not retried into a loop.
+            tracing::warn!(%error, backup = %name, "cannot store the backup");
+            let reason = format!("error uploading backup to location {location_name}: {error}");
+            write_status(
+                &api,
+                &name,
+                json!({"phase": "Failed", "failureReason": reason, "completionTimestamp": now()}),
+            )
+            .await?;
+            return Ok(None);
+        }
+    }
     write_status(&api, &name, status).await?;
     info!(backup = %name, items = items.len(), volumes = volume_backups.len(), errors = errors.len(), "backup done");
     Ok(None)
@@ -486,6 +487,57 @@ async fn collect(client: &Client, spec: &Value) -> Result<Collected, Error> {
             }
         }
     }
+    // The claims of the pods taken, whatever the label selector says
+    // (Velero's pod backup item action).
+    if resources.includes(&[
+        "persistentvolumeclaims",
+        "persistentvolumeclaim",
+        "PersistentVolumeClaim",
+    ]) {
+        let wanted: BTreeSet<(String, String)> = items
+            .iter()
+            .filter(|i| i.group_resource == "pods")
+            .flat_map(|pod| {
+                let ns = pod.namespace.clone().unwrap_or_default();
+                pod.object["spec"]["volumes"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| v["persistentVolumeClaim"]["claimName"].as_str())
+                    .map(move |claim| (ns.clone(), claim.to_string()))
+            })
+            .collect();
+        for (ns, claim) in wanted {
+            let taken = items.iter().any(|i| {
+                i.group_resource == "persistentvolumeclaims"
+                    && i.namespace.as_deref() == Some(ns.as_str())
+                    && i.name == claim
+            });
+            if taken {
+                continue;
+            }
+            let claims: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), &ns, &claim_resource());
+            let Some(object) = claims.get_opt(&claim).await? else {
+                continue;
+            };
+            let mut value = json(&object);
+            value["apiVersion"] = json!("v1");
+            value["kind"] = json!("PersistentVolumeClaim");
+            if value["status"]["phase"] == "Bound"
+                && let Some(volume) = value["spec"]["volumeName"].as_str()
+            {
+                bound_volumes.push(volume.to_string());
+            }
+            items.push(Item {
+                group_resource: "persistentvolumeclaims".into(),
+                version: "v1".into(),
+                namespace: Some(ns),
+                name: claim,
+                object: value,
+            });
+        }
+    }
     // The volumes of the claims taken, unless volumes are left out.
     let volumes_allowed = cluster_resources != Some(false)
         && resources.includes(&["persistentvolumes", "persistentvolume", "PersistentVolume"]);
@@ -513,6 +565,10 @@ async fn collect(client: &Client, spec: &Value) -> Result<Collected, Error> {
         }
     }
     Ok(Collected { items, warnings })
+}
+
+fn claim_resource() -> ApiResource {
+    ApiResource::erase::<k8s_openapi::api::core::v1::PersistentVolumeClaim>(&())
 }
 
 fn pv_resource() -> ApiResource {

@@ -17,6 +17,7 @@ mod controller;
 mod deletion;
 pub mod filter;
 pub mod location;
+pub mod migration;
 pub mod records;
 mod restore;
 mod schedule;

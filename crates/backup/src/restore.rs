@@ -5,8 +5,11 @@
 //! itself stripped (uids, versions, status, a Service's clusterIP, a pod's
 //! node) and Velero's `velero.io/backup-name` and `restore-name` labels.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use flotilla_core::volume_data::RESTORING_ANNOTATION;
 
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -65,9 +68,12 @@ const BACKUP_NAME_LABEL: &str = "velero.io/backup-name";
 const RESTORE_NAME_LABEL: &str = "velero.io/restore-name";
 
 pub async fn run(client: Client) {
+    // Restores this process has started: one InProgress that is not is
+    // left over from a process that died.
+    let started: Arc<Mutex<HashSet<String>>> = Arc::default();
     let c = client.clone();
     controller::run(client, api::restores(), "restore", move |r| {
-        reconcile(c.clone(), r)
+        reconcile(c.clone(), started.clone(), r)
     })
     .await;
 }
@@ -83,7 +89,11 @@ fn priority(gr: &str) -> (usize, String) {
     }
 }
 
-async fn reconcile(client: Client, restore: Arc<DynamicObject>) -> Result<Option<Duration>, Error> {
+async fn reconcile(
+    client: Client,
+    started: Arc<Mutex<HashSet<String>>>,
+    restore: Arc<DynamicObject>,
+) -> Result<Option<Duration>, Error> {
     let name = restore.name_any();
     let api = objects(&client, &api::restores());
     let Some(restore) = controller::fresh(&api, &restore).await? else {
@@ -91,6 +101,19 @@ async fn reconcile(client: Client, restore: Arc<DynamicObject>) -> Result<Option
     };
     let object = json(&restore);
     let phase = object["status"]["phase"].as_str().unwrap_or_default();
+    let uid = restore.uid().unwrap_or_default();
+    if phase == "InProgress" && !started.lock().map(|s| s.contains(&uid)).unwrap_or(false) {
+        // As Velero: failed, and its claims' pods no longer held.
+        release_claims(&client, &name).await?;
+        let reason = "found a restore with status \"InProgress\" during the server starting, mark it as \"Failed\"";
+        write_status(
+            &api,
+            &name,
+            json!({"phase": "Failed", "failureReason": reason, "completionTimestamp": now()}),
+        )
+        .await?;
+        return Ok(None);
+    }
     if !phase.is_empty() && phase != "New" {
         return Ok(None);
     }
@@ -157,6 +180,9 @@ async fn reconcile(client: Client, restore: Arc<DynamicObject>) -> Result<Option
         let message = format!("the tarball of backup {backup_name} is not in its storage location");
         return fail_validation(&api, &name, vec![message]).await;
     };
+    if let Ok(mut s) = started.lock() {
+        s.insert(uid);
+    }
     let start = now();
     write_status(
         &api,
@@ -166,10 +192,28 @@ async fn reconcile(client: Client, restore: Arc<DynamicObject>) -> Result<Option
     .await?;
     info!(restore = %name, backup = %backup_name, "restoring");
 
-    let items = match archive::read(&tarball) {
+    // A damaged tarball is refused before anything is made of it.
+    let expected = storage
+        .get(&backup_name, &format!("{backup_name}-tarball.sha256"))
+        .await?
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string());
+    let found = volumes::sha256_hex(&tarball);
+    let items = match expected {
+        Some(expected) if expected != found => Err(format!(
+            "the tarball of backup {backup_name} does not match its checksum (sha256 {expected} expected, {found} found): its storage location is damaged"
+        )),
+        _ => archive::read(&tarball).map_err(|e| e.to_string()),
+    };
+    let items = match items {
         Ok(items) => items,
-        Err(e) => {
-            write_status(&api, &name, json!({"phase": "Failed", "failureReason": e.to_string(), "completionTimestamp": now()})).await?;
+        Err(reason) => {
+            warn!(restore = %name, %reason, "restore failed");
+            write_status(
+                &api,
+                &name,
+                json!({"phase": "Failed", "failureReason": reason, "completionTimestamp": now()}),
+            )
+            .await?;
             return Ok(None);
         }
     };
@@ -180,21 +224,10 @@ async fn reconcile(client: Client, restore: Arc<DynamicObject>) -> Result<Option
         .as_object()
         .cloned()
         .unwrap_or_default();
-    for item in &chosen {
-        restore_item(
-            &client,
-            item,
-            &mapping,
-            (&backup_name, &name),
-            policy == "update",
-            &mut outcome,
-        )
-        .await;
-    }
-    // Then the data of the volumes backed up, into the restored claims.
     let namespaces = IncludesExcludes::of(&spec["includedNamespaces"], &spec["excludedNamespaces"]);
-    // `restorePVs: false` leaves volumes (and their data) out.
-    let records = if restores_volumes(spec) {
+    // The data of the volumes backed up goes into the restored claims
+    // (`restorePVs: false` leaves volumes, and their data, out).
+    let records: Vec<VolumeBackup> = if restores_volumes(spec) {
         storage
             .get(
                 &backup_name,
@@ -204,37 +237,72 @@ async fn reconcile(client: Client, restore: Arc<DynamicObject>) -> Result<Option
             .and_then(|gz| archive::gunzip(&gz).ok())
             .and_then(|bytes| serde_json::from_slice::<Vec<VolumeBackup>>(&bytes).ok())
             .unwrap_or_default()
+            .into_iter()
+            .filter(|r| namespaces.includes(&[&r.namespace]))
+            .collect()
     } else {
         Vec::new()
     };
-    for record in records
-        .iter()
-        .filter(|r| namespaces.includes(&[&r.namespace]))
-    {
+    let mut ensured: HashSet<String> = HashSet::new();
+    for item in &chosen {
+        // As Velero: the namespace of a namespaced item is made when
+        // missing, even where the backup does not hold it.
+        if let Some(ns) = &item.namespace {
+            let target = mapping.get(ns).and_then(Value::as_str).unwrap_or(ns);
+            if ensured.insert(target.to_string())
+                && let Err(e) = flotilla_client::namespace::ensure(&client, target, &[]).await
+            {
+                outcome
+                    .errors
+                    .push(format!("error creating namespace {target}: {e}"));
+            }
+        }
+        let held = holding_pods(item, &records, &name);
+        restore_item(
+            &client,
+            held.as_ref().unwrap_or(item),
+            &mapping,
+            (&backup_name, &name),
+            policy == "update",
+            &mut outcome,
+        )
+        .await;
+    }
+    // Each volume waits for its claim to be bound (its pod scheduled),
+    // so all wait at once: a StatefulSet's second pod comes only once
+    // its first, and so its data, is ready.
+    let volume_errors = futures::future::join_all(records.iter().map(|record| {
         let target = mapping
             .get(&record.namespace)
             .and_then(Value::as_str)
             .unwrap_or(&record.namespace)
             .to_string();
-        let started = now();
-        let restored = restore_volume(&client, &storage, record, &target).await;
-        records::restored(
-            &client,
-            &object,
-            location_name.as_deref().unwrap_or("default"),
-            record,
-            &target,
-            &started,
-            &restored,
-        )
-        .await;
-        if let Err(e) = restored {
-            outcome.errors.push(format!(
-                "volume {} of pod {}/{} (claim {}): {e}",
-                record.volume, record.namespace, record.pod, record.pvc
-            ));
+        let (client, storage, object, location) =
+            (&client, &storage, &object, location_name.as_deref());
+        async move {
+            let started = now();
+            let restored = restore_volume(client, storage, record, &target).await;
+            records::restored(
+                client,
+                object,
+                location.unwrap_or("default"),
+                record,
+                &target,
+                &started,
+                &restored,
+            )
+            .await;
+            release_claim(client, &target, &record.pvc).await;
+            restored.err().map(|e| {
+                format!(
+                    "volume {} of pod {}/{} (claim {}): {e}",
+                    record.volume, record.namespace, record.pod, record.pvc
+                )
+            })
         }
-    }
+    }))
+    .await;
+    outcome.errors.extend(volume_errors.into_iter().flatten());
     for error in &outcome.errors {
         warn!(restore = %name, %error, "an item was not restored");
     }
@@ -268,6 +336,66 @@ async fn reconcile(client: Client, restore: Arc<DynamicObject>) -> Result<Option
     .await?;
     info!(restore = %name, restored = outcome.restored, warnings = outcome.warnings.len(), errors = outcome.errors.len(), "restore done");
     Ok(None)
+}
+
+/// A claim whose data this restore writes back, marked so that no
+/// container using it starts before its data is there.
+fn holding_pods(item: &Item, records: &[VolumeBackup], restore: &str) -> Option<Item> {
+    let restored = item.group_resource == "persistentvolumeclaims"
+        && records
+            .iter()
+            .any(|r| Some(r.namespace.as_str()) == item.namespace.as_deref() && r.pvc == item.name);
+    if !restored {
+        return None;
+    }
+    let mut held = item.clone();
+    let annotations = &mut held.object["metadata"]["annotations"];
+    if !annotations.is_object() {
+        *annotations = json!({});
+    }
+    annotations[RESTORING_ANNOTATION] = json!(format!("{}/{restore}", api::NAMESPACE));
+    Some(held)
+}
+
+/// Lets the pods of a claim start: its data is written, or will not be.
+async fn release_claim(client: &Client, namespace: &str, claim: &str) {
+    let claims: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &claim_resource());
+    let patch = json!({"metadata": {"annotations": {RESTORING_ANNOTATION: null}}});
+    match claims
+        .patch(claim, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(error) => warn!(%error, %namespace, %claim, "cannot release the restored claim"),
+    }
+}
+
+/// Releases every claim a restore marked (one a dead process left).
+async fn release_claims(client: &Client, restore: &str) -> Result<(), Error> {
+    let claims: Api<DynamicObject> = Api::all_with(client.clone(), &claim_resource());
+    let marked = claims
+        .list(
+            &kube::api::ListParams::default()
+                .labels(&format!("{RESTORE_NAME_LABEL}={}", valid_label(restore))),
+        )
+        .await?;
+    for claim in marked.items {
+        if claim.annotations().contains_key(RESTORING_ANNOTATION) {
+            release_claim(
+                client,
+                &claim.namespace().unwrap_or_default(),
+                &claim.name_any(),
+            )
+            .await;
+        }
+    }
+    Ok(())
+}
+
+fn claim_resource() -> ApiResource {
+    ApiResource::erase::<k8s_openapi::api::core::v1::PersistentVolumeClaim>(&())
 }
 
 /// How long a restored claim may take to be bound (its pod scheduled,

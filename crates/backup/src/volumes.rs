@@ -34,6 +34,42 @@ pub struct VolumeBackup {
 struct Snapshot {
     dirs: Vec<String>,
     files: Vec<FileEntry>,
+    /// Mode and owner of each directory and file (the volume's own
+    /// directory as ""), as kopia keeps them: a container that runs as
+    /// another user can still write what it wrote before.
+    #[serde(default)]
+    owners: std::collections::BTreeMap<String, Owner>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+struct Owner {
+    mode: u32,
+    uid: u32,
+    gid: u32,
+}
+
+impl Owner {
+    fn of(path: &Path) -> Option<Owner> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::symlink_metadata(path).ok()?;
+        Some(Owner {
+            mode: m.mode() & 0o7777,
+            uid: m.uid(),
+            gid: m.gid(),
+        })
+    }
+
+    /// Gives `path` this mode and owner.
+    fn apply(self, path: &Path) -> Result<(), VolumeError> {
+        use std::os::unix::fs::PermissionsExt;
+        match std::os::unix::fs::chown(path, Some(self.uid), Some(self.gid)) {
+            // Not root: the files are ours (kopia's ignorePermissionErrors).
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {}
+            other => other.map_err(|e| io(path, e))?,
+        }
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(self.mode))
+            .map_err(|e| io(path, e))
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -51,8 +87,14 @@ pub enum VolumeError {
     Io { path: String, message: String },
     #[error("volume data of snapshot {0} is missing from the location")]
     Missing(String),
-    #[error("{path}: its data does not match its checksum (the location is damaged)")]
-    Checksum { path: String },
+    #[error(
+        "{path}: its data does not match its checksum (sha256 {expected} expected, {found} found): the location is damaged"
+    )]
+    Checksum {
+        path: String,
+        expected: String,
+        found: String,
+    },
 }
 
 fn io(path: &Path, e: std::io::Error) -> VolumeError {
@@ -64,6 +106,11 @@ fn io(path: &Path, e: std::io::Error) -> VolumeError {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The SHA-256 of `bytes`, in hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
 }
 
 pub fn repository(namespace: &str) -> String {
@@ -132,6 +179,9 @@ fn walk(
             .strip_prefix(root)
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_default();
+        if let Some(owner) = Owner::of(&path) {
+            snapshot.owners.insert(relative.clone(), owner);
+        }
         if kind.is_dir() {
             snapshot.dirs.push(relative);
             walk(root, &path, snapshot, found)?;
@@ -154,6 +204,9 @@ pub async fn back_up(
     let mut files = Vec::new();
     // Not made yet (a `DirectoryOrCreate` volume no pod has mounted): empty.
     if dir.exists() {
+        if let Some(owner) = Owner::of(dir) {
+            snapshot.owners.insert(String::new(), owner);
+        }
         walk(dir, dir, &mut snapshot, &mut files)?;
     }
     let mut total = 0;
@@ -221,9 +274,12 @@ pub async fn restore(
             .await?
             .ok_or_else(|| VolumeError::Missing(snapshot_id.into()))?;
         let path = inside(&f.path);
-        if hex(&Sha256::digest(&bytes)) != f.sha256 {
+        let found = sha256_hex(&bytes);
+        if found != f.sha256 {
             return Err(VolumeError::Checksum {
                 path: f.path.clone(),
+                expected: f.sha256.clone(),
+                found,
             });
         }
         if let Some(parent) = path.parent() {
@@ -231,6 +287,11 @@ pub async fn restore(
         }
         std::fs::write(&path, &bytes).map_err(|e| io(&path, e))?;
         total += bytes.len() as u64;
+    }
+    // Modes and owners last, deepest first: a directory made read-only
+    // is written into before it is.
+    for (relative, owner) in snapshot.owners.iter().rev() {
+        owner.apply(&inside(relative))?;
     }
     Ok(total)
 }
@@ -253,6 +314,10 @@ mod tests {
         std::fs::create_dir_all(volume.path().join("logs/empty")).unwrap();
         std::fs::write(volume.path().join("logs/a.log"), b"same").unwrap();
         std::fs::write(volume.path().join("b.log"), b"same").unwrap();
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let b_log = volume.path().join("b.log");
+        std::fs::set_permissions(&b_log, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let owned = std::os::unix::fs::chown(&b_log, Some(65534), Some(65534)).is_ok();
         let (id, bytes, files) = back_up(&location, "shop", volume.path()).await.unwrap();
         assert_eq!((bytes, files), (8, 2));
         let objects = store.path().join("b/kopia/shop/objects");
@@ -273,6 +338,12 @@ mod tests {
             b"same"
         );
         assert!(target.path().join("logs/empty").is_dir());
+        // With their modes and, where this may set them, owners.
+        let meta = std::fs::metadata(target.path().join("b.log")).unwrap();
+        assert_eq!(meta.mode() & 0o7777, 0o640);
+        if owned {
+            assert_eq!((meta.uid(), meta.gid()), (65534, 65534));
+        }
         // A damaged object is refused, not written.
         let object = std::fs::read_dir(&objects)
             .unwrap()

@@ -11,6 +11,7 @@ mod inspect;
 mod join;
 mod kubeconfig;
 mod member;
+mod migrate;
 mod network;
 mod peering;
 mod store_migrate;
@@ -113,6 +114,9 @@ enum Command {
     /// Restores on Velero's API: create, describe, as `velero restore`.
     #[command(subcommand)]
     Restore(velero::RestoreCommand),
+    /// Move a workload and its volumes' data to another cluster: backup,
+    /// restore, switch, in one command.
+    Migrate(migrate::MigrateArgs),
     /// Objects of a kind in every member, with a CLUSTER column.
     Get(inspect::get::GetArgs),
     /// Explain where a template was placed and why.
@@ -195,6 +199,7 @@ fn main() -> std::process::ExitCode {
             Command::Cluster(command) => cluster_api::run(command).await,
             Command::Backup(command) => velero::run_backup(command).await,
             Command::Restore(command) => velero::run_restore(command).await,
+            Command::Migrate(args) => migrate::run(args).await,
             Command::Get(args) => inspect::get::run(args).await,
             Command::Describe(cmd) => inspect::describe::run(cmd).await,
             Command::Plan(args) => inspect::plan::run(args).await,

@@ -2,7 +2,8 @@
 //! here does I/O or needs a runtime: quantities, label and field
 //! selectors, cron schedules, Kubernetes' name rules, CRD manifests,
 //! the Multi-Cluster Services API's types, and the bound of a kind a
-//! reflector follows.
+//! reflector follows, and the marker of a volume whose data is being
+//! restored.
 #![forbid(unsafe_code)]
 
 pub mod crd;
@@ -13,3 +14,4 @@ pub mod quantity;
 pub mod schedule;
 pub mod selector;
 pub mod validation;
+pub mod volume_data;

@@ -8,7 +8,7 @@ pub mod get;
 mod placement;
 pub mod plan;
 mod policy;
-mod resolve;
+pub mod resolve;
 pub mod table;
 
 use std::path::PathBuf;

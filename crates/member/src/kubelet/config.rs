@@ -99,6 +99,18 @@ impl Resolver {
             .await
             .map_err(|e| mount_error(format!("cannot read persistentvolumeclaim {name:?}: {e}")))?
             .ok_or_else(|| mount_error(format!("persistentvolumeclaim \"{name}\" not found")))?;
+        if let Some(restore) = claim
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(flotilla_core::volume_data::RESTORING_ANNOTATION))
+        {
+            // Its data is being written back: the container waits, as
+            // Velero's restore-wait init container makes it wait.
+            return Err(mount_error(format!(
+                "persistentvolumeclaim {name:?}: its data is being restored by restore {restore}"
+            )));
+        }
         let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
         let volume = claim
             .spec
