@@ -40,6 +40,19 @@ pub enum MigrationError {
     },
 }
 
+/// A name for the Backup and Restore of one move: `<purpose>-<workload>-
+/// <UTC time>`, short enough to be a label value (Velero labels what a
+/// restore makes with it).
+pub fn move_name(purpose: &str, workload: &str) -> String {
+    let stamp = jiff::Timestamp::now().strftime("%Y%m%d%H%M%S").to_string();
+    let room = 63 - purpose.len() - stamp.len() - 2;
+    let workload: String = workload.chars().take(room).collect();
+    format!(
+        "{purpose}-{}-{stamp}",
+        workload.trim_end_matches(['-', '.'])
+    )
+}
+
 /// One cluster, reached through its API.
 pub struct Cluster<'a> {
     pub name: &'a str,
@@ -217,6 +230,39 @@ pub async fn back_up(
         )));
     }
     Ok(backup)
+}
+
+/// Waits until `cluster`'s default location has synced the backups in
+/// its storage after this call: the newest one is then known there too,
+/// not only those the last periodic sync saw.
+pub async fn wait_synced_now(cluster: &Cluster<'_>, limit: Duration) -> Result<(), MigrationError> {
+    // Sync times are whole seconds: one a second later is after this.
+    let after = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(1);
+    let api = cluster.velero(&api::locations());
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        let all = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| cluster.error(e))?
+            .items;
+        let synced = all.iter().map(json).any(|l| {
+            (l["spec"]["default"] == json!(true) || l["metadata"]["name"] == "default")
+                && l["status"]["lastSyncedTime"]
+                    .as_str()
+                    .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                    .is_some_and(|t| t >= after)
+        });
+        if synced {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    Err(MigrationError::Timeout {
+        what: format!("a sync of {}'s backup storage location", cluster.name),
+        phase: "not synced".into(),
+        seconds: limit.as_secs(),
+    })
 }
 
 /// The newest completed backup `cluster` knows of that holds

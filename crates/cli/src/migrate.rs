@@ -99,8 +99,7 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
         client: &target_client,
     };
     let source_client = member_client(&args.hub, &members, &source_cluster).await;
-    let stamp = jiff::Timestamp::now().strftime("%Y%m%d%H%M%S").to_string();
-    let restore = format!("migrate-{}-{stamp}", placed.name);
+    let restore = migration::move_name("migrate", &placed.name);
     let step = |n: u8, text: String| println!("[{n}/5] {text}");
 
     // 1. The data, from the source while it answers.
@@ -114,7 +113,7 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
             client,
         };
         migration::check_shared_storage(&source, &target).await?;
-        let name = format!("migrate-{}-{stamp}", placed.name);
+        let name = restore.clone();
         step(
             1,
             format!(
@@ -130,6 +129,7 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
         );
         name
     } else if args.from_last_backup {
+        migration::wait_synced_now(&target, args.timeout).await?;
         let Some(last) = migration::latest_backup(&target, &placed.namespace).await? else {
             bail!(
                 "{} cannot be reached and {} knows no completed backup of namespace {}: nothing to restore from",

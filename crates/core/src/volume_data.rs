@@ -7,3 +7,7 @@
 /// On a PersistentVolumeClaim: the restore (`velero/<name>`) still
 /// writing its data.
 pub const RESTORING_ANNOTATION: &str = "backup.flotilla.io/restoring-data";
+
+/// On a workload template: move its volumes' data with it when it fails
+/// over to another cluster (`"true"`).
+pub const MIGRATE_DATA_ANNOTATION: &str = "backup.flotilla.io/migrate-data";

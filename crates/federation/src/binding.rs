@@ -339,6 +339,21 @@ async fn write_works(
         .filter_map(Value::as_str)
         .collect();
     let labels = template.metadata.labels.clone().unwrap_or_default();
+    let wants_data = crate::failover::data::wants_data(&template);
+    // Where the workload is leaving: its Works no longer targeted, and
+    // the clusters it is evicted from.
+    let leaving: Vec<String> = ours
+        .iter()
+        .map(|(c, _)| c.clone())
+        .filter(|c| !targets.contains(c))
+        .chain(
+            binding
+                .spec
+                .graceful_eviction_tasks
+                .iter()
+                .map(|t| t.from_cluster.clone()),
+        )
+        .collect();
     let r = &spec.resource;
     let t = Template {
         api_version: &r.api_version,
@@ -379,7 +394,15 @@ async fn write_works(
             // Unjoined meanwhile: the scheduler takes it out of the binding.
             None => Ok(Applied::default()),
         };
-        let suspend = suspended_everywhere || suspended_on.contains(&target.name.as_str());
+        // A cluster the workload moves to waits for its data.
+        let existing = ours
+            .iter()
+            .find(|(c, _)| *c == target.name)
+            .map(|(_, w)| &**w);
+        let awaiting = crate::failover::data::awaiting_from(wants_data, existing, &leaving);
+        let suspend = suspended_everywhere
+            || suspended_on.contains(&target.name.as_str())
+            || awaiting.is_some();
         let rendered = match applied {
             Ok(applied) => Ok((
                 WorkSpec {
@@ -388,6 +411,7 @@ async fn write_works(
                     preserve_resources_on_deletion: spec.preserve_resources_on_deletion,
                 },
                 applied,
+                awaiting,
             )),
             Err(error) => Err(error),
         };
@@ -397,9 +421,16 @@ async fn write_works(
     let outcomes: Vec<Result<Option<String>, Error>> = futures::stream::iter(writes)
         .map(|(cluster, rendered)| async move {
             match rendered {
-                Ok((desired, applied)) => {
-                    let work =
-                        write_work(ctx, binding, &cluster, desired, (id_key, id), &applied).await?;
+                Ok((desired, applied, awaiting)) => {
+                    let work = write_work(
+                        ctx,
+                        binding,
+                        &cluster,
+                        desired,
+                        (id_key, id),
+                        (&applied, awaiting.as_deref()),
+                    )
+                    .await?;
                     mark_work(ctx, Some(&work), None).await?;
                     Ok(None)
                 }
@@ -545,7 +576,7 @@ async fn write_work(
     cluster: &str,
     spec: WorkSpec,
     id: (&str, &str),
-    applied: &Applied,
+    (applied, awaiting): (&Applied, Option<&str>),
 ) -> Result<Arc<Work>, Error> {
     let key = work_ref(binding, cluster);
     let namespace = key.namespace.clone().unwrap_or_default();
@@ -555,7 +586,7 @@ async fn write_work(
         None => {
             let mut work = Work::new(&key.name, spec.clone());
             work.metadata.namespace = Some(namespace.clone());
-            desire(&mut work, binding, spec.clone(), id, applied);
+            desire(&mut work, binding, spec.clone(), id, (applied, awaiting));
             match crate::writes::create(&api, &work).await {
                 Ok(created) => {
                     debug!(work = %key.name, %cluster, "work created");
@@ -569,7 +600,7 @@ async fn write_work(
         }
     };
     let mut work = (*old).clone();
-    desire(&mut work, binding, spec, id, applied);
+    desire(&mut work, binding, spec, id, (applied, awaiting));
     if old.spec != work.spec
         || old.metadata.finalizers != work.metadata.finalizers
         || old.metadata.labels != work.metadata.labels
@@ -592,7 +623,7 @@ fn desire(
     binding: &Binding,
     spec: WorkSpec,
     (id_key, id): (&str, &str),
-    applied: &Applied,
+    (applied, awaiting): (&Applied, Option<&str>),
 ) {
     work.spec = spec;
     // The execution controller's finalizer from the start: one write less,
@@ -621,6 +652,13 @@ fn desire(
         _ => "abort",
     };
     a.insert(annotations::CONFLICT_RESOLUTION.into(), conflict.into());
+    match awaiting {
+        Some(from) => a.insert(
+            crate::failover::data::AWAITING_ANNOTATION.into(),
+            from.into(),
+        ),
+        None => a.remove(crate::failover::data::AWAITING_ANNOTATION),
+    };
     for (annotation, entries) in [
         (annotations::APPLIED_OVERRIDES, &applied.policies),
         (

@@ -421,6 +421,12 @@ pub async fn run(hub: Client, options: Options, metrics: Metrics) {
             signal(readiness_tx.subscribe()),
         )));
         if scope == Scope::Namespaced {
+            controllers.push(Box::pin(failover::data::run(
+                ctx.clone(),
+                store.clone(),
+                works.store.clone(),
+                failover::data::changes(&works.changes),
+            )));
             controllers.push(Box::pin(dependencies::run(
                 ctx.clone(),
                 store.clone(),

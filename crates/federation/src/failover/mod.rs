@@ -12,6 +12,7 @@
 //! controller's thresholds (30 s each way by default), and eviction waits
 //! a further toleration (300 s by default) of continuous NotReady.
 
+pub mod data;
 pub mod decide;
 
 use std::collections::HashMap;
