@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -113,6 +114,23 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
+/// Files read, hashed and stored (or fetched, checked and written) at once.
+const IN_FLIGHT: usize = 4;
+
+/// Runs file work off the async threads; an error names `path`.
+async fn blocking<T: Send + 'static>(
+    path: &Path,
+    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> Result<T, VolumeError> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result.map_err(|e| io(path, e)),
+        Err(e) => Err(VolumeError::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        }),
+    }
+}
+
 pub fn repository(namespace: &str) -> String {
     format!("kopia/{namespace}")
 }
@@ -209,23 +227,22 @@ pub async fn back_up(
         }
         walk(dir, dir, &mut snapshot, &mut files)?;
     }
+    // A few files at once: reading and hashing (off the async threads)
+    // overlap with storing.
+    let objects = format!("{repo}/objects");
+    let storing: Vec<_> = files
+        .into_iter()
+        .map(|path| store_file(location, &objects, dir, path))
+        .collect();
+    let stored: Vec<Result<FileEntry, VolumeError>> = futures::stream::iter(storing)
+        .buffered(IN_FLIGHT)
+        .collect()
+        .await;
     let mut total = 0;
-    for path in &files {
-        let bytes = std::fs::read(path).map_err(|e| io(path, e))?;
-        let sum = hex(&Sha256::digest(&bytes));
-        let objects = format!("{repo}/objects");
-        if !location.has(&objects, &sum).await? {
-            location.put_under(&objects, &sum, &bytes).await?;
-        }
-        total += bytes.len() as u64;
-        snapshot.files.push(FileEntry {
-            path: path
-                .strip_prefix(dir)
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            sha256: sum,
-            size: bytes.len() as u64,
-        });
+    for entry in stored {
+        let entry = entry?;
+        total += entry.size;
+        snapshot.files.push(entry);
     }
     let manifest = serde_json::to_vec(&snapshot).map_err(|e| VolumeError::Io {
         path: dir.display().to_string(),
@@ -240,6 +257,67 @@ pub async fn back_up(
         )
         .await?;
     Ok((id, total, snapshot.files.len()))
+}
+
+/// Reads and hashes one file (off the async threads) and stores it by
+/// content unless the location has it.
+async fn store_file(
+    location: &Location,
+    objects: &str,
+    dir: &Path,
+    path: PathBuf,
+) -> Result<FileEntry, VolumeError> {
+    let read = path.clone();
+    let (bytes, sum) = blocking(&path, move || {
+        std::fs::read(&read).map(|b| {
+            let sum = sha256_hex(&b);
+            (b, sum)
+        })
+    })
+    .await?;
+    if !location.has(objects, &sum).await? {
+        location.put_under(objects, &sum, &bytes).await?;
+    }
+    Ok(FileEntry {
+        path: path
+            .strip_prefix(dir)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        sha256: sum,
+        size: bytes.len() as u64,
+    })
+}
+
+/// Fetches one file's content, checks it against its checksum and
+/// writes it to `path` (off the async threads); the bytes written.
+async fn write_file(
+    location: &Location,
+    objects: &str,
+    f: &FileEntry,
+    path: PathBuf,
+    snapshot_id: &str,
+) -> Result<u64, VolumeError> {
+    let bytes = location
+        .get_under(objects, &f.sha256)
+        .await?
+        .ok_or_else(|| VolumeError::Missing(snapshot_id.into()))?;
+    let (expected, relative) = (f.sha256.clone(), f.path.clone());
+    blocking(&path.clone(), move || {
+        let found = sha256_hex(&bytes);
+        if found != expected {
+            return Ok(Err(VolumeError::Checksum {
+                path: relative,
+                expected,
+                found,
+            }));
+        }
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&path, &bytes)?;
+        Ok(Ok(bytes.len() as u64))
+    })
+    .await?
 }
 
 /// Writes a snapshot's files into `dir`, each checked against its
@@ -267,26 +345,19 @@ pub async fn restore(
         let path = inside(d);
         std::fs::create_dir_all(&path).map_err(|e| io(&path, e))?;
     }
+    let objects = format!("{repo}/objects");
+    let writing: Vec<_> = snapshot
+        .files
+        .iter()
+        .map(|f| write_file(location, &objects, f, inside(&f.path), snapshot_id))
+        .collect();
+    let written: Vec<Result<u64, VolumeError>> = futures::stream::iter(writing)
+        .buffered(IN_FLIGHT)
+        .collect()
+        .await;
     let mut total = 0;
-    for f in &snapshot.files {
-        let bytes = location
-            .get_under(&format!("{repo}/objects"), &f.sha256)
-            .await?
-            .ok_or_else(|| VolumeError::Missing(snapshot_id.into()))?;
-        let path = inside(&f.path);
-        let found = sha256_hex(&bytes);
-        if found != f.sha256 {
-            return Err(VolumeError::Checksum {
-                path: f.path.clone(),
-                expected: f.sha256.clone(),
-                found,
-            });
-        }
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
-        }
-        std::fs::write(&path, &bytes).map_err(|e| io(&path, e))?;
-        total += bytes.len() as u64;
+    for bytes in written {
+        total += bytes?;
     }
     // Modes and owners last, deepest first: a directory made read-only
     // is written into before it is.

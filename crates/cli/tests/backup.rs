@@ -1015,3 +1015,234 @@ spec:
     );
     assert_has(&String::from_utf8_lossy(&logs.stdout), &["to-s3"]);
 }
+
+/// A tmpfs of `size` mounted on a directory of its own, unmounted when
+/// dropped: a storage location that fills up.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(size: &str) -> SmallDisk {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .expect("mount");
+        assert!(
+            out.status.success(),
+            "mount a tmpfs (the test needs root): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        SmallDisk { dir }
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// What goes wrong is said, and never reported Completed: a damaged
+/// tarball is refused with the failing checksum; a location that fills
+/// up fails the backup saying so; a backup whose server is killed -9
+/// mid-way is Failed when it comes back; a restore over what exists
+/// follows `existingResourcePolicy`.
+#[test]
+fn damaged_full_and_interrupted_backups_are_never_reported_completed() {
+    if !common::can_run_netns() {
+        return; // needs root, for the tmpfs
+    }
+    let storage = tempfile::tempdir().expect("tempdir");
+    let mut a = Server::member("bk-faults", &["--nodes", "1"]);
+    use_location(&a, &location(storage.path()));
+    a.ok_stdin(&["apply", "-f", "-"], NGINX_EXAMPLE);
+    wait_for(WAIT, "the claim bound", || {
+        field(
+            &a,
+            &["get", "pvc", "nginx-logs", "-n", "nginx-example"],
+            "{.status.phase}",
+        ) == "Bound"
+    });
+    let written = volume_dir(&a, "nginx-example");
+    std::fs::create_dir_all(&written).expect("volume dir");
+    // 8 MiB of logs that do not compress.
+    let mut noise = Vec::with_capacity(8 << 20);
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    while noise.len() < 8 << 20 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        noise.extend_from_slice(&x.to_le_bytes());
+    }
+    for i in 0..4 {
+        std::fs::write(
+            written.join(format!("access-{i}.log")),
+            &noise[i << 21..(i + 1) << 21],
+        )
+        .expect("write");
+    }
+    let backup = |m: &Server, name: &str, extra: &str| {
+        m.ok_stdin(
+            &["apply", "-f", "-"],
+            &format!(
+                "apiVersion: velero.io/v1\nkind: Backup\nmetadata: {{name: {name}, namespace: velero}}\nspec:\n  includedNamespaces: [nginx-example]\n  defaultVolumesToFsBackup: true\n{extra}"
+            ),
+        );
+    };
+    let restore = |m: &Server, name: &str, from: &str, extra: &str| {
+        m.ok_stdin(
+            &["apply", "-f", "-"],
+            &format!(
+                "apiVersion: velero.io/v1\nkind: Restore\nmetadata: {{name: {name}, namespace: velero}}\nspec:\n  backupName: {from}\n{extra}"
+            ),
+        );
+    };
+
+    // A restore over what exists: left alone, or updated when asked.
+    backup(&a, "good", "");
+    wait_phase(&a, "backup", "good", "Completed");
+    a.ok(&[
+        "patch",
+        "cm",
+        "nginx-config",
+        "-n",
+        "nginx-example",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"greeting":"changed"}}"#,
+    ]);
+    let greeting = |m: &Server| {
+        field(
+            m,
+            &["get", "cm", "nginx-config", "-n", "nginx-example"],
+            "{.data.greeting}",
+        )
+    };
+    restore(&a, "keep", "good", "  restorePVs: false\n");
+    wait_phase(&a, "restore", "keep", "Completed");
+    assert_eq!(
+        greeting(&a),
+        "changed",
+        "existingResourcePolicy none keeps it"
+    );
+    restore(
+        &a,
+        "update",
+        "good",
+        "  restorePVs: false\n  existingResourcePolicy: update\n",
+    );
+    wait_phase(&a, "restore", "update", "Completed");
+    assert_eq!(
+        greeting(&a),
+        "hello",
+        "existingResourcePolicy update restores it"
+    );
+
+    // A damaged tarball: refused, with the checksum that failed.
+    backup(&a, "damaged", "");
+    wait_phase(&a, "backup", "damaged", "Completed");
+    let tarball = storage
+        .path()
+        .join("velero/fleet/backups/damaged/damaged.tar.gz");
+    let mut bytes = std::fs::read(&tarball).expect("tarball");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&tarball, bytes).expect("damage it");
+    restore(&a, "from-damaged", "damaged", "");
+    wait_phase(&a, "restore", "from-damaged", "Failed");
+    assert_has(
+        &velero_field(&a, "restore", "from-damaged", "{.status.failureReason}"),
+        &[
+            "the tarball of backup damaged does not match its checksum (sha256 ",
+            "expected",
+            "found): its storage location is damaged",
+        ],
+    );
+
+    // A location that fills up: the backup fails and says why.
+    let disk = SmallDisk::mount("1m");
+    a.ok_stdin(
+        &["apply", "-f", "-"],
+        &format!(
+            r#"
+apiVersion: velero.io/v1
+kind: BackupStorageLocation
+metadata: {{name: small, namespace: velero}}
+spec:
+  provider: filesystem
+  objectStorage: {{bucket: velero}}
+  config: {{path: "{}"}}
+"#,
+            disk.dir.path().display()
+        ),
+    );
+    wait_for(WAIT, "the small location Available", || {
+        phase(&a, "bsl", "small") == "Available"
+    });
+    backup(&a, "too-big", "  storageLocation: small\n");
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut last = String::new();
+    while std::time::Instant::now() < deadline {
+        last = phase(&a, "backup", "too-big");
+        if matches!(last.as_str(), "Completed" | "PartiallyFailed" | "Failed") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        matches!(last.as_str(), "PartiallyFailed" | "Failed"),
+        "a backup larger than its location is {last:?}"
+    );
+    let said = common::flotilla(&[
+        "backup",
+        "describe",
+        "too-big",
+        "--kubeconfig",
+        a.kubeconfig.to_str().unwrap(),
+    ]);
+    let logs = common::flotilla(&[
+        "backup",
+        "logs",
+        "too-big",
+        "--kubeconfig",
+        a.kubeconfig.to_str().unwrap(),
+    ]);
+    let all = format!(
+        "{}{}{}",
+        String::from_utf8_lossy(&said.stdout),
+        velero_field(&a, "backup", "too-big", "{.status.failureReason}"),
+        String::from_utf8_lossy(&logs.stdout)
+    );
+    assert!(
+        all.contains("No space left on device") || all.contains("os error 28"),
+        "the backup says the location is full:\n{all}"
+    );
+    drop(disk);
+
+    // Killed -9 while it runs: Failed once the server is back, as Velero.
+    for i in 4..24 {
+        std::fs::write(
+            written.join(format!("access-{i}.log")),
+            &noise[(i % 4) << 21..],
+        )
+        .expect("write");
+    }
+    backup(&a, "interrupted", "");
+    wait_for(WAIT, "the backup in progress", || {
+        phase(&a, "backup", "interrupted") == "InProgress"
+    });
+    a.kill9();
+    a.spawn();
+    wait_phase(&a, "backup", "interrupted", "Failed");
+    assert_has(
+        &velero_field(&a, "backup", "interrupted", "{.status.failureReason}"),
+        &[
+            "found a backup with status \"InProgress\" during the server starting, mark it as \"Failed\"",
+        ],
+    );
+}

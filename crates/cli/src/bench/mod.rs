@@ -5,6 +5,7 @@
 
 mod apiserver;
 mod authz;
+mod backup;
 mod fabric;
 pub(crate) mod harness;
 mod member;
@@ -41,6 +42,9 @@ pub enum Bench {
     /// with writers waiting on it, its groups synced by a publishing
     /// thread (as it runs) and by the writer itself.
     Store(store::StoreArgs),
+    /// The file-system backup's data path: backup, unchanged backup and
+    /// restore of a volume's files, each against `cp -r`.
+    Backup(backup::BackupArgs),
     /// Compare two saved runs (`--json` output): each figure's ratio
     /// new/old, and whether it improved or regressed.
     Compare(report::CompareArgs),
@@ -55,6 +59,7 @@ pub async fn run(b: Bench) -> anyhow::Result<()> {
         Bench::Authz(args) => authz::run(args).await,
         Bench::Store(args) => store::run(args).await,
         Bench::Propagation(args) => propagation::run(args).await,
+        Bench::Backup(args) => backup::run(args).await,
         Bench::Compare(args) => report::compare(args),
     }
 }
