@@ -62,7 +62,7 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let hub = args.hub.client().await?;
     let placed = find(&hub, &args).await?;
-    let id = format!("{}/{} {}", placed.namespace, placed.name, placed.kind);
+    let id = format!("{} {}/{}", placed.kind, placed.namespace, placed.name);
     let clusters: Api<Cluster> = Api::all(hub.clone());
     let target_cluster = clusters
         .get_opt(&args.to)
@@ -117,7 +117,7 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
         step(
             1,
             format!(
-                "backing up {id}'s pods, claims and volume data in {} (backup {name})",
+                "backing up the pods, claims and volume data of {id} in {} (backup {name})",
                 placed.source
             ),
         );

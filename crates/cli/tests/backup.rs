@@ -1246,3 +1246,27 @@ spec:
         ],
     );
 }
+
+/// `flotilla bench backup` runs and reports each figure, with every byte
+/// backed up and restored (it fails otherwise).
+#[test]
+fn the_backup_benchmark_runs_and_reports_json() {
+    let out = common::flotilla(&["bench", "backup", "--mib", "4", "--files", "8", "--json"]);
+    assert!(
+        out.status.success(),
+        "bench: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().unwrap_or_default()).expect("one JSON object");
+    assert_eq!(report["args"]["mib"], 4);
+    for figure in ["cp", "backup", "backup_unchanged", "restore"] {
+        assert!(
+            report[figure]["mib_per_second"]
+                .as_f64()
+                .is_some_and(|r| r > 0.0),
+            "{figure}: {report}"
+        );
+    }
+}

@@ -216,6 +216,7 @@ fn migrate_moves_a_statefulset_with_every_byte_of_its_volumes() {
         "90s",
     ]);
     let out = String::from_utf8_lossy(&moved.stdout);
+    eprintln!("{out}");
     assert!(
         moved.status.success(),
         "migrate failed: {}\n{out}\n---- west ----\n{}",
@@ -225,10 +226,10 @@ fn migrate_moves_a_statefulset_with_every_byte_of_its_volumes() {
     assert_has(
         &out,
         &[
-            "[1/5] backing up ledger/db StatefulSet's pods, claims and volume data in east",
+            "[1/5] backing up the pods, claims and volume data of StatefulSet ledger/db in east",
             "[3/5] restoring the claims in west",
-            "[4/5] moving ledger/db StatefulSet: PropagationPolicy db now places it in west",
-            "migrated ledger/db StatefulSet from east to west",
+            "[4/5] moving StatefulSet ledger/db: PropagationPolicy db now places it in west",
+            "migrated StatefulSet ledger/db from east to west",
         ],
     );
     // Every byte is in the new cluster, and was there before the pods
