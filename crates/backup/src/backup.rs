@@ -16,7 +16,7 @@ use tracing::info;
 
 use crate::api;
 use crate::archive::{self, Item};
-use crate::controller::{self, Error, fail_validation, json, now, objects, write_status};
+use crate::controller::{self, Error, fail, fail_validation, json, now, objects, write_status};
 use crate::filter::IncludesExcludes;
 use crate::records;
 use crate::storage_location::{self, STORAGE_LOCATION_LABEL, SYNCED_ANNOTATION};
@@ -66,13 +66,7 @@ async fn reconcile(
     let uid = backup.uid().unwrap_or_default();
     if phase == "InProgress" && !started.lock().map(|s| s.contains(&uid)).unwrap_or(false) {
         let reason = "found a backup with status \"InProgress\" during the server starting, mark it as \"Failed\"";
-        write_status(
-            &api,
-            &name,
-            json!({"phase": "Failed", "failureReason": reason, "completionTimestamp": now()}),
-        )
-        .await?;
-        return Ok(None);
+        return fail(&api, &name, reason).await;
     }
     // Validation.
     let spec = &object["spec"];
@@ -209,15 +203,8 @@ async fn reconcile(
         if let Err(error) = location.put(&name, file, bytes).await {
             // An unwritable or full location: failed, as Velero fails a
             // backup it cannot upload, not retried into a loop.
-            tracing::warn!(%error, backup = %name, "cannot store the backup");
             let reason = format!("error uploading backup to location {location_name}: {error}");
-            write_status(
-                &api,
-                &name,
-                json!({"phase": "Failed", "failureReason": reason, "completionTimestamp": now()}),
-            )
-            .await?;
-            return Ok(None);
+            return fail(&api, &name, &reason).await;
         }
     }
     write_status(&api, &name, status).await?;

@@ -73,6 +73,23 @@ pub async fn fail_validation(
     Ok(None)
 }
 
+/// Marks a Backup or Restore Failed with Velero's `failureReason`; it is
+/// not looked at again until it changes.
+pub async fn fail(
+    api: &Api<DynamicObject>,
+    name: &str,
+    reason: &str,
+) -> Result<Option<Duration>, Error> {
+    tracing::warn!(object = %name, %reason, "failed");
+    write_status(
+        api,
+        name,
+        json!({"phase": "Failed", "failureReason": reason, "completionTimestamp": now()}),
+    )
+    .await?;
+    Ok(None)
+}
+
 /// Now, as Velero writes its timestamps.
 pub fn now() -> String {
     jiff::Timestamp::now()

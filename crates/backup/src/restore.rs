@@ -18,7 +18,7 @@ use tracing::{info, warn};
 
 use crate::api;
 use crate::archive::{self, Item};
-use crate::controller::{self, Error, fail_validation, json, now, objects, write_status};
+use crate::controller::{self, Error, fail, fail_validation, json, now, objects, write_status};
 use crate::filter::IncludesExcludes;
 use crate::records;
 use crate::storage_location::{self, STORAGE_LOCATION_LABEL};
@@ -106,13 +106,7 @@ async fn reconcile(
         // As Velero: failed, and its claims' pods no longer held.
         release_claims(&client, &name).await?;
         let reason = "found a restore with status \"InProgress\" during the server starting, mark it as \"Failed\"";
-        write_status(
-            &api,
-            &name,
-            json!({"phase": "Failed", "failureReason": reason, "completionTimestamp": now()}),
-        )
-        .await?;
-        return Ok(None);
+        return fail(&api, &name, reason).await;
     }
     if !phase.is_empty() && phase != "New" {
         return Ok(None);
@@ -207,14 +201,7 @@ async fn reconcile(
     let items = match items {
         Ok(items) => items,
         Err(reason) => {
-            warn!(restore = %name, %reason, "restore failed");
-            write_status(
-                &api,
-                &name,
-                json!({"phase": "Failed", "failureReason": reason, "completionTimestamp": now()}),
-            )
-            .await?;
-            return Ok(None);
+            return fail(&api, &name, &reason).await;
         }
     };
     let chosen = choose(spec, items);

@@ -14,22 +14,6 @@ use common::{Server, assert_has, wait_for};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-fn location(dir: &std::path::Path) -> String {
-    format!(
-        r#"
-apiVersion: velero.io/v1
-kind: BackupStorageLocation
-metadata: {{name: default, namespace: velero}}
-spec:
-  provider: filesystem
-  objectStorage: {{bucket: velero, prefix: fleet}}
-  config: {{path: "{}"}}
-  default: true
-"#,
-        dir.display()
-    )
-}
-
 /// Velero's nginx example, with a claim its pods use.
 const NGINX_EXAMPLE: &str = r#"
 apiVersion: v1
@@ -138,7 +122,7 @@ fn a_backup_in_one_member_restores_in_another_and_in_a_new_namespace() {
     let a = Server::member("bk-a", &["--nodes", "2"]);
     let b = Server::member("bk-b", &["--nodes", "2"]);
     for m in [&a, &b] {
-        use_location(m, &location(storage.path()));
+        use_location(m, &common::velero_location(storage.path()));
         assert_has(
             &m.ok(&["get", "bsl", "-n", "velero"]),
             &["PHASE", "LAST VALIDATED", "DEFAULT", "Available", "true"],
@@ -403,7 +387,7 @@ spec:
 fn a_schedule_backs_up_and_a_restore_takes_its_newest_backup() {
     let storage = tempfile::tempdir().expect("tempdir");
     let m = Server::member("bk-sched", &[]);
-    use_location(&m, &location(storage.path()));
+    use_location(&m, &common::velero_location(storage.path()));
     m.ok(&["create", "namespace", "shop"]);
     m.ok(&[
         "create",
@@ -664,7 +648,7 @@ fn karmadas_velero_guide_moves_a_namespace_between_members() {
     fleet.hub.ok(&["create", "namespace", "velero"]);
     fleet.apply(&format!(
         "{}---\n{}",
-        location(storage.path()),
+        common::velero_location(storage.path()),
         r#"
 apiVersion: policy.karmada.io/v1alpha1
 kind: PropagationPolicy
@@ -1059,7 +1043,7 @@ fn damaged_full_and_interrupted_backups_are_never_reported_completed() {
     }
     let storage = tempfile::tempdir().expect("tempdir");
     let mut a = Server::member("bk-faults", &["--nodes", "1"]);
-    use_location(&a, &location(storage.path()));
+    use_location(&a, &common::velero_location(storage.path()));
     a.ok_stdin(&["apply", "-f", "-"], NGINX_EXAMPLE);
     wait_for(WAIT, "the claim bound", || {
         field(

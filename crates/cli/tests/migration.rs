@@ -13,22 +13,6 @@ use common::{Server, assert_has, can_run_netns, flotilla, wait_for};
 
 const WAIT: Duration = Duration::from_secs(90);
 
-fn location(dir: &std::path::Path) -> String {
-    format!(
-        r#"
-apiVersion: velero.io/v1
-kind: BackupStorageLocation
-metadata: {{name: default, namespace: velero}}
-spec:
-  provider: filesystem
-  objectStorage: {{bucket: velero, prefix: fleet}}
-  config: {{path: "{}"}}
-  default: true
-"#,
-        dir.display()
-    )
-}
-
 /// A StatefulSet whose pods note, as they start, what their volume held
 /// then: a pod started before its data came back would note nothing.
 const DB: &str = r#"
@@ -105,7 +89,7 @@ fn netns_fleet(storage: &std::path::Path, prefix: &str) -> Fleet {
         wait_for(WAIT, "Velero's kinds served", || {
             m.kubectl(&["get", "bsl", "-n", "velero"]).status.success()
         });
-        m.ok_stdin(&["apply", "-f", "-"], &location(storage));
+        m.ok_stdin(&["apply", "-f", "-"], &common::velero_location(storage));
         wait_for(WAIT, "the location Available", || {
             jsonpath(
                 m,
@@ -115,6 +99,12 @@ fn netns_fleet(storage: &std::path::Path, prefix: &str) -> Fleet {
         });
     }
     fleet
+}
+
+/// `flotilla migrate` against the fleet's hub.
+fn migrate(fleet: &Fleet, args: &[&str]) -> std::process::Output {
+    let hub = fleet.hub.kubeconfig.to_str().unwrap_or_default();
+    flotilla(&[&["migrate"], args, &["-n", "ledger", "--kubeconfig", hub]].concat())
 }
 
 fn sha256(m: &Server, pod: &str, file: &str) -> String {
@@ -156,65 +146,26 @@ fn migrate_moves_a_statefulset_with_every_byte_of_its_volumes() {
         ]);
         sums.push(sha256(east, pod, "/data/records"));
     }
-    let hub = fleet.hub.kubeconfig.to_str().unwrap().to_string();
 
     // What migrate refuses, before anything is made.
-    let shared = flotilla(&[
-        "migrate",
-        "deploy/web",
-        "--to",
-        "west",
-        "-n",
-        "ledger",
-        "--kubeconfig",
-        &hub,
-    ]);
+    let shared = migrate(&fleet, &["deploy/web", "--to", "west"]);
     assert!(!shared.status.success());
     assert_has(
         &String::from_utf8_lossy(&shared.stderr),
         &["PropagationPolicy ledger/everything-else also places other resources"],
     );
-    let same = flotilla(&[
-        "migrate",
-        "sts/db",
-        "--to",
-        "east",
-        "-n",
-        "ledger",
-        "--kubeconfig",
-        &hub,
-    ]);
+    let same = migrate(&fleet, &["sts/db", "--to", "east"]);
     assert_has(
         &String::from_utf8_lossy(&same.stderr),
         &["StatefulSet ledger/db already runs in east"],
     );
-    let nowhere = flotilla(&[
-        "migrate",
-        "sts/db",
-        "--to",
-        "north",
-        "-n",
-        "ledger",
-        "--kubeconfig",
-        &hub,
-    ]);
+    let nowhere = migrate(&fleet, &["sts/db", "--to", "north"]);
     assert_has(
         &String::from_utf8_lossy(&nowhere.stderr),
         &["no cluster \"north\""],
     );
 
-    let moved = flotilla(&[
-        "migrate",
-        "sts/db",
-        "--to",
-        "west",
-        "-n",
-        "ledger",
-        "--kubeconfig",
-        &hub,
-        "--timeout",
-        "90s",
-    ]);
+    let moved = migrate(&fleet, &["sts/db", "--to", "west", "--timeout", "90s"]);
     let out = String::from_utf8_lossy(&moved.stdout);
     eprintln!("{out}");
     assert!(

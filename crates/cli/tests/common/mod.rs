@@ -615,3 +615,21 @@ spec:
       accessModes: [ReadWriteOnce]
       resources: {requests: {storage: 1Gi}}
 "#;
+
+/// A filesystem BackupStorageLocation `default` of Velero's in `dir`
+/// (bucket `velero`, prefix `fleet`): members given the same `dir` share it.
+pub fn velero_location(dir: &Path) -> String {
+    format!(
+        r#"
+apiVersion: velero.io/v1
+kind: BackupStorageLocation
+metadata: {{name: default, namespace: velero}}
+spec:
+  provider: filesystem
+  objectStorage: {{bucket: velero, prefix: fleet}}
+  config: {{path: "{}"}}
+  default: true
+"#,
+        dir.display()
+    )
+}
