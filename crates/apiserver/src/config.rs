@@ -37,7 +37,26 @@ pub struct Config {
     pub ca_key: Option<String>,
     /// Users from `--token-auth-file`, besides the other tokens.
     pub static_tokens: Option<Arc<crate::token_file::StaticTokens>>,
+    /// Pages served to anyone, before authentication, by path: static
+    /// files that hold no data (the hub's dashboard, which reads the API
+    /// with its user's own token).
+    pub public_pages: Option<PublicPages>,
 }
+
+/// What a public path answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PublicAnswer {
+    Page {
+        content_type: &'static str,
+        body: &'static [u8],
+        headers: &'static [(&'static str, &'static str)],
+    },
+    /// A permanent redirect (`/dashboard` to `/dashboard/`).
+    Redirect(&'static str),
+}
+
+/// The public answer for a request's path, if it has one.
+pub type PublicPages = Arc<dyn Fn(&str) -> Option<PublicAnswer> + Send + Sync>;
 
 /// Renders the Prometheus text exposition on each scrape.
 pub type MetricsSource = Arc<dyn Fn() -> String + Send + Sync>;
@@ -57,6 +76,7 @@ impl Default for Config {
             token_key: None,
             ca_key: None,
             static_tokens: None,
+            public_pages: None,
         }
     }
 }

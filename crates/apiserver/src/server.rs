@@ -258,6 +258,32 @@ fn json_response(status: StatusCode, value: &Value) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
+/// A public page, with its own headers, or a redirect.
+fn public_answer(answer: crate::config::PublicAnswer) -> Response {
+    match answer {
+        crate::config::PublicAnswer::Page {
+            content_type,
+            body,
+            headers,
+        } => {
+            let mut response =
+                (StatusCode::OK, [(header::CONTENT_TYPE, content_type)], body).into_response();
+            for (name, value) in headers {
+                if let (Ok(name), Ok(value)) = (
+                    http::HeaderName::from_bytes(name.as_bytes()),
+                    HeaderValue::from_str(value),
+                ) {
+                    response.headers_mut().insert(name, value);
+                }
+            }
+            response
+        }
+        crate::config::PublicAnswer::Redirect(to) => {
+            (StatusCode::PERMANENT_REDIRECT, [(header::LOCATION, to)]).into_response()
+        }
+    }
+}
+
 fn text(body: &'static str) -> Response {
     (
         StatusCode::OK,
@@ -583,6 +609,15 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
     let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
     let is_get = parts.method == Method::GET || parts.method == Method::HEAD;
 
+    if is_get
+        && let Some(answer) = api
+            .config
+            .public_pages
+            .as_ref()
+            .and_then(|p| p(parts.uri.path()))
+    {
+        return Ok(public_answer(answer));
+    }
     let user = authenticate(&api, &parts)?;
     // Discovery, health, version, metrics, OpenAPI: authorized by path.
     let resource_path = matches!(segs.as_slice(), ["api", _, _, ..] | ["apis", _, _, _, ..]);

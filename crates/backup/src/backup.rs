@@ -199,6 +199,8 @@ async fn reconcile(
             serde_json::to_vec_pretty(&stored)?,
         ),
     ];
+    // Tests of recovery stop here (a server killed mid-backup).
+    fail::fail_point!("backup-before-upload");
     for (file, bytes) in &files {
         if let Err(error) = location.put(&name, file, bytes).await {
             // An unwritable or full location: failed, as Velero fails a

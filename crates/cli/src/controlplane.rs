@@ -150,6 +150,7 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
         authorizers: flotilla_apiserver::authz::Chain::new(vec![Arc::new(
             flotilla_federation::agents::AgentAuthorizer,
         )]),
+        public_pages: Some(crate::dashboard::pages()),
         ..Config::default()
     };
     let p = prepare(&data_dir, &args.server.serve, config).await?;

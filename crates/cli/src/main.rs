@@ -6,6 +6,7 @@ mod apiserver;
 mod bench;
 mod cluster_api;
 mod controlplane;
+mod dashboard;
 mod dns;
 mod inspect;
 mod join;
@@ -114,6 +115,8 @@ enum Command {
     /// Restores on Velero's API: create, describe, as `velero restore`.
     #[command(subcommand)]
     Restore(velero::RestoreCommand),
+    /// Where the hub's web dashboard is, and the token to sign in with.
+    Dashboard(dashboard::DashboardArgs),
     /// Move a workload and its volumes' data to another cluster: backup,
     /// restore, switch, in one command.
     Migrate(migrate::MigrateArgs),
@@ -153,6 +156,23 @@ enum Command {
     },
 }
 
+/// Failpoints for tests of recovery (TiKV's `fail`), from
+/// `FLOTILLA_FAILPOINTS="name=actions;..."` (`backup-before-upload=sleep(30000)`):
+/// none unless set.
+fn failpoints() -> anyhow::Result<()> {
+    let Ok(all) = std::env::var("FLOTILLA_FAILPOINTS") else {
+        return Ok(());
+    };
+    for point in all.split(';').filter(|p| !p.trim().is_empty()) {
+        let (name, actions) = point
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("FLOTILLA_FAILPOINTS: {point:?} is not name=actions"))?;
+        fail::cfg(name.trim(), actions.trim())
+            .map_err(|e| anyhow::anyhow!("FLOTILLA_FAILPOINTS: {name}: {e}"))?;
+    }
+    Ok(())
+}
+
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -167,6 +187,10 @@ fn main() -> std::process::ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
+    if let Err(error) = failpoints() {
+        eprintln!("error: {error}");
+        return std::process::ExitCode::FAILURE;
+    }
     // The shim must enter namespaces while it has one thread: before tokio.
     if let Command::ContainerShim { launch } = &cli.command {
         let code = flotilla_member::runtime::netns::shim::main(launch);
@@ -200,6 +224,7 @@ fn main() -> std::process::ExitCode {
             Command::Backup(command) => velero::run_backup(command).await,
             Command::Restore(command) => velero::run_restore(command).await,
             Command::Migrate(args) => migrate::run(args).await,
+            Command::Dashboard(args) => dashboard::run(args).await,
             Command::Get(args) => inspect::get::run(args).await,
             Command::Describe(cmd) => inspect::describe::run(cmd).await,
             Command::Plan(args) => inspect::plan::run(args).await,

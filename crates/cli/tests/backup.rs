@@ -1042,7 +1042,7 @@ fn damaged_full_and_interrupted_backups_are_never_reported_completed() {
         return; // needs root, for the tmpfs
     }
     let storage = tempfile::tempdir().expect("tempdir");
-    let mut a = Server::member("bk-faults", &["--nodes", "1"]);
+    let a = Server::member("bk-faults", &["--nodes", "1"]);
     use_location(&a, &common::velero_location(storage.path()));
     a.ok_stdin(&["apply", "-f", "-"], NGINX_EXAMPLE);
     wait_for(WAIT, "the claim bound", || {
@@ -1208,14 +1208,16 @@ spec:
     );
     drop(disk);
 
-    // Killed -9 while it runs: Failed once the server is back, as Velero.
-    for i in 4..24 {
-        std::fs::write(
-            written.join(format!("access-{i}.log")),
-            &noise[(i % 4) << 21..],
-        )
-        .expect("write");
-    }
+    // Killed -9 while it runs (held before its upload by a failpoint):
+    // Failed once the server is back, as Velero fails it.
+    drop(a);
+    let mut a = Server::member_with_env(
+        "bk-killed",
+        &["--nodes", "1"],
+        &[("FLOTILLA_FAILPOINTS", "backup-before-upload=sleep(60000)")],
+    );
+    use_location(&a, &common::velero_location(storage.path()));
+    a.ok_stdin(&["apply", "-f", "-"], NGINX_EXAMPLE);
     backup(&a, "interrupted", "");
     wait_for(WAIT, "the backup in progress", || {
         phase(&a, "backup", "interrupted") == "InProgress"

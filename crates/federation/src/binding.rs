@@ -339,7 +339,7 @@ async fn write_works(
         .filter_map(Value::as_str)
         .collect();
     let labels = template.metadata.labels.clone().unwrap_or_default();
-    let wants_data = crate::failover::data::wants_data(&template);
+    let wants_data = crate::failover::hold::wants_data(&template);
     // Where the workload is leaving: its Works no longer targeted, and
     // the clusters it is evicted from.
     let leaving: Vec<String> = ours
@@ -399,7 +399,7 @@ async fn write_works(
             .iter()
             .find(|(c, _)| *c == target.name)
             .map(|(_, w)| &**w);
-        let awaiting = crate::failover::data::awaiting_from(wants_data, existing, &leaving);
+        let awaiting = crate::failover::hold::awaiting_from(wants_data, existing, &leaving);
         let suspend = suspended_everywhere
             || suspended_on.contains(&target.name.as_str())
             || awaiting.is_some();
@@ -654,10 +654,10 @@ fn desire(
     a.insert(annotations::CONFLICT_RESOLUTION.into(), conflict.into());
     match awaiting {
         Some(from) => a.insert(
-            crate::failover::data::AWAITING_ANNOTATION.into(),
+            crate::failover::hold::AWAITING_ANNOTATION.into(),
             from.into(),
         ),
-        None => a.remove(crate::failover::data::AWAITING_ANNOTATION),
+        None => a.remove(crate::failover::hold::AWAITING_ANNOTATION),
     };
     for (annotation, entries) in [
         (annotations::APPLIED_OVERRIDES, &applied.policies),

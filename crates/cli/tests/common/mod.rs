@@ -129,6 +129,14 @@ impl Server {
         Self::start_command(&["member", "--name", name], &args, &[])
     }
 
+    /// A simulated member with extra flags and environment variables
+    /// (`FLOTILLA_FAILPOINTS`).
+    pub fn member_with_env(name: &str, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut args = vec!["--job-duration", "1s", "--pod-startup", "300ms"];
+        args.extend_from_slice(extra);
+        Self::start_command(&["member", "--name", name], &args, env)
+    }
+
     /// A member whose pods run (`--runtime netns`); it is stopped with
     /// SIGTERM when dropped, so that it removes its pod network.
     pub fn netns_member(name: &str, extra: &[&str]) -> Server {

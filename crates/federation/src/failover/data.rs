@@ -30,7 +30,8 @@ use parking_lot::Mutex;
 use serde_json::json;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::api::{Binding, Work};
+use super::hold::AWAITING_ANNOTATION;
+use crate::api::{Binding, Work, annotations};
 use crate::binding::template;
 use crate::context::Ctx;
 use crate::error::Error;
@@ -38,36 +39,8 @@ use crate::fanout::{Change, Subscribers};
 use crate::packed::{self, Key, PackedStore};
 use crate::queue::{self, Next, WorkQueue};
 
-/// On a workload template: its volumes' data moves with it on failover.
-pub use flotilla_core::volume_data::MIGRATE_DATA_ANNOTATION;
-/// On a Work: it waits for the workload's data, coming from the named
-/// cluster, before it is delivered.
-pub const AWAITING_ANNOTATION: &str = "backup.flotilla.io/awaiting-data-from";
-
 /// How long each step of a move may take.
 const STEP: Duration = Duration::from_secs(120);
-
-/// Whether the template asks for its data to move with it.
-pub fn wants_data(template: &DynamicObject) -> bool {
-    template
-        .annotations()
-        .get(MIGRATE_DATA_ANNOTATION)
-        .is_some_and(|v| v == "true")
-}
-
-/// Where the data of a workload that asks for it comes from before its
-/// Work in a cluster is delivered: a Work still waiting keeps waiting; a
-/// new one waits when the workload is leaving another cluster (`leaving`:
-/// clusters with its Works that it no longer targets, or is evicted from).
-pub fn awaiting_from(wants: bool, existing: Option<&Work>, leaving: &[String]) -> Option<String> {
-    if !wants {
-        return None;
-    }
-    match existing {
-        Some(work) => work.annotations().get(AWAITING_ANNOTATION).cloned(),
-        None => leaving.first().cloned(),
-    }
-}
 
 /// The moves under way, by Work.
 type Running = Mutex<HashSet<Key>>;
@@ -107,16 +80,19 @@ async fn reconcile(
     if work.metadata.deletion_timestamp.is_some() {
         return Ok(None);
     }
-    let scope = if work
-        .annotations()
-        .contains_key(crate::api::annotations::RB_NAME)
-    {
-        crate::api::Scope::Namespaced
-    } else {
-        crate::api::Scope::Cluster
+    // Its binding, from the annotations the binding controller wrote.
+    let a = work.annotations();
+    let owner = match (
+        a.get(annotations::RB_NAME),
+        a.get(annotations::RB_NAMESPACE),
+    ) {
+        (Some(name), Some(ns)) => packed::key(Some(ns), name),
+        _ => match a.get(annotations::CRB_NAME) {
+            Some(name) => packed::key(None, name),
+            None => return Ok(None),
+        },
     };
-    let Some(binding) = crate::status::owner(&work, scope).and_then(|k| bindings.get_key(&k))
-    else {
+    let Some(binding) = bindings.get_key(&owner) else {
         return Ok(None);
     };
     let key = Key::from(packed::key_of(&work.metadata).unwrap_or_default());

@@ -14,6 +14,7 @@
 
 pub mod data;
 pub mod decide;
+pub mod hold;
 
 use std::collections::HashMap;
 use std::sync::Arc;
