@@ -23,6 +23,29 @@ pub struct Volumes {
     pub selector: Value,
 }
 
+impl Volumes {
+    /// Those of a workload (its JSON, of its own kind): the pods its
+    /// selector takes, or a Pod's own labels; `None` for a kind with
+    /// neither.
+    pub fn of_workload(namespace: &str, workload: &Value) -> Option<Volumes> {
+        let selector = match workload["kind"].as_str() {
+            Some("Pod") => json!({"matchLabels": workload["metadata"]["labels"]}),
+            _ => workload["spec"]["selector"].clone(),
+        };
+        selector.is_object().then(|| Volumes {
+            namespace: namespace.to_string(),
+            selector,
+        })
+    }
+}
+
+/// Whether a cluster's API answers within a few seconds.
+pub async fn answers(client: &Client) -> bool {
+    tokio::time::timeout(Duration::from_secs(5), client.apiserver_version())
+        .await
+        .is_ok_and(|r| r.is_ok())
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum MigrationError {
     #[error("{cluster}: {source}")]

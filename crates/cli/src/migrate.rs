@@ -74,7 +74,7 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
                 args.to
             )
         })?;
-    if !ready(&target_cluster) {
+    if !target_cluster.is_ready() {
         bail!(
             "cluster {} is not Ready: migrate to a Ready cluster",
             args.to
@@ -104,7 +104,7 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
 
     // 1. The data, from the source while it answers.
     let source_answers = match &source_client {
-        Ok(c) => ready(&source_cluster) && reachable(c).await,
+        Ok(c) => source_cluster.is_ready() && migration::answers(c).await,
         Err(_) => false,
     };
     let backup = if let (true, Ok(client)) = (source_answers, &source_client) {
@@ -218,24 +218,6 @@ fn since(started: Instant) -> String {
     format!("{:.1}s", started.elapsed().as_secs_f64())
 }
 
-fn ready(cluster: &Cluster) -> bool {
-    cluster
-        .status
-        .as_ref()
-        .map(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-        })
-        .unwrap_or(false)
-}
-
-async fn reachable(client: &Client) -> bool {
-    tokio::time::timeout(Duration::from_secs(5), client.apiserver_version())
-        .await
-        .is_ok_and(|r| r.is_ok())
-}
-
 /// The workload, its policy (which must be its own) and the one cluster
 /// it runs in.
 async fn find(hub: &Client, args: &MigrateArgs) -> anyhow::Result<Placed> {
@@ -265,16 +247,12 @@ async fn find(hub: &Client, args: &MigrateArgs) -> anyhow::Result<Placed> {
             )
         })?;
     let object = serde_json::to_value(&template)?;
-    let selector = match resolved.ar.kind.as_str() {
-        "Pod" => json!({"matchLabels": object["metadata"]["labels"]}),
-        _ => object["spec"]["selector"].clone(),
-    };
-    if !selector.is_object() {
+    let Some(volumes) = Volumes::of_workload(ns, &object) else {
         bail!(
             "{} {name} has no pod selector: migrate moves workloads whose pods use volumes (Deployment, StatefulSet, ReplicaSet, DaemonSet, Pod)",
             resolved.ar.kind
         );
-    }
+    };
     let a = template.annotations();
     let Some(policy) = a.get(annotations::PP_NAME).cloned() else {
         bail!(
@@ -336,10 +314,7 @@ async fn find(hub: &Client, args: &MigrateArgs) -> anyhow::Result<Placed> {
         namespace: ns.clone(),
         policy,
         source,
-        volumes: Volumes {
-            namespace: ns.clone(),
-            selector,
-        },
+        volumes,
     })
 }
 

@@ -594,6 +594,18 @@ pub struct DecisionConditions {
 }
 
 impl BindingSpec {
+    /// Whether `spec.suspension` stops its Works reaching `cluster`
+    /// (`dispatching`, or `dispatchingOnClusters.clusterNames`).
+    pub fn dispatch_suspended_on(&self, cluster: &str) -> bool {
+        let Some(s) = &self.suspension else {
+            return false;
+        };
+        s.get("dispatching").and_then(Value::as_bool) == Some(true)
+            || s.pointer("/dispatchingOnClusters/clusterNames")
+                .and_then(Value::as_array)
+                .is_some_and(|names| names.iter().any(|n| n.as_str() == Some(cluster)))
+    }
+
     /// The binding's failover settings, if it opted in.
     pub fn failover(&self) -> Option<FailoverBehavior> {
         serde_json::from_value(self.failover.clone()?).ok()

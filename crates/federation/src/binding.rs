@@ -329,15 +329,6 @@ async fn write_works(
         }
     }
     let spec = &binding.spec;
-    let suspension = spec.suspension.clone().unwrap_or_default();
-    let suspended_everywhere = suspension.get("dispatching").and_then(Value::as_bool) == Some(true);
-    let suspended_on: Vec<&str> = suspension
-        .pointer("/dispatchingOnClusters/clusterNames")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
     let labels = template.metadata.labels.clone().unwrap_or_default();
     let wants_data = crate::failover::hold::wants_data(&template);
     // Where the workload is leaving: its Works no longer targeted, and
@@ -400,9 +391,7 @@ async fn write_works(
             .find(|(c, _)| *c == target.name)
             .map(|(_, w)| &**w);
         let awaiting = crate::failover::hold::awaiting_from(wants_data, existing, &leaving);
-        let suspend = suspended_everywhere
-            || suspended_on.contains(&target.name.as_str())
-            || awaiting.is_some();
+        let suspend = spec.dispatch_suspended_on(&target.name) || awaiting.is_some();
         let rendered = match applied {
             Ok(applied) => Ok((
                 WorkSpec {

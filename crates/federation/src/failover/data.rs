@@ -135,18 +135,8 @@ async fn carry(
     to: &str,
 ) -> Result<String, String> {
     let object = serde_json::to_value(template).map_err(|e| e.to_string())?;
-    let namespace = template.namespace().unwrap_or_default();
-    let selector = match object["kind"].as_str() {
-        Some("Pod") => json!({"matchLabels": object["metadata"]["labels"]}),
-        _ => object["spec"]["selector"].clone(),
-    };
-    if !selector.is_object() {
-        return Err("the workload has no pod selector".into());
-    }
-    let volumes = Volumes {
-        namespace,
-        selector,
-    };
+    let volumes = Volumes::of_workload(&template.namespace().unwrap_or_default(), &object)
+        .ok_or("the workload has no pod selector")?;
     let target_cluster = ctx
         .cluster(to)
         .ok_or_else(|| format!("cluster {to} left the fleet"))?;
@@ -213,9 +203,7 @@ async fn back_up_at_source(
         .await
         .map_err(|e| format!("{from} cannot be reached: {e}"))?
         .client;
-    let answers = tokio::time::timeout(Duration::from_secs(5), client.apiserver_version())
-        .await
-        .is_ok_and(|r| r.is_ok());
+    let answers = migration::answers(&client).await;
     if !answers {
         return Err(format!("{from} does not answer"));
     }
@@ -242,12 +230,7 @@ async fn deliver(
     cluster: &str,
     outcome: Result<String, String>,
 ) -> Result<(), Error> {
-    let suspension = binding.spec.suspension.clone().unwrap_or_default();
-    let suspended = suspension.get("dispatching").and_then(|v| v.as_bool()) == Some(true)
-        || suspension
-            .pointer("/dispatchingOnClusters/clusterNames")
-            .and_then(|v| v.as_array())
-            .is_some_and(|names| names.iter().any(|n| n.as_str() == Some(cluster)));
+    let suspended = binding.spec.dispatch_suspended_on(cluster);
     let patch = json!({
         "metadata": {"annotations": {AWAITING_ANNOTATION: null}},
         "spec": {"suspendDispatching": if suspended { json!(true) } else { json!(null) }},
