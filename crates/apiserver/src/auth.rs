@@ -221,7 +221,13 @@ impl Authenticator {
                     .then(|| token.trim())
                     .filter(|t| !t.is_empty())
             });
-        match token {
+        // Browsers cannot set headers on a WebSocket: the token comes as
+        // a subprotocol, as kube-apiserver's WebSocket authenticator reads it.
+        let from_protocol = match token {
+            Some(_) => None,
+            None => websocket_bearer(headers, &mut presented),
+        };
+        match token.or(from_protocol.as_deref()) {
             Some(token) => self.authenticate_token(store, token).map(Some),
             None if presented => Err(unauthorized()),
             None => Ok(None),
@@ -235,6 +241,31 @@ impl Authenticator {
             .find_map(|a| a.authenticate(store, token))
             .ok_or_else(unauthorized)
     }
+}
+
+/// The subprotocol that carries a WebSocket's bearer token:
+/// `base64url.bearer.authorization.k8s.io.` and the token, base64url
+/// without padding.
+pub const WEBSOCKET_BEARER_PREFIX: &str = "base64url.bearer.authorization.k8s.io.";
+
+/// The bearer token of a WebSocket's `Sec-WebSocket-Protocol`, if one is
+/// offered; one that does not decode counts as presented and refused.
+fn websocket_bearer(headers: &HeaderMap, presented: &mut bool) -> Option<String> {
+    use base64::Engine;
+    let encoded = headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .find_map(|p| p.trim().strip_prefix(WEBSOCKET_BEARER_PREFIX))?;
+    *presented = true;
+    let decoded = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(encoded.trim_end_matches('='))
+        .ok()?;
+    String::from_utf8(decoded)
+        .ok()
+        .filter(|t| !t.trim().is_empty())
+        .map(|t| t.trim().to_string())
 }
 
 fn unauthorized() -> ApiError {
@@ -384,6 +415,51 @@ mod tests {
             not_after,
         }));
         e
+    }
+
+    #[test]
+    fn a_websocket_may_carry_its_token_as_a_subprotocol() {
+        use base64::Engine;
+        let (_dir, store) = store();
+        let a = authenticator();
+        let none = http::Extensions::new();
+        let offer = |protocols: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(
+                header::SEC_WEBSOCKET_PROTOCOL,
+                HeaderValue::from_str(protocols).unwrap(),
+            );
+            h
+        };
+        let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("s3cr3t");
+        let carol = a
+            .authenticate(
+                store.as_ref(),
+                &offer(&format!(
+                    "v5.channel.k8s.io, {WEBSOCKET_BEARER_PREFIX}{encoded}"
+                )),
+                &none,
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(carol.name, "carol");
+        // Offered but wrong or not base64url: refused, never anonymous.
+        for bad in ["d3Jvbmc", "%%%"] {
+            let e = a
+                .authenticate(
+                    store.as_ref(),
+                    &offer(&format!("{WEBSOCKET_BEARER_PREFIX}{bad}")),
+                    &none,
+                )
+                .unwrap_err();
+            assert_eq!(e.code, StatusCode::UNAUTHORIZED);
+        }
+        // Only channel protocols: anonymous, as before.
+        assert_eq!(
+            a.authenticate(store.as_ref(), &offer("v5.channel.k8s.io"), &none)
+                .unwrap(),
+            None
+        );
     }
 
     #[test]

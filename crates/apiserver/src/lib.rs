@@ -28,6 +28,7 @@ pub mod crd;
 pub mod csr;
 pub mod defaults;
 pub mod discovery;
+pub mod embedded_review;
 pub mod error;
 pub mod eviction;
 pub mod extension;

@@ -38,6 +38,17 @@ impl ApiServer {
         let _ = self.cluster_proxy.set(proxy);
     }
 
+    /// Serves a review kind the embedding process answers: a POST of it
+    /// is authorised as `create` on its resource and answered by
+    /// `review`, and nothing is stored.
+    pub fn add_review(&self, review: Arc<dyn crate::embedded_review::EmbeddedReview>) {
+        let resource = crate::embedded_review::resource_of(review.as_ref());
+        self.embedded_reviews
+            .write()
+            .insert(resource.plural.clone(), review);
+        self.registry.add_computed(resource);
+    }
+
     /// Serves `metrics.k8s.io` from `source` (once), as metrics-server
     /// would behind the aggregator.
     pub fn set_resource_metrics(&self, source: Arc<dyn crate::resource_metrics::ResourceMetrics>) {
@@ -85,6 +96,7 @@ impl ApiServer {
             stopping: tokio::sync::watch::channel(false).0,
             resource_metrics: Default::default(),
             cluster_proxy: Default::default(),
+            embedded_reviews: Default::default(),
         });
         crate::crd::restore(&api)?;
         crate::crd::spawn_follower(storage.clone());

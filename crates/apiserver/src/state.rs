@@ -34,6 +34,10 @@ pub struct ApiServer {
         std::sync::OnceLock<Arc<dyn crate::resource_metrics::ResourceMetrics>>,
     /// Karmada's `clusters/NAME/proxy` (the control plane sets it).
     pub(crate) cluster_proxy: std::sync::OnceLock<Arc<dyn crate::cluster_proxy::ClusterProxy>>,
+    /// Review kinds the embedding process answers, by plural.
+    pub(crate) embedded_reviews: parking_lot::RwLock<
+        std::collections::BTreeMap<String, Arc<dyn crate::embedded_review::EmbeddedReview>>,
+    >,
 }
 
 impl std::ops::Deref for ApiServer {

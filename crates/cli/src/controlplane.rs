@@ -159,6 +159,12 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
     // Karmada's clusters/NAME/proxy, through the members' stored credentials.
     p.api
         .set_cluster_proxy(flotilla_federation::proxy::HubProxy::new(client.clone()));
+    // `flotilla describe placement` and `plan` as the API's PlacementReview.
+    p.api
+        .add_review(crate::inspect::review::PlacementReviews::new(
+            p.api.clone(),
+            p.admin_token.clone(),
+        ));
     // Binding a cluster set to a namespace needs the set's `bind`.
     p.api.add_mutating_admission(Arc::new(
         flotilla_federation::clustersets::admission::ClusterSetBindings,

@@ -1,17 +1,20 @@
 //! The hub's web dashboard, driven in headless Chromium through WebDriver
 //! (Debian's chromium and chromium-driver; `.ci/run` installs them): sign
-//! in with the token `flotilla dashboard` prints, see the fleet, watch a
-//! workload placed without refreshing, read markup in an Event as text,
-//! and be refused as a restricted user. The pages' headers are read with
-//! curl.
+//! in with the token `flotilla dashboard` prints, see the fleet, taint a
+//! cluster from its page, follow a Deployment to its clusters with the
+//! scheduler's explanation and the overrides each got, plan an edited
+//! policy, watch a failover move its replicas without refreshing, read
+//! markup in an Event as text, and be refused as a restricted user (who is
+//! offered no action); on netns members, follow a pod's log and run a
+//! command in its terminal. The pages' headers are read with curl.
 
 mod common;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::fleet::Fleet;
-use common::{assert_has, flotilla, which};
+use common::fleet::{Fleet, SHORT_THRESHOLDS, member_fault};
+use common::{Server, assert_has, can_run_netns, flotilla, which};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
 
@@ -90,6 +93,57 @@ async fn wait_text(c: &Client, css: &str, needle: &str) -> String {
     panic!("{css} never showed {needle:?}; it showed {last:?}\n{page}");
 }
 
+/// Waits until the text of `css` satisfies `ok`; returns it.
+async fn wait_until(c: &Client, css: &str, what: &str, ok: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + WAIT;
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        if let Ok(e) = c.find(Locator::Css(css)).await {
+            last = e.text().await.unwrap_or_default();
+            if ok(&last) {
+                return last;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{css} never showed {what}; it showed {last:?}");
+}
+
+async fn click(c: &Client, css: &str) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match c.find(Locator::Css(css)).await {
+            Ok(e) if e.click().await.is_ok() => return,
+            _ if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+            other => panic!("cannot click {css}: {:?}", other.err()),
+        }
+    }
+}
+
+async fn type_into(c: &Client, css: &str, text: &str) {
+    let e = c.find(Locator::Css(css)).await.expect(css);
+    e.clear().await.expect("cleared");
+    e.send_keys(text).await.expect("typed");
+}
+
+/// Whether the element `css` is on the page now.
+async fn present(c: &Client, css: &str) -> bool {
+    c.find(Locator::Css(css)).await.is_ok()
+}
+
+/// Skips the test where no chromedriver is (never in CI).
+fn have_browser() -> bool {
+    if which("chromedriver").is_some() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must have chromedriver (.ci/run installs it)"
+    );
+    eprintln!("skipped: no chromedriver (apt-get install chromium chromium-driver)");
+    false
+}
+
 /// With FLOTILLA_SCREENSHOTS=DIR (docs/screenshots keeps the README's),
 /// saves what the browser shows as DIR/NAME.png.
 async fn screenshot(c: &Client, name: &str) {
@@ -134,17 +188,19 @@ fn dashboard_login(kubeconfig: &str) -> (String, String) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_user_signs_in_follows_the_fleet_live_and_a_restricted_one_is_refused() {
-    if which("chromedriver").is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must have chromedriver (.ci/run installs it)"
-        );
-        eprintln!("skipped: no chromedriver (apt-get install chromium chromium-driver)");
+    if !have_browser() {
         return;
     }
-    let fleet = tokio::task::spawn_blocking(|| Fleet::new(&[("member1", "eu"), ("member2", "us")]))
-        .await
-        .expect("a fleet");
+    // Pods that take a while to start, so a failover lasts long enough
+    // to be watched.
+    let fleet = tokio::task::spawn_blocking(|| {
+        Fleet::with_member_args(
+            &[("member1", "eu"), ("member2", "us")],
+            &["--pod-startup", "1s"],
+        )
+    })
+    .await
+    .expect("a fleet");
     let hub = fleet
         .hub
         .kubeconfig
@@ -223,36 +279,100 @@ message: <img src=x onerror="window.pwned=1"><script>window.pwned=1</script>
         &["member1", "Push", "Ready", "region=eu", "region=us"],
     );
     screenshot(&c, "clusters").await;
+    // The admin is offered the join form.
+    assert!(present(&c, "#join").await, "no join form for the admin");
+
+    // A cluster's page: taint it from there, and take the taint away.
+    click(&c, "#clusters a[href='#/cluster/member1']").await;
+    wait_text(&c, "#cluster-facts", "Push").await;
+    wait_text(&c, "#cluster-conditions", "Ready").await;
+    type_into(&c, "#taint-key", "dedicated").await;
+    type_into(&c, "#taint-value", "gpu").await;
+    click(&c, "#taint button[type=submit]").await;
+    wait_text(&c, "#cluster-facts", "dedicated=gpu:NoSchedule").await;
+    assert_eq!(
+        fleet.jsonpath_hub(&["get", "cluster", "member1"], "{.spec.taints[*].key}"),
+        "dedicated"
+    );
+    screenshot(&c, "cluster").await;
+    click(&c, "#untaint").await;
+    wait_until(&c, "#cluster-facts", "no taint", |t| {
+        !t.contains("dedicated")
+    })
+    .await;
+    assert_eq!(
+        fleet.jsonpath_hub(&["get", "cluster", "member1"], "{.spec.taints}"),
+        ""
+    );
 
     // A workload placed while the page is open appears without a reload.
     c.goto(&format!("{url}#/workloads"))
         .await
         .expect("workloads");
     wait_text(&c, "#view", "Workloads of the fleet").await;
-    fleet.apply(
-        r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web, namespace: default}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec: {containers: [{name: web, image: nginx}]}
----
-apiVersion: policy.karmada.io/v1alpha1
-kind: PropagationPolicy
-metadata: {name: web, namespace: default}
-spec:
-  resourceSelectors: [{apiVersion: apps/v1, kind: Deployment, name: web}]
-  placement: {clusterAffinity: {clusterNames: [member1]}}
-"#,
-    );
+    fleet.apply(WEB);
     let row = wait_text(&c, "#workloads", "Deployment/web").await;
     wait_text(&c, "#workloads", "member1: Healthy").await;
-    assert!(row.contains("member1"), "{row}");
+    assert!(row.contains("member2"), "{row}");
     screenshot(&c, "workloads").await;
+
+    // Its page: the scheduler's explanation (as `flotilla describe
+    // placement`), each cluster's Work, and the override member1 got.
+    click(&c, "#workloads a").await;
+    let why = wait_text(&c, "#explanation", "PropagationPolicy default/web").await;
+    assert_has(&why, &["Divided", "member1", "member2"]);
+    wait_text(&c, "#works", "member2").await;
+    let diff = wait_text(&c, ".diff[data-cluster='member1']", "tier").await;
+    assert!(diff.contains("+ metadata.labels.tier: \"gpu\""), "{diff}");
+    screenshot(&c, "workload").await;
+
+    let page = c.current_url().await.expect("the page").to_string();
+    // An edited policy planned before it is applied.
+    c.goto(&format!("{url}#/policies")).await.expect("policies");
+    wait_text(&c, "#propagationpolicies", "web").await;
+    wait_text(&c, "#overridepolicies", "tier").await;
+    click(&c, "#propagationpolicies .plan-edit").await;
+    c.execute(
+        "const t = document.getElementById('plan-manifests'); const p = JSON.parse(t.value); \
+         p.spec.placement.clusterAffinity.clusterNames = ['member2']; p.spec.placement.replicaScheduling = null; \
+         t.value = JSON.stringify(p);",
+        vec![],
+    )
+    .await
+    .expect("edited");
+    click(&c, "#plan").await;
+    let plan = wait_text(&c, "#plan-result", "Deployment default/web").await;
+    assert_has(&plan, &["(in the manifests)", "member2", "not member1"]);
+    screenshot(&c, "plan").await;
+
+    // Back to the workload's page for what follows.
+    c.goto(&page).await.expect("the workload");
+    wait_text(&c, "#works", "member2").await;
+
+    // member2 lost: the failover moves its replicas to member1, and the
+    // page follows without a reload.
+    member_fault(&fleet, "member2", &["unreachable", "--mode", "refuse"]);
+    let works = wait_until(&c, "#works", "member2 gone, member1 with 4", |t| {
+        !t.contains("member2") && t.contains("member1 4")
+    })
+    .await;
+    assert!(works.contains("member1"), "{works}");
+    assert_eq!(c.current_url().await.expect("the page").as_str(), page);
+    screenshot(&c, "failover").await;
+    member_fault(&fleet, "member2", &["reachable"]);
+
+    // The other fleet APIs' objects, as their front ends serve them.
+    c.goto(&format!("{url}#/fleet-apis"))
+        .await
+        .expect("fleet APIs");
+    wait_text(&c, "#managedcluster", "member1").await;
+    wait_text(&c, "#view", "Argo CD").await;
+    // Each member's fabric and peerings, read through the cluster proxy
+    // (these sim members have neither: the pages say so).
+    c.goto(&format!("{url}#/network")).await.expect("network");
+    wait_text(&c, "#member-member1", "Not served there").await;
+    c.goto(&format!("{url}#/peering")).await.expect("peering");
+    wait_text(&c, "#member-member2", "No virtual nodes").await;
 
     // A user who may only view one namespace sees the fleet refused.
     for args in [
@@ -281,5 +401,129 @@ spec:
     wait_text(&c, "#who", "system:serviceaccount:team:viewer").await;
     c.goto(&format!("{url}#/clusters")).await.expect("clusters");
     wait_text(&c, "#view", "Not permitted").await;
+    assert!(!present(&c, "#join").await, "a viewer is offered joining");
+    // Nor offered taints or unjoining on a cluster's page.
+    c.goto(&format!("{url}#/cluster/member1"))
+        .await
+        .expect("a cluster");
+    wait_text(&c, "#view", "Not permitted").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!present(&c, "#unjoin").await, "a viewer is offered unjoin");
+    assert!(!present(&c, "#taint").await, "a viewer is offered a taint");
+    c.close().await.expect("closed");
+}
+
+/// Divided between the two members, failing over when one is lost; an
+/// override labels member1's copy.
+const WEB: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 4
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: nginx}]}
+---
+apiVersion: policy.karmada.io/v1alpha1
+kind: PropagationPolicy
+metadata: {name: web, namespace: default}
+spec:
+  resourceSelectors: [{apiVersion: apps/v1, kind: Deployment, name: web}]
+  failover:
+    cluster: {purgeMode: Directly}
+  placement:
+    clusterAffinity: {clusterNames: [member1, member2]}
+    clusterTolerations:
+      - {key: cluster.karmada.io/not-ready, operator: Exists, effect: NoExecute, tolerationSeconds: 2}
+      - {key: cluster.karmada.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 2}
+    replicaScheduling:
+      replicaSchedulingType: Divided
+      replicaDivisionPreference: Weighted
+      weightPreference:
+        staticWeightList:
+          - {targetCluster: {clusterNames: [member1]}, weight: 1}
+          - {targetCluster: {clusterNames: [member2]}, weight: 1}
+---
+apiVersion: policy.karmada.io/v1alpha1
+kind: OverridePolicy
+metadata: {name: gpu-tier, namespace: default}
+spec:
+  resourceSelectors: [{apiVersion: apps/v1, kind: Deployment, name: web}]
+  overrideRules:
+    - targetCluster: {clusterNames: [member1]}
+      overriders:
+        labelsOverrider: [{operator: add, value: {tier: gpu}}]
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pods_log_is_followed_and_a_command_runs_in_its_terminal() {
+    if !have_browser() || !can_run_netns() {
+        return;
+    }
+    let prefix = format!("dsh{}", std::process::id() % 10_000);
+    let fleet = tokio::task::spawn_blocking(move || {
+        let mut fleet = Fleet {
+            hub: Server::controlplane(&SHORT_THRESHOLDS),
+            members: Vec::new(),
+        };
+        let m = Server::netns_member(&format!("{prefix}-east"), &["--nodes", "1"]);
+        fleet.members.push(("east".to_string(), m));
+        fleet.join("east", "east");
+        fleet.wait_ready("east");
+        fleet
+    })
+    .await
+    .expect("a fleet");
+    // A pod that writes a line every half second, made in the member.
+    fleet.member("east").ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: ticker, namespace: default}
+spec:
+  containers:
+    - name: ticker
+      image: busybox
+      command: [sh, -c, 'i=0; while true; do echo tick-$i; i=$((i+1)); sleep 0.5; done']
+"#,
+    );
+    let hub = fleet
+        .hub
+        .kubeconfig
+        .to_str()
+        .unwrap_or_default()
+        .to_string();
+    let (url, token) = dashboard_login(&hub);
+    let driver = Driver::start();
+    let c = driver.browser().await;
+    c.set_window_size(1280, 900).await.expect("sized");
+    sign_in(&c, &url, &token).await;
+    wait_text(&c, "#who", "Signed in as").await;
+
+    // The member's own view lists it; its page follows the log as it grows.
+    c.goto(&format!("{url}#/member/east"))
+        .await
+        .expect("member");
+    wait_text(&c, "#member-pods", "ticker").await;
+    click(&c, "#member-pods a").await;
+    wait_text(&c, "#pod-facts", "Running").await;
+    wait_text(&c, "#logs", "tick-2").await;
+    wait_text(&c, "#logs", "tick-8").await;
+
+    // A command in its terminal, through the hub's cluster proxy.
+    click(&c, "#terminal-connect").await;
+    wait_text(&c, "#terminal-output", "[connected").await;
+    c.find(Locator::Css("#terminal-input"))
+        .await
+        .expect("the terminal")
+        .send_keys("echo hello-$((6*7))\u{E007}")
+        .await
+        .expect("typed");
+    let out = wait_text(&c, "#terminal-output", "hello-42").await;
+    assert!(out.contains("$ echo hello-$((6*7))"), "{out}");
+    screenshot(&c, "member-pod").await;
     c.close().await.expect("closed");
 }

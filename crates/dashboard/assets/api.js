@@ -23,8 +23,10 @@ export class ApiError extends Error {
   }
 }
 
-function headers() {
-  return { Authorization: `Bearer ${token()}`, Accept: "application/json" };
+const TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io";
+
+function headers(accept = "application/json") {
+  return { Authorization: `Bearer ${token()}`, Accept: accept };
 }
 
 async function failure(response) {
@@ -41,21 +43,94 @@ async function failure(response) {
   );
 }
 
-export async function get(path) {
-  const response = await fetch(path, { headers: headers(), credentials: "omit", cache: "no-store" });
+export async function get(path, accept) {
+  const response = await fetch(path, { headers: headers(accept), credentials: "omit", cache: "no-store" });
   if (!response.ok) throw await failure(response);
   return response.json();
 }
 
-export async function create(path, body) {
+// A write: `body` as JSON, or as `contentType` (a patch's).
+async function write(method, path, body, contentType = "application/json") {
   const response = await fetch(path, {
-    method: "POST",
-    headers: { ...headers(), "Content-Type": "application/json" },
+    method,
+    headers: { ...headers(), "Content-Type": contentType },
     credentials: "omit",
-    body: JSON.stringify(body),
+    body: body === undefined ? undefined : JSON.stringify(body),
   });
   if (!response.ok) throw await failure(response);
   return response.json();
+}
+
+export const create = (path, body) => write("POST", path, body);
+export const patch = (path, body) => write("PATCH", path, body, "application/merge-patch+json");
+export const remove = (path) => write("DELETE", path);
+
+// Whether the signed-in user may `verb` the resource (a
+// SelfSubjectAccessReview, as `kubectl auth can-i`): what they may not do
+// is not offered.
+export async function can(verb, group, resource, { namespace, name, subresource } = {}) {
+  try {
+    const review = await create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", {
+      apiVersion: "authorization.k8s.io/v1",
+      kind: "SelfSubjectAccessReview",
+      spec: { resourceAttributes: { verb, group, resource, namespace, name, subresource } },
+    });
+    return review.status?.allowed === true;
+  } catch (_) {
+    return false;
+  }
+}
+
+// Where a template went and why (`target`: KIND/NAME), or where
+// `manifests` would go: the hub's PlacementReview, answered with the
+// user's own reads, the text `flotilla describe placement` and `flotilla
+// plan` print.
+export async function placementReview(namespace, spec) {
+  const review = await create(`/apis/inspect.flotilla.io/v1alpha1/namespaces/${encodeURIComponent(namespace)}/placementreviews`, {
+    apiVersion: "inspect.flotilla.io/v1alpha1",
+    kind: "PlacementReview",
+    spec,
+  });
+  return review.status?.explanation || "";
+}
+
+// The REST path of a kind's objects, found through discovery (cached).
+const discovered = new Map();
+export async function resourcePath(apiVersion, kind, namespace, name) {
+  const base = apiVersion.includes("/") ? `/apis/${apiVersion}` : `/api/${apiVersion}`;
+  if (!discovered.has(base)) discovered.set(base, get(base).catch((e) => { discovered.delete(base); throw e; }));
+  const list = await discovered.get(base);
+  const r = (list.resources || []).find((x) => x.kind === kind && !x.name.includes("/"));
+  if (!r) throw new ApiError(404, "NotFound", `the hub does not serve ${kind} in ${apiVersion}`);
+  const ns = r.namespaced && namespace ? `/namespaces/${encodeURIComponent(namespace)}` : "";
+  return `${base}${ns}/${r.name}${name ? `/${encodeURIComponent(name)}` : ""}`;
+}
+
+// Calls `text(chunk)` with what a streamed answer (a pod's log followed)
+// sends as it comes, until it ends or `signal` aborts it.
+export async function stream(path, text, signal) {
+  const response = await fetch(path, { headers: headers("*/*"), credentials: "omit", cache: "no-store", signal });
+  if (!response.ok) throw await failure(response);
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    text(decoder.decode(value, { stream: true }));
+  }
+}
+
+// A WebSocket to `path` (exec through the cluster proxy) speaking the
+// channel protocol; the token goes as a subprotocol, as kube-apiserver
+// takes it from browsers (which cannot set headers on a WebSocket).
+export function socket(path) {
+  const bytes = new TextEncoder().encode(token());
+  const encoded = btoa(String.fromCharCode(...bytes))
+    .replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}${path}`;
+  const ws = new WebSocket(url, ["v5.channel.k8s.io", "v4.channel.k8s.io", `base64url.bearer.authorization.k8s.io.${encoded}`]);
+  ws.binaryType = "arraybuffer";
+  return ws;
 }
 
 // Who the token names (a SelfSubjectReview, as `kubectl auth whoami`).
@@ -67,32 +142,43 @@ export async function whoami() {
   return review.status?.userInfo?.username || "unknown";
 }
 
-const keyOf = (o) => `${o.metadata.namespace || ""}/${o.metadata.name}`;
+const keyOf = (o) => `${o.metadata?.namespace || ""}/${o.metadata?.name}`;
+
+// What a list or a watch event holds, as (key, item) pairs: its objects,
+// or, as a Table (`table`), its rows keyed by their object's metadata.
+function entries(body, table) {
+  if (!table) return (body.items || []).map((o) => [keyOf(o), o]);
+  return (body.rows || []).map((row) => [keyOf(row.object || {}), row]);
+}
 
 // Follows a collection as a reflector does: lists it, then watches from
 // the list's resourceVersion, keeping `items` (a Map by namespace/name)
-// and calling `changed(items)` after each change; lists again when the
-// watch ends or fails. A 401 or 403 stops it and goes to `failed`, as
-// does every other error (then it retries, waiting longer each time).
-// Returns a function that stops it.
-export function follow(path, changed, failed) {
+// and calling `changed(items, columns)` after each change; lists again
+// when the watch ends or fails. With `table`, the server renders it as
+// `kubectl get` shows it (a Table: `columns` and rows). A 401 or 403
+// stops it and goes to `failed`, as does every other error (then it
+// retries, waiting longer each time). Returns a function that stops it.
+export function follow(path, changed, failed, { table = false } = {}) {
   let stopped = false;
   let abort = null;
+  let columns = [];
   const items = new Map();
+  const accept = table ? TABLE : "application/json";
   const run = async () => {
     let delay = 500;
     while (!stopped) {
       try {
-        const list = await get(path);
+        const list = await get(path, accept);
         items.clear();
-        for (const o of list.items || []) items.set(keyOf(o), o);
-        changed(items);
+        if (table) columns = list.columnDefinitions || [];
+        for (const [k, o] of entries(list, table)) items.set(k, o);
+        changed(items, columns);
         delay = 500;
         abort = new AbortController();
         const sep = path.includes("?") ? "&" : "?";
         const rv = encodeURIComponent(list.metadata?.resourceVersion || "");
         const response = await fetch(`${path}${sep}watch=1&allowWatchBookmarks=true&resourceVersion=${rv}`, {
-          headers: headers(),
+          headers: headers(accept),
           credentials: "omit",
           cache: "no-store",
           signal: abort.signal,
@@ -115,9 +201,11 @@ export function follow(path, changed, failed) {
               throw new ApiError(event.object?.code || 500, event.object?.reason || "", event.object?.message || "watch failed");
             }
             if (event.type === "BOOKMARK") continue;
-            if (event.type === "DELETED") items.delete(keyOf(event.object));
-            else items.set(keyOf(event.object), event.object);
-            changed(items);
+            for (const [k, o] of table ? entries(event.object, true) : [[keyOf(event.object), event.object]]) {
+              if (event.type === "DELETED") items.delete(k);
+              else items.set(k, o);
+            }
+            changed(items, columns);
           }
         }
       } catch (error) {

@@ -52,9 +52,29 @@ const FILES: &[(&str, &str, &[u8])] = &[
         include_bytes!("../assets/api.js"),
     ),
     (
-        "views.js",
+        "ui.js",
         "text/javascript; charset=utf-8",
-        include_bytes!("../assets/views.js"),
+        include_bytes!("../assets/ui.js"),
+    ),
+    (
+        "fleet.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../assets/fleet.js"),
+    ),
+    (
+        "workloads.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../assets/workloads.js"),
+    ),
+    (
+        "member.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../assets/member.js"),
+    ),
+    (
+        "more.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../assets/more.js"),
     ),
     (
         "style.css",
@@ -83,7 +103,15 @@ mod tests {
         let page = asset("/dashboard/").expect("the page");
         assert!(page.content_type.starts_with("text/html"));
         assert_eq!(asset("/dashboard/index.html"), Some(page));
-        for module in ["app.js", "api.js", "views.js"] {
+        for module in [
+            "app.js",
+            "api.js",
+            "ui.js",
+            "fleet.js",
+            "workloads.js",
+            "member.js",
+            "more.js",
+        ] {
             let a = asset(&format!("/dashboard/{module}")).expect(module);
             assert!(a.content_type.starts_with("text/javascript"));
         }

@@ -149,6 +149,9 @@ fn aggregated_roles() -> Vec<Value> {
                     &["work.karmada.io"],
                     &["resourcebindings", "resourcebindings/status"],
                 ),
+                // Where a template went, and where manifests would go
+                // (answered with the caller's own reads).
+                rule(&["create"], &["inspect.flotilla.io"], &["placementreviews"]),
                 rule(
                     READ,
                     &["multicluster.x-k8s.io"],

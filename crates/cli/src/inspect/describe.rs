@@ -43,19 +43,26 @@ pub struct PlacementArgs {
 pub async fn run(cmd: Describe) -> anyhow::Result<()> {
     let Describe::Placement(args) = cmd;
     let mut out = String::new();
-    let result = placement(args, &mut out).await;
+    let hub = args.hub.client().await?;
+    let result = placement(&hub, &args.target, &args.namespace, true, &mut out).await;
     super::emit(&out)?;
     result
 }
 
-async fn placement(args: PlacementArgs, out: &mut String) -> anyhow::Result<()> {
-    let Some((kind, name)) = args.target.split_once('/') else {
-        bail!(
-            "{:?} is not KIND/NAME (example: flotilla describe placement deploy/nginx)",
-            args.target
-        );
+/// Writes where `target` (KIND/NAME, in `namespace` when namespaced) went
+/// and why to `out`, read through `hub`; `for_stdout`: its tables fitted
+/// and coloured when stdout is a terminal (plain otherwise).
+pub async fn placement(
+    hub: &kube::Client,
+    target: &str,
+    namespace: &str,
+    for_stdout: bool,
+    out: &mut String,
+) -> anyhow::Result<()> {
+    let Some((kind, name)) = target.split_once('/') else {
+        bail!("{target:?} is not KIND/NAME (example: flotilla describe placement deploy/nginx)");
     };
-    let hub = args.hub.client().await?;
+    let hub = hub.clone();
     let mut r = resolve::resource(&hub, kind).await?;
     if r.ar.group == KUBEFED_TYPES_GROUP
         && let Some(target) = r.ar.kind.strip_prefix("Federated")
@@ -64,7 +71,7 @@ async fn placement(args: PlacementArgs, out: &mut String) -> anyhow::Result<()> 
         writeln!(out, "{}:  its template, {target} {name}", r.ar.kind)?;
         r = resolve::resource(&hub, target).await?;
     }
-    let namespace = r.namespaced.then_some(args.namespace.as_str());
+    let namespace = r.namespaced.then_some(namespace);
     let templates: Api<DynamicObject> = match namespace {
         Some(ns) => Api::namespaced_with(hub.clone(), ns, &r.ar),
         None => Api::all_with(hub.clone(), &r.ar),
@@ -226,7 +233,11 @@ async fn placement(args: PlacementArgs, out: &mut String) -> anyhow::Result<()> 
     if table.is_empty() {
         writeln!(out, "Placed in no cluster.")?;
     } else {
-        out.push_str(&table.for_stdout());
+        out.push_str(&if for_stdout {
+            table.for_stdout()
+        } else {
+            table.render(None, false)
+        });
     }
 
     let clusters: Vec<Arc<Cluster>> = Api::<Cluster>::all(hub.clone())

@@ -9,6 +9,7 @@ mod placement;
 pub mod plan;
 mod policy;
 pub mod resolve;
+pub mod review;
 pub mod table;
 
 use std::path::PathBuf;

@@ -15,13 +15,13 @@ use flotilla_federation::api::{
     Binding, BindingSpec, Cluster, ObjectReference, OverridePolicy, Policy, Scope,
     binding_resource, override_resource, policy_resource,
 };
-use flotilla_federation::detector::matching::{Template, choose};
+use flotilla_federation::detector::matching::{Template, choose, selectors_match};
 use flotilla_federation::detector::skipped_namespace;
 use flotilla_federation::kinds::Kinds;
 use flotilla_federation::scheduler::core::schedule;
 use flotilla_federation::scheduler::tenancy::Limits;
 use flotilla_federation::{interpreter, names, overrides};
-use kube::api::ListParams;
+use kube::api::{DynamicObject, ListParams};
 use kube::core::ApiResource;
 use kube::core::object::HasSpec;
 use kube::{Api, ResourceExt};
@@ -55,19 +55,64 @@ fn documents(files: &[PathBuf]) -> anyhow::Result<Vec<Value>> {
         } else {
             std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?
         };
-        for d in serde_yaml::Deserializer::from_str(&text) {
-            let v = Value::deserialize(d)
-                .with_context(|| format!("{} is not valid YAML or JSON", f.display()))?;
-            match v {
-                Value::Null => {}
-                v if v["kind"].as_str().is_some_and(|k| k.ends_with("List")) => {
-                    docs.extend(v["items"].as_array().cloned().unwrap_or_default());
+        docs.extend(parse_documents(&text, &f.display().to_string())?);
+    }
+    Ok(docs)
+}
+
+/// The hub's objects that `policies` select, each once.
+async fn selected_on_hub(
+    hub: &kube::Client,
+    kinds: &Kinds,
+    policies: &[Policy],
+) -> anyhow::Result<Vec<Value>> {
+    let mut found: BTreeMap<(String, String, String, String), Value> = BTreeMap::new();
+    for policy in policies {
+        for selector in &policy.spec.resource_selectors {
+            let Ok((resource, namespaced)) =
+                kinds.resolve(&selector.api_version, &selector.kind).await
+            else {
+                continue;
+            };
+            // A PropagationPolicy selects in its own namespace only.
+            let namespace = policy.namespace().or_else(|| selector.namespace.clone());
+            let api: Api<DynamicObject> = match (&namespace, namespaced) {
+                (Some(ns), true) => Api::namespaced_with(hub.clone(), ns, &resource),
+                _ => Api::all_with(hub.clone(), &resource),
+            };
+            for o in api
+                .list(&ListParams::default())
+                .await
+                .map_err(hub_error)?
+                .items
+            {
+                let labels = o.labels().clone();
+                let name = o.name_any();
+                let ns = o.namespace();
+                let t = Template {
+                    api_version: &resource.api_version,
+                    kind: &resource.kind,
+                    namespace: ns.as_deref(),
+                    name: &name,
+                    labels: &labels,
+                };
+                if selectors_match(std::slice::from_ref(selector), &t).is_none() {
+                    continue;
                 }
-                v => docs.push(v),
+                let key = (
+                    resource.api_version.clone(),
+                    resource.kind.clone(),
+                    ns.clone().unwrap_or_default(),
+                    name.clone(),
+                );
+                let mut value = serde_json::to_value(&o)?;
+                value["apiVersion"] = resource.api_version.clone().into();
+                value["kind"] = resource.kind.clone().into();
+                found.insert(key, value);
             }
         }
     }
-    Ok(docs)
+    Ok(found.into_values().collect())
 }
 
 /// The objects of a policy kind as they would be: the hub's, with those
@@ -96,14 +141,40 @@ where
 
 pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
     let mut out = String::new();
-    let result = render(args, &mut out).await;
+    let docs = documents(&args.files)?;
+    let hub = args.hub.client().await?;
+    let result = render(&hub, docs, &args.namespace, &mut out).await;
     super::emit(&out)?;
     result
 }
 
-async fn render(args: PlanArgs, out: &mut String) -> anyhow::Result<()> {
-    let docs = documents(&args.files)?;
-    let hub = args.hub.client().await?;
+/// The documents of manifests in YAML or JSON (several per text, Lists
+/// unpacked); `source` names them in errors.
+pub fn parse_documents(text: &str, source: &str) -> anyhow::Result<Vec<Value>> {
+    let mut docs = Vec::new();
+    for d in serde_yaml::Deserializer::from_str(text) {
+        let v =
+            Value::deserialize(d).with_context(|| format!("{source} is not valid YAML or JSON"))?;
+        match v {
+            Value::Null => {}
+            v if v["kind"].as_str().is_some_and(|k| k.ends_with("List")) => {
+                docs.extend(v["items"].as_array().cloned().unwrap_or_default());
+            }
+            v => docs.push(v),
+        }
+    }
+    Ok(docs)
+}
+
+/// Writes the plan for `docs` (objects of `namespace` unless they name
+/// one), read through `hub`, to `out`.
+pub async fn render(
+    hub: &kube::Client,
+    docs: Vec<Value>,
+    namespace: &str,
+    out: &mut String,
+) -> anyhow::Result<()> {
+    let hub = hub.clone();
     let clusters: Vec<Arc<Cluster>> = Api::<Cluster>::all(hub.clone())
         .list(&ListParams::default())
         .await
@@ -128,11 +199,11 @@ async fn render(args: PlanArgs, out: &mut String) -> anyhow::Result<()> {
             ) => {
                 let mut d = d.clone();
                 if !kind.starts_with("Cluster") && d["metadata"]["namespace"].is_null() {
-                    d["metadata"]["namespace"] = args.namespace.clone().into();
+                    d["metadata"]["namespace"] = namespace.into();
                 }
                 from_file.entry(kind).or_default().push(d);
             }
-            _ => templates.push(d),
+            _ => templates.push(d.clone()),
         }
     }
     let in_file = |kind: &str| from_file.get(kind).cloned().unwrap_or_default();
@@ -179,11 +250,30 @@ async fn render(args: PlanArgs, out: &mut String) -> anyhow::Result<()> {
             })
             .collect();
 
-    if templates.is_empty() {
-        writeln!(out, "No objects to place in the manifests (only policies).")?;
-    }
     let kinds = Kinds::new(hub.clone());
-    for t in templates {
+    if templates.is_empty() {
+        // Only policies (an edited one, say): plan the hub's templates
+        // they would select.
+        let file_policies: Vec<Policy> = ["PropagationPolicy", "ClusterPropagationPolicy"]
+            .into_iter()
+            .flat_map(in_file)
+            .filter_map(|d| serde_json::from_value(d).ok())
+            .collect();
+        templates = selected_on_hub(&hub, &kinds, &file_policies).await?;
+        if templates.is_empty() {
+            writeln!(
+                out,
+                "No objects to place: the manifests hold only policies, and they select nothing on the hub."
+            )?;
+        } else {
+            writeln!(
+                out,
+                "The hub's objects these policies select ({}), planned with them:\n",
+                templates.len()
+            )?;
+        }
+    }
+    for t in &templates {
         let api_version = t["apiVersion"].as_str().unwrap_or_default();
         let kind = t["kind"].as_str().unwrap_or_default();
         let name = t["metadata"]["name"].as_str().unwrap_or_default();
@@ -197,7 +287,7 @@ async fn render(args: PlanArgs, out: &mut String) -> anyhow::Result<()> {
         let namespace = namespaced.then(|| {
             t["metadata"]["namespace"]
                 .as_str()
-                .unwrap_or(&args.namespace)
+                .unwrap_or(namespace)
                 .to_string()
         });
         let id = match &namespace {
