@@ -527,3 +527,215 @@ spec:
     screenshot(&c, "member-pod").await;
     c.close().await.expect("closed");
 }
+
+/// The dashboard at fleet scale, a measurement rather than a check (run
+/// it on purpose: `cargo test --release -p flotilla --test dashboard --
+/// --ignored --nocapture`; figures in docs/benchmarks.md): 1,000 clusters
+/// and 10,000 templates on the hub; how long the overview, clusters and
+/// workloads pages take to show them, and how long a change takes to
+/// appear on an open page. Prints one JSON object.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a benchmark: run on purpose with --ignored"]
+async fn the_dashboard_at_1000_clusters_and_10000_templates() {
+    use futures::{StreamExt, stream};
+    use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+    if !have_browser() {
+        return;
+    }
+    const CLUSTERS: usize = 1_000;
+    const TEMPLATES: usize = 10_000;
+    let hub = tokio::task::spawn_blocking(|| Server::controlplane(&[]))
+        .await
+        .expect("a hub");
+    let client = hub.client().await;
+    let started = Instant::now();
+    // Pull-mode clusters with no agent: objects the hub holds without
+    // reaching anything.
+    let clusters = kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+        "cluster.karmada.io",
+        "v1alpha1",
+        "Cluster",
+    ));
+    let cluster_api: Api<DynamicObject> = Api::all_with(client.clone(), &clusters);
+    stream::iter(0..CLUSTERS)
+        .for_each_concurrent(16, |i| {
+            let api = cluster_api.clone();
+            async move {
+                let c: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "cluster.karmada.io/v1alpha1", "kind": "Cluster",
+                    "metadata": {"name": format!("c{i:04}"), "labels": {"region": format!("r{}", i % 10)}},
+                    "spec": {"syncMode": "Pull", "region": format!("r{}", i % 10)},
+                }))
+                .expect("a cluster");
+                api.create(&PostParams::default(), &c).await.expect("created");
+            }
+        })
+        .await;
+    hub.ok(&["create", "namespace", "scale"]);
+    hub.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: policy.karmada.io/v1alpha1
+kind: PropagationPolicy
+metadata: {name: all, namespace: scale}
+spec:
+  resourceSelectors: [{apiVersion: v1, kind: ConfigMap}]
+  placement: {clusterAffinity: {labelSelector: {matchLabels: {region: r1}}}}
+"#,
+    );
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), "scale");
+    stream::iter(0..TEMPLATES)
+        .for_each_concurrent(16, |i| {
+            let api = config_maps.clone();
+            async move {
+                let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+                    "metadata": {"name": format!("t{i:05}")}, "data": {"n": i.to_string()},
+                }))
+                .expect("a ConfigMap");
+                api.create(&PostParams::default(), &cm)
+                    .await
+                    .expect("created");
+            }
+        })
+        .await;
+    let bindings = kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+        "work.karmada.io",
+        "v1alpha2",
+        "ResourceBinding",
+    ));
+    let binding_api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "scale", &bindings);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let n = binding_api
+            .list_metadata(&Default::default())
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(0);
+        if n >= TEMPLATES {
+            break;
+        }
+        assert!(Instant::now() < deadline, "only {n} bindings");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let populated_s = started.elapsed().as_secs_f64();
+
+    let (url, token) = dashboard_login(hub.kubeconfig.to_str().unwrap_or_default());
+    let driver = Driver::start();
+    let c = driver.browser().await;
+    c.set_window_size(1280, 900).await.expect("sized");
+    sign_in(&c, &url, &token).await;
+    wait_text(&c, "#who", "Signed in as").await;
+    // Each page from a fresh load: navigation to everything shown.
+    let mut loads = serde_json::Map::new();
+    for (page, css, needle) in [
+        ("overview", "#view", "10000"),
+        ("clusters", "#view", "1000 of 1000"),
+        ("workloads", "#view", "10000 of 10000"),
+    ] {
+        c.goto("about:blank").await.expect("blank");
+        let t = Instant::now();
+        c.goto(&format!("{url}#/{page}")).await.expect("the page");
+        wait_text(&c, css, needle).await;
+        loads.insert(page.into(), json!(t.elapsed().as_secs_f64()));
+    }
+    // A change on an open page: a cluster's label on the clusters page,
+    // and a new template on the workloads page (through the pipeline:
+    // the detector makes its binding first).
+    // When the page first shows `needle` in `css`, as the browser's clock
+    // has it (milliseconds since the epoch, the machine's clock): watched
+    // in the page itself, so WebDriver's polling adds nothing.
+    let watch_for = |css: &'static str, needle: String| {
+        let c = c.clone();
+        async move {
+            c.execute(
+                "const [css, needle] = arguments; window.__seen = null; \
+                 const look = () => { const e = document.querySelector(css); \
+                   if (e && e.textContent.includes(needle)) { window.__seen = Date.now(); return; } \
+                   setTimeout(look, 5); }; look();",
+                vec![json!(css), json!(needle)],
+            )
+            .await
+            .expect("watching");
+        }
+    };
+    let seen_after = |sent_ms: f64| {
+        let c = c.clone();
+        async move {
+            let deadline = Instant::now() + WAIT;
+            loop {
+                let seen = c
+                    .execute("return window.__seen", vec![])
+                    .await
+                    .expect("read");
+                if let Some(ms) = seen.as_f64() {
+                    return (ms - sent_ms) / 1000.0;
+                }
+                assert!(Instant::now() < deadline, "the change never showed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64() * 1000.0)
+            .unwrap_or_default()
+    };
+    let mut label_s = Vec::new();
+    let mut label_ack_s = Vec::new();
+    c.goto(&format!("{url}#/clusters")).await.expect("clusters");
+    wait_text(&c, "#view", "1000 of 1000").await;
+    type_into(&c, "#view input[type=search]", "c0500").await;
+    for round in 0..5 {
+        watch_for("#clusters", format!("round={round}")).await;
+        let sent = now_ms();
+        cluster_api
+            .patch(
+                "c0500",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"round": round.to_string()}}})),
+            )
+            .await
+            .expect("labelled");
+        label_ack_s.push((now_ms() - sent) / 1000.0);
+        label_s.push(seen_after(sent).await);
+    }
+    let mut template_s = Vec::new();
+    c.goto(&format!("{url}#/workloads"))
+        .await
+        .expect("workloads");
+    wait_text(&c, "#view", "10000 of 10000").await;
+    type_into(&c, "#view input[type=search]", "probe").await;
+    for round in 0..5 {
+        watch_for("#workloads", format!("ConfigMap/probe{round}")).await;
+        let sent = now_ms();
+        let cm: k8s_openapi::api::core::v1::ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": format!("probe{round}")}}))
+                .expect("a ConfigMap");
+        config_maps
+            .create(&PostParams::default(), &cm)
+            .await
+            .expect("created");
+        template_s.push(seen_after(sent).await);
+    }
+    let memory = c
+        .execute(
+            "return performance.memory ? performance.memory.usedJSHeapSize : null",
+            vec![],
+        )
+        .await
+        .unwrap_or_default();
+    let report = json!({
+        "clusters": CLUSTERS, "templates": TEMPLATES,
+        "populate_s": populated_s,
+        "page_load_s": loads,
+        "cluster_label_to_page_s": label_s,
+        "cluster_label_acknowledged_s": label_ack_s,
+        "template_created_to_page_s": template_s,
+        "js_heap_bytes": memory,
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+    });
+    println!("{report}");
+    c.close().await.expect("closed");
+}

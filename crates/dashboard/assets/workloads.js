@@ -62,6 +62,16 @@ export function diff(template, copy) {
   return lines;
 }
 
+// A member's status in a few words: `2/2 ready` for workloads, its
+// phase or conditions otherwise (as `describe placement` has it).
+function statusWords(status) {
+  if (!status) return "";
+  if (status.replicas !== undefined) return `${status.readyReplicas || 0}/${status.replicas} ready`;
+  if (status.phase) return status.phase;
+  const text = JSON.stringify(status);
+  return text.length > 120 ? `${text.slice(0, 119)}…` : text;
+}
+
 export function workload(container, namespace, name) {
   const stops = [];
   const heading = el("h1", {}, name);
@@ -95,7 +105,7 @@ export function workload(container, namespace, name) {
         el("td", {}, work ? work.metadata.name : "-"),
         el("td", { class: applied?.status === "True" ? "ok" : "warn" }, applied ? `${applied.status}${applied.status === "True" ? "" : `: ${applied.message || applied.reason || ""}`}` : "-"),
         el("td", { class: s.health === "Healthy" ? "ok" : s.health === "Unhealthy" ? "bad" : "" }, s.health || "-"),
-        el("td", { class: "message" }, s.status ? JSON.stringify(s.status) : ""));
+        el("td", { class: "message" }, statusWords(s.status)));
     });
     clusters.replaceChildren(rows.length
       ? el("table", { id: "works" }, el("thead", {}, el("tr", {}, ["Cluster", "Replicas", "Work", "Applied", "Health", "Status there"].map((h) => el("th", {}, h)))), el("tbody", {}, rows))
