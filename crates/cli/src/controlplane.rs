@@ -165,6 +165,12 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
             p.api.clone(),
             p.admin_token.clone(),
         ));
+    // `flotilla network verify` as the API's NetworkReview.
+    p.api
+        .add_review(crate::network::review::NetworkReviews::new(
+            p.api.clone(),
+            p.admin_token.clone(),
+        ));
     // Binding a cluster set to a namespace needs the set's `bind`.
     p.api.add_mutating_admission(Arc::new(
         flotilla_federation::clustersets::admission::ClusterSetBindings,

@@ -91,14 +91,14 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
             )
         })?;
     let members = Members::new(hub.clone());
-    let target_client = member_client(&args.hub, &members, &target_cluster)
+    let target_client = member_client(Some(&args.hub), &members, &target_cluster)
         .await
         .map_err(|e| anyhow::anyhow!("cannot reach {}: {e}", args.to))?;
     let target = Member {
         name: &args.to,
         client: &target_client,
     };
-    let source_client = member_client(&args.hub, &members, &source_cluster).await;
+    let source_client = member_client(Some(&args.hub), &members, &source_cluster).await;
     let restore = migration::move_name("migrate", &placed.name);
     let step = |n: u8, text: String| println!("[{n}/5] {text}");
 

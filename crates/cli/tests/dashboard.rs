@@ -95,7 +95,18 @@ async fn wait_text(c: &Client, css: &str, needle: &str) -> String {
 
 /// Waits until the text of `css` satisfies `ok`; returns it.
 async fn wait_until(c: &Client, css: &str, what: &str, ok: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + WAIT;
+    wait_longer(c, css, what, WAIT, ok).await
+}
+
+/// As `wait_until`, for at most `limit`.
+async fn wait_longer(
+    c: &Client,
+    css: &str,
+    what: &str,
+    limit: Duration,
+    ok: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = Instant::now() + limit;
     let mut last = String::new();
     while Instant::now() < deadline {
         if let Ok(e) = c.find(Locator::Css(css)).await {
@@ -371,6 +382,30 @@ message: <img src=x onerror="window.pwned=1"><script>window.pwned=1</script>
     // (these sim members have neither: the pages say so).
     c.goto(&format!("{url}#/network")).await.expect("network");
     wait_text(&c, "#member-member1", "Not served there").await;
+    // `network verify` run by the hub: these members have no fabric, so
+    // it says which hop fails, and cleans up its probe pods.
+    wait_text(&c, "#verify-to", "member2").await;
+    type_into(&c, "#verify-timeout", "5").await;
+    click(&c, "#verify").await;
+    let verified = wait_longer(
+        &c,
+        "#verify-output",
+        "the summary",
+        Duration::from_secs(180),
+        |t| t.contains(" failed, "),
+    )
+    .await;
+    assert_has(
+        &verified,
+        &[
+            "Verifying the fabric from cluster \"member1\" to cluster \"member2\"",
+            "✗",
+            "member1 has no gateway",
+            "Deleted namespace flotilla-verify-",
+        ],
+    );
+    screenshot(&c, "network").await;
+
     c.goto(&format!("{url}#/peering")).await.expect("peering");
     wait_text(&c, "#member-member2", "No virtual nodes").await;
 
@@ -410,6 +445,9 @@ message: <img src=x onerror="window.pwned=1"><script>window.pwned=1</script>
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!present(&c, "#unjoin").await, "a viewer is offered unjoin");
     assert!(!present(&c, "#taint").await, "a viewer is offered a taint");
+    c.goto(&format!("{url}#/network")).await.expect("network");
+    wait_text(&c, "#view", "Not permitted").await;
+    assert!(!present(&c, "#verify").await, "a viewer is offered verify");
     c.close().await.expect("closed");
 }
 

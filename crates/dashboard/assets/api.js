@@ -94,6 +94,18 @@ export async function placementReview(namespace, spec) {
   return review.status?.explanation || "";
 }
 
+// `flotilla network verify` from `from` to `to`, run by the hub (a
+// NetworkReview: probe pods in both members, deleted after): its lines
+// and counts.
+export async function networkReview(from, to, timeoutSeconds) {
+  const review = await create("/apis/inspect.flotilla.io/v1alpha1/networkreviews", {
+    apiVersion: "inspect.flotilla.io/v1alpha1",
+    kind: "NetworkReview",
+    spec: { from, to, timeoutSeconds },
+  });
+  return review.status || {};
+}
+
 // The REST path of a kind's objects, found through discovery (cached).
 const discovered = new Map();
 export async function resourcePath(apiVersion, kind, namespace, name) {

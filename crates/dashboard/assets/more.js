@@ -2,10 +2,10 @@
 // renders (`kubectl get`'s columns), found through discovery so each
 // kind a front end serves shows up, following their watches.
 
-import { follow, get } from "./api.js";
+import { can, follow, get, networkReview } from "./api.js";
 import { CLUSTERS } from "./fleet.js";
 import { proxy } from "./member.js";
-import { el, problem, serverTable } from "./ui.js";
+import { button, el, problem, serverTable } from "./ui.js";
 
 // Every listable kind of `group` at `prefix` (the hub, or a member
 // through its proxy), each in the newest version that serves it (the
@@ -76,6 +76,10 @@ export function network(container) {
     serverTable(container, "Exported services", "/apis/multicluster.x-k8s.io/v1alpha1/serviceexports", { id: "serviceexports", empty: "No ServiceExports." }),
     serverTable(container, "Imported services", "/apis/multicluster.x-k8s.io/v1alpha1/serviceimports", { id: "serviceimports", empty: "No ServiceImports." }),
   ];
+  const verifying = el("div");
+  container.append(verifying);
+  const stopVerify = [];
+  offerVerify(verifying, stopVerify);
   const members = el("div");
   container.append(members);
   const stopMembers = perMember(members, (box, name, own) => {
@@ -85,8 +89,43 @@ export function network(container) {
   });
   return () => {
     stops.forEach((s) => s.stop());
+    stopVerify.forEach((s) => s());
     stopMembers();
   };
+}
+
+// `network verify` between two clusters, for users the hub lets run it
+// (it makes probe pods in both members).
+async function offerVerify(container, stops) {
+  if (!await can("create", "inspect.flotilla.io", "networkreviews") || !container.isConnected) return;
+  const from = el("select", { id: "verify-from", "aria-label": "From" });
+  const to = el("select", { id: "verify-to", "aria-label": "To" });
+  const timeout = el("input", { id: "verify-timeout", type: "number", min: 1, max: 300, value: 90, size: 4, "aria-label": "Timeout in seconds" });
+  const output = el("pre", { id: "verify-output", class: "explanation" });
+  stops.push(follow(CLUSTERS, (items) => {
+    const names = [...items.values()].map((c) => c.metadata.name).sort();
+    for (const [select, pick] of [[from, 0], [to, 1]]) {
+      const chosen = select.value;
+      select.replaceChildren(...names.map((n) => el("option", { value: n }, n)));
+      select.value = chosen && names.includes(chosen) ? chosen : names[Math.min(pick, names.length - 1)] || "";
+    }
+  }, () => {}));
+  container.append(
+    el("h2", {}, "Verify connectivity"),
+    el("div", { class: "actions" }, "From ", from, " to ", to, " waiting at most ", timeout, " s each",
+      button("Verify", async () => {
+        output.textContent = `Verifying ${from.value} → ${to.value} (probe pods in both; up to a few minutes)…`;
+        output.classList.remove("error");
+        try {
+          const r = await networkReview(from.value, to.value, Number(timeout.value) || 90);
+          output.textContent = `${r.output || ""}\n${r.passed || 0} passed, ${r.failed || 0} failed, ${r.skipped || 0} skipped`;
+          if (r.failed) output.classList.add("error");
+        } catch (error) {
+          output.textContent = error.message;
+          output.classList.add("error");
+        }
+      }, { id: "verify" })),
+    output);
 }
 
 // A member's tunnels, as its active gateway reports them: remote cluster,

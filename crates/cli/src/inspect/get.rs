@@ -239,7 +239,7 @@ fn cell_text(v: &Value) -> String {
 
 /// Asks one member for its table of `path`.
 async fn ask(hub_args: &HubArgs, members: &Members, cluster: &Cluster, path: &str) -> Answer {
-    let client = match super::member_client(hub_args, members, cluster).await {
+    let client = match super::member_client(Some(hub_args), members, cluster).await {
         Ok(c) => c,
         Err(why) => return Answer::Unreachable(why),
     };

@@ -81,9 +81,10 @@ pub fn hub_error(e: kube::Error) -> anyhow::Error {
 
 /// A client for one member: Push members with the credentials the hub
 /// holds for them; a Pull member (which the hub cannot reach) through the
-/// context of the same name in the kubeconfig, as `flotilla up` writes it.
+/// context of the same name in the kubeconfig, as `flotilla up` writes it
+/// (none when asked on the hub itself: `hub_args` is then `None`).
 pub async fn member_client(
-    hub_args: &HubArgs,
+    hub_args: Option<&HubArgs>,
     members: &flotilla_federation::members::Members,
     cluster: &flotilla_federation::api::Cluster,
 ) -> Result<kube::Client, String> {
@@ -98,6 +99,12 @@ pub async fn member_client(
             .map(|m| m.upgrades)
             .map_err(|e| format!("cannot build its client: {e}"));
     }
+    let Some(hub_args) = hub_args else {
+        return Err(format!(
+            "{} mode: the hub cannot reach its API",
+            cluster.spec.sync_mode
+        ));
+    };
     hub_args.client_for(Some(name.clone())).await.map_err(|_| {
         format!(
             "{} mode: the hub cannot reach it, and the kubeconfig has no context \"{name}\" for it",

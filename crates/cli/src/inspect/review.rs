@@ -27,6 +27,7 @@ use tracing::Instrument;
 
 pub const GROUP: &str = "inspect.flotilla.io";
 pub const PLURAL: &str = "placementreviews";
+const KIND: &str = "PlacementReview";
 
 /// Answers PlacementReviews through the hub's loopback, as their caller.
 pub struct PlacementReviews {
@@ -48,7 +49,7 @@ impl EmbeddedReview for PlacementReviews {
             group: GROUP,
             version: "v1alpha1",
             plural: PLURAL,
-            kind: "PlacementReview",
+            kind: KIND,
             namespaced: true,
         }
     }
@@ -86,11 +87,12 @@ impl PlacementReviews {
             (None, Some(manifests)) => {
                 match super::plan::parse_documents(manifests, "spec.manifests") {
                     Ok(docs) => super::plan::render(&hub, docs, namespace, &mut explanation).await,
-                    Err(e) => return Err(invalid("spec.manifests", &format!("{e:#}"))),
+                    Err(e) => return Err(invalid(KIND, "spec.manifests", &format!("{e:#}"))),
                 }
             }
             _ => {
                 return Err(invalid(
+                    KIND,
                     "spec",
                     "Required value: exactly one of spec.target (KIND/NAME) or spec.manifests",
                 ));
@@ -98,15 +100,16 @@ impl PlacementReviews {
         };
         match result {
             Ok(()) => Ok(json!({"explanation": explanation})),
-            Err(e) => Err(refusal(e, explanation)),
+            Err(e) => Err(refusal(&e, &explanation)),
         }
     }
 }
 
-fn invalid(field: &str, message: &str) -> ApiError {
+/// A review's `spec` refused: 422 naming the field, as upstream's.
+pub fn invalid(kind: &str, field: &str, message: &str) -> ApiError {
     ApiError::invalid(
         GROUP,
-        "PlacementReview",
+        kind,
         "",
         vec![flotilla_apiserver::error::Cause {
             reason: "FieldValueInvalid",
@@ -119,7 +122,7 @@ fn invalid(field: &str, message: &str) -> ApiError {
 /// The answer to a review that could not be made: the hub's own refusal
 /// (403 for what the caller may not read), or 400 with the reason and
 /// what had been explained before it.
-fn refusal(e: anyhow::Error, partial: String) -> ApiError {
+pub fn refusal(e: &anyhow::Error, partial: &str) -> ApiError {
     let api = e
         .chain()
         .find_map(|c| match c.downcast_ref::<kube::Error>() {

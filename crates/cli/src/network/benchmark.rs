@@ -337,12 +337,13 @@ impl Bench<'_> {
 }
 
 pub async fn run(args: BenchmarkArgs) -> anyhow::Result<()> {
-    let fleet = Fleet::connect(&args.pair.hub, &args.pair.from, &args.pair.to).await?;
+    let fleet = Fleet::from_kubeconfig(&args.pair.hub, &args.pair.from, &args.pair.to).await?;
     let namespace = format!("flotilla-benchmark-{}", probe_pods::random_suffix());
     let namespaces = Namespaces::default();
     let failed = probe_pods::with_cleanup(
         &namespaces,
         args.pair.keep,
+        &probe_pods::Report::stdout(),
         benchmark(&fleet, &args, &namespace, &namespaces),
     )
     .await?;
@@ -365,11 +366,8 @@ async fn benchmark(
 ) -> anyhow::Result<bool> {
     let (from, to) = (&fleet.from, &fleet.to);
     let deadline = Instant::now() + args.pair.timeout;
-    let from_gateways = fleet
-        .gateways(&args.pair.hub, from)
-        .await
-        .unwrap_or_default();
-    let to_gateways = fleet.gateways(&args.pair.hub, to).await.unwrap_or_default();
+    let from_gateways = fleet.gateways(from).await.unwrap_or_default();
+    let to_gateways = fleet.gateways(to).await.unwrap_or_default();
     let from_gateway = probe_pods::active_gateway_node(&from_gateways);
     let globalnet = fleet.globalnet(to).await;
     let from_nodes = probe_pods::nodes(from).await?;

@@ -7,6 +7,7 @@ pub mod benchmark;
 pub mod export;
 pub mod gateway;
 mod probe_pods;
+pub mod review;
 pub mod show;
 pub mod underlay;
 pub mod verify;

@@ -39,31 +39,81 @@ pub struct Member {
     pub client: kube::Client,
 }
 
+/// Where a probe's lines go: stdout as they come (the CLI), or kept
+/// for an answer (the hub's NetworkReview).
+pub struct Report(Option<parking_lot::Mutex<String>>);
+
+impl Report {
+    pub fn stdout() -> Report {
+        Report(None)
+    }
+
+    pub fn kept() -> Report {
+        Report(Some(parking_lot::Mutex::new(String::new())))
+    }
+
+    pub fn say(&self, line: impl AsRef<str>) {
+        match &self.0 {
+            None => println!("{}", line.as_ref()),
+            Some(kept) => {
+                let mut kept = kept.lock();
+                kept.push_str(line.as_ref());
+                kept.push('\n');
+            }
+        }
+    }
+
+    /// What was kept.
+    pub fn text(&self) -> String {
+        self.0
+            .as_ref()
+            .map(|k| k.lock().clone())
+            .unwrap_or_default()
+    }
+}
+
 /// The hub and the two members a probe runs between.
 pub struct Fleet {
     pub hub: kube::Client,
+    /// The kubeconfig's contexts reach Pull members (the CLI's); `None`
+    /// on the hub itself, which reaches Push members only.
+    pub hub_args: Option<HubArgs>,
     pub members: Members,
     pub from: Member,
     pub to: Member,
 }
 
 impl Fleet {
-    /// Finds `from` and `to` on the hub and reaches both.
-    pub async fn connect(hub_args: &HubArgs, from: &str, to: &str) -> anyhow::Result<Fleet> {
+    /// Finds `from` and `to` on `hub` and reaches both.
+    pub async fn connect(
+        hub: kube::Client,
+        hub_args: Option<HubArgs>,
+        from: &str,
+        to: &str,
+    ) -> anyhow::Result<Fleet> {
         if from == to {
             bail!("--from and --to are both {from}: name two different clusters");
         }
-        let hub = hub_args.client().await?;
         let clusters = show::clusters(&hub, &[from.to_string(), to.to_string()]).await?;
         let members = Members::new(hub.clone());
-        let from = reach(hub_args, &members, &clusters, from).await?;
-        let to = reach(hub_args, &members, &clusters, to).await?;
+        let from = reach(hub_args.as_ref(), &members, &clusters, from).await?;
+        let to = reach(hub_args.as_ref(), &members, &clusters, to).await?;
         Ok(Fleet {
             hub,
+            hub_args,
             members,
             from,
             to,
         })
+    }
+
+    /// As `connect`, with the kubeconfig of `hub_args` (the CLI's).
+    pub async fn from_kubeconfig(
+        hub_args: &HubArgs,
+        from: &str,
+        to: &str,
+    ) -> anyhow::Result<Fleet> {
+        Fleet::connect(hub_args.client().await?, Some(hub_args.clone()), from, to).await
     }
 
     /// The broker's record of `member`'s networks (its global CIDR tells
@@ -87,17 +137,13 @@ impl Fleet {
     }
 
     /// `member`'s Gateway objects, or why they cannot be read.
-    pub async fn gateways(
-        &self,
-        hub_args: &HubArgs,
-        member: &Member,
-    ) -> Result<Vec<Gateway>, String> {
-        show::gateways(hub_args, &self.members, &member.cluster).await
+    pub async fn gateways(&self, member: &Member) -> Result<Vec<Gateway>, String> {
+        show::gateways(self.hub_args.as_ref(), &self.members, &member.cluster).await
     }
 }
 
 async fn reach(
-    hub_args: &HubArgs,
+    hub_args: Option<&HubArgs>,
     members: &Members,
     clusters: &[Cluster],
     name: &str,
@@ -199,20 +245,20 @@ impl Namespaces {
         Ok(())
     }
 
-    /// Deletes every namespace made, reporting each on stdout; a failure
-    /// is reported, not fatal (the others still go).
-    pub async fn delete_all(&self) {
+    /// Deletes every namespace made, reporting each; a failure is
+    /// reported, not fatal (the others still go).
+    pub async fn delete_all(&self, report: &Report) {
         let made = std::mem::take(&mut *self.made.lock());
         for (member, client, name) in made {
             match Api::<Namespace>::all(client)
                 .delete(&name, &DeleteParams::background())
                 .await
             {
-                Ok(_) => println!(" ✓ Deleted namespace {name} in {member}"),
+                Ok(_) => report.say(format!(" ✓ Deleted namespace {name} in {member}")),
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => println!(
+                Err(e) => report.say(format!(
                     " ✗ Cannot delete namespace {name} in {member} ({e}): delete it with `kubectl --context {member} delete namespace {name}`"
-                ),
+                )),
             }
         }
     }
@@ -626,6 +672,7 @@ pub async fn cluster_ip(member: &Member, namespace: &str, name: &str) -> anyhow:
 pub async fn with_cleanup<T>(
     namespaces: &Namespaces,
     keep: bool,
+    report: &Report,
     body: impl Future<Output = anyhow::Result<T>>,
 ) -> anyhow::Result<T> {
     let result = tokio::select! {
@@ -635,10 +682,12 @@ pub async fn with_cleanup<T>(
     if keep {
         let kept = namespaces.describe();
         if !kept.is_empty() {
-            println!(" • Kept namespace(s) {kept} (--keep): delete them when done");
+            report.say(format!(
+                " • Kept namespace(s) {kept} (--keep): delete them when done"
+            ));
         }
     } else {
-        namespaces.delete_all().await;
+        namespaces.delete_all(report).await;
     }
     result
 }

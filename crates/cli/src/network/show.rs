@@ -51,7 +51,7 @@ pub async fn clusters(hub: &kube::Client, only: &[String]) -> anyhow::Result<Vec
 
 /// A member's gateways, or why they cannot be read.
 pub async fn gateways(
-    hub_args: &HubArgs,
+    hub_args: Option<&HubArgs>,
     members: &Members,
     cluster: &Cluster,
 ) -> Result<Vec<Gateway>, String> {
@@ -84,7 +84,7 @@ pub async fn run(args: ShowArgs) -> anyhow::Result<()> {
             out.push('\n');
             continue;
         }
-        let gateways = match gateways(&args.hub, &members, cluster).await {
+        let gateways = match gateways(Some(&args.hub), &members, cluster).await {
             Ok(g) => g,
             Err(why) => {
                 out.push_str(&format!(" ✗ {why}\n\n"));

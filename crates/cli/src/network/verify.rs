@@ -15,7 +15,6 @@ use serde_json::Value;
 use super::probe_pods::{
     self, Exec, Fleet, Member, Namespaces, ReadyPod, SERVER_PORT, SERVICE_PORT,
 };
-use crate::inspect::HubArgs;
 
 /// The server's Deployment, Service and ServiceExport name.
 pub const SERVER: &str = "verify-server";
@@ -209,7 +208,6 @@ pub fn curl_failure(e: &Exec) -> CurlFailure {
 /// The run's probes, once ready.
 struct Probes<'a> {
     fleet: &'a Fleet,
-    hub: &'a HubArgs,
     namespace: String,
     client: ReadyPod,
     server: ReadyPod,
@@ -227,7 +225,7 @@ impl Probes<'_> {
     /// The tunnel now (re-read when a check fails: its state may have
     /// changed since the tunnel check).
     async fn tunnel(&self) -> Tunnel {
-        match self.fleet.gateways(self.hub, self.from()).await {
+        match self.fleet.gateways(self.from()).await {
             Ok(g) => tunnel(&self.from().name, &self.to().name, &g),
             Err(why) => Tunnel::Missing(format!(
                 "{}'s gateways cannot be read: {why}",
@@ -406,21 +404,15 @@ pub fn tunnel_check(from: &str, to: &str, t: &Tunnel) -> Check {
 }
 
 pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
-    let fleet = Fleet::connect(&args.pair.hub, &args.pair.from, &args.pair.to).await?;
-    let namespace = format!("flotilla-verify-{}", probe_pods::random_suffix());
-    println!(
-        "Verifying the fabric from cluster \"{}\" to cluster \"{}\" (namespace {namespace} in both)",
-        args.pair.from, args.pair.to
-    );
-    let namespaces = Namespaces::default();
-    let checks = probe_pods::with_cleanup(
-        &namespaces,
+    let fleet = Fleet::from_kubeconfig(&args.pair.hub, &args.pair.from, &args.pair.to).await?;
+    let checks = verify_fleet(
+        &fleet,
+        args.pair.timeout,
         args.pair.keep,
-        verify(&fleet, &args, &namespace, &namespaces),
+        &probe_pods::Report::stdout(),
     )
     .await?;
-    let (line, failed) = summary(&checks);
-    println!("{line}");
+    let failed = checks.iter().filter(|c| c.outcome == Outcome::Fail).count();
     if failed > 0 {
         bail!(
             "{failed} of {} checks failed: the ✗ lines above name the hop that lost the traffic",
@@ -430,19 +422,43 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Verifies `fleet`'s pair hop by hop in probe namespaces of its own
+/// (deleted after, unless `keep`), reporting each line to `report`, the
+/// summary last; returns the checks.
+pub async fn verify_fleet(
+    fleet: &Fleet,
+    timeout: Duration,
+    keep: bool,
+    report: &probe_pods::Report,
+) -> anyhow::Result<Vec<Check>> {
+    let namespace = format!("flotilla-verify-{}", probe_pods::random_suffix());
+    report.say(format!(
+        "Verifying the fabric from cluster \"{}\" to cluster \"{}\" (namespace {namespace} in both)",
+        fleet.from.name, fleet.to.name
+    ));
+    let namespaces = Namespaces::default();
+    let checks = probe_pods::with_cleanup(
+        &namespaces,
+        keep,
+        report,
+        verify(fleet, timeout, &namespace, &namespaces, report),
+    )
+    .await?;
+    report.say(summary(&checks).0);
+    Ok(checks)
+}
+
 async fn verify(
     fleet: &Fleet,
-    args: &VerifyArgs,
+    timeout: Duration,
     namespace: &str,
     namespaces: &Namespaces,
+    out: &probe_pods::Report,
 ) -> anyhow::Result<Vec<Check>> {
     let (from, to) = (&fleet.from, &fleet.to);
-    let deadline = Instant::now() + args.pair.timeout;
-    let from_gateways = fleet
-        .gateways(&args.pair.hub, from)
-        .await
-        .unwrap_or_default();
-    let to_gateways = fleet.gateways(&args.pair.hub, to).await.unwrap_or_default();
+    let deadline = Instant::now() + timeout;
+    let from_gateways = fleet.gateways(from).await.unwrap_or_default();
+    let to_gateways = fleet.gateways(to).await.unwrap_or_default();
     let globalnet = fleet.globalnet(to).await;
     // Probes on non-gateway nodes, as subctl's, so the node→gateway hop
     // is part of the path.
@@ -460,7 +476,7 @@ async fn verify(
     probe_pods::create_client(from, namespace, CLIENT, client_node.as_deref()).await?;
     let server = probe_pods::wait_ready(to, namespace, SERVER, deadline).await?;
     let client = probe_pods::wait_ready(from, namespace, CLIENT, deadline).await?;
-    println!(
+    out.say(format!(
         " • client {} on {}/{} ({}), server {} on {}/{} ({})",
         client.name,
         from.name,
@@ -470,18 +486,17 @@ async fn verify(
         to.name,
         server.node,
         server.ip
-    );
+    ));
     let probes = Probes {
         fleet,
-        hub: &args.pair.hub,
         namespace: namespace.to_string(),
         client,
         server,
-        timeout: args.pair.timeout,
+        timeout,
     };
     let mut checks = Vec::new();
     let mut report = |c: Check| {
-        println!("{}", c.line());
+        out.say(c.line());
         checks.push(c);
     };
 
@@ -575,9 +590,9 @@ async fn verify(
     // without it, DNS gets the whole timeout to catch up.
     let name = format!("{SERVER}.{namespace}.svc.clusterset.local");
     let dns_wait = if imported {
-        DNS_AFTER_IMPORT.min(args.pair.timeout)
+        DNS_AFTER_IMPORT.min(timeout)
     } else {
-        args.pair.timeout
+        timeout
     };
     match probes.resolve(&name, dns_wait).await {
         Ok(ip) => {
