@@ -183,8 +183,9 @@ async fn sign_in(c: &Client, url: &str, token: &str) {
         .expect("clicked");
 }
 
-/// The URL and token `flotilla dashboard` prints for a kubeconfig.
-fn dashboard_login(kubeconfig: &str) -> (String, String) {
+/// The URL and token `flotilla dashboard` prints for the hub's kubeconfig.
+fn dashboard_login(hub: &Server) -> (String, String) {
+    let kubeconfig = hub.kubeconfig.to_str().unwrap_or_default();
     let out = flotilla(&["dashboard", "--kubeconfig", kubeconfig]);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "{text}");
@@ -212,13 +213,7 @@ async fn a_user_signs_in_follows_the_fleet_live_and_a_restricted_one_is_refused(
     })
     .await
     .expect("a fleet");
-    let hub = fleet
-        .hub
-        .kubeconfig
-        .to_str()
-        .unwrap_or_default()
-        .to_string();
-    let (url, token) = dashboard_login(&hub);
+    let (url, token) = dashboard_login(&fleet.hub);
     assert!(
         url.starts_with("https://127.0.0.1:") && url.ends_with("/dashboard/"),
         "{url}"
@@ -392,7 +387,7 @@ message: <img src=x onerror="window.pwned=1"><script>window.pwned=1</script>
         "#verify-output",
         "the summary",
         Duration::from_secs(180),
-        |t| t.contains(" failed, "),
+        |t| t.contains(" passed, "),
     )
     .await;
     assert_has(
@@ -528,13 +523,7 @@ spec:
       command: [sh, -c, 'i=0; while true; do echo tick-$i; i=$((i+1)); sleep 0.5; done']
 "#,
     );
-    let hub = fleet
-        .hub
-        .kubeconfig
-        .to_str()
-        .unwrap_or_default()
-        .to_string();
-    let (url, token) = dashboard_login(&hub);
+    let (url, token) = dashboard_login(&fleet.hub);
     let driver = Driver::start();
     let c = driver.browser().await;
     c.set_window_size(1280, 900).await.expect("sized");
@@ -658,7 +647,7 @@ spec:
     }
     let populated_s = started.elapsed().as_secs_f64();
 
-    let (url, token) = dashboard_login(hub.kubeconfig.to_str().unwrap_or_default());
+    let (url, token) = dashboard_login(&hub);
     let driver = Driver::start();
     let c = driver.browser().await;
     c.set_window_size(1280, 900).await.expect("sized");

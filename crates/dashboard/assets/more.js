@@ -118,7 +118,7 @@ async function offerVerify(container, stops) {
         output.classList.remove("error");
         try {
           const r = await networkReview(from.value, to.value, Number(timeout.value) || 90);
-          output.textContent = `${r.output || ""}\n${r.passed || 0} passed, ${r.failed || 0} failed, ${r.skipped || 0} skipped`;
+          output.textContent = r.output || "";
           if (r.failed) output.classList.add("error");
         } catch (error) {
           output.textContent = error.message;
