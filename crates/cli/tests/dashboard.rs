@@ -263,8 +263,14 @@ message: <img src=x onerror="window.pwned=1"><script>window.pwned=1</script>
     c.set_window_size(1280, 800).await.expect("sized");
     sign_in(&c, &url, &token).await;
     wait_text(&c, "#who", "Signed in as").await;
-    // The overview counts the fleet.
+    // The overview counts the fleet, and the peerings its members hold.
     wait_text(&c, "#view", "2 Ready").await;
+    wait_text(&c, "#peerings", "in 0 of 2 members").await;
+    fleet.member("member1").ok_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: core.liqo.io/v1beta1\nkind: ForeignCluster\nmetadata: {name: remote}\nspec: {clusterID: remote}\n",
+    );
+    wait_text(&c, "#peerings", "in 1 of 2 members").await;
     let warnings = wait_text(&c, "#warnings", "Probe").await;
     assert!(
         warnings.contains("<script>window.pwned=1</script>"),

@@ -2,9 +2,9 @@
 // what may be done to it (taint, unjoin; join on the list) offered only
 // to users the hub allows.
 
-import { can, create, patch, remove } from "./api.js";
+import { can, create, follow, patch, remove } from "./api.js";
 import {
-  button, card, cell, clusterHealth, condition, el, filtered, gib, link, linked, quantity, section, serverTable, tags,
+  button, card, cell, clusterHealth, condition, el, filtered, gib, link, linked, problem, quantity, section, serverTable, tags,
 } from "./ui.js";
 
 export const CLUSTERS = "/apis/cluster.karmada.io/v1alpha1/clusters";
@@ -47,6 +47,7 @@ export function overview(container) {
       el("div", {}, link("#/network", "Gateways and tunnels…")),
     );
   }));
+  stops.push(peerings(container));
   stops.push(section(container, "Recent warnings", "/api/v1/events?fieldSelector=type%3DWarning", (events) => {
     const newest = events
       .sort((a, b) => String(b.lastTimestamp || b.eventTime || "").localeCompare(String(a.lastTimestamp || a.eventTime || "")))
@@ -55,6 +56,55 @@ export function overview(container) {
     return eventTable("warnings", newest);
   }));
   return () => stops.forEach((s) => s.stop());
+}
+
+// Peerings live in the members (Liqo's ForeignClusters): followed
+// through the cluster proxy in the first PEERING_SAMPLE Push members, so
+// the overview stays light in a large fleet (the Peering page has all).
+const PEERING_SAMPLE = 20;
+
+function peerings(container) {
+  const body = el("div", {}, el("p", { class: "muted" }, "Loading…"));
+  container.append(el("h2", {}, "Peerings"), body);
+  const byMember = new Map();
+  const followed = new Map();
+  const draw = () => {
+    const foreign = [...byMember.values()].flat();
+    // Established: some module (networking, authentication, offloading)
+    // reports a condition Established or Ready, as Liqo's.
+    const conditionsOf = (f) => Object.values(f.status?.modules || {}).flatMap((m) => m?.conditions || []);
+    const established = foreign.filter((f) => conditionsOf(f).some((c) => c.status === "Established" || c.status === "Ready")).length;
+    const peered = [...byMember.entries()].filter(([, f]) => f.length).length;
+    body.replaceChildren(el("div", { class: "cards", id: "peerings" },
+      card("ForeignClusters", String(foreign.length), `${established} established, in ${peered} of ${followed.size} members read`),
+      el("div", {}, link("#/peering", "Virtual nodes and offloading…"))));
+  };
+  const stopClusters = follow(CLUSTERS, (items) => {
+    const push = [...items.values()].filter((c) => c.spec?.syncMode !== "Pull").map((c) => c.metadata.name).sort().slice(0, PEERING_SAMPLE);
+    for (const name of push) {
+      if (followed.has(name)) continue;
+      followed.set(name, follow(`/apis/cluster.karmada.io/v1alpha1/clusters/${encodeURIComponent(name)}/proxy/apis/core.liqo.io/v1beta1/foreignclusters`, (current) => {
+        byMember.set(name, [...current.values()]);
+        draw();
+      }, () => {
+        byMember.set(name, []);
+        draw();
+      }));
+    }
+    for (const [name, stop] of followed) {
+      if (push.includes(name)) continue;
+      stop();
+      followed.delete(name);
+      byMember.delete(name);
+    }
+    draw();
+  }, (error) => body.replaceChildren(problem(error)));
+  return {
+    stop: () => {
+      stopClusters();
+      for (const stop of followed.values()) stop();
+    },
+  };
 }
 
 export function eventTable(id, events) {
