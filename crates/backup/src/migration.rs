@@ -178,6 +178,43 @@ async fn create(
         .map_err(|e| cluster.error(e))
 }
 
+/// One look at what a wait waits for: done, or still waiting in a phase
+/// (named in the timeout's error).
+enum Step<T> {
+    Done(T),
+    Waiting(String),
+}
+
+/// Looks every `every` until `step` is done or `limit` passes; the
+/// timeout names `what` and the last phase seen.
+async fn poll<T, F, Fut>(
+    limit: Duration,
+    every: Duration,
+    what: impl FnOnce() -> String,
+    mut step: F,
+) -> Result<T, MigrationError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Step<T>, MigrationError>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut phase = String::new();
+    while tokio::time::Instant::now() < deadline {
+        match step().await? {
+            Step::Done(t) => return Ok(t),
+            Step::Waiting(p) => phase = p,
+        }
+        tokio::time::sleep(every).await;
+    }
+    Err(MigrationError::Timeout {
+        what: what(),
+        phase,
+        seconds: limit.as_secs(),
+    })
+}
+
+const EVERY: Duration = Duration::from_millis(300);
+
 /// Waits for a Velero object to reach one of Velero's final phases.
 async fn finished(
     cluster: &Cluster<'_>,
@@ -185,27 +222,20 @@ async fn finished(
     name: &str,
     limit: Duration,
 ) -> Result<Value, MigrationError> {
-    let api = cluster.velero(kind);
-    let deadline = tokio::time::Instant::now() + limit;
-    let mut phase = String::new();
-    while tokio::time::Instant::now() < deadline {
-        if let Some(o) = api.get_opt(name).await.map_err(|e| cluster.error(e))? {
-            let o = json(&o);
-            phase = o["status"]["phase"].as_str().unwrap_or_default().into();
-            if matches!(
-                phase.as_str(),
-                "Completed" | "PartiallyFailed" | "Failed" | "FailedValidation"
-            ) {
-                return Ok(o);
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    Err(MigrationError::Timeout {
-        what: format!("{} {name} in {}", kind.kind, cluster.name),
-        phase,
-        seconds: limit.as_secs(),
+    let api = &cluster.velero(kind);
+    let what = || format!("{} {name} in {}", kind.kind, cluster.name);
+    poll(limit, EVERY, what, move || async move {
+        let Some(o) = api.get_opt(name).await.map_err(|e| cluster.error(e))? else {
+            return Ok(Step::Waiting(String::new()));
+        };
+        let o = json(&o);
+        let phase = o["status"]["phase"].as_str().unwrap_or_default().to_string();
+        Ok(match phase.as_str() {
+            "Completed" | "PartiallyFailed" | "Failed" | "FailedValidation" => Step::Done(o),
+            _ => Step::Waiting(phase),
+        })
     })
+    .await
 }
 
 /// Why a Velero object did not complete, from its status.
@@ -261,9 +291,9 @@ pub async fn back_up(
 pub async fn wait_synced_now(cluster: &Cluster<'_>, limit: Duration) -> Result<(), MigrationError> {
     // Sync times are whole seconds: one a second later is after this.
     let after = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(1);
-    let api = cluster.velero(&api::locations());
-    let deadline = tokio::time::Instant::now() + limit;
-    while tokio::time::Instant::now() < deadline {
+    let api = &cluster.velero(&api::locations());
+    let what = || format!("a sync of {}'s backup storage location", cluster.name);
+    poll(limit, EVERY, what, move || async move {
         let all = api
             .list(&ListParams::default())
             .await
@@ -276,16 +306,13 @@ pub async fn wait_synced_now(cluster: &Cluster<'_>, limit: Duration) -> Result<(
                     .and_then(|t| t.parse::<jiff::Timestamp>().ok())
                     .is_some_and(|t| t >= after)
         });
-        if synced {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    Err(MigrationError::Timeout {
-        what: format!("a sync of {}'s backup storage location", cluster.name),
-        phase: "not synced".into(),
-        seconds: limit.as_secs(),
+        Ok(if synced {
+            Step::Done(())
+        } else {
+            Step::Waiting("not synced".into())
+        })
     })
+    .await
 }
 
 /// The newest completed backup `cluster` knows of that holds
@@ -326,21 +353,16 @@ pub async fn wait_synced(
     backup: &str,
     limit: Duration,
 ) -> Result<(), MigrationError> {
-    let api = target.velero(&api::backups());
-    let deadline = tokio::time::Instant::now() + limit;
-    while tokio::time::Instant::now() < deadline {
-        if let Some(b) = api.get_opt(backup).await.map_err(|e| target.error(e))?
-            && json(&b)["status"]["phase"] == "Completed"
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    Err(MigrationError::Timeout {
-        what: format!("backup {backup} reaching {}", target.name),
-        phase: "not synced".into(),
-        seconds: limit.as_secs(),
+    let api = &target.velero(&api::backups());
+    let what = || format!("backup {backup} reaching {}", target.name);
+    poll(limit, EVERY, what, move || async move {
+        let b = api.get_opt(backup).await.map_err(|e| target.error(e))?;
+        Ok(match b {
+            Some(b) if json(&b)["status"]["phase"] == "Completed" => Step::Done(()),
+            _ => Step::Waiting("not synced".into()),
+        })
     })
+    .await
 }
 
 /// Starts Restore `name` of the claims (and their data) of `backup` in
@@ -360,35 +382,30 @@ pub async fn restore_claims(
         "existingResourcePolicy": "none",
     });
     create(target, &api::restores(), name, spec).await?;
-    let api = target.velero(&api::restores());
-    let deadline = tokio::time::Instant::now() + limit;
-    let mut phase = String::new();
-    while tokio::time::Instant::now() < deadline {
-        if let Some(r) = api.get_opt(name).await.map_err(|e| target.error(e))? {
-            let r = json(&r);
-            phase = r["status"]["phase"].as_str().unwrap_or_default().into();
-            match phase.as_str() {
-                "FailedValidation" | "Failed" | "PartiallyFailed" => {
-                    return Err(MigrationError::Refused(format!(
-                        "restore {name} in {} failed: {}",
-                        target.name,
-                        why(&r)
-                    )));
-                }
-                // Made: the claims come before the data.
-                "InProgress" | "Completed" if claims_made(target, volumes, name).await? => {
-                    return Ok(());
-                }
-                _ => {}
+    let api = &target.velero(&api::restores());
+    let what = || format!("restore {name} in {}", target.name);
+    poll(limit, Duration::from_millis(200), what, move || async move {
+        let Some(r) = api.get_opt(name).await.map_err(|e| target.error(e))? else {
+            return Ok(Step::Waiting(String::new()));
+        };
+        let r = json(&r);
+        let phase = r["status"]["phase"].as_str().unwrap_or_default().to_string();
+        match phase.as_str() {
+            "FailedValidation" | "Failed" | "PartiallyFailed" => {
+                Err(MigrationError::Refused(format!(
+                    "restore {name} in {} failed: {}",
+                    target.name,
+                    why(&r)
+                )))
             }
+            // Made: the claims come before the data.
+            "InProgress" | "Completed" if claims_made(target, volumes, name).await? => {
+                Ok(Step::Done(()))
+            }
+            _ => Ok(Step::Waiting(phase)),
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    Err(MigrationError::Timeout {
-        what: format!("restore {name} in {}", target.name),
-        phase,
-        seconds: limit.as_secs(),
     })
+    .await
 }
 
 /// Whether the restore has made its claims (or had none to make).
