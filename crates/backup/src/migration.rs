@@ -229,7 +229,10 @@ async fn finished(
             return Ok(Step::Waiting(String::new()));
         };
         let o = json(&o);
-        let phase = o["status"]["phase"].as_str().unwrap_or_default().to_string();
+        let phase = o["status"]["phase"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         Ok(match phase.as_str() {
             "Completed" | "PartiallyFailed" | "Failed" | "FailedValidation" => Step::Done(o),
             _ => Step::Waiting(phase),
@@ -384,27 +387,31 @@ pub async fn restore_claims(
     create(target, &api::restores(), name, spec).await?;
     let api = &target.velero(&api::restores());
     let what = || format!("restore {name} in {}", target.name);
-    poll(limit, Duration::from_millis(200), what, move || async move {
-        let Some(r) = api.get_opt(name).await.map_err(|e| target.error(e))? else {
-            return Ok(Step::Waiting(String::new()));
-        };
-        let r = json(&r);
-        let phase = r["status"]["phase"].as_str().unwrap_or_default().to_string();
-        match phase.as_str() {
-            "FailedValidation" | "Failed" | "PartiallyFailed" => {
-                Err(MigrationError::Refused(format!(
-                    "restore {name} in {} failed: {}",
-                    target.name,
-                    why(&r)
-                )))
+    poll(
+        limit,
+        Duration::from_millis(200),
+        what,
+        move || async move {
+            let Some(r) = api.get_opt(name).await.map_err(|e| target.error(e))? else {
+                return Ok(Step::Waiting(String::new()));
+            };
+            let r = json(&r);
+            let phase = r["status"]["phase"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            match phase.as_str() {
+                "FailedValidation" | "Failed" | "PartiallyFailed" => Err(MigrationError::Refused(
+                    format!("restore {name} in {} failed: {}", target.name, why(&r)),
+                )),
+                // Made: the claims come before the data.
+                "InProgress" | "Completed" if claims_made(target, volumes, name).await? => {
+                    Ok(Step::Done(()))
+                }
+                _ => Ok(Step::Waiting(phase)),
             }
-            // Made: the claims come before the data.
-            "InProgress" | "Completed" if claims_made(target, volumes, name).await? => {
-                Ok(Step::Done(()))
-            }
-            _ => Ok(Step::Waiting(phase)),
-        }
-    })
+        },
+    )
     .await
 }
 

@@ -26,8 +26,33 @@ pub fn pages() -> PublicPages {
 
 #[derive(clap::Args)]
 pub struct DashboardArgs {
+    /// Also open it in the desktop's browser (xdg-open, or open on macOS).
+    #[arg(long)]
+    pub open: bool,
     #[command(flatten)]
     pub hub: HubArgs,
+}
+
+/// Opens `url` in the desktop's browser; why not, if it cannot.
+fn open_in_browser(url: &str) -> Result<(), String> {
+    let opener = if cfg!(target_os = "macos") {
+        "open"
+    } else {
+        "xdg-open"
+    };
+    match std::process::Command::new(opener)
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+    {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(format!(
+            "{opener} {url} exited with {s}: open the URL in a browser yourself"
+        )),
+        Err(e) => Err(format!("cannot run {opener} ({e}): open {url} yourself")),
+    }
 }
 
 /// Prints the dashboard's address on the hub of the kubeconfig's context
@@ -74,5 +99,11 @@ pub async fn run(args: DashboardArgs) -> anyhow::Result<()> {
             "Context {context_name}'s user has no bearer token to sign in with: make one with `kubectl create token SERVICEACCOUNT -n NAMESPACE` (you see what it may see)\n"
         )),
     }
-    crate::inspect::emit(&out)
+    crate::inspect::emit(&out)?;
+    if args.open
+        && let Err(why) = open_in_browser(&url)
+    {
+        anyhow::bail!("{why}");
+    }
+    Ok(())
 }

@@ -185,8 +185,16 @@ async fn sign_in(c: &Client, url: &str, token: &str) {
 
 /// The URL and token `flotilla dashboard` prints for the hub's kubeconfig.
 fn dashboard_login(hub: &Server) -> (String, String) {
-    let kubeconfig = hub.kubeconfig.to_str().unwrap_or_default();
-    let out = flotilla(&["dashboard", "--kubeconfig", kubeconfig]);
+    dashboard_login_with(&hub.kubeconfig)
+}
+
+/// The URL and token `flotilla dashboard` prints for `kubeconfig`.
+fn dashboard_login_with(kubeconfig: &std::path::Path) -> (String, String) {
+    let out = flotilla(&[
+        "dashboard",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap_or_default(),
+    ]);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "{text}");
     let url = text
@@ -449,6 +457,30 @@ message: <img src=x onerror="window.pwned=1"><script>window.pwned=1</script>
     c.goto(&format!("{url}#/network")).await.expect("network");
     wait_text(&c, "#view", "Not permitted").await;
     assert!(!present(&c, "#verify").await, "a viewer is offered verify");
+    c.close().await.expect("closed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_fleet_from_flotilla_up_is_seen_as_it_is() {
+    if !have_browser() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("fleet");
+    let mut up = common::up::Up::start(&dir);
+    tokio::task::block_in_place(|| up.wait_ready());
+    let kubeconfig = dir.join("kubeconfig");
+    let (url, token) = dashboard_login_with(&kubeconfig);
+    let driver = Driver::start();
+    let c = driver.browser().await;
+    sign_in(&c, &url, &token).await;
+    wait_text(&c, "#who", "Signed in as").await;
+    // Three members, one of them (member3) in Pull mode.
+    wait_text(&c, "#view", "3 Ready").await;
+    wait_text(&c, "#view", "1 Pull").await;
+    c.goto(&format!("{url}#/clusters")).await.expect("clusters");
+    let table = wait_text(&c, "#clusters", "member3").await;
+    assert_has(&table, &["member1", "member2", "Pull", "us-east"]);
     c.close().await.expect("closed");
 }
 

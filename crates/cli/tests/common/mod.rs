@@ -5,6 +5,7 @@
 pub mod fleet;
 pub mod lifecycle;
 pub mod underlay;
+pub mod up;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
