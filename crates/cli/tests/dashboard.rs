@@ -273,12 +273,12 @@ message: <img src=x onerror="window.pwned=1"><script>window.pwned=1</script>
     wait_text(&c, "#who", "Signed in as").await;
     // The overview counts the fleet, and the peerings its members hold.
     wait_text(&c, "#view", "2 Ready").await;
-    wait_text(&c, "#peerings", "in 0 of 2 members").await;
+    wait_text(&c, "#peerings", "held by 0 of the 2 members").await;
     fleet.member("member1").ok_stdin(
         &["apply", "-f", "-"],
         "apiVersion: core.liqo.io/v1beta1\nkind: ForeignCluster\nmetadata: {name: remote}\nspec: {clusterID: remote}\n",
     );
-    wait_text(&c, "#peerings", "in 1 of 2 members").await;
+    wait_text(&c, "#peerings", "held by 1 of the 2 members").await;
     let warnings = wait_text(&c, "#warnings", "Probe").await;
     assert!(
         warnings.contains("<script>window.pwned=1</script>"),

@@ -76,7 +76,7 @@ function peerings(container) {
     const established = foreign.filter((f) => conditionsOf(f).some((c) => c.status === "Established" || c.status === "Ready")).length;
     const peered = [...byMember.entries()].filter(([, f]) => f.length).length;
     body.replaceChildren(el("div", { class: "cards", id: "peerings" },
-      card("ForeignClusters", String(foreign.length), `${established} established, in ${peered} of ${followed.size} members read`),
+      card("ForeignClusters", String(foreign.length), `${established} established; held by ${peered} of the ${followed.size} members read`),
       el("div", {}, link("#/peering", "Virtual nodes and offloading…"))));
   };
   const stopClusters = follow(CLUSTERS, (items) => {
