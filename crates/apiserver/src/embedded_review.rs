@@ -2,7 +2,7 @@
 //! `PlacementReview`): served as the built-in reviews are (a POST is
 //! answered, nothing is stored), their answers made outside this crate.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::error::ApiResult;
 use crate::user::User;
@@ -29,29 +29,15 @@ pub trait EmbeddedReview: Send + Sync {
 
 /// How the registry serves an embedded review kind.
 pub(crate) fn resource_of(review: &dyn EmbeddedReview) -> crate::resources::ResourceInfo {
-    use crate::resources::{Computed, Printer, ResourceInfo, Schema};
+    use crate::resources::{Computed, Printer, ResourceInfo};
     let k = review.kind();
-    ResourceInfo {
-        group: k.group.into(),
-        version: k.version.into(),
-        plural: k.plural.into(),
-        singular: k.kind.to_lowercase(),
-        kind: k.kind.into(),
-        list_kind: format!("{}List", k.kind),
-        namespaced: k.namespaced,
-        short_names: Vec::new(),
-        categories: Vec::new(),
-        status_subresource: false,
-        uses_generation: false,
-        custom: false,
-        printer: Printer::Custom(Vec::new()),
-        schema: Schema::Structural(std::sync::Arc::new(
-            json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
-        )),
-        selectable_fields: Vec::new(),
-        scale: None,
-        computed: Some(Computed::Review),
-        conversion: None,
-        added_subresources: Vec::new(),
-    }
+    let mut info = ResourceInfo::computed(
+        (k.group, k.version),
+        (k.plural, k.kind),
+        k.namespaced,
+        Printer::Custom(Vec::new()),
+        Computed::Review,
+    );
+    info.singular = k.kind.to_lowercase();
+    info
 }

@@ -127,6 +127,40 @@ impl ScalePaths {
 }
 
 impl ResourceInfo {
+    /// A kind served by code rather than stored (reviews, metrics): any
+    /// object shape, `printer`'s columns, answered as `computed` says.
+    pub fn computed(
+        (group, version): (&str, &str),
+        (plural, kind): (&str, &str),
+        namespaced: bool,
+        printer: Printer,
+        computed: Computed,
+    ) -> ResourceInfo {
+        ResourceInfo {
+            group: group.into(),
+            version: version.into(),
+            plural: plural.into(),
+            singular: String::new(),
+            kind: kind.into(),
+            list_kind: format!("{kind}List"),
+            namespaced,
+            short_names: Vec::new(),
+            categories: Vec::new(),
+            status_subresource: false,
+            uses_generation: false,
+            custom: false,
+            printer,
+            schema: Schema::Structural(Arc::new(
+                serde_json::json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+            )),
+            selectable_fields: Vec::new(),
+            scale: None,
+            computed: Some(computed),
+            conversion: None,
+            added_subresources: Vec::new(),
+        }
+    }
+
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
             self.version.clone()

@@ -159,18 +159,15 @@ pub async fn run(args: ControlplaneArgs) -> anyhow::Result<()> {
     // Karmada's clusters/NAME/proxy, through the members' stored credentials.
     p.api
         .set_cluster_proxy(flotilla_federation::proxy::HubProxy::new(client.clone()));
-    // `flotilla describe placement` and `plan` as the API's PlacementReview.
+    // `flotilla describe placement`, `plan` and `network verify` as the
+    // API's PlacementReview and NetworkReview, answered as their caller.
+    let as_caller = crate::inspect::review::AsCaller::new(p.api.clone(), p.admin_token.clone());
     p.api
-        .add_review(crate::inspect::review::PlacementReviews::new(
-            p.api.clone(),
-            p.admin_token.clone(),
-        ));
-    // `flotilla network verify` as the API's NetworkReview.
+        .add_review(Arc::new(crate::inspect::review::PlacementReviews(
+            as_caller.clone(),
+        )));
     p.api
-        .add_review(crate::network::review::NetworkReviews::new(
-            p.api.clone(),
-            p.admin_token.clone(),
-        ));
+        .add_review(Arc::new(crate::network::review::NetworkReviews(as_caller)));
     // Binding a cluster set to a namespace needs the set's `bind`.
     p.api.add_mutating_admission(Arc::new(
         flotilla_federation::clustersets::admission::ClusterSetBindings,

@@ -78,19 +78,7 @@ impl Drop for Driver {
 
 /// The text of the element `css` once it contains `needle`.
 async fn wait_text(c: &Client, css: &str, needle: &str) -> String {
-    let deadline = Instant::now() + WAIT;
-    let mut last = String::new();
-    while Instant::now() < deadline {
-        if let Ok(e) = c.find(Locator::Css(css)).await {
-            last = e.text().await.unwrap_or_default();
-            if last.contains(needle) {
-                return last;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let page = c.source().await.unwrap_or_default();
-    panic!("{css} never showed {needle:?}; it showed {last:?}\n{page}");
+    wait_until(c, css, &format!("{needle:?}"), |t| t.contains(needle)).await
 }
 
 /// Waits until the text of `css` satisfies `ok`; returns it.
@@ -117,7 +105,8 @@ async fn wait_longer(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("{css} never showed {what}; it showed {last:?}");
+    let page = c.source().await.unwrap_or_default();
+    panic!("{css} never showed {what}; it showed {last:?}\n{page}");
 }
 
 async fn click(c: &Client, css: &str) {

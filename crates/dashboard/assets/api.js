@@ -132,6 +132,10 @@ export async function stream(path, text, signal) {
   }
 }
 
+// The path of member `cluster`'s API through the hub (Karmada's cluster
+// proxy, authorised as clusters/proxy).
+export const proxy = (cluster) => `/apis/cluster.karmada.io/v1alpha1/clusters/${encodeURIComponent(cluster)}/proxy`;
+
 // A WebSocket to `path` (exec through the cluster proxy) speaking the
 // channel protocol; the token goes as a subprotocol, as kube-apiserver
 // takes it from browsers (which cannot set headers on a WebSocket).

@@ -2,7 +2,7 @@
 // what may be done to it (taint, unjoin; join on the list) offered only
 // to users the hub allows.
 
-import { can, create, follow, patch, remove } from "./api.js";
+import { can, create, follow, patch, proxy, remove } from "./api.js";
 import {
   button, card, cell, clusterHealth, condition, el, filtered, gib, link, linked, problem, quantity, section, serverTable, tags,
 } from "./ui.js";
@@ -49,11 +49,9 @@ export function overview(container) {
   }));
   stops.push(peerings(container));
   stops.push(section(container, "Recent warnings", "/api/v1/events?fieldSelector=type%3DWarning", (events) => {
-    const newest = events
-      .sort((a, b) => String(b.lastTimestamp || b.eventTime || "").localeCompare(String(a.lastTimestamp || a.eventTime || "")))
-      .slice(0, 15);
-    if (!newest.length) return el("p", { class: "muted" }, "No Warning events.");
-    return eventTable("warnings", newest);
+    const shown = newest(events, 15);
+    if (!shown.length) return el("p", { class: "muted" }, "No Warning events.");
+    return eventTable("warnings", shown);
   }));
   return () => stops.forEach((s) => s.stop());
 }
@@ -83,7 +81,7 @@ function peerings(container) {
     const push = [...items.values()].filter((c) => c.spec?.syncMode !== "Pull").map((c) => c.metadata.name).sort().slice(0, PEERING_SAMPLE);
     for (const name of push) {
       if (followed.has(name)) continue;
-      followed.set(name, follow(`/apis/cluster.karmada.io/v1alpha1/clusters/${encodeURIComponent(name)}/proxy/apis/core.liqo.io/v1beta1/foreignclusters`, (current) => {
+      followed.set(name, follow(`${proxy(name)}/apis/core.liqo.io/v1beta1/foreignclusters`, (current) => {
         byMember.set(name, [...current.values()]);
         draw();
       }, () => {
@@ -105,6 +103,12 @@ function peerings(container) {
       for (const stop of followed.values()) stop();
     },
   };
+}
+
+// The `n` newest of `events`, by when they were last seen.
+export function newest(events, n) {
+  const seen = (e) => String(e.lastTimestamp || e.eventTime || "");
+  return events.sort((a, b) => seen(b).localeCompare(seen(a))).slice(0, n);
 }
 
 export function eventTable(id, events) {

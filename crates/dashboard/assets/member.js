@@ -3,11 +3,9 @@
 // events, a pod's log followed as it is written, and a terminal in the
 // pod (exec over a WebSocket with the channel protocol).
 
-import { follow, socket, stream } from "./api.js";
-import { eventTable } from "./fleet.js";
+import { follow, proxy, socket, stream } from "./api.js";
+import { eventTable, newest } from "./fleet.js";
 import { button, el, link, problem, section, serverTable } from "./ui.js";
-
-export const proxy = (cluster) => `/apis/cluster.karmada.io/v1alpha1/clusters/${encodeURIComponent(cluster)}/proxy`;
 
 export function member(container, cluster, rest) {
   if (rest[0] === "pod" && rest.length >= 3) return pod(container, cluster, rest[1], rest[2]);
@@ -21,10 +19,8 @@ export function member(container, cluster, rest) {
     }),
     serverTable(container, "Nodes", `${proxy(cluster)}/api/v1/nodes`, { id: "member-nodes" }),
     section(container, "Events", `${proxy(cluster)}/api/v1/events`, (events) => {
-      const newest = events
-        .sort((a, b) => String(b.lastTimestamp || b.eventTime || "").localeCompare(String(a.lastTimestamp || a.eventTime || "")))
-        .slice(0, 50);
-      return newest.length ? eventTable("member-events", newest) : el("p", { class: "muted" }, "No events.");
+      const shown = newest(events, 50);
+      return shown.length ? eventTable("member-events", shown) : el("p", { class: "muted" }, "No events.");
     }),
   ];
   return () => stops.forEach((s) => s.stop());

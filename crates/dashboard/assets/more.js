@@ -2,9 +2,8 @@
 // renders (`kubectl get`'s columns), found through discovery so each
 // kind a front end serves shows up, following their watches.
 
-import { can, follow, get, networkReview } from "./api.js";
+import { can, follow, get, networkReview, proxy } from "./api.js";
 import { CLUSTERS } from "./fleet.js";
-import { proxy } from "./member.js";
 import { button, el, problem, serverTable } from "./ui.js";
 
 // Every listable kind of `group` at `prefix` (the hub, or a member

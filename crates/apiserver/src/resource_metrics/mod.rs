@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::resources::{Computed, Printer, PrinterColumn, ResourceInfo, Schema};
+use crate::resources::{Computed, Printer, PrinterColumn, ResourceInfo};
 
 pub const GROUP: &str = "metrics.k8s.io";
 pub const VERSION: &str = "v1beta1";
@@ -77,30 +77,15 @@ pub fn resources() -> Vec<ResourceInfo> {
         priority: 0,
         json_path: path.into(),
     };
-    let info =
-        |plural: &str, kind: &str, namespaced: bool, columns: Vec<PrinterColumn>| ResourceInfo {
-            group: GROUP.into(),
-            version: VERSION.into(),
-            plural: plural.into(),
-            singular: String::new(),
-            kind: kind.into(),
-            list_kind: format!("{kind}List"),
+    let info = |plural: &str, kind: &str, namespaced: bool, columns: Vec<PrinterColumn>| {
+        ResourceInfo::computed(
+            (GROUP, VERSION),
+            (plural, kind),
             namespaced,
-            short_names: Vec::new(),
-            categories: Vec::new(),
-            status_subresource: false,
-            uses_generation: false,
-            custom: false,
-            printer: Printer::Custom(columns),
-            schema: Schema::Structural(std::sync::Arc::new(
-                json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
-            )),
-            selectable_fields: Vec::new(),
-            scale: None,
-            computed: Some(Computed::Metrics),
-            conversion: None,
-            added_subresources: Vec::new(),
-        };
+            Printer::Custom(columns),
+            Computed::Metrics,
+        )
+    };
     vec![
         info(
             "nodes",

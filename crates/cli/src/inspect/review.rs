@@ -29,18 +29,28 @@ pub const GROUP: &str = "inspect.flotilla.io";
 pub const PLURAL: &str = "placementreviews";
 const KIND: &str = "PlacementReview";
 
-/// Answers PlacementReviews through the hub's loopback, as their caller.
-pub struct PlacementReviews {
+/// The hub's loopback, acting for a review's caller: the reviews read
+/// and write only what the caller may (and audit names them).
+#[derive(Clone)]
+pub struct AsCaller {
     api: Arc<ApiServer>,
     /// A token that may impersonate anyone (the hub's admin).
     token: String,
 }
 
-impl PlacementReviews {
-    pub fn new(api: Arc<ApiServer>, token: String) -> Arc<Self> {
-        Arc::new(PlacementReviews { api, token })
+impl AsCaller {
+    pub fn new(api: Arc<ApiServer>, token: String) -> AsCaller {
+        AsCaller { api, token }
+    }
+
+    /// A client that impersonates `user`, as `agent`.
+    pub fn client(&self, user: &User, agent: &'static str) -> kube::Client {
+        flotilla_apiserver::loopback::in_process_as(&self.api, &self.token, agent, user)
     }
 }
+
+/// Answers PlacementReviews through the hub's loopback, as their caller.
+pub struct PlacementReviews(pub AsCaller);
 
 #[async_trait::async_trait]
 impl EmbeddedReview for PlacementReviews {
@@ -73,12 +83,7 @@ impl PlacementReviews {
         target: Option<&str>,
         manifests: Option<&str>,
     ) -> ApiResult<Value> {
-        let hub = flotilla_apiserver::loopback::in_process_as(
-            &self.api,
-            &self.token,
-            "flotilla-placement-review",
-            user,
-        );
+        let hub = self.0.client(user, "flotilla-placement-review");
         let mut explanation = String::new();
         let result = match (target, manifests) {
             (Some(target), None) => {

@@ -14,10 +14,8 @@
 //! # status: {output: "...", passed: 6, failed: 0, skipped: 1}
 //! ```
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_apiserver::ApiServer;
 use flotilla_apiserver::embedded_review::{EmbeddedReview, ReviewKind};
 use flotilla_apiserver::error::{ApiError, ApiResult};
 use flotilla_apiserver::user::User;
@@ -26,22 +24,13 @@ use tracing::Instrument;
 
 use super::probe_pods::{Fleet, Report};
 use super::verify::{Outcome, verify_fleet};
-use crate::inspect::review::{GROUP, refusal};
+use crate::inspect::review::{AsCaller, GROUP, refusal};
 
 /// The longest a review may wait for its probes (a request, not a job).
 const MOST: Duration = Duration::from_secs(300);
 
-pub struct NetworkReviews {
-    api: Arc<ApiServer>,
-    /// A token that may impersonate anyone (the hub's admin).
-    token: String,
-}
-
-impl NetworkReviews {
-    pub fn new(api: Arc<ApiServer>, token: String) -> Arc<Self> {
-        Arc::new(NetworkReviews { api, token })
-    }
-}
+/// Answers NetworkReviews through the hub's loopback, as their caller.
+pub struct NetworkReviews(pub AsCaller);
 
 fn invalid(field: &str, message: &str) -> ApiError {
     crate::inspect::review::invalid("NetworkReview", field, message)
@@ -81,12 +70,7 @@ impl EmbeddedReview for NetworkReviews {
             },
         };
         let span = tracing::info_span!("network_review", user = %user.name, from, to);
-        let hub = flotilla_apiserver::loopback::in_process_as(
-            &self.api,
-            &self.token,
-            "flotilla-network-review",
-            user,
-        );
+        let hub = self.0.client(user, "flotilla-network-review");
         async move {
             let report = Report::kept();
             let fleet = Fleet::connect(hub, None, from, to)
