@@ -9,8 +9,9 @@
 //! - [`broker`]: the member's access to the broker (`flotilla join`);
 //! - [`gateway`]: the gateway controller (election, publishing, peers,
 //!   routes, status), with its pure [`gateway::plan`];
-//! - [`wireguard`]: the tunnels (boringtun over a TUN device) and their
-//!   in-band health [`probe`]s;
+//! - [`wireguard`]: the tunnels (boringtun over a TUN device with
+//!   offloads) and their in-band health [`probe`]s;
+//! - [`offload`]: the underlay socket's batches (UDP GSO and GRO);
 //! - [`dataplane`]: routes and the gateway node's nftables table;
 //! - [`globalnet`]: global egress and ingress IPs;
 //! - [`exports`]: whether exported Services answer on their ports;
@@ -30,6 +31,7 @@ pub mod globalnet;
 pub mod identity;
 pub mod lease;
 pub mod metrics;
+pub mod offload;
 pub mod probe;
 pub mod supervisor;
 pub mod underlay;

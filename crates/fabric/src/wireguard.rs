@@ -23,10 +23,22 @@ use parking_lot::Mutex;
 use tokio::net::UdpSocket;
 use tracing::{debug, warn};
 
+use crate::offload::{Batch, Underlay};
 use crate::probe;
+use tun_rs::{GROTable, IDEAL_BATCH_SIZE, VIRTIO_NET_HDR_LEN};
 
 /// Room for a full-size packet and WireGuard's overhead.
 const BUF: usize = 65_535 + 64;
+/// Room for one packet of the tunnel's MTU (and more, from a peer whose
+/// MTU is larger: the buffers grow).
+const PACKET_BUF: usize = 2048;
+/// Where a packet for the device starts in its buffer: room for the
+/// virtio header the device takes with offloads.
+const TUN_OFFSET: usize = VIRTIO_NET_HDR_LEN;
+/// A buffer the device's write path may coalesce TCP segments into.
+const COALESCED_BUF: usize = 2 * TUN_OFFSET + 65_535;
+/// The most datagrams one GRO receive holds.
+const MAX_GRO_SEGMENTS: usize = 64;
 /// WireGuard's keepalive, so NAT and the peer both see a live session.
 const KEEPALIVE_SECS: u16 = 10;
 /// How often each session's timers run (handshake retries, rekeys).
@@ -175,7 +187,7 @@ pub struct Engine {
     keys: KeyPair,
     health_ip: Ipv4Addr,
     tun: tun_rs::AsyncDevice,
-    udp: UdpSocket,
+    udp: Underlay,
     peers: Mutex<Peers>,
     sequence: std::sync::atomic::AtomicU32,
     /// Woken when a peer first answers (the gateway reports at once).
@@ -196,7 +208,7 @@ impl Engine {
             keys,
             health_ip,
             tun,
-            udp,
+            udp: Underlay::new(udp),
             peers: Mutex::new(Peers::default()),
             sequence: Default::default(),
             changed,
@@ -275,99 +287,145 @@ impl Engine {
             .collect()
     }
 
-    /// TUN → peers. Each wakeup drains what the device holds, and each
-    /// sealed datagram is sent at once where the socket has room (the
-    /// common case), so the hot path neither allocates nor yields.
+    /// TUN → peers. With offloads a read is a whole TCP send of up to
+    /// 64 KiB, split here into tunnel-MTU packets; each is sealed, and the
+    /// sealed datagrams to one peer leave in one GSO send.
     async fn outbound(self: Arc<Self>) {
-        let mut packet = vec![0u8; BUF];
+        let mut original = vec![0u8; VIRTIO_NET_HDR_LEN + 65_535];
+        let mut packets = vec![vec![0u8; PACKET_BUF]; IDEAL_BATCH_SIZE];
+        let mut sizes = vec![0usize; IDEAL_BATCH_SIZE];
         let mut sealed = vec![0u8; BUF];
+        let mut batch = Batch::default();
         loop {
-            let first = match self.tun.recv(&mut packet).await {
+            let n = match self
+                .tun
+                .recv_multiple(&mut original, &mut packets, &mut sizes, 0)
+                .await
+            {
                 Ok(n) => n,
+                // A packet the offload code cannot split is dropped.
+                Err(error) if error.raw_os_error().is_none() => {
+                    debug!(%error, "dropped a packet from the tunnel device");
+                    continue;
+                }
                 Err(error) => {
                     warn!(%error, "the tunnel device failed; the gateway stops forwarding");
                     return;
                 }
             };
-            let mut n = first;
-            loop {
-                if let Some((out, addr)) = self.seal(&packet[..n], &mut sealed) {
-                    let _ = self.udp.send_to(&out, addr).await;
-                }
-                match self.tun.try_recv(&mut packet) {
-                    Ok(next) => n = next,
-                    Err(_) => break,
+            // Full batches (a read for several peers) wait for the lock's
+            // release to be sent.
+            let mut full = Vec::new();
+            {
+                let mut peers = self.peers.lock();
+                for (packet, size) in packets.iter().zip(&sizes).take(n) {
+                    let Some((datagram, to)) = seal(&mut peers, &packet[..*size], &mut sealed)
+                    else {
+                        continue;
+                    };
+                    if !batch.push(datagram, to) {
+                        full.push(std::mem::take(&mut batch));
+                        batch.push(datagram, to);
+                    }
                 }
             }
+            for mut b in full {
+                let _ = self.udp.flush(&mut b).await;
+            }
+            let _ = self.udp.flush(&mut batch).await;
         }
     }
 
-    /// Seals one packet from the TUN device for its peer and sends it;
-    /// returns it only when the socket had no room (to be sent awaiting).
-    fn seal(&self, packet: &[u8], sealed: &mut [u8]) -> Option<(Vec<u8>, SocketAddr)> {
-        let Some(IpAddr::V4(dst)) = Tunn::dst_address(packet) else {
-            return None;
-        };
-        let mut peers = self.peers.lock();
-        let index = peers.route(dst)?;
-        let peer = peers.by_index.get_mut(&index)?;
-        match peer.tunn.encapsulate(packet, sealed) {
-            TunnResult::WriteToNetwork(out) => match self.udp.try_send_to(out, peer.addr) {
-                Ok(_) => None,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    Some((out.to_vec(), peer.addr))
-                }
-                Err(_) => None,
-            },
-            TunnResult::Err(e) => {
-                debug!(error = ?e, cluster = %peer.config.cluster, "cannot seal a packet");
-                None
-            }
-            _ => None,
-        }
-    }
-
-    /// Underlay → TUN (or the prober), draining the socket per wakeup.
+    /// Underlay → TUN (or the prober). A receive holds one datagram or,
+    /// with GRO, a run of them from one sender; what they carry is written
+    /// to the device as a batch, TCP segments coalesced again.
     async fn inbound(self: Arc<Self>) {
-        let mut datagram = vec![0u8; BUF];
-        let mut out = vec![0u8; BUF];
+        let mut datagrams = vec![0u8; BUF];
+        // Room to coalesce a whole 64 KiB into any of them (the device
+        // code will not grow a buffer); pages untouched stay unallocated.
+        let mut packets: Vec<Vec<u8>> = (0..2 * MAX_GRO_SEGMENTS)
+            .map(|_| Vec::with_capacity(COALESCED_BUF))
+            .collect();
+        let mut gro = GROTable::default();
+        let mut replies = Vec::new();
+        let mut scratch = vec![0u8; BUF];
         loop {
-            let mut next = match self.udp.recv_from(&mut datagram).await {
-                Ok(x) => x,
+            let mut received = match self.udp.recv(&mut datagrams).await {
+                Ok(r) => r,
                 Err(error) => {
                     warn!(%error, "the underlay socket failed");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
             };
+            let mut ready = 0;
             loop {
-                let (n, from) = next;
-                let (to_network, to_tun) = self.open(&datagram[..n], from, &mut out);
-                for d in to_network {
-                    let _ = self.udp.send_to(&d, from).await;
+                {
+                    let mut peers = self.peers.lock();
+                    let from = received.from;
+                    let peers = &mut *peers;
+                    for d in datagrams[..received.len].chunks(received.segment) {
+                        if ready == packets.len() {
+                            packets.push(Vec::with_capacity(COALESCED_BUF));
+                        }
+                        let packet = &mut packets[ready];
+                        packet.clear();
+                        packet.resize(TUN_OFFSET + d.len(), 0);
+                        let delivered = self.open(
+                            peers,
+                            d,
+                            from,
+                            &mut packet[TUN_OFFSET..],
+                            &mut scratch,
+                            &mut replies,
+                        );
+                        if let Some(len) = delivered {
+                            packet.truncate(TUN_OFFSET + len);
+                            ready += 1;
+                        }
+                    }
                 }
-                for p in to_tun {
-                    let _ = self.tun.send(&p).await;
+                for (d, to) in replies.drain(..) {
+                    let _ = self.udp.send_to(&d, to).await;
                 }
-                match self.udp.try_recv_from(&mut datagram) {
-                    Ok(x) => next = x,
+                // Another receive only while a whole one surely fits.
+                if ready + MAX_GRO_SEGMENTS > packets.len() {
+                    break;
+                }
+                match self.udp.try_recv(&mut datagrams) {
+                    Ok(r) => received = r,
                     Err(_) => break,
                 }
+            }
+            if ready > 0
+                && let Err(error) = self
+                    .tun
+                    .send_multiple(&mut gro, &mut packets[..ready], TUN_OFFSET)
+                    .await
+            {
+                debug!(%error, "the tunnel device refused a packet");
             }
         }
     }
 
-    /// One datagram from `from`: what to send back, what to deliver.
+    /// One datagram from `from`: returns the length of the packet it
+    /// carried for the device, written at the start of `deliver`; what
+    /// goes back to the network is added to `replies`.
     fn open(
         &self,
+        peers: &mut Peers,
         datagram: &[u8],
         from: SocketAddr,
-        out: &mut [u8],
-    ) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
-        let mut to_network = Vec::new();
-        let mut to_tun = Vec::new();
-        let mut peers = self.peers.lock();
-        let index = match Tunn::parse_incoming_packet(datagram) {
+        deliver: &mut [u8],
+        scratch: &mut [u8],
+        replies: &mut Vec<(Vec<u8>, SocketAddr)>,
+    ) -> Option<usize> {
+        let parsed = Tunn::parse_incoming_packet(datagram);
+        let is_handshake = matches!(
+            parsed,
+            Ok(Packet::HandshakeInit(_) | Packet::HandshakeResponse(_))
+        );
+        let index = match parsed {
             Ok(Packet::HandshakeInit(init)) => {
                 match parse_handshake_anon(&self.keys.private, &self.keys.public, &init) {
                     Ok(half) => peers.by_key.get(&half.peer_static_public).copied(),
@@ -382,23 +440,16 @@ impl Engine {
             Ok(Packet::PacketData(p)) => Some(p.receiver_idx >> 8),
             Err(_) => None,
         };
-        let Some(peer) = index.and_then(|i| peers.by_index.get_mut(&i)) else {
-            return (to_network, to_tun);
-        };
-        let is_handshake = matches!(
-            Tunn::parse_incoming_packet(datagram),
-            Ok(Packet::HandshakeInit(_) | Packet::HandshakeResponse(_))
-        );
-        let mut probe_replies = Vec::new();
-        match peer.tunn.decapsulate(Some(from.ip()), datagram, out) {
+        let peer = index.and_then(|i| peers.by_index.get_mut(&i))?;
+        let mut delivered = None;
+        let mut probe_reply = None;
+        match peer.tunn.decapsulate(Some(from.ip()), datagram, deliver) {
             TunnResult::WriteToNetwork(d) => {
-                to_network.push(d.to_vec());
+                replies.push((d.to_vec(), from));
                 // Packets queued behind the handshake go out now.
-                let mut more = vec![0u8; BUF];
-                while let TunnResult::WriteToNetwork(d) =
-                    peer.tunn.decapsulate(None, &[], &mut more)
+                while let TunnResult::WriteToNetwork(d) = peer.tunn.decapsulate(None, &[], scratch)
                 {
-                    to_network.push(d.to_vec());
+                    replies.push((d.to_vec(), from));
                 }
             }
             TunnResult::WriteToTunnelV4(packet, src) => {
@@ -412,15 +463,10 @@ impl Engine {
                             }
                         }
                     } else {
-                        probe_replies.push(probe::build(self.health_ip, p.from, p.sequence, true));
+                        probe_reply = Some(probe::build(self.health_ip, p.from, p.sequence, true));
                     }
                 } else if peer.config.allowed.iter().any(|n| n.contains(&src)) {
-                    // Written at once unless the device is full.
-                    if let Err(e) = self.tun.try_send(packet)
-                        && e.kind() == std::io::ErrorKind::WouldBlock
-                    {
-                        to_tun.push(packet.to_vec());
-                    }
+                    delivered = Some(packet.len());
                 } else {
                     debug!(%src, cluster = %peer.config.cluster, "dropped: source not routed to that cluster");
                 }
@@ -428,7 +474,7 @@ impl Engine {
             TunnResult::Err(e) => {
                 peer.stats.last_error = Some(format!("{e:?}"));
                 debug!(error = ?e, cluster = %peer.config.cluster, %from, "cannot open a datagram");
-                return (to_network, to_tun);
+                return None;
             }
             _ => {}
         }
@@ -438,12 +484,12 @@ impl Engine {
         }
         // The peer roamed (a gateway failed over): answer where it is.
         peer.addr = from;
-        for reply in probe_replies {
-            if let TunnResult::WriteToNetwork(d) = peer.tunn.encapsulate(&reply, out) {
-                to_network.push(d.to_vec());
-            }
+        if let Some(reply) = probe_reply
+            && let TunnResult::WriteToNetwork(d) = peer.tunn.encapsulate(&reply, scratch)
+        {
+            replies.push((d.to_vec(), from));
         }
-        (to_network, to_tun)
+        delivered
     }
 
     /// Session timers, and a probe per peer every second (a new peer's
@@ -483,6 +529,28 @@ impl Engine {
                 let _ = self.udp.send_to(&d, addr).await;
             }
         }
+    }
+}
+
+/// Seals one packet from the device for the peer its destination is
+/// routed to: the datagram and where it goes.
+fn seal<'a>(
+    peers: &mut Peers,
+    packet: &[u8],
+    sealed: &'a mut [u8],
+) -> Option<(&'a [u8], SocketAddr)> {
+    let Some(IpAddr::V4(dst)) = Tunn::dst_address(packet) else {
+        return None;
+    };
+    let index = peers.route(dst)?;
+    let peer = peers.by_index.get_mut(&index)?;
+    match peer.tunn.encapsulate(packet, sealed) {
+        TunnResult::WriteToNetwork(out) => Some((out, peer.addr)),
+        TunnResult::Err(e) => {
+            debug!(error = ?e, cluster = %peer.config.cluster, "cannot seal a packet");
+            None
+        }
+        _ => None,
     }
 }
 

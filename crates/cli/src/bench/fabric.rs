@@ -16,7 +16,7 @@ use kube::Api;
 use kube::api::ListParams;
 
 use crate::bench::harness::{ServerProcess, client_when_ready};
-use crate::bench::member::rss_kib;
+use crate::bench::member::{cpu_seconds, rss_kib};
 use crate::bench::report::Reporter;
 
 #[derive(clap::Args)]
@@ -146,6 +146,25 @@ pub async fn run(args: FabricArgs) -> anyhow::Result<()> {
 }
 
 /// The figures, as the run's JSON has them.
+/// The gateway processes of `members`, as their pid files name them.
+fn gateway_pids(members: &[Member]) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for m in members {
+        let Ok(entries) = std::fs::read_dir(m.dir.join("gateways")) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if entry.path().extension().is_some_and(|e| e == "pid")
+                && let Ok(pid) = std::fs::read_to_string(entry.path())
+                && let Ok(pid) = pid.trim().parse::<u32>()
+            {
+                pids.push(pid);
+            }
+        }
+    }
+    pids
+}
+
 async fn measure(
     args: &FabricArgs,
     dir: &Path,
@@ -265,17 +284,10 @@ async fn measure(
     );
 
     // The gateways' memory.
-    let mut rss = Vec::new();
-    for m in &members {
-        for entry in std::fs::read_dir(m.dir.join("gateways"))?.flatten() {
-            if entry.path().extension().is_some_and(|e| e == "pid")
-                && let Ok(pid) = std::fs::read_to_string(entry.path())
-                && let Ok(pid) = pid.trim().parse::<u32>()
-            {
-                rss.push((rss_kib(pid, "VmRSS:"), rss_kib(pid, "VmHWM:")));
-            }
-        }
-    }
+    let rss: Vec<(u64, u64)> = gateway_pids(&members)
+        .into_iter()
+        .map(|pid| (rss_kib(pid, "VmRSS:"), rss_kib(pid, "VmHWM:")))
+        .collect();
     if let (Some(max), Some(peak)) = (rss.iter().map(|r| r.0).max(), rss.iter().map(|r| r.1).max())
     {
         let mean = rss.iter().map(|r| r.0).sum::<u64>() / rss.len() as u64;
@@ -302,6 +314,9 @@ async fn measure(
         } else {
             Stdio::inherit()
         };
+        let gateways = gateway_pids(&members);
+        let cpu_before: f64 = gateways.iter().map(|p| cpu_seconds(*p)).sum();
+        let summary = dir.join("network-benchmark.json");
         let status = Command::new(std::env::current_exe()?)
             .args([
                 "network",
@@ -310,14 +325,31 @@ async fn measure(
                 "member0",
                 "--to",
                 "member1",
-                "--kubeconfig",
+                "--summary",
             ])
+            .arg(&summary)
+            .arg("--kubeconfig")
             .arg(&hub_kubeconfig)
             .stdout(stdout)
             .status()?;
         if !status.success() {
             bail!("flotilla network benchmark failed");
         }
+        let cpu = gateways.iter().map(|p| cpu_seconds(*p)).sum::<f64>() - cpu_before;
+        let mut measured: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&summary)?).context("the benchmark's figures")?;
+        // The baseline does not pass the gateways; the tunnel's bytes do,
+        // once through each side's.
+        let bytes = measured["bytes_through_tunnel"].as_f64().unwrap_or(0.0);
+        if bytes > 0.0 {
+            let per_gb = cpu / (bytes / 1e9);
+            out.line(format!(
+                "gateways' CPU: {cpu:.2} s for {:.2} GB through the tunnel: {per_gb:.2} CPU-seconds per GB (both ends)",
+                bytes / 1e9
+            ));
+            measured["gateway_cpu_seconds_per_gb"] = per_gb.into();
+        }
+        figures.insert("network_benchmark".into(), measured);
     }
     // Stopped as a user would, so that each removes its namespaces (and
     // its gateways, with them).

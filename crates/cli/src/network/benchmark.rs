@@ -32,6 +32,14 @@ pub struct BenchmarkArgs {
     /// TCP connections for the latency measurement.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub requests: u32,
+    /// Parallel TCP streams per throughput run, each moving --size
+    /// (measured after the single-stream runs; 1 measures one stream only).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub streams: u32,
+    /// Also write the figures as JSON to this file (for `flotilla bench
+    /// fabric`).
+    #[arg(long, hide = true)]
+    pub summary: Option<std::path::PathBuf>,
 }
 
 /// "64MiB", "100MB", "1GiB", "4096": bytes, at most the stand-in's cap.
@@ -67,12 +75,14 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 }
 
 /// min/mean/max/stddev (population) of samples.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct Stats {
     pub min: f64,
     pub mean: f64,
     pub max: f64,
     pub stddev: f64,
+    pub p50: f64,
+    pub p99: f64,
     pub count: usize,
 }
 
@@ -84,11 +94,17 @@ impl Stats {
         let n = samples.len() as f64;
         let mean = samples.iter().sum::<f64>() / n;
         let var = samples.iter().map(|s| (s - mean).powi(2)).sum::<f64>() / n;
+        let mut sorted = samples.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        // Nearest rank.
+        let rank = |q: f64| sorted[((q * n).ceil() as usize).clamp(1, sorted.len()) - 1];
         Some(Stats {
-            min: samples.iter().copied().fold(f64::INFINITY, f64::min),
+            min: sorted[0],
             mean,
-            max: samples.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            max: sorted[sorted.len() - 1],
             stddev: var.sqrt(),
+            p50: rank(0.50),
+            p99: rank(0.99),
             count: samples.len(),
         })
     }
@@ -119,6 +135,16 @@ pub fn throughput_line(s: &Stats) -> String {
     )
 }
 
+/// A request's time, start to last byte: p50 and p99, in ms.
+pub fn request_line(s: &Stats) -> String {
+    format!(
+        " Request time (connect, GET, answer) over {} requests: p50 {:.3} ms, p99 {:.3} ms",
+        s.count,
+        s.p50 * 1e3,
+        s.p99 * 1e3
+    )
+}
+
 /// Latency samples are seconds; printed in ms.
 pub fn latency_line(s: &Stats, asked: u32) -> String {
     let ms = |v: f64| format!("{:.3} ms", v * 1e3);
@@ -138,25 +164,51 @@ pub fn latency_line(s: &Stats, asked: u32) -> String {
     )
 }
 
+/// What one path measured; a figure whose measurement failed is None.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct Measured {
+    /// One TCP stream, bytes/s.
+    pub throughput: Option<Stats>,
+    /// `streams` TCP streams at once, bytes/s in all.
+    pub parallel: Option<Stats>,
+    /// TCP connect times, seconds.
+    pub connect: Option<Stats>,
+    /// Small requests' times on fresh connections, seconds.
+    pub request: Option<Stats>,
+}
+
+impl Measured {
+    fn failed(&self, streams: u32) -> bool {
+        self.throughput.is_none()
+            || (streams > 1 && self.parallel.is_none())
+            || self.connect.is_none()
+            || self.request.is_none()
+    }
+}
+
 /// The comparison with the baseline: the tunnel's share of the
 /// in-cluster throughput, and the latency it adds.
-pub fn comparison(
-    from: &str,
-    tunnel: (Option<Stats>, Option<Stats>),
-    baseline: (Option<Stats>, Option<Stats>),
-) -> String {
+pub fn comparison(from: &str, tunnel: &Measured, baseline: &Measured, streams: u32) -> String {
     let mut s = String::from("Tunnel compared with the baseline\n");
-    match (tunnel.0, baseline.0) {
-        (Some(t), Some(b)) if b.mean > 0.0 => s.push_str(&format!(
-            " Throughput: {} through the tunnel, {} within {from}: {:.2}× the baseline ({:.0}%)\n",
+    let share = |label: &str, t: Option<Stats>, b: Option<Stats>| match (t, b) {
+        (Some(t), Some(b)) if b.mean > 0.0 => format!(
+            " {label}: {} through the tunnel, {} within {from}: {:.2}× the baseline ({:.0}%)\n",
             mbps(t.mean),
             mbps(b.mean),
             t.mean / b.mean,
             100.0 * t.mean / b.mean
-        )),
-        _ => s.push_str(" Throughput: not compared (a measurement failed)\n"),
+        ),
+        _ => format!(" {label}: not compared (a measurement failed)\n"),
+    };
+    s.push_str(&share("Throughput", tunnel.throughput, baseline.throughput));
+    if streams > 1 {
+        s.push_str(&share(
+            &format!("Throughput, {streams} streams"),
+            tunnel.parallel,
+            baseline.parallel,
+        ));
     }
-    match (tunnel.1, baseline.1) {
+    match (tunnel.connect, baseline.connect) {
         (Some(t), Some(b)) => s.push_str(&format!(
             " Latency: {:.3} ms through the tunnel, {:.3} ms within {from}: the tunnel adds {:.3} ms (mean)\n",
             t.mean * 1e3,
@@ -168,33 +220,58 @@ pub fn comparison(
     s
 }
 
-/// Parses `curl -w '%{speed_download} %{size_download}'`: bytes/s, after
-/// checking every byte arrived.
-pub fn parse_transfer(stdout: &str, want: u64) -> Result<f64, String> {
-    let mut fields = stdout.split_whitespace();
-    let speed: f64 = fields
-        .next()
-        .and_then(|f| f.parse().ok())
-        .ok_or_else(|| format!("curl printed no speed: {stdout:?}"))?;
-    let size: f64 = fields.next().and_then(|f| f.parse().ok()).unwrap_or(0.0);
-    if size as u64 != want {
+/// Parses `curl -w '%{size_download} %{time_total}\n'` of `streams`
+/// transfers run at once: bytes/s of them all (their bytes over the
+/// longest one's time), after checking every byte arrived.
+pub fn parse_transfers(stdout: &str, want: u64, streams: u32) -> Result<f64, String> {
+    let mut bytes = 0u64;
+    let mut longest = 0f64;
+    let mut seen = 0;
+    for line in stdout.lines().filter(|l| !l.trim().is_empty()) {
+        let mut fields = line.split_whitespace();
+        let size: f64 = fields
+            .next()
+            .and_then(|f| f.parse().ok())
+            .ok_or_else(|| format!("curl printed no size: {line:?}"))?;
+        let time: f64 = fields
+            .next()
+            .and_then(|f| f.parse().ok())
+            .ok_or_else(|| format!("curl printed no time: {line:?}"))?;
+        if size as u64 != want {
+            return Err(format!(
+                "only {size} of {want} bytes arrived: the transfer was cut short"
+            ));
+        }
+        bytes += want;
+        longest = longest.max(time);
+        seen += 1;
+    }
+    if seen != streams {
         return Err(format!(
-            "only {size} of {want} bytes arrived: the transfer was cut short"
+            "{seen} of {streams} transfers finished: {stdout:?}"
         ));
     }
-    Ok(speed)
+    if longest <= 0.0 {
+        return Err(format!("curl printed no time: {stdout:?}"));
+    }
+    Ok(bytes as f64 / longest)
 }
 
-/// Parses one `%{time_connect}` per line (seconds); a 0 is a transfer
-/// that did not connect, and is left out.
-pub fn parse_connect_times(stdout: &str) -> Vec<f64> {
+/// Parses `%{time_connect} %{time_total}` per line (seconds): connect
+/// times and request times; a 0 is a transfer that did not connect, and
+/// is left out.
+pub fn parse_request_times(stdout: &str) -> (Vec<f64>, Vec<f64>) {
     stdout
         .lines()
-        .filter_map(|l| l.trim().parse::<f64>().ok())
-        .filter(|t| *t > 0.0)
-        .collect()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace().map(|f| f.parse::<f64>().ok());
+            Some((f.next()??, f.next().flatten().unwrap_or(0.0)))
+        })
+        .filter(|(connect, _)| *connect > 0.0)
+        .unzip()
 }
 
+#[derive(Clone)]
 struct Bench<'a> {
     from: &'a Member,
     namespace: String,
@@ -202,24 +279,29 @@ struct Bench<'a> {
     size: u64,
     runs: u32,
     requests: u32,
+    streams: u32,
 }
 
 impl Bench<'_> {
-    /// Throughput runs against `base` (http://ip:port), printed as they go.
-    async fn throughput(&self, base: &str) -> anyhow::Result<Stats> {
+    /// Throughput runs against `base` (http://ip:port) with `streams`
+    /// TCP streams at once, printed as they go.
+    async fn throughput(&self, base: &str, streams: u32) -> anyhow::Result<Stats> {
         let url = format!("{base}/bytes/{}", self.size);
         let mut speeds = Vec::new();
         for run in 1..=self.runs {
-            let argv = probe_pods::curl(
+            let mut argv = probe_pods::curl(
                 &url,
                 TRANSFER_TIME,
-                &[
-                    "-o",
-                    "/dev/null",
-                    "-w",
-                    "%{speed_download} %{size_download}",
-                ],
+                &["-w", "%{size_download} %{time_total}\\n"],
             );
+            argv.pop();
+            if streams > 1 {
+                argv.extend(["-Z", "--parallel-immediate", "--parallel-max"].map(String::from));
+                argv.push(streams.to_string());
+            }
+            for _ in 0..streams {
+                argv.extend(["-o".into(), "/dev/null".into(), url.clone()]);
+            }
             let e = probe_pods::exec(
                 self.from,
                 &self.namespace,
@@ -235,9 +317,17 @@ impl Bench<'_> {
                     e.stderr.trim()
                 );
             }
-            let speed = parse_transfer(&e.stdout, self.size)
+            let speed = parse_transfers(&e.stdout, self.size, streams)
                 .map_err(|why| anyhow::anyhow!("{url}: {why}"))?;
-            println!(" Run {run}: {} at {}", human_size(self.size), mbps(speed));
+            if streams > 1 {
+                println!(
+                    " Run {run}: {streams} × {} at {} in all",
+                    human_size(self.size),
+                    mbps(speed)
+                );
+            } else {
+                println!(" Run {run}: {} at {}", human_size(self.size), mbps(speed));
+            }
             speeds.push(speed);
         }
         Stats::of(&speeds).context("no throughput runs")
@@ -245,12 +335,17 @@ impl Bench<'_> {
 
     /// `requests` fresh TCP connections to `base`, in one curl (each
     /// URL its own transfer, `Connection: close` so none is reused).
-    async fn latency(&self, base: &str) -> anyhow::Result<Stats> {
+    async fn latency(&self, base: &str) -> anyhow::Result<(Stats, Option<Stats>)> {
         let url = format!("{base}/health");
         let mut argv = probe_pods::curl(
             &url,
             Duration::from_secs(5),
-            &["-H", "Connection: close", "-w", "%{time_connect}\\n"],
+            &[
+                "-H",
+                "Connection: close",
+                "-w",
+                "%{time_connect} %{time_total}\\n",
+            ],
         );
         argv.pop();
         for _ in 0..self.requests {
@@ -260,14 +355,15 @@ impl Bench<'_> {
             Duration::from_secs(10 + 5 * u64::from(self.requests)).min(Duration::from_secs(590));
         let e =
             probe_pods::exec(self.from, &self.namespace, &self.client.name, &argv, limit).await?;
-        let times = parse_connect_times(&e.stdout);
-        Stats::of(&times).with_context(|| {
+        let (connects, requests) = parse_request_times(&e.stdout);
+        let connect = Stats::of(&connects).with_context(|| {
             format!(
                 "no connection to {url} succeeded (curl exit code {}: {}): run `flotilla network verify` to find the hop",
                 e.code,
                 e.stderr.trim()
             )
-        })
+        })?;
+        Ok((connect, Stats::of(&requests)))
     }
 
     /// Whether `base` answers at all, retried for a few seconds (routes
@@ -302,37 +398,54 @@ impl Bench<'_> {
         }
     }
 
-    /// Both measurements against `base`, each printed; a failure is
+    /// Every measurement against `base`, each printed; a failure is
     /// printed and leaves its figure out.
-    async fn measure(&self, base: &str, title: &str) -> (Option<Stats>, Option<Stats>) {
+    async fn measure(&self, base: &str, title: &str) -> Measured {
+        let mut m = Measured::default();
         if let Err(why) = self.reachable(base).await {
             println!("Performing tests from {title}");
             println!(" ✗ {why}");
-            return (None, None);
+            return m;
         }
-        println!("Performing throughput tests from {title}");
-        let t = match self.throughput(base).await {
-            Ok(s) => {
-                println!("{}", throughput_line(&s));
-                Some(s)
+        let mut counts = vec![1];
+        if self.streams > 1 {
+            counts.push(self.streams);
+        }
+        for streams in counts {
+            if streams == 1 {
+                println!("Performing throughput tests from {title}");
+            } else {
+                println!("Performing throughput tests with {streams} streams from {title}");
             }
-            Err(e) => {
-                println!(" ✗ {e:#}");
-                None
+            let got = match self.throughput(base, streams).await {
+                Ok(s) => {
+                    println!("{}", throughput_line(&s));
+                    Some(s)
+                }
+                Err(e) => {
+                    println!(" ✗ {e:#}");
+                    None
+                }
+            };
+            if streams == 1 {
+                m.throughput = got;
+            } else {
+                m.parallel = got;
             }
-        };
+        }
         println!("Performing latency tests from {title}");
-        let l = match self.latency(base).await {
-            Ok(s) => {
-                println!("{}", latency_line(&s, self.requests));
-                Some(s)
+        match self.latency(base).await {
+            Ok((connect, request)) => {
+                println!("{}", latency_line(&connect, self.requests));
+                if let Some(r) = &request {
+                    println!("{}", request_line(r));
+                }
+                m.connect = Some(connect);
+                m.request = request;
             }
-            Err(e) => {
-                println!(" ✗ {e:#}");
-                None
-            }
-        };
-        (t, l)
+            Err(e) => println!(" ✗ {e:#}"),
+        }
+        m
     }
 }
 
@@ -385,8 +498,9 @@ async fn benchmark(
     );
     namespaces.create(from, namespace).await?;
     namespaces.create(to, namespace).await?;
-    // Globalnet reaches B's pods only through an exported Service.
-    probe_pods::create_server(to, namespace, SERVER, server_node.as_deref(), globalnet).await?;
+    // Exported: Globalnet reaches B's pods only through an exported
+    // Service, and the ClusterSetIP path is measured too.
+    probe_pods::create_server(to, namespace, SERVER, server_node.as_deref(), true).await?;
     probe_pods::create_server(from, namespace, BASELINE, baseline_node.as_deref(), false).await?;
     probe_pods::create_client(from, namespace, CLIENT, client_node.as_deref()).await?;
     let server = probe_pods::wait_ready(to, namespace, SERVER, deadline).await?;
@@ -436,6 +550,7 @@ async fn benchmark(
         size: args.size,
         runs: args.runs,
         requests: args.requests,
+        streams: args.streams,
     };
     let tunnel = bench
         .measure(
@@ -446,6 +561,40 @@ async fn benchmark(
             ),
         )
         .await;
+    // The ClusterSetIP: the same pod behind the importing cluster's
+    // service proxy (one stream, and latency).
+    let cluster_set = match probe_pods::cluster_set_ip(
+        from,
+        to,
+        namespace,
+        SERVER,
+        deadline.saturating_duration_since(Instant::now()),
+    )
+    .await
+    {
+        Ok(ip) => {
+            let one_stream = Bench {
+                streams: 1,
+                ..bench.clone()
+            };
+            Some(
+                one_stream
+                    .measure(
+                        &format!("http://{ip}:{SERVICE_PORT}"),
+                        &format!(
+                            "non-gateway pod on cluster \"{}\" to ClusterSetIP {ip} (the server's export)",
+                            from.name
+                        ),
+                    )
+                    .await,
+            )
+        }
+        Err(why) => {
+            println!("Performing tests through the ClusterSetIP");
+            println!(" ✗ {why}");
+            None
+        }
+    };
     let base = bench
         .measure(
             &format!("http://{}:{SERVER_PORT}", baseline.ip),
@@ -455,10 +604,24 @@ async fn benchmark(
             ),
         )
         .await;
-    print!("{}", comparison(&from.name, tunnel, base));
-    Ok([tunnel.0, tunnel.1, base.0, base.1]
-        .iter()
-        .any(Option::is_none))
+    print!("{}", comparison(&from.name, &tunnel, &base, args.streams));
+    if let Some(path) = &args.summary {
+        // One stream and `streams` streams to the pod, one stream to the
+        // ClusterSetIP.
+        let through_tunnel = args.size * u64::from(args.runs) * u64::from(2 + args.streams);
+        let json = serde_json::json!({
+            "tunnel": tunnel,
+            "baseline": base,
+            "cluster_set_ip": cluster_set,
+            "streams": args.streams,
+            "bytes_through_tunnel": through_tunnel,
+        });
+        std::fs::write(path, json.to_string())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(tunnel.failed(args.streams)
+        || base.failed(args.streams)
+        || cluster_set.is_none_or(|m| m.failed(1)))
 }
 
 #[cfg(test)]
@@ -484,27 +647,32 @@ mod tests {
 
     #[test]
     fn stats_are_population_figures() {
-        let s = Stats::of(&[1.0, 2.0, 3.0, 4.0]).unwrap();
+        let s = Stats::of(&[4.0, 2.0, 1.0, 3.0]).unwrap();
         assert_eq!((s.min, s.mean, s.max, s.count), (1.0, 2.5, 4.0, 4));
+        assert_eq!((s.p50, s.p99), (2.0, 4.0));
         assert!((s.stddev - 1.118_034).abs() < 1e-6);
         assert!(Stats::of(&[]).is_none());
     }
 
     #[test]
     fn curl_output_is_read() {
-        assert_eq!(
-            parse_transfer("152300000.000 67108864", 67108864),
-            Ok(152_300_000.0)
-        );
+        assert_eq!(parse_transfers("4096 0.5\n", 4096, 1), Ok(8192.0));
+        // Streams at once: all their bytes over the longest one's time.
+        assert_eq!(parse_transfers("1000 0.5\n1000 1.0\n", 1000, 2), Ok(2000.0));
         assert!(
-            parse_transfer("1000 1024", 4096)
+            parse_transfers("1024 0.1", 4096, 1)
                 .unwrap_err()
                 .contains("cut short")
         );
-        assert!(parse_transfer("", 1).is_err());
+        assert!(
+            parse_transfers("4096 0.1", 4096, 2)
+                .unwrap_err()
+                .contains("1 of 2")
+        );
+        assert!(parse_transfers("", 1, 1).is_err());
         assert_eq!(
-            parse_connect_times("0.000412\n0.000000\n0.000503\n"),
-            vec![0.000412, 0.000503]
+            parse_request_times("0.000412 0.001\n0.000000 0.000\n0.000503 0.002\n"),
+            (vec![0.000412, 0.000503], vec![0.001, 0.002])
         );
     }
 
@@ -520,11 +688,29 @@ mod tests {
             latency_line(&l, 3),
             " TCP connect RTT over 2 requests: min 1.000 ms, mean 2.000 ms, max 3.000 ms, stddev 1.000 ms (1 failed)"
         );
-        let b = (Stats::of(&[440e6]), Stats::of(&[0.0005]));
-        let c = comparison("east", (Some(t), Some(l)), b);
-        assert!(c.contains("0.25× the baseline (25%)"), "{c}");
+        let b = Measured {
+            throughput: Stats::of(&[440e6]),
+            parallel: Stats::of(&[800e6]),
+            connect: Stats::of(&[0.0005]),
+            request: Stats::of(&[0.001]),
+        };
+        let tunnel = Measured {
+            throughput: Some(t),
+            parallel: Stats::of(&[400e6]),
+            connect: Some(l),
+            request: Stats::of(&[0.002]),
+        };
+        let c = comparison("east", &tunnel, &b, 8);
+        assert!(c.contains("Throughput: 110.0 MB/s through the tunnel, 440.0 MB/s within east: 0.25× the baseline (25%)"), "{c}");
+        assert!(c.contains("Throughput, 8 streams: 400.0 MB/s through the tunnel, 800.0 MB/s within east: 0.50× the baseline (50%)"), "{c}");
         assert!(c.contains("the tunnel adds 1.500 ms (mean)"), "{c}");
-        assert!(comparison("east", (None, None), b).contains("not compared"));
+        assert!(!comparison("east", &tunnel, &b, 1).contains("8 streams"));
+        assert!(comparison("east", &Measured::default(), &b, 8).contains("not compared"));
+        assert!(Measured::default().failed(1) && !tunnel.failed(8));
+        assert_eq!(
+            request_line(&Stats::of(&[0.001, 0.003]).unwrap()),
+            " Request time (connect, GET, answer) over 2 requests: p50 1.000 ms, p99 3.000 ms"
+        );
         assert_eq!(human_size(64 << 20), "64MiB");
     }
 }

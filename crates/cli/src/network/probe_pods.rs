@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use flotilla_core::mcs::ServiceExport;
+use flotilla_core::mcs::{ServiceExport, ServiceImport};
 use flotilla_fabric::api::{self as fabric, BROKER_NAMESPACE, Cluster as BrokerCluster, Gateway};
 use flotilla_federation::api::Cluster;
 use flotilla_federation::members::Members;
@@ -621,6 +621,43 @@ pub fn curl(url: &str, max_time: Duration, extra: &[&str]) -> Vec<String> {
     argv.extend(extra.iter().map(|s| s.to_string()));
     argv.push(url.into());
     argv
+}
+
+/// The ClusterSetIP of `to`'s export `name`, as the hub imported it into
+/// `from`, waiting up to `timeout`; or why there is none.
+pub async fn cluster_set_ip(
+    from: &Member,
+    to: &Member,
+    namespace: &str,
+    name: &str,
+    timeout: Duration,
+) -> Result<String, String> {
+    let api: Api<ServiceImport> = Api::namespaced(from.client.clone(), namespace);
+    let deadline = Instant::now() + timeout;
+    let mut seen = false;
+    loop {
+        if let Ok(Some(import)) = api.get_opt(name).await {
+            seen = true;
+            if let Some(ip) = import.spec.ips.first() {
+                return Ok(ip.clone());
+            }
+        }
+        if Instant::now() >= deadline {
+            let secs = timeout.as_secs();
+            return Err(if seen {
+                format!(
+                    "the ServiceImport {name} in {} has no ClusterSetIP yet after {secs}s (is the hub's MCS controller running? does it have a --clusterset-ip-range?)",
+                    from.name
+                )
+            } else {
+                format!(
+                    "no ServiceImport {name} in {} after {secs}s: the hub did not import {}'s ServiceExport (is the hub's MCS controller running? `kubectl --context {} -n {namespace} get serviceexport {name} -o yaml` shows its conditions)",
+                    from.name, to.name, to.name
+                )
+            });
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// The global IP Globalnet allocated to Service `name`, waiting for it

@@ -7,9 +7,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use flotilla_core::mcs::ServiceImport;
 use flotilla_fabric::api::{self, Gateway};
-use kube::Api;
 use serde_json::Value;
 
 use super::probe_pods::{
@@ -283,35 +281,14 @@ impl Probes<'_> {
 
     /// The ClusterSetIP of B's export, as the hub imported it into A.
     async fn cluster_set_ip(&self) -> Result<String, String> {
-        let api: Api<ServiceImport> = Api::namespaced(self.from().client.clone(), &self.namespace);
-        let deadline = Instant::now() + self.timeout;
-        let mut seen = false;
-        loop {
-            if let Ok(Some(import)) = api.get_opt(SERVER).await {
-                seen = true;
-                if let Some(ip) = import.spec.ips.first() {
-                    return Ok(ip.clone());
-                }
-            }
-            if Instant::now() >= deadline {
-                let from = &self.from().name;
-                return Err(if seen {
-                    format!(
-                        "the ServiceImport {SERVER} in {from} has no ClusterSetIP yet after {}s (is the hub's MCS controller running? does it have a --clusterset-ip-range?)",
-                        self.timeout.as_secs()
-                    )
-                } else {
-                    format!(
-                        "no ServiceImport {SERVER} in {from} after {}s: the hub did not import {}'s ServiceExport (is the hub's MCS controller running? `kubectl --context {} -n {} get serviceexport {SERVER} -o yaml` shows its conditions)",
-                        self.timeout.as_secs(),
-                        self.to().name,
-                        self.to().name,
-                        self.namespace
-                    )
-                });
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
+        probe_pods::cluster_set_ip(
+            self.from(),
+            self.to(),
+            &self.namespace,
+            SERVER,
+            self.timeout,
+        )
+        .await
     }
 
     /// Resolves `name` inside the client until it resolves or the

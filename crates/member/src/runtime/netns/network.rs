@@ -286,6 +286,16 @@ impl MemberNetwork {
                     "net.ipv4.ping_group_range=0 2147483647",
                 ],
             )
+            .await?;
+            // The node answers the pod's ARP for its gateway at once: by
+            // default a proxied answer waits up to 0.8 s (`proxy_delay`),
+            // which a pod whose neighbour entry had expired paid on a
+            // fresh connection's SYN-ACK (Calico sets 0 too). Per link: a
+            // namespace other than the first has no `neigh.default`.
+            host::sysctl(
+                &node.netns,
+                &[&format!("net.ipv4.neigh.{veth}.proxy_delay=0")],
+            )
             .await
         };
         match made.await {
