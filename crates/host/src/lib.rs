@@ -3,10 +3,12 @@
 //! they drive (iproute2's `ip`, `nft`, `sysctl`), the checks that they may
 //! use them, and sockets opened inside a network namespace.
 //!
-//! Links and addresses are made with `ip` rather than netlink from this
-//! process: every step is then one command a reader can run by hand, and
-//! a namespace is entered only by the child that needs it.
+//! Nodes' and gateways' links are made with `ip`: every step is one
+//! command a reader can run by hand, made once per node. A pod's, made in
+//! bursts of hundreds, is made over netlink ([`netlink`]).
 #![forbid(unsafe_code)]
+
+pub mod netlink;
 
 use std::io;
 use std::net::SocketAddr;
@@ -176,13 +178,9 @@ pub fn namespaces_with_prefix(prefix: &str) -> Vec<String> {
 
 /// Processes inside a network namespace.
 pub async fn pids_in(netns: &str) -> Vec<i32> {
-    ip(&["netns", "pids", netns])
+    let netns = netns.to_string();
+    tokio::task::spawn_blocking(move || netlink::pids_in(&netns))
         .await
-        .map(|out| {
-            out.split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .collect()
-        })
         .unwrap_or_default()
 }
 
@@ -201,7 +199,7 @@ pub async fn remove_netns(netns: &str) {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    if let Err(error) = ip(&["netns", "del", netns]).await {
+    if let Err(error) = netlink::delete_netns(netns) {
         tracing::warn!(%error, netns, "cannot remove a network namespace");
     }
 }

@@ -27,6 +27,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use crate::config::SimConfig;
+use flotilla_host::netlink::Netlink;
 use flotilla_host::{self as host, HostError};
 
 /// The names and addresses of one member's network. Clones share its
@@ -54,7 +55,7 @@ pub struct NodeNetwork {
 }
 
 /// Every pod's default gateway: its node's end of the veth, by proxy ARP.
-pub const POD_GATEWAY: &str = "169.254.1.1";
+pub const POD_GATEWAY: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
 
 fn first_host(net: Ipv4Net) -> Ipv4Addr {
     Ipv4Addr::from(u32::from(net.network()).saturating_add(1))
@@ -254,29 +255,34 @@ impl MemberNetwork {
         ip: Ipv4Addr,
     ) -> Result<(), HostError> {
         let made = async {
-            host::ip(&["netns", "add", netns]).await?;
+            host::netlink::add_netns(netns)
+                .await
+                .map_err(|e| failed("netns add", e))?;
             // The node's end is named after the pod's namespace (15 chars max).
             let veth = veth_name(netns);
-            host::ip_batch(
-                &node.netns,
-                &[
-                    format!("link add {veth} type veth peer name eth0 netns {netns}"),
-                    format!("link set {veth} up"),
-                    format!("route add {ip}/32 dev {veth}"),
-                ],
-            )
-            .await?;
-            host::ip_batch(
-                netns,
-                &[
-                    "link set lo up".into(),
-                    format!("addr add {ip}/32 dev eth0"),
-                    "link set eth0 up".into(),
-                    format!("route add {POD_GATEWAY} dev eth0 scope link"),
-                    format!("route add default via {POD_GATEWAY} dev eth0"),
-                ],
-            )
-            .await?;
+            let pod_ns = std::fs::File::open(host::netns_path(netns))
+                .map_err(|e| failed("open the pod's namespace", e))?;
+            let on_node = Netlink::open(&node.netns)
+                .await
+                .map_err(|e| failed("netlink in the node", e))?;
+            let in_pod = Netlink::open(netns)
+                .await
+                .map_err(|e| failed("netlink in the pod", e))?;
+            let wire = async {
+                on_node.add_veth(&veth, "eth0", &pod_ns).await?;
+                let node_end = on_node.index(&veth).await?;
+                on_node.set_up(node_end).await?;
+                on_node.add_route(ip, 32, node_end, None).await?;
+                in_pod.set_up(in_pod.index("lo").await?).await?;
+                let eth0 = in_pod.index("eth0").await?;
+                in_pod.add_address(eth0, ip, 32).await?;
+                in_pod.set_up(eth0).await?;
+                in_pod.add_route(POD_GATEWAY, 32, eth0, None).await?;
+                in_pod
+                    .add_route(Ipv4Addr::UNSPECIFIED, 0, eth0, Some(POD_GATEWAY))
+                    .await
+            };
+            wire.await.map_err(|e| failed("wire the pod", e))?;
             // Containers run as users other than root and still bind the
             // ports their manifests declare, as with a container runtime.
             host::sysctl(
@@ -317,6 +323,13 @@ impl MemberNetwork {
     /// Removes the whole network.
     pub async fn destroy(&self) {
         self.clean().await;
+    }
+}
+
+fn failed(step: &str, e: std::io::Error) -> HostError {
+    HostError::Failed {
+        command: step.to_string(),
+        stderr: e.to_string(),
     }
 }
 
