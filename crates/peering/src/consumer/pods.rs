@@ -31,8 +31,10 @@ pub async fn run(peers: Arc<Peers>) {
     crate::wake::on_changes(Api::<Pod>::all(peers.local.clone()), wake.clone());
     // A twin turning ready lets waiting pods go.
     super::wake_on_offloadings(&peers.local, &wake);
+    // The provider's pods changing (Running, Ready) too.
+    let mut remote = crate::wake::RemoteWatches::new(wake.clone());
     loop {
-        if let Err(error) = pass(&peers)
+        if let Err(error) = pass(&peers, &mut remote)
             .instrument(info_span!(
                 "reconcile",
                 controller = "liqo-virtual-kubelet-pods"
@@ -41,16 +43,31 @@ pub async fn run(peers: Arc<Peers>) {
         {
             debug!(%error, "offloaded pods not synced");
         }
+        remote.end_pass();
         crate::wake::woken_or_after(&wake, PERIOD).await;
     }
 }
 
-async fn pass(peers: &Peers) -> Result<(), kube::Error> {
+async fn pass(peers: &Peers, remote: &mut crate::wake::RemoteWatches) -> Result<(), kube::Error> {
     let providers = peers.providers().await;
     if providers.is_empty() {
         return Ok(());
     }
     let entries = offloading::list(&peers.local).await;
+    let origin = format!("{ORIGIN_LABEL}={}", peers.cluster_id);
+    for provider in &providers {
+        for e in &entries {
+            if let Some(ns) = e.object.namespace()
+                && let Some(twin) = offloading::twin_in(&entries, &ns, &provider.id)
+            {
+                remote.keep(
+                    format!("{}/{twin}", provider.id),
+                    Api::<Pod>::namespaced(provider.client.clone(), &twin),
+                    kube::runtime::watcher::Config::default().labels(&origin),
+                );
+            }
+        }
+    }
     let pods: Api<Pod> = Api::all(peers.local.clone());
     for provider in &providers {
         let node = virtual_node_name(&provider.id);

@@ -14,7 +14,8 @@ use tracing::{debug, info};
 
 use super::{Peers, Provider};
 use crate::api::{
-    LocalRef, REMOTE_CLUSTER_ID, ResourceQuotaSpec, ResourceSlice, VirtualNode, VirtualNodeSpec,
+    ForeignCluster, LocalRef, REMOTE_CLUSTER_ID, ResourceQuotaSpec, ResourceSlice, VirtualNode,
+    VirtualNodeSpec,
 };
 use crate::peer::CREATE_VIRTUAL_NODE;
 use crate::provider::grant::{GRANTED_FOR, request_digest};
@@ -24,13 +25,28 @@ const MANAGER: &str = "liqo-crd-replicator";
 const PERIOD: Duration = Duration::from_millis(500);
 
 pub async fn run(peers: Arc<Peers>) {
+    // A slice asked for here, a peering made, or a provider's grant wakes
+    // the loop at once; the period is a fallback.
+    let wake = Arc::new(tokio::sync::Notify::new());
+    crate::wake::on_changes(Api::<ResourceSlice>::all(peers.local.clone()), wake.clone());
+    crate::wake::on_changes(
+        Api::<ForeignCluster>::all(peers.local.clone()),
+        wake.clone(),
+    );
+    let mut remote = crate::wake::RemoteWatches::new(wake.clone());
     loop {
         for provider in peers.providers().await {
+            remote.keep(
+                provider.id.clone(),
+                Api::<ResourceSlice>::namespaced(provider.client.clone(), &provider.remote_tenant),
+                kube::runtime::watcher::Config::default(),
+            );
             if let Err(error) = sync(&peers, &provider).await {
                 debug!(%error, provider = %provider.id, "resource slices not synced");
             }
         }
-        tokio::time::sleep(PERIOD).await;
+        remote.end_pass();
+        crate::wake::woken_or_after(&wake, PERIOD).await;
     }
 }
 

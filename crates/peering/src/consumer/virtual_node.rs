@@ -30,11 +30,15 @@ const KUBELET_VERSION: &str = "v1.32.0-flotilla";
 
 pub async fn run(peers: Arc<Peers>) {
     let mut last_write: HashMap<String, (bool, Instant)> = HashMap::new();
+    // A VirtualNode made or changed (a slice granted) is acted on at once;
+    // the period keeps the heartbeat.
+    let wake = Arc::new(tokio::sync::Notify::new());
+    crate::wake::on_changes(Api::<VirtualNode>::all(peers.local.clone()), wake.clone());
     loop {
         if let Err(error) = pass(&peers, &mut last_write).await {
             warn!(%error, "virtual nodes not synced");
         }
-        tokio::time::sleep(PERIOD).await;
+        crate::wake::woken_or_after(&wake, PERIOD).await;
     }
 }
 

@@ -27,11 +27,14 @@ pub const GRANTED_FOR: &str = "liqo.io/granted-for";
 const SHARED: [&str; 3] = ["cpu", "memory", "pods"];
 
 pub async fn run(local: Client) {
+    // A consumer's request is granted as soon as it arrives.
+    let wake = std::sync::Arc::new(tokio::sync::Notify::new());
+    crate::wake::on_changes(Api::<ResourceSlice>::all(local.clone()), wake.clone());
     loop {
         if let Err(error) = pass(&local).await {
             debug!(%error, "resource slices not granted");
         }
-        tokio::time::sleep(PERIOD).await;
+        crate::wake::woken_or_after(&wake, PERIOD).await;
     }
 }
 
