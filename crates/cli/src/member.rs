@@ -725,11 +725,19 @@ async fn start_member(
         authorization_mode: args.authorization_mode,
         storage: args.storage.clone(),
     };
+    // Pods' start, step by step, in `/metrics` (a netns member's only).
+    let timings = Arc::new(flotilla_member::runtime::netns::timings::Timings::default());
+    let metrics: Option<flotilla_apiserver::config::MetricsSource> =
+        matches!(args.runtime, RuntimeKind::Netns).then(|| {
+            let timings = timings.clone();
+            Arc::new(move || timings.render()) as flotilla_apiserver::config::MetricsSource
+        });
     let config = Config {
         service_network: ServiceNetwork {
             cluster_ip_range: args.service_cidr,
             ..ServiceNetwork::default()
         },
+        metrics,
         ..Config::default()
     };
     let p = apiserver::prepare(&data_dir, &serve_args, config).await?;
@@ -785,6 +793,7 @@ async fn start_member(
                     &sim.cluster_name,
                 ),
                 roster: roster.clone(),
+                timings,
             };
             let netns = NetnsRuntime::start(config, events)
                 .await

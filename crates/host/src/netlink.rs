@@ -101,6 +101,10 @@ impl Drop for Netlink {
     }
 }
 
+fn no_link(name: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::NotFound, format!("no link {name}"))
+}
+
 fn failed(what: &str, e: rtnetlink::Error) -> io::Error {
     io::Error::other(format!("{what}: {e}"))
 }
@@ -131,10 +135,13 @@ impl Netlink {
             .execute();
         match links.try_next().await {
             Ok(Some(link)) => Ok(link.header.index),
-            Ok(None) => Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("no link {name}"),
-            )),
+            Ok(None) => Err(no_link(name)),
+            // The kernel answers a name it does not know with ENODEV.
+            Err(rtnetlink::Error::NetlinkError(m))
+                if m.raw_code() == -(nix::errno::Errno::ENODEV as i32) =>
+            {
+                Err(no_link(name))
+            }
             Err(e) => Err(failed(&format!("cannot find link {name}"), e)),
         }
     }
@@ -159,6 +166,21 @@ impl Netlink {
             .execute()
             .await
             .map_err(|e| failed(&format!("cannot add veth {name}"), e))
+    }
+
+    /// Deletes link `name`; one already gone is not an error.
+    pub async fn delete_link(&self, name: &str) -> io::Result<()> {
+        let index = match self.index(name).await {
+            Ok(i) => i,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        self.handle
+            .link()
+            .del(index)
+            .execute()
+            .await
+            .map_err(|e| failed(&format!("cannot delete link {name}"), e))
     }
 
     pub async fn set_up(&self, index: u32) -> io::Result<()> {
@@ -284,6 +306,11 @@ mod tests {
         assert!(!pids_in(&a).is_empty());
         let _ = sleeper.kill();
         let _ = sleeper.wait();
+        na.delete_link("va").await.unwrap();
+        assert!(na.index("va").await.is_err(), "the veth is gone");
+        na.delete_link("va")
+            .await
+            .expect("a link already gone is no error");
         drop((na, nb, b_file));
         delete_netns(&a).unwrap();
         delete_netns(&b).unwrap();

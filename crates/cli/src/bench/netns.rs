@@ -33,6 +33,26 @@ async fn pod_processes(prefix: &str) -> Vec<u32> {
     pids
 }
 
+/// Each pod-start step's (label, sum seconds, count) in the member's
+/// `/metrics`; empty where it has none.
+async fn step_timings(client: &kube::Client) -> Vec<(&'static str, (f64, u64))> {
+    use flotilla_member::runtime::netns::timings::{Step, read};
+    let Ok(request) = http::Request::get("/metrics").body(Vec::new()) else {
+        return Vec::new();
+    };
+    let Ok(text) = client.request_text(request).await else {
+        return Vec::new();
+    };
+    [
+        ("sandbox files", Step::SandboxFiles),
+        ("network", Step::Network),
+        ("container start", Step::ProcessStart),
+    ]
+    .into_iter()
+    .filter_map(|(label, step)| Some((label, read(&text, step.metric())?)))
+    .collect()
+}
+
 /// One HTTP/1.1 request on a fresh connection from inside `netns`.
 async fn request(netns: &str, addr: SocketAddr) -> anyhow::Result<()> {
     let mut s = host::connect_in(netns, addr, Duration::from_secs(5)).await?;
@@ -170,6 +190,7 @@ async fn measure(
             },
         },
     }))?;
+    let steps_before = step_timings(&member.client).await;
     let applied = Instant::now();
     deployments
         .create(&PostParams::default(), &deployment)
@@ -211,6 +232,29 @@ async fn measure(
                            "p99": percentile(&took, 0.99) * 1000.0}),
     );
     figures.insert("pods_seen".into(), took.len().into());
+    // Each step's mean per pod over the burst, from the member's /metrics.
+    let steps_after = step_timings(&member.client).await;
+    let mut split = serde_json::Map::new();
+    for ((label, before), (_, after)) in steps_before.iter().zip(&steps_after) {
+        let n = after.1.saturating_sub(before.1);
+        if n > 0 {
+            split.insert(
+                label.to_string(),
+                ((after.0 - before.0) / n as f64 * 1000.0).into(),
+            );
+        }
+    }
+    if !split.is_empty() {
+        out.line(format!(
+            "per pod, the member's own steps (mean, ms, as its /metrics sums them; under a burst they include waiting for the CPU): {}",
+            split
+                .iter()
+                .map(|(k, v)| format!("{k} {:.2}", v.as_f64().unwrap_or(0.0)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        figures.insert("pod_start_step_ms".into(), split.into());
+    }
 
     let after_kib = rss_kib(pid, "VmRSS:");
     let pod_pids = pod_processes(prefix.trim()).await;

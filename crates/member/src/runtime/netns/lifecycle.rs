@@ -50,6 +50,7 @@ impl PodSandbox {
 impl NetnsRuntime {
     /// Starts one container of `sb`, or records why not.
     async fn launch(&self, sb: &mut PodSandbox, key: &str, group: Group, index: usize) {
+        let launch_started = std::time::Instant::now();
         let host_ip = self
             .config
             .shape
@@ -171,6 +172,9 @@ impl NetnsRuntime {
             events.changed(&pod_key)
         }) {
             Ok(p) => {
+                self.config
+                    .timings
+                    .record(super::timings::Step::ProcessStart, launch_started.elapsed());
                 let target = probes::ProbeTarget {
                     netns: netns.clone(),
                     node_netns: node_netns.clone(),

@@ -21,6 +21,7 @@ pub mod shim;
 pub mod spec;
 pub mod standin;
 pub mod streams;
+pub mod timings;
 pub mod usage;
 
 use std::collections::HashMap;
@@ -58,6 +59,8 @@ pub struct NetnsConfig {
     /// The member's nodes: each gets its network namespace while it is
     /// one of them.
     pub roster: Arc<crate::roster::Roster>,
+    /// Where pods' start times go (the member's `/metrics` reads them).
+    pub timings: Arc<timings::Timings>,
 }
 
 /// Keeps a network namespace for each of the member's nodes as they
@@ -284,6 +287,7 @@ impl NetnsRuntime {
         };
         let uid = full.uid().unwrap_or_default();
         let netns = self.network.pod_netns(&uid);
+        let files_started = Instant::now();
         let dir = self.config.data_dir.join("pods").join(&uid);
         std::fs::create_dir_all(dir.join("etc"))
             .map_err(|e| sandbox_error(format!("cannot make {}: {e}", dir.display())))?;
@@ -303,10 +307,17 @@ impl NetnsRuntime {
                     .unwrap_or_else(|| full.name_any())
             ),
         )?;
+        self.config
+            .timings
+            .record(timings::Step::SandboxFiles, files_started.elapsed());
+        let network_started = Instant::now();
         if let Err(e) = self.network.create_pod(&node, &netns, ip).await {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(sandbox_error(e.to_string()));
         }
+        self.config
+            .timings
+            .record(timings::Step::Network, network_started.elapsed());
         let spec = full.spec.clone().unwrap_or_default();
         let grace = spec.termination_grace_period_seconds.unwrap_or(30).max(0) as u64;
         Ok(PodSandbox {

@@ -317,7 +317,9 @@ impl MemberNetwork {
     pub async fn remove_pod(&self, node: &NodeNetwork, netns: &str) {
         host::remove_netns(netns).await;
         // The veth goes with the namespace; this catches a half-made one.
-        let _ = host::ip(&["-n", &node.netns, "link", "del", &veth_name(netns)]).await;
+        if let Ok(on_node) = Netlink::open(&node.netns).await {
+            let _ = on_node.delete_link(&veth_name(netns)).await;
+        }
     }
 
     /// Removes the whole network.
