@@ -969,6 +969,64 @@ fn services_dns_and_network_policy_work_inside_a_member() {
     .collect();
     assert_eq!(ready.len(), 2);
 
+    // Each node answers its pods' ARP for their gateway at once (a
+    // delayed answer held a fresh connection's SYN-ACK up to 0.8 s).
+    let nodes: Vec<String> = namespaces_of(&m)
+        .into_iter()
+        .filter(|n| {
+            n.rsplit('-').next().is_some_and(|s| {
+                s.strip_prefix('n')
+                    .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+            })
+        })
+        .collect();
+    assert_eq!(nodes.len(), 2, "{nodes:?}");
+    let mut veths = 0;
+    for node in &nodes {
+        let links = std::process::Command::new("ip")
+            .args(["-n", node, "-o", "link", "show", "type", "veth"])
+            .output()
+            .expect("ip");
+        for line in String::from_utf8_lossy(&links.stdout).lines() {
+            // The node's own eth0 is its uplink, not a pod's.
+            let Some(name) = line
+                .split(": ")
+                .nth(1)
+                .and_then(|n| n.split('@').next())
+                .filter(|n| *n != "eth0")
+            else {
+                continue;
+            };
+            let delay = std::process::Command::new("ip")
+                .args(["netns", "exec", node, "cat"])
+                .arg(format!("/proc/sys/net/ipv4/neigh/{name}/proxy_delay"))
+                .output()
+                .expect("ip netns exec");
+            assert_eq!(
+                String::from_utf8_lossy(&delay.stdout).trim(),
+                "0",
+                "{node}/{name} delays its proxied ARP answers"
+            );
+            veths += 1;
+        }
+    }
+    assert!(veths >= 5, "every pod's veth was looked at ({veths})");
+
+    // The member's /metrics says where its pods' starts went.
+    let metrics = m.ok(&["get", "--raw", "/metrics"]);
+    for step in [
+        "flotilla_kubelet_pod_sandbox_files_seconds",
+        "flotilla_kubelet_pod_network_setup_seconds",
+        "flotilla_kubelet_container_process_start_seconds",
+    ] {
+        let count: u64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{step}_count ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {step} in /metrics:\n{metrics}"));
+        assert!(count >= 5, "{step}: {count} pods' starts counted");
+    }
+
     // By name, through cluster DNS and the Service: only ready pods
     // answer, and both of them do.
     let mut seen = std::collections::BTreeSet::new();
