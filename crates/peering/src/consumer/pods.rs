@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, PodSpec, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -23,6 +24,8 @@ use crate::api::{
 };
 
 const PERIOD: Duration = Duration::from_millis(500);
+/// Pods of one twin namespace synced at once within a pass.
+const POD_CONCURRENCY: usize = 16;
 
 pub async fn run(peers: Arc<Peers>) {
     // Local pod changes wake the loop at once; the period catches the
@@ -147,59 +150,30 @@ async fn sync_namespace(
     } else {
         None
     };
-    for pod in local {
-        let name = pod.name_any();
-        let shadow = existing.iter().find(|s| s.name_any() == name);
-        let remote = running.iter().find(|p| p.name_any() == name);
-        let token_name = super::tokens::secret_name(&name);
-        let token = token_secrets.iter().find(|s| s.name_any() == token_name);
-        if pod.metadata.deletion_timestamp.is_some() {
-            if shadow.is_some() {
-                let _ = shadows.delete(&name, &DeleteParams::default()).await;
-            }
-            if token.is_some() {
-                let _ = secrets.delete(&token_name, &DeleteParams::default()).await;
-            }
-            if remote.is_none() || shadow.is_none() {
-                force_delete(&local_api, pod).await;
-            }
-            continue;
-        }
-        if super::tokens::wanted(pod) {
-            super::tokens::ensure(peers, provider, pod, &remote_ns, token).await?;
-        }
-        if shadow.is_none() {
-            let s = shadow_pod(peers, provider, pod);
-            match shadows.create(&PostParams::default(), &s).await {
-                Ok(_) => {
-                    info!(pod = %name, namespace = %ns, provider = %provider.id, remote_namespace = %remote_ns, "pod offloaded");
-                }
-                Err(kube::Error::Api(e)) if e.code == 409 => {
-                    back_off(
-                        &local_api,
-                        pod,
-                        &format!(
-                            "a pod named {name} already exists in namespace {remote_ns} of cluster {} and was not offloaded from here",
-                            provider.id
-                        ),
-                    )
-                    .await;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        if !pod.labels().contains_key(SHADOW_POD_LABEL) {
-            let _ = local_api
-                .patch(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"metadata": {"labels": {SHADOW_POD_LABEL: "true"}}})),
-                )
-                .await;
-        }
-        let address = global.as_ref().map(|g| g.get(&name).cloned());
-        reflect_status(&local_api, pod, remote, address).await;
+    let twin = Twin {
+        peers,
+        provider,
+        ns,
+        remote_ns: &remote_ns,
+        local_api: &local_api,
+        shadows: &shadows,
+        secrets: &secrets,
+        existing: &existing,
+        running: &running,
+        token_secrets: &token_secrets,
+        global: global.as_ref(),
+    };
+    // Pods one after another made a burst's pass as long as its round
+    // trips; a few at a time overlap them.
+    // The futures are made before the stream (a closure kept in a
+    // spawned task's stream trips the compiler's lifetime inference).
+    let syncs: Vec<_> = local.iter().map(|pod| twin.sync_pod(pod)).collect();
+    let results: Vec<Result<(), kube::Error>> = futures::stream::iter(syncs)
+        .buffer_unordered(POD_CONCURRENCY)
+        .collect()
+        .await;
+    if let Some(error) = results.into_iter().find_map(Result::err) {
+        return Err(error);
     }
     // Tokens of pods that are gone.
     for s in &token_secrets {
@@ -219,6 +193,86 @@ async fn sync_namespace(
         }
     }
     Ok(())
+}
+
+/// What a pass knows of one namespace's twin in a provider.
+struct Twin<'a> {
+    peers: &'a Peers,
+    provider: &'a Provider,
+    ns: &'a str,
+    remote_ns: &'a str,
+    local_api: &'a Api<Pod>,
+    shadows: &'a Api<ShadowPod>,
+    secrets: &'a Api<Secret>,
+    existing: &'a [ShadowPod],
+    running: &'a [Pod],
+    token_secrets: &'a [Secret],
+    global: Option<&'a BTreeMap<String, String>>,
+}
+
+impl Twin<'_> {
+    /// One local pod: its ShadowPod (and token) in the twin, or gone with
+    /// it; the remote pod's status on it.
+    async fn sync_pod(&self, pod: &Pod) -> Result<(), kube::Error> {
+        let (peers, provider, ns, remote_ns) = (self.peers, self.provider, self.ns, self.remote_ns);
+        let (local_api, shadows, secrets) = (self.local_api, self.shadows, self.secrets);
+        let name = pod.name_any();
+        let shadow = self.existing.iter().find(|s| s.name_any() == name);
+        let remote = self.running.iter().find(|p| p.name_any() == name);
+        let token_name = super::tokens::secret_name(&name);
+        let token = self
+            .token_secrets
+            .iter()
+            .find(|s| s.name_any() == token_name);
+        if pod.metadata.deletion_timestamp.is_some() {
+            if shadow.is_some() {
+                let _ = shadows.delete(&name, &DeleteParams::default()).await;
+            }
+            if token.is_some() {
+                let _ = secrets.delete(&token_name, &DeleteParams::default()).await;
+            }
+            if remote.is_none() || shadow.is_none() {
+                force_delete(local_api, pod).await;
+            }
+            return Ok(());
+        }
+        if super::tokens::wanted(pod) {
+            super::tokens::ensure(peers, provider, pod, remote_ns, token).await?;
+        }
+        if shadow.is_none() {
+            let s = shadow_pod(peers, provider, pod);
+            match shadows.create(&PostParams::default(), &s).await {
+                Ok(_) => {
+                    info!(pod = %name, namespace = %ns, provider = %provider.id, remote_namespace = %remote_ns, "pod offloaded");
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    back_off(
+                        local_api,
+                        pod,
+                        &format!(
+                            "a pod named {name} already exists in namespace {remote_ns} of cluster {} and was not offloaded from here",
+                            provider.id
+                        ),
+                    )
+                    .await;
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if !pod.labels().contains_key(SHADOW_POD_LABEL) {
+            let _ = local_api
+                .patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"labels": {SHADOW_POD_LABEL: "true"}}})),
+                )
+                .await;
+        }
+        let address = self.global.map(|g| g.get(&name).cloned());
+        reflect_status(local_api, pod, remote, address).await;
+        Ok(())
+    }
 }
 
 /// The ShadowPod of local pod `pod`, as Liqo forges it: the pod's spec

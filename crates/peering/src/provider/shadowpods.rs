@@ -19,6 +19,8 @@ use tracing::{debug, info, warn};
 use crate::api::{MANAGED_BY_LABEL, MANAGED_BY_SHADOWPOD, ShadowPod};
 
 const PERIOD: Duration = Duration::from_millis(500);
+/// ShadowPods synced at once within a pass.
+const CONCURRENCY: usize = 16;
 
 pub async fn run(local: Client) {
     let wake = Arc::new(Notify::new());
@@ -64,43 +66,57 @@ async fn pass(local: &Client) -> Result<(), kube::Error> {
         .list(&ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_SHADOWPOD}")))
         .await?
         .items;
-    for shadow in &shadows {
-        if shadow.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let ns = shadow.namespace().unwrap_or_default();
-        let name = shadow.name_any();
-        let pod = pods
-            .iter()
-            .find(|p| p.namespace().as_deref() == Some(&ns) && p.name_any() == name);
-        let api: Api<Pod> = Api::namespaced(local.clone(), &ns);
-        let phase = match pod {
-            Some(p) => p
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.clone())
-                .unwrap_or_else(|| "Pending".into()),
-            None => {
-                match api.create(&PostParams::default(), &pod_of(shadow)).await {
-                    Ok(_) => info!(pod = %name, namespace = %ns, "pod created for shadow pod"),
-                    Err(kube::Error::Api(e)) if e.code == 409 => {
-                        warn!(pod = %name, namespace = %ns, "a pod of that name exists and is not this shadow pod's");
-                    }
-                    Err(e) => return Err(e),
+    // A burst's ShadowPods a few at a time: one after another made a
+    // pass as long as all their round trips.
+    let syncs: Vec<_> = shadows
+        .iter()
+        .filter(|s| s.metadata.deletion_timestamp.is_none())
+        .map(|shadow| sync_one(local, shadow, &pods))
+        .collect();
+    let results: Vec<Result<(), kube::Error>> = futures::stream::iter(syncs)
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await;
+    results
+        .into_iter()
+        .find_map(Result::err)
+        .map_or(Ok(()), Err)
+}
+
+/// One ShadowPod: its pod made if missing, its phase reported.
+async fn sync_one(local: &Client, shadow: &ShadowPod, pods: &[Pod]) -> Result<(), kube::Error> {
+    let ns = shadow.namespace().unwrap_or_default();
+    let name = shadow.name_any();
+    let pod = pods
+        .iter()
+        .find(|p| p.namespace().as_deref() == Some(&ns) && p.name_any() == name);
+    let api: Api<Pod> = Api::namespaced(local.clone(), &ns);
+    let phase = match pod {
+        Some(p) => p
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_else(|| "Pending".into()),
+        None => {
+            match api.create(&PostParams::default(), &pod_of(shadow)).await {
+                Ok(_) => info!(pod = %name, namespace = %ns, "pod created for shadow pod"),
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    warn!(pod = %name, namespace = %ns, "a pod of that name exists and is not this shadow pod's");
                 }
-                "Pending".into()
+                Err(e) => return Err(e),
             }
-        };
-        if shadow.status.as_ref().map(|s| s.phase.as_str()) != Some(phase.as_str()) {
-            let shadows: Api<ShadowPod> = Api::namespaced(local.clone(), &ns);
-            let _ = shadows
-                .patch_status(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"status": {"phase": phase}})),
-                )
-                .await;
+            "Pending".into()
         }
+    };
+    if shadow.status.as_ref().map(|s| s.phase.as_str()) != Some(phase.as_str()) {
+        let shadows: Api<ShadowPod> = Api::namespaced(local.clone(), &ns);
+        let _ = shadows
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": phase}})),
+            )
+            .await;
     }
     Ok(())
 }
