@@ -74,7 +74,12 @@ impl Batch {
 
     /// The datagrams, one slice each.
     pub fn datagrams(&self) -> impl Iterator<Item = &[u8]> {
-        self.buf[..if self.count == 0 { 0 } else { self.buf.len() }].chunks(self.segment.max(1))
+        let sent = if self.count == 0 {
+            &[][..]
+        } else {
+            &self.buf[..]
+        };
+        sent.chunks(self.segment.max(1))
     }
 }
 

@@ -10,6 +10,7 @@
 //! - `network`: the fabric between peers (the provider as broker);
 //! - `admission`: the pod mutation of offloaded namespaces, in the
 //!   consumer's API server;
+//! - `concurrent`: a pass's per-object work, a few at a time;
 //! - `admiralty`: Admiralty's elected pods (proxy and delegate pods,
 //!   Targets) on the same machinery.
 //!
@@ -20,6 +21,7 @@
 pub mod admiralty;
 pub mod admission;
 pub mod api;
+pub mod concurrent;
 pub mod consumer;
 pub mod globalips;
 pub mod identity;

@@ -178,6 +178,13 @@ pub struct Measured {
 }
 
 impl Measured {
+    /// The transfers of `--size` its throughput runs made (a run with
+    /// `streams` streams made that many).
+    fn transfers(&self, streams: u32) -> u64 {
+        let runs = |s: Option<Stats>| s.map_or(0, |s| s.count as u64);
+        runs(self.throughput) + runs(self.parallel) * u64::from(streams)
+    }
+
     fn failed(&self, streams: u32) -> bool {
         self.throughput.is_none()
             || (streams > 1 && self.parallel.is_none())
@@ -606,9 +613,8 @@ async fn benchmark(
         .await;
     print!("{}", comparison(&from.name, &tunnel, &base, args.streams));
     if let Some(path) = &args.summary {
-        // One stream and `streams` streams to the pod, one stream to the
-        // ClusterSetIP.
-        let through_tunnel = args.size * u64::from(args.runs) * u64::from(2 + args.streams);
+        let through_tunnel = args.size
+            * (tunnel.transfers(args.streams) + cluster_set.map_or(0, |m| m.transfers(1)));
         let json = serde_json::json!({
             "tunnel": tunnel,
             "baseline": base,
@@ -707,6 +713,9 @@ mod tests {
         assert!(!comparison("east", &tunnel, &b, 1).contains("8 streams"));
         assert!(comparison("east", &Measured::default(), &b, 8).contains("not compared"));
         assert!(Measured::default().failed(1) && !tunnel.failed(8));
+        // Two single-stream runs and one run of 8 streams.
+        assert_eq!(tunnel.transfers(8), 10);
+        assert_eq!(Measured::default().transfers(8), 0);
         assert_eq!(
             request_line(&Stats::of(&[0.001, 0.003]).unwrap()),
             " Request time (connect, GET, answer) over 2 requests: p50 1.000 ms, p99 3.000 ms"

@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, PodSpec, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -163,18 +162,10 @@ async fn sync_namespace(
         token_secrets: &token_secrets,
         global: global.as_ref(),
     };
-    // Pods one after another made a burst's pass as long as its round
-    // trips; a few at a time overlap them.
     // The futures are made before the stream (a closure kept in a
     // spawned task's stream trips the compiler's lifetime inference).
     let syncs: Vec<_> = local.iter().map(|pod| twin.sync_pod(pod)).collect();
-    let results: Vec<Result<(), kube::Error>> = futures::stream::iter(syncs)
-        .buffer_unordered(POD_CONCURRENCY)
-        .collect()
-        .await;
-    if let Some(error) = results.into_iter().find_map(Result::err) {
-        return Err(error);
-    }
+    crate::concurrent::all(syncs, POD_CONCURRENCY).await?;
     // Tokens of pods that are gone.
     for s in &token_secrets {
         let pod = s.labels().get(super::tokens::TOKEN_FOR);

@@ -66,21 +66,12 @@ async fn pass(local: &Client) -> Result<(), kube::Error> {
         .list(&ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_SHADOWPOD}")))
         .await?
         .items;
-    // A burst's ShadowPods a few at a time: one after another made a
-    // pass as long as all their round trips.
     let syncs: Vec<_> = shadows
         .iter()
         .filter(|s| s.metadata.deletion_timestamp.is_none())
         .map(|shadow| sync_one(local, shadow, &pods))
         .collect();
-    let results: Vec<Result<(), kube::Error>> = futures::stream::iter(syncs)
-        .buffer_unordered(CONCURRENCY)
-        .collect()
-        .await;
-    results
-        .into_iter()
-        .find_map(Result::err)
-        .map_or(Ok(()), Err)
+    crate::concurrent::all(syncs, CONCURRENCY).await
 }
 
 /// One ShadowPod: its pod made if missing, its phase reported.
