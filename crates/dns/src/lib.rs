@@ -12,5 +12,4 @@
 
 pub mod cluster;
 pub mod server;
-pub mod watch;
 pub mod zone;

@@ -59,12 +59,12 @@ impl Caches {
     /// not be installed (a member never joined), which reads as no
     /// imports until they are ([`crate::watch`]).
     pub fn follow_optional(client: Client) -> Caches {
-        let imports = crate::watch::follow_optional(
+        let imports = flotilla_client::follow::follow_optional(
             Api::<ServiceImport>::all(client.clone()),
             watcher::Config::default(),
             || {},
         );
-        let slices = crate::watch::follow_optional(
+        let slices = flotilla_client::follow::follow_optional(
             Api::<EndpointSlice>::all(client),
             watcher::Config::default().labels(SERVICE_NAME_LABEL),
             || {},

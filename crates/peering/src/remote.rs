@@ -82,14 +82,24 @@ pub async fn from_secret(local: &Client, ns: &str, name: &str) -> Result<Client,
         .get(name)
         .await
         .map_err(|e| RemoteError::Read(format!("{ns}/{name}"), e))?;
+    from_secret_object(&secret).await
+}
+
+/// A client for the cluster the kubeconfig in `secret` names.
+pub async fn from_secret_object(secret: &Secret) -> Result<Client, RemoteError> {
+    let at = format!(
+        "{}/{}",
+        secret.metadata.namespace.as_deref().unwrap_or_default(),
+        secret.metadata.name.as_deref().unwrap_or_default()
+    );
     let raw = secret
         .data
         .as_ref()
         .and_then(|d| d.get(KUBECONFIG_KEY))
         .map(|ByteString(b)| b.clone())
-        .ok_or_else(|| RemoteError::Missing(format!("{ns}/{name}")))?;
+        .ok_or_else(|| RemoteError::Missing(at.clone()))?;
     let invalid = |message: String| RemoteError::Invalid {
-        secret: format!("{ns}/{name}"),
+        secret: at.clone(),
         message,
     };
     let text = String::from_utf8(raw).map_err(|e| invalid(e.to_string()))?;

@@ -37,7 +37,7 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_dns::watch::follow_optional;
+use flotilla_client::follow::follow_optional;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service, SessionAffinityConfig};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;

@@ -26,11 +26,18 @@ pub struct VirtualKubelet {
     local: Client,
     /// The member's own kubelet, for pods on its own nodes.
     inner: Option<Arc<dyn Kubelet>>,
+    /// This cluster's peerings, followed from the first pod on a virtual
+    /// node asked for (the cluster has its ID by then).
+    peers: tokio::sync::OnceCell<Arc<Peers>>,
 }
 
 impl VirtualKubelet {
     pub fn new(local: Client, inner: Option<Arc<dyn Kubelet>>) -> Arc<VirtualKubelet> {
-        Arc::new(VirtualKubelet { local, inner })
+        Arc::new(VirtualKubelet {
+            local,
+            inner,
+            peers: tokio::sync::OnceCell::new(),
+        })
     }
 
     /// The provider's client and the pod's namespace there, when the pod
@@ -58,12 +65,18 @@ impl VirtualKubelet {
             .get(REMOTE_CLUSTER_ID)
             .cloned()
             .unwrap_or_default();
-        let id = identity::cluster_id(&self.local)
-            .await
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        let peers = Peers::new(self.local.clone(), id);
+        let peers = self
+            .peers
+            .get_or_try_init(|| async {
+                match identity::cluster_id(&self.local).await {
+                    Ok(Some(id)) => Ok(Peers::new(self.local.clone(), id)),
+                    _ => Err(unavailable(format!(
+                        "pod {} runs in cluster {provider_id}, but this cluster's ID cannot be read now",
+                        target.pod
+                    ))),
+                }
+            })
+            .await?;
         let provider = peers
             .providers()
             .await
@@ -75,7 +88,7 @@ impl VirtualKubelet {
                     target.pod
                 ))
             })?;
-        let entries = offloading::list(&self.local).await;
+        let entries = peers.offloadings().await;
         let twin =
             offloading::twin_in(&entries, &target.namespace, &provider_id).ok_or_else(|| {
                 ApiError::bad_request(format!(

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::sync::Notify;
 use tracing::{Instrument, debug, info, info_span, warn};
@@ -21,7 +21,7 @@ use super::{Peers, Provider, stranded};
 use crate::api::{
     DEFAULT_OFFLOADING_NAME, LiqoCondition, NamespaceMap, NamespaceOffloading,
     NamespaceOffloadingStatus, OFFLOADING_GROUP, Offloading, PodOffloading, REMOTE_CLUSTER_ID,
-    SCHEDULING_ENABLED, SHARING_GROUP, VERSION, remote_namespace, set_condition, virtual_node_name,
+    SCHEDULING_ENABLED, VERSION, remote_namespace, set_condition, virtual_node_name,
 };
 
 const MANAGER: &str = "liqo-namespace-offloading";
@@ -43,24 +43,22 @@ pub struct Entry {
     pub object: NamespaceOffloading,
 }
 
-/// Every namespace's NamespaceOffloading that counts: `offloading` first,
-/// then the oldest (one per namespace, as Liqo reconciles one).
-pub async fn list(client: &Client) -> Vec<Entry> {
-    let mut all: Vec<Entry> = Vec::new();
-    for group in [OFFLOADING_GROUP, SHARING_GROUP] {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(group));
-        let Ok(list) = api.list(&ListParams::default()).await else {
-            continue;
-        };
-        for o in list.items {
-            let Ok(object) = serde_json::from_value::<NamespaceOffloading>(
-                serde_json::to_value(&o).unwrap_or_default(),
-            ) else {
-                continue;
-            };
-            all.push(Entry { group, object });
-        }
-    }
+/// Every namespace's NamespaceOffloading that counts, of the objects of
+/// both groups: `offloading` first, then the oldest (one per namespace,
+/// as Liqo reconciles one).
+pub fn entries(
+    objects: impl IntoIterator<Item = (&'static str, Arc<DynamicObject>)>,
+) -> Vec<Entry> {
+    let mut all: Vec<Entry> = objects
+        .into_iter()
+        .filter_map(|(group, o)| {
+            let object = serde_json::from_value::<NamespaceOffloading>(
+                serde_json::to_value(o.as_ref()).ok()?,
+            )
+            .ok()?;
+            Some(Entry { group, object })
+        })
+        .collect();
     all.sort_by_key(|e| {
         (
             e.object.namespace(),
@@ -76,7 +74,7 @@ pub async fn run(peers: Arc<Peers>) {
     // A new or changed NamespaceOffloading (or a namespace labelled for
     // one) is acted on at once; the period catches the providers' maps.
     let wake = Arc::new(Notify::new());
-    super::wake_on_offloadings(&peers.local, &wake);
+    peers.wake_on_changes(&wake);
     crate::wake::on_changes(Api::<Namespace>::all(peers.local.clone()), wake.clone());
     loop {
         if let Err(error) = pass(&peers)
@@ -91,7 +89,7 @@ pub async fn run(peers: Arc<Peers>) {
 
 async fn pass(peers: &Peers) -> Result<(), kube::Error> {
     default_offloadings(peers).await?;
-    let entries = list(&peers.local).await;
+    let entries = peers.offloadings().await;
     let providers = peers.providers().await;
     let nodes: Api<Node> = Api::all(peers.local.clone());
     // What each provider should hold: namespace here → there.
@@ -158,7 +156,8 @@ async fn default_offloadings(peers: &Peers) -> Result<(), kube::Error> {
     if labelled.items.is_empty() {
         return Ok(());
     }
-    let have: Vec<String> = list(&peers.local)
+    let have: Vec<String> = peers
+        .offloadings()
         .await
         .iter()
         .filter_map(|e| e.object.namespace())

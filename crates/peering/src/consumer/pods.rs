@@ -32,7 +32,7 @@ pub async fn run(peers: Arc<Peers>) {
     let wake = Arc::new(Notify::new());
     crate::wake::on_changes(Api::<Pod>::all(peers.local.clone()), wake.clone());
     // A twin turning ready lets waiting pods go.
-    super::wake_on_offloadings(&peers.local, &wake);
+    peers.wake_on_changes(&wake);
     // The provider's pods changing (Running, Ready) too.
     let mut remote = crate::wake::RemoteWatches::new(wake.clone());
     loop {
@@ -55,7 +55,7 @@ async fn pass(peers: &Peers, remote: &mut crate::wake::RemoteWatches) -> Result<
     if providers.is_empty() {
         return Ok(());
     }
-    let entries = offloading::list(&peers.local).await;
+    let entries = peers.offloadings().await;
     let origin = format!("{ORIGIN_LABEL}={}", peers.cluster_id);
     for provider in &providers {
         for e in &entries {

@@ -144,7 +144,7 @@ pub async fn run(peers: Arc<Peers>) {
     let reported: Mutex<HashSet<String>> = Mutex::default();
     // A twin turning ready is reflected into at once.
     let wake = Arc::new(Notify::new());
-    super::wake_on_offloadings(&peers.local, &wake);
+    peers.wake_on_changes(&wake);
     loop {
         if let Err(error) = pass(&peers, &reported)
             .instrument(info_span!("reconcile", controller = MANAGER))
@@ -161,7 +161,7 @@ async fn pass(peers: &Peers, reported: &Mutex<HashSet<String>>) -> Result<(), ku
     if providers.is_empty() {
         return Ok(());
     }
-    let entries = offloading::list(&peers.local).await;
+    let entries = peers.offloadings().await;
     let settings = settings(&peers.local).await;
     for provider in &providers {
         for entry in &entries {

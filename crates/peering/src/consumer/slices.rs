@@ -14,8 +14,7 @@ use tracing::{debug, info};
 
 use super::{Peers, Provider};
 use crate::api::{
-    ForeignCluster, LocalRef, REMOTE_CLUSTER_ID, ResourceQuotaSpec, ResourceSlice, VirtualNode,
-    VirtualNodeSpec,
+    LocalRef, REMOTE_CLUSTER_ID, ResourceQuotaSpec, ResourceSlice, VirtualNode, VirtualNodeSpec,
 };
 use crate::peer::CREATE_VIRTUAL_NODE;
 use crate::provider::grant::{GRANTED_FOR, request_digest};
@@ -29,10 +28,7 @@ pub async fn run(peers: Arc<Peers>) {
     // the loop at once; the period is a fallback.
     let wake = Arc::new(tokio::sync::Notify::new());
     crate::wake::on_changes(Api::<ResourceSlice>::all(peers.local.clone()), wake.clone());
-    crate::wake::on_changes(
-        Api::<ForeignCluster>::all(peers.local.clone()),
-        wake.clone(),
-    );
+    peers.wake_on_changes(&wake);
     let mut remote = crate::wake::RemoteWatches::new(wake.clone());
     loop {
         for provider in peers.providers().await {

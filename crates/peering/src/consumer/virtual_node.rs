@@ -34,6 +34,7 @@ pub async fn run(peers: Arc<Peers>) {
     // the period keeps the heartbeat.
     let wake = Arc::new(tokio::sync::Notify::new());
     crate::wake::on_changes(Api::<VirtualNode>::all(peers.local.clone()), wake.clone());
+    peers.wake_on_changes(&wake);
     loop {
         if let Err(error) = pass(&peers, &mut last_write).await {
             warn!(%error, "virtual nodes not synced");

@@ -7,11 +7,13 @@
 
 use std::time::Duration;
 
+use std::hash::Hash;
+
 use futures::StreamExt;
-use kube::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::utils::Backoff;
 use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource};
 use tracing::{debug, info};
 
 use flotilla_core::followable::Followable;
@@ -63,8 +65,24 @@ pub fn follow_optional<K>(
 where
     K: Followable,
 {
-    let (store, mut writer) = reflector::store();
-    let kind = K::kind(&()).into_owned();
+    follow_optional_with(api, config, (), changed)
+}
+
+/// [`follow_optional`] for a kind known only at run time
+/// (`DynamicObject`), of type `dyntype`.
+pub fn follow_optional_with<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    dyntype: K::DynamicType,
+    changed: impl Fn() + Send + 'static,
+) -> Store<K>
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync,
+{
+    let kind = K::kind(&dyntype).into_owned();
+    let mut writer = reflector::store::Writer::new(dyntype);
+    let store = writer.as_reader();
     let mut missing = false;
     let stream = watcher(api, config)
         .backoff(Patient { next: FIRST })

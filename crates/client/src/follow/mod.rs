@@ -2,6 +2,10 @@
 //! that relists with backoff when it falls behind, and a callback on every
 //! event, for controllers that react to what changed.
 
+mod optional;
+
+pub use optional::{follow_optional, follow_optional_with, is_missing};
+
 use futures::StreamExt;
 use kube::Api;
 use kube::runtime::WatchStreamExt;
