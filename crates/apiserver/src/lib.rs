@@ -32,6 +32,7 @@ pub mod embedded_review;
 pub mod error;
 pub mod eviction;
 pub mod extension;
+pub mod failpoints;
 pub mod fieldset;
 mod follower;
 pub mod gc;

@@ -664,6 +664,11 @@ async fn route(api: Arc<ApiServer>, req: Request) -> ApiResult<Response> {
     if let Some(answer) = non_resource(&api, &segs, &parts.headers, &query, is_get) {
         return answer;
     }
+    if let ["debug", "failpoints", rest @ ..] = segs.as_slice()
+        && flotilla_failpoint::runtime_control_enabled()
+    {
+        return crate::failpoints::answer(&parts.method, rest, body).await;
+    }
 
     let target = resolve(&api, &segs, &parts.method, query.flag("watch"))?;
     let body = read_body(&parts.method, body).await?;

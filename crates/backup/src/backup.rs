@@ -200,7 +200,7 @@ async fn reconcile(
         ),
     ];
     // Tests of recovery stop here (a server killed mid-backup).
-    fail::fail_point!("backup-before-upload");
+    flotilla_failpoint::hit("backup-before-upload");
     for (file, bytes) in &files {
         if let Err(error) = location.put(&name, file, bytes).await {
             // An unwritable or full location: failed, as Velero fails a

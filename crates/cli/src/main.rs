@@ -4,6 +4,7 @@
 mod agent;
 mod apiserver;
 mod bench;
+mod cleanup;
 mod cluster_api;
 mod controlplane;
 mod dashboard;
@@ -53,6 +54,10 @@ enum Command {
     /// Start a local fleet: a control plane and simulated members, joined
     /// (resumes the fleet in --data-dir if there is one).
     Up(up::UpArgs),
+    /// Remove what killed Flotilla processes left on this host (network
+    /// namespaces, links, nftables tables, cgroups, processes), whatever
+    /// their data dirs; `--dry-run` lists it.
+    Cleanup(cleanup::CleanupArgs),
     /// Run the Kubernetes-compatible API server on the embedded store.
     Apiserver(apiserver::Args),
     /// Run the control plane (hub): the API server with Karmada's API and
@@ -156,23 +161,6 @@ enum Command {
     },
 }
 
-/// Failpoints for tests of recovery (TiKV's `fail`), from
-/// `FLOTILLA_FAILPOINTS="name=actions;..."` (`backup-before-upload=sleep(30000)`):
-/// none unless set.
-fn failpoints() -> anyhow::Result<()> {
-    let Ok(all) = std::env::var("FLOTILLA_FAILPOINTS") else {
-        return Ok(());
-    };
-    for point in all.split(';').filter(|p| !p.trim().is_empty()) {
-        let (name, actions) = point
-            .split_once('=')
-            .ok_or_else(|| anyhow::anyhow!("FLOTILLA_FAILPOINTS: {point:?} is not name=actions"))?;
-        fail::cfg(name.trim(), actions.trim())
-            .map_err(|e| anyhow::anyhow!("FLOTILLA_FAILPOINTS: {name}: {e}"))?;
-    }
-    Ok(())
-}
-
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -187,7 +175,7 @@ fn main() -> std::process::ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
-    if let Err(error) = failpoints() {
+    if let Err(error) = flotilla_failpoint::configure_from_env() {
         eprintln!("error: {error}");
         return std::process::ExitCode::FAILURE;
     }
@@ -210,6 +198,7 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Up(args) => up::run(args).await,
+            Command::Cleanup(args) => cleanup::run(args).await,
             Command::Dns(args) => dns::run(args).await,
             Command::Peer(args) => peering::peer(*args).await,
             Command::Unpeer(args) => peering::unpeer(*args).await,

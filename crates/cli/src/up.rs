@@ -432,6 +432,19 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         dir.display(),
         dir.join("logs").display()
     );
+    // What earlier fleets killed with SIGKILL left on this host, whatever
+    // their data dirs (the host's record; `flotilla cleanup` does the same).
+    for left in flotilla_host::record::sweep_stale(false).await {
+        if !left.made.is_empty() {
+            println!(
+                "removed what an earlier {} left ({}: {} network namespaces, {} processes)",
+                left.record.what,
+                left.record.prefix,
+                left.made.namespaces.len(),
+                left.made.processes.len()
+            );
+        }
+    }
     let mut fleet = Fleet {
         processes: Vec::new(),
     };
@@ -492,6 +505,7 @@ async fn start(
 
     if let Some(underlay) = &shape.underlay {
         let cidr = UNDERLAY_CIDR.parse().context("the underlay CIDR")?;
+        flotilla_fabric::underlay::own(underlay, &dir.display().to_string())?;
         flotilla_fabric::underlay::create(underlay, cidr)
             .await
             .with_context(|| {

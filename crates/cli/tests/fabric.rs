@@ -22,7 +22,17 @@ use common::can_run_netns as can_run;
 
 /// An underlay of the test's own, removed on drop.
 fn member(name: &str, underlay: &Underlay, pod_cidr: &str, service_cidr: &str) -> Server {
-    Server::netns_member(
+    member_with_env(name, underlay, pod_cidr, service_cidr, &[])
+}
+
+fn member_with_env(
+    name: &str,
+    underlay: &Underlay,
+    pod_cidr: &str,
+    service_cidr: &str,
+    env: &[(&str, &str)],
+) -> Server {
+    Server::netns_member_with_env(
         name,
         &[
             "--nodes",
@@ -34,6 +44,7 @@ fn member(name: &str, underlay: &Underlay, pod_cidr: &str, service_cidr: &str) -
             "--service-cidr",
             service_cidr,
         ],
+        env,
     )
 }
 
@@ -985,4 +996,47 @@ spec:
         );
         std::thread::sleep(Duration::from_millis(300));
     }
+}
+
+/// A gateway stopped right after it made and stored its cluster's new
+/// WireGuard key, before it published an Endpoint with it (the
+/// `gateway-after-key-made` failpoint, as kill -9 there): the member
+/// starts the gateway again, which takes the stored key rather than make
+/// another, publishes it, and the clusters connect.
+#[test]
+fn a_gateway_stopped_after_making_its_key_comes_back_with_that_key() {
+    if !can_run() {
+        return;
+    }
+    let underlay = Underlay::new();
+    let hub = Server::controlplane(&SHORT_THRESHOLDS);
+    let east = member_with_env(
+        "east",
+        &underlay,
+        "10.211.0.0/16",
+        "10.98.0.0/16",
+        &[(common::FAILPOINTS, "gateway-after-key-made=return(crash)")],
+    );
+    let west = member("west", &underlay, "10.212.0.0/16", "10.99.0.0/16");
+    join(&hub, "east", &east, &[]);
+    join(&hub, "west", &west, &[]);
+    wait_connected(&east, &["west"]);
+    wait_connected(&west, &["east"]);
+    // The gateway that made the key stopped there, and was started again.
+    assert_has(&east.log(), &["the gateway exited; restarting it"]);
+    let stored = east.ok(&[
+        "get",
+        "secret",
+        "submariner-wireguard-key",
+        "-n",
+        "submariner-operator",
+        "-o",
+        "jsonpath={.data.publicKey}",
+    ]);
+    let stored = String::from_utf8(
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, stored.trim())
+            .expect("base64"),
+    )
+    .expect("utf-8");
+    assert_eq!(broker_key(&hub, "east"), stored, "one key, the stored one");
 }

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Server, assert_has, wait_for};
+use common::{Server, assert_has, flotilla, wait_for};
 
 use common::can_run_netns as can_run;
 
@@ -802,11 +802,36 @@ spec:
         },
     );
 
-    // A stop removes everything.
+    // The host's record names the member as the running owner of its
+    // prefix: `flotilla cleanup` leaves it.
+    let prefix = std::fs::read_to_string(m.data_dir().join("netns-prefix")).unwrap();
+    let cleanup = |extra: &[&str]| {
+        let out = flotilla(&[&["cleanup"], extra].concat());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let said = cleanup(&[]);
+    assert!(
+        said.contains(&format!("netns member {} is in use", prefix.trim())),
+        "{said}"
+    );
+    assert_eq!(
+        namespaces_of(&m).len(),
+        6,
+        "cleanup left the running member"
+    );
+
+    // A stop removes everything, its entry in the record too.
     let before_stop = namespaces_of(&m);
     m.stop();
     assert_eq!(namespaces_of(&m), Vec::<String>::new());
     assert_eq!(processes_in_netns(&before_stop), 0);
+    let said = cleanup(&["--dry-run"]);
+    assert!(!said.contains(prefix.trim()), "{said}");
 }
 
 #[test]

@@ -734,3 +734,173 @@ fn up_with_the_netns_runtime_runs_pods_that_answer() {
         "Ctrl-C removes the underlay"
     );
 }
+
+/// The processes whose command lines name `dir`, with their first
+/// argument (the subcommand).
+fn processes_naming(dir: &Path) -> Vec<(i32, String)> {
+    let needle = dir.display().to_string();
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = raw
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.iter().any(|a| a.contains(&needle)) {
+            out.push((pid, args.get(1).cloned().unwrap_or_default()));
+        }
+    }
+    out
+}
+
+fn namespaces_starting(prefixes: &[String]) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| prefixes.iter().any(|p| n.starts_with(p.as_str())))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// A netns fleet killed with SIGKILL (`up`, the hub, the members, all at
+/// once) whose data dir is then deleted: `flotilla cleanup --dry-run`
+/// lists what it left (the members' namespaces, the underlay, the pods'
+/// processes) and removes nothing; `flotilla cleanup` removes all of it;
+/// a second cleanup finds nothing of it.
+#[test]
+fn a_fleet_killed_with_sigkill_and_its_data_dir_deleted_leaves_nothing_after_cleanup() {
+    if std::env::var("FLOTILLA_SKIP_NETNS_AS_ROOT").as_deref() == Ok("1") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("fleet");
+    let mut up = Up::start_with(&dir, &["--runtime", "netns", "--members", "2"]);
+    up.wait_ready();
+    let kubeconfig = dir.join("kubeconfig");
+    ok(
+        &kubeconfig,
+        &[
+            "--context",
+            "member1",
+            "run",
+            "sleeper",
+            "--image=busybox",
+            "--command",
+            "--",
+            "sleep",
+            "3600",
+        ],
+    );
+    ok(
+        &kubeconfig,
+        &[
+            "--context",
+            "member1",
+            "wait",
+            "--for=condition=Ready",
+            "pod/sleeper",
+            "--timeout=60s",
+        ],
+    );
+    let mut prefixes: Vec<String> = ["member1", "member2"]
+        .iter()
+        .map(|m| std::fs::read_to_string(dir.join(m).join("netns-prefix")).unwrap())
+        .collect();
+    let underlay = std::fs::read_to_string(dir.join("fleet.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["underlay"].as_str().map(str::to_string))
+        .expect("fleet.json names the underlay");
+    prefixes.push(underlay.clone());
+    let made = namespaces_starting(&prefixes);
+    assert!(
+        made.iter().filter(|n| n.contains("-p")).count() >= 1,
+        "the pod has its namespace: {made:?}"
+    );
+    // Every Flotilla component at once, as a power cut of the processes
+    // would: what they started (the pods' processes) is left running.
+    let components = ["up", "controlplane", "member", "agent"];
+    for (pid, sub) in processes_naming(&dir) {
+        if components.contains(&sub.as_str()) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    }
+    let _ = up.wait();
+    wait_for(WAIT, "the killed components to be gone", || {
+        !processes_naming(&dir)
+            .iter()
+            .any(|(_, sub)| components.contains(&sub.as_str()))
+    });
+    std::fs::remove_dir_all(&dir).unwrap();
+    let left_running: Vec<(i32, String)> = processes_naming(&dir);
+
+    let dry = flotilla(&["cleanup", "--dry-run"]);
+    assert!(
+        dry.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dry.stderr)
+    );
+    let listed = String::from_utf8_lossy(&dry.stdout).into_owned();
+    for ns in &made {
+        assert!(
+            listed.contains(ns.as_str()),
+            "--dry-run lists {ns}:\n{listed}"
+        );
+    }
+    for (pid, _) in &left_running {
+        assert!(
+            listed.contains(&format!("process {pid}")),
+            "--dry-run lists the pod process {pid}:\n{listed}"
+        );
+    }
+    assert_eq!(
+        namespaces_starting(&prefixes),
+        made,
+        "--dry-run removes nothing"
+    );
+
+    let cleaned = flotilla(&["cleanup"]);
+    let said = String::from_utf8_lossy(&cleaned.stdout).into_owned();
+    assert!(
+        cleaned.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&cleaned.stderr)
+    );
+    assert_eq!(
+        namespaces_starting(&prefixes),
+        Vec::<String>::new(),
+        "cleanup removes every namespace the fleet made:\n{said}"
+    );
+    assert_eq!(
+        processes_naming(&dir),
+        Vec::new(),
+        "cleanup stops every process the fleet started:\n{said}"
+    );
+    for p in &prefixes {
+        for root in ["", "memory/", "cpu/"] {
+            let cgroup = format!("/sys/fs/cgroup/{root}flotilla-{p}");
+            assert!(
+                !Path::new(&cgroup).exists(),
+                "cleanup removes the cgroup {cgroup}"
+            );
+        }
+    }
+    let again = flotilla(&["cleanup", "--dry-run"]);
+    let again = String::from_utf8_lossy(&again.stdout).into_owned();
+    for p in &prefixes {
+        assert!(
+            !again.contains(p.as_str()),
+            "nothing of {p} is left:\n{again}"
+        );
+    }
+}

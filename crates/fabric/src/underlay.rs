@@ -14,7 +14,9 @@ pub const BRIDGE: &str = "ul0";
 /// The gateway's end of its underlay link, in its node's namespace.
 pub const UPLINK: &str = "ul0";
 
-/// Makes the underlay `name` over `cidr`; an existing one is kept.
+/// Makes the underlay `name` over `cidr`; an existing one is kept. A
+/// process that owns it (rather than an administrator's command) records
+/// it first with [`own`].
 pub async fn create(name: &str, cidr: Ipv4Net) -> Result<(), HostError> {
     if host::netns_path(name).exists() {
         return Ok(());
@@ -42,11 +44,26 @@ pub async fn create(name: &str, cidr: Ipv4Net) -> Result<(), HostError> {
     }
 }
 
-/// Removes the underlay (every gateway's link to it goes with it).
+/// Records this process as the owner of underlay `name` in the host's
+/// record, before it is made: once this process is gone without
+/// [`delete`], the next `flotilla up`, netns member or `flotilla cleanup`
+/// removes it.
+pub fn own(name: &str, data_dir: &str) -> Result<(), HostError> {
+    host::record::claim(name, "underlay", data_dir).map_err(|e| {
+        HostError::Missing(format!(
+            "cannot record the underlay {name} in {}: {e}",
+            host::record::dir().display()
+        ))
+    })
+}
+
+/// Removes the underlay (every gateway's link to it goes with it) and its
+/// entry in the host's record.
 pub async fn delete(name: &str) {
     if host::netns_path(name).exists() {
         host::remove_netns(name).await;
     }
+    host::record::release(name);
 }
 
 /// Cuts (`false`) or restores (`true`) the underlay: its bridge stops or

@@ -420,6 +420,9 @@ async fn write_works(
                         (&applied, awaiting.as_deref()),
                     )
                     .await?;
+                    // Tests of recovery stop here: some of the binding's
+                    // Works written, others not yet.
+                    flotilla_failpoint::hit("binding-after-work-write");
                     mark_work(ctx, Some(&work), None).await?;
                     Ok(None)
                 }

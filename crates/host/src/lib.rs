@@ -1,7 +1,8 @@
 //! The host side of everything that runs in network namespaces (the
 //! member's netns runtime and kube-proxy, the fabric's gateways): the tools
 //! they drive (iproute2's `ip`, `nft`, `sysctl`), the checks that they may
-//! use them, and sockets opened inside a network namespace.
+//! use them, sockets opened inside a network namespace, and the per-host
+//! record of what was made ([`record`]), which `flotilla cleanup` reads.
 //!
 //! Nodes' and gateways' links are made with `ip`: every step is one
 //! command a reader can run by hand, made once per node. A pod's, made in
@@ -9,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod netlink;
+pub mod record;
 
 use std::io;
 use std::net::SocketAddr;

@@ -129,6 +129,7 @@ pub async fn run(args: FabricArgs) -> anyhow::Result<()> {
     out.line(crate::bench::report::machine_line());
     let dir = tempfile::tempdir()?;
     let underlay = format!("flt-ul-b{:06x}", std::process::id() & 0xff_ffff);
+    flotilla_fabric::underlay::own(&underlay, "")?;
     flotilla_fabric::underlay::create(&underlay, "100.64.0.0/16".parse()?)
         .await
         .context("cannot make the underlay (run as root)")?;

@@ -39,6 +39,21 @@ impl Fleet {
     /// As `new`, with extra flags for every member and for the hub (a
     /// threshold among them replaces the short one).
     pub fn with_args(members: &[(&str, &str)], member_args: &[&str], hub_args: &[&str]) -> Fleet {
+        Fleet::build(members, member_args, hub_args, &[])
+    }
+
+    /// As `new`, every process started so that failpoints can be armed in
+    /// it at run time ([`Server::arm_failpoint`]).
+    pub fn armable(members: &[(&str, &str)]) -> Fleet {
+        Fleet::build(members, &[], &[], &[(super::FAILPOINTS, "")])
+    }
+
+    fn build(
+        members: &[(&str, &str)],
+        member_args: &[&str],
+        hub_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Fleet {
         let mut args: Vec<&str> = SHORT_THRESHOLDS
             .chunks(2)
             .filter(|flag| !hub_args.contains(&flag[0]))
@@ -46,7 +61,7 @@ impl Fleet {
             .copied()
             .collect();
         args.extend_from_slice(hub_args);
-        let hub = Server::controlplane(&args);
+        let hub = Server::controlplane_with_env(&args, env);
         let mut fleet = Fleet {
             hub,
             members: Vec::new(),
@@ -54,7 +69,7 @@ impl Fleet {
         for (name, region) in members {
             let mut args = vec!["--nodes", "2"];
             args.extend_from_slice(member_args);
-            let m = Server::member(name, &args);
+            let m = Server::member_with_env(name, &args, env);
             fleet.members.push((name.to_string(), m));
             fleet.join(name, region);
         }

@@ -62,6 +62,10 @@ macro_rules! on_both_stores {
     )*};
 }
 
+/// The variable that configures failpoints; set (even empty), failpoints
+/// can be armed at run time through `/debug/failpoints`.
+pub const FAILPOINTS: &str = "FLOTILLA_FAILPOINTS";
+
 impl Server {
     pub fn start() -> Server {
         Self::start_with(&[])
@@ -141,9 +145,15 @@ impl Server {
     /// A member whose pods run (`--runtime netns`); it is stopped with
     /// SIGTERM when dropped, so that it removes its pod network.
     pub fn netns_member(name: &str, extra: &[&str]) -> Server {
+        Self::netns_member_with_env(name, extra, &[])
+    }
+
+    /// A netns member with environment variables (its gateways and
+    /// containers inherit them).
+    pub fn netns_member_with_env(name: &str, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut args = vec!["--runtime", "netns"];
         args.extend_from_slice(extra);
-        let mut s = Self::prepare(&["member", "--name", name], &args, &[]);
+        let mut s = Self::prepare(&["member", "--name", name], &args, env);
         s.graceful = true;
         s.spawn();
         s
@@ -171,6 +181,47 @@ impl Server {
     /// The control plane (`flotilla controlplane`) with extra flags.
     pub fn controlplane(extra: &[&str]) -> Server {
         Self::start_command(&["controlplane"], extra, &[])
+    }
+
+    /// The control plane with extra flags and environment variables.
+    pub fn controlplane_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
+        Self::start_command(&["controlplane"], extra, env)
+    }
+
+    /// The environment of the next start ([`Server::spawn`]).
+    pub fn set_env(&mut self, env: &[(&str, &str)]) {
+        self.env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+    }
+
+    /// Arms failpoint `name` with `actions` in the running process (one
+    /// started with `FLOTILLA_FAILPOINTS` set), through its API.
+    pub fn arm_failpoint(&self, name: &str, actions: &str) {
+        let path = format!("/debug/failpoints/{name}");
+        let out = self.kubectl_stdin(&["replace", "--raw", &path, "-f", "-"], Some(actions));
+        assert!(
+            out.status.success(),
+            "arming {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Waits (up to `timeout`) for the process to end by itself, as a
+    /// failpoint's `return(crash)` ends it; whether it did.
+    pub fn wait_exit(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            match self.child.as_mut().map(|c| c.try_wait()) {
+                Some(Ok(Some(_))) | None => {
+                    self.child = None;
+                    return true;
+                }
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+        false
     }
 
     fn start_command(command: &[&str], extra: &[&str], env: &[(&str, &str)]) -> Server {

@@ -651,7 +651,12 @@ async fn cluster_keys(member: &Client) -> Result<KeyPair, String> {
             ..Default::default()
         };
         match api.create(&PostParams::default(), &secret).await {
-            Ok(_) => return Ok(keys),
+            Ok(_) => {
+                // Tests of recovery stop here: the new key stored, no
+                // Endpoint published with it yet.
+                flotilla_failpoint::hit("gateway-after-key-made");
+                return Ok(keys);
+            }
             Err(kube::Error::Api(e)) if e.code == 409 => continue,
             Err(e) => return Err(e.to_string()),
         }

@@ -337,6 +337,8 @@ async fn reconcile(work: Arc<Work>, exec: Arc<Execution>) -> Result<Next, Error>
         );
     }
     status.manifest_statuses = manifest_statuses;
+    // Tests of recovery stop here: applied to the member, not reported.
+    flotilla_failpoint::hit("execution-after-member-write");
     write_status(&api, &work, status).await?;
     // A synced Work is looked at again by the periodic sweep.
     Ok((!ok).then_some(Duration::from_secs(2)))

@@ -235,6 +235,9 @@ impl Twin<'_> {
             match shadows.create(&PostParams::default(), &s).await {
                 Ok(_) => {
                     info!(pod = %name, namespace = %ns, provider = %provider.id, remote_namespace = %remote_ns, "pod offloaded");
+                    // Tests of recovery stop here: the ShadowPod made, the
+                    // local pod not marked nor its status reflected.
+                    flotilla_failpoint::hit("peering-after-shadowpod-create");
                 }
                 Err(kube::Error::Api(e)) if e.code == 409 => {
                     back_off(

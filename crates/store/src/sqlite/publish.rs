@@ -71,6 +71,8 @@ impl Shared {
                 self.fail(&error, groups);
                 return;
             }
+            // Tests of recovery stop here: durable, not yet acknowledged.
+            flotilla_failpoint::hit("store-after-commit");
         }
         for group in groups {
             self.window.apply_packed(group.events);

@@ -606,6 +606,8 @@ impl<'c> OpenGroup<'c> {
             revision,
             dictionaries,
         } = self;
+        // Tests of recovery stop here: nothing of the group written.
+        flotilla_failpoint::hit("store-before-commit");
         match tx.commit() {
             Ok(()) => Some(CommittedGroup {
                 group: Group {

@@ -149,14 +149,7 @@ impl Cgroups {
     /// Removes the member's groups, and everything in them.
     pub fn destroy(&self) {
         for dir in self.dirs() {
-            if let Ok(entries) = std::fs::read_dir(&dir) {
-                for e in entries.flatten() {
-                    if e.file_type().is_ok_and(|t| t.is_dir()) {
-                        let _ = std::fs::remove_dir(e.path());
-                    }
-                }
-            }
-            let _ = std::fs::remove_dir(&dir);
+            flotilla_host::record::remove_cgroup_tree(&dir);
         }
     }
 

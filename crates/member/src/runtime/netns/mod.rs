@@ -174,9 +174,21 @@ impl NetnsRuntime {
             .map(|e| (e.name, e.index))
             .collect();
         let network = MemberNetwork::plan(&config.shape, &identity, &nodes)?;
+        // Whether this process may make namespaces at all, before anything
+        // else: the answer names what is missing.
         host::check(&format!("{}-probe", network.prefix))
             .await
             .map_err(|e| e.to_string())?;
+        // What other processes left on this host (whatever their data
+        // dirs), then this member's own prefix, recorded before anything
+        // is made under it.
+        host::record::sweep_stale(false).await;
+        host::record::claim(&network.prefix, "netns member", &identity).map_err(|e| {
+            format!(
+                "cannot record the member's network in {}: {e}",
+                host::record::dir().display()
+            )
+        })?;
         let left = network.leftovers();
         if !left.is_empty() {
             info!(
@@ -199,6 +211,7 @@ impl NetnsRuntime {
         let _ = std::fs::write(config.data_dir.join("netns-prefix"), &network.prefix);
         if let Err(e) = network.create().await {
             network.destroy().await;
+            host::record::release(&network.prefix);
             return Err(format!("cannot build the member's pod network: {e}"));
         }
         warn!(
@@ -393,6 +406,7 @@ impl NetnsRuntime {
         }
         self.network.destroy().await;
         self.cgroups.destroy();
+        host::record::release(&self.network.prefix);
     }
 
     /// Runs `f` on one container of a pod's sandbox; the errors are the
