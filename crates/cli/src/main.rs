@@ -4,6 +4,7 @@
 mod agent;
 mod apiserver;
 mod bench;
+mod chaos;
 mod cleanup;
 mod cluster_api;
 mod controlplane;
@@ -58,6 +59,10 @@ enum Command {
     /// namespaces, links, nftables tables, cgroups, processes), whatever
     /// their data dirs; `--dry-run` lists it.
     Cleanup(cleanup::CleanupArgs),
+    /// Run a fleet under load while killing, stopping and cutting off its
+    /// components at random (seeded), then check that nothing acknowledged
+    /// was lost, doubled or left behind.
+    Chaos(Box<chaos::ChaosArgs>),
     /// Run the Kubernetes-compatible API server on the embedded store.
     Apiserver(apiserver::Args),
     /// Run the control plane (hub): the API server with Karmada's API and
@@ -162,19 +167,25 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    // Under chaos the hub is often away on purpose: the client's own
+    // errors about it would drown the run's report.
+    let default_filter = match cli.command {
+        Command::Chaos(_) => "info,kube_client=off",
+        _ => "info",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             // FLOTILLA_LOG, else the usual RUST_LOG (`flotilla=debug` is
             // every crate of ours), else info.
             tracing_subscriber::EnvFilter::try_from_env("FLOTILLA_LOG")
                 .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
         )
         .with_writer(std::io::stderr)
         // Colours for a terminal only: logs go to files too (`flotilla up`).
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let cli = Cli::parse();
     if let Err(error) = flotilla_failpoint::configure_from_env() {
         eprintln!("error: {error}");
         return std::process::ExitCode::FAILURE;
@@ -199,6 +210,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Up(args) => up::run(args).await,
             Command::Cleanup(args) => cleanup::run(args).await,
+            Command::Chaos(args) => chaos::run(*args).await,
             Command::Dns(args) => dns::run(args).await,
             Command::Peer(args) => peering::peer(*args).await,
             Command::Unpeer(args) => peering::unpeer(*args).await,

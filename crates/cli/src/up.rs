@@ -11,6 +11,9 @@
 //! Children run in their own process group, so Ctrl-C reaches only `up`,
 //! which stops them in order (agents, hub, members) by closing their
 //! stdin; if `up` itself is killed, the closed pipes stop them as well.
+//! Once the fleet is ready, a child that exits (killed, crashed) is started
+//! again on its data dir and port, with a backoff while it keeps exiting
+//! (`flotilla chaos` counts on it).
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -232,16 +235,42 @@ fn check_ports_free(shape: &Shape, shape_path: &Path) -> anyhow::Result<()> {
 /// A process of the fleet; its stdin is the pipe whose closing stops it.
 struct Process {
     name: String,
+    exe: PathBuf,
+    args: Vec<String>,
     child: Child,
     log: PathBuf,
+    /// When it was (re)started, and how long to wait before the next
+    /// restart should it exit again soon.
+    started: Instant,
+    backoff: Duration,
 }
+
+/// A component that exits is started again after this, doubled while it
+/// keeps exiting soon after its start (as a kubelet's CrashLoopBackOff),
+/// up to [`MOST_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+const MOST_BACKOFF: Duration = Duration::from_secs(10);
+/// Running this long, it counts as healthy: the backoff starts over.
+const HEALTHY_AFTER: Duration = Duration::from_secs(30);
 
 impl Process {
     fn spawn(exe: &Path, name: &str, args: &[String], log: PathBuf) -> anyhow::Result<Process> {
+        Ok(Process {
+            name: name.to_string(),
+            exe: exe.to_path_buf(),
+            args: args.to_vec(),
+            child: Self::start(exe, name, args, &log)?,
+            log,
+            started: Instant::now(),
+            backoff: FIRST_BACKOFF,
+        })
+    }
+
+    fn start(exe: &Path, name: &str, args: &[String], log: &Path) -> anyhow::Result<Child> {
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(&log)
+            .open(log)
             .with_context(|| format!("cannot open {}", log.display()))?;
         let err = out.try_clone()?;
         let mut command = Command::new(exe);
@@ -254,14 +283,20 @@ impl Process {
             .kill_on_drop(true);
         #[cfg(unix)]
         command.process_group(0);
-        let child = command
+        command
             .spawn()
-            .with_context(|| format!("cannot start {name}"))?;
-        Ok(Process {
-            name: name.to_string(),
-            child,
-            log,
-        })
+            .with_context(|| format!("cannot start {name}"))
+    }
+
+    /// The port it listens on from now on (learned from its kubeconfig
+    /// when it was started on a port the OS chose): a restart takes the
+    /// same one, where the hub and agents reach it.
+    fn keep_port(&mut self, port: u16) {
+        if let Some(i) = self.args.iter().position(|a| a == "--listen")
+            && let Some(listen) = self.args.get_mut(i + 1)
+        {
+            *listen = SocketAddr::from(([127, 0, 0, 1], port)).to_string();
+        }
     }
 
     /// Fails, with the end of its log, if the process has exited.
@@ -274,6 +309,28 @@ impl Process {
                 log_tail(&self.log)
             );
         }
+        Ok(())
+    }
+
+    /// Once the fleet runs: a process that exited (killed, crashed) is
+    /// started again on the same data dir and port, after its backoff.
+    async fn keep_running(&mut self) -> anyhow::Result<()> {
+        let Some(status) = self.child.try_wait()? else {
+            if self.started.elapsed() >= HEALTHY_AFTER {
+                self.backoff = FIRST_BACKOFF;
+            }
+            return Ok(());
+        };
+        println!(
+            "{} exited ({status}); starting it again in {:.1}s (log: {})",
+            self.name,
+            self.backoff.as_secs_f64(),
+            self.log.display()
+        );
+        tokio::time::sleep(self.backoff).await;
+        self.backoff = (self.backoff * 2).min(MOST_BACKOFF);
+        self.child = Self::start(&self.exe, &self.name, &self.args, &self.log)?;
+        self.started = Instant::now();
         Ok(())
     }
 
@@ -482,13 +539,16 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     outcome
 }
 
-/// Resolves with an error once a process of the fleet has exited.
+/// Keeps every process of the fleet running, starting again whichever
+/// exits; resolves only if one cannot be started at all.
 async fn watch(fleet: &mut Fleet) -> anyhow::Error {
     loop {
-        if let Err(e) = fleet.check_alive() {
-            return e;
+        for p in &mut fleet.processes {
+            if let Err(e) = p.keep_running().await {
+                return e;
+            }
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -562,6 +622,7 @@ async fn start(
         let kubeconfig = dir.join(&m.name).join("kubeconfig");
         wait_for_file(&mut fleet.processes[i], &kubeconfig).await?;
         m.port = served_port(&kubeconfig)?;
+        fleet.processes[i].keep_port(m.port);
         progress(&m.name, "ready", &format!("https://127.0.0.1:{}", m.port));
     }
 
@@ -597,6 +658,9 @@ async fn start(
     fleet.processes.push(hub_process);
     answered?;
     shape.hub_port = served_port(&hub_kubeconfig)?;
+    if let Some(hub) = fleet.processes.last_mut() {
+        hub.keep_port(shape.hub_port);
+    }
     // Every port is known now: kept for the next start.
     shape.save(shape_path)?;
     progress(

@@ -836,11 +836,17 @@ fn a_fleet_killed_with_sigkill_and_its_data_dir_deleted_leaves_nothing_after_cle
         }
     }
     let _ = up.wait();
-    wait_for(WAIT, "the killed components to be gone", || {
-        !processes_naming(&dir)
-            .iter()
-            .any(|(_, sub)| components.contains(&sub.as_str()))
-    });
+    // The members' gateways stop by themselves once their member is gone
+    // (their stdin closes); the pods' processes stay.
+    wait_for(
+        WAIT,
+        "the killed components and their gateways to be gone",
+        || {
+            !processes_naming(&dir)
+                .iter()
+                .any(|(_, sub)| components.contains(&sub.as_str()) || sub == "gateway")
+        },
+    );
     std::fs::remove_dir_all(&dir).unwrap();
     let left_running: Vec<(i32, String)> = processes_naming(&dir);
 
