@@ -79,10 +79,17 @@ pub async fn run(args: CleanupArgs) -> anyhow::Result<()> {
         .filter(|r| r.owner_alive())
         .collect();
     for r in &live {
-        println!(
-            "{} {} is in use (pid {} runs): left",
-            r.what, r.prefix, r.pid
-        );
+        if r.in_another_pid_namespace() {
+            println!(
+                "{} {} belongs to a process of another PID namespace ({}): left",
+                r.what, r.prefix, r.pid_namespace
+            );
+        } else {
+            println!(
+                "{} {} is in use (pid {} runs): left",
+                r.what, r.prefix, r.pid
+            );
+        }
     }
     if removed == 0 && unrecorded.is_empty() {
         println!(

@@ -1,8 +1,9 @@
 //! `flotilla chaos` as CI runs it on every change: a short run with a
 //! fixed seed, the hub, members, agent and `up` itself killed, stopped
 //! and continued under load, every invariant holding once it converges;
-//! with the netns runtime also the gateways killed and the underlay cut,
-//! and nothing of the fleet left on the host after it.
+//! with two hub replicas also the other replica and the etcd; with the
+//! netns runtime also the gateways killed and the underlay cut, and
+//! nothing of the fleet left on the host after it.
 
 mod common;
 
@@ -75,6 +76,24 @@ fn a_short_seeded_chaos_run_loses_nothing_and_converges() {
         &printed,
         &["seed 1,", "SIGKILL", "converged", "violations: 0"],
     );
+}
+
+/// Two hub replicas on a local etcd: the replicas and the etcd member
+/// killed and stopped too, the load moving to the replica that answers.
+#[test]
+fn a_chaos_run_on_two_hub_replicas_and_etcd_loses_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let json = tmp.path().join("chaos.json");
+    let (ok, printed, summary) = chaos(
+        &["--hub-replicas", "2", "--seed", "8", "--duration", "40s"],
+        &json,
+    );
+    assert!(ok, "{printed}");
+    assert_eq!(summary["violations"], serde_json::json!([]), "{printed}");
+    let hit = targets(&summary);
+    for t in ["etcd", "hub", "hub replica 2", "up"] {
+        assert!(hit.iter().any(|h| h == t), "{t} never hit:\n{printed}");
+    }
 }
 
 #[test]

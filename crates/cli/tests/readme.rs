@@ -114,6 +114,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("flotilla get deploy api -n team-a", &["1/1"]),
     ("kubectl --kubeconfig alice.kubeconfig auth can-i", &["no"]),
     ("flotilla clusters", &["member3"]),
+    ("flotilla chaos --seed 1", &["violations: 0"]),
     (
         "flotilla plan -f web.yaml",
         &[

@@ -45,13 +45,17 @@ pub struct Record {
     pub start: u64,
     /// The owner's data dir, where it has one.
     pub data_dir: String,
+    /// The PID namespace the pid is in (`pid:[inode]`): from another one
+    /// (a container's, a test's), this process cannot tell whether the
+    /// owner runs, and leaves the entry alone.
+    pub pid_namespace: String,
 }
 
 impl Record {
     fn render(&self) -> String {
         format!(
-            "prefix={}\nwhat={}\npid={}\nstart={}\ndata_dir={}\n",
-            self.prefix, self.what, self.pid, self.start, self.data_dir
+            "prefix={}\nwhat={}\npid={}\nstart={}\ndata_dir={}\npid_namespace={}\n",
+            self.prefix, self.what, self.pid, self.start, self.data_dir, self.pid_namespace
         )
     }
 
@@ -67,12 +71,20 @@ impl Record {
             pid: field("pid")?.parse().ok()?,
             start: field("start")?.parse().ok()?,
             data_dir: field("data_dir").unwrap_or_default(),
+            pid_namespace: field("pid_namespace").unwrap_or_default(),
         })
     }
 
-    /// Whether the process that made it still runs.
+    /// Whether the process that made it may still run: it does, or it is
+    /// in another PID namespace than this process (where its pid means
+    /// nothing here).
     pub fn owner_alive(&self) -> bool {
-        start_time(self.pid) == Some(self.start)
+        self.in_another_pid_namespace() || start_time(self.pid) == Some(self.start)
+    }
+
+    /// Whether its owner's pid belongs to another PID namespace.
+    pub fn in_another_pid_namespace(&self) -> bool {
+        self.pid_namespace != pid_namespace()
     }
 }
 
@@ -83,6 +95,13 @@ fn valid_prefix(prefix: &str) -> bool {
         && prefix
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+/// This process's PID namespace, `pid:[inode]`.
+fn pid_namespace() -> String {
+    std::fs::read_link("/proc/self/ns/pid")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
 }
 
 /// A process's start time, if it runs (a zombie, killed but not yet
@@ -129,6 +148,7 @@ pub fn claim(prefix: &str, what: &str, data_dir: &str) -> io::Result<()> {
         pid,
         start: start_time(pid).unwrap_or_default(),
         data_dir: data_dir.to_string(),
+        pid_namespace: pid_namespace(),
     };
     let _lock = lock(&dir, prefix)?;
     let path = entry_path(&dir, prefix);
@@ -353,6 +373,7 @@ mod tests {
             pid: 42,
             start: 123456,
             data_dir: "/tmp/fleet/members/rome".into(),
+            pid_namespace: "pid:[4026531836]".into(),
         };
         assert_eq!(Record::parse(&r.render()), Some(r));
         assert_eq!(Record::parse("prefix=../etc\npid=1\nstart=1\n"), None);
@@ -370,9 +391,15 @@ mod tests {
             pid,
             start,
             data_dir: String::new(),
+            pid_namespace: pid_namespace(),
         };
         assert!(r.owner_alive());
         r.start += 1;
         assert!(!r.owner_alive(), "a reused pid is not the owner");
+        r.pid_namespace = "pid:[1]".into();
+        assert!(
+            r.owner_alive(),
+            "an owner in another PID namespace cannot be judged from here"
+        );
     }
 }

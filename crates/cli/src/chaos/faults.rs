@@ -14,8 +14,11 @@ use rand::{Rng, SeedableRng};
 pub enum Target {
     /// `flotilla up` itself (its children stop with it; it is started again).
     Up,
-    /// The control plane.
-    Hub,
+    /// A replica of the control plane, by its data dir's name (`hub`,
+    /// `hub-2`, ...).
+    Hub(String),
+    /// The fleet's etcd (hubs of several replicas).
+    Etcd,
     /// A member cluster's process.
     Member(String),
     /// A Pull member's agent.
@@ -30,7 +33,9 @@ impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Target::Up => write!(f, "up"),
-            Target::Hub => write!(f, "hub"),
+            Target::Hub(d) if d == "hub" => write!(f, "hub"),
+            Target::Hub(d) => write!(f, "hub replica {}", d.trim_start_matches("hub-")),
+            Target::Etcd => write!(f, "etcd"),
             Target::Member(m) => write!(f, "member {m}"),
             Target::Agent(m) => write!(f, "agent of {m}"),
             Target::Gateways(m) => write!(f, "gateways of {m}"),
@@ -115,10 +120,14 @@ pub fn pids(dir: &Path, target: &Target) -> Vec<i32> {
         if !args.iter().any(|a| a.starts_with(&needle)) {
             continue;
         }
+        let is_etcd = args.first().is_some_and(|a| a.ends_with("etcd"));
         let sub = args.get(1).map(String::as_str).unwrap_or_default();
         let named = |flag: &str, name: &str| args.windows(2).any(|w| w[0] == flag && w[1] == name);
         let hit = match target {
-            Target::Hub => sub == "controlplane",
+            Target::Hub(d) => {
+                sub == "controlplane" && named("--data-dir", &format!("{needle}/{d}"))
+            }
+            Target::Etcd => is_etcd,
             Target::Member(m) => sub == "member" && named("--name", m),
             Target::Agent(m) => sub == "agent" && named("--cluster-name", m),
             Target::Gateways(m) => {
@@ -152,7 +161,7 @@ mod tests {
     fn targets() -> Vec<Target> {
         vec![
             Target::Up,
-            Target::Hub,
+            Target::Hub("hub".into()),
             Target::Member("member1".into()),
             Target::Agent("member3".into()),
         ]

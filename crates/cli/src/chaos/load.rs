@@ -71,7 +71,7 @@ pub struct Done {
 
 /// Drives the load until `stop` turns true.
 pub async fn drive(
-    kubeconfig: PathBuf,
+    kubeconfigs: Vec<PathBuf>,
     seed: u64,
     ledger: Arc<Mutex<Ledger>>,
     mut stop: watch::Receiver<bool>,
@@ -80,9 +80,14 @@ pub async fn drive(
     let mut done = Done::default();
     let mut next = 0u64;
     let mut client: Option<kube::Client> = None;
+    // A replica that does not answer hands the load to the next one.
+    let mut replica = 0;
     while !*stop.borrow() {
         if client.is_none() {
-            client = hub_client(&kubeconfig).await;
+            replica = (replica + 1) % kubeconfigs.len().max(1);
+            if let Some(k) = kubeconfigs.get(replica) {
+                client = hub_client(k).await;
+            }
         }
         let Some(c) = client.clone() else {
             pause(&mut stop, Duration::from_millis(500)).await;

@@ -40,6 +40,10 @@ pub struct ChaosArgs {
     /// Members of the fleet (every third one in Pull mode).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=26))]
     members: u16,
+    /// Replicas of the hub, on a local etcd (from the PATH): the replicas
+    /// and the etcd are killed and stopped too.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=3))]
+    hub_replicas: u16,
     /// The members' pod runtime: `netns` adds gateways and the underlay to
     /// what faults reach (needs root).
     #[arg(long, default_value = "sim", value_parser = ["sim", "netns"])]
@@ -56,10 +60,18 @@ pub struct ChaosArgs {
     /// Also write the run's summary as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Print the faults the seed draws for this shape and start nothing.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
     let seed = args.seed.unwrap_or_else(rand::random);
+    if args.dry_run {
+        println!("flotilla chaos --seed {seed}: the faults it would inject");
+        print_plan(&args, seed);
+        return Ok(());
+    }
     // A temporary data dir is removed when this ends (dropped last).
     let (dir, _temp) = match &args.data_dir {
         Some(d) => (d.clone(), None),
@@ -119,6 +131,7 @@ impl Outcome {
             "seed": seed,
             "durationSeconds": args.duration.as_secs_f64(),
             "members": args.members,
+            "hubReplicas": args.hub_replicas,
             "runtime": args.runtime,
             "faults": self.faults.iter().map(|f| json!({
                 "atSeconds": f.at.as_secs_f64(),
@@ -146,30 +159,24 @@ async fn chaos(args: &ChaosArgs, seed: u64, dir: &Path, up: &mut Up) -> anyhow::
         .collect();
     let underlay = shape["underlay"].as_str().map(str::to_string);
     let hub_kubeconfig = dir.join("hub").join("kubeconfig");
+    let replicas: Vec<String> = std::iter::once("hub".to_string())
+        .chain((2..=args.hub_replicas).map(|i| format!("hub-{i}")))
+        .collect();
 
     // The run's namespace and policies.
     let first = members.first().map(|m| m.0.clone()).unwrap_or_default();
     apply(&hub_kubeconfig, &load::policies(&first)).await?;
 
-    let mut targets = vec![Target::Up, Target::Hub];
-    for (name, pull) in &members {
-        targets.push(Target::Member(name.clone()));
-        if *pull {
-            targets.push(Target::Agent(name.clone()));
-        }
-        if underlay.is_some() {
-            targets.push(Target::Gateways(name.clone()));
-        }
-    }
-    if underlay.is_some() {
-        targets.push(Target::Underlay);
-    }
+    let targets = targets(args, &members, underlay.is_some());
     let plan = faults::plan(seed, args.duration, args.interval, &targets);
 
     let ledger = Arc::new(Mutex::new(ledger::Ledger::default()));
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let driver = tokio::spawn(load::drive(
-        hub_kubeconfig.clone(),
+        replicas
+            .iter()
+            .map(|r| dir.join(r).join("kubeconfig"))
+            .collect(),
         seed,
         ledger.clone(),
         stopped,
@@ -256,6 +263,45 @@ async fn chaos(args: &ChaosArgs, seed: u64, dir: &Path, up: &mut Up) -> anyhow::
         unsure: done.unsure,
         templates: ledger.len(),
     })
+}
+
+/// What faults reach in a fleet of this shape.
+fn targets(args: &ChaosArgs, members: &[(String, bool)], fabric: bool) -> Vec<Target> {
+    let mut targets = vec![Target::Up, Target::Hub("hub".into())];
+    targets.extend((2..=args.hub_replicas).map(|i| Target::Hub(format!("hub-{i}"))));
+    if args.hub_replicas > 1 {
+        targets.push(Target::Etcd);
+    }
+    for (name, pull) in members {
+        targets.push(Target::Member(name.clone()));
+        if *pull {
+            targets.push(Target::Agent(name.clone()));
+        }
+        if fabric {
+            targets.push(Target::Gateways(name.clone()));
+        }
+    }
+    if fabric {
+        targets.push(Target::Underlay);
+    }
+    targets
+}
+
+/// `--dry-run`: the faults the seed draws for a fleet of this shape
+/// (members and Pull members named as `flotilla up` names them).
+fn print_plan(args: &ChaosArgs, seed: u64) {
+    let members: Vec<(String, bool)> = (1..=args.members)
+        .map(|i| (format!("member{i}"), i % 3 == 0))
+        .collect();
+    let targets = targets(args, &members, args.runtime == "netns");
+    for f in faults::plan(seed, args.duration, args.interval, &targets) {
+        println!(
+            "  {:>6.1}s  {:<22} {}",
+            f.at.as_secs_f64(),
+            f.target.to_string(),
+            f.action
+        );
+    }
 }
 
 /// Injects one fault; a pause or a cut is lifted in the background.
@@ -409,6 +455,7 @@ impl Up {
             .arg(dir)
             .args(["--members", &args.members.to_string()])
             .args(["--runtime", &args.runtime])
+            .args(["--hub-replicas", &args.hub_replicas.to_string()])
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out)
@@ -511,7 +558,8 @@ impl Up {
 }
 
 /// The processes of the fleet at `dir` that still run (any subcommand:
-/// those whose command lines name a path under it).
+/// those whose command lines name a path under it), but its etcd, which
+/// does not stop with `up` (the next `up` ends it).
 fn fleet_pids(dir: &Path) -> Vec<i32> {
     let needle = dir.display().to_string();
     std::fs::read_dir("/proc")
@@ -521,9 +569,10 @@ fn fleet_pids(dir: &Path) -> Vec<i32> {
         .filter_map(|e| {
             let pid = e.file_name().to_string_lossy().parse::<i32>().ok()?;
             let raw = std::fs::read(e.path().join("cmdline")).ok()?;
-            raw.split(|b| *b == 0)
-                .any(|a| String::from_utf8_lossy(a).starts_with(&needle))
-                .then_some(pid)
+            let mut args = raw.split(|b| *b == 0).map(String::from_utf8_lossy);
+            let is_etcd = args.next().is_some_and(|a| a.ends_with("etcd"));
+            let mut args = raw.split(|b| *b == 0).map(String::from_utf8_lossy);
+            (!is_etcd && args.any(|a| a.starts_with(&needle))).then_some(pid)
         })
         .collect()
 }

@@ -15,9 +15,11 @@
 //! again on its data dir and port, with a backoff while it keeps exiting
 //! (`flotilla chaos` counts on it).
 
+mod etcd;
+mod process;
+
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -26,12 +28,12 @@ use flotilla_federation::join::{self as federation_join, JoinRequest};
 use kube::Api;
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
-use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
-use crate::apiserver::{STOP_WITH_PARENT_ENV, default_data_dir, shutdown_signal};
+use crate::apiserver::{default_data_dir, shutdown_signal};
 use crate::kubeconfig::{self, Entry};
 use crate::token;
+use process::{Fleet, Process};
 
 #[derive(clap::Args)]
 pub struct UpArgs {
@@ -62,6 +64,11 @@ pub struct UpArgs {
         flotilla_federation::frontends::optional_names().chain(["none"])
     ))]
     pub frontends: Option<Vec<String>>,
+    /// Run the hub as this many replicas on a local etcd (from the PATH):
+    /// every replica serves the API, one leads the controllers [default:
+    /// 1 on the embedded store, or what the fleet in --data-dir has]
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=3))]
+    pub hub_replicas: Option<u16>,
 }
 
 /// Regions given to members in turn.
@@ -107,6 +114,18 @@ struct Shape {
     /// The hub's `--frontends`.
     #[serde(default = "all_frontends")]
     frontends: Vec<String>,
+    /// With several hub replicas: the local etcd's ports, and the ports
+    /// of the replicas after the first (`hub_port`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    etcd: Option<EtcdShape>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    replica_ports: Vec<u16>,
+}
+
+#[derive(Serialize, Deserialize, Debug)]
+struct EtcdShape {
+    client_port: u16,
+    peer_port: u16,
 }
 
 fn sim_runtime() -> String {
@@ -178,6 +197,8 @@ impl Shape {
             underlay,
             overlapping,
             frontends: all_frontends(),
+            etcd: None,
+            replica_ports: Vec::new(),
         })
     }
 
@@ -209,6 +230,18 @@ impl Shape {
     /// Every port the fleet has listened on, with whose it is.
     fn ports(&self) -> Vec<(u16, String)> {
         std::iter::once((self.hub_port, "the control plane".to_string()))
+            .chain(
+                self.replica_ports
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| (*p, format!("the control plane's replica {}", i + 2))),
+            )
+            .chain(
+                self.etcd
+                    .iter()
+                    .flat_map(|e| [e.client_port, e.peer_port])
+                    .map(|p| (p, "the fleet's etcd".to_string())),
+            )
             .chain(self.members.iter().map(|m| (m.port, m.name.clone())))
             .filter(|(port, _)| *port != UNCHOSEN_PORT)
             .collect()
@@ -230,126 +263,6 @@ fn check_ports_free(shape: &Shape, shape_path: &Path) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// A process of the fleet; its stdin is the pipe whose closing stops it.
-struct Process {
-    name: String,
-    exe: PathBuf,
-    args: Vec<String>,
-    child: Child,
-    log: PathBuf,
-    /// When it was (re)started, and how long to wait before the next
-    /// restart should it exit again soon.
-    started: Instant,
-    backoff: Duration,
-}
-
-/// A component that exits is started again after this, doubled while it
-/// keeps exiting soon after its start (as a kubelet's CrashLoopBackOff),
-/// up to [`MOST_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(500);
-const MOST_BACKOFF: Duration = Duration::from_secs(10);
-/// Running this long, it counts as healthy: the backoff starts over.
-const HEALTHY_AFTER: Duration = Duration::from_secs(30);
-
-impl Process {
-    fn spawn(exe: &Path, name: &str, args: &[String], log: PathBuf) -> anyhow::Result<Process> {
-        Ok(Process {
-            name: name.to_string(),
-            exe: exe.to_path_buf(),
-            args: args.to_vec(),
-            child: Self::start(exe, name, args, &log)?,
-            log,
-            started: Instant::now(),
-            backoff: FIRST_BACKOFF,
-        })
-    }
-
-    fn start(exe: &Path, name: &str, args: &[String], log: &Path) -> anyhow::Result<Child> {
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .with_context(|| format!("cannot open {}", log.display()))?;
-        let err = out.try_clone()?;
-        let mut command = Command::new(exe);
-        command
-            .args(args)
-            .env(STOP_WITH_PARENT_ENV, "1")
-            .stdin(Stdio::piped())
-            .stdout(out)
-            .stderr(err)
-            .kill_on_drop(true);
-        #[cfg(unix)]
-        command.process_group(0);
-        command
-            .spawn()
-            .with_context(|| format!("cannot start {name}"))
-    }
-
-    /// The port it listens on from now on (learned from its kubeconfig
-    /// when it was started on a port the OS chose): a restart takes the
-    /// same one, where the hub and agents reach it.
-    fn keep_port(&mut self, port: u16) {
-        if let Some(i) = self.args.iter().position(|a| a == "--listen")
-            && let Some(listen) = self.args.get_mut(i + 1)
-        {
-            *listen = SocketAddr::from(([127, 0, 0, 1], port)).to_string();
-        }
-    }
-
-    /// Fails, with the end of its log, if the process has exited.
-    fn check_alive(&mut self) -> anyhow::Result<()> {
-        if let Some(status) = self.child.try_wait()? {
-            bail!(
-                "{} exited ({status}); the end of {}:\n{}",
-                self.name,
-                self.log.display(),
-                log_tail(&self.log)
-            );
-        }
-        Ok(())
-    }
-
-    /// Once the fleet runs: a process that exited (killed, crashed) is
-    /// started again on the same data dir and port, after its backoff.
-    async fn keep_running(&mut self) -> anyhow::Result<()> {
-        let Some(status) = self.child.try_wait()? else {
-            if self.started.elapsed() >= HEALTHY_AFTER {
-                self.backoff = FIRST_BACKOFF;
-            }
-            return Ok(());
-        };
-        println!(
-            "{} exited ({status}); starting it again in {:.1}s (log: {})",
-            self.name,
-            self.backoff.as_secs_f64(),
-            self.log.display()
-        );
-        tokio::time::sleep(self.backoff).await;
-        self.backoff = (self.backoff * 2).min(MOST_BACKOFF);
-        self.child = Self::start(&self.exe, &self.name, &self.args, &self.log)?;
-        self.started = Instant::now();
-        Ok(())
-    }
-
-    /// Closes its stdin and waits for it to stop; kills it after 10 s.
-    async fn stop(mut self) {
-        drop(self.child.stdin.take());
-        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
-            .await
-            .is_err()
-        {
-            let _ = self.child.kill().await;
-        }
-    }
-}
-
-fn log_tail(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(15)..].join("\n")
 }
 
 /// Waits for `path` to appear while `process` runs: servers write their
@@ -393,23 +306,6 @@ fn progress(what: &str, state: &str, detail: &str) {
     println!("  {what:<15} {state:<8} {detail}");
 }
 
-/// The fleet's processes, stopped in reverse order of start.
-struct Fleet {
-    processes: Vec<Process>,
-}
-
-impl Fleet {
-    async fn stop(mut self) {
-        while let Some(p) = self.processes.pop() {
-            p.stop().await;
-        }
-    }
-
-    fn check_alive(&mut self) -> anyhow::Result<()> {
-        self.processes.iter_mut().try_for_each(Process::check_alive)
-    }
-}
-
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let dir = args.data_dir.unwrap_or_else(|| default_data_dir("fleet"));
     std::fs::create_dir_all(dir.join("logs")).with_context(|| {
@@ -446,6 +342,18 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
                     dir.display()
                 );
             }
+            if let Some(n) = args.hub_replicas
+                && usize::from(n) != shape.replica_ports.len() + 1
+            {
+                bail!(
+                    "the fleet in {} has {} hub replicas, not {n}: use another --data-dir, or remove that one",
+                    dir.display(),
+                    shape.replica_ports.len() + 1
+                );
+            }
+            if shape.etcd.is_some() {
+                etcd::end_leftover(&dir).await;
+            }
             check_ports_free(&shape, &shape_path)?;
             (shape, true)
         }
@@ -464,12 +372,21 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
                     digest[0], digest[1], digest[2], digest[3]
                 )
             });
-            let shape = Shape::new(
+            let mut shape = Shape::new(
                 args.members.unwrap_or(3),
                 runtime,
                 underlay,
                 args.overlapping_cidrs,
             )?;
+            let replicas = args.hub_replicas.unwrap_or(1);
+            if replicas > 1 {
+                etcd::binary()?;
+                shape.etcd = Some(EtcdShape {
+                    client_port: etcd::free_port()?,
+                    peer_port: etcd::free_port()?,
+                });
+                shape.replica_ports = vec![UNCHOSEN_PORT; usize::from(replicas - 1)];
+            }
             shape.save(&shape_path)?;
             (shape, false)
         }
@@ -626,22 +543,47 @@ async fn start(
         progress(&m.name, "ready", &format!("https://127.0.0.1:{}", m.port));
     }
 
+    // Several replicas share a local etcd, started first.
+    let store_args = match &shape.etcd {
+        Some(e) => {
+            let args = etcd::args(dir, e.client_port, e.peer_port);
+            fleet.processes.push(Process::spawn_foreign(
+                &etcd::binary()?,
+                "etcd",
+                &args,
+                logs.join("etcd.log"),
+            )?);
+            etcd::wait_listening(e.client_port, START_TIMEOUT).await?;
+            progress("etcd", "ready", &etcd::client_url(e.client_port));
+            vec![
+                s("--store"),
+                s("etcd"),
+                s("--etcd-endpoints"),
+                etcd::client_url(e.client_port),
+            ]
+        }
+        None => Vec::new(),
+    };
     let hub_dir = dir.join("hub");
     let hub_kubeconfig = hub_dir.join("kubeconfig");
     let _ = std::fs::remove_file(&hub_kubeconfig);
-    let args = vec![
-        s("controlplane"),
-        s("--data-dir"),
-        hub_dir.display().to_string(),
-        s("--listen"),
-        SocketAddr::from(([127, 0, 0, 1], shape.hub_port)).to_string(),
-        s("--write-kubeconfig"),
-        hub_kubeconfig.display().to_string(),
-    ];
-    let mut args = args;
-    if !shape.frontends.is_empty() {
-        args.extend([s("--frontends"), shape.frontends.join(",")]);
-    }
+    let hub_args = |data: &Path, port: u16| {
+        let mut args = vec![
+            s("controlplane"),
+            s("--data-dir"),
+            data.display().to_string(),
+            s("--listen"),
+            SocketAddr::from(([127, 0, 0, 1], port)).to_string(),
+            s("--write-kubeconfig"),
+            data.join("kubeconfig").display().to_string(),
+        ];
+        args.extend(store_args.iter().cloned());
+        if !shape.frontends.is_empty() {
+            args.extend([s("--frontends"), shape.frontends.join(",")]);
+        }
+        args
+    };
+    let args = hub_args(&hub_dir, shape.hub_port);
     let mut hub_process =
         Process::spawn(&exe, "control plane", &args, logs.join("controlplane.log"))?;
     let frontends = if shape.frontends.is_empty() {
@@ -668,6 +610,36 @@ async fn start(
         "ready",
         &format!("https://127.0.0.1:{}", shape.hub_port),
     );
+    // The other replicas serve with the first one's CA and admin token.
+    for i in 0..shape.replica_ports.len() {
+        let name = format!("control plane {}", i + 2);
+        let data = dir.join(format!("hub-{}", i + 2));
+        share_credentials(&hub_dir, &data)?;
+        let kubeconfig = data.join("kubeconfig");
+        let _ = std::fs::remove_file(&kubeconfig);
+        let args = hub_args(&data, shape.replica_ports[i]);
+        let mut replica = Process::spawn(
+            &exe,
+            &name,
+            &args,
+            logs.join(format!("controlplane-{}.log", i + 2)),
+        )?;
+        let answered = wait_for_file(&mut replica, &kubeconfig).await;
+        fleet.processes.push(replica);
+        answered?;
+        shape.replica_ports[i] = served_port(&kubeconfig)?;
+        if let Some(r) = fleet.processes.last_mut() {
+            r.keep_port(shape.replica_ports[i]);
+        }
+        progress(
+            &name,
+            "ready",
+            &format!("https://127.0.0.1:{}", shape.replica_ports[i]),
+        );
+    }
+    if !shape.replica_ports.is_empty() {
+        shape.save(shape_path)?;
+    }
 
     let hub = kubeconfig::client(&hub_kubeconfig).await?;
     let clusters: Api<Cluster> = Api::all(hub.clone());
@@ -751,6 +723,21 @@ async fn start(
     }
     wait_all_ready(&clusters, shape, fleet).await?;
     write_kubeconfig(dir, shape, &hub_kubeconfig, kubeconfig_path)
+}
+
+/// Gives a replica's data dir the first replica's CA and admin token
+/// (docs/operations.md: every replica serves with the same ones).
+fn share_credentials(first: &Path, replica: &Path) -> anyhow::Result<()> {
+    let pki = replica.join("pki");
+    std::fs::create_dir_all(&pki).with_context(|| format!("cannot make {}", pki.display()))?;
+    for file in ["pki/ca.crt", "pki/ca.key", "admin-token"] {
+        let (from, to) = (first.join(file), replica.join(file));
+        if !to.exists() {
+            std::fs::copy(&from, &to)
+                .with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))?;
+        }
+    }
+    Ok(())
 }
 
 /// The underlay's range (gateways' public addresses).
