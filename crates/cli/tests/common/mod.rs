@@ -377,10 +377,50 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        let running = self.child.is_some();
         if self.graceful {
             self.stop();
         }
         self.kill9();
+        // A netns member stopped gracefully leaves nothing on the host.
+        if self.graceful && running && !std::thread::panicking() {
+            let left = self.left_on_host();
+            assert!(
+                left.is_empty(),
+                "the stopped member left on the host: {left:?}"
+            );
+        }
+    }
+}
+
+impl Server {
+    /// What a netns member made on the host and left: namespaces under
+    /// its prefix (their links, TUN devices and nftables tables with
+    /// them), its cgroups, its entry in the host's record.
+    pub fn left_on_host(&self) -> Vec<String> {
+        let Ok(prefix) = std::fs::read_to_string(self.data_dir().join("netns-prefix")) else {
+            return Vec::new();
+        };
+        let prefix = prefix.trim();
+        let mut left: Vec<String> = std::fs::read_dir("/run/netns")
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .filter(|n| n == prefix || n.starts_with(&format!("{prefix}-")))
+                    .map(|n| format!("netns {n}"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for root in ["", "memory/", "cpu/"] {
+            let cgroup = format!("/sys/fs/cgroup/{root}flotilla-{prefix}");
+            if Path::new(&cgroup).exists() {
+                left.push(format!("cgroup {cgroup}"));
+            }
+        }
+        let entry = format!("/run/flotilla/made/{prefix}.owner");
+        if Path::new(&entry).exists() {
+            left.push(format!("record entry {entry}"));
+        }
+        left
     }
 }
 
