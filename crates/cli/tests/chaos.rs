@@ -1,6 +1,7 @@
 //! `flotilla chaos` as CI runs it on every change: a short run with a
 //! fixed seed, the hub, members, agent and `up` itself killed, stopped
-//! and continued under load, every invariant holding once it converges;
+//! and continued under load (templates through the hub, pods offloaded
+//! from member1 to member2 through a peering), every invariant holding once it converges;
 //! with two hub replicas also the other replica and the etcd; with the
 //! netns runtime also the gateways killed and the underlay cut, and
 //! nothing of the fleet left on the host after it.
@@ -54,6 +55,11 @@ fn a_short_seeded_chaos_run_loses_nothing_and_converges() {
         summary["acknowledgedWrites"].as_u64().unwrap_or(0) > 100,
         "{printed}"
     );
+    // member1 borrowed member2's capacity: pods offloaded under the faults.
+    assert!(
+        summary["offloadedPods"].as_u64().unwrap_or(0) > 5,
+        "{printed}"
+    );
     let hit = targets(&summary);
     assert!(hit.len() >= 8, "{printed}");
     for t in ["hub", "up", "agent of member3"] {
@@ -74,7 +80,13 @@ fn a_short_seeded_chaos_run_loses_nothing_and_converges() {
     // What it prints: the faults, the convergence, the verdict.
     common::assert_has(
         &printed,
-        &["seed 1,", "SIGKILL", "converged", "violations: 0"],
+        &[
+            "seed 1,",
+            "member1 peered with member2",
+            "SIGKILL",
+            "converged",
+            "violations: 0",
+        ],
     );
 }
 

@@ -4,7 +4,9 @@
 //! SIGKILL, stopped with SIGSTOP and continued, the underlay cut, at
 //! random for a while (`faults`, drawn from the seed); then the faults
 //! stop, the fleet is given time to converge, and the invariants are
-//! checked (`check`, on what the load was told: `ledger`). It prints the
+//! checked (`check`, on what the load was told: `ledger`). With two
+//! members or more, the first peers with the second and the load also
+//! creates and deletes pods offloaded there (`offload`). It prints the
 //! faults, the time to converge after the last one, and each violated
 //! invariant; it fails if any is.
 
@@ -12,6 +14,7 @@ mod check;
 mod faults;
 mod ledger;
 mod load;
+mod offload;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -123,6 +126,7 @@ struct Outcome {
     acknowledged: usize,
     unsure: usize,
     templates: usize,
+    offloaded_pods: usize,
 }
 
 impl Outcome {
@@ -141,6 +145,7 @@ impl Outcome {
             "acknowledgedWrites": self.acknowledged,
             "unsureWrites": self.unsure,
             "templates": self.templates,
+            "offloadedPods": self.offloaded_pods,
             "convergedAfterSeconds": self.converged_after.map(|d| d.as_secs_f64()),
             "violations": self.violations,
         })
@@ -166,6 +171,17 @@ async fn chaos(args: &ChaosArgs, seed: u64, dir: &Path, up: &mut Up) -> anyhow::
     // The run's namespace and policies.
     let first = members.first().map(|m| m.0.clone()).unwrap_or_default();
     apply(&hub_kubeconfig, &load::policies(&first)).await?;
+    // The first member borrows the second's capacity: pods offloaded.
+    let peering = offload::peering(dir, &members).map(Arc::new);
+    if let Some(p) = &peering {
+        offload::setup(p).await?;
+        println!(
+            "  {} peered with {} ({} offloaded there)",
+            p.consumer,
+            members[1].0,
+            offload::NAMESPACE
+        );
+    }
 
     let targets = targets(args, &members, underlay.is_some());
     let plan = faults::plan(seed, args.duration, args.interval, &targets);
@@ -181,6 +197,16 @@ async fn chaos(args: &ChaosArgs, seed: u64, dir: &Path, up: &mut Up) -> anyhow::
         ledger.clone(),
         stopped,
     ));
+
+    let pods_ledger = Arc::new(Mutex::new(ledger::Ledger::default()));
+    let pods_driver = peering.clone().map(|p| {
+        tokio::spawn(offload::drive(
+            p,
+            seed,
+            pods_ledger.clone(),
+            stop.subscribe(),
+        ))
+    });
 
     let started = Instant::now();
     let mut last_fault = started;
@@ -202,15 +228,21 @@ async fn chaos(args: &ChaosArgs, seed: u64, dir: &Path, up: &mut Up) -> anyhow::
     }
     let _ = stop.send(true);
     let done = driver.await.unwrap_or_default();
+    let pods_done = match pods_driver {
+        Some(d) => d.await.unwrap_or_default(),
+        None => offload::Done::default(),
+    };
 
     // The faults stop: everything runs and is reachable again.
     heal(dir, up, &targets, underlay.as_deref(), args).await?;
     let healed = Instant::now();
     println!(
-        "faults stopped: {} injected; {} writes acknowledged, {} unanswered; converging...",
+        "faults stopped: {} injected; {} writes acknowledged, {} unanswered ({} and {} of offloaded pods); converging...",
         plan.len(),
         done.acknowledged,
-        done.unsure
+        done.unsure,
+        pods_done.acknowledged,
+        pods_done.unsure
     );
     let members: Vec<check::Member> = members
         .iter()
@@ -220,6 +252,7 @@ async fn chaos(args: &ChaosArgs, seed: u64, dir: &Path, up: &mut Up) -> anyhow::
         })
         .collect();
     let ledger = ledger.lock().clone();
+    let pods_ledger = pods_ledger.lock().clone();
     let mut violations;
     loop {
         let extra = check::Extra {
@@ -227,6 +260,9 @@ async fn chaos(args: &ChaosArgs, seed: u64, dir: &Path, up: &mut Up) -> anyhow::
         };
         violations = check::violations(&hub_kubeconfig, &members, &ledger, extra).await;
         violations.extend(done.vanished.iter().cloned());
+        if let Some(p) = &peering {
+            violations.extend(offload::violations(p, &pods_ledger).await);
+        }
         if violations.is_empty() || healed.elapsed() > args.converge_timeout {
             break;
         }
@@ -251,17 +287,19 @@ async fn chaos(args: &ChaosArgs, seed: u64, dir: &Path, up: &mut Up) -> anyhow::
         }
     }
     println!(
-        "templates written: {}; violations: {}",
+        "templates written: {}; offloaded pods: {}; violations: {}",
         ledger.len(),
+        pods_ledger.len(),
         violations.len()
     );
     Ok(Outcome {
         faults: plan,
         converged_after,
         violations,
-        acknowledged: done.acknowledged,
-        unsure: done.unsure,
+        acknowledged: done.acknowledged + pods_done.acknowledged,
+        unsure: done.unsure + pods_done.unsure,
         templates: ledger.len(),
+        offloaded_pods: pods_ledger.len(),
     })
 }
 
