@@ -126,18 +126,16 @@ impl Server {
     /// A simulated member cluster (`flotilla member --name NAME`) with
     /// extra flags; pods start fast unless `extra` says otherwise.
     pub fn member(name: &str, extra: &[&str]) -> Server {
-        let mut args = vec!["--job-duration", "1s"];
-        if !extra.contains(&"--pod-startup") {
-            args.extend(["--pod-startup", "300ms"]);
-        }
-        args.extend_from_slice(extra);
-        Self::start_command(&["member", "--name", name], &args, &[])
+        Self::member_with_env(name, extra, &[])
     }
 
     /// A simulated member with extra flags and environment variables
     /// (`FLOTILLA_FAILPOINTS`).
     pub fn member_with_env(name: &str, extra: &[&str], env: &[(&str, &str)]) -> Server {
-        let mut args = vec!["--job-duration", "1s", "--pod-startup", "300ms"];
+        let mut args = vec!["--job-duration", "1s"];
+        if !extra.contains(&"--pod-startup") {
+            args.extend(["--pod-startup", "300ms"]);
+        }
         args.extend_from_slice(extra);
         Self::start_command(&["member", "--name", name], &args, env)
     }
