@@ -738,24 +738,16 @@ fn up_with_the_netns_runtime_runs_pods_that_answer() {
 /// The processes whose command lines name `dir`, with their first
 /// argument (the subcommand).
 fn processes_naming(dir: &Path) -> Vec<(i32, String)> {
-    let needle = dir.display().to_string();
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = raw
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if args.iter().any(|a| a.contains(&needle)) {
-            out.push((pid, args.get(1).cloned().unwrap_or_default()));
-        }
-    }
-    out
+    flotilla_host::processes::all()
+        .into_iter()
+        .filter(|p| {
+            p.running
+                && p.args
+                    .iter()
+                    .any(|a| a.contains(&dir.display().to_string()))
+        })
+        .map(|p| (p.pid, p.subcommand().to_string()))
+        .collect()
 }
 
 fn namespaces_starting(prefixes: &[String]) -> Vec<String> {

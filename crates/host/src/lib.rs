@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod netlink;
+pub mod processes;
 pub mod record;
 
 use std::io;

@@ -92,18 +92,17 @@ async fn values(client: &Client) -> Result<BTreeMap<String, String>, kube::Error
     let listed = api
         .list(&ListParams::default().labels(&format!("{LABEL}=true")))
         .await?;
-    Ok(listed
-        .items
-        .into_iter()
-        .map(|c| {
-            let v = c
-                .data
-                .as_ref()
-                .and_then(|d| d.get("v").cloned())
-                .unwrap_or_default();
-            (c.name_any(), v)
-        })
-        .collect())
+    Ok(listed.items.iter().map(value_of).collect())
+}
+
+/// A template's or copy's name and `data.v`.
+fn value_of(c: &ConfigMap) -> (String, String) {
+    let v = c
+        .data
+        .as_ref()
+        .and_then(|d| d.get("v").cloned())
+        .unwrap_or_default();
+    (c.name_any(), v)
 }
 
 type Overrides = Vec<(String, Option<String>)>;
@@ -124,17 +123,7 @@ async fn copies(client: &Client) -> Result<(BTreeMap<String, String>, Overrides)
         .iter()
         .map(|c| (c.name_any(), c.labels().get(OVERRIDE_LABEL).cloned()))
         .collect();
-    let values = listed
-        .into_iter()
-        .map(|c| {
-            let v = c
-                .data
-                .as_ref()
-                .and_then(|d| d.get("v").cloned())
-                .unwrap_or_default();
-            (c.name_any(), v)
-        })
-        .collect();
+    let values = listed.iter().map(value_of).collect();
     Ok((values, overridden))
 }
 

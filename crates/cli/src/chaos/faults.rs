@@ -101,48 +101,26 @@ pub fn plan(seed: u64, duration: Duration, interval: Duration, targets: &[Target
 /// The processes of `target` in the fleet at `dir` (not `up`'s own:
 /// chaos holds that one).
 pub fn pids(dir: &Path, target: &Target) -> Vec<i32> {
-    let needle = dir.display().to_string();
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = raw
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if !args.iter().any(|a| a.starts_with(&needle)) {
-            continue;
-        }
-        let is_etcd = args.first().is_some_and(|a| a.ends_with("etcd"));
-        let sub = args.get(1).map(String::as_str).unwrap_or_default();
-        let named = |flag: &str, name: &str| args.windows(2).any(|w| w[0] == flag && w[1] == name);
-        let hit = match target {
-            Target::Hub(d) => {
-                sub == "controlplane" && named("--data-dir", &format!("{needle}/{d}"))
+    let member_dir = |m: &str| dir.join(m);
+    flotilla_host::processes::all()
+        .into_iter()
+        .filter(|p| p.running && p.names_path_under(dir))
+        .filter(|p| {
+            let sub = p.subcommand();
+            match target {
+                Target::Hub(d) => {
+                    sub == "controlplane"
+                        && p.has_flag("--data-dir", &dir.join(d).display().to_string())
+                }
+                Target::Etcd => p.is_program("etcd"),
+                Target::Member(m) => sub == "member" && p.has_flag("--name", m),
+                Target::Agent(m) => sub == "agent" && p.has_flag("--cluster-name", m),
+                Target::Gateways(m) => sub == "gateway" && p.names_path_under(&member_dir(m)),
+                Target::Up | Target::Underlay => false,
             }
-            Target::Etcd => is_etcd,
-            Target::Member(m) => sub == "member" && named("--name", m),
-            Target::Agent(m) => sub == "agent" && named("--cluster-name", m),
-            Target::Gateways(m) => {
-                sub == "gateway"
-                    && args
-                        .iter()
-                        .any(|a| a.starts_with(&format!("{needle}/{m}/")))
-            }
-            Target::Up | Target::Underlay => false,
-        };
-        if hit {
-            found.push(pid);
-        }
-    }
-    found
+        })
+        .map(|p| p.pid)
+        .collect()
 }
 
 /// Sends `signal` to each of `pids`.

@@ -59,6 +59,14 @@ impl Ledger {
             .and_then(|e| e.acked.as_ref())
     }
 
+    /// The names that may be present now (acknowledged or unsure).
+    pub fn maybe_present(&self) -> Vec<String> {
+        self.names()
+            .filter(|n| self.allowed(n).iter().any(Option::is_some))
+            .cloned()
+            .collect()
+    }
+
     pub fn names(&self) -> impl Iterator<Item = &String> {
         self.entries.keys()
     }

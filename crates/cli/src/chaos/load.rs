@@ -94,13 +94,7 @@ pub async fn drive(
             continue;
         };
         let api: Api<ConfigMap> = Api::namespaced(c, NAMESPACE);
-        let existing: Vec<String> = {
-            let l = ledger.lock();
-            l.names()
-                .filter(|n| l.allowed(n).iter().any(Option::is_some))
-                .cloned()
-                .collect()
-        };
+        let existing = ledger.lock().maybe_present();
         next += 1;
         let value = next.to_string();
         let roll: f64 = rng.random();
@@ -137,9 +131,9 @@ pub async fn drive(
     done
 }
 
-/// Writes a write's outcome to the ledger; false when the hub did not
+/// Writes a write's outcome to the ledger; false when the server did not
 /// answer (its client is made anew).
-fn record(
+pub(super) fn record(
     ledger: &Mutex<Ledger>,
     name: &str,
     wrote: Option<String>,

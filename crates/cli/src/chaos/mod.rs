@@ -230,7 +230,7 @@ async fn chaos(args: &ChaosArgs, seed: u64, dir: &Path, up: &mut Up) -> anyhow::
     let done = driver.await.unwrap_or_default();
     let pods_done = match pods_driver {
         Some(d) => d.await.unwrap_or_default(),
-        None => offload::Done::default(),
+        None => load::Done::default(),
     };
 
     // The faults stop: everything runs and is reachable again.
@@ -599,18 +599,9 @@ impl Up {
 /// those whose command lines name a path under it), but its etcd, which
 /// does not stop with `up` (the next `up` ends it).
 fn fleet_pids(dir: &Path) -> Vec<i32> {
-    let needle = dir.display().to_string();
-    std::fs::read_dir("/proc")
+    flotilla_host::processes::all()
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let pid = e.file_name().to_string_lossy().parse::<i32>().ok()?;
-            let raw = std::fs::read(e.path().join("cmdline")).ok()?;
-            let mut args = raw.split(|b| *b == 0).map(String::from_utf8_lossy);
-            let is_etcd = args.next().is_some_and(|a| a.ends_with("etcd"));
-            let mut args = raw.split(|b| *b == 0).map(String::from_utf8_lossy);
-            (!is_etcd && args.any(|a| a.starts_with(&needle))).then_some(pid)
-        })
+        .filter(|p| p.running && !p.is_program("etcd") && p.names_path_under(dir))
+        .map(|p| p.pid)
         .collect()
 }

@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use flotilla_peering::api::{OFFLOADING_GROUP, ShadowPod};
 
 use super::ledger::{Ledger, Value};
+use super::load::{Done, record};
 
 /// The consumer's offloaded namespace.
 pub const NAMESPACE: &str = "chaos-offload";
@@ -102,13 +103,6 @@ spec:
     }
 }
 
-/// What the pod load did.
-#[derive(Clone, Debug, Default)]
-pub struct Done {
-    pub acknowledged: usize,
-    pub unsure: usize,
-}
-
 /// Creates and deletes pods in the offloaded namespace until `stop`.
 pub async fn drive(
     p: Arc<Peering>,
@@ -125,13 +119,7 @@ pub async fn drive(
             continue;
         };
         let api: Api<Pod> = Api::namespaced(client, NAMESPACE);
-        let present: Vec<String> = {
-            let l = ledger.lock();
-            l.names()
-                .filter(|n| l.allowed(n).iter().any(Option::is_some))
-                .cloned()
-                .collect()
-        };
+        let present = ledger.lock().maybe_present();
         next += 1;
         let (name, wrote, outcome): (String, Value, Result<(), kube::Error>) =
             if present.len() < 3 || (present.len() < 12 && rng.random_bool(0.6)) {
@@ -151,21 +139,7 @@ pub async fn drive(
                     .map(|_| ());
                 (name, None, r)
             };
-        {
-            let mut l = ledger.lock();
-            match outcome {
-                Ok(()) => {
-                    l.acked(&name, wrote);
-                    done.acknowledged += 1;
-                }
-                Err(kube::Error::Api(e)) if e.code == 404 => l.acked(&name, None),
-                Err(kube::Error::Api(e)) if e.code < 500 || e.code == 503 => {}
-                Err(_) => {
-                    l.unsure(&name, wrote);
-                    done.unsure += 1;
-                }
-            }
-        }
+        record(&ledger, &name, wrote, outcome, &mut done);
         let _ = tokio::time::timeout(Duration::from_millis(700), stop.changed()).await;
     }
     done

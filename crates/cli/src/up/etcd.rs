@@ -74,34 +74,12 @@ pub(super) async fn end_leftover(dir: &Path) {
 
 /// The etcd processes on this fleet's data dir.
 fn leftovers(dir: &Path) -> Vec<i32> {
-    let needle = data_dir(dir).display().to_string();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = raw
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        let is_etcd = args.first().is_some_and(|a| a.ends_with("etcd"));
-        let state = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        let zombie = state
-            .rsplit_once(") ")
-            .is_some_and(|(_, r)| r.starts_with('Z'));
-        if is_etcd
-            && !zombie
-            && args
-                .windows(2)
-                .any(|w| w[0] == "--data-dir" && w[1] == needle)
-        {
-            found.push(pid);
-        }
-    }
-    found
+    let data = data_dir(dir).display().to_string();
+    flotilla_host::processes::all()
+        .into_iter()
+        .filter(|p| p.running && p.is_program("etcd") && p.has_flag("--data-dir", &data))
+        .map(|p| p.pid)
+        .collect()
 }
 
 /// Waits until the etcd takes connections on `port`.
