@@ -1111,11 +1111,17 @@ spec:
     });
     // A local pod reaches the offloaded pod by its IP and by its Service
     // (whose endpoint is the provider's pod).
-    let ip = jsonpath(
-        &east,
-        &["get", "pod", "worker", "-n", "shop"],
-        "{.status.podIP}",
-    );
+    // Under Globalnet the pod has no address here until its global IP is
+    // allocated (its pod IP means something else in this cluster).
+    let mut ip = String::new();
+    wait_for(WAIT, "the offloaded pod's address in the consumer", || {
+        ip = jsonpath(
+            &east,
+            &["get", "pod", "worker", "-n", "shop"],
+            "{.status.podIP}",
+        );
+        !ip.is_empty()
+    });
     let expected = if overlapping { "242." } else { "10.214." };
     assert!(
         ip.starts_with(expected),
